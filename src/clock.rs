@@ -1,0 +1,80 @@
+//! Time, injectable so tests move it without sleeping.
+
+use std::fmt;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+
+use chrono::{DateTime, TimeDelta, Utc};
+
+/// A source of the current time.
+///
+/// The guard, the verifiers and the sweeper read time only through a `Clock`, so a
+/// test can replace it with a [`ManualClock`] and move time without sleeping.
+pub trait Clock: fmt::Debug + Send + Sync + 'static {
+    /// The current time.
+    fn now(&self) -> DateTime<Utc>;
+}
+
+/// The system's wall clock.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> DateTime<Utc> {
+        Utc::now()
+    }
+}
+
+/// A clock that only moves when told to. Clones share the same time.
+///
+/// ```
+/// use chrono::{TimeDelta, TimeZone, Utc};
+/// use webhook_guard::{Clock, ManualClock};
+///
+/// let clock = ManualClock::new(Utc.timestamp_opt(1_700_000_000, 0).unwrap());
+/// clock.advance(TimeDelta::hours(1));
+/// assert_eq!(clock.now().timestamp(), 1_700_003_600);
+/// ```
+#[derive(Clone)]
+pub struct ManualClock {
+    micros: Arc<AtomicI64>,
+}
+
+impl ManualClock {
+    /// A clock stopped at `at`.
+    pub fn new(at: DateTime<Utc>) -> Self {
+        Self {
+            micros: Arc::new(AtomicI64::new(at.timestamp_micros())),
+        }
+    }
+
+    /// Moves the clock to `at`.
+    pub fn set(&self, at: DateTime<Utc>) {
+        self.micros.store(at.timestamp_micros(), Ordering::SeqCst);
+    }
+
+    /// Moves the clock forward (or back, for a negative delta) by `by`.
+    pub fn advance(&self, by: TimeDelta) {
+        let by = by.num_microseconds().unwrap_or(i64::MAX);
+        self.micros
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |m| {
+                Some(m.saturating_add(by))
+            })
+            .ok();
+    }
+}
+
+impl fmt::Debug for ManualClock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ManualClock")
+            .field("now", &self.now())
+            .finish()
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> DateTime<Utc> {
+        DateTime::from_timestamp_micros(self.micros.load(Ordering::SeqCst))
+            .unwrap_or(DateTime::<Utc>::MAX_UTC)
+    }
+}

@@ -1,0 +1,976 @@
+//! The delivery flow: verify → extract the id → claim → run → record → answer.
+
+use std::any::Any;
+use std::borrow::Cow;
+use std::fmt;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::pin;
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use http::StatusCode;
+
+use crate::clock::{Clock, SystemClock};
+use crate::hooks::{Escalation, Hooks, NoHooks};
+use crate::outcome::{Answer, Outcome, OutcomeKind, Rejection, Unrecorded};
+use crate::store::{
+    Claim, ClaimRequest, Deleted, DynProcessedStore, FailureNote, Fence, FencingToken, Fingerprint,
+    Finish, Key, ProcessedStore, Record, RecordState, StoreError, HISTORY_LIMIT,
+};
+use crate::verify::{Verified, Verifier};
+use crate::Headers;
+
+/// The default lease: how long a claim holds before another delivery may take over.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(5 * 60);
+/// The default retention: Stripe's 72-hour retry window (Jamm's is about 2 days).
+pub const DEFAULT_RETENTION: Duration = Duration::from_secs(72 * 3600);
+/// The default number of failures after which an id is escalated (seed: about 5).
+pub const DEFAULT_ESCALATE_AFTER: u32 = 5;
+/// The default body size limit: 1 MiB.
+pub const DEFAULT_MAX_BODY: usize = 1 << 20;
+/// The longest event id accepted, in bytes.
+pub const MAX_ID_LEN: usize = 255;
+
+/// Where the guard finds a delivery's event id.
+#[derive(Clone)]
+#[non_exhaustive]
+pub enum EventId {
+    /// The id the verifier found (provider presets know where their provider puts it).
+    FromVerifier,
+    /// A request header.
+    Header(Cow<'static, str>),
+    /// A field of the JSON body, given as a path of object keys, read without
+    /// building the document.
+    JsonField(Vec<String>),
+    /// A function of the headers and body.
+    Custom(Arc<dyn Fn(&dyn Headers, &[u8]) -> Option<String> + Send + Sync>),
+}
+
+impl EventId {
+    /// The id in header `name`.
+    pub fn header(name: impl Into<Cow<'static, str>>) -> Self {
+        Self::Header(name.into())
+    }
+
+    /// The id at `path` in the JSON body, such as `["id"]`.
+    pub fn json_field<S: Into<String>>(path: impl IntoIterator<Item = S>) -> Self {
+        Self::JsonField(path.into_iter().map(Into::into).collect())
+    }
+
+    fn extract(
+        &self,
+        headers: &dyn Headers,
+        body: &[u8],
+        verified: Verified,
+    ) -> Result<String, Rejection> {
+        match self {
+            Self::FromVerifier => verified.event_id.ok_or_else(|| {
+                Rejection::MissingId("the verifier found no event id; configure EventId".into())
+            }),
+            Self::Header(name) => headers
+                .get_str(name)
+                .map(str::to_owned)
+                .ok_or_else(|| Rejection::MissingId(format!("header `{name}` is missing"))),
+            Self::JsonField(path) => {
+                let path: Vec<&str> = path.iter().map(String::as_str).collect();
+                crate::json::field(body, &path).map_err(|e| Rejection::MissingId(e.to_string()))
+            }
+            Self::Custom(f) => {
+                f(headers, body).ok_or_else(|| Rejection::MissingId("custom extractor".into()))
+            }
+        }
+    }
+}
+
+impl fmt::Debug for EventId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::FromVerifier => f.write_str("FromVerifier"),
+            Self::Header(h) => f.debug_tuple("Header").field(h).finish(),
+            Self::JsonField(p) => f.debug_tuple("JsonField").field(p).finish(),
+            Self::Custom(_) => f.write_str("Custom(..)"),
+        }
+    }
+}
+
+fn check_id(id: &str) -> Result<(), Rejection> {
+    if id.is_empty() {
+        Err(Rejection::InvalidId("empty"))
+    } else if id.len() > MAX_ID_LEN {
+        Err(Rejection::InvalidId("longer than 255 bytes"))
+    } else if id.chars().any(char::is_control) {
+        Err(Rejection::InvalidId("contains control characters"))
+    } else {
+        Ok(())
+    }
+}
+
+/// How to answer a delivery that finds another delivery of its id in progress.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum InProgressAnswer {
+    /// 409 with `Retry-After`: the sender retries later (the default).
+    #[default]
+    RetryLater,
+    /// 200: for senders whose first delivery is durable, so no retry is needed.
+    Accept,
+}
+
+/// What a handler returns when it fails.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum HandlerError {
+    /// Worth retrying: the claim is released and the failure counted.
+    Retryable(crate::store::BoxError),
+    /// Retrying cannot help: answered 200 with the alert hook.
+    Permanent(crate::store::BoxError),
+}
+
+impl HandlerError {
+    /// A retryable failure.
+    pub fn retryable(e: impl Into<crate::store::BoxError>) -> Self {
+        Self::Retryable(e.into())
+    }
+
+    /// A permanent failure.
+    pub fn permanent(e: impl Into<crate::store::BoxError>) -> Self {
+        Self::Permanent(e.into())
+    }
+}
+
+/// Any error turns into a retryable failure, so `?` works in handlers.
+impl<E: std::error::Error + Send + Sync + 'static> From<E> for HandlerError {
+    fn from(e: E) -> Self {
+        Self::Retryable(Box::new(e))
+    }
+}
+
+/// A configuration the builder refuses.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// No store was given.
+    #[error("no store configured")]
+    NoStore,
+    /// No verifier was given (use `NoVerification` explicitly to turn it off).
+    #[error("no verifier configured; use NoVerification to turn verification off")]
+    NoVerifier,
+    /// Retention must cover at least one lease.
+    #[error("retention ({retention:?}) is shorter than the lease ({lease:?})")]
+    RetentionBelowLease {
+        /// The configured retention.
+        retention: Duration,
+        /// The configured lease.
+        lease: Duration,
+    },
+    /// A duration is zero or too large to represent.
+    #[error("{0} must be positive and below 100 years")]
+    BadDuration(&'static str),
+    /// `escalate_after` must be at least 1.
+    #[error("escalate_after must be at least 1")]
+    ZeroEscalation,
+    /// The namespace is empty, longer than 64 bytes or holds control characters.
+    #[error("namespace must be 1 to 64 bytes without control characters")]
+    BadNamespace,
+    /// The body limit is zero.
+    #[error("max_body must be positive")]
+    ZeroBodyLimit,
+}
+
+/// Builds a [`WebhookGuard`]. See [`WebhookGuard::builder`].
+#[must_use]
+#[derive(Debug)]
+pub struct WebhookGuardBuilder {
+    store: Option<Arc<DynProcessedStore>>,
+    verifier: Option<Arc<dyn Verifier>>,
+    clock: Arc<dyn Clock>,
+    hooks: Arc<dyn Hooks>,
+    namespace: String,
+    event_id: EventId,
+    lease: Duration,
+    retention: Option<Duration>,
+    escalate_after: u32,
+    max_body: usize,
+    in_progress: InProgressAnswer,
+    fingerprint: bool,
+    status: [Option<StatusCode>; 10],
+}
+
+impl WebhookGuardBuilder {
+    /// The store (required).
+    pub fn store(mut self, store: impl ProcessedStore) -> Self {
+        self.store = Some(Arc::new(store));
+        self
+    }
+
+    /// The store, already shared.
+    pub fn shared_store(mut self, store: Arc<DynProcessedStore>) -> Self {
+        self.store = Some(store);
+        self
+    }
+
+    /// The signature verifier (required; [`NoVerification`](crate::verify::NoVerification)
+    /// turns verification off explicitly).
+    pub fn verifier(mut self, verifier: impl Verifier) -> Self {
+        self.verifier = Some(Arc::new(verifier));
+        self
+    }
+
+    /// The clock (default: the system clock).
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    /// Hooks called on claims, duplicates, conflicts, failures, escalations and
+    /// unrecorded completions.
+    pub fn hooks(mut self, hooks: impl Hooks) -> Self {
+        self.hooks = Arc::new(hooks);
+        self
+    }
+
+    /// The namespace keys live in (default `"default"`): one per provider or endpoint,
+    /// so two providers' ids never collide.
+    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = namespace.into();
+        self
+    }
+
+    /// Where the event id is (default: [`EventId::FromVerifier`]).
+    pub fn event_id(mut self, source: EventId) -> Self {
+        self.event_id = source;
+        self
+    }
+
+    /// How long a claim holds before another delivery may take it over (default
+    /// [`DEFAULT_LEASE`]). Choose it longer than your handler's slowest run; long
+    /// handlers can renew with [`Event::renew_lease`].
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// How long records are kept (default: [`DEFAULT_RETENTION`], or the verifier's
+    /// retry window if longer). It must cover the provider's whole retry window, or a
+    /// late retry runs the handler again.
+    pub fn retention(mut self, retention: Duration) -> Self {
+        self.retention = Some(retention);
+        self
+    }
+
+    /// After how many failures an id is escalated (default 5).
+    pub fn escalate_after(mut self, failures: u32) -> Self {
+        self.escalate_after = failures;
+        self
+    }
+
+    /// The largest body accepted, in bytes (default 1 MiB).
+    pub fn max_body(mut self, bytes: usize) -> Self {
+        self.max_body = bytes;
+        self
+    }
+
+    /// How to answer a delivery whose id another delivery holds.
+    pub fn in_progress_answer(mut self, answer: InProgressAnswer) -> Self {
+        self.in_progress = answer;
+        self
+    }
+
+    /// Whether to store the body's SHA-256 and answer [`Outcome::Conflict`] when an id
+    /// comes back with another body (default on).
+    pub fn detect_conflicts(mut self, on: bool) -> Self {
+        self.fingerprint = on;
+        self
+    }
+
+    /// Overrides the HTTP status answered for `kind`.
+    pub fn status(mut self, kind: OutcomeKind, status: StatusCode) -> Self {
+        self.status[kind.index()] = Some(status);
+        self
+    }
+
+    /// Builds the guard.
+    ///
+    /// # Errors
+    /// [`ConfigError`] for a missing store or verifier, a retention below the lease,
+    /// a zero duration, threshold or body limit, or a bad namespace.
+    pub fn build(self) -> Result<WebhookGuard, ConfigError> {
+        let store = self.store.ok_or(ConfigError::NoStore)?;
+        let verifier = self.verifier.ok_or(ConfigError::NoVerifier)?;
+        let retention = self
+            .retention
+            .unwrap_or_else(|| DEFAULT_RETENTION.max(verifier.retry_window().unwrap_or_default()));
+        let lease_delta = delta(self.lease, "lease")?;
+        let retention_delta = delta(retention, "retention")?;
+        if retention < self.lease {
+            return Err(ConfigError::RetentionBelowLease {
+                retention,
+                lease: self.lease,
+            });
+        }
+        if self.escalate_after == 0 {
+            return Err(ConfigError::ZeroEscalation);
+        }
+        if self.max_body == 0 {
+            return Err(ConfigError::ZeroBodyLimit);
+        }
+        let ns = &self.namespace;
+        if ns.is_empty() || ns.len() > 64 || ns.chars().any(char::is_control) {
+            return Err(ConfigError::BadNamespace);
+        }
+        Ok(WebhookGuard {
+            inner: Arc::new(Inner {
+                store,
+                verifier,
+                clock: self.clock,
+                hooks: self.hooks,
+                namespace: self.namespace,
+                event_id: self.event_id,
+                lease: self.lease,
+                lease_delta,
+                retention,
+                retention_delta,
+                escalate_after: self.escalate_after,
+                max_body: self.max_body,
+                in_progress: self.in_progress,
+                fingerprint: self.fingerprint,
+                status: self.status,
+            }),
+        })
+    }
+}
+
+fn delta(d: Duration, what: &'static str) -> Result<TimeDelta, ConfigError> {
+    const CENTURY: Duration = Duration::from_secs(100 * 365 * 86_400);
+    if d.is_zero() || d > CENTURY {
+        return Err(ConfigError::BadDuration(what));
+    }
+    TimeDelta::from_std(d).map_err(|_| ConfigError::BadDuration(what))
+}
+
+/// The guard: one per endpoint, built at start-up, cloned into every request.
+///
+/// Cloning is cheap (an [`Arc`] inside).
+#[derive(Clone, Debug)]
+pub struct WebhookGuard {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Arc<DynProcessedStore>,
+    verifier: Arc<dyn Verifier>,
+    clock: Arc<dyn Clock>,
+    hooks: Arc<dyn Hooks>,
+    namespace: String,
+    event_id: EventId,
+    lease: Duration,
+    lease_delta: TimeDelta,
+    retention: Duration,
+    retention_delta: TimeDelta,
+    escalate_after: u32,
+    max_body: usize,
+    in_progress: InProgressAnswer,
+    fingerprint: bool,
+    status: [Option<StatusCode>; 10],
+}
+
+impl fmt::Debug for Inner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WebhookGuard")
+            .field("namespace", &self.namespace)
+            .field("store", &self.store)
+            .field("verifier", &self.verifier)
+            .field("event_id", &self.event_id)
+            .field("lease", &self.lease)
+            .field("retention", &self.retention)
+            .field("escalate_after", &self.escalate_after)
+            .field("max_body", &self.max_body)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A delivery that passed verification, with its event id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct VerifiedDelivery {
+    /// The event id.
+    pub id: String,
+    /// The signed timestamp, where the scheme signs one.
+    pub signed_at: Option<DateTime<Utc>>,
+}
+
+/// The answer to [`WebhookGuard::begin`]: either this delivery won the claim, or
+/// there is already an outcome (duplicate, in progress, rejected, ...).
+#[derive(Debug)]
+#[must_use]
+pub enum Begin<'a> {
+    /// This delivery holds the claim: run the work, then call
+    /// [`Claimed::complete`] or [`Claimed::fail`].
+    Claimed(Claimed<'a>),
+    /// Nothing to run: answer this outcome.
+    Done(Outcome),
+}
+
+/// The event handed to a handler. It borrows the body for `'a` and shares the claim,
+/// so a handler can be any closure returning an `async move` block.
+#[derive(Debug, Clone)]
+pub struct Event<'a> {
+    body: &'a [u8],
+    claim: Arc<ClaimState>,
+}
+
+impl<'a> Event<'a> {
+    /// The event id.
+    pub fn id(&self) -> &str {
+        &self.claim.id
+    }
+
+    /// The raw body, exactly as received and verified.
+    pub fn body(&self) -> &'a [u8] {
+        self.body
+    }
+
+    /// Which claim of this id this is (1 for the first run).
+    pub fn attempt(&self) -> u32 {
+        self.claim.record.attempts
+    }
+
+    /// Parses the body as JSON.
+    ///
+    /// # Errors
+    /// The parser's error.
+    pub fn json<T: serde::Deserialize<'a>>(&self) -> Result<T, serde_json::Error> {
+        serde_json::from_slice(self.body)
+    }
+
+    /// Extends this claim's lease by the guard's lease duration from now.
+    ///
+    /// # Errors
+    /// [`LeaseError::Lost`] if another delivery took the claim over, or the store's error.
+    pub async fn renew_lease(&self) -> Result<(), LeaseError> {
+        self.claim.renew().await
+    }
+}
+
+/// Why a lease could not be renewed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LeaseError {
+    /// The lease was taken over or the record finished: stop working on this claim.
+    #[error("lease lost")]
+    Lost,
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+#[derive(Debug)]
+struct ClaimState {
+    guard: WebhookGuard,
+    id: String,
+    token: FencingToken,
+    record: Record,
+}
+
+impl ClaimState {
+    fn key(&self) -> Key<'_> {
+        Key::new(&self.guard.inner.namespace, &self.id)
+    }
+
+    async fn renew(&self) -> Result<(), LeaseError> {
+        let inner = &self.guard.inner;
+        let now = inner.clock.now();
+        let fence = inner
+            .store
+            .renew(
+                self.key(),
+                self.token,
+                now + inner.lease_delta,
+                now + inner.retention_delta,
+            )
+            .await?;
+        match fence {
+            Fence::Applied => Ok(()),
+            Fence::LeaseLost => Err(LeaseError::Lost),
+        }
+    }
+}
+
+/// A won claim. Finish it with [`Claimed::complete`] or [`Claimed::fail`]; dropping
+/// it unfinished releases the claim as a failed attempt (in the background, with the
+/// `tokio` feature and a runtime; otherwise the lease simply runs out).
+#[derive(Debug)]
+#[must_use = "a claim must be completed or failed"]
+pub struct Claimed<'a> {
+    state: Option<Arc<ClaimState>>,
+    body: &'a [u8],
+}
+
+impl<'a> Claimed<'a> {
+    /// The event id.
+    pub fn id(&self) -> &str {
+        &self.state().id
+    }
+
+    /// The event to hand to the work.
+    pub fn event(&self) -> Event<'a> {
+        Event {
+            body: self.body,
+            claim: self.state().clone(),
+        }
+    }
+
+    fn state(&self) -> &Arc<ClaimState> {
+        self.state
+            .as_ref()
+            .expect("a claim is finished only by value")
+    }
+
+    fn take(mut self) -> Arc<ClaimState> {
+        self.state
+            .take()
+            .expect("a claim is finished only by value")
+    }
+
+    /// Records success: [`Outcome::Processed`], or [`Outcome::Unrecorded`] if the
+    /// lease was lost or the store failed.
+    pub async fn complete(self) -> Outcome {
+        let state = self.take();
+        let inner = &state.guard.inner;
+        let now = inner.clock.now();
+        let finish = Finish {
+            state: RecordState::Completed,
+            failures: state.record.failures,
+            history: &state.record.history,
+            now,
+            expires_at: now + inner.retention_delta,
+        };
+        let result = inner.store.finish(state.key(), state.token, &finish).await;
+        let reason = match result {
+            Ok(Fence::Applied) => {
+                return Outcome::Processed {
+                    id: state.id.clone(),
+                }
+            }
+            Ok(Fence::LeaseLost) => Unrecorded::LeaseLost,
+            Err(e) => Unrecorded::Store(e),
+        };
+        inner.hooks.on_unrecorded(state.key(), &reason);
+        Outcome::Unrecorded {
+            id: state.id.clone(),
+            reason,
+        }
+    }
+
+    /// Records a failure: retryable ones are released and counted (and escalated at
+    /// the threshold), permanent ones end the id.
+    pub async fn fail(self, error: HandlerError) -> Outcome {
+        let body = self.body;
+        let state = self.take();
+        match error {
+            HandlerError::Retryable(e) => state.fail_retryable(body, e.to_string()).await,
+            HandlerError::Permanent(e) => state.fail_permanent(e.to_string()).await,
+        }
+    }
+}
+
+impl ClaimState {
+    fn history_with(&self, now: DateTime<Utc>, error: String) -> Vec<FailureNote> {
+        let mut history = self.record.history.clone();
+        if history.len() >= HISTORY_LIMIT {
+            history.remove(0);
+        }
+        history.push(FailureNote { at: now, error });
+        history
+    }
+
+    async fn fail_retryable(&self, body: &[u8], error: String) -> Outcome {
+        let inner = &self.guard.inner;
+        let now = inner.clock.now();
+        let failures = self.record.failures.saturating_add(1);
+        let history = self.history_with(now, error.clone());
+        if failures >= inner.escalate_after {
+            return self.escalate(body, failures, &history, now).await;
+        }
+        let finish = Finish {
+            state: RecordState::Failed,
+            failures,
+            history: &history,
+            now,
+            expires_at: now + inner.retention_delta,
+        };
+        // Whatever the store says, the sender must retry: a release that did not
+        // apply leaves the lease to run out, and the next claim counts it.
+        if let Err(e) = inner.store.finish(self.key(), self.token, &finish).await {
+            tracing::warn!(id = %self.id, error = %e, "could not release a failed claim");
+        }
+        inner.hooks.on_failure(self.key(), failures, &error);
+        Outcome::RetryableFailure {
+            id: self.id.clone(),
+            failures,
+            error,
+        }
+    }
+
+    async fn fail_permanent(&self, error: String) -> Outcome {
+        let inner = &self.guard.inner;
+        let now = inner.clock.now();
+        let history = self.history_with(now, error.clone());
+        let finish = Finish {
+            state: RecordState::PermanentFailure,
+            failures: self.record.failures.saturating_add(1),
+            history: &history,
+            now,
+            expires_at: now + inner.retention_delta,
+        };
+        if let Err(e) = inner.store.finish(self.key(), self.token, &finish).await {
+            tracing::warn!(id = %self.id, error = %e, "could not record a permanent failure");
+        }
+        inner.hooks.on_permanent_failure(self.key(), &error);
+        Outcome::PermanentFailure {
+            id: self.id.clone(),
+            error,
+        }
+    }
+
+    async fn escalate(
+        &self,
+        body: &[u8],
+        failures: u32,
+        history: &[FailureNote],
+        now: DateTime<Utc>,
+    ) -> Outcome {
+        let inner = &self.guard.inner;
+        let finish = Finish {
+            state: RecordState::Escalated,
+            failures,
+            history,
+            now,
+            expires_at: now + inner.retention_delta,
+        };
+        match inner.store.finish(self.key(), self.token, &finish).await {
+            Ok(Fence::Applied) => {
+                inner.hooks.on_escalation(&Escalation {
+                    key: self.key(),
+                    body,
+                    failures,
+                    history,
+                });
+                Outcome::Escalated {
+                    id: self.id.clone(),
+                    failures,
+                }
+            }
+            // Someone else holds the id now; they will see the count.
+            Ok(Fence::LeaseLost) => Outcome::RetryableFailure {
+                id: self.id.clone(),
+                failures,
+                error: "lease lost before escalation".into(),
+            },
+            Err(error) => Outcome::StoreUnavailable {
+                id: Some(self.id.clone()),
+                error,
+            },
+        }
+    }
+}
+
+impl Drop for Claimed<'_> {
+    fn drop(&mut self) {
+        let Some(state) = self.state.take() else {
+            return;
+        };
+        #[cfg(feature = "tokio")]
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                let id = state.id.clone();
+                let outcome = state
+                    .fail_retryable(&[], "claim dropped unfinished".into())
+                    .await;
+                tracing::debug!(%id, outcome = %outcome.kind(), "released a dropped claim");
+            });
+            return;
+        }
+        tracing::warn!(id = %state.id, "claim dropped without a runtime; its lease will run out");
+    }
+}
+
+impl WebhookGuard {
+    /// Starts building a guard.
+    ///
+    /// ```
+    /// use webhook_guard::{MemoryStore, WebhookGuard, verify::HmacSha256Header};
+    ///
+    /// let guard = WebhookGuard::builder()
+    ///     .store(MemoryStore::new())
+    ///     .verifier(HmacSha256Header::new("X-Signature", ["s3cret"]).unwrap())
+    ///     .event_id(webhook_guard::EventId::json_field(["id"]))
+    ///     .build()
+    ///     .unwrap();
+    /// # drop(guard);
+    /// ```
+    pub fn builder() -> WebhookGuardBuilder {
+        WebhookGuardBuilder {
+            store: None,
+            verifier: None,
+            clock: Arc::new(SystemClock),
+            hooks: Arc::new(NoHooks),
+            namespace: "default".into(),
+            event_id: EventId::FromVerifier,
+            lease: DEFAULT_LEASE,
+            retention: None,
+            escalate_after: DEFAULT_ESCALATE_AFTER,
+            max_body: DEFAULT_MAX_BODY,
+            in_progress: InProgressAnswer::default(),
+            fingerprint: true,
+            status: [None; 10],
+        }
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<DynProcessedStore> {
+        &self.inner.store
+    }
+
+    /// The clock.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.inner.clock
+    }
+
+    /// The hooks.
+    pub fn hooks(&self) -> &Arc<dyn Hooks> {
+        &self.inner.hooks
+    }
+
+    /// The namespace.
+    pub fn namespace(&self) -> &str {
+        &self.inner.namespace
+    }
+
+    /// The lease duration.
+    pub fn lease(&self) -> Duration {
+        self.inner.lease
+    }
+
+    /// The retention.
+    pub fn retention(&self) -> Duration {
+        self.inner.retention
+    }
+
+    /// Verifies a delivery and extracts its id, without touching the store.
+    ///
+    /// # Errors
+    /// The [`Rejection`]: body too large, signature not verified, id missing or invalid.
+    pub fn verify(
+        &self,
+        headers: &dyn Headers,
+        body: &[u8],
+    ) -> Result<VerifiedDelivery, Rejection> {
+        let inner = &self.inner;
+        if body.len() > inner.max_body {
+            return Err(Rejection::BodyTooLarge {
+                size: body.len(),
+                limit: inner.max_body,
+            });
+        }
+        let verified = inner.verifier.verify(headers, body, inner.clock.now())?;
+        let signed_at = verified.signed_at;
+        let id = inner.event_id.extract(headers, body, verified)?;
+        check_id(&id)?;
+        Ok(VerifiedDelivery { id, signed_at })
+    }
+
+    /// Verifies the delivery and claims its id. Returns [`Begin::Claimed`] when this
+    /// delivery must run the work, or [`Begin::Done`] with the outcome to answer.
+    pub async fn begin<'a>(&self, headers: &dyn Headers, body: &'a [u8]) -> Begin<'a> {
+        let delivery = match self.verify(headers, body) {
+            Ok(d) => d,
+            Err(r) => return Begin::Done(Outcome::Rejected(r)),
+        };
+        self.claim(delivery.id, body).await
+    }
+
+    async fn claim<'a>(&self, id: String, body: &'a [u8]) -> Begin<'a> {
+        let inner = &self.inner;
+        let now = inner.clock.now();
+        let fingerprint = if inner.fingerprint {
+            Fingerprint::of(body)
+        } else {
+            Fingerprint::default()
+        };
+        let key = Key::new(&inner.namespace, &id);
+        let request = ClaimRequest {
+            key,
+            fingerprint,
+            token: FencingToken::random(),
+            now,
+            lease_until: now + inner.lease_delta,
+            expires_at: now + inner.retention_delta,
+        };
+        let record = match inner.store.claim(&request).await {
+            Ok(Claim::Acquired(record)) => record,
+            Ok(Claim::Existing(record)) => {
+                return Begin::Done(self.existing(id, record, fingerprint, now))
+            }
+            Err(error) => {
+                return Begin::Done(Outcome::StoreUnavailable {
+                    id: Some(id),
+                    error,
+                })
+            }
+        };
+        inner.hooks.on_claim(key, record.attempts);
+        let state = Arc::new(ClaimState {
+            guard: self.clone(),
+            token: request.token,
+            id,
+            record,
+        });
+        if state.record.failures >= inner.escalate_after {
+            // Earlier holders crashed or hung until their leases ran out: stop here.
+            let history = state.history_with(now, "lease expired".into());
+            let failures = state.record.failures;
+            return Begin::Done(state.escalate(body, failures, &history, now).await);
+        }
+        Begin::Claimed(Claimed {
+            state: Some(state),
+            body,
+        })
+    }
+
+    fn existing(
+        &self,
+        id: String,
+        record: Record,
+        fingerprint: Fingerprint,
+        now: DateTime<Utc>,
+    ) -> Outcome {
+        let hooks = &self.inner.hooks;
+        if self.inner.fingerprint && record.fingerprint != fingerprint {
+            hooks.on_conflict(record.key(), &record);
+            return Outcome::Conflict { id };
+        }
+        if record.state == RecordState::InProgress {
+            let left = (record.lease_until - now).to_std().unwrap_or_default();
+            return Outcome::InProgress {
+                id,
+                retry_after: left.max(Duration::from_secs(1)),
+            };
+        }
+        hooks.on_duplicate(&record);
+        Outcome::Duplicate {
+            id,
+            state: record.state,
+        }
+    }
+
+    /// Runs one delivery through the whole flow: verify, claim, run `handler` only if
+    /// this delivery won the claim, record the result, and return the [`Outcome`].
+    ///
+    /// A handler that panics is treated as a retryable failure; the panic does not
+    /// reach the caller.
+    pub async fn handle<'a, F, Fut>(
+        &self,
+        headers: &dyn Headers,
+        body: &'a [u8],
+        handler: F,
+    ) -> Outcome
+    where
+        F: FnOnce(Event<'a>) -> Fut,
+        Fut: Future<Output = Result<(), HandlerError>>,
+    {
+        let claimed = match self.begin(headers, body).await {
+            Begin::Claimed(c) => c,
+            Begin::Done(outcome) => return outcome,
+        };
+        let result = catch_unwind(handler(claimed.event())).await;
+        match result {
+            Ok(Ok(())) => claimed.complete().await,
+            Ok(Err(e)) => claimed.fail(e).await,
+            Err(panic) => {
+                let msg = panic_message(&*panic);
+                claimed
+                    .fail(HandlerError::retryable(format!("handler panicked: {msg}")))
+                    .await
+            }
+        }
+    }
+
+    /// What to answer the sender for `outcome`, with this guard's overrides applied.
+    pub fn answer(&self, outcome: &Outcome) -> Answer {
+        let kind = outcome.kind();
+        let default = match (outcome, self.inner.in_progress) {
+            (Outcome::Rejected(r), _) => r.status(),
+            (Outcome::InProgress { .. }, InProgressAnswer::Accept) => StatusCode::OK,
+            _ => kind.default_status(),
+        };
+        let status = self.inner.status[kind.index()].unwrap_or(default);
+        let retry_after = match outcome {
+            Outcome::InProgress { retry_after, .. } if !status.is_success() => {
+                Some(retry_after.as_secs().max(1))
+            }
+            Outcome::StoreUnavailable { .. } => Some(5),
+            _ => None,
+        };
+        Answer {
+            status,
+            retry_after,
+            reason: outcome.reason(),
+        }
+    }
+
+    /// The record kept for `id`, for operators.
+    ///
+    /// # Errors
+    /// The store's error.
+    pub async fn inspect(&self, id: &str) -> Result<Option<Record>, StoreError> {
+        self.inner
+            .store
+            .get(Key::new(&self.inner.namespace, id))
+            .await
+    }
+
+    /// Forgets `id` so its next delivery runs the handler again (the "resend from the
+    /// provider's dashboard" workflow). Refused while a live lease holds the id.
+    ///
+    /// # Errors
+    /// The store's error.
+    pub async fn forget(&self, id: &str) -> Result<Deleted, StoreError> {
+        let now = self.inner.clock.now();
+        self.inner
+            .store
+            .delete(Key::new(&self.inner.namespace, id), now)
+            .await
+    }
+
+    /// Claims whose lease ran out without completion (crashed or hung holders).
+    ///
+    /// # Errors
+    /// The store's error.
+    pub async fn stuck(&self, limit: usize) -> Result<Vec<Record>, StoreError> {
+        self.inner.store.stuck(self.inner.clock.now(), limit).await
+    }
+}
+
+async fn catch_unwind<F: Future>(fut: F) -> Result<F::Output, Box<dyn Any + Send>> {
+    let mut fut = pin!(fut);
+    std::future::poll_fn(move |cx| {
+        match std::panic::catch_unwind(AssertUnwindSafe(|| fut.as_mut().poll(cx))) {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready(v)) => Poll::Ready(Ok(v)),
+            Err(panic) => Poll::Ready(Err(panic)),
+        }
+    })
+    .await
+}
+
+fn panic_message(panic: &(dyn Any + Send)) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("non-string panic payload")
+}

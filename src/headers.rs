@@ -1,0 +1,79 @@
+//! Header lookup that works with `http::HeaderMap` and with plain pairs.
+
+/// A source of request headers, looked up by case-insensitive name.
+///
+/// Implemented for [`http::HeaderMap`] and for slices of `(name, value)` pairs, so
+/// the guard works in any framework:
+///
+/// ```
+/// use webhook_guard::Headers;
+///
+/// let pairs = [("Webhook-Id", "msg_1")];
+/// assert_eq!(pairs.get_str("webhook-id"), Some("msg_1"));
+/// ```
+pub trait Headers {
+    /// The first value of the header `name` (ASCII case-insensitive), as raw bytes.
+    fn get_bytes(&self, name: &str) -> Option<&[u8]>;
+
+    /// The first value of the header `name`, if it is valid UTF-8.
+    fn get_str(&self, name: &str) -> Option<&str> {
+        self.get_bytes(name)
+            .and_then(|v| std::str::from_utf8(v).ok())
+    }
+}
+
+impl Headers for http::HeaderMap {
+    fn get_bytes(&self, name: &str) -> Option<&[u8]> {
+        // `HeaderMap::get` lower-cases a `&str` name for us; names with characters
+        // that are not valid in a header name simply do not match.
+        self.get(name).map(http::HeaderValue::as_bytes)
+    }
+}
+
+impl<K: AsRef<str>, V: AsRef<[u8]>> Headers for [(K, V)] {
+    fn get_bytes(&self, name: &str) -> Option<&[u8]> {
+        self.iter()
+            .find(|(k, _)| k.as_ref().eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_ref())
+    }
+}
+
+impl<K: AsRef<str>, V: AsRef<[u8]>, const N: usize> Headers for [(K, V); N] {
+    fn get_bytes(&self, name: &str) -> Option<&[u8]> {
+        self.as_slice().get_bytes(name)
+    }
+}
+
+impl<K: AsRef<str>, V: AsRef<[u8]>> Headers for Vec<(K, V)> {
+    fn get_bytes(&self, name: &str) -> Option<&[u8]> {
+        self.as_slice().get_bytes(name)
+    }
+}
+
+impl<H: Headers + ?Sized> Headers for &H {
+    fn get_bytes(&self, name: &str) -> Option<&[u8]> {
+        (**self).get_bytes(name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_map_lookup_is_case_insensitive() {
+        let mut map = http::HeaderMap::new();
+        map.insert("stripe-signature", "t=1,v1=aa".parse().unwrap());
+        assert_eq!(map.get_str("Stripe-Signature"), Some("t=1,v1=aa"));
+        assert_eq!(map.get_str("missing"), None);
+    }
+
+    #[test]
+    fn pairs_lookup_is_case_insensitive_and_takes_the_first() {
+        let pairs = vec![("X-A", "1"), ("x-a", "2")];
+        assert_eq!(pairs.get_str("x-A"), Some("1"));
+        let bytes: [(&str, &[u8]); 1] = [("bin", b"\xff")];
+        assert_eq!(bytes.get_bytes("BIN"), Some(&b"\xff"[..]));
+        assert_eq!(bytes.get_str("bin"), None);
+    }
+}

@@ -1,0 +1,103 @@
+//! Hooks: where the host alerts, logs or reconciles its own way.
+
+use std::fmt;
+
+use crate::outcome::Unrecorded;
+use crate::store::{FailureNote, Key, Record};
+use crate::sweeper::SweepReport;
+
+/// What the escalation hook is told.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Escalation<'a> {
+    /// The escalated id.
+    pub key: Key<'a>,
+    /// The body of the delivery that escalated (empty when a dropped claim escalated).
+    pub body: &'a [u8],
+    /// How many times the id failed.
+    pub failures: u32,
+    /// The latest failures, oldest first.
+    pub history: &'a [FailureNote],
+}
+
+/// Callbacks on what the guard does. Every method has a no-op default; implement the
+/// ones you need. They run on the delivery's task: keep them quick, and spawn
+/// anything slow (an API call to reconcile, a page to the on-call).
+///
+/// Hooks never receive secrets.
+pub trait Hooks: fmt::Debug + Send + Sync + 'static {
+    /// A delivery won the claim of `key`; `attempt` counts claims of this id.
+    fn on_claim(&self, key: Key<'_>, attempt: u32) {
+        let _ = (key, attempt);
+    }
+
+    /// A delivery of an id already finished was answered without running the handler.
+    fn on_duplicate(&self, record: &Record) {
+        let _ = record;
+    }
+
+    /// An id came back with a different body. Worth an alert.
+    fn on_conflict(&self, key: Key<'_>, existing: &Record) {
+        let _ = (key, existing);
+    }
+
+    /// The handler failed with a retryable error; `failures` counts them for the id.
+    fn on_failure(&self, key: Key<'_>, failures: u32, error: &str) {
+        let _ = (key, failures, error);
+    }
+
+    /// The id failed `escalate_after` times: alert, and reconcile the object through
+    /// the provider's API. Called once per escalated id.
+    fn on_escalation(&self, escalation: &Escalation<'_>) {
+        let _ = escalation;
+    }
+
+    /// The handler reported a permanent failure. Worth an alert.
+    fn on_permanent_failure(&self, key: Key<'_>, error: &str) {
+        let _ = (key, error);
+    }
+
+    /// The handler succeeded but its completion could not be recorded. Worth an alert:
+    /// the event may run again if redelivered after the lease runs out.
+    fn on_unrecorded(&self, key: Key<'_>, reason: &Unrecorded) {
+        let _ = (key, reason);
+    }
+
+    /// The sweeper finished a pass.
+    fn on_sweep(&self, report: &SweepReport) {
+        let _ = report;
+    }
+}
+
+/// Hooks that do nothing.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoHooks;
+
+impl Hooks for NoHooks {}
+
+impl<H: Hooks + ?Sized> Hooks for std::sync::Arc<H> {
+    fn on_claim(&self, key: Key<'_>, attempt: u32) {
+        (**self).on_claim(key, attempt);
+    }
+    fn on_duplicate(&self, record: &Record) {
+        (**self).on_duplicate(record);
+    }
+    fn on_conflict(&self, key: Key<'_>, existing: &Record) {
+        (**self).on_conflict(key, existing);
+    }
+    fn on_failure(&self, key: Key<'_>, failures: u32, error: &str) {
+        (**self).on_failure(key, failures, error);
+    }
+    fn on_escalation(&self, escalation: &Escalation<'_>) {
+        (**self).on_escalation(escalation);
+    }
+    fn on_permanent_failure(&self, key: Key<'_>, error: &str) {
+        (**self).on_permanent_failure(key, error);
+    }
+    fn on_unrecorded(&self, key: Key<'_>, reason: &Unrecorded) {
+        (**self).on_unrecorded(key, reason);
+    }
+    fn on_sweep(&self, report: &SweepReport) {
+        (**self).on_sweep(report);
+    }
+}

@@ -1,0 +1,130 @@
+//! Receive webhooks safely: verify the signature over the raw body, deduplicate
+//! deliveries by event id atomically, and escalate before the provider gives up.
+//!
+//! # Why
+//!
+//! Webhook providers deliver *at least once*. They retry whenever an endpoint answers
+//! non-2xx or too slowly (Stripe for 72 hours, Jamm 20 times over about 2 days), so
+//! the same event arrives more than once — sometimes concurrently, sometimes out of
+//! order. A receiver that runs its side effects on every delivery charges twice,
+//! mails twice, ships twice. A [`WebhookGuard`] sits inside your handler and makes
+//! every event run your code once:
+//!
+//! 1. it verifies the signature (a [`Verifier`](verify::Verifier)) before trusting anything;
+//! 2. it extracts the event id ([`EventId`]) — stable across retries;
+//! 3. it atomically *claims* `(namespace, id)` in a [`ProcessedStore`]: of two
+//!    concurrent deliveries, exactly one wins and runs the handler;
+//! 4. it records the result and returns an [`Outcome`] that says what to answer.
+//!
+//! ```
+//! use webhook_guard::{verify::HmacSha256Header, EventId, MemoryStore, Outcome, WebhookGuard};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let verifier = HmacSha256Header::new("X-Signature", ["s3cret"]).unwrap();
+//! let body = br#"{"id":"evt_1","type":"charge.succeeded"}"#;
+//! let signature = verifier.sign(body);
+//! let guard = WebhookGuard::builder()
+//!     .store(MemoryStore::new())
+//!     .verifier(verifier)
+//!     .event_id(EventId::json_field(["id"]))
+//!     .build()
+//!     .unwrap();
+//!
+//! let headers = [("X-Signature", signature.as_str())];
+//! let outcome = guard
+//!     .handle(&headers, body, |event| async move {
+//!         println!("charging for {}", event.id());
+//!         Ok(())
+//!     })
+//!     .await;
+//! assert!(matches!(outcome, Outcome::Processed { .. }));
+//! assert_eq!(guard.answer(&outcome).status, 200);
+//!
+//! // The provider retries: the handler does not run again.
+//! let again = guard.handle(&headers, body, |_| async { unreachable!() }).await;
+//! assert!(matches!(again, Outcome::Duplicate { .. }));
+//! # }
+//! ```
+//!
+//! # What each outcome means to the sender
+//!
+//! | Outcome | Default answer | Handler ran? | The sender... |
+//! |---|---|---|---|
+//! | [`Processed`](Outcome::Processed) | 200 | yes | stops |
+//! | [`Duplicate`](Outcome::Duplicate) | 200 | no | stops |
+//! | [`InProgress`](Outcome::InProgress) | 409 + `Retry-After` (or 200, see [`InProgressAnswer`]) | no | retries later |
+//! | [`Rejected`](Outcome::Rejected) | 400 / 401 + reason | no, nothing stored | gives up or alerts its owner |
+//! | [`Conflict`](Outcome::Conflict) | 422 + conflict hook | no | gives up |
+//! | [`RetryableFailure`](Outcome::RetryableFailure) | 500 | yes | retries; the failure is counted |
+//! | [`Escalated`](Outcome::Escalated) | 200 + escalation hook | yes (or crashed) | stops; you reconcile via the API |
+//! | [`PermanentFailure`](Outcome::PermanentFailure) | 200 + alert hook | yes | stops |
+//! | [`Unrecorded`](Outcome::Unrecorded) | 200 + alert hook | yes | stops; the store missed the result |
+//! | [`StoreUnavailable`](Outcome::StoreUnavailable) | 503 | no | retries; nothing lost |
+//!
+//! Escalation is the seed advice "escalate before the provider gives up": after
+//! `escalate_after` failed deliveries of one id (default 5), the guard answers 200,
+//! calls [`Hooks::on_escalation`] once, and treats the id as done. Reconcile the
+//! object through the provider's API from there, rather than leaning on hourly retries.
+//!
+//! # Choosing retention and lease
+//!
+//! - **Retention** must cover the provider's whole retry window, or a late retry
+//!   runs the handler again: 72 h for Stripe (the default), at least 2 days for Jamm.
+//!   It can never be shorter than the lease.
+//! - **Lease** is how long a claim holds before another delivery may take it over
+//!   (a crashed holder's claim). Make it longer than your slowest handler run
+//!   (default 5 minutes); a long handler can call [`Event::renew_lease`]. A holder whose
+//!   lease was taken over cannot record its result: every claim carries a
+//!   [`FencingToken`](store::FencingToken).
+//!
+//! # Writing a custom store
+//!
+//! Implement [`ProcessedStore`] (its docs carry the contract: what each method must
+//! do atomically) and run the public conformance suite from your tests with the
+//! `conformance` feature: `webhook_guard::conformance::run_all(&store).await`.
+//!
+//! # Cargo features
+//!
+//! - `tokio` (default): the background sweeper ([`Sweeper::spawn`]) and releasing a
+//!   dropped claim in the background.
+//! - `conformance`: the [`conformance`] suite for store implementations.
+#![forbid(unsafe_code)]
+#![warn(
+    missing_docs,
+    missing_debug_implementations,
+    unreachable_pub,
+    rust_2018_idioms
+)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+pub mod clock;
+#[cfg(feature = "conformance")]
+#[cfg_attr(docsrs, doc(cfg(feature = "conformance")))]
+pub mod conformance;
+mod guard;
+mod headers;
+pub mod hooks;
+pub mod json;
+pub mod outcome;
+pub mod store;
+mod sweeper;
+pub mod verify;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use guard::{
+    Begin, Claimed, ConfigError, Event, EventId, HandlerError, InProgressAnswer, LeaseError,
+    VerifiedDelivery, WebhookGuard, WebhookGuardBuilder, DEFAULT_ESCALATE_AFTER, DEFAULT_LEASE,
+    DEFAULT_MAX_BODY, DEFAULT_RETENTION, MAX_ID_LEN,
+};
+pub use headers::Headers;
+pub use hooks::{Hooks, NoHooks};
+pub use outcome::{Answer, Outcome, OutcomeKind, Rejection};
+pub use store::{MemoryStore, ProcessedStore, Record, RecordState, StoreError};
+#[cfg(feature = "tokio")]
+pub use sweeper::SweeperHandle;
+pub use sweeper::{SweepReport, Sweeper};
+
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -1,0 +1,506 @@
+//! The [`ProcessedStore`] trait, its records, and the built-in stores.
+//!
+//! A store knows nothing of signatures, HTTP or providers: it keeps one
+//! [`Record`] per `(namespace, id)` and changes it atomically.
+
+mod memory;
+
+use std::error::Error as StdError;
+use std::fmt;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+pub use memory::MemoryStore;
+
+/// A boxed error that crosses thread boundaries, kept as a [`StoreError`]'s source.
+pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
+
+/// A type-erased store, as the guard holds it.
+pub type DynProcessedStore = dyn ProcessedStore;
+
+/// Where a record lives: a namespace (one per provider or endpoint) and the event id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Key<'a> {
+    /// The namespace, such as `"stripe"`.
+    pub namespace: &'a str,
+    /// The provider's event id, stable across retries.
+    pub id: &'a str,
+}
+
+impl<'a> Key<'a> {
+    /// A key for `id` in `namespace`.
+    pub fn new(namespace: &'a str, id: &'a str) -> Self {
+        Self { namespace, id }
+    }
+}
+
+impl fmt::Display for Key<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.id)
+    }
+}
+
+/// The SHA-256 of a delivery's body, stored at claim to tell a retry (same body)
+/// from a different event reusing the id (a conflict).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Fingerprint(pub [u8; 32]);
+
+impl Fingerprint {
+    /// The fingerprint of `body`.
+    pub fn of(body: &[u8]) -> Self {
+        Self(Sha256::digest(body).into())
+    }
+
+    /// Lowercase hex, as the SQL and Redis stores keep it.
+    pub fn to_hex(&self) -> String {
+        hex::encode(self.0)
+    }
+
+    /// Parses the form written by [`Fingerprint::to_hex`].
+    pub fn from_hex(text: &str) -> Option<Self> {
+        let mut out = [0u8; 32];
+        hex::decode_to_slice(text, &mut out).ok()?;
+        Some(Self(out))
+    }
+}
+
+impl fmt::Debug for Fingerprint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Fingerprint({})", &self.to_hex()[..12])
+    }
+}
+
+/// Identifies one claim. A store applies a fenced change only when the record still
+/// carries the token of the claim making it, so a holder whose lease was taken over
+/// cannot complete or release the record of the new holder.
+///
+/// Tokens are random 64-bit values chosen by the guard for every claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FencingToken(pub u64);
+
+impl FencingToken {
+    /// A fresh random token (not cryptographic, but unpredictable and unique with
+    /// overwhelming probability).
+    pub fn random() -> Self {
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+        Self(h.finish())
+    }
+
+    /// The token as the signed 64-bit integer SQL columns hold (same bits).
+    pub fn as_i64(self) -> i64 {
+        self.0 as i64
+    }
+
+    /// The token from the signed 64-bit integer of [`FencingToken::as_i64`].
+    pub fn from_i64(v: i64) -> Self {
+        Self(v as u64)
+    }
+}
+
+/// The state of a record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum RecordState {
+    /// A delivery holds the lease and its handler is running (or crashed: see
+    /// [`Record::lease_until`]).
+    InProgress,
+    /// The last attempt failed with a retryable error; the next delivery may claim it.
+    Failed,
+    /// The handler succeeded. Terminal.
+    Completed,
+    /// The id failed too often and was escalated to the host. Terminal.
+    Escalated,
+    /// The handler reported a permanent failure. Terminal.
+    PermanentFailure,
+}
+
+impl RecordState {
+    /// Whether no further delivery of the id will run the handler.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            Self::Completed | Self::Escalated | Self::PermanentFailure
+        )
+    }
+
+    /// The name stores write, such as `"in_progress"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::InProgress => "in_progress",
+            Self::Failed => "failed",
+            Self::Completed => "completed",
+            Self::Escalated => "escalated",
+            Self::PermanentFailure => "permanent_failure",
+        }
+    }
+
+    /// Parses the name written by [`RecordState::as_str`].
+    pub fn parse(text: &str) -> Option<Self> {
+        Some(match text {
+            "in_progress" => Self::InProgress,
+            "failed" => Self::Failed,
+            "completed" => Self::Completed,
+            "escalated" => Self::Escalated,
+            "permanent_failure" => Self::PermanentFailure,
+            _ => return None,
+        })
+    }
+}
+
+impl fmt::Display for RecordState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One failed attempt, as kept in a record's history.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FailureNote {
+    /// When the attempt failed.
+    pub at: DateTime<Utc>,
+    /// What the handler said (never a secret: handler errors are the host's text).
+    pub error: String,
+}
+
+/// How many failure notes a record keeps (the count in [`Record::failures`] goes on).
+pub const HISTORY_LIMIT: usize = 8;
+
+/// Encodes a history for stores that keep it as text (JSON).
+pub fn encode_history(history: &[FailureNote]) -> String {
+    serde_json::to_string(history).unwrap_or_else(|_| "[]".to_owned())
+}
+
+/// Decodes a history written by [`encode_history`].
+///
+/// # Errors
+/// [`StoreError::Corrupt`] when the text is not such a history.
+pub fn decode_history(text: &str) -> Result<Vec<FailureNote>, StoreError> {
+    if text.is_empty() {
+        return Ok(Vec::new());
+    }
+    serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("history: {e}")))
+}
+
+/// Everything a store keeps about one event id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Record {
+    /// The namespace of the key.
+    pub namespace: String,
+    /// The event id.
+    pub id: String,
+    /// Where the record stands.
+    pub state: RecordState,
+    /// The fingerprint of the body that first claimed the id.
+    pub fingerprint: Fingerprint,
+    /// The token of the latest claim.
+    pub token: FencingToken,
+    /// How many claims have been granted for the id (handler runs started).
+    pub attempts: u32,
+    /// How many attempts failed (retryable failures and expired leases).
+    pub failures: u32,
+    /// Until when the latest claim's lease holds. Meaningful in `InProgress` only.
+    pub lease_until: DateTime<Utc>,
+    /// When the record may be purged.
+    pub expires_at: DateTime<Utc>,
+    /// When the id was first claimed.
+    pub created_at: DateTime<Utc>,
+    /// When the record last changed.
+    pub updated_at: DateTime<Utc>,
+    /// The latest failures, oldest first, at most [`HISTORY_LIMIT`].
+    pub history: Vec<FailureNote>,
+}
+
+impl Record {
+    /// Builds a record from its parts, for store implementations.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        key: Key<'_>,
+        state: RecordState,
+        fingerprint: Fingerprint,
+        token: FencingToken,
+        attempts: u32,
+        failures: u32,
+        lease_until: DateTime<Utc>,
+        expires_at: DateTime<Utc>,
+        created_at: DateTime<Utc>,
+        updated_at: DateTime<Utc>,
+        history: Vec<FailureNote>,
+    ) -> Self {
+        Self {
+            namespace: key.namespace.to_owned(),
+            id: key.id.to_owned(),
+            state,
+            fingerprint,
+            token,
+            attempts,
+            failures,
+            lease_until,
+            expires_at,
+            created_at,
+            updated_at,
+            history,
+        }
+    }
+
+    /// The record's key.
+    pub fn key(&self) -> Key<'_> {
+        Key::new(&self.namespace, &self.id)
+    }
+
+    /// Whether the record is `InProgress` with a lease that has run out at `now`.
+    pub fn lease_expired(&self, now: DateTime<Utc>) -> bool {
+        self.state == RecordState::InProgress && self.lease_until <= now
+    }
+}
+
+/// A request to claim a key: see the contract on [`ProcessedStore::claim`].
+#[derive(Debug, Clone, Copy)]
+pub struct ClaimRequest<'a> {
+    /// The key to claim.
+    pub key: Key<'a>,
+    /// The fingerprint of this delivery's body.
+    pub fingerprint: Fingerprint,
+    /// The token this claim will carry if granted.
+    pub token: FencingToken,
+    /// The current time.
+    pub now: DateTime<Utc>,
+    /// Until when the lease holds if granted.
+    pub lease_until: DateTime<Utc>,
+    /// The record's new expiry if granted (never before `lease_until`).
+    pub expires_at: DateTime<Utc>,
+}
+
+/// The answer to a claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// This claim won: the record as it now stands, `InProgress` with the request's token.
+    Acquired(Record),
+    /// Someone else holds or finished the id, or the body differs: the record, unchanged.
+    Existing(Record),
+}
+
+/// A fenced change that ends a claim: see [`ProcessedStore::finish`].
+#[derive(Debug, Clone, Copy)]
+pub struct Finish<'a> {
+    /// The new state; never `InProgress`.
+    pub state: RecordState,
+    /// The new failure count.
+    pub failures: u32,
+    /// The new failure history.
+    pub history: &'a [FailureNote],
+    /// The current time (becomes `updated_at`).
+    pub now: DateTime<Utc>,
+    /// The record's new expiry.
+    pub expires_at: DateTime<Utc>,
+}
+
+/// Whether a fenced change was applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use]
+pub enum Fence {
+    /// The record carried the token and was `InProgress`: the change is made.
+    Applied,
+    /// The record is gone, finished, or carries another token: nothing changed.
+    LeaseLost,
+}
+
+/// The answer to [`ProcessedStore::delete`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Deleted {
+    /// The record was removed; the next delivery of the id runs the handler.
+    Removed,
+    /// There was no record.
+    NotFound,
+    /// The record is `InProgress` under a live lease and was left alone.
+    LeaseHeld,
+}
+
+/// A store failure. Kept apart from verification failures: these are ours (5xx).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The store could not be reached (connection refused, reset, timed out, pool
+    /// exhausted). The guard answers 503 and the provider retries.
+    #[error("store unavailable: {source}")]
+    Unavailable {
+        /// The driver's error.
+        #[source]
+        source: BoxError,
+    },
+    /// The store answered with an error.
+    #[error("store error: {source}")]
+    Backend {
+        /// The driver's error.
+        #[source]
+        source: BoxError,
+    },
+    /// The store holds something this crate cannot read.
+    #[error("store holds a corrupt record: {0}")]
+    Corrupt(String),
+}
+
+impl StoreError {
+    /// An [`StoreError::Unavailable`] wrapping `source`.
+    pub fn unavailable(source: impl Into<BoxError>) -> Self {
+        Self::Unavailable {
+            source: source.into(),
+        }
+    }
+
+    /// A [`StoreError::Backend`] wrapping `source`.
+    pub fn backend(source: impl Into<BoxError>) -> Self {
+        Self::Backend {
+            source: source.into(),
+        }
+    }
+
+    /// Whether the store was unreachable (as opposed to answering with an error).
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, Self::Unavailable { .. })
+    }
+}
+
+/// Where the guard keeps what it knows about each event id.
+///
+/// # Contract
+///
+/// Every method is atomic with respect to every other call on the same key, across
+/// all processes sharing the store. Times come from the caller (`now`), never from
+/// the store's own clock, so that every replica and every test agrees on them.
+///
+/// - **claim** ([`ProcessedStore::claim`]): if there is no record for the key, or the
+///   record has expired (`expires_at <= now`), insert a fresh one: `InProgress`,
+///   the request's token, fingerprint, lease and expiry, `attempts = 1`,
+///   `failures = 0`, empty history, `created_at = updated_at = now`, and answer
+///   [`Claim::Acquired`]. Otherwise, if the record has the request's fingerprint and
+///   is either `Failed`, or `InProgress` with `lease_until <= now` (a crashed or hung
+///   holder), take it over: set `InProgress`, the new token, lease and expiry,
+///   `attempts + 1`, `updated_at = now`, and when the old lease expired also
+///   `failures + 1`; answer `Acquired`. In every other case (terminal state, live
+///   lease, different fingerprint) change nothing and answer [`Claim::Existing`] with
+///   the record.
+/// - **finish**: if the record exists, is `InProgress` and carries `token`, set its
+///   state, failures, history, expiry and `updated_at` from the [`Finish`] and answer
+///   [`Fence::Applied`]; otherwise change nothing and answer [`Fence::LeaseLost`]. A
+///   lease that ran out but was not taken over may still be finished.
+/// - **renew**: the same fence; sets `lease_until`, and `expires_at` to the later of
+///   its value and the one given.
+/// - **get**: the record, expired or not, or `None`.
+/// - **delete**: removes the record unless it is `InProgress` with a live lease.
+/// - **purge_expired**: removes up to `limit` records with `expires_at <= now`,
+///   never an `InProgress` record whose lease is live, and answers how many it removed.
+///   It must not block claims for long: work in small batches.
+/// - **stuck**: up to `limit` `InProgress` records whose lease ran out (`lease_until <= now`).
+///
+/// Errors: a store that cannot be reached answers [`StoreError::Unavailable`], and
+/// the guard then answers 503 and stores nothing. Implementations must recover by
+/// themselves when the server comes back.
+///
+/// The public conformance suite (feature `conformance`, module
+/// [`conformance`](crate::conformance)) checks all of this against any store.
+#[async_trait]
+pub trait ProcessedStore: fmt::Debug + Send + Sync + 'static {
+    /// Claims `request.key` if it is free, expired, failed or abandoned.
+    async fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claim, StoreError>;
+
+    /// Ends the claim holding `token` with the state in `finish`.
+    async fn finish(
+        &self,
+        key: Key<'_>,
+        token: FencingToken,
+        finish: &Finish<'_>,
+    ) -> Result<Fence, StoreError>;
+
+    /// Extends the lease of the claim holding `token`.
+    async fn renew(
+        &self,
+        key: Key<'_>,
+        token: FencingToken,
+        lease_until: DateTime<Utc>,
+        expires_at: DateTime<Utc>,
+    ) -> Result<Fence, StoreError>;
+
+    /// The record under `key`, if any.
+    async fn get(&self, key: Key<'_>) -> Result<Option<Record>, StoreError>;
+
+    /// Removes the record under `key` unless a live lease holds it.
+    async fn delete(&self, key: Key<'_>, now: DateTime<Utc>) -> Result<Deleted, StoreError>;
+
+    /// Removes up to `limit` records that expired at `now`.
+    async fn purge_expired(&self, now: DateTime<Utc>, limit: usize) -> Result<u64, StoreError>;
+
+    /// Up to `limit` `InProgress` records whose lease ran out at `now`.
+    async fn stuck(&self, now: DateTime<Utc>, limit: usize) -> Result<Vec<Record>, StoreError>;
+}
+
+macro_rules! forward_store {
+    ($ty:ty) => {
+        #[deny(clippy::missing_trait_methods)]
+        #[async_trait]
+        impl<T: ProcessedStore + ?Sized> ProcessedStore for $ty {
+            async fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
+                (**self).claim(request).await
+            }
+
+            async fn finish(
+                &self,
+                key: Key<'_>,
+                token: FencingToken,
+                finish: &Finish<'_>,
+            ) -> Result<Fence, StoreError> {
+                (**self).finish(key, token, finish).await
+            }
+
+            async fn renew(
+                &self,
+                key: Key<'_>,
+                token: FencingToken,
+                lease_until: DateTime<Utc>,
+                expires_at: DateTime<Utc>,
+            ) -> Result<Fence, StoreError> {
+                (**self).renew(key, token, lease_until, expires_at).await
+            }
+
+            async fn get(&self, key: Key<'_>) -> Result<Option<Record>, StoreError> {
+                (**self).get(key).await
+            }
+
+            async fn delete(
+                &self,
+                key: Key<'_>,
+                now: DateTime<Utc>,
+            ) -> Result<Deleted, StoreError> {
+                (**self).delete(key, now).await
+            }
+
+            async fn purge_expired(
+                &self,
+                now: DateTime<Utc>,
+                limit: usize,
+            ) -> Result<u64, StoreError> {
+                (**self).purge_expired(now, limit).await
+            }
+
+            async fn stuck(
+                &self,
+                now: DateTime<Utc>,
+                limit: usize,
+            ) -> Result<Vec<Record>, StoreError> {
+                (**self).stuck(now, limit).await
+            }
+        }
+    };
+}
+
+forward_store!(Arc<T>);
+forward_store!(Box<T>);

@@ -1,0 +1,156 @@
+//! The retention sweeper: purges expired records and reports stuck leases.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::clock::Clock;
+use crate::hooks::Hooks;
+use crate::store::{DynProcessedStore, StoreError};
+
+/// What one sweep did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SweepReport {
+    /// Records purged.
+    pub purged: u64,
+    /// `InProgress` records whose lease ran out (up to the sweeper's stuck limit).
+    pub stuck: usize,
+    /// How long ago the oldest of those leases ran out.
+    pub oldest_stuck: Option<Duration>,
+}
+
+/// Purges expired records in batches and counts stuck leases.
+///
+/// Build it with [`Sweeper::new`] or [`WebhookGuard::sweeper`](crate::WebhookGuard::sweeper);
+/// call [`Sweeper::sweep`] yourself, or [`Sweeper::spawn`] it on tokio.
+#[derive(Debug, Clone)]
+pub struct Sweeper {
+    store: Arc<DynProcessedStore>,
+    clock: Arc<dyn Clock>,
+    hooks: Arc<dyn Hooks>,
+    interval: Duration,
+    batch: usize,
+    max_batches: usize,
+    stuck_limit: usize,
+}
+
+impl Sweeper {
+    /// A sweeper over `store`: every 60 s, batches of 1,000, at most 100 batches a pass.
+    pub fn new(
+        store: Arc<DynProcessedStore>,
+        clock: Arc<dyn Clock>,
+        hooks: Arc<dyn Hooks>,
+    ) -> Self {
+        Self {
+            store,
+            clock,
+            hooks,
+            interval: Duration::from_secs(60),
+            batch: 1000,
+            max_batches: 100,
+            stuck_limit: 1000,
+        }
+    }
+
+    /// Time between passes (at least 1 ms).
+    #[must_use]
+    pub fn interval(mut self, interval: Duration) -> Self {
+        self.interval = interval.max(Duration::from_millis(1));
+        self
+    }
+
+    /// Records purged per store call (at least 1).
+    #[must_use]
+    pub fn batch(mut self, batch: usize) -> Self {
+        self.batch = batch.max(1);
+        self
+    }
+
+    /// Store calls per pass at most (at least 1); the rest waits for the next pass.
+    #[must_use]
+    pub fn max_batches(mut self, n: usize) -> Self {
+        self.max_batches = n.max(1);
+        self
+    }
+
+    /// One pass: purge batches until one comes back short, then count stuck leases.
+    ///
+    /// # Errors
+    /// The store's error; what was purged before it is lost from the report only.
+    pub async fn sweep(&self) -> Result<SweepReport, StoreError> {
+        let now = self.clock.now();
+        let mut report = SweepReport::default();
+        for _ in 0..self.max_batches {
+            let n = self.store.purge_expired(now, self.batch).await?;
+            report.purged += n;
+            if n < self.batch as u64 {
+                break;
+            }
+        }
+        let stuck = self.store.stuck(now, self.stuck_limit).await?;
+        report.stuck = stuck.len();
+        report.oldest_stuck = stuck
+            .iter()
+            .map(|r| r.lease_until)
+            .min()
+            .and_then(|at| (now - at).to_std().ok());
+        self.hooks.on_sweep(&report);
+        Ok(report)
+    }
+
+    /// Runs [`Sweeper::sweep`] every interval on tokio, skipping the immediate first
+    /// tick. A store error is logged and the sweeper goes on.
+    #[cfg(feature = "tokio")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+    pub fn spawn(self) -> SweeperHandle {
+        let (stop, mut stopped) = tokio::sync::watch::channel(false);
+        let task = tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(self.interval);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            ticks.tick().await;
+            loop {
+                tokio::select! {
+                    _ = ticks.tick() => {}
+                    _ = stopped.changed() => return,
+                }
+                match self.sweep().await {
+                    Ok(r) if r.purged > 0 || r.stuck > 0 => {
+                        tracing::info!(purged = r.purged, stuck = r.stuck, "webhook-guard sweep");
+                    }
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!(error = %e, "webhook-guard sweep failed; will retry"),
+                }
+            }
+        });
+        SweeperHandle { stop, task }
+    }
+}
+
+/// Stops a spawned sweeper.
+#[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+#[derive(Debug)]
+pub struct SweeperHandle {
+    stop: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+#[cfg(feature = "tokio")]
+impl SweeperHandle {
+    /// Stops the sweeper after its current pass and waits for it.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+    }
+}
+
+impl crate::WebhookGuard {
+    /// A sweeper over this guard's store, clock and hooks.
+    pub fn sweeper(&self) -> Sweeper {
+        Sweeper::new(
+            self.store().clone(),
+            self.clock().clone(),
+            self.hooks().clone(),
+        )
+    }
+}

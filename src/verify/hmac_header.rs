@@ -1,0 +1,276 @@
+use std::borrow::Cow;
+use std::fmt;
+
+use base64::Engine as _;
+use chrono::{DateTime, Utc};
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+
+use super::{Secret, Verified, Verifier, VerifyError};
+use crate::Headers;
+
+type HmacSha256 = Hmac<Sha256>;
+
+/// Longest signature header this verifier reads; longer ones are rejected unread.
+const MAX_HEADER_LEN: usize = 4096;
+
+/// How a MAC is written in a header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Encoding {
+    /// Lowercase or uppercase hexadecimal.
+    Hex,
+    /// Standard base64 with padding.
+    Base64,
+}
+
+/// A generic verifier for schemes that put `prefix + encode(HMAC-SHA256(secret, raw body))`
+/// in one header, such as GitHub's `X-Hub-Signature-256: sha256=<hex>`.
+///
+/// It accepts several secrets (rotation) and passes if any of them matches.
+///
+/// ```
+/// use webhook_guard::verify::{Encoding, HmacSha256Header, Verifier};
+///
+/// let verifier = HmacSha256Header::new("X-Signature", ["s3cret"])
+///     .unwrap()
+///     .prefix("sha256=")
+///     .encoding(Encoding::Hex)
+///     .event_id_header("X-Event-Id");
+/// let body = br#"{"hello":"world"}"#;
+/// let signature = verifier.sign(body);
+/// let headers = [("x-signature", signature.as_str()), ("x-event-id", "evt_1")];
+/// let verified = verifier.verify(&headers, body, chrono::Utc::now()).unwrap();
+/// assert_eq!(verified.event_id.as_deref(), Some("evt_1"));
+/// ```
+#[derive(Clone)]
+pub struct HmacSha256Header {
+    header: Cow<'static, str>,
+    prefix: Cow<'static, str>,
+    encoding: Encoding,
+    id_header: Option<Cow<'static, str>>,
+    keys: Vec<HmacSha256>,
+}
+
+/// Why a verifier could not be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum KeyError {
+    /// No secret was given, or one of them is empty.
+    #[error("a verifier needs at least one non-empty secret")]
+    EmptySecret,
+    /// A secret is not in the encoding the scheme requires.
+    #[error("secret is not valid {0}")]
+    BadEncoding(&'static str),
+}
+
+impl HmacSha256Header {
+    /// A verifier reading `header`, hex-encoded without prefix, keyed with `secrets`.
+    ///
+    /// # Errors
+    /// [`KeyError::EmptySecret`] if no secret is given or one is empty.
+    pub fn new<S: Into<Secret>>(
+        header: impl Into<Cow<'static, str>>,
+        secrets: impl IntoIterator<Item = S>,
+    ) -> Result<Self, KeyError> {
+        let keys = secrets
+            .into_iter()
+            .map(|s| {
+                let s: Secret = s.into();
+                if s.is_empty() {
+                    return Err(KeyError::EmptySecret);
+                }
+                Ok(HmacSha256::new_from_slice(s.expose()).expect("HMAC takes keys of any length"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        if keys.is_empty() {
+            return Err(KeyError::EmptySecret);
+        }
+        Ok(Self {
+            header: header.into(),
+            prefix: Cow::Borrowed(""),
+            encoding: Encoding::Hex,
+            id_header: None,
+            keys,
+        })
+    }
+
+    /// Text that precedes the encoded MAC, such as `sha256=`.
+    #[must_use]
+    pub fn prefix(mut self, prefix: impl Into<Cow<'static, str>>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// How the MAC is encoded.
+    #[must_use]
+    pub fn encoding(mut self, encoding: Encoding) -> Self {
+        self.encoding = encoding;
+        self
+    }
+
+    /// A header that carries the event id.
+    #[must_use]
+    pub fn event_id_header(mut self, name: impl Into<Cow<'static, str>>) -> Self {
+        self.id_header = Some(name.into());
+        self
+    }
+
+    /// The header value the sender would put on `body`, signed with the first secret.
+    pub fn sign(&self, body: &[u8]) -> String {
+        let mut mac = self.keys[0].clone();
+        mac.update(body);
+        let tag = mac.finalize().into_bytes();
+        let encoded = match self.encoding {
+            Encoding::Hex => hex::encode(tag),
+            Encoding::Base64 => base64::engine::general_purpose::STANDARD.encode(tag),
+        };
+        format!("{}{encoded}", self.prefix)
+    }
+
+    fn decode(&self, text: &[u8]) -> Result<[u8; 32], VerifyError> {
+        let malformed = |reason| VerifyError::MalformedHeader {
+            header: self.header.clone(),
+            reason,
+        };
+        let mut out = [0u8; 32];
+        match self.encoding {
+            Encoding::Hex => {
+                hex::decode_to_slice(text, &mut out).map_err(|_| malformed("not 64 hex digits"))?
+            }
+            Encoding::Base64 => {
+                let n = base64::engine::general_purpose::STANDARD
+                    .decode_slice(text, &mut out)
+                    .map_err(|_| malformed("not base64 of 32 bytes"))?;
+                if n != 32 {
+                    return Err(malformed("not base64 of 32 bytes"));
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl fmt::Debug for HmacSha256Header {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HmacSha256Header")
+            .field("header", &self.header)
+            .field("prefix", &self.prefix)
+            .field("encoding", &self.encoding)
+            .field("id_header", &self.id_header)
+            .field("secrets", &self.keys.len())
+            .finish()
+    }
+}
+
+impl Verifier for HmacSha256Header {
+    fn verify(
+        &self,
+        headers: &dyn Headers,
+        body: &[u8],
+        _now: DateTime<Utc>,
+    ) -> Result<Verified, VerifyError> {
+        let value = headers
+            .get_bytes(&self.header)
+            .ok_or_else(|| VerifyError::MissingHeader(self.header.clone()))?;
+        if value.len() > MAX_HEADER_LEN {
+            return Err(VerifyError::MalformedHeader {
+                header: self.header.clone(),
+                reason: "header too long",
+            });
+        }
+        let encoded = value
+            .strip_prefix(self.prefix.as_bytes())
+            .ok_or(VerifyError::NoUsableSignature)?;
+        let tag = self.decode(encoded)?;
+        let matched = self.keys.iter().any(|key| {
+            let mut mac = key.clone();
+            mac.update(body);
+            mac.verify_slice(&tag).is_ok()
+        });
+        if !matched {
+            return Err(VerifyError::NoMatch);
+        }
+        let event_id = self
+            .id_header
+            .as_deref()
+            .and_then(|name| headers.get_str(name))
+            .filter(|id| !id.is_empty())
+            .map(str::to_owned);
+        Ok(Verified {
+            event_id,
+            signed_at: None,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn now() -> DateTime<Utc> {
+        Utc::now()
+    }
+
+    #[test]
+    fn github_published_vector_passes() {
+        let v = HmacSha256Header::new("X-Hub-Signature-256", ["It's a Secret to Everybody"])
+            .unwrap()
+            .prefix("sha256=");
+        let headers = [(
+            "X-Hub-Signature-256",
+            "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17",
+        )];
+        assert!(v.verify(&headers, b"Hello, World!", now()).is_ok());
+        assert_eq!(
+            v.verify(&headers, b"Hello, World?", now()),
+            Err(VerifyError::NoMatch)
+        );
+    }
+
+    #[test]
+    fn any_of_several_secrets_passes_and_bad_input_is_typed() {
+        let old = HmacSha256Header::new("sig", ["old"]).unwrap();
+        let both = HmacSha256Header::new("sig", ["new", "old"]).unwrap();
+        let sig = old.sign(b"body");
+        assert!(both
+            .verify(&[("sig", sig.as_str())], b"body", now())
+            .is_ok());
+        assert_eq!(
+            both.verify(&[("other", "x")], b"body", now()),
+            Err(VerifyError::MissingHeader("sig".into()))
+        );
+        assert!(matches!(
+            both.verify(&[("sig", "zz")], b"body", now()),
+            Err(VerifyError::MalformedHeader { .. })
+        ));
+        let huge = "a".repeat(1 << 20);
+        assert!(matches!(
+            both.verify(&[("sig", huge.as_str())], b"body", now()),
+            Err(VerifyError::MalformedHeader {
+                reason: "header too long",
+                ..
+            })
+        ));
+        assert_eq!(
+            HmacSha256Header::new("sig", [""]).unwrap_err(),
+            KeyError::EmptySecret
+        );
+        assert_eq!(
+            HmacSha256Header::new("sig", Vec::<&str>::new()).unwrap_err(),
+            KeyError::EmptySecret
+        );
+    }
+
+    #[test]
+    fn base64_encoding_round_trips() {
+        let v = HmacSha256Header::new("X-Shopify-Hmac-Sha256", ["topsecretkey"])
+            .unwrap()
+            .encoding(Encoding::Base64);
+        let sig = v.sign(b"{}");
+        assert!(v
+            .verify(&[("x-shopify-hmac-sha256", sig.as_str())], b"{}", now())
+            .is_ok());
+        assert!(!format!("{v:?}").contains("topsecretkey"));
+    }
+}

@@ -1,0 +1,268 @@
+//! Signature verification: the [`Verifier`] trait and the verifiers shipped with the crate.
+//!
+//! A verifier turns `(headers, raw body, now)` into a [`Verified`] delivery or a
+//! [`VerifyError`] that says what was wrong. It knows nothing of stores. It works on
+//! the raw body bytes and never re-serializes JSON.
+
+mod hmac_header;
+mod secret;
+
+use std::borrow::Cow;
+use std::fmt;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+pub use hmac_header::{Encoding, HmacSha256Header, KeyError};
+pub use secret::Secret;
+
+use crate::Headers;
+
+/// What a successful verification learned about the delivery.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Verified {
+    /// The event id, where the provider puts one where this verifier looks
+    /// (a header or a body field). The guard uses it unless configured otherwise.
+    pub event_id: Option<String>,
+    /// The signed timestamp, where the scheme signs one.
+    pub signed_at: Option<DateTime<Utc>>,
+}
+
+impl Verified {
+    /// A verification result carrying an event id.
+    pub fn with_event_id(id: impl Into<String>) -> Self {
+        Self {
+            event_id: Some(id.into()),
+            signed_at: None,
+        }
+    }
+
+    /// Sets the signed timestamp.
+    #[must_use]
+    pub fn signed_at(mut self, at: DateTime<Utc>) -> Self {
+        self.signed_at = Some(at);
+        self
+    }
+}
+
+/// Checks that a delivery was sent by the provider.
+///
+/// Implementations must compare MACs in constant time, bound their work on hostile
+/// input, and never put secret material in `Debug` output or errors.
+pub trait Verifier: fmt::Debug + Send + Sync + 'static {
+    /// Verifies the delivery made of `headers` and the raw `body`, at time `now`.
+    ///
+    /// # Errors
+    /// A [`VerifyError`] saying why the delivery is not trusted.
+    fn verify(
+        &self,
+        headers: &dyn Headers,
+        body: &[u8],
+        now: DateTime<Utc>,
+    ) -> Result<Verified, VerifyError>;
+
+    /// How long the provider keeps retrying one event, if known. The guard's default
+    /// retention is at least this long.
+    fn retry_window(&self) -> Option<Duration> {
+        None
+    }
+}
+
+impl<V: Verifier + ?Sized> Verifier for Box<V> {
+    fn verify(
+        &self,
+        headers: &dyn Headers,
+        body: &[u8],
+        now: DateTime<Utc>,
+    ) -> Result<Verified, VerifyError> {
+        (**self).verify(headers, body, now)
+    }
+
+    fn retry_window(&self) -> Option<Duration> {
+        (**self).retry_window()
+    }
+}
+
+impl<V: Verifier + ?Sized> Verifier for std::sync::Arc<V> {
+    fn verify(
+        &self,
+        headers: &dyn Headers,
+        body: &[u8],
+        now: DateTime<Utc>,
+    ) -> Result<Verified, VerifyError> {
+        (**self).verify(headers, body, now)
+    }
+
+    fn retry_window(&self) -> Option<Duration> {
+        (**self).retry_window()
+    }
+}
+
+/// Accepts every delivery. For tests and for hosts that verify before calling the
+/// guard; it must be chosen explicitly.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoVerification;
+
+impl Verifier for NoVerification {
+    fn verify(&self, _: &dyn Headers, _: &[u8], _: DateTime<Utc>) -> Result<Verified, VerifyError> {
+        Ok(Verified::default())
+    }
+}
+
+/// Why a delivery failed verification. Never contains secret material.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum VerifyError {
+    /// A header the scheme needs is absent.
+    #[error("missing header `{0}`")]
+    MissingHeader(Cow<'static, str>),
+    /// A header is present but cannot be parsed.
+    #[error("malformed header `{header}`: {reason}")]
+    MalformedHeader {
+        /// The header's name.
+        header: Cow<'static, str>,
+        /// What was wrong with it.
+        reason: &'static str,
+    },
+    /// The signature header parsed but holds no entry of a scheme this verifier uses.
+    #[error("no usable signature entry")]
+    NoUsableSignature,
+    /// The signed timestamp is further in the past than the tolerance allows.
+    #[error("timestamp too old: {age_secs} s old, tolerance {tolerance_secs} s")]
+    TimestampTooOld {
+        /// How old the timestamp is, in seconds.
+        age_secs: u64,
+        /// The tolerance, in seconds.
+        tolerance_secs: u64,
+    },
+    /// The signed timestamp is further in the future than the tolerance allows.
+    #[error("timestamp too new: {ahead_secs} s ahead, tolerance {tolerance_secs} s")]
+    TimestampTooNew {
+        /// How far ahead the timestamp is, in seconds.
+        ahead_secs: u64,
+        /// The tolerance, in seconds.
+        tolerance_secs: u64,
+    },
+    /// Signature entries were found but none matched any configured secret.
+    #[error("no signature matched")]
+    NoMatch,
+    /// The body is larger than the configured limit.
+    #[error("body too large: {size} bytes, limit {limit}")]
+    BodyTooLarge {
+        /// The body's size in bytes.
+        size: usize,
+        /// The limit in bytes.
+        limit: usize,
+    },
+    /// The body could not be read where the scheme signs part of it.
+    #[error("malformed body: {0}")]
+    MalformedBody(&'static str),
+}
+
+impl VerifyError {
+    /// A short machine-readable reason, stable across releases.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::MissingHeader(_) => "missing_header",
+            Self::MalformedHeader { .. } => "malformed_header",
+            Self::NoUsableSignature => "no_usable_signature",
+            Self::TimestampTooOld { .. } => "timestamp_too_old",
+            Self::TimestampTooNew { .. } => "timestamp_too_new",
+            Self::NoMatch => "signature_mismatch",
+            Self::BodyTooLarge { .. } => "body_too_large",
+            Self::MalformedBody(_) => "malformed_body",
+        }
+    }
+}
+
+/// Checks `signed_at` against `now` within `tolerance`, in both directions.
+///
+/// # Errors
+/// [`VerifyError::TimestampTooOld`] or [`VerifyError::TimestampTooNew`].
+pub fn check_tolerance(
+    signed_at: DateTime<Utc>,
+    now: DateTime<Utc>,
+    tolerance: Duration,
+) -> Result<(), VerifyError> {
+    let tolerance_secs = tolerance.as_secs();
+    let delta = now.signed_duration_since(signed_at).num_seconds();
+    if delta.unsigned_abs() <= tolerance_secs {
+        Ok(())
+    } else if delta > 0 {
+        Err(VerifyError::TimestampTooOld {
+            age_secs: delta.unsigned_abs(),
+            tolerance_secs,
+        })
+    } else {
+        Err(VerifyError::TimestampTooNew {
+            ahead_secs: delta.unsigned_abs(),
+            tolerance_secs,
+        })
+    }
+}
+
+/// Parses a decimal Unix timestamp in seconds, rejecting signs, overflow and junk.
+///
+/// # Errors
+/// [`VerifyError::MalformedHeader`] naming `header`.
+pub fn parse_unix_seconds(text: &[u8], header: &'static str) -> Result<DateTime<Utc>, VerifyError> {
+    let bad = |reason| VerifyError::MalformedHeader {
+        header: Cow::Borrowed(header),
+        reason,
+    };
+    if text.is_empty() || text.len() > 12 || !text.iter().all(u8::is_ascii_digit) {
+        return Err(bad("timestamp is not a decimal number of seconds"));
+    }
+    let secs = text
+        .iter()
+        .fold(0i64, |acc, d| acc * 10 + i64::from(d - b'0'));
+    DateTime::from_timestamp(secs, 0).ok_or_else(|| bad("timestamp out of range"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tolerance_is_checked_in_both_directions() {
+        let now = DateTime::from_timestamp(1_000_000, 0).unwrap();
+        let tol = Duration::from_secs(300);
+        let at = |s| DateTime::from_timestamp(s, 0).unwrap();
+        assert!(check_tolerance(at(1_000_000 - 300), now, tol).is_ok());
+        assert!(check_tolerance(at(1_000_000 + 300), now, tol).is_ok());
+        assert_eq!(
+            check_tolerance(at(1_000_000 - 301), now, tol),
+            Err(VerifyError::TimestampTooOld {
+                age_secs: 301,
+                tolerance_secs: 300
+            })
+        );
+        assert_eq!(
+            check_tolerance(at(1_000_000 + 301), now, tol),
+            Err(VerifyError::TimestampTooNew {
+                ahead_secs: 301,
+                tolerance_secs: 300
+            })
+        );
+    }
+
+    #[test]
+    fn timestamps_reject_junk_signs_and_overflow() {
+        for bad in [
+            &b""[..],
+            b"-1",
+            b"+1",
+            b"1.5",
+            b"99999999999999999999",
+            b"abc",
+            b" 1",
+        ] {
+            assert!(parse_unix_seconds(bad, "t").is_err(), "{bad:?}");
+        }
+        assert_eq!(
+            parse_unix_seconds(b"1649367553", "t").unwrap().timestamp(),
+            1_649_367_553
+        );
+    }
+}
