@@ -1,1 +1,608 @@
-//! stub
+//! The public conformance suite for [`ProcessedStore`] implementations.
+//!
+//! Every built-in store runs it against a real server, and a custom store can run
+//! the same checks from its own tests (feature `conformance`):
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let store = webhook_guard::MemoryStore::new();
+//! webhook_guard::conformance::run_all(&store).await;
+//! # }
+//! ```
+//!
+//! Each check panics (like `assert!`) with a message naming the broken rule. The
+//! checks use a fresh random namespace, so they can share a store with other data;
+//! the purge check only removes records that expired before the year 2002.
+
+use chrono::{DateTime, TimeDelta, TimeZone, Utc};
+use futures_util::future::join_all;
+
+use crate::store::{
+    Claim, ClaimRequest, Deleted, FailureNote, Fence, FencingToken, Fingerprint, Finish, Key,
+    ProcessedStore, Record, RecordState,
+};
+
+/// Runs every check in this module, one after another.
+pub async fn run_all(store: &dyn ProcessedStore) {
+    fresh_claim_then_existing(store).await;
+    concurrent_claims_have_one_winner(store).await;
+    finish_is_fenced(store).await;
+    failed_record_is_reclaimed(store).await;
+    expired_lease_is_taken_over(store).await;
+    different_body_is_not_taken_over(store).await;
+    expired_record_is_claimed_afresh(store).await;
+    renew_is_fenced(store).await;
+    record_round_trips(store).await;
+    delete_spares_live_leases(store).await;
+    stuck_lists_expired_leases(store).await;
+    purge_removes_only_expired(store).await;
+}
+
+struct Fixture {
+    namespace: String,
+    now: DateTime<Utc>,
+}
+
+impl Fixture {
+    fn new() -> Self {
+        Self::at(Utc::now())
+    }
+
+    fn at(now: DateTime<Utc>) -> Self {
+        // Millisecond precision: what every built-in store keeps.
+        let now = DateTime::from_timestamp_millis(now.timestamp_millis()).expect("in range");
+        Self {
+            namespace: format!("conformance-{:016x}", FencingToken::random().0),
+            now,
+        }
+    }
+
+    fn key<'a>(&'a self, id: &'a str) -> Key<'a> {
+        Key::new(&self.namespace, id)
+    }
+
+    fn at_secs(&self, secs: i64) -> DateTime<Utc> {
+        self.now + TimeDelta::seconds(secs)
+    }
+
+    /// A claim at `now + at` with a 60 s lease and a 1 h retention.
+    fn request<'a>(&'a self, id: &'a str, body: &[u8], at: i64) -> ClaimRequest<'a> {
+        ClaimRequest {
+            key: self.key(id),
+            fingerprint: Fingerprint::of(body),
+            token: FencingToken::random(),
+            now: self.at_secs(at),
+            lease_until: self.at_secs(at + 60),
+            expires_at: self.at_secs(at + 3600),
+        }
+    }
+
+    fn finish<'a>(
+        &self,
+        state: RecordState,
+        failures: u32,
+        history: &'a [FailureNote],
+        at: i64,
+    ) -> Finish<'a> {
+        Finish {
+            state,
+            failures,
+            history,
+            now: self.at_secs(at),
+            expires_at: self.at_secs(at + 3600),
+        }
+    }
+}
+
+async fn claim(store: &dyn ProcessedStore, request: &ClaimRequest<'_>) -> Claim {
+    store.claim(request).await.expect("claim failed")
+}
+
+fn acquired(claim: Claim, rule: &str) -> Record {
+    match claim {
+        Claim::Acquired(r) => r,
+        Claim::Existing(r) => panic!("{rule}: expected Acquired, got Existing({r:?})"),
+    }
+}
+
+fn existing(claim: Claim, rule: &str) -> Record {
+    match claim {
+        Claim::Existing(r) => r,
+        Claim::Acquired(r) => panic!("{rule}: expected Existing, got Acquired({r:?})"),
+    }
+}
+
+/// A fresh key is acquired with the request's fields; a second claim sees it.
+pub async fn fresh_claim_then_existing(store: &dyn ProcessedStore) {
+    let f = Fixture::new();
+    let req = f.request("evt_1", b"body", 0);
+    let rec = acquired(claim(store, &req).await, "fresh claim");
+    assert_eq!(
+        rec.state,
+        RecordState::InProgress,
+        "fresh claim is InProgress"
+    );
+    assert_eq!(
+        rec.token, req.token,
+        "fresh claim carries the request's token"
+    );
+    assert_eq!(
+        rec.fingerprint, req.fingerprint,
+        "fresh claim keeps the fingerprint"
+    );
+    assert_eq!(
+        (rec.attempts, rec.failures),
+        (1, 0),
+        "fresh claim counts one attempt"
+    );
+    assert_eq!(
+        rec.lease_until, req.lease_until,
+        "fresh claim keeps the lease"
+    );
+    assert_eq!(
+        rec.expires_at, req.expires_at,
+        "fresh claim keeps the expiry"
+    );
+    assert_eq!(rec.created_at, req.now, "fresh claim sets created_at");
+    assert_eq!(
+        (rec.namespace.as_str(), rec.id.as_str()),
+        (f.namespace.as_str(), "evt_1")
+    );
+    assert!(rec.history.is_empty(), "fresh claim has no history");
+
+    let again = existing(
+        claim(store, &f.request("evt_1", b"body", 1)).await,
+        "claim under a live lease",
+    );
+    assert_eq!(again.token, req.token, "a refused claim leaves the token");
+    assert_eq!(again.attempts, 1, "a refused claim counts nothing");
+
+    let done = f.finish(RecordState::Completed, 0, &[], 2);
+    assert_eq!(
+        store
+            .finish(f.key("evt_1"), req.token, &done)
+            .await
+            .unwrap(),
+        Fence::Applied
+    );
+    let dup = existing(
+        claim(store, &f.request("evt_1", b"body", 3)).await,
+        "claim of a completed id",
+    );
+    assert_eq!(dup.state, RecordState::Completed);
+    let other_ns = Key::new("conformance-other-namespace", "evt_1");
+    let mut req2 = f.request("evt_1", b"body", 0);
+    req2.key = other_ns;
+    let rec2 = store.claim(&req2).await.unwrap();
+    assert!(
+        matches!(rec2, Claim::Acquired(_)),
+        "namespaces are separate"
+    );
+    let _ = store.finish(other_ns, req2.token, &done).await.unwrap();
+    let _ = store.delete(other_ns, f.at_secs(10)).await.unwrap();
+}
+
+/// Of many concurrent claims of one key, exactly one is acquired.
+pub async fn concurrent_claims_have_one_winner(store: &dyn ProcessedStore) {
+    let f = Fixture::new();
+    for id in ["race_a", "race_b", "race_c"] {
+        let requests: Vec<_> = (0..32).map(|_| f.request(id, b"same", 0)).collect();
+        let answers = join_all(requests.iter().map(|r| store.claim(r))).await;
+        let winners: Vec<_> = answers
+            .into_iter()
+            .map(|a| a.expect("claim failed"))
+            .filter_map(|a| match a {
+                Claim::Acquired(r) => Some(r),
+                Claim::Existing(_) => None,
+            })
+            .collect();
+        assert_eq!(winners.len(), 1, "exactly one of 32 concurrent claims wins");
+        let stored = store.get(f.key(id)).await.unwrap().expect("record exists");
+        assert_eq!(
+            stored.token, winners[0].token,
+            "the stored token is the winner's"
+        );
+    }
+}
+
+/// Finish applies only with the current token and only to an `InProgress` record.
+pub async fn finish_is_fenced(store: &dyn ProcessedStore) {
+    let f = Fixture::new();
+    let req = f.request("fence", b"b", 0);
+    acquired(claim(store, &req).await, "fresh claim");
+    let done = f.finish(RecordState::Completed, 0, &[], 1);
+    let wrong = FencingToken(req.token.0 ^ 1);
+    assert_eq!(
+        store.finish(f.key("fence"), wrong, &done).await.unwrap(),
+        Fence::LeaseLost,
+        "a wrong token is refused"
+    );
+    assert_eq!(
+        store.get(f.key("fence")).await.unwrap().unwrap().state,
+        RecordState::InProgress,
+        "a refused finish changes nothing"
+    );
+    assert_eq!(
+        store
+            .finish(f.key("fence"), req.token, &done)
+            .await
+            .unwrap(),
+        Fence::Applied
+    );
+    assert_eq!(
+        store
+            .finish(f.key("fence"), req.token, &done)
+            .await
+            .unwrap(),
+        Fence::LeaseLost,
+        "a finished record cannot be finished again"
+    );
+    assert_eq!(
+        store
+            .finish(f.key("absent"), req.token, &done)
+            .await
+            .unwrap(),
+        Fence::LeaseLost,
+        "a missing record cannot be finished"
+    );
+    let rec = store.get(f.key("fence")).await.unwrap().unwrap();
+    assert_eq!(rec.state, RecordState::Completed);
+    assert_eq!(rec.updated_at, f.at_secs(1), "finish sets updated_at");
+    assert_eq!(rec.expires_at, f.at_secs(3601), "finish sets expires_at");
+}
+
+/// A `Failed` record with the same body is taken over: attempts counted, failures kept.
+pub async fn failed_record_is_reclaimed(store: &dyn ProcessedStore) {
+    let f = Fixture::new();
+    let first = f.request("retry", b"b", 0);
+    acquired(claim(store, &first).await, "fresh claim");
+    let note = [FailureNote {
+        at: f.at_secs(1),
+        error: "db down".into(),
+    }];
+    let fail = f.finish(RecordState::Failed, 1, &note, 1);
+    assert_eq!(
+        store
+            .finish(f.key("retry"), first.token, &fail)
+            .await
+            .unwrap(),
+        Fence::Applied
+    );
+    let second = f.request("retry", b"b", 2);
+    let rec = acquired(claim(store, &second).await, "claim of a failed id");
+    assert_eq!(rec.state, RecordState::InProgress);
+    assert_eq!(rec.token, second.token, "the new claim's token");
+    assert_eq!(
+        (rec.attempts, rec.failures),
+        (2, 1),
+        "attempts + 1, failures kept"
+    );
+    assert_eq!(rec.history, note, "history kept");
+    assert_eq!(rec.lease_until, second.lease_until);
+    assert_eq!(rec.created_at, f.now, "created_at kept");
+    let done = f.finish(RecordState::Completed, 1, &note, 3);
+    assert_eq!(
+        store
+            .finish(f.key("retry"), first.token, &done)
+            .await
+            .unwrap(),
+        Fence::LeaseLost,
+        "the old token is stale"
+    );
+}
+
+/// An `InProgress` record whose lease ran out is taken over and the lost attempt
+/// counted as a failure; the old holder's token is then refused.
+pub async fn expired_lease_is_taken_over(store: &dyn ProcessedStore) {
+    let f = Fixture::new();
+    let first = f.request("crash", b"b", 0);
+    acquired(claim(store, &first).await, "fresh claim");
+    existing(
+        claim(store, &f.request("crash", b"b", 59)).await,
+        "claim 1 s before the lease runs out",
+    );
+    let late = f.request("crash", b"b", 60);
+    let rec = acquired(claim(store, &late).await, "claim when the lease ran out");
+    assert_eq!(
+        (rec.attempts, rec.failures),
+        (2, 1),
+        "takeover counts the lost attempt"
+    );
+    assert_eq!(rec.token, late.token);
+    let done = f.finish(RecordState::Completed, 0, &[], 61);
+    assert_eq!(
+        store
+            .finish(f.key("crash"), first.token, &done)
+            .await
+            .unwrap(),
+        Fence::LeaseLost,
+        "the crashed holder is fenced off"
+    );
+    assert_eq!(
+        store
+            .finish(f.key("crash"), late.token, &done)
+            .await
+            .unwrap(),
+        Fence::Applied
+    );
+}
+
+/// A different body under a known id is never taken over.
+pub async fn different_body_is_not_taken_over(store: &dyn ProcessedStore) {
+    let f = Fixture::new();
+    let first = f.request("conflict", b"one", 0);
+    acquired(claim(store, &first).await, "fresh claim");
+    let other = existing(
+        claim(store, &f.request("conflict", b"two", 1)).await,
+        "other body, live lease",
+    );
+    assert_eq!(
+        other.fingerprint,
+        Fingerprint::of(b"one"),
+        "the stored fingerprint is returned"
+    );
+    existing(
+        claim(store, &f.request("conflict", b"two", 120)).await,
+        "other body, expired lease",
+    );
+    let fail = f.finish(RecordState::Failed, 1, &[], 1);
+    let _ = store
+        .finish(f.key("conflict"), first.token, &fail)
+        .await
+        .unwrap();
+    let _ = existing(
+        claim(store, &f.request("conflict", b"two", 2)).await,
+        "other body, failed record",
+    );
+    acquired(
+        claim(store, &f.request("conflict", b"one", 3)).await,
+        "same body, failed record",
+    );
+}
+
+/// A record past its expiry is claimed as if new.
+pub async fn expired_record_is_claimed_afresh(store: &dyn ProcessedStore) {
+    let f = Fixture::new();
+    let first = f.request("old", b"one", 0);
+    acquired(claim(store, &first).await, "fresh claim");
+    let done = f.finish(RecordState::Completed, 0, &[], 1);
+    let _ = store
+        .finish(f.key("old"), first.token, &done)
+        .await
+        .unwrap();
+    existing(
+        claim(store, &f.request("old", b"one", 3600)).await,
+        "claim before expiry",
+    );
+    let later = f.request("old", b"two", 3601);
+    let rec = acquired(claim(store, &later).await, "claim at expiry");
+    assert_eq!(
+        (rec.attempts, rec.failures),
+        (1, 0),
+        "an expired record starts over"
+    );
+    assert_eq!(rec.fingerprint, Fingerprint::of(b"two"));
+    assert_eq!(rec.created_at, later.now);
+}
+
+/// Renew extends the lease only for the current holder.
+pub async fn renew_is_fenced(store: &dyn ProcessedStore) {
+    let f = Fixture::new();
+    let req = f.request("long", b"b", 0);
+    acquired(claim(store, &req).await, "fresh claim");
+    let k = f.key("long");
+    assert_eq!(
+        store
+            .renew(
+                k,
+                FencingToken(req.token.0 ^ 1),
+                f.at_secs(200),
+                f.at_secs(7200)
+            )
+            .await
+            .unwrap(),
+        Fence::LeaseLost
+    );
+    assert_eq!(
+        store
+            .renew(k, req.token, f.at_secs(200), f.at_secs(7200))
+            .await
+            .unwrap(),
+        Fence::Applied
+    );
+    existing(
+        claim(store, &f.request("long", b"b", 100)).await,
+        "a renewed lease holds",
+    );
+    let rec = store.get(k).await.unwrap().unwrap();
+    assert_eq!(rec.lease_until, f.at_secs(200));
+    assert_eq!(rec.expires_at, f.at_secs(7200), "renew raises the expiry");
+    let _ = store
+        .renew(k, req.token, f.at_secs(210), f.at_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.get(k).await.unwrap().unwrap().expires_at,
+        f.at_secs(7200),
+        "renew never lowers the expiry"
+    );
+    let done = f.finish(RecordState::Completed, 0, &[], 1);
+    let _ = store.finish(k, req.token, &done).await.unwrap();
+    assert_eq!(
+        store
+            .renew(k, req.token, f.at_secs(300), f.at_secs(7200))
+            .await
+            .unwrap(),
+        Fence::LeaseLost,
+        "a finished record cannot be renewed"
+    );
+}
+
+/// Every field, ids with unusual characters and the history survive a round trip.
+pub async fn record_round_trips(store: &dyn ProcessedStore) {
+    let f = Fixture::new();
+    let id = "evt:ü/{tag}*\"'; DROP TABLE x;--";
+    let req = f.request(id, b"payload", 0);
+    acquired(claim(store, &req).await, "fresh claim");
+    let history = vec![
+        FailureNote {
+            at: f.at_secs(1),
+            error: "first: \"quoted\" ✓".into(),
+        },
+        FailureNote {
+            at: f.at_secs(2),
+            error: "second".into(),
+        },
+    ];
+    let perm = f.finish(RecordState::PermanentFailure, 2, &history, 2);
+    assert_eq!(
+        store.finish(f.key(id), req.token, &perm).await.unwrap(),
+        Fence::Applied
+    );
+    let rec = store.get(f.key(id)).await.unwrap().expect("record exists");
+    assert_eq!(rec.id, id);
+    assert_eq!(rec.state, RecordState::PermanentFailure);
+    assert_eq!(rec.failures, 2);
+    assert_eq!(rec.history, history);
+    assert_eq!(rec.fingerprint, Fingerprint::of(b"payload"));
+    assert_eq!(rec.token, req.token);
+    assert!(store.get(f.key("never-seen")).await.unwrap().is_none());
+    let big = f.request("big-token", b"x", 0);
+    let mut big = big;
+    big.token = FencingToken(u64::MAX - 7);
+    let rec = acquired(claim(store, &big).await, "fresh claim");
+    assert_eq!(
+        rec.token,
+        FencingToken(u64::MAX - 7),
+        "tokens keep all 64 bits"
+    );
+}
+
+/// Delete refuses a live lease and removes anything else.
+pub async fn delete_spares_live_leases(store: &dyn ProcessedStore) {
+    let f = Fixture::new();
+    let req = f.request("forget", b"b", 0);
+    acquired(claim(store, &req).await, "fresh claim");
+    assert_eq!(
+        store.delete(f.key("forget"), f.at_secs(1)).await.unwrap(),
+        Deleted::LeaseHeld
+    );
+    assert_eq!(
+        store.delete(f.key("forget"), f.at_secs(61)).await.unwrap(),
+        Deleted::Removed,
+        "an expired lease may be deleted"
+    );
+    assert_eq!(
+        store.delete(f.key("forget"), f.at_secs(62)).await.unwrap(),
+        Deleted::NotFound
+    );
+    acquired(
+        claim(store, &f.request("forget", b"b", 63)).await,
+        "a deleted id is claimed afresh",
+    );
+}
+
+/// Stuck lists `InProgress` records whose lease ran out, and nothing else of ours.
+pub async fn stuck_lists_expired_leases(store: &dyn ProcessedStore) {
+    let f = Fixture::new();
+    let a = f.request("stuck-a", b"b", 0);
+    acquired(claim(store, &a).await, "fresh claim");
+    let b = f.request("stuck-b", b"b", 0);
+    acquired(claim(store, &b).await, "fresh claim");
+    let _ = store
+        .finish(
+            f.key("stuck-b"),
+            b.token,
+            &f.finish(RecordState::Completed, 0, &[], 1),
+        )
+        .await
+        .unwrap();
+    let ours = |records: Vec<Record>| {
+        records
+            .into_iter()
+            .filter(|r| r.namespace == f.namespace)
+            .map(|r| r.id)
+            .collect::<Vec<_>>()
+    };
+    assert!(
+        ours(store.stuck(f.at_secs(30), 10_000).await.unwrap()).is_empty(),
+        "a live lease is not stuck"
+    );
+    assert_eq!(
+        ours(store.stuck(f.at_secs(61), 10_000).await.unwrap()),
+        vec!["stuck-a".to_owned()]
+    );
+    assert!(
+        store.stuck(f.at_secs(61), 0).await.unwrap().is_empty(),
+        "the limit is kept"
+    );
+}
+
+/// Purge removes expired records (up to the limit), never a live lease, never a
+/// record not yet expired. Uses records dated 2001 so that it leaves other data alone.
+pub async fn purge_removes_only_expired(store: &dyn ProcessedStore) {
+    let base = Utc.with_ymd_and_hms(2001, 1, 1, 0, 0, 0).unwrap();
+    let f = Fixture::at(base);
+    let mut tokens = Vec::new();
+    for i in 0..10 {
+        let id = format!("p{i}");
+        let req = f.request(&id, b"b", 0);
+        acquired(claim(store, &req).await, "fresh claim");
+        tokens.push(req.token);
+    }
+    // p0..p7 completed (expire at +3601 s); p8 stays InProgress with a lease renewed
+    // past the purge time; p9 completed with a long expiry.
+    for (i, token) in tokens.iter().enumerate().take(8) {
+        let id = format!("p{i}");
+        let _ = store
+            .finish(
+                f.key(&id),
+                *token,
+                &f.finish(RecordState::Completed, 0, &[], 1),
+            )
+            .await
+            .unwrap();
+    }
+    let _ = store
+        .renew(f.key("p8"), tokens[8], f.at_secs(100_000), f.at_secs(3601))
+        .await
+        .unwrap();
+    let mut long = f.finish(RecordState::Completed, 0, &[], 1);
+    long.expires_at = f.at_secs(200_000);
+    let _ = store.finish(f.key("p9"), tokens[9], &long).await.unwrap();
+
+    let at = f.at_secs(5000);
+    let first = store.purge_expired(at, 3).await.unwrap();
+    assert!(
+        (1..=3).contains(&first),
+        "purge keeps its limit (removed {first})"
+    );
+    let mut total = first;
+    loop {
+        let n = store.purge_expired(at, 3).await.unwrap();
+        assert!(n <= 3, "purge keeps its limit");
+        if n == 0 {
+            break;
+        }
+        total += n;
+    }
+    assert!(
+        total >= 8,
+        "all 8 expired records were purged (removed {total})"
+    );
+    for i in 0..8 {
+        assert!(
+            store.get(f.key(&format!("p{i}"))).await.unwrap().is_none(),
+            "p{i} expired and was purged"
+        );
+    }
+    assert!(
+        store.get(f.key("p8")).await.unwrap().is_some(),
+        "a live lease is never purged"
+    );
+    assert!(
+        store.get(f.key("p9")).await.unwrap().is_some(),
+        "an unexpired record is never purged"
+    );
+}
