@@ -785,12 +785,21 @@ impl WebhookGuard {
 
     /// Verifies the delivery and claims its id. Returns [`Begin::Claimed`] when this
     /// delivery must run the work, or [`Begin::Done`] with the outcome to answer.
-    pub async fn begin<'a>(&self, headers: &dyn Headers, body: &'a [u8]) -> Begin<'a> {
-        let delivery = match self.verify(headers, body) {
-            Ok(d) => d,
-            Err(r) => return Begin::Done(Outcome::Rejected(r)),
-        };
-        self.claim(delivery.id, body).await
+    ///
+    /// The headers are read before the returned future first runs, so they need not
+    /// outlive it (nor be `Sync`).
+    pub fn begin<'s, 'a>(
+        &'s self,
+        headers: &dyn Headers,
+        body: &'a [u8],
+    ) -> impl Future<Output = Begin<'a>> + Send + use<'s, 'a> {
+        let verified = self.verify(headers, body);
+        async move {
+            match verified {
+                Ok(delivery) => self.claim(delivery.id, body).await,
+                Err(r) => Begin::Done(Outcome::Rejected(r)),
+            }
+        }
     }
 
     async fn claim<'a>(&self, id: String, body: &'a [u8]) -> Begin<'a> {
@@ -872,29 +881,35 @@ impl WebhookGuard {
     ///
     /// A handler that panics is treated as a retryable failure; the panic does not
     /// reach the caller.
-    pub async fn handle<'a, F, Fut>(
-        &self,
+    ///
+    /// The headers are read before the returned future first runs, so they need not
+    /// outlive it; the future is `Send` when the handler's future is.
+    pub fn handle<'s, 'a, F, Fut>(
+        &'s self,
         headers: &dyn Headers,
         body: &'a [u8],
         handler: F,
-    ) -> Outcome
+    ) -> impl Future<Output = Outcome> + use<'s, 'a, F, Fut>
     where
         F: FnOnce(Event<'a>) -> Fut,
         Fut: Future<Output = Result<(), HandlerError>>,
     {
-        let claimed = match self.begin(headers, body).await {
-            Begin::Claimed(c) => c,
-            Begin::Done(outcome) => return outcome,
-        };
-        let result = catch_unwind(handler(claimed.event())).await;
-        match result {
-            Ok(Ok(())) => claimed.complete().await,
-            Ok(Err(e)) => claimed.fail(e).await,
-            Err(panic) => {
-                let msg = panic_message(&*panic);
-                claimed
-                    .fail(HandlerError::retryable(format!("handler panicked: {msg}")))
-                    .await
+        let begin = self.begin(headers, body);
+        async move {
+            let claimed = match begin.await {
+                Begin::Claimed(c) => c,
+                Begin::Done(outcome) => return outcome,
+            };
+            let result = catch_unwind(handler(claimed.event())).await;
+            match result {
+                Ok(Ok(())) => claimed.complete().await,
+                Ok(Err(e)) => claimed.fail(e).await,
+                Err(panic) => {
+                    let msg = panic_message(&*panic);
+                    claimed
+                        .fail(HandlerError::retryable(format!("handler panicked: {msg}")))
+                        .await
+                }
             }
         }
     }

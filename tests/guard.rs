@@ -1,0 +1,745 @@
+//! The delivery flow on the memory store: every outcome, concurrency, leases,
+//! escalation, panics, retention.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, TimeDelta, TimeZone, Utc};
+use webhook_guard::hooks::Escalation;
+use webhook_guard::store::{
+    Claim, ClaimRequest, Deleted, Fence, FencingToken, Finish, Key, StoreError,
+};
+use webhook_guard::verify::{HmacSha256Header, NoVerification};
+use webhook_guard::{
+    Begin, ConfigError, EventId, HandlerError, Hooks, InProgressAnswer, ManualClock, MemoryStore,
+    Outcome, OutcomeKind, ProcessedStore, Record, RecordState, Rejection, WebhookGuard,
+};
+
+fn start() -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap()
+}
+
+/// Records every hook call, for assertions.
+#[derive(Debug, Default)]
+struct Recorder {
+    escalations: Mutex<Vec<(String, u32, Vec<String>)>>,
+    conflicts: AtomicUsize,
+    permanent: AtomicUsize,
+    unrecorded: AtomicUsize,
+    duplicates: AtomicUsize,
+    failures: AtomicUsize,
+    claims: AtomicUsize,
+}
+
+impl Hooks for Recorder {
+    fn on_claim(&self, _: Key<'_>, _: u32) {
+        self.claims.fetch_add(1, Ordering::SeqCst);
+    }
+    fn on_duplicate(&self, _: &Record) {
+        self.duplicates.fetch_add(1, Ordering::SeqCst);
+    }
+    fn on_conflict(&self, _: Key<'_>, _: &Record) {
+        self.conflicts.fetch_add(1, Ordering::SeqCst);
+    }
+    fn on_failure(&self, _: Key<'_>, _: u32, _: &str) {
+        self.failures.fetch_add(1, Ordering::SeqCst);
+    }
+    fn on_escalation(&self, e: &Escalation<'_>) {
+        let errors = e.history.iter().map(|n| n.error.clone()).collect();
+        self.escalations
+            .lock()
+            .unwrap()
+            .push((e.key.id.to_owned(), e.failures, errors));
+    }
+    fn on_permanent_failure(&self, _: Key<'_>, _: &str) {
+        self.permanent.fetch_add(1, Ordering::SeqCst);
+    }
+    fn on_unrecorded(&self, _: Key<'_>, _: &webhook_guard::outcome::Unrecorded) {
+        self.unrecorded.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+struct Setup {
+    guard: WebhookGuard,
+    clock: ManualClock,
+    hooks: Arc<Recorder>,
+}
+
+fn setup() -> Setup {
+    let clock = ManualClock::new(start());
+    let hooks = Arc::new(Recorder::default());
+    let guard = WebhookGuard::builder()
+        .store(MemoryStore::new())
+        .verifier(NoVerification)
+        .event_id(EventId::header("x-id"))
+        .clock(clock.clone())
+        .hooks(hooks.clone())
+        .lease(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    Setup {
+        guard,
+        clock,
+        hooks,
+    }
+}
+
+async fn ok_run(guard: &WebhookGuard, id: &str, body: &[u8]) -> Outcome {
+    guard
+        .handle(&[("x-id", id)], body, |_| async { Ok(()) })
+        .await
+}
+
+async fn failing_run(guard: &WebhookGuard, id: &str) -> Outcome {
+    guard
+        .handle(&[("x-id", id)], b"{}", |_| async {
+            Err(HandlerError::retryable("downstream timeout"))
+        })
+        .await
+}
+
+#[tokio::test]
+async fn first_delivery_is_processed_and_a_retry_is_a_duplicate() {
+    let s = setup();
+    let ran = AtomicUsize::new(0);
+    for _ in 0..3 {
+        let outcome = s
+            .guard
+            .handle(&[("x-id", "evt_1")], b"{}", |event| {
+                assert_eq!(event.id(), "evt_1");
+                assert_eq!(event.body(), b"{}");
+                ran.fetch_add(1, Ordering::SeqCst);
+                async { Ok(()) }
+            })
+            .await;
+        assert!(matches!(
+            outcome,
+            Outcome::Processed { .. }
+                | Outcome::Duplicate {
+                    state: RecordState::Completed,
+                    ..
+                }
+        ));
+        assert_eq!(s.guard.answer(&outcome).status, 200);
+    }
+    assert_eq!(ran.load(Ordering::SeqCst), 1);
+    assert_eq!(s.hooks.duplicates.load(Ordering::SeqCst), 2);
+    let record = s.guard.inspect("evt_1").await.unwrap().unwrap();
+    assert_eq!(record.state, RecordState::Completed);
+    assert_eq!(record.attempts, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_concurrent_deliveries_over_ten_ids_run_ten_handlers() {
+    let s = setup();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..1000 {
+        let guard = s.guard.clone();
+        let runs = runs.clone();
+        tasks.spawn(async move {
+            let id = format!("evt_{}", i % 10);
+            let outcome = guard
+                .handle(&[("x-id", id.as_str())], b"same body", |_| async move {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    tokio::task::yield_now().await;
+                    Ok(())
+                })
+                .await;
+            outcome.kind()
+        });
+    }
+    let mut kinds = Vec::new();
+    while let Some(kind) = tasks.join_next().await {
+        kinds.push(kind.unwrap());
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 10, "one handler run per id");
+    let processed = kinds
+        .iter()
+        .filter(|k| **k == OutcomeKind::Processed)
+        .count();
+    assert_eq!(processed, 10);
+    assert!(kinds.iter().all(|k| matches!(
+        k,
+        OutcomeKind::Processed | OutcomeKind::Duplicate | OutcomeKind::InProgress
+    )));
+}
+
+#[tokio::test]
+async fn an_in_flight_duplicate_is_in_progress_with_retry_after() {
+    let s = setup();
+    let headers = [("x-id", "evt_slow")];
+    let Begin::Claimed(claim) = s.guard.begin(&headers, b"{}").await else {
+        panic!("first delivery must win the claim");
+    };
+    s.clock.advance(TimeDelta::seconds(20));
+    let second = ok_run(&s.guard, "evt_slow", b"{}").await;
+    let Outcome::InProgress { retry_after, .. } = &second else {
+        panic!("expected InProgress, got {second:?}");
+    };
+    assert_eq!(*retry_after, Duration::from_secs(40));
+    let answer = s.guard.answer(&second);
+    assert_eq!(answer.status, 409);
+    assert_eq!(answer.retry_after, Some(40));
+    assert!(matches!(claim.complete().await, Outcome::Processed { .. }));
+
+    let accepting = WebhookGuard::builder()
+        .store(MemoryStore::new())
+        .verifier(NoVerification)
+        .event_id(EventId::header("x-id"))
+        .in_progress_answer(InProgressAnswer::Accept)
+        .build()
+        .unwrap();
+    let Begin::Claimed(held) = accepting.begin(&headers, b"{}").await else {
+        panic!("first delivery must win the claim");
+    };
+    let second = ok_run(&accepting, "evt_slow", b"{}").await;
+    let answer = accepting.answer(&second);
+    assert_eq!((answer.status.as_u16(), answer.retry_after), (200, None));
+    drop(held.complete().await);
+}
+
+#[tokio::test]
+async fn an_expired_lease_is_taken_over_and_the_old_holder_is_fenced() {
+    let s = setup();
+    let headers = [("x-id", "evt_hung")];
+    let Begin::Claimed(hung) = s.guard.begin(&headers, b"{}").await else {
+        panic!("first delivery must win the claim");
+    };
+    s.clock.advance(TimeDelta::seconds(61));
+    let Begin::Claimed(second) = s.guard.begin(&headers, b"{}").await else {
+        panic!("an expired lease must be taken over");
+    };
+    assert_eq!(second.event().attempt(), 2);
+    let late = hung.complete().await;
+    assert!(
+        matches!(late, Outcome::Unrecorded { .. }),
+        "a stale token is refused and reported: {late:?}"
+    );
+    assert_eq!(s.guard.answer(&late).status, 200);
+    assert_eq!(s.hooks.unrecorded.load(Ordering::SeqCst), 1);
+    assert!(matches!(second.complete().await, Outcome::Processed { .. }));
+    let record = s.guard.inspect("evt_hung").await.unwrap().unwrap();
+    assert_eq!((record.attempts, record.failures), (2, 1));
+}
+
+#[tokio::test]
+async fn a_long_handler_renews_its_lease() {
+    let s = setup();
+    let headers = [("x-id", "evt_long")];
+    let Begin::Claimed(claim) = s.guard.begin(&headers, b"{}").await else {
+        panic!("first delivery must win the claim");
+    };
+    s.clock.advance(TimeDelta::seconds(50));
+    claim.event().renew_lease().await.unwrap();
+    s.clock.advance(TimeDelta::seconds(50));
+    assert!(matches!(
+        ok_run(&s.guard, "evt_long", b"{}").await,
+        Outcome::InProgress { .. }
+    ));
+    assert!(matches!(claim.complete().await, Outcome::Processed { .. }));
+}
+
+#[tokio::test]
+async fn escalation_after_exactly_n_failures_calls_the_hook_once() {
+    let s = setup();
+    for n in 1..=4 {
+        let outcome = failing_run(&s.guard, "evt_bad").await;
+        assert_eq!(s.guard.answer(&outcome).status, 500);
+        let Outcome::RetryableFailure { failures, .. } = outcome else {
+            panic!("failure {n} must be retryable, got {outcome:?}");
+        };
+        assert_eq!(failures, n);
+        s.clock.advance(TimeDelta::hours(1));
+    }
+    assert!(s.hooks.escalations.lock().unwrap().is_empty());
+    let fifth = failing_run(&s.guard, "evt_bad").await;
+    assert!(
+        matches!(fifth, Outcome::Escalated { failures: 5, .. }),
+        "{fifth:?}"
+    );
+    assert_eq!(s.guard.answer(&fifth).status, 200);
+    for _ in 0..3 {
+        let later = ok_run(&s.guard, "evt_bad", b"{}").await;
+        assert!(matches!(
+            later,
+            Outcome::Duplicate {
+                state: RecordState::Escalated,
+                ..
+            }
+        ));
+    }
+    let escalations = s.hooks.escalations.lock().unwrap();
+    assert_eq!(escalations.len(), 1, "the escalation hook runs once");
+    let (id, failures, errors) = &escalations[0];
+    assert_eq!((id.as_str(), *failures), ("evt_bad", 5));
+    assert_eq!(errors.len(), 5, "the hook sees the failure history");
+    assert!(errors.iter().all(|e| e == "downstream timeout"));
+    assert_eq!(s.hooks.failures.load(Ordering::SeqCst), 4);
+}
+
+#[tokio::test]
+async fn crashed_holders_count_as_failures_and_escalate() {
+    let s = setup();
+    let headers = [("x-id", "evt_crash")];
+    for _ in 0..5 {
+        // Claim and never finish: `forget` the claim so no release happens, as if the
+        // process died while holding it.
+        match s.guard.begin(&headers, b"{}").await {
+            Begin::Claimed(c) => std::mem::forget(c),
+            Begin::Done(o) => panic!("expected a claim, got {o:?}"),
+        }
+        s.clock.advance(TimeDelta::seconds(61));
+    }
+    // The sixth claim finds five expired leases: it escalates without running.
+    let outcome = s
+        .guard
+        .handle(&headers, b"{}", |_| async { panic!("must not run") })
+        .await;
+    assert!(
+        matches!(outcome, Outcome::Escalated { failures: 5, .. }),
+        "{outcome:?}"
+    );
+    assert_eq!(s.hooks.escalations.lock().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn a_panicking_handler_releases_its_claim() {
+    let s = setup();
+    let outcome = s
+        .guard
+        .handle(&[("x-id", "evt_panic")], b"{}", |_| async {
+            panic!("boom");
+        })
+        .await;
+    let Outcome::RetryableFailure {
+        error, failures, ..
+    } = &outcome
+    else {
+        panic!("expected RetryableFailure, got {outcome:?}");
+    };
+    assert_eq!(*failures, 1);
+    assert!(error.contains("boom"), "{error}");
+    assert_eq!(s.guard.answer(&outcome).status, 500);
+    // No lease expiry needed: the claim was released.
+    assert!(matches!(
+        ok_run(&s.guard, "evt_panic", b"{}").await,
+        Outcome::Processed { .. }
+    ));
+}
+
+#[tokio::test]
+async fn a_dropped_claim_is_released_in_the_background() {
+    let s = setup();
+    let headers = [("x-id", "evt_drop")];
+    let Begin::Claimed(claim) = s.guard.begin(&headers, b"{}").await else {
+        panic!("first delivery must win the claim");
+    };
+    drop(claim);
+    for _ in 0..100 {
+        let state = s.guard.inspect("evt_drop").await.unwrap().unwrap().state;
+        if state == RecordState::Failed {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert!(matches!(
+        ok_run(&s.guard, "evt_drop", b"{}").await,
+        Outcome::Processed { .. }
+    ));
+}
+
+#[tokio::test]
+async fn a_permanent_failure_is_answered_200_with_an_alert() {
+    let s = setup();
+    let outcome = s
+        .guard
+        .handle(&[("x-id", "evt_perm")], b"{}", |_| async {
+            Err(HandlerError::permanent("unknown customer"))
+        })
+        .await;
+    assert!(matches!(outcome, Outcome::PermanentFailure { .. }));
+    assert_eq!(s.guard.answer(&outcome).status, 200);
+    assert_eq!(s.hooks.permanent.load(Ordering::SeqCst), 1);
+    assert!(matches!(
+        ok_run(&s.guard, "evt_perm", b"{}").await,
+        Outcome::Duplicate {
+            state: RecordState::PermanentFailure,
+            ..
+        }
+    ));
+}
+
+#[tokio::test]
+async fn question_mark_errors_are_retryable() {
+    let s = setup();
+    let outcome = s
+        .guard
+        .handle(&[("x-id", "evt_q")], b"not json", |event| async move {
+            let _: serde_json::Value = event.json()?;
+            Ok(())
+        })
+        .await;
+    assert!(
+        matches!(outcome, Outcome::RetryableFailure { .. }),
+        "{outcome:?}"
+    );
+}
+
+#[tokio::test]
+async fn the_same_id_with_another_body_is_a_conflict() {
+    let s = setup();
+    assert!(matches!(
+        ok_run(&s.guard, "evt_c", b"one").await,
+        Outcome::Processed { .. }
+    ));
+    let outcome = ok_run(&s.guard, "evt_c", b"two").await;
+    assert!(matches!(outcome, Outcome::Conflict { .. }));
+    assert_eq!(s.guard.answer(&outcome).status, 422);
+    assert_eq!(s.hooks.conflicts.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn bad_input_is_rejected_and_nothing_is_stored() {
+    let store = MemoryStore::new();
+    let verifier = HmacSha256Header::new("x-sig", ["s3cret"]).unwrap();
+    let body = br#"{"id":"evt_sig"}"#;
+    let good = verifier.sign(body);
+    let guard = WebhookGuard::builder()
+        .store(store.clone())
+        .verifier(verifier)
+        .event_id(EventId::json_field(["id"]))
+        .max_body(64)
+        .build()
+        .unwrap();
+    let cases: Vec<(Vec<(&str, String)>, Vec<u8>, &str, u16)> = vec![
+        (vec![], body.to_vec(), "missing_header", 401),
+        (
+            vec![("x-sig", "00".repeat(32))],
+            body.to_vec(),
+            "signature_mismatch",
+            401,
+        ),
+        (
+            vec![("x-sig", good.clone())],
+            br#"{"id":"evt_sig"} "#.to_vec(),
+            "signature_mismatch",
+            401,
+        ),
+        (
+            vec![("x-sig", good.clone())],
+            vec![b' '; 65],
+            "body_too_large",
+            400,
+        ),
+    ];
+    for (headers, body, code, status) in cases {
+        let outcome = guard
+            .handle(&headers, &body, |_| async { panic!("must not run") })
+            .await;
+        let Outcome::Rejected(r) = &outcome else {
+            panic!("expected Rejected, got {outcome:?}");
+        };
+        assert_eq!(r.code(), code);
+        let answer = guard.answer(&outcome);
+        assert_eq!((answer.status.as_u16(), answer.reason), (status, code));
+    }
+    // Verified but with no id where the guard looks, or an unusable id.
+    let no_id = br#"{"type":"x"}"#;
+    let signer = HmacSha256Header::new("x-sig", ["s3cret"]).unwrap();
+    let sig = signer.sign(no_id);
+    let outcome = guard
+        .handle(&[("x-sig", sig.as_str())], no_id, |_| async { Ok(()) })
+        .await;
+    assert!(matches!(
+        outcome,
+        Outcome::Rejected(Rejection::MissingId(_))
+    ));
+    for bad in [
+        r#"{"id":"a\nb"}"#.to_owned(),
+        format!(r#"{{"id":"{}"}}"#, "x".repeat(40)),
+    ] {
+        let guard = WebhookGuard::builder()
+            .store(store.clone())
+            .verifier(NoVerification)
+            .event_id(EventId::json_field(["id"]))
+            .build()
+            .unwrap();
+        let long_guard_body = bad.replace(&"x".repeat(40), &"x".repeat(300));
+        let outcome = guard
+            .handle(&[("a", "b")], long_guard_body.as_bytes(), |_| async {
+                Ok(())
+            })
+            .await;
+        assert!(
+            matches!(outcome, Outcome::Rejected(Rejection::InvalidId(_))),
+            "{outcome:?}"
+        );
+    }
+    assert!(store.is_empty(), "a rejected delivery stores nothing");
+    // And the genuine delivery passes.
+    let outcome = guard
+        .handle(&[("X-Sig", good.as_str())], body, |_| async { Ok(()) })
+        .await;
+    assert!(matches!(outcome, Outcome::Processed { .. }));
+}
+
+/// A store that fails like an unreachable server while `down` is set.
+#[derive(Debug, Default)]
+struct Flaky {
+    inner: MemoryStore,
+    down: std::sync::atomic::AtomicBool,
+    finish_down: std::sync::atomic::AtomicBool,
+}
+
+impl Flaky {
+    fn check(&self, flag: &std::sync::atomic::AtomicBool) -> Result<(), StoreError> {
+        if flag.load(Ordering::SeqCst) {
+            Err(StoreError::unavailable(std::io::Error::new(
+                std::io::ErrorKind::ConnectionRefused,
+                "connection refused",
+            )))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+#[async_trait]
+impl ProcessedStore for Flaky {
+    async fn claim(&self, r: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
+        self.check(&self.down)?;
+        self.inner.claim(r).await
+    }
+    async fn finish(
+        &self,
+        k: Key<'_>,
+        t: FencingToken,
+        f: &Finish<'_>,
+    ) -> Result<Fence, StoreError> {
+        self.check(&self.down)?;
+        self.check(&self.finish_down)?;
+        self.inner.finish(k, t, f).await
+    }
+    async fn renew(
+        &self,
+        k: Key<'_>,
+        t: FencingToken,
+        l: DateTime<Utc>,
+        e: DateTime<Utc>,
+    ) -> Result<Fence, StoreError> {
+        self.check(&self.down)?;
+        self.inner.renew(k, t, l, e).await
+    }
+    async fn get(&self, k: Key<'_>) -> Result<Option<Record>, StoreError> {
+        self.check(&self.down)?;
+        self.inner.get(k).await
+    }
+    async fn delete(&self, k: Key<'_>, now: DateTime<Utc>) -> Result<Deleted, StoreError> {
+        self.check(&self.down)?;
+        self.inner.delete(k, now).await
+    }
+    async fn purge_expired(&self, now: DateTime<Utc>, limit: usize) -> Result<u64, StoreError> {
+        self.check(&self.down)?;
+        self.inner.purge_expired(now, limit).await
+    }
+    async fn stuck(&self, now: DateTime<Utc>, limit: usize) -> Result<Vec<Record>, StoreError> {
+        self.check(&self.down)?;
+        self.inner.stuck(now, limit).await
+    }
+}
+
+#[tokio::test]
+async fn a_store_outage_answers_503_runs_nothing_and_loses_nothing() {
+    let store = Arc::new(Flaky::default());
+    let hooks = Arc::new(Recorder::default());
+    let guard = WebhookGuard::builder()
+        .shared_store(store.clone())
+        .verifier(NoVerification)
+        .event_id(EventId::header("x-id"))
+        .hooks(hooks.clone())
+        .build()
+        .unwrap();
+    store.down.store(true, Ordering::SeqCst);
+    let outcome = guard
+        .handle(&[("x-id", "evt_out")], b"{}", |_| async {
+            panic!("must not run")
+        })
+        .await;
+    let Outcome::StoreUnavailable { error, .. } = &outcome else {
+        panic!("expected StoreUnavailable, got {outcome:?}");
+    };
+    assert!(error.is_unavailable());
+    assert!(
+        std::error::Error::source(error).is_some(),
+        "the driver's error is kept"
+    );
+    let answer = guard.answer(&outcome);
+    assert_eq!((answer.status.as_u16(), answer.retry_after), (503, Some(5)));
+    store.down.store(false, Ordering::SeqCst);
+    assert!(matches!(
+        ok_run(&guard, "evt_out", b"{}").await,
+        Outcome::Processed { .. }
+    ));
+
+    // The store fails between claim and completion: reported, answered 200 so the
+    // sender does not redeliver work that is done.
+    store.finish_down.store(true, Ordering::SeqCst);
+    let outcome = ok_run(&guard, "evt_mid", b"{}").await;
+    assert!(matches!(outcome, Outcome::Unrecorded { .. }), "{outcome:?}");
+    assert_eq!(guard.answer(&outcome).status, 200);
+    assert_eq!(hooks.unrecorded.load(Ordering::SeqCst), 1);
+    store.finish_down.store(false, Ordering::SeqCst);
+    let stuck = guard.stuck(10).await.unwrap();
+    assert!(stuck.is_empty(), "the lease is still live");
+}
+
+#[tokio::test]
+async fn retention_purge_follows_the_injected_clock() {
+    let s = setup();
+    for i in 0..50 {
+        ok_run(&s.guard, &format!("evt_{i}"), b"{}").await;
+    }
+    let sweeper = s.guard.sweeper().batch(7);
+    s.clock.advance(TimeDelta::hours(71));
+    let report = sweeper.sweep().await.unwrap();
+    assert_eq!(report.purged, 0, "nothing expires before 72 h");
+    assert!(matches!(
+        ok_run(&s.guard, "evt_3", b"{}").await,
+        Outcome::Duplicate { .. }
+    ));
+    s.clock.advance(TimeDelta::hours(1));
+    let report = sweeper.sweep().await.unwrap();
+    assert_eq!(report.purged, 50);
+    assert!(s.guard.inspect("evt_3").await.unwrap().is_none());
+    assert!(matches!(
+        ok_run(&s.guard, "evt_3", b"{}").await,
+        Outcome::Processed { .. }
+    ));
+}
+
+#[tokio::test]
+async fn the_sweeper_reports_stuck_leases() {
+    let s = setup();
+    let Begin::Claimed(c) = s.guard.begin(&[("x-id", "evt_s")], b"{}").await else {
+        panic!("claim expected");
+    };
+    std::mem::forget(c);
+    s.clock.advance(TimeDelta::seconds(90));
+    let report = s.guard.sweeper().sweep().await.unwrap();
+    assert_eq!(report.stuck, 1);
+    assert_eq!(report.oldest_stuck, Some(Duration::from_secs(30)));
+    assert_eq!(s.guard.stuck(10).await.unwrap()[0].id, "evt_s");
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_spawned_sweeper_skips_the_first_tick_survives_errors_and_stops() {
+    #[derive(Debug, Default)]
+    struct Count(AtomicUsize);
+    impl Hooks for Count {
+        fn on_sweep(&self, _: &webhook_guard::SweepReport) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    let store = Arc::new(Flaky::default());
+    let count = Arc::new(Count::default());
+    let sweeper = webhook_guard::Sweeper::new(
+        store.clone(),
+        Arc::new(webhook_guard::SystemClock),
+        count.clone(),
+    )
+    .interval(Duration::from_secs(10));
+    let handle = sweeper.spawn();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(count.0.load(Ordering::SeqCst), 0, "no sweep at start");
+    store.down.store(true, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(
+        count.0.load(Ordering::SeqCst),
+        0,
+        "a failed sweep reports nothing"
+    );
+    store.down.store(false, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(
+        count.0.load(Ordering::SeqCst),
+        1,
+        "the sweeper went on after an error"
+    );
+    handle.shutdown().await;
+}
+
+#[tokio::test]
+async fn forget_allows_reprocessing_but_not_under_a_live_lease() {
+    let s = setup();
+    ok_run(&s.guard, "evt_f", b"{}").await;
+    assert_eq!(s.guard.forget("evt_f").await.unwrap(), Deleted::Removed);
+    assert!(matches!(
+        ok_run(&s.guard, "evt_f", b"{}").await,
+        Outcome::Processed { .. }
+    ));
+    let Begin::Claimed(c) = s.guard.begin(&[("x-id", "evt_g")], b"{}").await else {
+        panic!("claim expected");
+    };
+    assert_eq!(s.guard.forget("evt_g").await.unwrap(), Deleted::LeaseHeld);
+    drop(c.complete().await);
+    assert_eq!(s.guard.forget("nope").await.unwrap(), Deleted::NotFound);
+}
+
+#[test]
+fn the_builder_refuses_nonsense_with_typed_errors() {
+    let base = || {
+        WebhookGuard::builder()
+            .store(MemoryStore::new())
+            .verifier(NoVerification)
+    };
+    let err = |b: webhook_guard::WebhookGuardBuilder| b.build().unwrap_err();
+    assert_eq!(
+        err(WebhookGuard::builder().verifier(NoVerification)),
+        ConfigError::NoStore
+    );
+    assert_eq!(
+        err(WebhookGuard::builder().store(MemoryStore::new())),
+        ConfigError::NoVerifier
+    );
+    assert!(matches!(
+        err(base()
+            .lease(Duration::from_secs(600))
+            .retention(Duration::from_secs(60))),
+        ConfigError::RetentionBelowLease { .. }
+    ));
+    assert_eq!(err(base().escalate_after(0)), ConfigError::ZeroEscalation);
+    assert_eq!(
+        err(base().lease(Duration::ZERO)),
+        ConfigError::BadDuration("lease")
+    );
+    assert_eq!(err(base().namespace("")), ConfigError::BadNamespace);
+    assert_eq!(err(base().namespace("a\0b")), ConfigError::BadNamespace);
+    assert_eq!(err(base().max_body(0)), ConfigError::ZeroBodyLimit);
+    let guard = base().build().unwrap();
+    assert_eq!(guard.retention(), Duration::from_secs(72 * 3600));
+    assert_eq!(guard.lease(), Duration::from_secs(300));
+}
+
+#[tokio::test]
+async fn statuses_can_be_overridden() {
+    let guard = WebhookGuard::builder()
+        .store(MemoryStore::new())
+        .verifier(NoVerification)
+        .event_id(EventId::header("x-id"))
+        .status(OutcomeKind::Duplicate, http::StatusCode::ACCEPTED)
+        .build()
+        .unwrap();
+    ok_run(&guard, "a", b"").await;
+    let dup = ok_run(&guard, "a", b"").await;
+    assert_eq!(guard.answer(&dup).status, 202);
+    assert_eq!(guard.answer(&dup).reason, "duplicate");
+}
+
+#[test]
+fn every_outcome_kind_has_a_distinct_name() {
+    let names: std::collections::HashSet<_> = OutcomeKind::ALL.iter().map(|k| k.as_str()).collect();
+    assert_eq!(names.len(), OutcomeKind::ALL.len());
+}
