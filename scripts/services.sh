@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Starts the local Redis, PostgreSQL and MariaDB the backend tests use, when they are
+# not already answering, and exports their URLs. Source it: `. scripts/services.sh`.
+# Installs a missing server with apt-get (Debian) as a last resort.
+
+: "${WEBHOOK_GUARD_REDIS_URL:=redis://127.0.0.1:6379}"
+: "${WEBHOOK_GUARD_POSTGRES_URL:=postgres://postgres@127.0.0.1:5432/test}"
+: "${WEBHOOK_GUARD_MYSQL_URL:=mysql://root@127.0.0.1:3306/test}"
+export WEBHOOK_GUARD_REDIS_URL WEBHOOK_GUARD_POSTGRES_URL WEBHOOK_GUARD_MYSQL_URL
+
+_wg_wait() { # name, probe command...
+  local name=$1; shift
+  for _ in $(seq 1 60); do "$@" >/dev/null 2>&1 && return 0; sleep 0.5; done
+  echo "services: $name did not come up" >&2
+  return 1
+}
+
+_wg_apt() {
+  command -v apt-get >/dev/null || return 1
+  [ -n "${_WG_APT_UPDATED:-}" ] || { apt-get update -qq >/dev/null 2>&1; _WG_APT_UPDATED=1; }
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null 2>&1
+}
+
+wg_start_services() {
+  # Redis
+  if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
+    command -v redis-server >/dev/null || _wg_apt redis-server redis-tools
+    mkdir -p /var/lib/redis /var/log/redis
+    redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no \
+      --dir /var/lib/redis --logfile /var/log/redis/ci.log
+    _wg_wait redis redis-cli -h 127.0.0.1 -p 6379 ping || return 1
+  fi
+  # PostgreSQL
+  if ! pg_isready -h 127.0.0.1 -p 5432 >/dev/null 2>&1; then
+    command -v pg_ctlcluster >/dev/null || _wg_apt postgresql
+    pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n1)" main start
+    _wg_wait postgresql pg_isready -h 127.0.0.1 -p 5432 || return 1
+  fi
+  psql -h 127.0.0.1 -U postgres -tc "select 1 from pg_database where datname='test'" 2>/dev/null | grep -q 1 \
+    || psql -h 127.0.0.1 -U postgres -c "create database test" >/dev/null 2>&1 || true
+  # MariaDB
+  if ! mariadb -h 127.0.0.1 -uroot -e 'select 1' >/dev/null 2>&1; then
+    command -v mariadbd >/dev/null || _wg_apt mariadb-server
+    start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd
+    _wg_wait mariadb mariadb -h 127.0.0.1 -uroot -e 'select 1' || return 1
+  fi
+  mariadb -h 127.0.0.1 -uroot -e 'create database if not exists test' >/dev/null 2>&1 || true
+}

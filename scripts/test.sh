@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The test command: starts the backend servers when needed, then runs every test
+# (unit, integration against the real servers, doctests, examples built) with all features.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/services.sh
+wg_start_services
+cargo test --all-features "$@"
