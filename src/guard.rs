@@ -34,6 +34,9 @@ pub const DEFAULT_MAX_BODY: usize = 1 << 20;
 /// The longest event id accepted, in bytes.
 pub const MAX_ID_LEN: usize = 255;
 
+/// A function that finds the event id in a delivery's headers and body.
+pub type IdExtractor = dyn Fn(&dyn Headers, &[u8]) -> Option<String> + Send + Sync;
+
 /// Where the guard finds a delivery's event id.
 #[derive(Clone)]
 #[non_exhaustive]
@@ -46,7 +49,7 @@ pub enum EventId {
     /// building the document.
     JsonField(Vec<String>),
     /// A function of the headers and body.
-    Custom(Arc<dyn Fn(&dyn Headers, &[u8]) -> Option<String> + Send + Sync>),
+    Custom(Arc<IdExtractor>),
 }
 
 impl EventId {

@@ -113,9 +113,9 @@ pub mod verify;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use guard::{
-    Begin, Claimed, ConfigError, Event, EventId, HandlerError, InProgressAnswer, LeaseError,
-    VerifiedDelivery, WebhookGuard, WebhookGuardBuilder, DEFAULT_ESCALATE_AFTER, DEFAULT_LEASE,
-    DEFAULT_MAX_BODY, DEFAULT_RETENTION, MAX_ID_LEN,
+    Begin, Claimed, ConfigError, Event, EventId, HandlerError, IdExtractor, InProgressAnswer,
+    LeaseError, VerifiedDelivery, WebhookGuard, WebhookGuardBuilder, DEFAULT_ESCALATE_AFTER,
+    DEFAULT_LEASE, DEFAULT_MAX_BODY, DEFAULT_RETENTION, MAX_ID_LEN,
 };
 pub use headers::Headers;
 pub use hooks::{Hooks, NoHooks};

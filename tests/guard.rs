@@ -414,7 +414,8 @@ async fn bad_input_is_rejected_and_nothing_is_stored() {
         .max_body(64)
         .build()
         .unwrap();
-    let cases: Vec<(Vec<(&str, String)>, Vec<u8>, &str, u16)> = vec![
+    type Case<'a> = (Vec<(&'a str, String)>, Vec<u8>, &'a str, u16);
+    let cases: Vec<Case<'_>> = vec![
         (vec![], body.to_vec(), "missing_header", 401),
         (
             vec![("x-sig", "00".repeat(32))],
