@@ -8,7 +8,7 @@ use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visi
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum FieldError {
-    /// The body is not valid JSON (or nests deeper than 128 levels).
+    /// The body is not valid JSON.
     #[error("body is not valid JSON: {0}")]
     InvalidJson(String),
     /// The path does not lead to a value.
@@ -174,7 +174,13 @@ mod tests {
             field(br#"{"id":"a"} trailing"#, &["id"]),
             Err(FieldError::InvalidJson(_))
         ));
-        let deep = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
+        // Deep nesting off the path is skipped without recursion; unbalanced is invalid.
+        let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+        assert_eq!(
+            field(deep.as_bytes(), &["id"]),
+            Err(FieldError::Missing("id".into()))
+        );
+        let deep = format!(r#"{{"x":{}{}}}"#, "[".repeat(100_000), "]".repeat(99_999));
         assert!(matches!(
             field(deep.as_bytes(), &["id"]),
             Err(FieldError::InvalidJson(_))
