@@ -15,7 +15,11 @@ use http::StatusCode;
 
 use crate::clock::{Clock, SystemClock};
 use crate::hooks::{Escalation, Hooks, NoHooks};
+use crate::inbox::{Enqueued, InboxStore, NewEvent};
+use crate::meta::{EventMeta, MetaExtractor};
+use crate::ordering::{Freshness, ObjectKey, ObjectStatus, OrderingStore};
 use crate::outcome::{Answer, Outcome, OutcomeKind, Rejection, Unrecorded};
+use crate::reconcile::{ReconcileReason, ReconcileRequest, Reconciler};
 use crate::store::{
     Claim, ClaimRequest, Deleted, DynProcessedStore, FailureNote, Fence, FencingToken, Fingerprint,
     Finish, Key, ProcessedStore, Record, RecordState, StoreError, HISTORY_LIMIT,
@@ -181,6 +185,9 @@ pub enum ConfigError {
     /// The body limit is zero.
     #[error("max_body must be positive")]
     ZeroBodyLimit,
+    /// The operation needs an inbox (see [`WebhookGuardBuilder::inbox`]).
+    #[error("no inbox configured")]
+    NoInbox,
 }
 
 /// Builds a [`WebhookGuard`]. See [`WebhookGuard::builder`].
@@ -199,10 +206,44 @@ pub struct WebhookGuardBuilder {
     max_body: usize,
     in_progress: InProgressAnswer,
     fingerprint: bool,
-    status: [Option<StatusCode>; 10],
+    status: [Option<StatusCode>; KINDS],
+    inbox: Option<Arc<dyn InboxStore>>,
+    ordering: Option<Arc<dyn OrderingStore>>,
+    reconciler: Option<Arc<dyn Reconciler>>,
+    meta: MetaExtractor,
 }
 
+const KINDS: usize = OutcomeKind::ALL.len();
+
 impl WebhookGuardBuilder {
+    /// The inbox for [`WebhookGuard::accept`] and [`WebhookGuard::worker`].
+    pub fn inbox(mut self, inbox: Arc<dyn InboxStore>) -> Self {
+        self.inbox = Some(inbox);
+        self
+    }
+
+    /// The ordering store: with it, an event older than one already seen for its
+    /// target object and family (see [`EventMeta`]) does not run the handler: it is
+    /// answered [`Outcome::Stale`] and the stale hook is called.
+    pub fn ordering(mut self, ordering: Arc<dyn OrderingStore>) -> Self {
+        self.ordering = Some(ordering);
+        self
+    }
+
+    /// The reconciler, called (in the background) when an id is escalated or fails
+    /// permanently, and by [`WebhookGuard::reconcile_stale`].
+    pub fn reconciler(mut self, reconciler: Arc<dyn Reconciler>) -> Self {
+        self.reconciler = Some(reconciler);
+        self
+    }
+
+    /// Where the event's type, creation time and target object are in the body
+    /// (default: nowhere). The ordering guard, the inbox and reconciliation use it.
+    pub fn event_meta(mut self, meta: MetaExtractor) -> Self {
+        self.meta = meta;
+        self
+    }
+
     /// The store (required).
     pub fn store(mut self, store: impl ProcessedStore) -> Self {
         self.store = Some(Arc::new(store));
@@ -341,6 +382,10 @@ impl WebhookGuardBuilder {
                 in_progress: self.in_progress,
                 fingerprint: self.fingerprint,
                 status: self.status,
+                inbox: self.inbox,
+                ordering: self.ordering,
+                reconciler: self.reconciler,
+                meta: self.meta,
             }),
         })
     }
@@ -377,7 +422,11 @@ struct Inner {
     max_body: usize,
     in_progress: InProgressAnswer,
     fingerprint: bool,
-    status: [Option<StatusCode>; 10],
+    status: [Option<StatusCode>; KINDS],
+    inbox: Option<Arc<dyn InboxStore>>,
+    ordering: Option<Arc<dyn OrderingStore>>,
+    reconciler: Option<Arc<dyn Reconciler>>,
+    meta: MetaExtractor,
 }
 
 impl fmt::Debug for Inner {
@@ -403,6 +452,9 @@ pub struct VerifiedDelivery {
     pub id: String,
     /// The signed timestamp, where the scheme signs one.
     pub signed_at: Option<DateTime<Utc>>,
+    /// Type, creation time and target object, as configured with
+    /// [`WebhookGuardBuilder::event_meta`].
+    pub meta: EventMeta,
 }
 
 /// The answer to [`WebhookGuard::begin`]: either this delivery won the claim, or
@@ -476,9 +528,84 @@ struct ClaimState {
     id: String,
     token: FencingToken,
     record: Record,
+    meta: EventMeta,
 }
 
 impl ClaimState {
+    fn object_key(&self) -> Option<(ObjectKey<'_>, DateTime<Utc>)> {
+        let object = self.meta.object.as_deref()?;
+        let created_at = self.meta.created_at?;
+        let key = ObjectKey {
+            namespace: &self.guard.inner.namespace,
+            object,
+            family: self.meta.family.as_deref().unwrap_or(""),
+        };
+        Some((key, created_at))
+    }
+
+    /// With an ordering store: `Some(Stale)` (the claim finished as completed) when a
+    /// newer event was already seen for the object, `Some(StoreUnavailable)` when the
+    /// ordering store failed (the claim released), `None` to run the handler.
+    async fn check_order(&self, now: DateTime<Utc>) -> Option<Outcome> {
+        let ordering = self.guard.inner.ordering.as_ref()?;
+        let (key, created_at) = self.object_key()?;
+        let newest = match ordering.observe(key, created_at, now).await {
+            Ok(Freshness::Fresh) => return None,
+            Ok(Freshness::Stale { newest }) => newest,
+            Err(error) => {
+                let released = self.fail_retryable(&[], error.to_string()).await;
+                tracing::debug!(id = %self.id, outcome = %released.kind(), "ordering store failed");
+                return Some(Outcome::StoreUnavailable {
+                    id: Some(self.id.clone()),
+                    error,
+                });
+            }
+        };
+        let finish = Finish {
+            state: RecordState::Completed,
+            failures: self.record.failures,
+            history: &self.record.history,
+            now,
+            expires_at: now + self.guard.inner.retention_delta,
+        };
+        if let Err(e) = self
+            .guard
+            .inner
+            .store
+            .finish(self.key(), self.token, &finish)
+            .await
+        {
+            tracing::warn!(id = %self.id, error = %e, "could not record a stale event");
+        }
+        self.guard.inner.hooks.on_stale(self.key(), &self.meta);
+        Some(Outcome::Stale {
+            id: self.id.clone(),
+            newest,
+        })
+    }
+
+    async fn settle_object(&self, status: ObjectStatus) {
+        let (Some(ordering), Some((key, created_at))) =
+            (&self.guard.inner.ordering, self.object_key())
+        else {
+            return;
+        };
+        let now = self.guard.inner.clock.now();
+        if let Err(e) = ordering.settle(key, created_at, status, now).await {
+            tracing::warn!(id = %self.id, error = %e, "could not settle object state");
+        }
+    }
+
+    fn reconcile(&self, reason: ReconcileReason) {
+        let request = ReconcileRequest::new(
+            self.guard.inner.namespace.clone(),
+            Some(self.id.clone()),
+            self.meta.clone(),
+            reason,
+        );
+        self.guard.spawn_reconcile(request);
+    }
+
     fn key(&self) -> Key<'_> {
         Key::new(&self.guard.inner.namespace, &self.id)
     }
@@ -554,9 +681,10 @@ impl<'a> Claimed<'a> {
         let result = inner.store.finish(state.key(), state.token, &finish).await;
         let reason = match result {
             Ok(Fence::Applied) => {
+                state.settle_object(ObjectStatus::Applied).await;
                 return Outcome::Processed {
                     id: state.id.clone(),
-                }
+                };
             }
             Ok(Fence::LeaseLost) => Unrecorded::LeaseLost,
             Err(e) => Unrecorded::Store(e),
@@ -633,6 +761,8 @@ impl ClaimState {
             tracing::warn!(id = %self.id, error = %e, "could not record a permanent failure");
         }
         inner.hooks.on_permanent_failure(self.key(), &error);
+        self.settle_object(ObjectStatus::Failed).await;
+        self.reconcile(ReconcileReason::PermanentFailure);
         Outcome::PermanentFailure {
             id: self.id.clone(),
             error,
@@ -662,6 +792,8 @@ impl ClaimState {
                     failures,
                     history,
                 });
+                self.settle_object(ObjectStatus::Failed).await;
+                self.reconcile(ReconcileReason::Escalated);
                 Outcome::Escalated {
                     id: self.id.clone(),
                     failures,
@@ -729,7 +861,11 @@ impl WebhookGuard {
             max_body: DEFAULT_MAX_BODY,
             in_progress: InProgressAnswer::default(),
             fingerprint: true,
-            status: [None; 10],
+            status: [None; KINDS],
+            inbox: None,
+            ordering: None,
+            reconciler: None,
+            meta: MetaExtractor::none(),
         }
     }
 
@@ -783,7 +919,12 @@ impl WebhookGuard {
         let signed_at = verified.signed_at;
         let id = inner.event_id.extract(headers, body, verified)?;
         check_id(&id)?;
-        Ok(VerifiedDelivery { id, signed_at })
+        let meta = inner.meta.extract(body);
+        Ok(VerifiedDelivery {
+            id,
+            signed_at,
+            meta,
+        })
     }
 
     /// Verifies the delivery and claims its id. Returns [`Begin::Claimed`] when this
@@ -799,13 +940,14 @@ impl WebhookGuard {
         let verified = self.verify(headers, body);
         async move {
             match verified {
-                Ok(delivery) => self.claim(delivery.id, body).await,
+                Ok(delivery) => self.claim(delivery, body).await,
                 Err(r) => Begin::Done(Outcome::Rejected(r)),
             }
         }
     }
 
-    async fn claim<'a>(&self, id: String, body: &'a [u8]) -> Begin<'a> {
+    async fn claim<'a>(&self, delivery: VerifiedDelivery, body: &'a [u8]) -> Begin<'a> {
+        let VerifiedDelivery { id, meta, .. } = delivery;
         let inner = &self.inner;
         let now = inner.clock.now();
         let fingerprint = if inner.fingerprint {
@@ -840,12 +982,16 @@ impl WebhookGuard {
             token: request.token,
             id,
             record,
+            meta,
         });
         if state.record.failures >= inner.escalate_after {
             // Earlier holders crashed or hung until their leases ran out: stop here.
             let history = state.history_with(now, "lease expired".into());
             let failures = state.record.failures;
             return Begin::Done(state.escalate(body, failures, &history, now).await);
+        }
+        if let Some(outcome) = state.check_order(now).await {
+            return Begin::Done(outcome);
         }
         Begin::Claimed(Claimed {
             state: Some(state),
@@ -862,7 +1008,7 @@ impl WebhookGuard {
     ) -> Outcome {
         let hooks = &self.inner.hooks;
         if self.inner.fingerprint && record.fingerprint != fingerprint {
-            hooks.on_conflict(record.key(), &record);
+            hooks.on_conflict(record.key());
             return Outcome::Conflict { id };
         }
         if record.state == RecordState::InProgress {
@@ -973,7 +1119,7 @@ impl WebhookGuard {
     }
 }
 
-async fn catch_unwind<F: Future>(fut: F) -> Result<F::Output, Box<dyn Any + Send>> {
+pub(crate) async fn catch_unwind<F: Future>(fut: F) -> Result<F::Output, Box<dyn Any + Send>> {
     let mut fut = pin!(fut);
     std::future::poll_fn(move |cx| {
         match std::panic::catch_unwind(AssertUnwindSafe(|| fut.as_mut().poll(cx))) {
@@ -985,10 +1131,176 @@ async fn catch_unwind<F: Future>(fut: F) -> Result<F::Output, Box<dyn Any + Send
     .await
 }
 
-fn panic_message(panic: &(dyn Any + Send)) -> &str {
+pub(crate) fn panic_message(panic: &(dyn Any + Send)) -> &str {
     panic
         .downcast_ref::<&str>()
         .copied()
         .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
         .unwrap_or("non-string panic payload")
+}
+
+/// What [`WebhookGuard::reconcile_stale`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ReconcileReport {
+    /// Objects found whose last event ended in failure.
+    pub found: usize,
+    /// Of those, how many the reconciler settled.
+    pub reconciled: usize,
+}
+
+/// Inbox mode, reconciliation.
+impl WebhookGuard {
+    /// Persist, then acknowledge: verifies the delivery, deduplicates it and stores
+    /// the event (payload, id, type, `created_at`, object) in the inbox in one atomic
+    /// step, and returns at once — [`Outcome::Accepted`] (answer 200) whether this
+    /// delivery stored it or an earlier one did. A [`Worker`](crate::inbox::Worker)
+    /// processes it afterwards. Without an inbox configured the outcome is
+    /// [`Outcome::StoreUnavailable`].
+    pub fn accept<'s, 'a>(
+        &'s self,
+        headers: &dyn Headers,
+        body: &'a [u8],
+    ) -> impl Future<Output = Outcome> + Send + use<'s, 'a> {
+        let verified = self.verify(headers, body);
+        async move {
+            let delivery = match verified {
+                Ok(d) => d,
+                Err(r) => return Outcome::Rejected(r),
+            };
+            let inner = &self.inner;
+            let Some(inbox) = &inner.inbox else {
+                tracing::error!("accept called on a guard without an inbox");
+                return Outcome::StoreUnavailable {
+                    id: Some(delivery.id),
+                    error: StoreError::backend("no inbox configured on this guard"),
+                };
+            };
+            let now = inner.clock.now();
+            let fingerprint = Fingerprint::of(body);
+            let key = Key::new(&inner.namespace, &delivery.id);
+            let event = NewEvent {
+                key,
+                fingerprint,
+                meta: &delivery.meta,
+                payload: body,
+                now,
+                expires_at: now + inner.retention_delta,
+            };
+            match inbox.enqueue(&event).await {
+                Ok(Enqueued::Inserted) => Outcome::Accepted {
+                    id: delivery.id,
+                    new: true,
+                },
+                Ok(Enqueued::Existing { fingerprint: f, .. })
+                    if inner.fingerprint && f != fingerprint =>
+                {
+                    inner.hooks.on_conflict(key);
+                    Outcome::Conflict { id: delivery.id }
+                }
+                Ok(Enqueued::Existing { .. }) => Outcome::Accepted {
+                    id: delivery.id,
+                    new: false,
+                },
+                Err(error) => Outcome::StoreUnavailable {
+                    id: Some(delivery.id),
+                    error,
+                },
+            }
+        }
+    }
+
+    /// A [`Worker`](crate::inbox::Worker) over this guard's inbox, with its
+    /// namespace, ordering store, reconciler, hooks, clock and retention.
+    ///
+    /// # Errors
+    /// [`ConfigError::NoInbox`] when the guard has no inbox.
+    #[cfg(feature = "tokio")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+    pub fn worker(
+        &self,
+        handler: impl crate::inbox::InboxHandler,
+    ) -> Result<crate::inbox::Worker, ConfigError> {
+        let inner = &self.inner;
+        let inbox = inner.inbox.clone().ok_or(ConfigError::NoInbox)?;
+        let mut worker = crate::inbox::Worker::new(inbox, inner.namespace.clone(), handler)
+            .hooks(inner.hooks.clone())
+            .clock(inner.clock.clone())
+            .retention(inner.retention);
+        if let Some(ordering) = &inner.ordering {
+            worker = worker.ordering(ordering.clone());
+        }
+        if let Some(reconciler) = &inner.reconciler {
+            worker = worker.reconciler(reconciler.clone());
+        }
+        Ok(worker)
+    }
+
+    /// Reconciles objects whose last event ended in failure (escalated, dead-lettered,
+    /// failed permanently) at least `older_than` ago, through the reconciler; each
+    /// object the reconciler settles is marked applied. Needs an ordering store and a
+    /// reconciler; without them it finds nothing.
+    ///
+    /// # Errors
+    /// The ordering store's error.
+    pub async fn reconcile_stale(
+        &self,
+        older_than: Duration,
+        limit: usize,
+    ) -> Result<ReconcileReport, StoreError> {
+        let inner = &self.inner;
+        let (Some(ordering), Some(reconciler)) = (&inner.ordering, &inner.reconciler) else {
+            return Ok(ReconcileReport::default());
+        };
+        let now = inner.clock.now();
+        let before = now - TimeDelta::from_std(older_than).unwrap_or(TimeDelta::MAX);
+        let failed = ordering.failed(&inner.namespace, before, limit).await?;
+        let mut report = ReconcileReport {
+            found: failed.len(),
+            reconciled: 0,
+        };
+        for object in failed {
+            let mut meta = EventMeta::new(None, Some(object.newest), Some(object.object.clone()));
+            meta.family = Some(object.family.clone());
+            let request = ReconcileRequest::new(
+                inner.namespace.clone(),
+                None,
+                meta,
+                ReconcileReason::StaleFailure,
+            );
+            match reconciler.reconcile(&request).await {
+                Ok(()) => {
+                    let now = inner.clock.now();
+                    ordering
+                        .settle(object.key(), object.newest, ObjectStatus::Applied, now)
+                        .await?;
+                    report.reconciled += 1;
+                }
+                Err(e) => {
+                    tracing::warn!(object = %object.object, error = %e, "reconciliation failed")
+                }
+            }
+        }
+        Ok(report)
+    }
+
+    fn spawn_reconcile(&self, request: ReconcileRequest) {
+        let Some(reconciler) = self.inner.reconciler.clone() else {
+            return;
+        };
+        #[cfg(feature = "tokio")]
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                if let Err(e) = reconciler.reconcile(&request).await {
+                    tracing::warn!(reason = request.reason.as_str(), error = %e, "reconciliation failed; reconcile_stale will retry");
+                }
+            });
+            return;
+        }
+        tracing::warn!(
+            reason = request.reason.as_str(),
+            "no runtime to reconcile on; reconcile_stale will pick it up"
+        );
+        drop((reconciler, request));
+    }
 }

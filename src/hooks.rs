@@ -2,6 +2,8 @@
 
 use std::fmt;
 
+use crate::inbox::InboxEvent;
+use crate::meta::EventMeta;
 use crate::outcome::Unrecorded;
 use crate::store::{FailureNote, Key, Record};
 use crate::sweeper::SweepReport;
@@ -37,8 +39,8 @@ pub trait Hooks: fmt::Debug + Send + Sync + 'static {
     }
 
     /// An id came back with a different body. Worth an alert.
-    fn on_conflict(&self, key: Key<'_>, existing: &Record) {
-        let _ = (key, existing);
+    fn on_conflict(&self, key: Key<'_>) {
+        let _ = key;
     }
 
     /// The handler failed with a retryable error; `failures` counts them for the id.
@@ -63,6 +65,18 @@ pub trait Hooks: fmt::Debug + Send + Sync + 'static {
         let _ = (key, reason);
     }
 
+    /// An event older than one already seen for its object and family was skipped
+    /// (ordering guard). Hand it to your own logic if older events still matter.
+    fn on_stale(&self, key: Key<'_>, meta: &EventMeta) {
+        let _ = (key, meta);
+    }
+
+    /// The inbox worker gave up on an event (last attempt failed, or a permanent
+    /// failure). Worth an alert; the reconciler is asked next.
+    fn on_dead_letter(&self, event: &InboxEvent, error: &str) {
+        let _ = (event, error);
+    }
+
     /// The sweeper finished a pass.
     fn on_sweep(&self, report: &SweepReport) {
         let _ = report;
@@ -82,8 +96,8 @@ impl<H: Hooks + ?Sized> Hooks for std::sync::Arc<H> {
     fn on_duplicate(&self, record: &Record) {
         (**self).on_duplicate(record);
     }
-    fn on_conflict(&self, key: Key<'_>, existing: &Record) {
-        (**self).on_conflict(key, existing);
+    fn on_conflict(&self, key: Key<'_>) {
+        (**self).on_conflict(key);
     }
     fn on_failure(&self, key: Key<'_>, failures: u32, error: &str) {
         (**self).on_failure(key, failures, error);
@@ -96,6 +110,12 @@ impl<H: Hooks + ?Sized> Hooks for std::sync::Arc<H> {
     }
     fn on_unrecorded(&self, key: Key<'_>, reason: &Unrecorded) {
         (**self).on_unrecorded(key, reason);
+    }
+    fn on_stale(&self, key: Key<'_>, meta: &EventMeta) {
+        (**self).on_stale(key, meta);
+    }
+    fn on_dead_letter(&self, event: &InboxEvent, error: &str) {
+        (**self).on_dead_letter(event, error);
     }
     fn on_sweep(&self, report: &SweepReport) {
         (**self).on_sweep(report);

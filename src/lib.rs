@@ -105,8 +105,12 @@ pub mod conformance;
 mod guard;
 mod headers;
 pub mod hooks;
+pub mod inbox;
 pub mod json;
+pub mod meta;
+pub mod ordering;
 pub mod outcome;
+pub mod reconcile;
 pub mod store;
 mod sweeper;
 pub mod verify;
@@ -114,8 +118,8 @@ pub mod verify;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use guard::{
     Begin, Claimed, ConfigError, Event, EventId, HandlerError, IdExtractor, InProgressAnswer,
-    LeaseError, VerifiedDelivery, WebhookGuard, WebhookGuardBuilder, DEFAULT_ESCALATE_AFTER,
-    DEFAULT_LEASE, DEFAULT_MAX_BODY, DEFAULT_RETENTION, MAX_ID_LEN,
+    LeaseError, ReconcileReport, VerifiedDelivery, WebhookGuard, WebhookGuardBuilder,
+    DEFAULT_ESCALATE_AFTER, DEFAULT_LEASE, DEFAULT_MAX_BODY, DEFAULT_RETENTION, MAX_ID_LEN,
 };
 pub use headers::Headers;
 pub use hooks::{Hooks, NoHooks};

@@ -78,6 +78,22 @@ pub enum Outcome {
         /// Why it was not recorded.
         reason: Unrecorded,
     },
+    /// Inbox mode: the event is stored durably (by this delivery when `new`, else by an
+    /// earlier one) and a worker will process it. Answer 200.
+    Accepted {
+        /// The event id.
+        id: String,
+        /// Whether this delivery stored it.
+        new: bool,
+    },
+    /// The ordering guard found a newer event already seen for the same object and
+    /// family: the handler did not run, the stale hook was called. Answer 200.
+    Stale {
+        /// The event id.
+        id: String,
+        /// The `created_at` of the newest event seen for the object.
+        newest: chrono::DateTime<chrono::Utc>,
+    },
     /// The store could not be reached or failed. Nothing ran. Answer 503: the sender
     /// retries and nothing is lost.
     StoreUnavailable {
@@ -176,11 +192,15 @@ pub enum OutcomeKind {
     Unrecorded,
     /// See [`Outcome::StoreUnavailable`].
     StoreUnavailable,
+    /// See [`Outcome::Accepted`].
+    Accepted,
+    /// See [`Outcome::Stale`].
+    Stale,
 }
 
 impl OutcomeKind {
     /// Every kind, in declaration order.
-    pub const ALL: [OutcomeKind; 10] = [
+    pub const ALL: [OutcomeKind; 12] = [
         Self::Processed,
         Self::Duplicate,
         Self::InProgress,
@@ -191,6 +211,8 @@ impl OutcomeKind {
         Self::PermanentFailure,
         Self::Unrecorded,
         Self::StoreUnavailable,
+        Self::Accepted,
+        Self::Stale,
     ];
 
     /// The name used in logs and metrics, such as `"processed"`.
@@ -206,6 +228,8 @@ impl OutcomeKind {
             Self::PermanentFailure => "permanent_failure",
             Self::Unrecorded => "unrecorded",
             Self::StoreUnavailable => "store_unavailable",
+            Self::Accepted => "accepted",
+            Self::Stale => "stale",
         }
     }
 
@@ -220,7 +244,9 @@ impl OutcomeKind {
             | Self::Duplicate
             | Self::Escalated
             | Self::PermanentFailure
-            | Self::Unrecorded => StatusCode::OK,
+            | Self::Unrecorded
+            | Self::Accepted
+            | Self::Stale => StatusCode::OK,
             Self::InProgress => StatusCode::CONFLICT,
             Self::Rejected => StatusCode::BAD_REQUEST,
             Self::Conflict => StatusCode::UNPROCESSABLE_ENTITY,
@@ -250,6 +276,8 @@ impl Outcome {
             Self::PermanentFailure { .. } => OutcomeKind::PermanentFailure,
             Self::Unrecorded { .. } => OutcomeKind::Unrecorded,
             Self::StoreUnavailable { .. } => OutcomeKind::StoreUnavailable,
+            Self::Accepted { .. } => OutcomeKind::Accepted,
+            Self::Stale { .. } => OutcomeKind::Stale,
         }
     }
 
@@ -263,7 +291,9 @@ impl Outcome {
             | Self::RetryableFailure { id, .. }
             | Self::Escalated { id, .. }
             | Self::PermanentFailure { id, .. }
-            | Self::Unrecorded { id, .. } => Some(id),
+            | Self::Unrecorded { id, .. }
+            | Self::Accepted { id, .. }
+            | Self::Stale { id, .. } => Some(id),
             Self::StoreUnavailable { id, .. } => id.as_deref(),
             Self::Rejected(_) => None,
         }

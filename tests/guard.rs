@@ -40,7 +40,7 @@ impl Hooks for Recorder {
     fn on_duplicate(&self, _: &Record) {
         self.duplicates.fetch_add(1, Ordering::SeqCst);
     }
-    fn on_conflict(&self, _: Key<'_>, _: &Record) {
+    fn on_conflict(&self, _: Key<'_>) {
         self.conflicts.fetch_add(1, Ordering::SeqCst);
     }
     fn on_failure(&self, _: Key<'_>, _: u32, _: &str) {

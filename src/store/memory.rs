@@ -16,7 +16,9 @@ use super::{
 /// How many expired records one purge removes per lock hold, so claims wait little.
 const PURGE_CHUNK: usize = 256;
 
-/// A concurrent in-memory [`ProcessedStore`], the default.
+/// A concurrent in-memory [`ProcessedStore`], the default. It also keeps an inbox
+/// ([`InboxStore`](crate::inbox::InboxStore)) and an ordering ledger
+/// ([`OrderingStore`](crate::ordering::OrderingStore)).
 ///
 /// Records are spread over lock-striped shards; each shard keeps an expiry queue so
 /// a purge touches only records that are due, in small batches. Nothing survives a
@@ -31,6 +33,8 @@ pub struct MemoryStore {
 struct Inner {
     hasher: RandomState,
     shards: Box<[Mutex<Shard>]>,
+    queue: Mutex<crate::inbox::memory::Queue>,
+    ledger: Mutex<crate::inbox::memory::Ledger>,
 }
 
 #[derive(Debug, Default)]
@@ -114,6 +118,8 @@ impl MemoryStore {
             inner: Arc::new(Inner {
                 hasher: RandomState::new(),
                 shards: (0..n).map(|_| Mutex::default()).collect(),
+                queue: Mutex::default(),
+                ledger: Mutex::default(),
             }),
         }
     }
@@ -130,6 +136,14 @@ impl MemoryStore {
     /// Whether the store holds no record.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    pub(crate) fn queue(&self) -> &Mutex<crate::inbox::memory::Queue> {
+        &self.inner.queue
+    }
+
+    pub(crate) fn ledger(&self) -> &Mutex<crate::inbox::memory::Ledger> {
+        &self.inner.ledger
     }
 
     fn shard(&self, key: &str) -> MutexGuard<'_, Shard> {

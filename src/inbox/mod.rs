@@ -1,0 +1,283 @@
+//! Persist, then acknowledge: the inbox.
+//!
+//! In inbox mode the guard does not run your handler inside the provider's request.
+//! [`WebhookGuard::accept`](crate::WebhookGuard::accept) verifies the delivery,
+//! deduplicates it and stores the event durably in one atomic step, then answers
+//! 2xx — fast, whatever processing costs (Stripe gives up after 5 s, Jamm after
+//! 2 minutes). A [`Worker`] then processes stored events on your own infrastructure
+//! with your own retry policy: the provider's hourly retries are never your job queue.
+
+pub(crate) mod memory;
+#[cfg(feature = "tokio")]
+mod worker;
+
+use std::fmt;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+use crate::meta::EventMeta;
+use crate::store::{Fence, FencingToken, Fingerprint, Key, StoreError};
+
+#[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+pub use worker::{InboxHandler, RetryPolicy, Worker, WorkerHandle};
+
+/// Where an inbox event stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum InboxState {
+    /// Stored, waiting for a worker (first run, or a retry at `next_attempt_at`).
+    Pending,
+    /// A worker holds its lease.
+    Running,
+    /// Processed. Terminal.
+    Done,
+    /// Failed its last attempt, or failed permanently. Terminal; reconcile.
+    Dead,
+    /// Older than an event already applied to its object. Terminal.
+    Skipped,
+}
+
+impl InboxState {
+    /// The name stores write.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Running => "running",
+            Self::Done => "done",
+            Self::Dead => "dead",
+            Self::Skipped => "skipped",
+        }
+    }
+
+    /// Parses [`InboxState::as_str`].
+    pub fn parse(text: &str) -> Option<Self> {
+        Some(match text {
+            "pending" => Self::Pending,
+            "running" => Self::Running,
+            "done" => Self::Done,
+            "dead" => Self::Dead,
+            "skipped" => Self::Skipped,
+            _ => return None,
+        })
+    }
+
+    /// Whether no worker will run the event again.
+    pub fn is_settled(self) -> bool {
+        matches!(self, Self::Done | Self::Dead | Self::Skipped)
+    }
+}
+
+impl fmt::Display for InboxState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A stored event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct InboxEvent {
+    /// The namespace.
+    pub namespace: String,
+    /// The event id.
+    pub id: String,
+    /// The fingerprint of the payload.
+    pub fingerprint: Fingerprint,
+    /// Type, creation time and target object.
+    pub meta: EventMeta,
+    /// The raw body, as received and verified.
+    pub payload: Vec<u8>,
+    /// Where it stands.
+    pub state: InboxState,
+    /// How many times a worker leased it.
+    pub attempts: u32,
+    /// The token of the latest lease.
+    pub token: FencingToken,
+    /// Until when the latest lease holds (meaningful while `Running`).
+    pub lease_until: DateTime<Utc>,
+    /// When a `Pending` event is due.
+    pub next_attempt_at: DateTime<Utc>,
+    /// The latest failure.
+    pub last_error: Option<String>,
+    /// When it was accepted.
+    pub received_at: DateTime<Utc>,
+    /// When it last changed.
+    pub updated_at: DateTime<Utc>,
+    /// When a settled event may be purged (unsettled events are never purged).
+    pub expires_at: DateTime<Utc>,
+}
+
+impl InboxEvent {
+    /// The event's key.
+    pub fn key(&self) -> Key<'_> {
+        Key::new(&self.namespace, &self.id)
+    }
+
+    /// A freshly accepted event, for store implementations.
+    pub fn accepted(new: &NewEvent<'_>) -> Self {
+        Self {
+            namespace: new.key.namespace.to_owned(),
+            id: new.key.id.to_owned(),
+            fingerprint: new.fingerprint,
+            meta: new.meta.clone(),
+            payload: new.payload.to_vec(),
+            state: InboxState::Pending,
+            attempts: 0,
+            token: FencingToken(0),
+            lease_until: new.now,
+            next_attempt_at: new.now,
+            last_error: None,
+            received_at: new.now,
+            updated_at: new.now,
+            expires_at: new.expires_at,
+        }
+    }
+}
+
+/// An event to store: see [`InboxStore::enqueue`].
+#[derive(Debug, Clone, Copy)]
+pub struct NewEvent<'a> {
+    /// The event's key.
+    pub key: Key<'a>,
+    /// The payload's fingerprint.
+    pub fingerprint: Fingerprint,
+    /// Its metadata.
+    pub meta: &'a EventMeta,
+    /// The raw body.
+    pub payload: &'a [u8],
+    /// The current time.
+    pub now: DateTime<Utc>,
+    /// The dedup horizon: the id is remembered at least until then.
+    pub expires_at: DateTime<Utc>,
+}
+
+/// The answer to [`InboxStore::enqueue`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Enqueued {
+    /// Stored: a worker will process it.
+    Inserted,
+    /// The id is already stored (or processed within retention).
+    Existing {
+        /// The stored payload's fingerprint (a different one is a conflict).
+        fingerprint: Fingerprint,
+        /// Where the stored event stands.
+        state: InboxState,
+    },
+}
+
+/// How a worker settles a leased event: see [`InboxStore::settle`].
+#[derive(Debug, Clone, Copy)]
+pub struct Settle<'a> {
+    /// `Done`, `Dead`, `Skipped`, or `Pending` for a retry.
+    pub state: InboxState,
+    /// For a retry: when it is due.
+    pub next_attempt_at: DateTime<Utc>,
+    /// The failure, if any.
+    pub error: Option<&'a str>,
+    /// The current time.
+    pub now: DateTime<Utc>,
+    /// When a settled event may be purged.
+    pub expires_at: DateTime<Utc>,
+}
+
+/// A durable queue of accepted events, deduplicated by key.
+///
+/// # Contract
+/// Every method is atomic per key across all processes sharing the store; times come
+/// from the caller.
+/// - **enqueue**: if no event is stored under the key, or the stored one is settled
+///   and `expires_at <= now`, store a fresh [`InboxEvent::accepted`] and answer
+///   [`Enqueued::Inserted`]; otherwise change nothing and answer `Existing`.
+/// - **lease**: atomically take up to `limit` events of `namespace` that are due —
+///   `Pending` with `next_attempt_at <= now`, or `Running` with `lease_until <= now`
+///   (a dead worker's event) — oldest due first; set each `Running`, a fresh random
+///   token, `attempts + 1`, `lease_until`, `updated_at = now`, and return them. Two
+///   concurrent leases never return the same event.
+/// - **settle**: if the event is `Running` with `token`, set state,
+///   `next_attempt_at`, `last_error` (when given), `updated_at` and `expires_at`, and
+///   answer [`Fence::Applied`]; otherwise [`Fence::LeaseLost`].
+/// - **renew**: the same fence; sets `lease_until`.
+/// - **get**: the event or `None`.
+/// - **purge_settled**: removes up to `limit` settled events with `expires_at <= now`.
+#[async_trait]
+pub trait InboxStore: fmt::Debug + Send + Sync + 'static {
+    /// Stores an accepted event unless its id is known.
+    async fn enqueue(&self, event: &NewEvent<'_>) -> Result<Enqueued, StoreError>;
+
+    /// Leases due events of `namespace`.
+    async fn lease(
+        &self,
+        namespace: &str,
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<InboxEvent>, StoreError>;
+
+    /// Settles a leased event.
+    async fn settle(
+        &self,
+        key: Key<'_>,
+        token: FencingToken,
+        settle: &Settle<'_>,
+    ) -> Result<Fence, StoreError>;
+
+    /// Extends a lease.
+    async fn renew(
+        &self,
+        key: Key<'_>,
+        token: FencingToken,
+        lease_until: DateTime<Utc>,
+    ) -> Result<Fence, StoreError>;
+
+    /// The event under `key`.
+    async fn get(&self, key: Key<'_>) -> Result<Option<InboxEvent>, StoreError>;
+
+    /// Removes up to `limit` settled, expired events.
+    async fn purge_settled(&self, now: DateTime<Utc>, limit: usize) -> Result<u64, StoreError>;
+}
+
+#[deny(clippy::missing_trait_methods)]
+#[async_trait]
+impl<T: InboxStore + ?Sized> InboxStore for std::sync::Arc<T> {
+    async fn enqueue(&self, event: &NewEvent<'_>) -> Result<Enqueued, StoreError> {
+        (**self).enqueue(event).await
+    }
+
+    async fn lease(
+        &self,
+        namespace: &str,
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<InboxEvent>, StoreError> {
+        (**self).lease(namespace, now, lease_until, limit).await
+    }
+
+    async fn settle(
+        &self,
+        key: Key<'_>,
+        token: FencingToken,
+        settle: &Settle<'_>,
+    ) -> Result<Fence, StoreError> {
+        (**self).settle(key, token, settle).await
+    }
+
+    async fn renew(
+        &self,
+        key: Key<'_>,
+        token: FencingToken,
+        lease_until: DateTime<Utc>,
+    ) -> Result<Fence, StoreError> {
+        (**self).renew(key, token, lease_until).await
+    }
+
+    async fn get(&self, key: Key<'_>) -> Result<Option<InboxEvent>, StoreError> {
+        (**self).get(key).await
+    }
+
+    async fn purge_settled(&self, now: DateTime<Utc>, limit: usize) -> Result<u64, StoreError> {
+        (**self).purge_settled(now, limit).await
+    }
+}

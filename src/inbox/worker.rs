@@ -1,0 +1,515 @@
+//! The inbox worker: leases stored events and runs the handler with its own retries.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, TimeDelta, Utc};
+
+use super::{InboxEvent, InboxState, InboxStore, Settle};
+use crate::clock::{Clock, SystemClock};
+use crate::guard::{catch_unwind, panic_message, HandlerError};
+use crate::hooks::{Hooks, NoHooks};
+use crate::ordering::{Freshness, ObjectKey, ObjectStatus, OrderingStore};
+use crate::reconcile::{ReconcileReason, ReconcileRequest, Reconciler};
+use crate::store::{Fence, FencingToken, StoreError};
+
+/// Processes one stored event. Implemented for closures
+/// `Fn(InboxEvent) -> impl Future<Output = Result<(), HandlerError>>`.
+#[async_trait]
+pub trait InboxHandler: Send + Sync + 'static {
+    /// Processes `event`. A retryable error is retried by the worker's policy.
+    async fn handle(&self, event: &InboxEvent) -> Result<(), HandlerError>;
+}
+
+#[async_trait]
+impl<F, Fut> InboxHandler for F
+where
+    F: Fn(InboxEvent) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<(), HandlerError>> + Send,
+{
+    async fn handle(&self, event: &InboxEvent) -> Result<(), HandlerError> {
+        self(event.clone()).await
+    }
+}
+
+/// When the worker retries a failed event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RetryPolicy {
+    /// Attempts before the event is dead-lettered (at least 1).
+    pub max_attempts: u32,
+    /// The delay after the first failure; it doubles with each attempt.
+    pub base: Duration,
+    /// The longest delay.
+    pub max: Duration,
+    /// Whether to spread each delay randomly over `[delay / 2, delay]`.
+    pub jitter: bool,
+}
+
+impl Default for RetryPolicy {
+    /// 8 attempts, from 1 s doubling to at most 5 minutes, with jitter.
+    fn default() -> Self {
+        Self {
+            max_attempts: 8,
+            base: Duration::from_secs(1),
+            max: Duration::from_secs(300),
+            jitter: true,
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// A policy of `max_attempts` attempts, exponential from `base` up to `max`.
+    pub fn exponential(max_attempts: u32, base: Duration, max: Duration) -> Self {
+        Self {
+            max_attempts: max_attempts.max(1),
+            base,
+            max,
+            jitter: true,
+        }
+    }
+
+    /// The same policy without jitter (for tests and exact schedules).
+    #[must_use]
+    pub fn without_jitter(mut self) -> Self {
+        self.jitter = false;
+        self
+    }
+
+    /// The delay after failed attempt number `attempt` (1-based).
+    pub fn delay(&self, attempt: u32) -> Duration {
+        let factor = 2u32.saturating_pow(attempt.saturating_sub(1).min(31));
+        let delay = self.base.saturating_mul(factor).min(self.max);
+        if !self.jitter {
+            return delay;
+        }
+        // Uniform in [delay/2, delay].
+        let frac = (FencingToken::random().0 >> 11) as f64 / (1u64 << 53) as f64;
+        delay.mul_f64(0.5 + frac / 2.0)
+    }
+}
+
+/// Runs the handler over an inbox's due events. Build it with
+/// [`WebhookGuard::worker`](crate::WebhookGuard::worker) (sharing the guard's inbox,
+/// ordering store, reconciler, hooks and clock) or [`Worker::new`]; run it with
+/// [`Worker::run_once`] or [`Worker::spawn`].
+///
+/// Several workers, in one process or many, can share one inbox: each event is leased
+/// to one of them at a time; a dead worker's lease runs out and the event is leased
+/// again.
+#[derive(Clone)]
+pub struct Worker {
+    inner: Arc<Inner>,
+}
+
+#[derive(Clone)]
+struct Inner {
+    inbox: Arc<dyn InboxStore>,
+    ordering: Option<Arc<dyn OrderingStore>>,
+    reconciler: Option<Arc<dyn Reconciler>>,
+    hooks: Arc<dyn Hooks>,
+    clock: Arc<dyn Clock>,
+    handler: Arc<dyn InboxHandler>,
+    namespace: String,
+    policy: RetryPolicy,
+    concurrency: usize,
+    lease: Duration,
+    poll: Duration,
+    timeout: Option<Duration>,
+    retention: Duration,
+}
+
+impl fmt::Debug for Worker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let i = &self.inner;
+        f.debug_struct("Worker")
+            .field("namespace", &i.namespace)
+            .field("inbox", &i.inbox)
+            .field("policy", &i.policy)
+            .field("concurrency", &i.concurrency)
+            .field("lease", &i.lease)
+            .field("timeout", &i.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Worker {
+    /// A worker over `inbox` for events of `namespace`, with default settings: 8
+    /// attempts with exponential backoff, 8 events at a time, a 5-minute lease, polling
+    /// every second, no handler time limit, settled events kept 72 h.
+    pub fn new(
+        inbox: Arc<dyn InboxStore>,
+        namespace: impl Into<String>,
+        handler: impl InboxHandler,
+    ) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                inbox,
+                ordering: None,
+                reconciler: None,
+                hooks: Arc::new(NoHooks),
+                clock: Arc::new(SystemClock),
+                handler: Arc::new(handler),
+                namespace: namespace.into(),
+                policy: RetryPolicy::default(),
+                concurrency: 8,
+                lease: Duration::from_secs(300),
+                poll: Duration::from_secs(1),
+                timeout: None,
+                retention: crate::DEFAULT_RETENTION,
+            }),
+        }
+    }
+
+    fn with(mut self, f: impl FnOnce(&mut Inner)) -> Self {
+        f(Arc::make_mut(&mut self.inner));
+        self
+    }
+
+    /// The retry policy.
+    #[must_use]
+    pub fn retry_policy(self, policy: RetryPolicy) -> Self {
+        self.with(|i| i.policy = policy)
+    }
+
+    /// How many events run at once (at least 1).
+    #[must_use]
+    pub fn concurrency(self, n: usize) -> Self {
+        self.with(|i| i.concurrency = n.max(1))
+    }
+
+    /// How long a lease holds before another worker may take the event.
+    #[must_use]
+    pub fn lease(self, lease: Duration) -> Self {
+        self.with(|i| i.lease = lease)
+    }
+
+    /// How long to wait when no event is due.
+    #[must_use]
+    pub fn poll_interval(self, poll: Duration) -> Self {
+        self.with(|i| i.poll = poll)
+    }
+
+    /// A time limit for one handler run. A run past it is an ambiguous outcome: the
+    /// reconciler is asked; if it succeeds the event is done, else it is retried.
+    #[must_use]
+    pub fn handler_timeout(self, timeout: Duration) -> Self {
+        self.with(|i| i.timeout = Some(timeout))
+    }
+
+    /// How long settled events are kept (the dedup horizon of `accept`).
+    #[must_use]
+    pub fn retention(self, retention: Duration) -> Self {
+        self.with(|i| i.retention = retention)
+    }
+
+    /// The ordering store: an event older than one already applied to its object is
+    /// skipped (state `Skipped`, the stale hook called).
+    #[must_use]
+    pub fn ordering(self, ordering: Arc<dyn OrderingStore>) -> Self {
+        self.with(|i| i.ordering = Some(ordering))
+    }
+
+    /// The reconciler, asked on dead letters, permanent failures and ambiguous outcomes.
+    #[must_use]
+    pub fn reconciler(self, reconciler: Arc<dyn Reconciler>) -> Self {
+        self.with(|i| i.reconciler = Some(reconciler))
+    }
+
+    /// The hooks (dead letters, stale events).
+    #[must_use]
+    pub fn hooks(self, hooks: Arc<dyn Hooks>) -> Self {
+        self.with(|i| i.hooks = hooks)
+    }
+
+    /// The clock.
+    #[must_use]
+    pub fn clock(self, clock: Arc<dyn Clock>) -> Self {
+        self.with(|i| i.clock = clock)
+    }
+
+    /// Leases up to `concurrency` due events, processes them concurrently, and returns
+    /// how many it processed.
+    ///
+    /// # Errors
+    /// The store's error when leasing failed; errors while settling one event are
+    /// logged, and that event's lease runs out and it is leased again.
+    pub async fn run_once(&self) -> Result<usize, StoreError> {
+        let i = &self.inner;
+        let now = i.clock.now();
+        let lease_until = now + delta(i.lease);
+        let events = i
+            .inbox
+            .lease(&i.namespace, now, lease_until, i.concurrency)
+            .await?;
+        let n = events.len();
+        let mut tasks = tokio::task::JoinSet::new();
+        for event in events {
+            let inner = self.inner.clone();
+            tasks.spawn(async move { inner.process(event).await });
+        }
+        while let Some(done) = tasks.join_next().await {
+            if let Err(e) = done {
+                tracing::error!(error = %e, "inbox task failed");
+            }
+        }
+        Ok(n)
+    }
+
+    /// Runs until stopped: processes due events, waits `poll_interval` when there are
+    /// none, purges settled events past retention once a minute, and logs and goes on
+    /// after a store error. [`WorkerHandle::shutdown`] lets the batch in flight finish.
+    pub fn spawn(self) -> WorkerHandle {
+        let (stop, mut stopped) = tokio::sync::watch::channel(false);
+        let task = tokio::spawn(async move {
+            let mut last_purge: Option<DateTime<Utc>> = None;
+            loop {
+                if *stopped.borrow() {
+                    return;
+                }
+                let idle = match self.run_once().await {
+                    Ok(n) => n == 0,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "inbox lease failed; will retry");
+                        true
+                    }
+                };
+                let now = self.inner.clock.now();
+                if last_purge.is_none_or(|t| now - t >= TimeDelta::minutes(1)) {
+                    last_purge = Some(now);
+                    if let Err(e) = self.inner.inbox.purge_settled(now, 1000).await {
+                        tracing::warn!(error = %e, "inbox purge failed; will retry");
+                    }
+                }
+                if idle {
+                    tokio::select! {
+                        _ = tokio::time::sleep(self.inner.poll) => {}
+                        _ = stopped.changed() => return,
+                    }
+                }
+            }
+        });
+        WorkerHandle { stop, task }
+    }
+}
+
+fn delta(d: Duration) -> TimeDelta {
+    TimeDelta::from_std(d).unwrap_or(TimeDelta::MAX)
+}
+
+enum Ran {
+    Ok,
+    Failed(HandlerError),
+    TimedOut,
+}
+
+impl Inner {
+    async fn process(&self, event: InboxEvent) {
+        let key = event.key();
+        if let Some(stale) = self.check_order(&event).await {
+            if stale {
+                self.hooks.on_stale(key, &event.meta);
+                self.settle(&event, InboxState::Skipped, None).await;
+            }
+            return;
+        }
+        let ran = self.run(&event).await;
+        match ran {
+            Ran::Ok => {
+                if self.settle(&event, InboxState::Done, None).await {
+                    self.settle_object(&event, ObjectStatus::Applied).await;
+                }
+            }
+            Ran::TimedOut => {
+                let reconciled = self.reconcile(&event, ReconcileReason::TimedOut).await;
+                if reconciled {
+                    self.settle(
+                        &event,
+                        InboxState::Done,
+                        Some("handler timed out; reconciled"),
+                    )
+                    .await;
+                    self.settle_object(&event, ObjectStatus::Applied).await;
+                } else {
+                    self.fail(&event, "handler timed out".into()).await;
+                }
+            }
+            Ran::Failed(HandlerError::Permanent(e)) => {
+                let error = e.to_string();
+                self.dead(&event, &error, ReconcileReason::PermanentFailure)
+                    .await;
+            }
+            Ran::Failed(HandlerError::Retryable(e)) => self.fail(&event, e.to_string()).await,
+        }
+    }
+
+    /// `None` to go on; `Some(true)` when the event is stale; `Some(false)` when the
+    /// ordering store failed and the event was put back.
+    async fn check_order(&self, event: &InboxEvent) -> Option<bool> {
+        let ordering = self.ordering.as_ref()?;
+        let (Some(object), Some(created_at)) = (&event.meta.object, event.meta.created_at) else {
+            return None;
+        };
+        let family = event.meta.family.as_deref().unwrap_or("");
+        let key = ObjectKey {
+            namespace: &event.namespace,
+            object,
+            family,
+        };
+        match ordering.observe(key, created_at, self.clock.now()).await {
+            Ok(Freshness::Fresh) => None,
+            Ok(Freshness::Stale { .. }) => Some(true),
+            Err(e) => {
+                tracing::warn!(id = %event.id, error = %e, "ordering store failed; retrying event");
+                self.retry_later(event, &e.to_string()).await;
+                Some(false)
+            }
+        }
+    }
+
+    async fn run(&self, event: &InboxEvent) -> Ran {
+        let run = catch_unwind(self.handler.handle(event));
+        let result = match self.timeout {
+            Some(limit) => match tokio::time::timeout(limit, run).await {
+                Ok(r) => r,
+                Err(_) => return Ran::TimedOut,
+            },
+            None => run.await,
+        };
+        match result {
+            Ok(Ok(())) => Ran::Ok,
+            Ok(Err(e)) => Ran::Failed(e),
+            Err(panic) => Ran::Failed(HandlerError::retryable(format!(
+                "handler panicked: {}",
+                panic_message(&*panic)
+            ))),
+        }
+    }
+
+    async fn fail(&self, event: &InboxEvent, error: String) {
+        if event.attempts >= self.policy.max_attempts {
+            self.dead(event, &error, ReconcileReason::DeadLettered)
+                .await;
+        } else {
+            self.hooks.on_failure(event.key(), event.attempts, &error);
+            self.retry_later(event, &error).await;
+        }
+    }
+
+    async fn retry_later(&self, event: &InboxEvent, error: &str) {
+        let now = self.clock.now();
+        let next = now + delta(self.policy.delay(event.attempts));
+        self.settle_at(event, InboxState::Pending, Some(error), next)
+            .await;
+    }
+
+    async fn dead(&self, event: &InboxEvent, error: &str, reason: ReconcileReason) {
+        if !self.settle(event, InboxState::Dead, Some(error)).await {
+            return;
+        }
+        self.hooks.on_dead_letter(event, error);
+        self.settle_object(event, ObjectStatus::Failed).await;
+        if self.reconcile(event, reason).await {
+            self.settle_object(event, ObjectStatus::Applied).await;
+        }
+    }
+
+    async fn settle(&self, event: &InboxEvent, state: InboxState, error: Option<&str>) -> bool {
+        self.settle_at(event, state, error, self.clock.now()).await
+    }
+
+    /// Settles `event`; `true` when applied. A lost lease is an ambiguous outcome:
+    /// another worker has the event, and the reconciler is told.
+    async fn settle_at(
+        &self,
+        event: &InboxEvent,
+        state: InboxState,
+        error: Option<&str>,
+        next_attempt_at: DateTime<Utc>,
+    ) -> bool {
+        let now = self.clock.now();
+        let settle = Settle {
+            state,
+            next_attempt_at,
+            error,
+            now,
+            expires_at: now + delta(self.retention),
+        };
+        match self.inbox.settle(event.key(), event.token, &settle).await {
+            Ok(Fence::Applied) => true,
+            Ok(Fence::LeaseLost) => {
+                tracing::warn!(id = %event.id, "inbox lease lost while the handler ran");
+                self.reconcile(event, ReconcileReason::LeaseLost).await;
+                false
+            }
+            Err(e) => {
+                tracing::warn!(id = %event.id, error = %e, "could not settle an inbox event; its lease will run out");
+                false
+            }
+        }
+    }
+
+    async fn settle_object(&self, event: &InboxEvent, status: ObjectStatus) {
+        let (Some(ordering), Some(object), Some(created_at)) =
+            (&self.ordering, &event.meta.object, event.meta.created_at)
+        else {
+            return;
+        };
+        let family = event.meta.family.as_deref().unwrap_or("");
+        let key = ObjectKey {
+            namespace: &event.namespace,
+            object,
+            family,
+        };
+        if let Err(e) = ordering
+            .settle(key, created_at, status, self.clock.now())
+            .await
+        {
+            tracing::warn!(id = %event.id, error = %e, "could not settle object state");
+        }
+    }
+
+    /// Asks the reconciler; `true` when it reconciled the object.
+    async fn reconcile(&self, event: &InboxEvent, reason: ReconcileReason) -> bool {
+        let Some(reconciler) = &self.reconciler else {
+            return false;
+        };
+        let request = ReconcileRequest::new(
+            event.namespace.clone(),
+            Some(event.id.clone()),
+            event.meta.clone(),
+            reason,
+        );
+        match reconciler.reconcile(&request).await {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(id = %event.id, reason = reason.as_str(), error = %e, "reconciliation failed");
+                false
+            }
+        }
+    }
+}
+
+/// Stops a spawned [`Worker`].
+#[derive(Debug)]
+pub struct WorkerHandle {
+    stop: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl WorkerHandle {
+    /// Stops taking new events, lets the batch in flight finish, and waits.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+    }
+
+    /// Stops at once, abandoning the batch in flight (its leases run out and the
+    /// events are leased again): what a crash looks like.
+    pub fn abort(self) {
+        self.task.abort();
+    }
+}

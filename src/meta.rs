@@ -1,0 +1,189 @@
+//! What an event is about: its type, when it was created, and its target object.
+//!
+//! The ordering guard and reconciliation key by the **target object** (a Stripe
+//! `data.object.id`, a Jamm charge `trx-…` or customer `cus-…`), never by the webhook
+//! id, and order events by the provider's `created_at`, never by arrival.
+
+use std::fmt;
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+
+use crate::json;
+
+/// Facts about an event, read from its body.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct EventMeta {
+    /// The provider's event type, such as `charge.succeeded`.
+    pub event_type: Option<String>,
+    /// When the provider created the event.
+    pub created_at: Option<DateTime<Utc>>,
+    /// The id of the object the event is about, such as `trx-123` or `ch_123`.
+    pub object: Option<String>,
+    /// The event family the ordering guard keys by, beside the object (by default
+    /// the event type up to its last `.` or `_`, such as `charge` for
+    /// `charge.succeeded`).
+    pub family: Option<String>,
+}
+
+impl EventMeta {
+    /// Metadata with the given parts; the family is derived from the type.
+    pub fn new(
+        event_type: Option<String>,
+        created_at: Option<DateTime<Utc>>,
+        object: Option<String>,
+    ) -> Self {
+        let family = event_type.as_deref().map(default_family);
+        Self {
+            event_type,
+            created_at,
+            object,
+            family,
+        }
+    }
+}
+
+/// The family of an event type: everything before its last `.` (Stripe style,
+/// `charge.refund.updated` → `charge.refund`); for `SCREAMING_SNAKE` types with an
+/// `EVENT_TYPE_` prefix (Jamm style), the word after the prefix
+/// (`EVENT_TYPE_CHARGE_SUCCESS` → `CHARGE`); otherwise the whole type.
+pub fn default_family(event_type: &str) -> String {
+    if let Some((family, _)) = event_type.rsplit_once('.') {
+        return family.to_owned();
+    }
+    if let Some(rest) = event_type.strip_prefix("EVENT_TYPE_") {
+        return rest.split('_').next().unwrap_or(rest).to_owned();
+    }
+    event_type.to_owned()
+}
+
+/// Parses a `created_at` value: Unix seconds, Unix milliseconds (13+ digits), or an
+/// RFC 3339 timestamp.
+pub fn parse_time(text: &str) -> Option<DateTime<Utc>> {
+    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
+        let n: i64 = text.parse().ok()?;
+        return if text.len() >= 13 {
+            DateTime::from_timestamp_millis(n)
+        } else {
+            DateTime::from_timestamp(n, 0)
+        };
+    }
+    DateTime::parse_from_rfc3339(text)
+        .ok()
+        .map(|t| t.with_timezone(&Utc))
+}
+
+/// A function reading metadata from a raw body.
+pub type MetaFn = dyn Fn(&[u8]) -> EventMeta + Send + Sync;
+
+/// Where to find an event's metadata in its JSON body.
+///
+/// ```
+/// use webhook_guard::meta::MetaExtractor;
+///
+/// let stripe = MetaExtractor::json(&["type"], &["created"], &["data", "object", "id"]);
+/// let meta = stripe.extract(br#"{"id":"evt_1","type":"charge.succeeded","created":1700000000,
+///     "data":{"object":{"id":"ch_9"}}}"#);
+/// assert_eq!(meta.object.as_deref(), Some("ch_9"));
+/// assert_eq!(meta.family.as_deref(), Some("charge"));
+/// assert_eq!(meta.created_at.unwrap().timestamp(), 1_700_000_000);
+/// ```
+#[derive(Clone)]
+pub struct MetaExtractor(Arc<MetaFn>);
+
+impl MetaExtractor {
+    /// Reads the type, creation time and object id from JSON paths.
+    pub fn json(event_type: &[&str], created_at: &[&str], object: &[&str]) -> Self {
+        let paths: [Vec<String>; 3] =
+            [event_type, created_at, object].map(|p| p.iter().map(|s| (*s).to_owned()).collect());
+        Self(Arc::new(move |body: &[u8]| {
+            let read = |path: &Vec<String>| {
+                let path: Vec<&str> = path.iter().map(String::as_str).collect();
+                (!path.is_empty())
+                    .then(|| json::field(body, &path).ok())
+                    .flatten()
+            };
+            EventMeta::new(
+                read(&paths[0]),
+                read(&paths[1]).as_deref().and_then(parse_time),
+                read(&paths[2]),
+            )
+        }))
+    }
+
+    /// Any function of the body.
+    pub fn custom(f: impl Fn(&[u8]) -> EventMeta + Send + Sync + 'static) -> Self {
+        Self(Arc::new(f))
+    }
+
+    /// Reads nothing.
+    pub fn none() -> Self {
+        Self::custom(|_| EventMeta::default())
+    }
+
+    /// Reads the metadata of `body`. Missing or unreadable fields are `None`.
+    pub fn extract(&self, body: &[u8]) -> EventMeta {
+        (self.0)(body)
+    }
+}
+
+impl Default for MetaExtractor {
+    fn default() -> Self {
+        Self::none()
+    }
+}
+
+impl fmt::Debug for MetaExtractor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("MetaExtractor(..)")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn families_follow_provider_conventions() {
+        assert_eq!(default_family("charge.succeeded"), "charge");
+        assert_eq!(
+            default_family("customer.subscription.updated"),
+            "customer.subscription"
+        );
+        assert_eq!(default_family("EVENT_TYPE_CHARGE_SUCCESS"), "CHARGE");
+        assert_eq!(default_family("EVENT_TYPE_REFUND_SUCCEEDED"), "REFUND");
+        assert_eq!(default_family("ping"), "ping");
+    }
+
+    #[test]
+    fn times_parse_in_three_forms() {
+        assert_eq!(parse_time("1700000000").unwrap().timestamp(), 1_700_000_000);
+        assert_eq!(
+            parse_time("1700000000123").unwrap().timestamp_millis(),
+            1_700_000_000_123
+        );
+        assert_eq!(
+            parse_time("2026-01-02T03:04:05+09:00").unwrap().timestamp(),
+            parse_time("2026-01-01T18:04:05Z").unwrap().timestamp()
+        );
+        assert!(parse_time("yesterday").is_none());
+        assert!(parse_time("").is_none());
+        assert!(parse_time("99999999999999999999999").is_none());
+    }
+
+    #[test]
+    fn jamm_style_nested_content_is_read() {
+        let jamm = MetaExtractor::json(
+            &["event_type"],
+            &["created_at"],
+            &["content", "charge", "id"],
+        );
+        let meta = jamm.extract(
+            br#"{"id":"mwh-1","event_type":"EVENT_TYPE_CHARGE_SUCCESS","created_at":"2026-01-01T00:00:00Z","content":{"charge":{"id":"trx-9"}}}"#,
+        );
+        assert_eq!(meta.object.as_deref(), Some("trx-9"));
+        assert_eq!(meta.family.as_deref(), Some("CHARGE"));
+        assert!(jamm.extract(b"not json").object.is_none());
+    }
+}

@@ -1,0 +1,204 @@
+//! The ordering guard: per target object and event family, remember the newest
+//! `created_at` applied, and hold back an older event that arrives late.
+//!
+//! Providers retry for hours, so a `charge.pending` can arrive after the
+//! `charge.succeeded` that followed it. Applying it would overwrite newer state. The
+//! guard asks an [`OrderingStore`] first: an event older than the newest one seen
+//! for its object and family is [`Freshness::Stale`] and is skipped (answered 2xx)
+//! or handed to the stale hook. Keys are object ids (`trx-…`, `cus-…`, `ch_…`),
+//! never webhook ids.
+
+use std::fmt;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+use crate::store::StoreError;
+
+/// Identifies the state of one object for one event family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ObjectKey<'a> {
+    /// The namespace (one per provider or endpoint).
+    pub namespace: &'a str,
+    /// The object id, such as `trx-123`.
+    pub object: &'a str,
+    /// The event family, such as `charge`.
+    pub family: &'a str,
+}
+
+impl fmt::Display for ObjectKey<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}/{}", self.namespace, self.object, self.family)
+    }
+}
+
+/// Whether an event is the newest seen for its object and family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Freshness {
+    /// No newer event was seen: apply it.
+    Fresh,
+    /// A newer event was already seen: applying this one would go back in time.
+    Stale {
+        /// The `created_at` of the newest event seen.
+        newest: DateTime<Utc>,
+    },
+}
+
+/// How the newest event of an object ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ObjectStatus {
+    /// Seen, not yet settled.
+    Pending,
+    /// Applied.
+    Applied,
+    /// Its processing failed for good (escalated, dead-lettered, permanent failure):
+    /// the object needs reconciling through the provider's API.
+    Failed,
+}
+
+impl ObjectStatus {
+    /// The name stores write.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Applied => "applied",
+            Self::Failed => "failed",
+        }
+    }
+
+    /// Parses [`ObjectStatus::as_str`].
+    pub fn parse(text: &str) -> Option<Self> {
+        Some(match text {
+            "pending" => Self::Pending,
+            "applied" => Self::Applied,
+            "failed" => Self::Failed,
+            _ => return None,
+        })
+    }
+}
+
+/// What an [`OrderingStore`] keeps per object and family.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ObjectRecord {
+    /// The namespace.
+    pub namespace: String,
+    /// The object id.
+    pub object: String,
+    /// The event family.
+    pub family: String,
+    /// The newest `created_at` seen.
+    pub newest: DateTime<Utc>,
+    /// How the newest event ended.
+    pub status: ObjectStatus,
+    /// When the record last changed.
+    pub updated_at: DateTime<Utc>,
+}
+
+impl ObjectRecord {
+    /// Builds a record, for store implementations.
+    pub fn new(
+        key: ObjectKey<'_>,
+        newest: DateTime<Utc>,
+        status: ObjectStatus,
+        updated_at: DateTime<Utc>,
+    ) -> Self {
+        Self {
+            namespace: key.namespace.to_owned(),
+            object: key.object.to_owned(),
+            family: key.family.to_owned(),
+            newest,
+            status,
+            updated_at,
+        }
+    }
+
+    /// The record's key.
+    pub fn key(&self) -> ObjectKey<'_> {
+        ObjectKey {
+            namespace: &self.namespace,
+            object: &self.object,
+            family: &self.family,
+        }
+    }
+}
+
+/// Keeps the newest `created_at` per object and family.
+///
+/// # Contract
+/// - **observe**: atomically, if there is no record for the key or `created_at` is at
+///   or after the stored newest, store `created_at` as the newest with status
+///   `Pending` and `updated_at = now` and answer [`Freshness::Fresh`]; otherwise
+///   change nothing and answer [`Freshness::Stale`] with the stored newest.
+/// - **settle**: if the stored newest equals `created_at`, set the status and
+///   `updated_at`; otherwise (a newer event came since) change nothing.
+/// - **get**: the record or `None`.
+/// - **failed**: up to `limit` records of `namespace` with status `Failed` and
+///   `updated_at <= before`.
+#[async_trait]
+pub trait OrderingStore: fmt::Debug + Send + Sync + 'static {
+    /// Records `created_at` for `key` if it is the newest seen.
+    async fn observe(
+        &self,
+        key: ObjectKey<'_>,
+        created_at: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<Freshness, StoreError>;
+
+    /// Settles the newest event of `key`, if it is still the one created at `created_at`.
+    async fn settle(
+        &self,
+        key: ObjectKey<'_>,
+        created_at: DateTime<Utc>,
+        status: ObjectStatus,
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError>;
+
+    /// The record under `key`.
+    async fn get(&self, key: ObjectKey<'_>) -> Result<Option<ObjectRecord>, StoreError>;
+
+    /// Objects whose newest event failed for good, last changed at or before `before`.
+    async fn failed(
+        &self,
+        namespace: &str,
+        before: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<ObjectRecord>, StoreError>;
+}
+
+#[deny(clippy::missing_trait_methods)]
+#[async_trait]
+impl<T: OrderingStore + ?Sized> OrderingStore for std::sync::Arc<T> {
+    async fn observe(
+        &self,
+        key: ObjectKey<'_>,
+        created_at: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<Freshness, StoreError> {
+        (**self).observe(key, created_at, now).await
+    }
+
+    async fn settle(
+        &self,
+        key: ObjectKey<'_>,
+        created_at: DateTime<Utc>,
+        status: ObjectStatus,
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        (**self).settle(key, created_at, status, now).await
+    }
+
+    async fn get(&self, key: ObjectKey<'_>) -> Result<Option<ObjectRecord>, StoreError> {
+        (**self).get(key).await
+    }
+
+    async fn failed(
+        &self,
+        namespace: &str,
+        before: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<ObjectRecord>, StoreError> {
+        (**self).failed(namespace, before, limit).await
+    }
+}
