@@ -591,7 +591,7 @@ impl ClaimState {
             return;
         };
         let now = self.guard.inner.clock.now();
-        if let Err(e) = ordering.settle(key, created_at, status, now).await {
+        if let Err(e) = ordering.settle_object(key, created_at, status, now).await {
             tracing::warn!(id = %self.id, error = %e, "could not settle object state");
         }
     }
@@ -1254,7 +1254,9 @@ impl WebhookGuard {
         };
         let now = inner.clock.now();
         let before = now - TimeDelta::from_std(older_than).unwrap_or(TimeDelta::MAX);
-        let failed = ordering.failed(&inner.namespace, before, limit).await?;
+        let failed = ordering
+            .failed_objects(&inner.namespace, before, limit)
+            .await?;
         let mut report = ReconcileReport {
             found: failed.len(),
             reconciled: 0,
@@ -1272,7 +1274,7 @@ impl WebhookGuard {
                 Ok(()) => {
                     let now = inner.clock.now();
                     ordering
-                        .settle(object.key(), object.newest, ObjectStatus::Applied, now)
+                        .settle_object(object.key(), object.newest, ObjectStatus::Applied, now)
                         .await?;
                     report.reconciled += 1;
                 }

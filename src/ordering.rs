@@ -131,10 +131,10 @@ impl ObjectRecord {
 ///   or after the stored newest, store `created_at` as the newest with status
 ///   `Pending` and `updated_at = now` and answer [`Freshness::Fresh`]; otherwise
 ///   change nothing and answer [`Freshness::Stale`] with the stored newest.
-/// - **settle**: if the stored newest equals `created_at`, set the status and
+/// - **settle_object**: if the stored newest equals `created_at`, set the status and
 ///   `updated_at`; otherwise (a newer event came since) change nothing.
-/// - **get**: the record or `None`.
-/// - **failed**: up to `limit` records of `namespace` with status `Failed` and
+/// - **get_object**: the record or `None`.
+/// - **failed_objects**: up to `limit` records of `namespace` with status `Failed` and
 ///   `updated_at <= before`.
 #[async_trait]
 pub trait OrderingStore: fmt::Debug + Send + Sync + 'static {
@@ -147,7 +147,7 @@ pub trait OrderingStore: fmt::Debug + Send + Sync + 'static {
     ) -> Result<Freshness, StoreError>;
 
     /// Settles the newest event of `key`, if it is still the one created at `created_at`.
-    async fn settle(
+    async fn settle_object(
         &self,
         key: ObjectKey<'_>,
         created_at: DateTime<Utc>,
@@ -156,10 +156,10 @@ pub trait OrderingStore: fmt::Debug + Send + Sync + 'static {
     ) -> Result<(), StoreError>;
 
     /// The record under `key`.
-    async fn get(&self, key: ObjectKey<'_>) -> Result<Option<ObjectRecord>, StoreError>;
+    async fn get_object(&self, key: ObjectKey<'_>) -> Result<Option<ObjectRecord>, StoreError>;
 
     /// Objects whose newest event failed for good, last changed at or before `before`.
-    async fn failed(
+    async fn failed_objects(
         &self,
         namespace: &str,
         before: DateTime<Utc>,
@@ -179,26 +179,26 @@ impl<T: OrderingStore + ?Sized> OrderingStore for std::sync::Arc<T> {
         (**self).observe(key, created_at, now).await
     }
 
-    async fn settle(
+    async fn settle_object(
         &self,
         key: ObjectKey<'_>,
         created_at: DateTime<Utc>,
         status: ObjectStatus,
         now: DateTime<Utc>,
     ) -> Result<(), StoreError> {
-        (**self).settle(key, created_at, status, now).await
+        (**self).settle_object(key, created_at, status, now).await
     }
 
-    async fn get(&self, key: ObjectKey<'_>) -> Result<Option<ObjectRecord>, StoreError> {
-        (**self).get(key).await
+    async fn get_object(&self, key: ObjectKey<'_>) -> Result<Option<ObjectRecord>, StoreError> {
+        (**self).get_object(key).await
     }
 
-    async fn failed(
+    async fn failed_objects(
         &self,
         namespace: &str,
         before: DateTime<Utc>,
         limit: usize,
     ) -> Result<Vec<ObjectRecord>, StoreError> {
-        (**self).failed(namespace, before, limit).await
+        (**self).failed_objects(namespace, before, limit).await
     }
 }

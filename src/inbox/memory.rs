@@ -132,7 +132,7 @@ impl InboxStore for MemoryStore {
         Ok(out)
     }
 
-    async fn settle(
+    async fn settle_event(
         &self,
         key: Key<'_>,
         token: FencingToken,
@@ -149,7 +149,7 @@ impl InboxStore for MemoryStore {
         }))
     }
 
-    async fn renew(
+    async fn renew_event(
         &self,
         key: Key<'_>,
         token: FencingToken,
@@ -158,7 +158,7 @@ impl InboxStore for MemoryStore {
         Ok(lock(self.queue()).fenced(key, token, |e| e.lease_until = lease_until))
     }
 
-    async fn get(&self, key: Key<'_>) -> Result<Option<InboxEvent>, StoreError> {
+    async fn get_event(&self, key: Key<'_>) -> Result<Option<InboxEvent>, StoreError> {
         let k = (key.namespace.to_owned(), key.id.to_owned());
         Ok(lock(self.queue()).events.get(&k).cloned())
     }
@@ -209,7 +209,7 @@ impl OrderingStore for MemoryStore {
         }
     }
 
-    async fn settle(
+    async fn settle_object(
         &self,
         key: ObjectKey<'_>,
         created_at: DateTime<Utc>,
@@ -233,7 +233,7 @@ impl OrderingStore for MemoryStore {
         Ok(())
     }
 
-    async fn get(&self, key: ObjectKey<'_>) -> Result<Option<ObjectRecord>, StoreError> {
+    async fn get_object(&self, key: ObjectKey<'_>) -> Result<Option<ObjectRecord>, StoreError> {
         let k = (
             key.namespace.to_owned(),
             key.object.to_owned(),
@@ -242,7 +242,7 @@ impl OrderingStore for MemoryStore {
         Ok(lock(self.ledger()).objects.get(&k).cloned())
     }
 
-    async fn failed(
+    async fn failed_objects(
         &self,
         namespace: &str,
         before: DateTime<Utc>,

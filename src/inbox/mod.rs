@@ -167,7 +167,7 @@ pub enum Enqueued {
     },
 }
 
-/// How a worker settles a leased event: see [`InboxStore::settle`].
+/// How a worker settles a leased event: see [`InboxStore::settle_event`].
 #[derive(Debug, Clone, Copy)]
 pub struct Settle<'a> {
     /// `Done`, `Dead`, `Skipped`, or `Pending` for a retry.
@@ -195,11 +195,11 @@ pub struct Settle<'a> {
 ///   (a dead worker's event) — oldest due first; set each `Running`, a fresh random
 ///   token, `attempts + 1`, `lease_until`, `updated_at = now`, and return them. Two
 ///   concurrent leases never return the same event.
-/// - **settle**: if the event is `Running` with `token`, set state,
+/// - **settle_event**: if the event is `Running` with `token`, set state,
 ///   `next_attempt_at`, `last_error` (when given), `updated_at` and `expires_at`, and
 ///   answer [`Fence::Applied`]; otherwise [`Fence::LeaseLost`].
-/// - **renew**: the same fence; sets `lease_until`.
-/// - **get**: the event or `None`.
+/// - **renew_event**: the same fence; sets `lease_until`.
+/// - **get_event**: the event or `None`.
 /// - **purge_settled**: removes up to `limit` settled events with `expires_at <= now`.
 #[async_trait]
 pub trait InboxStore: fmt::Debug + Send + Sync + 'static {
@@ -216,7 +216,7 @@ pub trait InboxStore: fmt::Debug + Send + Sync + 'static {
     ) -> Result<Vec<InboxEvent>, StoreError>;
 
     /// Settles a leased event.
-    async fn settle(
+    async fn settle_event(
         &self,
         key: Key<'_>,
         token: FencingToken,
@@ -224,7 +224,7 @@ pub trait InboxStore: fmt::Debug + Send + Sync + 'static {
     ) -> Result<Fence, StoreError>;
 
     /// Extends a lease.
-    async fn renew(
+    async fn renew_event(
         &self,
         key: Key<'_>,
         token: FencingToken,
@@ -232,7 +232,7 @@ pub trait InboxStore: fmt::Debug + Send + Sync + 'static {
     ) -> Result<Fence, StoreError>;
 
     /// The event under `key`.
-    async fn get(&self, key: Key<'_>) -> Result<Option<InboxEvent>, StoreError>;
+    async fn get_event(&self, key: Key<'_>) -> Result<Option<InboxEvent>, StoreError>;
 
     /// Removes up to `limit` settled, expired events.
     async fn purge_settled(&self, now: DateTime<Utc>, limit: usize) -> Result<u64, StoreError>;
@@ -255,26 +255,26 @@ impl<T: InboxStore + ?Sized> InboxStore for std::sync::Arc<T> {
         (**self).lease(namespace, now, lease_until, limit).await
     }
 
-    async fn settle(
+    async fn settle_event(
         &self,
         key: Key<'_>,
         token: FencingToken,
         settle: &Settle<'_>,
     ) -> Result<Fence, StoreError> {
-        (**self).settle(key, token, settle).await
+        (**self).settle_event(key, token, settle).await
     }
 
-    async fn renew(
+    async fn renew_event(
         &self,
         key: Key<'_>,
         token: FencingToken,
         lease_until: DateTime<Utc>,
     ) -> Result<Fence, StoreError> {
-        (**self).renew(key, token, lease_until).await
+        (**self).renew_event(key, token, lease_until).await
     }
 
-    async fn get(&self, key: Key<'_>) -> Result<Option<InboxEvent>, StoreError> {
-        (**self).get(key).await
+    async fn get_event(&self, key: Key<'_>) -> Result<Option<InboxEvent>, StoreError> {
+        (**self).get_event(key).await
     }
 
     async fn purge_settled(&self, now: DateTime<Utc>, limit: usize) -> Result<u64, StoreError> {

@@ -438,7 +438,11 @@ impl Inner {
             now,
             expires_at: now + delta(self.retention),
         };
-        match self.inbox.settle(event.key(), event.token, &settle).await {
+        match self
+            .inbox
+            .settle_event(event.key(), event.token, &settle)
+            .await
+        {
             Ok(Fence::Applied) => true,
             Ok(Fence::LeaseLost) => {
                 tracing::warn!(id = %event.id, "inbox lease lost while the handler ran");
@@ -465,7 +469,7 @@ impl Inner {
             family,
         };
         if let Err(e) = ordering
-            .settle(key, created_at, status, self.clock.now())
+            .settle_object(key, created_at, status, self.clock.now())
             .await
         {
             tracing::warn!(id = %event.id, error = %e, "could not settle object state");

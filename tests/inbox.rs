@@ -1,0 +1,527 @@
+//! Inbox mode on the memory store: persist then acknowledge, the worker's retries,
+//! dead letters, the ordering guard, reconciliation, and killed workers.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, TimeDelta, TimeZone, Utc};
+use webhook_guard::inbox::{InboxEvent, InboxState, InboxStore, RetryPolicy, Worker};
+use webhook_guard::meta::{EventMeta, MetaExtractor};
+use webhook_guard::ordering::{ObjectKey, ObjectStatus, OrderingStore};
+use webhook_guard::reconcile::{ReconcileReason, ReconcileRequest, Reconciler};
+use webhook_guard::store::{BoxError, Key};
+use webhook_guard::verify::NoVerification;
+use webhook_guard::{
+    EventId, HandlerError, Hooks, ManualClock, MemoryStore, Outcome, WebhookGuard,
+};
+
+fn start() -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2026, 3, 1, 0, 0, 0).unwrap()
+}
+
+#[derive(Debug, Default)]
+struct Seen {
+    dead: Mutex<Vec<String>>,
+    stale: Mutex<Vec<String>>,
+}
+
+impl Hooks for Seen {
+    fn on_dead_letter(&self, event: &InboxEvent, _: &str) {
+        self.dead.lock().unwrap().push(event.id.clone());
+    }
+    fn on_stale(&self, key: Key<'_>, _: &EventMeta) {
+        self.stale.lock().unwrap().push(key.id.to_owned());
+    }
+}
+
+#[derive(Debug, Default)]
+struct Api {
+    calls: Mutex<Vec<(Option<String>, ReconcileReason)>>,
+}
+
+#[async_trait]
+impl Reconciler for Api {
+    async fn reconcile(&self, r: &ReconcileRequest) -> Result<(), BoxError> {
+        self.calls
+            .lock()
+            .unwrap()
+            .push((r.meta.object.clone(), r.reason));
+        Ok(())
+    }
+}
+
+struct Setup {
+    guard: WebhookGuard,
+    store: MemoryStore,
+    clock: ManualClock,
+    hooks: Arc<Seen>,
+    api: Arc<Api>,
+}
+
+fn setup() -> Setup {
+    let store = MemoryStore::new();
+    let clock = ManualClock::new(start());
+    let hooks = Arc::new(Seen::default());
+    let api = Arc::new(Api::default());
+    let guard = WebhookGuard::builder()
+        .store(store.clone())
+        .inbox(Arc::new(store.clone()))
+        .ordering(Arc::new(store.clone()))
+        .reconciler(api.clone())
+        .verifier(NoVerification)
+        .event_id(EventId::json_field(["id"]))
+        .event_meta(MetaExtractor::json(&["type"], &["created"], &["object"]))
+        .namespace("inbox-test")
+        .clock(clock.clone())
+        .hooks(hooks.clone())
+        .build()
+        .unwrap();
+    Setup {
+        guard,
+        store,
+        clock,
+        hooks,
+        api,
+    }
+}
+
+fn body(id: &str, ty: &str, object: &str, created: i64) -> Vec<u8> {
+    format!(r#"{{"id":"{id}","type":"{ty}","object":"{object}","created":{created}}}"#).into_bytes()
+}
+
+async fn accept(guard: &WebhookGuard, body: &[u8]) -> Outcome {
+    guard
+        .accept(&[("content-type", "application/json")], body)
+        .await
+}
+
+#[tokio::test]
+async fn accept_stores_once_and_answers_200_at_once() {
+    let s = setup();
+    let b = body("evt_1", "charge.succeeded", "ch_1", 100);
+    let first = accept(&s.guard, &b).await;
+    assert!(
+        matches!(first, Outcome::Accepted { new: true, .. }),
+        "{first:?}"
+    );
+    assert_eq!(s.guard.answer(&first).status, 200);
+    let again = accept(&s.guard, &b).await;
+    assert!(matches!(again, Outcome::Accepted { new: false, .. }));
+    let other = accept(&s.guard, &body("evt_1", "charge.failed", "ch_1", 100)).await;
+    assert!(matches!(other, Outcome::Conflict { .. }));
+    let stored = s
+        .store
+        .get_event(Key::new("inbox-test", "evt_1"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored.state, InboxState::Pending);
+    assert_eq!(stored.payload, b);
+    assert_eq!(stored.meta.object.as_deref(), Some("ch_1"));
+    assert_eq!(stored.meta.event_type.as_deref(), Some("charge.succeeded"));
+    assert_eq!(stored.meta.created_at.unwrap().timestamp(), 100);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_handler_never_delays_the_answer() {
+    let s = setup();
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let started = Arc::new(tokio::sync::Notify::new());
+    let worker = {
+        let (gate, started) = (gate.clone(), started.clone());
+        s.guard
+            .worker(move |_event: InboxEvent| {
+                let (gate, started) = (gate.clone(), started.clone());
+                async move {
+                    started.notify_one();
+                    gate.notified().await; // blocks until the test lets it go
+                    Ok(())
+                }
+            })
+            .unwrap()
+    };
+    assert!(matches!(
+        accept(&s.guard, &body("evt_a", "x.y", "o", 1)).await,
+        Outcome::Accepted { .. }
+    ));
+    let running = tokio::spawn({
+        let worker = worker.clone();
+        async move { worker.run_once().await }
+    });
+    started.notified().await;
+    // The handler is stuck; new deliveries are still stored and acknowledged.
+    for i in 0..20 {
+        let outcome = tokio::time::timeout(
+            Duration::from_secs(5),
+            accept(&s.guard, &body(&format!("evt_b{i}"), "x.y", "o2", 2)),
+        )
+        .await
+        .expect("accept must not wait for the handler");
+        assert!(matches!(outcome, Outcome::Accepted { new: true, .. }));
+    }
+    gate.notify_one();
+    assert_eq!(running.await.unwrap().unwrap(), 1);
+}
+
+#[tokio::test]
+async fn the_worker_retries_with_backoff_then_succeeds() {
+    let s = setup();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let worker = {
+        let calls = calls.clone();
+        s.guard
+            .worker(move |_e: InboxEvent| {
+                let n = calls.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    if n < 2 {
+                        Err(HandlerError::retryable("flaky"))
+                    } else {
+                        Ok(())
+                    }
+                }
+            })
+            .unwrap()
+            .retry_policy(
+                RetryPolicy::exponential(5, Duration::from_secs(10), Duration::from_secs(60))
+                    .without_jitter(),
+            )
+    };
+    accept(&s.guard, &body("evt_r", "charge.succeeded", "ch_r", 1)).await;
+    assert_eq!(worker.run_once().await.unwrap(), 1);
+    assert_eq!(
+        worker.run_once().await.unwrap(),
+        0,
+        "not due before the backoff"
+    );
+    s.clock.advance(TimeDelta::seconds(10));
+    assert_eq!(worker.run_once().await.unwrap(), 1);
+    s.clock.advance(TimeDelta::seconds(19));
+    assert_eq!(
+        worker.run_once().await.unwrap(),
+        0,
+        "the second delay doubles"
+    );
+    s.clock.advance(TimeDelta::seconds(1));
+    assert_eq!(worker.run_once().await.unwrap(), 1);
+    let e = s
+        .store
+        .get_event(Key::new("inbox-test", "evt_r"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((e.state, e.attempts), (InboxState::Done, 3));
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
+    let object = s
+        .store
+        .get_object(ObjectKey {
+            namespace: "inbox-test",
+            object: "ch_r",
+            family: "charge",
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(object.status, ObjectStatus::Applied);
+}
+
+#[tokio::test]
+async fn the_last_attempt_dead_letters_once_and_reconciles() {
+    let s = setup();
+    let worker = s
+        .guard
+        .worker(|_e: InboxEvent| async { Err(HandlerError::retryable("always down")) })
+        .unwrap()
+        .retry_policy(
+            RetryPolicy::exponential(3, Duration::from_secs(1), Duration::from_secs(1))
+                .without_jitter(),
+        );
+    accept(&s.guard, &body("evt_d", "charge.succeeded", "ch_d", 1)).await;
+    for _ in 0..6 {
+        worker.run_once().await.unwrap();
+        s.clock.advance(TimeDelta::seconds(2));
+    }
+    let e = s
+        .store
+        .get_event(Key::new("inbox-test", "evt_d"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((e.state, e.attempts), (InboxState::Dead, 3));
+    assert_eq!(e.last_error.as_deref(), Some("always down"));
+    assert_eq!(
+        *s.hooks.dead.lock().unwrap(),
+        vec!["evt_d".to_owned()],
+        "the hook runs once"
+    );
+    assert_eq!(
+        *s.api.calls.lock().unwrap(),
+        vec![(Some("ch_d".to_owned()), ReconcileReason::DeadLettered)]
+    );
+    // Reconciled, so nothing is left for the stale sweep.
+    let report = s.guard.reconcile_stale(Duration::ZERO, 100).await.unwrap();
+    assert_eq!(report.found, 0);
+}
+
+#[tokio::test]
+async fn out_of_order_deliveries_end_in_the_newest_state() {
+    let s = setup();
+    let state: Arc<Mutex<HashMap<String, String>>> = Arc::default();
+    let worker = {
+        let state = state.clone();
+        s.guard
+            .worker(move |e: InboxEvent| {
+                let state = state.clone();
+                async move {
+                    let object = e.meta.object.clone().unwrap();
+                    state
+                        .lock()
+                        .unwrap()
+                        .insert(object, e.meta.event_type.clone().unwrap());
+                    Ok(())
+                }
+            })
+            .unwrap()
+    };
+    // Created in order pending(10) → succeeded(20) → refunded(30); delivered 20, 30, 10.
+    for (id, ty, at) in [
+        ("e2", "charge.succeeded", 20),
+        ("e3", "charge.refunded", 30),
+        ("e1", "charge.pending", 10),
+    ] {
+        accept(&s.guard, &body(id, ty, "ch_o", at)).await;
+        worker.run_once().await.unwrap();
+    }
+    assert_eq!(state.lock().unwrap()["ch_o"], "charge.refunded");
+    assert_eq!(*s.hooks.stale.lock().unwrap(), vec!["e1".to_owned()]);
+    let e1 = s
+        .store
+        .get_event(Key::new("inbox-test", "e1"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(e1.state, InboxState::Skipped);
+}
+
+#[tokio::test]
+async fn the_direct_mode_ordering_guard_answers_stale() {
+    let s = setup();
+    let ran = AtomicUsize::new(0);
+    for (id, at) in [("d2", 20), ("d1", 10)] {
+        let b = body(id, "customer.updated", "cus_1", at);
+        let outcome = s
+            .guard
+            .handle(&[("a", "b")], &b, |_| {
+                ran.fetch_add(1, Ordering::SeqCst);
+                async { Ok(()) }
+            })
+            .await;
+        if id == "d1" {
+            assert!(matches!(outcome, Outcome::Stale { .. }), "{outcome:?}");
+            assert_eq!(s.guard.answer(&outcome).status, 200);
+        }
+    }
+    assert_eq!(ran.load(Ordering::SeqCst), 1);
+    let again = s
+        .guard
+        .handle(
+            &[("a", "b")],
+            &body("d1", "customer.updated", "cus_1", 10),
+            |_| async { Ok(()) },
+        )
+        .await;
+    assert!(
+        matches!(again, Outcome::Duplicate { .. }),
+        "a stale id is remembered: {again:?}"
+    );
+}
+
+#[tokio::test]
+async fn escalation_reconciles_and_reconcile_stale_retries_failures() {
+    #[derive(Debug, Default)]
+    struct Down(AtomicUsize);
+    #[async_trait]
+    impl Reconciler for Down {
+        async fn reconcile(&self, _: &ReconcileRequest) -> Result<(), BoxError> {
+            if self.0.fetch_add(1, Ordering::SeqCst) == 0 {
+                Err("provider API down".into())
+            } else {
+                Ok(())
+            }
+        }
+    }
+    let store = MemoryStore::new();
+    let clock = ManualClock::new(start());
+    let api = Arc::new(Down::default());
+    let guard = WebhookGuard::builder()
+        .store(store.clone())
+        .ordering(Arc::new(store.clone()))
+        .reconciler(api.clone())
+        .verifier(NoVerification)
+        .event_id(EventId::json_field(["id"]))
+        .event_meta(MetaExtractor::json(&["type"], &["created"], &["object"]))
+        .escalate_after(1)
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let b = body("x1", "charge.succeeded", "trx-1", 5);
+    let outcome = guard
+        .handle(&[("a", "b")], &b, |_| async {
+            Err(HandlerError::retryable("no"))
+        })
+        .await;
+    assert!(matches!(outcome, Outcome::Escalated { .. }));
+    // The escalation's reconcile runs in the background and fails once.
+    for _ in 0..100 {
+        if api.0.load(Ordering::SeqCst) > 0 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(api.0.load(Ordering::SeqCst), 1);
+    clock.advance(TimeDelta::minutes(10));
+    let report = guard
+        .reconcile_stale(Duration::from_secs(60), 10)
+        .await
+        .unwrap();
+    assert_eq!((report.found, report.reconciled), (1, 1));
+    let report = guard
+        .reconcile_stale(Duration::from_secs(60), 10)
+        .await
+        .unwrap();
+    assert_eq!(report.found, 0, "a reconciled object is settled");
+}
+
+/// An inbox that "dies" at a chosen store call: from that call on it never answers,
+/// as if the worker's process was killed there.
+#[derive(Debug)]
+struct DiesAt {
+    inner: MemoryStore,
+    calls: AtomicUsize,
+    die_at: usize,
+}
+
+impl DiesAt {
+    async fn step(&self) {
+        if self.calls.fetch_add(1, Ordering::SeqCst) >= self.die_at {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+#[async_trait]
+impl InboxStore for DiesAt {
+    async fn enqueue(
+        &self,
+        e: &webhook_guard::inbox::NewEvent<'_>,
+    ) -> Result<webhook_guard::inbox::Enqueued, webhook_guard::StoreError> {
+        self.inner.enqueue(e).await
+    }
+    async fn lease(
+        &self,
+        ns: &str,
+        now: DateTime<Utc>,
+        until: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<InboxEvent>, webhook_guard::StoreError> {
+        self.step().await;
+        self.inner.lease(ns, now, until, limit).await
+    }
+    async fn settle_event(
+        &self,
+        k: Key<'_>,
+        t: webhook_guard::store::FencingToken,
+        s: &webhook_guard::inbox::Settle<'_>,
+    ) -> Result<webhook_guard::store::Fence, webhook_guard::StoreError> {
+        self.step().await;
+        self.inner.settle_event(k, t, s).await
+    }
+    async fn renew_event(
+        &self,
+        k: Key<'_>,
+        t: webhook_guard::store::FencingToken,
+        l: DateTime<Utc>,
+    ) -> Result<webhook_guard::store::Fence, webhook_guard::StoreError> {
+        self.step().await;
+        self.inner.renew_event(k, t, l).await
+    }
+    async fn get_event(&self, k: Key<'_>) -> Result<Option<InboxEvent>, webhook_guard::StoreError> {
+        self.inner.get_event(k).await
+    }
+    async fn purge_settled(
+        &self,
+        now: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<u64, webhook_guard::StoreError> {
+        self.inner.purge_settled(now, limit).await
+    }
+}
+
+#[tokio::test]
+async fn a_worker_killed_at_any_store_call_loses_nothing() {
+    // Kill points: 0 = before the lease, 1 = after the handler ran but before settle
+    // (the handler's own effect is then applied again: at-least-once, which is why
+    // effects in the same database belong in the transactional mode), 2 = never.
+    for die_at in 0..3 {
+        let store = MemoryStore::new();
+        let clock = ManualClock::new(start());
+        let guard = WebhookGuard::builder()
+            .store(store.clone())
+            .inbox(Arc::new(store.clone()))
+            .verifier(NoVerification)
+            .event_id(EventId::json_field(["id"]))
+            .clock(clock.clone())
+            .build()
+            .unwrap();
+        for i in 0..5 {
+            accept(&guard, &body(&format!("k{i}"), "t.x", "o", i)).await;
+        }
+        let runs: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
+        let handler = {
+            let runs = runs.clone();
+            move |e: InboxEvent| {
+                *runs.lock().unwrap().entry(e.id.clone()).or_default() += 1;
+                async { Ok(()) }
+            }
+        };
+        let dying = Arc::new(DiesAt {
+            inner: store.clone(),
+            calls: AtomicUsize::new(0),
+            die_at,
+        });
+        let doomed = Worker::new(dying, "default", handler.clone())
+            .clock(Arc::new(clock.clone()))
+            .concurrency(1)
+            .lease(Duration::from_secs(30));
+        let killed = tokio::time::timeout(Duration::from_millis(200), doomed.run_once()).await;
+        assert_eq!(
+            killed.is_err(),
+            die_at < 2,
+            "the worker dies at call {die_at}"
+        );
+        // After the lease runs out a fresh worker finishes everything.
+        clock.advance(TimeDelta::seconds(31));
+        let survivor = Worker::new(Arc::new(store.clone()), "default", handler)
+            .clock(Arc::new(clock.clone()))
+            .concurrency(10);
+        while survivor.run_once().await.unwrap() > 0 {}
+        for i in 0..5 {
+            let e = store
+                .get_event(Key::new("default", &format!("k{i}")))
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(
+                e.state,
+                InboxState::Done,
+                "k{i} processed (die_at {die_at})"
+            );
+        }
+        let runs = runs.lock().unwrap();
+        let total: usize = runs.values().sum();
+        let expected_reruns = usize::from(die_at == 1);
+        assert_eq!(total, 5 + expected_reruns, "die_at {die_at}: {runs:?}");
+    }
+}
