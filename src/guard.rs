@@ -8,13 +8,14 @@ use std::panic::AssertUnwindSafe;
 use std::pin::pin;
 use std::sync::Arc;
 use std::task::Poll;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use chrono::{DateTime, TimeDelta, Utc};
 use http::StatusCode;
 
 use crate::clock::{Clock, SystemClock};
-use crate::hooks::{Escalation, Hooks, NoHooks};
+use crate::hooks::{DeliveryReport, Escalation, Hooks, NoHooks};
 use crate::outcome::{Answer, Outcome, OutcomeKind, Rejection, Unrecorded};
 use crate::store::{
     Claim, ClaimRequest, Deleted, DynProcessedStore, FailureNote, Fence, FencingToken, Fingerprint,
@@ -22,6 +23,7 @@ use crate::store::{
 };
 use crate::verify::{Verified, Verifier};
 use crate::Headers;
+use tracing::Instrument as _;
 
 /// The default lease: how long a claim holds before another delivery may take over.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(5 * 60);
@@ -455,6 +457,54 @@ impl<'a> Event<'a> {
     }
 }
 
+/// An [`Event`] that owns its body: what [`WebhookGuard::handle_owned`] and the
+/// framework integrations hand to a handler, so its future can be `'static`.
+///
+/// Cloning is cheap (the body is a [`Bytes`], the claim is shared).
+#[derive(Debug, Clone)]
+pub struct OwnedEvent {
+    body: Bytes,
+    claim: Arc<ClaimState>,
+}
+
+impl OwnedEvent {
+    /// The event id.
+    pub fn id(&self) -> &str {
+        &self.claim.id
+    }
+
+    /// The raw body, exactly as received and verified.
+    pub fn body(&self) -> &[u8] {
+        &self.body
+    }
+
+    /// The raw body as [`Bytes`] (a cheap clone).
+    pub fn bytes(&self) -> Bytes {
+        self.body.clone()
+    }
+
+    /// Which claim of this id this is (1 for the first run).
+    pub fn attempt(&self) -> u32 {
+        self.claim.record.attempts
+    }
+
+    /// Parses the body as JSON.
+    ///
+    /// # Errors
+    /// The parser's error.
+    pub fn json<'de, T: serde::Deserialize<'de>>(&'de self) -> Result<T, serde_json::Error> {
+        serde_json::from_slice(&self.body)
+    }
+
+    /// Extends this claim's lease by the guard's lease duration from now.
+    ///
+    /// # Errors
+    /// [`LeaseError::Lost`] if another delivery took the claim over, or the store's error.
+    pub async fn renew_lease(&self) -> Result<(), LeaseError> {
+        self.claim.renew().await
+    }
+}
+
 /// Why a lease could not be renewed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -473,6 +523,10 @@ struct ClaimState {
     id: String,
     token: FencingToken,
     record: Record,
+    /// When the delivery began (before verification).
+    started: Instant,
+    /// When the claim was won: the handler's clock starts here.
+    claimed_at: Instant,
 }
 
 impl ClaimState {
@@ -523,6 +577,16 @@ impl<'a> Claimed<'a> {
         }
     }
 
+    /// The event, owning `body`, which must be the body this claim was made with.
+    #[cfg_attr(not(feature = "tower"), allow(dead_code))]
+    pub(crate) fn owned_event(&self, body: Bytes) -> OwnedEvent {
+        debug_assert_eq!(&body[..], self.body);
+        OwnedEvent {
+            body,
+            claim: self.state().clone(),
+        }
+    }
+
     fn state(&self) -> &Arc<ClaimState> {
         self.state
             .as_ref()
@@ -539,6 +603,7 @@ impl<'a> Claimed<'a> {
     /// lease was lost or the store failed.
     pub async fn complete(self) -> Outcome {
         let state = self.take();
+        let handler_elapsed = state.claimed_at.elapsed();
         let inner = &state.guard.inner;
         let now = inner.clock.now();
         let finish = Finish {
@@ -549,20 +614,15 @@ impl<'a> Claimed<'a> {
             expires_at: now + inner.retention_delta,
         };
         let result = inner.store.finish(state.key(), state.token, &finish).await;
-        let reason = match result {
-            Ok(Fence::Applied) => {
-                return Outcome::Processed {
-                    id: state.id.clone(),
-                }
-            }
-            Ok(Fence::LeaseLost) => Unrecorded::LeaseLost,
-            Err(e) => Unrecorded::Store(e),
+        let outcome = match result {
+            Ok(Fence::Applied) => Outcome::Processed {
+                id: state.id.clone(),
+            },
+            Ok(Fence::LeaseLost) => state.unrecorded(Unrecorded::LeaseLost),
+            Err(e) => state.unrecorded(Unrecorded::Store(e)),
         };
-        inner.hooks.on_unrecorded(state.key(), &reason);
-        Outcome::Unrecorded {
-            id: state.id.clone(),
-            reason,
-        }
+        state.report(&outcome, handler_elapsed);
+        outcome
     }
 
     /// Records a failure: retryable ones are released and counted (and escalated at
@@ -570,14 +630,34 @@ impl<'a> Claimed<'a> {
     pub async fn fail(self, error: HandlerError) -> Outcome {
         let body = self.body;
         let state = self.take();
-        match error {
+        let handler_elapsed = state.claimed_at.elapsed();
+        let outcome = match error {
             HandlerError::Retryable(e) => state.fail_retryable(body, e.to_string()).await,
             HandlerError::Permanent(e) => state.fail_permanent(e.to_string()).await,
-        }
+        };
+        state.report(&outcome, handler_elapsed);
+        outcome
     }
 }
 
 impl ClaimState {
+    fn unrecorded(&self, reason: Unrecorded) -> Outcome {
+        self.guard.inner.hooks.on_unrecorded(self.key(), &reason);
+        Outcome::Unrecorded {
+            id: self.id.clone(),
+            reason,
+        }
+    }
+
+    fn report(&self, outcome: &Outcome, handler: Duration) {
+        self.guard.report(
+            outcome,
+            Some(self.record.attempts),
+            self.started,
+            Some(handler),
+        );
+    }
+
     fn history_with(&self, now: DateTime<Utc>, error: String) -> Vec<FailureNote> {
         let mut history = self.record.history.clone();
         if history.len() >= HISTORY_LIMIT {
@@ -690,6 +770,7 @@ impl Drop for Claimed<'_> {
                 let outcome = state
                     .fail_retryable(&[], "claim dropped unfinished".into())
                     .await;
+                state.report(&outcome, state.claimed_at.elapsed());
                 tracing::debug!(%id, outcome = %outcome.kind(), "released a dropped claim");
             });
             return;
@@ -760,6 +841,11 @@ impl WebhookGuard {
         self.inner.retention
     }
 
+    /// The largest body accepted, in bytes: integrations stop reading a body past it.
+    pub fn max_body(&self) -> usize {
+        self.inner.max_body
+    }
+
     /// Verifies a delivery and extracts its id, without touching the store.
     ///
     /// # Errors
@@ -785,15 +871,30 @@ impl WebhookGuard {
 
     /// Verifies the delivery and claims its id. Returns [`Begin::Claimed`] when this
     /// delivery must run the work, or [`Begin::Done`] with the outcome to answer.
-    pub async fn begin<'a>(&self, headers: &dyn Headers, body: &'a [u8]) -> Begin<'a> {
-        let delivery = match self.verify(headers, body) {
-            Ok(d) => d,
-            Err(r) => return Begin::Done(Outcome::Rejected(r)),
+    ///
+    /// The event id and attempt are recorded on the current span when it is a
+    /// delivery span (as in [`WebhookGuard::handle`]); an outcome answered here, and
+    /// the one [`Claimed::complete`] or [`Claimed::fail`] returns, is logged and
+    /// reported to [`Hooks::on_outcome`].
+    ///
+    /// `headers` must be `Sync` so that the returned future is `Send` (every
+    /// [`Headers`] implementation in this crate is).
+    pub async fn begin<'a>(&self, headers: &(dyn Headers + Sync), body: &'a [u8]) -> Begin<'a> {
+        let started = Instant::now();
+        let begin = match self.verify(headers, body) {
+            Ok(d) => {
+                tracing::Span::current().record("webhook.event_id", d.id.as_str());
+                self.claim(d.id, body, started).await
+            }
+            Err(r) => Begin::Done(Outcome::Rejected(r)),
         };
-        self.claim(delivery.id, body).await
+        if let Begin::Done(outcome) = &begin {
+            self.report(outcome, None, started, None);
+        }
+        begin
     }
 
-    async fn claim<'a>(&self, id: String, body: &'a [u8]) -> Begin<'a> {
+    async fn claim<'a>(&self, id: String, body: &'a [u8], started: Instant) -> Begin<'a> {
         let inner = &self.inner;
         let now = inner.clock.now();
         let fingerprint = if inner.fingerprint {
@@ -813,7 +914,8 @@ impl WebhookGuard {
         let record = match inner.store.claim(&request).await {
             Ok(Claim::Acquired(record)) => record,
             Ok(Claim::Existing(record)) => {
-                return Begin::Done(self.existing(id, record, fingerprint, now))
+                tracing::Span::current().record("webhook.attempt", record.attempts);
+                return Begin::Done(self.existing(id, record, fingerprint, now));
             }
             Err(error) => {
                 return Begin::Done(Outcome::StoreUnavailable {
@@ -823,11 +925,14 @@ impl WebhookGuard {
             }
         };
         inner.hooks.on_claim(key, record.attempts);
+        tracing::Span::current().record("webhook.attempt", record.attempts);
         let state = Arc::new(ClaimState {
             guard: self.clone(),
             token: request.token,
             id,
             record,
+            started,
+            claimed_at: Instant::now(),
         });
         if state.record.failures >= inner.escalate_after {
             // Earlier holders crashed or hung until their leases ran out: stop here.
@@ -872,9 +977,13 @@ impl WebhookGuard {
     ///
     /// A handler that panics is treated as a retryable failure; the panic does not
     /// reach the caller.
+    ///
+    /// The whole delivery, handler included, runs in a `webhook_delivery` tracing span
+    /// (see [`WebhookGuard::delivery_span`]); its outcome is logged once at the end
+    /// and reported to [`Hooks::on_outcome`]. Neither the body nor any secret is logged.
     pub async fn handle<'a, F, Fut>(
         &self,
-        headers: &dyn Headers,
+        headers: &(dyn Headers + Sync),
         body: &'a [u8],
         handler: F,
     ) -> Outcome
@@ -882,21 +991,134 @@ impl WebhookGuard {
         F: FnOnce(Event<'a>) -> Fut,
         Fut: Future<Output = Result<(), HandlerError>>,
     {
-        let claimed = match self.begin(headers, body).await {
-            Begin::Claimed(c) => c,
-            Begin::Done(outcome) => return outcome,
+        let flow = async {
+            let claimed = match self.begin(headers, body).await {
+                Begin::Claimed(c) => c,
+                Begin::Done(outcome) => return outcome,
+            };
+            let result = catch_unwind(handler(claimed.event())).await;
+            match result {
+                Ok(Ok(())) => claimed.complete().await,
+                Ok(Err(e)) => claimed.fail(e).await,
+                Err(panic) => {
+                    let msg = panic_message(&*panic);
+                    claimed
+                        .fail(HandlerError::retryable(format!("handler panicked: {msg}")))
+                        .await
+                }
+            }
         };
-        let result = catch_unwind(handler(claimed.event())).await;
-        match result {
-            Ok(Ok(())) => claimed.complete().await,
-            Ok(Err(e)) => claimed.fail(e).await,
-            Err(panic) => {
-                let msg = panic_message(&*panic);
-                claimed
-                    .fail(HandlerError::retryable(format!("handler panicked: {msg}")))
-                    .await
+        flow.instrument(self.delivery_span()).await
+    }
+
+    /// [`WebhookGuard::handle`] for a body held in [`Bytes`]: the handler receives an
+    /// [`OwnedEvent`], which owns (a cheap clone of) the body, so its future can be
+    /// `'static` — what web frameworks and `tokio::spawn` need.
+    ///
+    /// ```
+    /// use bytes::Bytes;
+    /// use webhook_guard::{verify::HmacSha256Header, EventId, MemoryStore, Outcome, WebhookGuard};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let verifier = HmacSha256Header::new("X-Signature", ["s3cret"]).unwrap();
+    /// let body = Bytes::from_static(br#"{"id":"evt_1"}"#);
+    /// let headers = [("X-Signature", verifier.sign(&body))];
+    /// let guard = WebhookGuard::builder()
+    ///     .store(MemoryStore::new())
+    ///     .verifier(verifier)
+    ///     .event_id(EventId::json_field(["id"]))
+    ///     .build()
+    ///     .unwrap();
+    /// let outcome = guard
+    ///     .handle_owned(&headers, body, |event| async move {
+    ///         // `event` is `'static`: it could be moved into a spawned task.
+    ///         assert_eq!(event.id(), "evt_1");
+    ///         Ok(())
+    ///     })
+    ///     .await;
+    /// assert!(matches!(outcome, Outcome::Processed { .. }));
+    /// # }
+    /// ```
+    pub async fn handle_owned<F, Fut>(
+        &self,
+        headers: &(dyn Headers + Sync),
+        body: Bytes,
+        handler: F,
+    ) -> Outcome
+    where
+        F: FnOnce(OwnedEvent) -> Fut,
+        Fut: Future<Output = Result<(), HandlerError>>,
+    {
+        let shared = body.clone();
+        self.handle(headers, &body, move |event| {
+            handler(OwnedEvent {
+                body: shared,
+                claim: event.claim,
+            })
+        })
+        .await
+    }
+
+    /// A new `webhook_delivery` span, at `INFO` level, for one delivery: field
+    /// `webhook.namespace` is set, and `webhook.event_id`, `webhook.attempt`,
+    /// `webhook.outcome` and `webhook.elapsed_ms` are recorded as the flow learns them.
+    ///
+    /// [`WebhookGuard::handle`] runs in one; an integration driving
+    /// [`WebhookGuard::begin`] itself can instrument its delivery future with it.
+    pub fn delivery_span(&self) -> tracing::Span {
+        tracing::info_span!(
+            "webhook_delivery",
+            webhook.namespace = %self.inner.namespace,
+            webhook.event_id = tracing::field::Empty,
+            webhook.attempt = tracing::field::Empty,
+            webhook.outcome = tracing::field::Empty,
+            webhook.elapsed_ms = tracing::field::Empty,
+        )
+    }
+
+    /// A rejection found before the guard saw the body (an integration refusing an
+    /// oversized body it did not read whole), logged and reported like any outcome.
+    #[cfg_attr(not(any(feature = "axum", feature = "tower")), allow(dead_code))]
+    pub(crate) fn rejected_early(&self, rejection: Rejection, started: Instant) -> Outcome {
+        let outcome = Outcome::Rejected(rejection);
+        self.report(&outcome, None, started, None);
+        outcome
+    }
+
+    /// Logs the end of a delivery and reports it to the outcome hook.
+    fn report(
+        &self,
+        outcome: &Outcome,
+        attempt: Option<u32>,
+        started: Instant,
+        handler: Option<Duration>,
+    ) {
+        let elapsed = started.elapsed();
+        let kind = outcome.kind();
+        let elapsed_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
+        let span = tracing::Span::current();
+        span.record("webhook.outcome", kind.as_str());
+        span.record("webhook.elapsed_ms", elapsed_ms);
+        let namespace = self.inner.namespace.as_str();
+        let id = outcome.id().unwrap_or("");
+        match kind {
+            OutcomeKind::Processed | OutcomeKind::Duplicate | OutcomeKind::InProgress => {
+                tracing::info!(namespace, id, attempt, outcome = %kind, elapsed_ms, "webhook delivery");
+            }
+            _ => {
+                // `Display` of an outcome holds reasons and error messages, never the
+                // body or a secret.
+                tracing::warn!(namespace, id, attempt, outcome = %kind, elapsed_ms, detail = %outcome, "webhook delivery");
             }
         }
+        self.inner.hooks.on_outcome(&DeliveryReport {
+            namespace,
+            outcome,
+            attempt,
+            elapsed,
+            handler,
+        });
     }
 
     /// What to answer the sender for `outcome`, with this guard's overrides applied.

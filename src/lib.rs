@@ -89,6 +89,18 @@
 //! - `tokio` (default): the background sweeper ([`Sweeper::spawn`]) and releasing a
 //!   dropped claim in the background.
 //! - `conformance`: the [`conformance`] suite for store implementations.
+//! - `axum`: axum 0.8 integration ([`integrations::axum`]): outcomes as responses
+//!   and `guarded(guard, handler)` routes.
+//! - `tower`: [`integrations::tower::WebhookGuardLayer`], guarding any tower or
+//!   hyper service.
+//! - `metrics`: metrics through the `metrics` facade (module `metrics`).
+//!
+//! # Observability
+//!
+//! [`WebhookGuard::handle`] runs each delivery in a `webhook_delivery` tracing span
+//! (namespace, event id, attempt, outcome, elapsed milliseconds) and logs its outcome
+//! once; bodies and secrets are never logged. Every outcome also reaches
+//! [`Hooks::on_outcome`].
 #![forbid(unsafe_code)]
 #![warn(
     missing_docs,
@@ -105,6 +117,7 @@ pub mod conformance;
 mod guard;
 mod headers;
 pub mod hooks;
+pub mod integrations;
 pub mod json;
 pub mod outcome;
 pub mod store;
@@ -114,8 +127,8 @@ pub mod verify;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use guard::{
     Begin, Claimed, ConfigError, Event, EventId, HandlerError, InProgressAnswer, LeaseError,
-    VerifiedDelivery, WebhookGuard, WebhookGuardBuilder, DEFAULT_ESCALATE_AFTER, DEFAULT_LEASE,
-    DEFAULT_MAX_BODY, DEFAULT_RETENTION, MAX_ID_LEN,
+    OwnedEvent, VerifiedDelivery, WebhookGuard, WebhookGuardBuilder, DEFAULT_ESCALATE_AFTER,
+    DEFAULT_LEASE, DEFAULT_MAX_BODY, DEFAULT_RETENTION, MAX_ID_LEN,
 };
 pub use headers::Headers;
 pub use hooks::{Hooks, NoHooks};
