@@ -93,7 +93,8 @@
 //!   and `guarded(guard, handler)` routes.
 //! - `tower`: [`integrations::tower::WebhookGuardLayer`], guarding any tower or
 //!   hyper service.
-//! - `metrics`: metrics through the `metrics` facade (module `metrics`).
+//! - `metrics`: metrics through the `metrics` facade (module `metrics`: metric names,
+//!   [`Hooks`] that record them, a timing store wrapper).
 //!
 //! # Observability
 //!
@@ -119,6 +120,9 @@ mod headers;
 pub mod hooks;
 pub mod integrations;
 pub mod json;
+#[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+pub mod metrics;
 pub mod outcome;
 pub mod store;
 mod sweeper;
