@@ -19,7 +19,7 @@
 //! `Content-Length` is over the limit is refused before its body is read, and a
 //! streamed body is refused as soon as it passes the limit, without buffering the
 //! rest. Either way the delivery is answered as the guard's
-//! [`Outcome::Rejected`] with [`Rejection::BodyTooLarge`] — **400** by default, with
+//! [`Outcome::Rejected`] with [`Rejection::BodyTooLarge`](crate::Rejection::BodyTooLarge) — **400** by default, with
 //! reason `body_too_large` (override it with
 //! [`WebhookGuardBuilder::status`](crate::WebhookGuardBuilder::status) for
 //! [`OutcomeKind::Rejected`] to answer 413). Its `size` is the declared
@@ -30,7 +30,7 @@ use std::fmt;
 use http::header::{CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderValue, StatusCode};
 
-use crate::outcome::{Answer, Outcome, OutcomeKind, Rejection};
+use crate::outcome::{Answer, Outcome, OutcomeKind};
 use crate::WebhookGuard;
 
 #[cfg(feature = "axum")]
@@ -131,13 +131,19 @@ impl GuardResponse {
     /// The JSON body: `{"outcome": kind, "reason": code, "id": event id}`, the id
     /// left out when there is none.
     pub fn body(&self) -> String {
-        let mut body = serde_json::Map::new();
-        body.insert("outcome".into(), self.kind_str().into());
-        body.insert("reason".into(), self.answer.reason.into());
-        if let Some(id) = self.outcome.as_ref().and_then(Outcome::id) {
-            body.insert("id".into(), id.into());
+        #[derive(serde::Serialize)]
+        struct Body<'a> {
+            outcome: &'static str,
+            reason: &'static str,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            id: Option<&'a str>,
         }
-        serde_json::Value::Object(body).to_string()
+        let body = Body {
+            outcome: self.kind_str(),
+            reason: self.answer.reason,
+            id: self.outcome.as_ref().and_then(Outcome::id),
+        };
+        serde_json::to_string(&body).expect("a struct of strings serializes")
     }
 
     /// An [`http::Response`] with the status, `Retry-After`, `Content-Type:
@@ -261,7 +267,8 @@ where
     match read_limited(headers, body, limit).await {
         Ok(bytes) => Ok(bytes),
         Err(BodyError::TooLarge(size)) => {
-            let outcome = guard.rejected_early(Rejection::BodyTooLarge { size, limit }, started);
+            let outcome =
+                guard.rejected_early(crate::Rejection::BodyTooLarge { size, limit }, started);
             Err(guard.respond(outcome))
         }
         Err(BodyError::Unreadable) => {
