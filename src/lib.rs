@@ -88,7 +88,7 @@
 //!
 //! - `tokio` (default): the background sweeper ([`Sweeper::spawn`]) and releasing a
 //!   dropped claim in the background.
-//! - `conformance`: the [`conformance`] suite for store implementations.
+//! - `conformance`: the `conformance` module, a suite for store implementations.
 //! - `axum`: axum 0.8 integration ([`integrations::axum`]): outcomes as responses
 //!   and `guarded(guard, handler)` routes.
 //! - `tower`: [`integrations::tower::WebhookGuardLayer`], guarding any tower or

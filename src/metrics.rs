@@ -1,4 +1,4 @@
-//! Metrics through the [`metrics`](::metrics) facade: plug in any recorder
+//! Metrics through the [`metrics` facade](::metrics): plug in any recorder
 //! (Prometheus, StatsD, OpenTelemetry, ...) and the guard reports to it.
 //!
 //! Two pieces, both opt-in:
