@@ -8,13 +8,14 @@ use std::panic::AssertUnwindSafe;
 use std::pin::pin;
 use std::sync::Arc;
 use std::task::Poll;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use chrono::{DateTime, TimeDelta, Utc};
 use http::StatusCode;
 
 use crate::clock::{Clock, SystemClock};
-use crate::hooks::{Escalation, Hooks, NoHooks};
+use crate::hooks::{DeliveryReport, Escalation, Hooks, NoHooks};
 use crate::inbox::{Enqueued, InboxStore, NewEvent};
 use crate::meta::{EventMeta, MetaExtractor};
 use crate::ordering::{Freshness, ObjectKey, ObjectStatus, OrderingStore};
@@ -26,6 +27,7 @@ use crate::store::{
 };
 use crate::verify::{Verified, Verifier};
 use crate::Headers;
+use tracing::Instrument as _;
 
 /// The default lease: how long a claim holds before another delivery may take over.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(5 * 60);
@@ -510,6 +512,54 @@ impl<'a> Event<'a> {
     }
 }
 
+/// An [`Event`] that owns its body: what [`WebhookGuard::handle_owned`] and the
+/// framework integrations hand to a handler, so its future can be `'static`.
+///
+/// Cloning is cheap (the body is a [`Bytes`], the claim is shared).
+#[derive(Debug, Clone)]
+pub struct OwnedEvent {
+    body: Bytes,
+    claim: Arc<ClaimState>,
+}
+
+impl OwnedEvent {
+    /// The event id.
+    pub fn id(&self) -> &str {
+        &self.claim.id
+    }
+
+    /// The raw body, exactly as received and verified.
+    pub fn body(&self) -> &[u8] {
+        &self.body
+    }
+
+    /// The raw body as [`Bytes`] (a cheap clone).
+    pub fn bytes(&self) -> Bytes {
+        self.body.clone()
+    }
+
+    /// Which claim of this id this is (1 for the first run).
+    pub fn attempt(&self) -> u32 {
+        self.claim.record.attempts
+    }
+
+    /// Parses the body as JSON.
+    ///
+    /// # Errors
+    /// The parser's error.
+    pub fn json<'de, T: serde::Deserialize<'de>>(&'de self) -> Result<T, serde_json::Error> {
+        serde_json::from_slice(&self.body)
+    }
+
+    /// Extends this claim's lease by the guard's lease duration from now.
+    ///
+    /// # Errors
+    /// [`LeaseError::Lost`] if another delivery took the claim over, or the store's error.
+    pub async fn renew_lease(&self) -> Result<(), LeaseError> {
+        self.claim.renew().await
+    }
+}
+
 /// Why a lease could not be renewed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -529,6 +579,10 @@ struct ClaimState {
     token: FencingToken,
     record: Record,
     meta: EventMeta,
+    /// When the delivery began (before verification).
+    started: Instant,
+    /// When the claim was won: the handler's clock starts here.
+    claimed_at: Instant,
 }
 
 impl ClaimState {
@@ -653,6 +707,16 @@ impl<'a> Claimed<'a> {
         }
     }
 
+    /// The event, owning `body`, which must be the body this claim was made with.
+    #[cfg_attr(not(feature = "tower"), allow(dead_code))]
+    pub(crate) fn owned_event(&self, body: Bytes) -> OwnedEvent {
+        debug_assert_eq!(&body[..], self.body);
+        OwnedEvent {
+            body,
+            claim: self.state().clone(),
+        }
+    }
+
     fn state(&self) -> &Arc<ClaimState> {
         self.state
             .as_ref()
@@ -669,6 +733,7 @@ impl<'a> Claimed<'a> {
     /// lease was lost or the store failed.
     pub async fn complete(self) -> Outcome {
         let state = self.take();
+        let handler_elapsed = state.claimed_at.elapsed();
         let inner = &state.guard.inner;
         let now = inner.clock.now();
         let finish = Finish {
@@ -679,21 +744,18 @@ impl<'a> Claimed<'a> {
             expires_at: now + inner.retention_delta,
         };
         let result = inner.store.finish(state.key(), state.token, &finish).await;
-        let reason = match result {
+        let outcome = match result {
             Ok(Fence::Applied) => {
                 state.settle_object(ObjectStatus::Applied).await;
-                return Outcome::Processed {
+                Outcome::Processed {
                     id: state.id.clone(),
-                };
+                }
             }
-            Ok(Fence::LeaseLost) => Unrecorded::LeaseLost,
-            Err(e) => Unrecorded::Store(e),
+            Ok(Fence::LeaseLost) => state.unrecorded(Unrecorded::LeaseLost),
+            Err(e) => state.unrecorded(Unrecorded::Store(e)),
         };
-        inner.hooks.on_unrecorded(state.key(), &reason);
-        Outcome::Unrecorded {
-            id: state.id.clone(),
-            reason,
-        }
+        state.report(&outcome, handler_elapsed);
+        outcome
     }
 
     /// Records a failure: retryable ones are released and counted (and escalated at
@@ -701,14 +763,34 @@ impl<'a> Claimed<'a> {
     pub async fn fail(self, error: HandlerError) -> Outcome {
         let body = self.body;
         let state = self.take();
-        match error {
+        let handler_elapsed = state.claimed_at.elapsed();
+        let outcome = match error {
             HandlerError::Retryable(e) => state.fail_retryable(body, e.to_string()).await,
             HandlerError::Permanent(e) => state.fail_permanent(e.to_string()).await,
-        }
+        };
+        state.report(&outcome, handler_elapsed);
+        outcome
     }
 }
 
 impl ClaimState {
+    fn unrecorded(&self, reason: Unrecorded) -> Outcome {
+        self.guard.inner.hooks.on_unrecorded(self.key(), &reason);
+        Outcome::Unrecorded {
+            id: self.id.clone(),
+            reason,
+        }
+    }
+
+    fn report(&self, outcome: &Outcome, handler: Duration) {
+        self.guard.report(
+            outcome,
+            Some(self.record.attempts),
+            self.started,
+            Some(handler),
+        );
+    }
+
     fn history_with(&self, now: DateTime<Utc>, error: String) -> Vec<FailureNote> {
         let mut history = self.record.history.clone();
         if history.len() >= HISTORY_LIMIT {
@@ -825,6 +907,7 @@ impl Drop for Claimed<'_> {
                 let outcome = state
                     .fail_retryable(&[], "claim dropped unfinished".into())
                     .await;
+                state.report(&outcome, state.claimed_at.elapsed());
                 tracing::debug!(%id, outcome = %outcome.kind(), "released a dropped claim");
             });
             return;
@@ -899,6 +982,11 @@ impl WebhookGuard {
         self.inner.retention
     }
 
+    /// The largest body accepted, in bytes: integrations stop reading a body past it.
+    pub fn max_body(&self) -> usize {
+        self.inner.max_body
+    }
+
     /// Verifies a delivery and extracts its id, without touching the store.
     ///
     /// # Errors
@@ -931,22 +1019,45 @@ impl WebhookGuard {
     /// delivery must run the work, or [`Begin::Done`] with the outcome to answer.
     ///
     /// The headers are read before the returned future first runs, so they need not
-    /// outlive it (nor be `Sync`).
+    /// outlive it (nor be `Sync`). The event id and attempt are recorded on the current
+    /// span when it is a delivery span (as in [`WebhookGuard::handle`]); an outcome
+    /// answered here, and the one [`Claimed::complete`] or [`Claimed::fail`] returns,
+    /// is logged and reported to [`Hooks::on_outcome`].
     pub fn begin<'s, 'a>(
         &'s self,
         headers: &dyn Headers,
         body: &'a [u8],
     ) -> impl Future<Output = Begin<'a>> + Send + use<'s, 'a> {
+        let started = Instant::now();
         let verified = self.verify(headers, body);
-        async move {
-            match verified {
-                Ok(delivery) => self.claim(delivery, body).await,
-                Err(r) => Begin::Done(Outcome::Rejected(r)),
-            }
-        }
+        self.begin_verified(verified, body, started)
     }
 
-    async fn claim<'a>(&self, delivery: VerifiedDelivery, body: &'a [u8]) -> Begin<'a> {
+    async fn begin_verified<'a>(
+        &self,
+        verified: Result<VerifiedDelivery, Rejection>,
+        body: &'a [u8],
+        started: Instant,
+    ) -> Begin<'a> {
+        let begin = match verified {
+            Ok(delivery) => {
+                tracing::Span::current().record("webhook.event_id", delivery.id.as_str());
+                self.claim(delivery, body, started).await
+            }
+            Err(r) => Begin::Done(Outcome::Rejected(r)),
+        };
+        if let Begin::Done(outcome) = &begin {
+            self.report(outcome, None, started, None);
+        }
+        begin
+    }
+
+    async fn claim<'a>(
+        &self,
+        delivery: VerifiedDelivery,
+        body: &'a [u8],
+        started: Instant,
+    ) -> Begin<'a> {
         let VerifiedDelivery { id, meta, .. } = delivery;
         let inner = &self.inner;
         let now = inner.clock.now();
@@ -967,7 +1078,8 @@ impl WebhookGuard {
         let record = match inner.store.claim(&request).await {
             Ok(Claim::Acquired(record)) => record,
             Ok(Claim::Existing(record)) => {
-                return Begin::Done(self.existing(id, record, fingerprint, now))
+                tracing::Span::current().record("webhook.attempt", record.attempts);
+                return Begin::Done(self.existing(id, record, fingerprint, now));
             }
             Err(error) => {
                 return Begin::Done(Outcome::StoreUnavailable {
@@ -977,12 +1089,15 @@ impl WebhookGuard {
             }
         };
         inner.hooks.on_claim(key, record.attempts);
+        tracing::Span::current().record("webhook.attempt", record.attempts);
         let state = Arc::new(ClaimState {
             guard: self.clone(),
             token: request.token,
             id,
             record,
             meta,
+            started,
+            claimed_at: Instant::now(),
         });
         if state.record.failures >= inner.escalate_after {
             // Earlier holders crashed or hung until their leases ran out: stop here.
@@ -1032,7 +1147,10 @@ impl WebhookGuard {
     /// reach the caller.
     ///
     /// The headers are read before the returned future first runs, so they need not
-    /// outlive it; the future is `Send` when the handler's future is.
+    /// outlive it; the future is `Send` when the handler's future is. The whole
+    /// delivery, handler included, runs in a `webhook_delivery` tracing span (see
+    /// [`WebhookGuard::delivery_span`]); its outcome is logged once at the end and
+    /// reported to [`Hooks::on_outcome`]. Neither the body nor any secret is logged.
     pub fn handle<'s, 'a, F, Fut>(
         &'s self,
         headers: &dyn Headers,
@@ -1043,24 +1161,134 @@ impl WebhookGuard {
         F: FnOnce(Event<'a>) -> Fut,
         Fut: Future<Output = Result<(), HandlerError>>,
     {
-        let begin = self.begin(headers, body);
+        let span = self.delivery_span();
+        let started = Instant::now();
+        let verified = span.in_scope(|| self.verify(headers, body));
         async move {
-            let claimed = match begin.await {
-                Begin::Claimed(c) => c,
-                Begin::Done(outcome) => return outcome,
-            };
-            let result = catch_unwind(handler(claimed.event())).await;
-            match result {
-                Ok(Ok(())) => claimed.complete().await,
-                Ok(Err(e)) => claimed.fail(e).await,
-                Err(panic) => {
-                    let msg = panic_message(&*panic);
-                    claimed
-                        .fail(HandlerError::retryable(format!("handler panicked: {msg}")))
-                        .await
-                }
+            let begin = self.begin_verified(verified, body, started).await;
+            run_claimed(begin, handler).await
+        }
+        .instrument(span)
+    }
+
+    /// [`WebhookGuard::handle`] for a body held in [`Bytes`]: the handler receives an
+    /// [`OwnedEvent`], which owns (a cheap clone of) the body, so its future can be
+    /// `'static` — what web frameworks and `tokio::spawn` need.
+    ///
+    /// ```
+    /// use bytes::Bytes;
+    /// use webhook_guard::{verify::HmacSha256Header, EventId, MemoryStore, Outcome, WebhookGuard};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let verifier = HmacSha256Header::new("X-Signature", ["s3cret"]).unwrap();
+    /// let body = Bytes::from_static(br#"{"id":"evt_1"}"#);
+    /// let headers = [("X-Signature", verifier.sign(&body))];
+    /// let guard = WebhookGuard::builder()
+    ///     .store(MemoryStore::new())
+    ///     .verifier(verifier)
+    ///     .event_id(EventId::json_field(["id"]))
+    ///     .build()
+    ///     .unwrap();
+    /// let outcome = guard
+    ///     .handle_owned(&headers, body, |event| async move {
+    ///         // `event` is `'static`: it could be moved into a spawned task.
+    ///         assert_eq!(event.id(), "evt_1");
+    ///         Ok(())
+    ///     })
+    ///     .await;
+    /// assert!(matches!(outcome, Outcome::Processed { .. }));
+    /// # }
+    /// ```
+    pub fn handle_owned<'s, F, Fut>(
+        &'s self,
+        headers: &dyn Headers,
+        body: Bytes,
+        handler: F,
+    ) -> impl Future<Output = Outcome> + use<'s, F, Fut>
+    where
+        F: FnOnce(OwnedEvent) -> Fut,
+        Fut: Future<Output = Result<(), HandlerError>>,
+    {
+        let span = self.delivery_span();
+        let started = Instant::now();
+        let verified = span.in_scope(|| self.verify(headers, &body));
+        async move {
+            let shared = body.clone();
+            let begin = self.begin_verified(verified, &body, started).await;
+            run_claimed(begin, move |event| {
+                handler(OwnedEvent {
+                    body: shared,
+                    claim: event.claim,
+                })
+            })
+            .await
+        }
+        .instrument(span)
+    }
+
+    /// A new `webhook_delivery` span, at `INFO` level, for one delivery: field
+    /// `webhook.namespace` is set, and `webhook.event_id`, `webhook.attempt`,
+    /// `webhook.outcome` and `webhook.elapsed_ms` are recorded as the flow learns them.
+    ///
+    /// [`WebhookGuard::handle`] runs in one; an integration driving
+    /// [`WebhookGuard::begin`] itself can instrument its delivery future with it.
+    pub fn delivery_span(&self) -> tracing::Span {
+        tracing::info_span!(
+            "webhook_delivery",
+            webhook.namespace = %self.inner.namespace,
+            webhook.event_id = tracing::field::Empty,
+            webhook.attempt = tracing::field::Empty,
+            webhook.outcome = tracing::field::Empty,
+            webhook.elapsed_ms = tracing::field::Empty,
+        )
+    }
+
+    /// A rejection found before the guard saw the body (an integration refusing an
+    /// oversized body it did not read whole), logged and reported like any outcome.
+    #[cfg_attr(not(any(feature = "axum", feature = "tower")), allow(dead_code))]
+    pub(crate) fn rejected_early(&self, rejection: Rejection, started: Instant) -> Outcome {
+        let outcome = Outcome::Rejected(rejection);
+        self.report(&outcome, None, started, None);
+        outcome
+    }
+
+    /// Logs the end of a delivery and reports it to the outcome hook.
+    fn report(
+        &self,
+        outcome: &Outcome,
+        attempt: Option<u32>,
+        started: Instant,
+        handler: Option<Duration>,
+    ) {
+        let elapsed = started.elapsed();
+        let kind = outcome.kind();
+        let elapsed_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
+        let span = tracing::Span::current();
+        span.record("webhook.outcome", kind.as_str());
+        span.record("webhook.elapsed_ms", elapsed_ms);
+        let namespace = self.inner.namespace.as_str();
+        let id = outcome.id().unwrap_or("");
+        match kind {
+            OutcomeKind::Processed
+            | OutcomeKind::Duplicate
+            | OutcomeKind::InProgress
+            | OutcomeKind::Accepted => {
+                tracing::info!(namespace, id, attempt, outcome = %kind, elapsed_ms, "webhook delivery");
+            }
+            _ => {
+                // `Display` of an outcome holds reasons and error messages, never the
+                // body or a secret.
+                tracing::warn!(namespace, id, attempt, outcome = %kind, elapsed_ms, detail = %outcome, "webhook delivery");
             }
         }
+        self.inner.hooks.on_outcome(&DeliveryReport {
+            namespace,
+            outcome,
+            attempt,
+            elapsed,
+            handler,
+        });
     }
 
     /// What to answer the sender for `outcome`, with this guard's overrides applied.
@@ -1304,5 +1532,28 @@ impl WebhookGuard {
             "no runtime to reconcile on; reconcile_stale will pick it up"
         );
         drop((reconciler, request));
+    }
+}
+
+/// Runs `handler` when `begin` won the claim, and records how it ended.
+async fn run_claimed<'a, F, Fut>(begin: Begin<'a>, handler: F) -> Outcome
+where
+    F: FnOnce(Event<'a>) -> Fut,
+    Fut: Future<Output = Result<(), HandlerError>>,
+{
+    let claimed = match begin {
+        Begin::Claimed(c) => c,
+        Begin::Done(outcome) => return outcome,
+    };
+    let result = catch_unwind(handler(claimed.event())).await;
+    match result {
+        Ok(Ok(())) => claimed.complete().await,
+        Ok(Err(e)) => claimed.fail(e).await,
+        Err(panic) => {
+            let msg = panic_message(&*panic);
+            claimed
+                .fail(HandlerError::retryable(format!("handler panicked: {msg}")))
+                .await
+        }
     }
 }

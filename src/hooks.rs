@@ -1,10 +1,11 @@
 //! Hooks: where the host alerts, logs or reconciles its own way.
 
 use std::fmt;
+use std::time::Duration;
 
 use crate::inbox::InboxEvent;
 use crate::meta::EventMeta;
-use crate::outcome::Unrecorded;
+use crate::outcome::{Outcome, Unrecorded};
 use crate::store::{FailureNote, Key, Record};
 use crate::sweeper::SweepReport;
 
@@ -20,6 +21,22 @@ pub struct Escalation<'a> {
     pub failures: u32,
     /// The latest failures, oldest first.
     pub history: &'a [FailureNote],
+}
+
+/// What the outcome hook is told at the end of every delivery.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct DeliveryReport<'a> {
+    /// The guard's namespace.
+    pub namespace: &'a str,
+    /// What became of the delivery.
+    pub outcome: &'a Outcome,
+    /// Which claim of the id this was, when the store was reached.
+    pub attempt: Option<u32>,
+    /// From the start of verification to the outcome.
+    pub elapsed: Duration,
+    /// From winning the claim to the handler's result, when this delivery ran it.
+    pub handler: Option<Duration>,
 }
 
 /// Callbacks on what the guard does. Every method has a no-op default; implement the
@@ -81,6 +98,12 @@ pub trait Hooks: fmt::Debug + Send + Sync + 'static {
     fn on_sweep(&self, report: &SweepReport) {
         let _ = report;
     }
+
+    /// A delivery ended with an outcome: called once for every delivery, whatever
+    /// the outcome, after the more specific hooks above. The place for metrics.
+    fn on_outcome(&self, report: &DeliveryReport<'_>) {
+        let _ = report;
+    }
 }
 
 /// Hooks that do nothing.
@@ -89,6 +112,7 @@ pub struct NoHooks;
 
 impl Hooks for NoHooks {}
 
+#[deny(clippy::missing_trait_methods)]
 impl<H: Hooks + ?Sized> Hooks for std::sync::Arc<H> {
     fn on_claim(&self, key: Key<'_>, attempt: u32) {
         (**self).on_claim(key, attempt);
@@ -119,5 +143,8 @@ impl<H: Hooks + ?Sized> Hooks for std::sync::Arc<H> {
     }
     fn on_sweep(&self, report: &SweepReport) {
         (**self).on_sweep(report);
+    }
+    fn on_outcome(&self, report: &DeliveryReport<'_>) {
+        (**self).on_outcome(report);
     }
 }

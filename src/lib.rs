@@ -88,7 +88,20 @@
 //!
 //! - `tokio` (default): the background sweeper ([`Sweeper::spawn`]) and releasing a
 //!   dropped claim in the background.
-//! - `conformance`: the [`conformance`] suite for store implementations.
+//! - `conformance`: the `conformance` module, a suite for store implementations.
+//! - `axum`: axum 0.8 integration ([`integrations::axum`]): outcomes as responses
+//!   and `guarded(guard, handler)` routes.
+//! - `tower`: [`integrations::tower::WebhookGuardLayer`], guarding any tower or
+//!   hyper service.
+//! - `metrics`: metrics through the `metrics` facade (module `metrics`: metric names,
+//!   [`Hooks`] that record them, a timing store wrapper).
+//!
+//! # Observability
+//!
+//! [`WebhookGuard::handle`] runs each delivery in a `webhook_delivery` tracing span
+//! (namespace, event id, attempt, outcome, elapsed milliseconds) and logs its outcome
+//! once; bodies and secrets are never logged. Every outcome also reaches
+//! [`Hooks::on_outcome`].
 #![forbid(unsafe_code)]
 #![warn(
     missing_docs,
@@ -106,8 +119,12 @@ mod guard;
 mod headers;
 pub mod hooks;
 pub mod inbox;
+pub mod integrations;
 pub mod json;
 pub mod meta;
+#[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+pub mod metrics;
 pub mod ordering;
 pub mod outcome;
 pub mod reconcile;
@@ -118,7 +135,7 @@ pub mod verify;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use guard::{
     Begin, Claimed, ConfigError, Event, EventId, HandlerError, IdExtractor, InProgressAnswer,
-    LeaseError, ReconcileReport, VerifiedDelivery, WebhookGuard, WebhookGuardBuilder,
+    LeaseError, OwnedEvent, ReconcileReport, VerifiedDelivery, WebhookGuard, WebhookGuardBuilder,
     DEFAULT_ESCALATE_AFTER, DEFAULT_LEASE, DEFAULT_MAX_BODY, DEFAULT_RETENTION, MAX_ID_LEN,
 };
 pub use headers::Headers;

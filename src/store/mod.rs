@@ -407,7 +407,7 @@ impl StoreError {
 /// themselves when the server comes back.
 ///
 /// The public conformance suite (feature `conformance`, module
-/// [`conformance`](crate::conformance)) checks all of this against any store.
+/// `conformance`) checks all of this against any store.
 #[async_trait]
 pub trait ProcessedStore: fmt::Debug + Send + Sync + 'static {
     /// Claims `request.key` if it is free, expired, failed or abandoned.

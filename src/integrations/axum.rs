@@ -1,0 +1,130 @@
+//! axum 0.8: outcomes as responses, and a guarded route in a few lines.
+//!
+//! ```no_run
+//! use axum::Router;
+//! use webhook_guard::integrations::axum::guarded;
+//! use webhook_guard::{verify::HmacSha256Header, EventId, MemoryStore, OwnedEvent, WebhookGuard};
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let guard = WebhookGuard::builder()
+//!     .store(MemoryStore::new())
+//!     .verifier(HmacSha256Header::new("X-Signature", ["s3cret"])?)
+//!     .event_id(EventId::json_field(["id"]))
+//!     .build()?;
+//!
+//! let app: Router = Router::new().route(
+//!     "/webhooks",
+//!     guarded(guard, |event: OwnedEvent| async move {
+//!         // Runs once per event id, with a verified body.
+//!         let payload: serde_json::Value = event.json()?;
+//!         println!("{} {}", event.id(), payload["type"]);
+//!         Ok(())
+//!     }),
+//! );
+//! # let _ = app;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! A handler that needs application state captures it (an `Arc`, a pool) in the
+//! closure. The route answers from the [`Outcome`] with the guard's status mapping:
+//! see [`GuardResponse`]. A body over the guard's limit is answered 400
+//! `body_too_large` without being read whole (see the
+//! [module docs](crate::integrations#bodies-over-the-limit)).
+
+use std::convert::Infallible;
+use std::future::Future;
+
+use axum::body::Body;
+use axum::extract::Request;
+use axum::response::{IntoResponse, Response};
+use axum::routing::MethodRouter;
+
+use super::{read_body, GuardResponse};
+use crate::{HandlerError, Outcome, OwnedEvent, WebhookGuard};
+
+impl IntoResponse for GuardResponse {
+    fn into_response(self) -> Response {
+        self.into_http::<Body>()
+    }
+}
+
+/// Answers with the **default** status mapping (the table in the crate docs). A guard
+/// with status overrides should answer [`WebhookGuard::respond`] instead.
+///
+/// ```
+/// use axum::response::IntoResponse;
+/// use webhook_guard::Outcome;
+///
+/// let response = Outcome::Processed { id: "evt_1".into() }.into_response();
+/// assert_eq!(response.status(), 200);
+/// ```
+impl IntoResponse for Outcome {
+    fn into_response(self) -> Response {
+        GuardResponse::with_default_answer(self).into_response()
+    }
+}
+
+/// A `POST` route that runs `handler` once per event id.
+///
+/// It reads the raw body (at most [`WebhookGuard::max_body`] bytes, never
+/// re-serialized), verifies and claims the delivery, calls `handler` with the
+/// verified [`OwnedEvent`] only when this delivery won the claim, records its result
+/// and answers with [`WebhookGuard::respond`]. Returning
+/// [`HandlerError::retryable`] (or any error, through `?`) answers 500 so the
+/// sender retries; [`HandlerError::permanent`] answers 200 and calls the alert hook.
+///
+/// See the [module docs](self) for an example.
+pub fn guarded<F, Fut, S>(guard: WebhookGuard, handler: F) -> MethodRouter<S, Infallible>
+where
+    F: Fn(OwnedEvent) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Result<(), HandlerError>> + Send + 'static,
+    S: Clone + Send + Sync + 'static,
+{
+    axum::routing::post(move |request: Request| {
+        let guard = guard.clone();
+        let handler = handler.clone();
+        async move { handle_request(&guard, request, handler).await }
+    })
+}
+
+/// The body of [`guarded`], for a route that is not a plain `POST`: reads the body
+/// of `request` within the guard's limit and runs it through
+/// [`WebhookGuard::handle_owned`].
+///
+/// ```
+/// use axum::{extract::Request, routing::put, Router};
+/// use webhook_guard::{integrations::axum::handle_request, verify::NoVerification};
+/// use webhook_guard::{EventId, MemoryStore, WebhookGuard};
+///
+/// let guard = WebhookGuard::builder()
+///     .store(MemoryStore::new())
+///     .verifier(NoVerification)
+///     .event_id(EventId::header("X-Event-Id"))
+///     .build()
+///     .unwrap();
+/// let app: Router = Router::new().route(
+///     "/hooks",
+///     put(move |request: Request| async move {
+///         handle_request(&guard, request, |_event| async { Ok(()) }).await
+///     }),
+/// );
+/// # drop(app);
+/// ```
+pub async fn handle_request<F, Fut>(
+    guard: &WebhookGuard,
+    request: Request,
+    handler: F,
+) -> GuardResponse
+where
+    F: FnOnce(OwnedEvent) -> Fut,
+    Fut: Future<Output = Result<(), HandlerError>>,
+{
+    let (parts, body) = request.into_parts();
+    let bytes = match read_body(guard, &parts.headers, body).await {
+        Ok(bytes) => bytes,
+        Err(response) => return response,
+    };
+    let outcome = guard.handle_owned(&parts.headers, bytes, handler).await;
+    guard.respond(outcome)
+}

@@ -1,0 +1,279 @@
+//! Web framework integrations: they sit on top of [`WebhookGuard`] and never the
+//! other way round.
+//!
+//! - [`GuardResponse`] (always available, `http` types only): an [`Outcome`] with the
+//!   answer the guard chose for it, ready to become an HTTP response.
+//! - [`axum`] (feature `axum`): `IntoResponse` for outcomes, and [`guarded`](axum::guarded),
+//!   a route handler that reads the raw body, runs the guard and hands your code the
+//!   verified event.
+//! - [`tower`] (feature `tower`): [`WebhookGuardLayer`](tower::WebhookGuardLayer), which
+//!   guards any tower or hyper service without changing its signature.
+//!
+//! For any other framework (actix-web, rocket, warp, ...), call
+//! [`WebhookGuard::handle`] with the request's headers and raw body, then answer
+//! [`WebhookGuard::answer`] (see `examples/plain_http.rs`).
+//!
+//! # Bodies over the limit
+//!
+//! The integrations read at most [`WebhookGuard::max_body`] bytes: a request whose
+//! `Content-Length` is over the limit is refused before its body is read, and a
+//! streamed body is refused as soon as it passes the limit, without buffering the
+//! rest. Either way the delivery is answered as the guard's
+//! [`Outcome::Rejected`] with [`Rejection::BodyTooLarge`](crate::Rejection::BodyTooLarge) — **400** by default, with
+//! reason `body_too_large` (override it with
+//! [`WebhookGuardBuilder::status`](crate::WebhookGuardBuilder::status) for
+//! [`OutcomeKind::Rejected`] to answer 413). Its `size` is the declared
+//! `Content-Length`, or `limit + 1` for a streamed body.
+
+use std::fmt;
+
+use http::header::{CONTENT_TYPE, RETRY_AFTER};
+use http::{HeaderValue, StatusCode};
+
+use crate::outcome::{Answer, Outcome, OutcomeKind};
+use crate::WebhookGuard;
+
+#[cfg(feature = "axum")]
+#[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
+pub mod axum;
+#[cfg(feature = "tower")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
+pub mod tower;
+
+/// An [`Outcome`] with the [`Answer`] chosen for it: the status, a `Retry-After`
+/// where the answer has one, and a small JSON body
+/// `{"outcome": "...", "reason": "...", "id": "..."}`.
+///
+/// The body holds the outcome kind, the machine-readable reason and the event id —
+/// never an error message, the payload or a secret.
+///
+/// Build one with [`WebhookGuard::respond`] (the guard's status mapping) or
+/// [`GuardResponse::with_default_answer`]; with feature `axum` it is an
+/// `IntoResponse`, and [`GuardResponse::into_http`] turns it into an
+/// [`http::Response`] for any framework.
+///
+/// ```
+/// use webhook_guard::{Outcome, integrations::GuardResponse};
+///
+/// let response = GuardResponse::with_default_answer(Outcome::Processed { id: "evt_1".into() });
+/// assert_eq!(response.answer().status, 200);
+/// assert_eq!(response.body(), r#"{"outcome":"processed","reason":"processed","id":"evt_1"}"#);
+/// let http: http::Response<String> = response.into_http();
+/// assert_eq!(http.headers()["content-type"], "application/json");
+/// ```
+#[must_use]
+pub struct GuardResponse {
+    answer: Answer,
+    outcome: Option<Outcome>,
+}
+
+impl fmt::Debug for GuardResponse {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GuardResponse")
+            .field("answer", &self.answer)
+            .field("outcome", &self.outcome.as_ref().map(Outcome::kind))
+            .finish()
+    }
+}
+
+impl GuardResponse {
+    /// `outcome` answered with `answer`.
+    pub fn new(outcome: Outcome, answer: Answer) -> Self {
+        Self {
+            answer,
+            outcome: Some(outcome),
+        }
+    }
+
+    /// `outcome` answered with the default mapping (see the table in the crate docs),
+    /// ignoring any status a guard overrides.
+    pub fn with_default_answer(outcome: Outcome) -> Self {
+        let answer = default_answer(&outcome);
+        Self::new(outcome, answer)
+    }
+
+    /// A request whose body could not be read (the connection broke): 400 with reason
+    /// `body_unreadable`. No outcome: the guard never saw the delivery.
+    #[cfg_attr(not(any(feature = "axum", feature = "tower")), allow(dead_code))]
+    pub(crate) fn unreadable() -> Self {
+        Self {
+            answer: Answer {
+                status: StatusCode::BAD_REQUEST,
+                retry_after: None,
+                reason: "body_unreadable",
+            },
+            outcome: None,
+        }
+    }
+
+    /// The answer: status, `Retry-After`, reason.
+    pub fn answer(&self) -> Answer {
+        self.answer
+    }
+
+    /// The outcome (`None` only for a body that could not be read at all).
+    pub fn outcome(&self) -> Option<&Outcome> {
+        self.outcome.as_ref()
+    }
+
+    /// The outcome, by value.
+    pub fn into_outcome(self) -> Option<Outcome> {
+        self.outcome
+    }
+
+    /// The outcome's kind, for the body and metrics (`rejected` for an unreadable body).
+    fn kind_str(&self) -> &'static str {
+        self.outcome
+            .as_ref()
+            .map_or(OutcomeKind::Rejected.as_str(), |o| o.kind().as_str())
+    }
+
+    /// The JSON body: `{"outcome": kind, "reason": code, "id": event id}`, the id
+    /// left out when there is none.
+    pub fn body(&self) -> String {
+        #[derive(serde::Serialize)]
+        struct Body<'a> {
+            outcome: &'static str,
+            reason: &'static str,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            id: Option<&'a str>,
+        }
+        let body = Body {
+            outcome: self.kind_str(),
+            reason: self.answer.reason,
+            id: self.outcome.as_ref().and_then(Outcome::id),
+        };
+        serde_json::to_string(&body).expect("a struct of strings serializes")
+    }
+
+    /// An [`http::Response`] with the status, `Retry-After`, `Content-Type:
+    /// application/json` and the JSON body. The [`OutcomeKind`] is also put in the
+    /// response's extensions, for middleware.
+    pub fn into_http<B: From<String>>(self) -> http::Response<B> {
+        let mut response = http::Response::new(B::from(self.body()));
+        *response.status_mut() = self.answer.status;
+        let headers = response.headers_mut();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        if let Some(secs) = self.answer.retry_after {
+            headers.insert(RETRY_AFTER, HeaderValue::from(secs));
+        }
+        if let Some(outcome) = &self.outcome {
+            response.extensions_mut().insert(outcome.kind());
+        }
+        response
+    }
+}
+
+impl From<Outcome> for GuardResponse {
+    /// [`GuardResponse::with_default_answer`].
+    fn from(outcome: Outcome) -> Self {
+        Self::with_default_answer(outcome)
+    }
+}
+
+fn default_answer(outcome: &Outcome) -> Answer {
+    let status = match outcome {
+        Outcome::Rejected(r) => r.status(),
+        other => other.kind().default_status(),
+    };
+    let retry_after = match outcome {
+        Outcome::InProgress { retry_after, .. } => Some(retry_after.as_secs().max(1)),
+        Outcome::StoreUnavailable { .. } => Some(5),
+        _ => None,
+    };
+    Answer {
+        status,
+        retry_after,
+        reason: outcome.reason(),
+    }
+}
+
+impl WebhookGuard {
+    /// `outcome` with this guard's answer ([`WebhookGuard::answer`]), ready to send.
+    ///
+    /// ```
+    /// use webhook_guard::{verify::NoVerification, MemoryStore, Outcome, OutcomeKind, WebhookGuard};
+    ///
+    /// let guard = WebhookGuard::builder()
+    ///     .store(MemoryStore::new())
+    ///     .verifier(NoVerification)
+    ///     .status(OutcomeKind::Duplicate, http::StatusCode::ACCEPTED)
+    ///     .build()
+    ///     .unwrap();
+    /// let response = guard.respond(Outcome::Duplicate {
+    ///     id: "evt_1".into(),
+    ///     state: webhook_guard::RecordState::Completed,
+    /// });
+    /// assert_eq!(response.answer().status, 202);
+    /// ```
+    pub fn respond(&self, outcome: Outcome) -> GuardResponse {
+        let answer = self.answer(&outcome);
+        GuardResponse::new(outcome, answer)
+    }
+}
+
+/// Why a body could not be taken whole.
+#[cfg(any(feature = "axum", feature = "tower"))]
+enum BodyError {
+    /// Over the limit: the declared length, or `limit + 1` when streamed.
+    TooLarge(usize),
+    /// The body stream failed.
+    Unreadable,
+}
+
+/// Reads `body` whole, refusing it once it passes `limit` (or at once, when its
+/// declared `Content-Length` does) without buffering the rest.
+#[cfg(any(feature = "axum", feature = "tower"))]
+async fn read_limited<B>(
+    headers: &http::HeaderMap,
+    body: B,
+    limit: usize,
+) -> Result<bytes::Bytes, BodyError>
+where
+    B: http_body::Body,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    use http_body_util::BodyExt as _;
+
+    let declared = headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if let Some(size) = declared.filter(|&size| size > limit) {
+        return Err(BodyError::TooLarge(size));
+    }
+    match http_body_util::Limited::new(body, limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+            Err(BodyError::TooLarge(limit.saturating_add(1)))
+        }
+        Err(_) => Err(BodyError::Unreadable),
+    }
+}
+
+/// Reads the body, or the response refusing it (reported through the guard).
+#[cfg(any(feature = "axum", feature = "tower"))]
+async fn read_body<B>(
+    guard: &WebhookGuard,
+    headers: &http::HeaderMap,
+    body: B,
+) -> Result<bytes::Bytes, GuardResponse>
+where
+    B: http_body::Body,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let started = std::time::Instant::now();
+    let limit = guard.max_body();
+    match read_limited(headers, body, limit).await {
+        Ok(bytes) => Ok(bytes),
+        Err(BodyError::TooLarge(size)) => {
+            let outcome =
+                guard.rejected_early(crate::Rejection::BodyTooLarge { size, limit }, started);
+            Err(guard.respond(outcome))
+        }
+        Err(BodyError::Unreadable) => {
+            tracing::debug!(namespace = guard.namespace(), "webhook body unreadable");
+            Err(GuardResponse::unreadable())
+        }
+    }
+}
