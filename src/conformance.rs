@@ -171,7 +171,8 @@ pub async fn fresh_claim_then_existing(store: &dyn ProcessedStore) {
         "claim of a completed id",
     );
     assert_eq!(dup.state, RecordState::Completed);
-    let other_ns = Key::new("conformance-other-namespace", "evt_1");
+    let other = format!("{}-other", f.namespace);
+    let other_ns = Key::new(&other, "evt_1");
     let mut req2 = f.request("evt_1", b"body", 0);
     req2.key = other_ns;
     let rec2 = store.claim(&req2).await.unwrap();
