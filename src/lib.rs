@@ -89,6 +89,7 @@
 //! - `tokio` (default): the background sweeper ([`Sweeper::spawn`]) and releasing a
 //!   dropped claim in the background.
 //! - `conformance`: the [`conformance`] suite for store implementations.
+//! - `mysql`: [`store::MySqlStore`], on MySQL 8 or MariaDB through sqlx.
 #![forbid(unsafe_code)]
 #![warn(
     missing_docs,
