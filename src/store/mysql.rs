@@ -343,9 +343,7 @@ impl MySqlStore {
     /// The `CREATE TABLE IF NOT EXISTS` statement for this store's table, as
     /// [`MySqlStore::migrate`] runs it (see the schema on [`MySqlStore`]).
     pub fn schema_sql(&self) -> String {
-        SCHEMA
-            .trim_end()
-            .replacen(Self::DEFAULT_TABLE, &self.table, 1)
+        schema_for(&self.table)
     }
 
     /// The claim statement, with `?` for its binds (for review and for `EXPLAIN`).
@@ -397,6 +395,13 @@ impl MySqlStore {
         .await?;
         row.map(|row| record_from_row(&row)).transpose()
     }
+}
+
+/// The schema with `table` (already validated) for the default table name.
+fn schema_for(table: &str) -> String {
+    SCHEMA
+        .trim_end()
+        .replacen(MySqlStore::DEFAULT_TABLE, table, 1)
 }
 
 fn fresh_record(req: &ClaimRequest<'_>) -> Record {
@@ -689,6 +694,16 @@ mod tests {
         ] {
             assert!(!valid_table_name(bad), "{bad}");
         }
+    }
+
+    #[test]
+    fn schema_names_the_table_once() {
+        let sql = schema_for("my_records");
+        assert!(sql.starts_with("CREATE TABLE IF NOT EXISTS my_records ("));
+        assert!(!sql.contains(MySqlStore::DEFAULT_TABLE));
+        assert!(sql.contains("PRIMARY KEY (namespace, id)"));
+        assert!(sql.contains("KEY by_expiry (expires_at)"));
+        assert!(sql.contains("KEY by_lease (state, lease_until)"));
     }
 
     #[test]
