@@ -95,6 +95,7 @@
 //!   hyper service.
 //! - `metrics`: metrics through the `metrics` facade (module `metrics`: metric names,
 //!   [`Hooks`] that record them, a timing store wrapper).
+//! - `mysql`: `store::MySqlStore`, on MySQL 8 or MariaDB through sqlx.
 //!
 //! # Observability
 //!

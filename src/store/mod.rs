@@ -4,6 +4,9 @@
 //! [`Record`] per `(namespace, id)` and changes it atomically.
 
 mod memory;
+#[cfg(feature = "mysql")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
+pub mod mysql;
 
 use std::error::Error as StdError;
 use std::fmt;
@@ -17,6 +20,9 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 pub use memory::MemoryStore;
+#[cfg(feature = "mysql")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
+pub use mysql::MySqlStore;
 
 /// A boxed error that crosses thread boundaries, kept as a [`StoreError`]'s source.
 pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
