@@ -46,6 +46,7 @@ pub enum EventId {
     /// building the document.
     JsonField(Vec<String>),
     /// A function of the headers and body.
+    #[allow(clippy::type_complexity)]
     Custom(Arc<dyn Fn(&dyn Headers, &[u8]) -> Option<String> + Send + Sync>),
 }
 

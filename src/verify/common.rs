@@ -30,7 +30,7 @@ impl Keys {
     pub(crate) fn from_secrets<S: Into<Secret>>(
         secrets: impl IntoIterator<Item = S>,
     ) -> Result<Self, KeyError> {
-        Self::from_secrets_with(secrets, |s| Ok(s))
+        Self::from_secrets_with(secrets, Ok)
     }
 
     /// Keys from secrets, each turned into key bytes by `decode` first.

@@ -296,7 +296,7 @@ impl GenericHmac {
         &'a self,
         headers: &'a dyn Headers,
         body: &'a [u8],
-    ) -> Result<(Vec<&'a [u8]>, Option<DateTime<Utc>>), VerifyError> {
+    ) -> Result<SignedParts<'a>, VerifyError> {
         let mut signed_at = None;
         let mut parts = Vec::with_capacity(self.template.parts.len());
         for part in &self.template.parts {
@@ -354,6 +354,9 @@ impl GenericHmac {
         Ok(tags)
     }
 }
+
+/// The pieces that are signed, and the signed timestamp if the template has one.
+type SignedParts<'a> = (Vec<&'a [u8]>, Option<DateTime<Utc>>);
 
 fn read<'h>(headers: &'h dyn Headers, name: &str) -> Result<&'h [u8], VerifyError> {
     let value = headers

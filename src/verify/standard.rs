@@ -272,14 +272,13 @@ pub fn parse_signatures(value: &[u8]) -> Result<Signatures, VerifyError> {
         let (version, sig) = (&entry[..comma], &entry[comma + 1..]);
         match version {
             b"v1" => out.v1.extend(common::base64_32(sig)),
-            b"v1a" => {
-                if sig.len() == 88 {
-                    let mut buf = [0u8; 66];
-                    if let Ok(64) =
-                        base64::engine::general_purpose::STANDARD.decode_slice(sig, &mut buf)
-                    {
-                        out.v1a.push(buf[..64].try_into().expect("64 bytes"));
-                    }
+            // 64 bytes are 88 base64 characters with padding.
+            b"v1a" if sig.len() == 88 => {
+                let mut buf = [0u8; 66];
+                if let Ok(64) =
+                    base64::engine::general_purpose::STANDARD.decode_slice(sig, &mut buf)
+                {
+                    out.v1a.push(buf[..64].try_into().expect("64 bytes"));
                 }
             }
             _ => {}
