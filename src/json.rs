@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 
 /// Why a field could not be read from a JSON body.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -76,7 +76,9 @@ impl<'de> Visitor<'de> for PathSeed<'_> {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Found, A::Error> {
         let Some((head, rest)) = self.path.split_first() else {
-            while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+            while map.next_key_seed(Skip)?.is_some() {
+                map.next_value_seed(Skip)?;
+            }
             return Ok(Found::NotScalar);
         };
         let mut found = Found::Missing;
@@ -84,14 +86,14 @@ impl<'de> Visitor<'de> for PathSeed<'_> {
             if matches!(found, Found::Missing) && key == *head {
                 found = map.next_value_seed(PathSeed { path: rest })?;
             } else {
-                map.next_value::<IgnoredAny>()?;
+                map.next_value_seed(Skip)?;
             }
         }
         Ok(found)
     }
 
-    fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Found, A::Error> {
-        while seq.next_element::<IgnoredAny>()?.is_some() {}
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Found, A::Error> {
+        while seq.next_element_seed(Skip)?.is_some() {}
         Ok(if self.path.is_empty() {
             Found::NotScalar
         } else {
@@ -121,6 +123,62 @@ impl<'de> Visitor<'de> for PathSeed<'_> {
 
     fn visit_unit<E: de::Error>(self) -> Result<Found, E> {
         Ok(Found::Missing)
+    }
+}
+
+/// Skips one value. Unlike `IgnoredAny`, it goes through `deserialize_any` at every
+/// level, so serde_json's nesting limit (128) applies to skipped values too.
+struct Skip;
+
+impl<'de> DeserializeSeed<'de> for Skip {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(Skip)
+    }
+}
+
+impl<'de> Visitor<'de> for Skip {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while seq.next_element_seed(Skip)?.is_some() {}
+        Ok(())
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while map.next_key_seed(Skip)?.is_some() {
+            map.next_value_seed(Skip)?;
+        }
+        Ok(())
     }
 }
 
@@ -174,12 +232,12 @@ mod tests {
             field(br#"{"id":"a"} trailing"#, &["id"]),
             Err(FieldError::InvalidJson(_))
         ));
-        // Deep nesting off the path is skipped without recursion; unbalanced is invalid.
+        // Nesting deeper than 128 levels is refused, on the path or off it.
         let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
-        assert_eq!(
+        assert!(matches!(
             field(deep.as_bytes(), &["id"]),
-            Err(FieldError::Missing("id".into()))
-        );
+            Err(FieldError::InvalidJson(_))
+        ));
         let deep = format!(r#"{{"x":{}{}}}"#, "[".repeat(100_000), "]".repeat(99_999));
         assert!(matches!(
             field(deep.as_bytes(), &["id"]),

@@ -4,8 +4,19 @@
 //! [`VerifyError`] that says what was wrong. It knows nothing of stores. It works on
 //! the raw body bytes and never re-serializes JSON.
 
+mod common;
+mod generic;
+mod github;
 mod hmac_header;
+mod jamm;
+mod linear;
+mod paddle;
+mod provider;
 mod secret;
+mod shopify;
+mod slack;
+mod standard;
+mod stripe;
 
 use std::borrow::Cow;
 use std::fmt;
@@ -13,8 +24,18 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
+pub use generic::{GenericHmac, Template, TemplateError};
+pub use github::GitHub;
 pub use hmac_header::{Encoding, HmacSha256Header, KeyError};
+pub use jamm::Jamm;
+pub use linear::Linear;
+pub use paddle::Paddle;
+pub use provider::{Provider, UnknownProvider};
 pub use secret::Secret;
+pub use shopify::Shopify;
+pub use slack::Slack;
+pub use standard::StandardWebhooks;
+pub use stripe::Stripe;
 
 use crate::Headers;
 
@@ -218,6 +239,18 @@ pub fn parse_unix_seconds(text: &[u8], header: &'static str) -> Result<DateTime<
         .iter()
         .fold(0i64, |acc, d| acc * 10 + i64::from(d - b'0'));
     DateTime::from_timestamp(secs, 0).ok_or_else(|| bad("timestamp out of range"))
+}
+
+/// Entry points for the fuzz targets under `fuzz/`: every header and body parser,
+/// reachable without a verifier. Not part of the stable API.
+#[doc(hidden)]
+pub mod __fuzz {
+    pub use super::generic::parse_template;
+    pub use super::jamm::parse_body as jamm_body;
+    pub use super::paddle::parse_header as paddle_header;
+    pub use super::parse_unix_seconds;
+    pub use super::standard::parse_signatures as standard_signatures;
+    pub use super::stripe::parse_header as stripe_header;
 }
 
 #[cfg(test)]

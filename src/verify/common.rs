@@ -1,0 +1,203 @@
+//! Pieces shared by the provider presets: keyed HMAC states, bounded header reads,
+//! fixed-size decoding. Private to the `verify` module.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use base64::Engine as _;
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+
+use super::{KeyError, Secret, VerifyError};
+use crate::Headers;
+
+pub(crate) type HmacSha256 = Hmac<Sha256>;
+
+/// Longest signature header any preset reads (8 KiB); longer ones are rejected unread.
+pub(crate) const MAX_HEADER_LEN: usize = 8 * 1024;
+
+/// Most entries any preset reads from one signature header.
+pub(crate) const MAX_ENTRIES: usize = 32;
+
+/// Precomputed keyed HMAC-SHA256 states, one per secret. Each verification clones a
+/// state instead of re-deriving the key pads, which keeps verification close to the
+/// cost of one bare HMAC.
+#[derive(Clone, Default)]
+pub(crate) struct Keys(Vec<HmacSha256>);
+
+impl Keys {
+    /// Keys from secrets used as their raw bytes.
+    pub(crate) fn from_secrets<S: Into<Secret>>(
+        secrets: impl IntoIterator<Item = S>,
+    ) -> Result<Self, KeyError> {
+        Self::from_secrets_with(secrets, Ok)
+    }
+
+    /// Keys from secrets, each turned into key bytes by `decode` first.
+    pub(crate) fn from_secrets_with<S: Into<Secret>>(
+        secrets: impl IntoIterator<Item = S>,
+        decode: impl Fn(Secret) -> Result<Secret, KeyError>,
+    ) -> Result<Self, KeyError> {
+        let keys = secrets
+            .into_iter()
+            .map(|s| {
+                let s = decode(s.into())?;
+                if s.is_empty() {
+                    return Err(KeyError::EmptySecret);
+                }
+                Ok(HmacSha256::new_from_slice(s.expose()).expect("HMAC takes keys of any length"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        if keys.is_empty() {
+            return Err(KeyError::EmptySecret);
+        }
+        Ok(Self(keys))
+    }
+
+    /// How many secrets are configured.
+    pub(crate) fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// The MAC of the concatenation of `parts` under the first (newest) secret.
+    pub(crate) fn sign_first(&self, parts: &[&[u8]]) -> [u8; 32] {
+        let mut mac = self.0[0].clone();
+        for part in parts {
+            mac.update(part);
+        }
+        mac.finalize().into_bytes().into()
+    }
+
+    /// Whether any secret's MAC over the concatenation of `parts` equals any of `tags`.
+    /// Each comparison is constant-time (`Mac::verify_slice`).
+    pub(crate) fn any_match(&self, parts: &[&[u8]], tags: &[[u8; 32]]) -> bool {
+        if tags.is_empty() {
+            return false;
+        }
+        self.0.iter().any(|key| {
+            let mut mac = key.clone();
+            for part in parts {
+                mac.update(part);
+            }
+            match tags {
+                [only] => mac.verify_slice(only).is_ok(),
+                _ => tags.iter().any(|tag| mac.clone().verify_slice(tag).is_ok()),
+            }
+        })
+    }
+}
+
+impl fmt::Debug for Keys {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "<{} secret(s), redacted>", self.0.len())
+    }
+}
+
+/// The value of header `name`, refusing one longer than [`MAX_HEADER_LEN`].
+pub(crate) fn bounded_header<'h>(
+    headers: &'h dyn Headers,
+    name: &'static str,
+) -> Result<&'h [u8], VerifyError> {
+    let value = headers
+        .get_bytes(name)
+        .ok_or(VerifyError::MissingHeader(Cow::Borrowed(name)))?;
+    check_len(value, name)?;
+    Ok(value)
+}
+
+/// Refuses a header value longer than [`MAX_HEADER_LEN`].
+pub(crate) fn check_len(value: &[u8], name: &'static str) -> Result<(), VerifyError> {
+    if value.len() > MAX_HEADER_LEN {
+        return Err(malformed(name, "header too long"));
+    }
+    Ok(())
+}
+
+/// Refuses a header value holding more than [`MAX_ENTRIES`] entries separated by `sep`.
+pub(crate) fn check_entries(value: &[u8], sep: u8, name: &'static str) -> Result<(), VerifyError> {
+    if value.iter().filter(|&&b| b == sep).count() >= MAX_ENTRIES {
+        return Err(malformed(name, "too many entries"));
+    }
+    Ok(())
+}
+
+/// A [`VerifyError::MalformedHeader`].
+pub(crate) fn malformed(header: &'static str, reason: &'static str) -> VerifyError {
+    VerifyError::MalformedHeader {
+        header: Cow::Borrowed(header),
+        reason,
+    }
+}
+
+/// The first header among `names` that is present and non-empty, as UTF-8.
+pub(crate) fn id_header(headers: &dyn Headers, names: &[&str]) -> Option<String> {
+    names
+        .iter()
+        .find_map(|n| headers.get_str(n))
+        .map(str::trim)
+        .filter(|id| !id.is_empty())
+        .map(str::to_owned)
+}
+
+/// A JSON body field, if the body is JSON and has it.
+pub(crate) fn body_field(body: &[u8], name: &str) -> Option<String> {
+    crate::json::field(body, &[name]).ok()
+}
+
+/// Decodes exactly 64 hex digits (either case) into 32 bytes.
+pub(crate) fn hex32(text: &[u8]) -> Option<[u8; 32]> {
+    let mut out = [0u8; 32];
+    hex::decode_to_slice(text, &mut out).ok()?;
+    Some(out)
+}
+
+/// Decodes standard base64 (padded) of exactly 32 bytes.
+pub(crate) fn base64_32(text: &[u8]) -> Option<[u8; 32]> {
+    // 32 bytes are 44 base64 characters with padding; refuse anything else before decoding.
+    if text.len() != 44 {
+        return None;
+    }
+    let mut out = [0u8; 48];
+    let n = base64::engine::general_purpose::STANDARD
+        .decode_slice(text, &mut out)
+        .ok()?;
+    (n == 32).then(|| out[..32].try_into().expect("32 bytes"))
+}
+
+/// Encodes bytes as standard padded base64.
+pub(crate) fn base64_encode(bytes: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+/// Splits `key=value` at the first `=`.
+pub(crate) fn split_pair(entry: &[u8]) -> Option<(&[u8], &[u8])> {
+    let eq = entry.iter().position(|&b| b == b'=')?;
+    Some((&entry[..eq], &entry[eq + 1..]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_match_any_tag_and_refuse_empty_secrets() {
+        let keys = Keys::from_secrets(["new", "old"]).unwrap();
+        let old = Keys::from_secrets(["old"]).unwrap();
+        let tag = old.sign_first(&[b"a", b"b"]);
+        assert!(keys.any_match(&[b"ab"], &[[0; 32], tag]));
+        assert!(!keys.any_match(&[b"ab"], &[]));
+        assert!(!keys.any_match(&[b"ac"], &[tag]));
+        assert_eq!(Keys::from_secrets([""]).unwrap_err(), KeyError::EmptySecret);
+        assert!(!format!("{keys:?}").contains("old"));
+    }
+
+    #[test]
+    fn decoders_want_exact_lengths() {
+        assert!(hex32(&[b'a'; 64]).is_some());
+        assert!(hex32(&[b'a'; 63]).is_none());
+        assert!(hex32(&[b'g'; 64]).is_none());
+        let b64 = base64_encode(&[7; 32]);
+        assert_eq!(base64_32(b64.as_bytes()), Some([7; 32]));
+        assert!(base64_32(base64_encode(&[7; 31]).as_bytes()).is_none());
+    }
+}

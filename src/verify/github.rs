@@ -1,0 +1,146 @@
+//! GitHub: `X-Hub-Signature-256: sha256=<hex>` over the raw body.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use super::common::{self, Keys};
+use super::{KeyError, Secret, Verified, Verifier, VerifyError};
+use crate::Headers;
+
+const HEADER: &str = "X-Hub-Signature-256";
+const PREFIX: &[u8] = b"sha256=";
+const DELIVERY: &str = "X-GitHub-Delivery";
+
+/// Verifies GitHub webhooks.
+///
+/// - Signed bytes: the raw body, HMAC-SHA256, `sha256=` + lowercase hex in
+///   `X-Hub-Signature-256`. The legacy SHA-1 `X-Hub-Signature` header is never
+///   used: a delivery carrying only that one is refused as missing
+///   `X-Hub-Signature-256`.
+/// - No timestamp is signed, so there is no replay window: rely on the guard's
+///   deduplication by delivery id.
+/// - Event id: the `X-GitHub-Delivery` header. Retry window: GitHub does not retry
+///   automatically, but deliveries of the past 3 days can be redelivered with the
+///   same delivery id, so 3 days.
+///
+/// ```
+/// use webhook_guard::verify::{GitHub, Verifier};
+///
+/// let github = GitHub::new(["It's a Secret to Everybody"]).unwrap();
+/// let headers = [
+///     ("X-Hub-Signature-256", "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17"),
+///     ("X-GitHub-Delivery", "72d3162e-cc78-11e3-81ab-4c9367dc0958"),
+/// ];
+/// let verified = github.verify(&headers, b"Hello, World!", chrono::Utc::now()).unwrap();
+/// assert_eq!(verified.event_id.as_deref(), Some("72d3162e-cc78-11e3-81ab-4c9367dc0958"));
+/// ```
+#[derive(Debug, Clone)]
+pub struct GitHub {
+    keys: Keys,
+}
+
+impl GitHub {
+    /// Redeliveries are possible for 3 days.
+    pub const RETRY_WINDOW: Duration = Duration::from_secs(72 * 3600);
+
+    /// A verifier keyed with one or more webhook secrets.
+    ///
+    /// # Errors
+    /// [`KeyError::EmptySecret`] if no secret is given or one is empty.
+    pub fn new<S: Into<Secret>>(secrets: impl IntoIterator<Item = S>) -> Result<Self, KeyError> {
+        Ok(Self {
+            keys: Keys::from_secrets(secrets)?,
+        })
+    }
+
+    /// The `X-Hub-Signature-256` value GitHub would send for `body`, signed with the
+    /// first secret.
+    pub fn sign(&self, body: &[u8]) -> String {
+        format!("sha256={}", hex::encode(self.keys.sign_first(&[body])))
+    }
+}
+
+impl Verifier for GitHub {
+    fn verify(
+        &self,
+        headers: &dyn Headers,
+        body: &[u8],
+        _now: DateTime<Utc>,
+    ) -> Result<Verified, VerifyError> {
+        let value = common::bounded_header(headers, HEADER)?;
+        let hex = value
+            .strip_prefix(PREFIX)
+            .ok_or(VerifyError::NoUsableSignature)?;
+        let tag =
+            common::hex32(hex).ok_or_else(|| common::malformed(HEADER, "not 64 hex digits"))?;
+        if !self.keys.any_match(&[body], &[tag]) {
+            return Err(VerifyError::NoMatch);
+        }
+        Ok(Verified {
+            event_id: common::id_header(headers, &[DELIVERY]),
+            signed_at: None,
+        })
+    }
+
+    fn retry_window(&self) -> Option<Duration> {
+        Some(Self::RETRY_WINDOW)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Published vector: GitHub docs, "Validating webhook deliveries".
+    const SECRET: &str = "It's a Secret to Everybody";
+    const SIG: &str = "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17";
+
+    #[test]
+    fn published_vector_passes() {
+        let g = GitHub::new([SECRET]).unwrap();
+        assert_eq!(g.sign(b"Hello, World!"), SIG);
+        let v = g
+            .verify(
+                &[("x-hub-signature-256", SIG), ("x-github-delivery", "d-1")],
+                b"Hello, World!",
+                Utc::now(),
+            )
+            .unwrap();
+        assert_eq!(v.event_id.as_deref(), Some("d-1"));
+        assert_eq!(
+            g.verify(&[(HEADER, SIG)], b"Hello, World?", Utc::now()),
+            Err(VerifyError::NoMatch)
+        );
+    }
+
+    #[test]
+    fn legacy_sha1_is_refused_and_prefix_is_required() {
+        let g = GitHub::new([SECRET]).unwrap();
+        let sha1_only = [(
+            "X-Hub-Signature",
+            "sha1=01dc10d0c83e72ed246219cdd91669667fe2ca59",
+        )];
+        assert_eq!(
+            g.verify(&sha1_only, b"Hello, World!", Utc::now()),
+            Err(VerifyError::MissingHeader(HEADER.into()))
+        );
+        let bare = &SIG["sha256=".len()..];
+        assert_eq!(
+            g.verify(&[(HEADER, bare)], b"Hello, World!", Utc::now()),
+            Err(VerifyError::NoUsableSignature)
+        );
+        assert!(matches!(
+            g.verify(&[(HEADER, "sha256=zz")], b"x", Utc::now()),
+            Err(VerifyError::MalformedHeader { .. })
+        ));
+    }
+
+    #[test]
+    fn rotation() {
+        let both = GitHub::new(["new", SECRET]).unwrap();
+        assert!(both
+            .verify(&[(HEADER, SIG)], b"Hello, World!", Utc::now())
+            .is_ok());
+    }
+}

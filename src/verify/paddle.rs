@@ -1,0 +1,239 @@
+//! Paddle Billing: `Paddle-Signature: ts=<unix>;h1=<hex>` over `{ts}:{raw body}`.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use super::common::{self, Keys};
+use super::{
+    check_tolerance, parse_unix_seconds, KeyError, Secret, Verified, Verifier, VerifyError,
+};
+use crate::Headers;
+
+const HEADER: &str = "Paddle-Signature";
+
+/// Verifies Paddle Billing webhooks.
+///
+/// - Signed bytes: `{ts}:{raw body}`, HMAC-SHA256 with the notification
+///   destination's secret key, lowercase hex. The header may carry several `h1`
+///   entries (secret rotation): the delivery passes if any secret matches any `h1`.
+///   Other schemes (`h2`, ...) are ignored.
+/// - The timestamp must be within the tolerance of `now`, both ways. The default is
+///   5 seconds, as in Paddle's official SDK; widen it with [`Paddle::tolerance`] if
+///   your clock drifts.
+/// - Event id: the body field `event_id`. Retry window: live accounts are retried up
+///   to 60 times over 3 days.
+///
+/// ```
+/// use webhook_guard::verify::{Paddle, Verifier};
+///
+/// let paddle = Paddle::new(["pdl_ntfset_secret"]).unwrap();
+/// let body = br#"{"event_id":"evt_01h","event_type":"transaction.completed"}"#;
+/// let sig = paddle.sign(1_700_000_000, body);
+/// let now = chrono::DateTime::from_timestamp(1_700_000_002, 0).unwrap();
+/// let verified = paddle.verify(&[("Paddle-Signature", sig)], body, now).unwrap();
+/// assert_eq!(verified.event_id.as_deref(), Some("evt_01h"));
+/// ```
+#[derive(Debug, Clone)]
+pub struct Paddle {
+    keys: Keys,
+    tolerance: Duration,
+}
+
+impl Paddle {
+    /// The tolerance of Paddle's official SDK: 5 seconds.
+    pub const DEFAULT_TOLERANCE: Duration = Duration::from_secs(5);
+    /// Live accounts: up to 60 retries over 3 days.
+    pub const RETRY_WINDOW: Duration = Duration::from_secs(72 * 3600);
+
+    /// A verifier keyed with one or more secret keys.
+    ///
+    /// # Errors
+    /// [`KeyError::EmptySecret`] if no secret is given or one is empty.
+    pub fn new<S: Into<Secret>>(secrets: impl IntoIterator<Item = S>) -> Result<Self, KeyError> {
+        Ok(Self {
+            keys: Keys::from_secrets(secrets)?,
+            tolerance: Self::DEFAULT_TOLERANCE,
+        })
+    }
+
+    /// How far the signed timestamp may be from `now`, either way (default 5 s).
+    #[must_use]
+    pub fn tolerance(mut self, tolerance: Duration) -> Self {
+        self.tolerance = tolerance;
+        self
+    }
+
+    /// The `Paddle-Signature` value for `body` at `timestamp`, signed with the first
+    /// secret.
+    pub fn sign(&self, timestamp: i64, body: &[u8]) -> String {
+        let t = timestamp.to_string();
+        let tag = self.keys.sign_first(&[t.as_bytes(), b":", body]);
+        format!("ts={t};h1={}", hex::encode(tag))
+    }
+}
+
+/// A parsed `Paddle-Signature` header.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[doc(hidden)]
+pub struct PaddleHeader<'a> {
+    /// The raw digits of `ts`.
+    pub timestamp: &'a [u8],
+    /// The decoded `h1` signatures (unreadable ones skipped).
+    pub h1: Vec<[u8; 32]>,
+}
+
+/// Parses a `Paddle-Signature` value. Bounded: refuses more than 8 KiB or 32 entries
+/// before reading any.
+///
+/// # Errors
+/// [`VerifyError::MalformedHeader`] for an entry without `=`, a missing, empty or
+/// repeated `ts`, too long a header or too many entries;
+/// [`VerifyError::NoUsableSignature`] when no `h1` decodes.
+#[doc(hidden)]
+pub fn parse_header(value: &[u8]) -> Result<PaddleHeader<'_>, VerifyError> {
+    common::check_len(value, HEADER)?;
+    common::check_entries(value, b';', HEADER)?;
+    let mut timestamp = None;
+    let mut h1 = Vec::new();
+    for entry in value.split(|&b| b == b';') {
+        let (key, val) = common::split_pair(entry)
+            .ok_or_else(|| common::malformed(HEADER, "entry is not key=value"))?;
+        match key {
+            b"ts" => {
+                if timestamp.is_some() || val.is_empty() {
+                    return Err(common::malformed(HEADER, "empty or repeated ts"));
+                }
+                timestamp = Some(val);
+            }
+            b"h1" => h1.extend(common::hex32(val)),
+            _ => {}
+        }
+    }
+    let timestamp = timestamp.ok_or_else(|| common::malformed(HEADER, "no ts"))?;
+    if h1.is_empty() {
+        return Err(VerifyError::NoUsableSignature);
+    }
+    Ok(PaddleHeader { timestamp, h1 })
+}
+
+impl Verifier for Paddle {
+    fn verify(
+        &self,
+        headers: &dyn Headers,
+        body: &[u8],
+        now: DateTime<Utc>,
+    ) -> Result<Verified, VerifyError> {
+        let parsed = parse_header(common::bounded_header(headers, HEADER)?)?;
+        let signed_at = parse_unix_seconds(parsed.timestamp, HEADER)?;
+        if !self
+            .keys
+            .any_match(&[parsed.timestamp, b":", body], &parsed.h1)
+        {
+            return Err(VerifyError::NoMatch);
+        }
+        check_tolerance(signed_at, now, self.tolerance)?;
+        Ok(Verified {
+            event_id: common::body_field(body, "event_id"),
+            signed_at: Some(signed_at),
+        })
+    }
+
+    fn retry_window(&self) -> Option<Duration> {
+        Some(Self::RETRY_WINDOW)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Published vectors: paddle-node-sdk, src/__tests__/notifications/webhooks-validator.test.ts.
+    const SECRET: &str = "VALID_SECRET";
+    const T: i64 = 1_698_796_800;
+
+    fn at(secs: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp(secs, 0).unwrap()
+    }
+
+    fn check(body: &str, header: &str, now: i64) -> Result<Verified, VerifyError> {
+        Paddle::new([SECRET]).unwrap().verify(
+            &[("paddle-signature", header)],
+            body.as_bytes(),
+            at(now),
+        )
+    }
+
+    #[test]
+    fn published_vectors() {
+        let h = "ts=1698796800;h1=a300428748dce5c70e4da19bffd60769591ea969c99dea3105d0ec9612cf43f9";
+        assert!(check(r#"{"data": ["1", "2"]}"#, h, T).is_ok());
+        let multi = "ts=1698796800;h1=28981e941fae76e53db32f3d2a83cb69db41476595e84e1970a1b5d98f62b261;h1=28981e941fae76e53db32f3d2a83cb69db41476595e84e1970a1b5d98f62b261;h2=RANDOM_HASH";
+        assert!(check(r#"{"data": "value"}"#, multi, T).is_ok());
+        assert_eq!(
+            Paddle::new(["INVALID_VALID_SECRET"]).unwrap().verify(
+                &[(HEADER, h)],
+                br#"{"data": ["1", "2"]}"#,
+                at(T)
+            ),
+            Err(VerifyError::NoMatch)
+        );
+        // Re-spaced JSON is different bytes.
+        assert_eq!(
+            check(r#"{ "data": [ "1", "2" ]}"#, h, T),
+            Err(VerifyError::NoMatch)
+        );
+        // The SDK's window: +5 s passes, +6 s fails.
+        assert!(check(r#"{"data": ["1", "2"]}"#, h, T + 5).is_ok());
+        assert!(matches!(
+            check(r#"{"data": ["1", "2"]}"#, h, T + 6),
+            Err(VerifyError::TimestampTooOld { .. })
+        ));
+        assert!(matches!(
+            check(r#"{"data": ["1", "2"]}"#, h, T - 6),
+            Err(VerifyError::TimestampTooNew { .. })
+        ));
+        assert_eq!(
+            Paddle::new([SECRET])
+                .unwrap()
+                .sign(T, br#"{"data": ["1", "2"]}"#),
+            h
+        );
+    }
+
+    #[test]
+    fn malformed_headers_from_the_sdk_tests() {
+        for bad in [
+            "invalid_header",
+            "h1=invalid_header",
+            "ts=;h1=00",
+            "ts=1;ts=2;h1=00",
+        ] {
+            assert!(
+                matches!(
+                    check("{}", bad, T),
+                    Err(VerifyError::MalformedHeader { .. })
+                ),
+                "{bad}"
+            );
+        }
+        assert_eq!(
+            check("{}", "ts=1234;h2=invalid_header", T),
+            Err(VerifyError::NoUsableSignature)
+        );
+        assert_eq!(
+            check("{}", "ts=1234;h1=invalid_signature", T),
+            Err(VerifyError::NoUsableSignature)
+        );
+    }
+
+    #[test]
+    fn rotation_and_event_id() {
+        let old = Paddle::new(["old"]).unwrap();
+        let both = Paddle::new(["new", "old"]).unwrap();
+        let body = br#"{"event_id":"evt_1"}"#;
+        let sig = old.sign(T, body);
+        let v = both.verify(&[(HEADER, sig.as_str())], body, at(T)).unwrap();
+        assert_eq!(v.event_id.as_deref(), Some("evt_1"));
+    }
+}

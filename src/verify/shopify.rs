@@ -1,0 +1,140 @@
+//! Shopify: `X-Shopify-Hmac-Sha256: <base64>` over the raw body.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use super::common::{self, Keys};
+use super::{KeyError, Secret, Verified, Verifier, VerifyError};
+use crate::Headers;
+
+const HEADERS: [&str; 2] = ["X-Shopify-Hmac-Sha256", "Shopify-Hmac-Sha256"];
+const ID_HEADERS: [&str; 2] = ["X-Shopify-Webhook-Id", "Shopify-Webhook-Id"];
+
+/// Verifies Shopify webhooks.
+///
+/// - Signed bytes: the raw body, HMAC-SHA256, standard base64, in
+///   `X-Shopify-Hmac-Sha256` (or `Shopify-Hmac-Sha256`, the newer Events spelling).
+/// - After a secret rotation Shopify keeps signing with the oldest unrevoked secret
+///   for up to an hour: configure both, the delivery passes if either matches.
+/// - No timestamp is signed.
+/// - Event id: `X-Shopify-Webhook-Id` (or `Shopify-Webhook-Id`). Retry window:
+///   Shopify retries 8 times over 4 hours.
+///
+/// ```
+/// use webhook_guard::verify::{Shopify, Verifier};
+///
+/// let shopify = Shopify::new(["shpss_secret"]).unwrap();
+/// let body = br#"{"id":1}"#;
+/// let sig = shopify.sign(body);
+/// let headers = [("X-Shopify-Hmac-Sha256", sig.as_str()), ("X-Shopify-Webhook-Id", "b54557e4")];
+/// let verified = shopify.verify(&headers, body, chrono::Utc::now()).unwrap();
+/// assert_eq!(verified.event_id.as_deref(), Some("b54557e4"));
+/// ```
+#[derive(Debug, Clone)]
+pub struct Shopify {
+    keys: Keys,
+}
+
+impl Shopify {
+    /// Shopify retries a failed webhook 8 times over 4 hours.
+    pub const RETRY_WINDOW: Duration = Duration::from_secs(4 * 3600);
+
+    /// A verifier keyed with one or more app / webhook secrets.
+    ///
+    /// # Errors
+    /// [`KeyError::EmptySecret`] if no secret is given or one is empty.
+    pub fn new<S: Into<Secret>>(secrets: impl IntoIterator<Item = S>) -> Result<Self, KeyError> {
+        Ok(Self {
+            keys: Keys::from_secrets(secrets)?,
+        })
+    }
+
+    /// The `X-Shopify-Hmac-Sha256` value for `body`, signed with the first secret.
+    pub fn sign(&self, body: &[u8]) -> String {
+        common::base64_encode(&self.keys.sign_first(&[body]))
+    }
+}
+
+impl Verifier for Shopify {
+    fn verify(
+        &self,
+        headers: &dyn Headers,
+        body: &[u8],
+        _now: DateTime<Utc>,
+    ) -> Result<Verified, VerifyError> {
+        let name = HEADERS
+            .into_iter()
+            .find(|n| headers.get_bytes(n).is_some())
+            .ok_or(VerifyError::MissingHeader(HEADERS[0].into()))?;
+        let value = common::bounded_header(headers, name)?;
+        let tag = common::base64_32(value)
+            .ok_or_else(|| common::malformed(name, "not base64 of 32 bytes"))?;
+        if !self.keys.any_match(&[body], &[tag]) {
+            return Err(VerifyError::NoMatch);
+        }
+        Ok(Verified {
+            event_id: common::id_header(headers, &ID_HEADERS),
+            signed_at: None,
+        })
+    }
+
+    fn retry_window(&self) -> Option<Duration> {
+        Some(Self::RETRY_WINDOW)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn independent_vector_and_both_spellings() {
+        // Shopify publishes no fixed vector; computed independently with
+        // `openssl dgst -sha256 -hmac shop-secret -binary | base64` over `{"id":1}`.
+        let sig = "plW8VGqq0nDMIEhDqaNNW99asdUCy7EIqLZVcQwtAZ0=";
+        let s = Shopify::new(["shop-secret"]).unwrap();
+        assert_eq!(s.sign(br#"{"id":1}"#), sig);
+        let old = [
+            ("x-shopify-hmac-sha256", sig),
+            ("x-shopify-webhook-id", "w-1"),
+        ];
+        let new = [("shopify-hmac-sha256", sig), ("shopify-webhook-id", "w-2")];
+        assert_eq!(
+            s.verify(&old, br#"{"id":1}"#, Utc::now())
+                .unwrap()
+                .event_id
+                .as_deref(),
+            Some("w-1")
+        );
+        assert_eq!(
+            s.verify(&new, br#"{"id":1}"#, Utc::now())
+                .unwrap()
+                .event_id
+                .as_deref(),
+            Some("w-2")
+        );
+        assert_eq!(
+            s.verify(&old, br#"{"id":2}"#, Utc::now()),
+            Err(VerifyError::NoMatch)
+        );
+    }
+
+    #[test]
+    fn rotation_tries_every_secret_against_the_single_signature() {
+        let oldest = Shopify::new(["old"]).unwrap();
+        let both = Shopify::new(["new", "old"]).unwrap();
+        let sig = oldest.sign(b"{}");
+        assert!(both
+            .verify(&[(HEADERS[0], sig.as_str())], b"{}", Utc::now())
+            .is_ok());
+        assert!(matches!(
+            both.verify(&[(HEADERS[0], "not base64")], b"{}", Utc::now()),
+            Err(VerifyError::MalformedHeader { .. })
+        ));
+        assert_eq!(
+            both.verify(&[("other", "x")], b"{}", Utc::now()),
+            Err(VerifyError::MissingHeader(HEADERS[0].into()))
+        );
+    }
+}

@@ -1,0 +1,291 @@
+//! Stripe: `Stripe-Signature: t=<unix>,v1=<hex>[,v1=<hex>...]`.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use super::common::{self, Keys};
+use super::{
+    check_tolerance, parse_unix_seconds, KeyError, Secret, Verified, Verifier, VerifyError,
+};
+use crate::Headers;
+
+const HEADER: &str = "Stripe-Signature";
+
+/// Verifies Stripe webhooks.
+///
+/// - Signed bytes: `{t}.{raw body}`, HMAC-SHA256, lowercase hex, keyed with the
+///   endpoint secret *as written* (the `whsec_` prefix included, not decoded).
+/// - Only `v1` entries are considered; `v0` and any other scheme are ignored
+///   (downgrade protection). During a secret roll Stripe sends one `v1` per active
+///   secret: the delivery passes if any configured secret matches any `v1`.
+/// - The timestamp `t` must be within the tolerance (default 300 s) of `now`, in
+///   both directions.
+/// - Event id: the body's `id` field (`evt_...`). Retry window: 72 hours.
+///
+/// ```
+/// use webhook_guard::verify::{Stripe, Verifier};
+///
+/// let stripe = Stripe::new(["whsec_test"]).unwrap();
+/// let body = br#"{"id":"evt_1","type":"charge.succeeded"}"#;
+/// let header = stripe.sign(body, 1_700_000_000);
+/// let now = chrono::DateTime::from_timestamp(1_700_000_010, 0).unwrap();
+/// let verified = stripe.verify(&[("Stripe-Signature", header)], body, now).unwrap();
+/// assert_eq!(verified.event_id.as_deref(), Some("evt_1"));
+/// ```
+#[derive(Debug, Clone)]
+pub struct Stripe {
+    keys: Keys,
+    tolerance: Duration,
+}
+
+impl Stripe {
+    /// Stripe's SDK default tolerance: 300 seconds.
+    pub const DEFAULT_TOLERANCE: Duration = Duration::from_secs(300);
+    /// Stripe retries a live-mode event for up to 72 hours.
+    pub const RETRY_WINDOW: Duration = Duration::from_secs(72 * 3600);
+
+    /// A verifier keyed with one or more endpoint secrets (`whsec_...`, used as-is).
+    ///
+    /// # Errors
+    /// [`KeyError::EmptySecret`] if no secret is given or one is empty.
+    pub fn new<S: Into<Secret>>(secrets: impl IntoIterator<Item = S>) -> Result<Self, KeyError> {
+        Ok(Self {
+            keys: Keys::from_secrets(secrets)?,
+            tolerance: Self::DEFAULT_TOLERANCE,
+        })
+    }
+
+    /// How far the signed timestamp may be from `now`, either way (default 300 s).
+    #[must_use]
+    pub fn tolerance(mut self, tolerance: Duration) -> Self {
+        self.tolerance = tolerance;
+        self
+    }
+
+    /// The `Stripe-Signature` value Stripe would send for `body` at `timestamp`
+    /// (Unix seconds), signed with the first secret.
+    pub fn sign(&self, body: &[u8], timestamp: i64) -> String {
+        let t = timestamp.to_string();
+        let tag = self.keys.sign_first(&[t.as_bytes(), b".", body]);
+        format!("t={t},v1={}", hex::encode(tag))
+    }
+}
+
+/// A parsed `Stripe-Signature` header.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[doc(hidden)]
+pub struct StripeHeader<'a> {
+    /// The raw digits of `t`.
+    pub timestamp: &'a [u8],
+    /// The decoded `v1` signatures (entries that are not 64 hex digits are skipped).
+    pub v1: Vec<[u8; 32]>,
+}
+
+/// Parses a `Stripe-Signature` value. Bounded: refuses more than 8 KiB or 32 entries
+/// before looking at any of them.
+///
+/// # Errors
+/// [`VerifyError::MalformedHeader`] for an entry without `=`, an empty, missing or
+/// repeated `t`, too long a header or too many entries;
+/// [`VerifyError::NoUsableSignature`] when no `v1` entry decodes.
+#[doc(hidden)]
+pub fn parse_header(value: &[u8]) -> Result<StripeHeader<'_>, VerifyError> {
+    common::check_len(value, HEADER)?;
+    common::check_entries(value, b',', HEADER)?;
+    let mut timestamp = None;
+    let mut v1 = Vec::new();
+    for entry in value.split(|&b| b == b',') {
+        let (key, val) = common::split_pair(entry)
+            .ok_or_else(|| common::malformed(HEADER, "entry is not key=value"))?;
+        match key {
+            b"t" => {
+                if timestamp.is_some() {
+                    return Err(common::malformed(HEADER, "more than one timestamp"));
+                }
+                if val.is_empty() {
+                    return Err(common::malformed(HEADER, "empty timestamp"));
+                }
+                timestamp = Some(val);
+            }
+            // An unreadable v1 next to a readable one is ignored, as Stripe's SDKs do.
+            b"v1" => v1.extend(common::hex32(val)),
+            // v0 (test-mode fake) and unknown schemes: ignored, never a downgrade path.
+            _ => {}
+        }
+    }
+    let timestamp = timestamp.ok_or_else(|| common::malformed(HEADER, "no timestamp"))?;
+    if v1.is_empty() {
+        return Err(VerifyError::NoUsableSignature);
+    }
+    Ok(StripeHeader { timestamp, v1 })
+}
+
+impl Verifier for Stripe {
+    fn verify(
+        &self,
+        headers: &dyn Headers,
+        body: &[u8],
+        now: DateTime<Utc>,
+    ) -> Result<Verified, VerifyError> {
+        let value = common::bounded_header(headers, HEADER)?;
+        let parsed = parse_header(value)?;
+        let signed_at = parse_unix_seconds(parsed.timestamp, HEADER)?;
+        if !self
+            .keys
+            .any_match(&[parsed.timestamp, b".", body], &parsed.v1)
+        {
+            return Err(VerifyError::NoMatch);
+        }
+        check_tolerance(signed_at, now, self.tolerance)?;
+        Ok(Verified {
+            event_id: common::body_field(body, "id"),
+            signed_at: Some(signed_at),
+        })
+    }
+
+    fn retry_window(&self) -> Option<Duration> {
+        Some(Self::RETRY_WINDOW)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SECRET: &str = "whsec_test_secret";
+    const BODY: &[u8] = br#"{"id":"evt_test_webhook","object":"event"}"#;
+    const T: i64 = 1_700_000_000;
+
+    fn at(secs: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp(secs, 0).unwrap()
+    }
+
+    fn verify(header: &str) -> Result<Verified, VerifyError> {
+        Stripe::new([SECRET])
+            .unwrap()
+            .verify(&[("stripe-signature", header)], BODY, at(T))
+    }
+
+    #[test]
+    fn independent_vector_passes() {
+        // Stripe publishes no fixed vector (its SDK tests sign at run time); this one
+        // was computed independently with `openssl dgst -sha256 -hmac whsec_test_secret`
+        // (and Python's hmac) over `1700000000.{"id":"evt_test_webhook","object":"event"}`.
+        let header =
+            "t=1700000000,v1=d95c6b7477fbd7e9f90b1b0ef5f9c7ac25abca5382460e0d988c2b2a5b71b990";
+        assert!(verify(header).is_ok());
+        assert_eq!(Stripe::new([SECRET]).unwrap().sign(BODY, T), header);
+    }
+
+    #[test]
+    fn sign_round_trips_and_fills_id_and_time() {
+        let v = verify(&Stripe::new([SECRET]).unwrap().sign(BODY, T)).unwrap();
+        assert_eq!(v.event_id.as_deref(), Some("evt_test_webhook"));
+        assert_eq!(v.signed_at, Some(at(T)));
+    }
+
+    #[test]
+    fn malformed_headers_from_stripe_sdk_tests_are_rejected() {
+        let good = Stripe::new([SECRET]).unwrap().sign(BODY, T);
+        let sig = &good[good.find("v1=").unwrap() + 3..];
+        for bad in [
+            format!("t=,v1={sig}"),
+            "t,v1=,v0=".to_owned(),
+            ",,".to_owned(),
+            "t".to_owned(),
+            "v1,t=1".to_owned(),
+            "t=".to_owned(),
+            String::new(),
+        ] {
+            assert!(
+                matches!(verify(&bad), Err(VerifyError::MalformedHeader { .. })),
+                "{bad:?} -> {:?}",
+                verify(&bad)
+            );
+        }
+        assert_eq!(
+            verify(&format!("t={T},v0={sig}")),
+            Err(VerifyError::NoUsableSignature)
+        );
+        assert_eq!(
+            verify(&format!("t={T},v1=bad_signature")),
+            Err(VerifyError::NoUsableSignature)
+        );
+    }
+
+    #[test]
+    fn extra_invalid_v1_next_to_a_valid_one_passes() {
+        let good = Stripe::new([SECRET]).unwrap().sign(BODY, T);
+        assert!(verify(&format!("{good},v1=bad_signature")).is_ok());
+        assert!(verify(&format!("{good},v1={}", "0".repeat(64))).is_ok());
+        let zeros = format!("t={T},v1={}", "0".repeat(64));
+        assert_eq!(verify(&zeros), Err(VerifyError::NoMatch));
+    }
+
+    #[test]
+    fn rotation_accepts_old_and_new_secrets() {
+        let old = Stripe::new(["whsec_old"]).unwrap();
+        let new = Stripe::new(["whsec_new"]).unwrap();
+        let both = Stripe::new(["whsec_new", "whsec_old"]).unwrap();
+        let h_old = old.sign(BODY, T);
+        let h_new = new.sign(BODY, T);
+        let rolled = format!("{h_old},v1={}", &h_new[h_new.find("v1=").unwrap() + 3..]);
+        for h in [&h_old, &h_new, &rolled] {
+            assert!(both.verify(&[(HEADER, h.as_str())], BODY, at(T)).is_ok());
+        }
+        assert!(old
+            .verify(&[(HEADER, rolled.as_str())], BODY, at(T))
+            .is_ok());
+        assert!(new
+            .verify(&[(HEADER, h_old.as_str())], BODY, at(T))
+            .is_err());
+    }
+
+    #[test]
+    fn tolerance_edges_in_both_directions() {
+        let s = Stripe::new([SECRET]).unwrap();
+        let h = s.sign(BODY, T);
+        let h = [(HEADER, h.as_str())];
+        assert!(s.verify(&h, BODY, at(T + 300)).is_ok());
+        assert!(s.verify(&h, BODY, at(T - 300)).is_ok());
+        assert!(matches!(
+            s.verify(&h, BODY, at(T + 301)),
+            Err(VerifyError::TimestampTooOld { .. })
+        ));
+        assert!(matches!(
+            s.verify(&h, BODY, at(T - 301)),
+            Err(VerifyError::TimestampTooNew { .. })
+        ));
+        let strict = s.clone().tolerance(Duration::from_secs(10));
+        assert!(strict.verify(&h, BODY, at(T + 11)).is_err());
+    }
+
+    #[test]
+    fn hostile_headers_are_bounded() {
+        let many = format!("t={T}{}", ",v1=00".repeat(40));
+        assert!(matches!(
+            verify(&many),
+            Err(VerifyError::MalformedHeader {
+                reason: "too many entries",
+                ..
+            })
+        ));
+        let huge = format!("t={T},v1={}", "a".repeat(1 << 20));
+        assert!(matches!(
+            verify(&huge),
+            Err(VerifyError::MalformedHeader {
+                reason: "header too long",
+                ..
+            })
+        ));
+        for ts in ["-1", "99999999999999999999", "1e9", "12 "] {
+            let good = Stripe::new([SECRET]).unwrap().sign(BODY, T);
+            let h = good.replacen(&format!("t={T}"), &format!("t={ts}"), 1);
+            assert!(matches!(
+                verify(&h),
+                Err(VerifyError::MalformedHeader { .. })
+            ));
+        }
+    }
+}
