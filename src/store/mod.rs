@@ -4,6 +4,11 @@
 //! [`Record`] per `(namespace, id)` and changes it atomically.
 
 mod memory;
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub mod postgres;
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+mod sql;
 
 use std::error::Error as StdError;
 use std::fmt;
@@ -17,6 +22,12 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 pub use memory::MemoryStore;
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub use postgres::PostgresStore;
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "postgres", feature = "sqlite"))))]
+pub use sql::{InvalidTableName, DEFAULT_TABLE};
 
 /// A boxed error that crosses thread boundaries, kept as a [`StoreError`]'s source.
 pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
