@@ -89,6 +89,10 @@
 //! - `tokio` (default): the background sweeper ([`Sweeper::spawn`]) and releasing a
 //!   dropped claim in the background.
 //! - `conformance`: the [`conformance`] suite for store implementations.
+//! - `postgres`: `store::PostgresStore`, a durable store shared by
+//!   every replica, on sqlx (re-exported as `store::postgres::sqlx`).
+//! - `sqlite`: `store::SqliteStore`, the embedded durable store (one
+//!   file, no server), on sqlx with a bundled libsqlite3.
 #![forbid(unsafe_code)]
 #![warn(
     missing_docs,
