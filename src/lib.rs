@@ -96,6 +96,10 @@
 //! - `metrics`: metrics through the `metrics` facade (module `metrics`: metric names,
 //!   [`Hooks`] that record them, a timing store wrapper).
 //! - `mysql`: `store::MySqlStore`, on MySQL 8 or MariaDB through sqlx.
+//! - `postgres`: `store::PostgresStore`, a durable store shared by
+//!   every replica, on sqlx (re-exported as `store::postgres::sqlx`).
+//! - `sqlite`: `store::SqliteStore`, the embedded durable store (one
+//!   file, no server), on sqlx with a bundled libsqlite3.
 //!
 //! # Observability
 //!

@@ -1,0 +1,487 @@
+//! The PostgreSQL store, on [sqlx](https://docs.rs/sqlx) (feature `postgres`).
+//!
+//! # Schema
+//!
+//! [`PostgresStore::migrate`] applies it (idempotent, safe to run from every replica
+//! at start-up); teams that manage their schema themselves apply
+//! [`PostgresStore::schema_sql`] instead, which for the default table reads:
+//!
+//! ```sql
+//! CREATE TABLE IF NOT EXISTS "webhook_guard_records" (
+//!     namespace   TEXT COLLATE "C" NOT NULL,
+//!     id          TEXT COLLATE "C" NOT NULL,
+//!     state       TEXT    NOT NULL,
+//!     fingerprint BYTEA   NOT NULL,
+//!     token       BIGINT  NOT NULL,
+//!     attempts    INTEGER NOT NULL,
+//!     failures    INTEGER NOT NULL,
+//!     lease_until BIGINT  NOT NULL,
+//!     expires_at  BIGINT  NOT NULL,
+//!     created_at  BIGINT  NOT NULL,
+//!     updated_at  BIGINT  NOT NULL,
+//!     history     TEXT    NOT NULL DEFAULT '',
+//!     PRIMARY KEY (namespace, id)
+//! );
+//! CREATE INDEX IF NOT EXISTS "webhook_guard_records_expires_at"
+//!     ON "webhook_guard_records" (expires_at);
+//! CREATE INDEX IF NOT EXISTS "webhook_guard_records_stuck"
+//!     ON "webhook_guard_records" (lease_until) WHERE state = 'in_progress';
+//! ```
+//!
+//! - Times are milliseconds since the Unix epoch, always the caller's clock, never
+//!   the server's (`now()` is not used anywhere), so replicas and tests agree.
+//! - The fencing token is a random 64-bit value kept bit for bit in a `BIGINT`; the
+//!   fingerprint is the 32-byte SHA-256 of the body; the failure history is JSON text
+//!   (empty for records that never failed).
+//! - The primary key `(namespace, id)` is what makes the claim atomic: it is one
+//!   `INSERT … ON CONFLICT (namespace, id) DO UPDATE … WHERE … RETURNING` statement.
+//!   The key columns use the `"C"` collation, which compares bytes: ids are opaque,
+//!   and byte comparison keeps the primary-key B-tree cheap at tens of millions of
+//!   rows.
+//! - `expires_at` is indexed so that [`purge_expired`](ProcessedStore::purge_expired)
+//!   reads only the rows that are due, in batches of at most 1,000 rows taken with
+//!   `FOR UPDATE SKIP LOCKED`: it never waits on a row a claim holds, and it holds
+//!   its own row locks for one short statement.
+//! - The partial index on `lease_until WHERE state = 'in_progress'` covers only the
+//!   records whose handler is running (a handful, whatever the table's size), so
+//!   [`stuck`](ProcessedStore::stuck) stays instant at 10 million rows and the index
+//!   costs nearly nothing to maintain.
+//!
+//! # Connections and errors
+//!
+//! The store uses an sqlx [`PgPool`]. The pool discards broken connections and opens
+//! new ones, so the store recovers by itself when the server comes back. While it is
+//! unreachable, calls fail with [`StoreError::Unavailable`] (I/O and TLS errors, an
+//! exhausted or closed pool, a connection terminated by the server, SQLSTATE classes
+//! `08` and `57P0x`, `53300` too many connections, `25006` a read-only standby after a
+//! fail-over); the guard answers 503 and the provider retries. Any other error is
+//! [`StoreError::Backend`]. Both keep the sqlx error as their source.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use sqlx::postgres::{PgPool, PgPoolOptions, PgRow};
+use sqlx::Row;
+
+use super::sql::{
+    self, count, history_text, map_error, millis, purge_in_batches, vanished, InvalidTableName,
+    RawRecord, TableName, COLUMNS, DEFAULT_TABLE,
+};
+use super::{
+    Claim, ClaimRequest, Deleted, Fence, FencingToken, Finish, Key, ProcessedStore, Record,
+    StoreError,
+};
+
+pub use sqlx;
+
+/// A durable [`ProcessedStore`] in a PostgreSQL table, shared by every replica.
+///
+/// Cheap to clone (the pool and the prepared SQL are shared). See the
+/// [module docs](self) for the schema, the indexes and how errors are told apart.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// use webhook_guard::store::PostgresStore;
+///
+/// let store = PostgresStore::connect("postgres://app@db/app").await?;
+/// store.migrate().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub struct PostgresStore {
+    pool: PgPool,
+    sql: Arc<Statements>,
+}
+
+/// Every statement, built once from the validated table name.
+#[derive(Debug)]
+struct Statements {
+    table: TableName,
+    schema: String,
+    claim: String,
+    get: String,
+    finish: String,
+    renew: String,
+    delete: String,
+    purge: String,
+    stuck: String,
+}
+
+impl Statements {
+    fn new(table: TableName) -> Self {
+        let t = table.quoted();
+        let schema = format!(
+            "CREATE TABLE IF NOT EXISTS {t} (\n    \
+                 namespace   TEXT COLLATE \"C\" NOT NULL,\n    \
+                 id          TEXT COLLATE \"C\" NOT NULL,\n    \
+                 state       TEXT    NOT NULL,\n    \
+                 fingerprint BYTEA   NOT NULL,\n    \
+                 token       BIGINT  NOT NULL,\n    \
+                 attempts    INTEGER NOT NULL,\n    \
+                 failures    INTEGER NOT NULL,\n    \
+                 lease_until BIGINT  NOT NULL,\n    \
+                 expires_at  BIGINT  NOT NULL,\n    \
+                 created_at  BIGINT  NOT NULL,\n    \
+                 updated_at  BIGINT  NOT NULL,\n    \
+                 history     TEXT    NOT NULL DEFAULT '',\n    \
+                 PRIMARY KEY (namespace, id)\n\
+             );\n\
+             CREATE INDEX IF NOT EXISTS {exp}\n    ON {t} (expires_at);\n\
+             CREATE INDEX IF NOT EXISTS {stuck}\n    ON {t} (lease_until) WHERE state = 'in_progress';\n",
+            exp = table.index("expires_at"),
+            stuck = table.index("stuck"),
+        );
+        // $1 namespace, $2 id, $3 fingerprint, $4 token, $5 lease_until,
+        // $6 expires_at, $7 now. "Expired" frees the record whatever its body,
+        // except from a holder whose lease is still live.
+        let expired =
+            "(r.expires_at <= $7 AND NOT (r.state = 'in_progress' AND r.lease_until > $7))";
+        let claim = format!(
+            "INSERT INTO {t} AS r (namespace, id, state, fingerprint, token, attempts, failures, \
+                 lease_until, expires_at, created_at, updated_at, history) \
+             VALUES ($1, $2, 'in_progress', $3, $4, 1, 0, $5, $6, $7, $7, '') \
+             ON CONFLICT (namespace, id) DO UPDATE SET \
+                 state = 'in_progress', \
+                 fingerprint = excluded.fingerprint, \
+                 token = excluded.token, \
+                 lease_until = excluded.lease_until, \
+                 updated_at = excluded.updated_at, \
+                 attempts = CASE WHEN {expired} THEN 1 ELSE r.attempts + 1 END, \
+                 failures = CASE WHEN {expired} THEN 0 \
+                     WHEN r.state = 'in_progress' THEN r.failures + 1 ELSE r.failures END, \
+                 expires_at = CASE WHEN {expired} THEN excluded.expires_at \
+                     ELSE GREATEST(r.expires_at, excluded.expires_at) END, \
+                 created_at = CASE WHEN {expired} THEN excluded.created_at ELSE r.created_at END, \
+                 history = CASE WHEN {expired} THEN '' ELSE r.history END \
+             WHERE {expired} \
+                 OR (r.fingerprint = excluded.fingerprint \
+                     AND (r.state = 'failed' OR (r.state = 'in_progress' AND r.lease_until <= $7))) \
+             RETURNING {COLUMNS}"
+        );
+        let get = format!("SELECT {COLUMNS} FROM {t} WHERE namespace = $1 AND id = $2");
+        let fence = "namespace = $1 AND id = $2 AND state = 'in_progress' AND token = $3";
+        let finish = format!(
+            "UPDATE {t} SET state = $4, failures = $5, history = $6, updated_at = $7, \
+                 expires_at = $8 WHERE {fence}"
+        );
+        let renew = format!(
+            "UPDATE {t} SET lease_until = $4, expires_at = GREATEST(expires_at, $5) WHERE {fence}"
+        );
+        let delete = format!(
+            "DELETE FROM {t} WHERE namespace = $1 AND id = $2 \
+                 AND NOT (state = 'in_progress' AND lease_until > $3)"
+        );
+        let purge = format!(
+            "DELETE FROM {t} WHERE (namespace, id) IN (\
+                 SELECT namespace, id FROM {t} \
+                 WHERE expires_at <= $1 AND NOT (state = 'in_progress' AND lease_until > $1) \
+                 LIMIT $2 FOR UPDATE SKIP LOCKED)"
+        );
+        let stuck = format!(
+            "SELECT namespace, id, {COLUMNS} FROM {t} \
+             WHERE state = 'in_progress' AND lease_until <= $1 \
+             ORDER BY lease_until LIMIT $2"
+        );
+        Self {
+            table,
+            schema,
+            claim,
+            get,
+            finish,
+            renew,
+            delete,
+            purge,
+            stuck,
+        }
+    }
+}
+
+/// SQLSTATEs that mean the server cannot serve us now, rather than a bad request.
+fn pg_unavailable(db: &dyn sqlx::error::DatabaseError) -> bool {
+    db.code().is_some_and(|code| {
+        code.starts_with("08") // connection exception
+            || code.starts_with("57P") // admin/crash shutdown, cannot connect now
+            || code == "53300" // too many connections
+            || code == "25006" // read-only transaction: a standby after a fail-over
+    })
+}
+
+fn err(e: sqlx::Error) -> StoreError {
+    map_error(e, pg_unavailable)
+}
+
+/// Reads the [`COLUMNS`] starting at column `at`.
+fn raw(row: &PgRow, at: usize) -> Result<RawRecord, sqlx::Error> {
+    Ok(RawRecord {
+        state: row.try_get(at)?,
+        fingerprint: row.try_get(at + 1)?,
+        token: row.try_get(at + 2)?,
+        attempts: row.try_get::<i32, _>(at + 3)?.into(),
+        failures: row.try_get::<i32, _>(at + 4)?.into(),
+        lease_until: row.try_get(at + 5)?,
+        expires_at: row.try_get(at + 6)?,
+        created_at: row.try_get(at + 7)?,
+        updated_at: row.try_get(at + 8)?,
+        history: row.try_get(at + 9)?,
+    })
+}
+
+fn record(row: &PgRow, key: Key<'_>) -> Result<Record, StoreError> {
+    raw(row, 0).map_err(err)?.into_record(key)
+}
+
+impl PostgresStore {
+    /// A store on `pool`, in the table `webhook_guard_records`.
+    pub fn new(pool: PgPool) -> Self {
+        Self::build(pool, TableName::new(DEFAULT_TABLE).expect("valid default"))
+    }
+
+    /// A store on `pool`, in the table `table`.
+    ///
+    /// # Errors
+    /// [`InvalidTableName`] unless `table` matches `[A-Za-z_][A-Za-z0-9_]{0,62}`. The
+    /// name is quoted in SQL, so it is case-sensitive and may be a reserved word.
+    pub fn with_table(pool: PgPool, table: &str) -> Result<Self, InvalidTableName> {
+        Ok(Self::build(pool, TableName::new(table)?))
+    }
+
+    fn build(pool: PgPool, table: TableName) -> Self {
+        Self {
+            pool,
+            sql: Arc::new(Statements::new(table)),
+        }
+    }
+
+    /// Connects a pool of up to 16 connections to `url` (waiting at most 5 s for a
+    /// free connection, so that an unreachable server answers 503 quickly) and
+    /// builds a store on it with the default table. Does not create the table: see
+    /// [`PostgresStore::migrate`].
+    ///
+    /// For other pool settings, build the [`PgPool`] yourself and use
+    /// [`PostgresStore::new`].
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when the server cannot be reached,
+    /// [`StoreError::Backend`] for a malformed URL or a refused login.
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        let pool = PgPoolOptions::new()
+            .max_connections(16)
+            .acquire_timeout(Duration::from_secs(5))
+            .connect(url)
+            .await
+            .map_err(err)?;
+        Ok(Self::new(pool))
+    }
+
+    /// Creates the table and its indexes if they do not exist (the SQL of
+    /// [`PostgresStore::schema_sql`]). Idempotent; replicas may run it concurrently
+    /// (a transaction-scoped advisory lock serialises them).
+    ///
+    /// # Errors
+    /// [`StoreError`] when the server is unreachable or refuses the DDL (for example
+    /// for lack of privileges).
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        // One simple-protocol query runs as one implicit transaction, so the
+        // advisory lock is held until the DDL commits.
+        let sql = format!(
+            "SELECT pg_advisory_xact_lock(hashtext('webhook_guard:' || '{}'));\n{}",
+            self.sql.table.as_str(),
+            self.sql.schema
+        );
+        sqlx::raw_sql(&sql).execute(&self.pool).await.map_err(err)?;
+        Ok(())
+    }
+
+    /// The SQL that creates this store's table and indexes, for teams that apply
+    /// schema changes with their own tooling. Shown for the default table in the
+    /// [module docs](self).
+    pub fn schema_sql(&self) -> String {
+        self.sql.schema.clone()
+    }
+
+    /// The table name.
+    pub fn table(&self) -> &str {
+        self.sql.table.as_str()
+    }
+
+    /// The connection pool.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+}
+
+#[async_trait]
+impl ProcessedStore for PostgresStore {
+    async fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
+        let key = request.key;
+        // Winning path: one statement. Losing path: the claim changed nothing, so
+        // read the record; if it vanished in between (purged or deleted), claim again.
+        for _ in 0..3 {
+            let row = sqlx::query(&self.sql.claim)
+                .bind(key.namespace)
+                .bind(key.id)
+                .bind(&request.fingerprint.0[..])
+                .bind(request.token.as_i64())
+                .bind(millis(request.lease_until))
+                .bind(millis(request.expires_at))
+                .bind(millis(request.now))
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(err)?;
+            if let Some(row) = row {
+                return Ok(Claim::Acquired(record(&row, key)?));
+            }
+            if let Some(existing) = self.get(key).await? {
+                return Ok(Claim::Existing(existing));
+            }
+        }
+        Err(vanished(key))
+    }
+
+    async fn finish(
+        &self,
+        key: Key<'_>,
+        token: FencingToken,
+        finish: &Finish<'_>,
+    ) -> Result<Fence, StoreError> {
+        let done = sqlx::query(&self.sql.finish)
+            .bind(key.namespace)
+            .bind(key.id)
+            .bind(token.as_i64())
+            .bind(finish.state.as_str())
+            .bind(count(finish.failures))
+            .bind(history_text(finish.history))
+            .bind(millis(finish.now))
+            .bind(millis(finish.expires_at))
+            .execute(&self.pool)
+            .await
+            .map_err(err)?;
+        Ok(fence(done.rows_affected()))
+    }
+
+    async fn renew(
+        &self,
+        key: Key<'_>,
+        token: FencingToken,
+        lease_until: DateTime<Utc>,
+        expires_at: DateTime<Utc>,
+    ) -> Result<Fence, StoreError> {
+        let done = sqlx::query(&self.sql.renew)
+            .bind(key.namespace)
+            .bind(key.id)
+            .bind(token.as_i64())
+            .bind(millis(lease_until))
+            .bind(millis(expires_at))
+            .execute(&self.pool)
+            .await
+            .map_err(err)?;
+        Ok(fence(done.rows_affected()))
+    }
+
+    async fn get(&self, key: Key<'_>) -> Result<Option<Record>, StoreError> {
+        let row = sqlx::query(&self.sql.get)
+            .bind(key.namespace)
+            .bind(key.id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(err)?;
+        row.map(|row| record(&row, key)).transpose()
+    }
+
+    async fn delete(&self, key: Key<'_>, now: DateTime<Utc>) -> Result<Deleted, StoreError> {
+        for _ in 0..3 {
+            let done = sqlx::query(&self.sql.delete)
+                .bind(key.namespace)
+                .bind(key.id)
+                .bind(millis(now))
+                .execute(&self.pool)
+                .await
+                .map_err(err)?;
+            if done.rows_affected() > 0 {
+                return Ok(Deleted::Removed);
+            }
+            match self.get(key).await? {
+                None => return Ok(Deleted::NotFound),
+                Some(r) if r.state == super::RecordState::InProgress && r.lease_until > now => {
+                    return Ok(Deleted::LeaseHeld)
+                }
+                Some(_) => {} // changed in between: try again
+            }
+        }
+        Err(vanished(key))
+    }
+
+    async fn purge_expired(&self, now: DateTime<Utc>, limit: usize) -> Result<u64, StoreError> {
+        purge_in_batches(limit, |n| async move {
+            sqlx::query(&self.sql.purge)
+                .bind(millis(now))
+                .bind(sql::limit(n))
+                .execute(&self.pool)
+                .await
+                .map(|done| done.rows_affected())
+                .map_err(err)
+        })
+        .await
+    }
+
+    async fn stuck(&self, now: DateTime<Utc>, limit: usize) -> Result<Vec<Record>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let rows = sqlx::query(&self.sql.stuck)
+            .bind(millis(now))
+            .bind(sql::limit(limit))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(err)?;
+        rows.iter()
+            .map(|row| {
+                let namespace: String = row.try_get(0).map_err(err)?;
+                let id: String = row.try_get(1).map_err(err)?;
+                raw(row, 2)
+                    .map_err(err)?
+                    .into_record(Key::new(&namespace, &id))
+            })
+            .collect()
+    }
+}
+
+fn fence(rows_affected: u64) -> Fence {
+    if rows_affected == 1 {
+        Fence::Applied
+    } else {
+        Fence::LeaseLost
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn module_docs_show_the_default_schema() {
+        let docs: String = include_str!("postgres.rs")
+            .lines()
+            .filter_map(|l| l.strip_prefix("//! "))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let schema = Statements::new(TableName::new(DEFAULT_TABLE).unwrap()).schema;
+        assert!(
+            docs.contains(schema.trim_end()),
+            "update the module docs:\n{schema}"
+        );
+    }
+
+    #[test]
+    fn statements_use_the_table_name() {
+        let s = Statements::new(TableName::new("my_hooks").unwrap());
+        for sql in [
+            &s.claim, &s.get, &s.finish, &s.renew, &s.delete, &s.purge, &s.stuck,
+        ] {
+            assert!(sql.contains("\"my_hooks\""), "{sql}");
+        }
+    }
+}

@@ -1,0 +1,500 @@
+//! The SQLite store, on [sqlx](https://docs.rs/sqlx) with a bundled libsqlite3
+//! (feature `sqlite`): the embedded durable store — one file, no server.
+//!
+//! [`SqliteStore::open`] creates the file and the table if needed, in WAL mode
+//! (readers never block the writer), with `synchronous = FULL` (a completed record
+//! survives a power cut) and a 5 s busy timeout. SQLite runs one write at a time per
+//! database file: claims and finishes from every connection, and from every process
+//! sharing the file, take turns. That is plenty for a webhook receiver (thousands of
+//! deliveries per second on a local disk), but several *hosts* cannot share one file
+//! (no network file systems): use PostgreSQL when replicas run on different machines.
+//!
+//! # Schema
+//!
+//! [`SqliteStore::migrate`] applies it (idempotent); [`SqliteStore::schema_sql`]
+//! returns it for teams that manage their schema themselves. For the default table:
+//!
+//! ```sql
+//! CREATE TABLE IF NOT EXISTS "webhook_guard_records" (
+//!     namespace   TEXT    NOT NULL,
+//!     id          TEXT    NOT NULL,
+//!     state       TEXT    NOT NULL,
+//!     fingerprint BLOB    NOT NULL,
+//!     token       INTEGER NOT NULL,
+//!     attempts    INTEGER NOT NULL,
+//!     failures    INTEGER NOT NULL,
+//!     lease_until INTEGER NOT NULL,
+//!     expires_at  INTEGER NOT NULL,
+//!     created_at  INTEGER NOT NULL,
+//!     updated_at  INTEGER NOT NULL,
+//!     history     TEXT    NOT NULL DEFAULT '',
+//!     PRIMARY KEY (namespace, id)
+//! );
+//! CREATE INDEX IF NOT EXISTS "webhook_guard_records_expires_at"
+//!     ON "webhook_guard_records" (expires_at);
+//! CREATE INDEX IF NOT EXISTS "webhook_guard_records_stuck"
+//!     ON "webhook_guard_records" (lease_until) WHERE state = 'in_progress';
+//! ```
+//!
+//! Times are milliseconds since the Unix epoch from the caller's clock; the token is
+//! the 64-bit fencing token bit for bit; the fingerprint is the 32-byte SHA-256 of
+//! the body. The claim is one `INSERT … ON CONFLICT (namespace, id) DO UPDATE … WHERE
+//! … RETURNING` statement on the primary key. The `expires_at` index lets a purge
+//! read only the rows that are due, at most 1,000 per statement, so the write lock is
+//! held for milliseconds at a time; the partial index on running claims keeps
+//! [`stuck`](ProcessedStore::stuck) instant at any table size.
+//!
+//! # Errors
+//!
+//! A database that is locked beyond the busy timeout, cannot be opened, or fails with
+//! an I/O error or a full disk answers [`StoreError::Unavailable`] (the guard answers
+//! 503 and the provider retries); any other error is [`StoreError::Backend`]. Both
+//! keep the sqlx error as their source.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
+    SqliteSynchronous,
+};
+use sqlx::Row;
+use tokio::sync::Mutex;
+
+use super::sql::{
+    self, count, history_text, map_error, millis, purge_in_batches, vanished, InvalidTableName,
+    RawRecord, TableName, COLUMNS, DEFAULT_TABLE,
+};
+use super::{
+    Claim, ClaimRequest, Deleted, Fence, FencingToken, Finish, Key, ProcessedStore, Record,
+    RecordState, StoreError,
+};
+
+pub use sqlx;
+
+/// How long a statement waits for another connection's write before giving up.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A durable [`ProcessedStore`] in an SQLite file.
+///
+/// Cheap to clone (the pool and the prepared SQL are shared). See the
+/// [module docs](self) for the schema and the settings.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// use webhook_guard::store::SqliteStore;
+///
+/// let store = SqliteStore::open("/var/lib/my-service/webhooks.db").await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
+pub struct SqliteStore {
+    pool: SqlitePool,
+    sql: Arc<Statements>,
+    /// Writes from this store wait here, in arrival order, rather than in SQLite's
+    /// busy handler, which sleeps and retries and can starve a claim behind a purge.
+    writes: Arc<Mutex<()>>,
+}
+
+/// Every statement, built once from the validated table name.
+#[derive(Debug)]
+struct Statements {
+    table: TableName,
+    schema: String,
+    claim: String,
+    get: String,
+    finish: String,
+    renew: String,
+    delete: String,
+    purge: String,
+    stuck: String,
+}
+
+impl Statements {
+    fn new(table: TableName) -> Self {
+        let t = table.quoted();
+        let schema = format!(
+            "CREATE TABLE IF NOT EXISTS {t} (\n    \
+                 namespace   TEXT    NOT NULL,\n    \
+                 id          TEXT    NOT NULL,\n    \
+                 state       TEXT    NOT NULL,\n    \
+                 fingerprint BLOB    NOT NULL,\n    \
+                 token       INTEGER NOT NULL,\n    \
+                 attempts    INTEGER NOT NULL,\n    \
+                 failures    INTEGER NOT NULL,\n    \
+                 lease_until INTEGER NOT NULL,\n    \
+                 expires_at  INTEGER NOT NULL,\n    \
+                 created_at  INTEGER NOT NULL,\n    \
+                 updated_at  INTEGER NOT NULL,\n    \
+                 history     TEXT    NOT NULL DEFAULT '',\n    \
+                 PRIMARY KEY (namespace, id)\n\
+             );\n\
+             CREATE INDEX IF NOT EXISTS {exp}\n    ON {t} (expires_at);\n\
+             CREATE INDEX IF NOT EXISTS {stuck}\n    ON {t} (lease_until) WHERE state = 'in_progress';\n",
+            exp = table.index("expires_at"),
+            stuck = table.index("stuck"),
+        );
+        // ?1 namespace, ?2 id, ?3 fingerprint, ?4 token, ?5 lease_until,
+        // ?6 expires_at, ?7 now.
+        let expired =
+            "(r.expires_at <= ?7 AND NOT (r.state = 'in_progress' AND r.lease_until > ?7))";
+        let claim = format!(
+            "INSERT INTO {t} AS r (namespace, id, state, fingerprint, token, attempts, failures, \
+                 lease_until, expires_at, created_at, updated_at, history) \
+             VALUES (?1, ?2, 'in_progress', ?3, ?4, 1, 0, ?5, ?6, ?7, ?7, '') \
+             ON CONFLICT (namespace, id) DO UPDATE SET \
+                 state = 'in_progress', \
+                 fingerprint = excluded.fingerprint, \
+                 token = excluded.token, \
+                 lease_until = excluded.lease_until, \
+                 updated_at = excluded.updated_at, \
+                 attempts = CASE WHEN {expired} THEN 1 ELSE r.attempts + 1 END, \
+                 failures = CASE WHEN {expired} THEN 0 \
+                     WHEN r.state = 'in_progress' THEN r.failures + 1 ELSE r.failures END, \
+                 expires_at = CASE WHEN {expired} THEN excluded.expires_at \
+                     ELSE MAX(r.expires_at, excluded.expires_at) END, \
+                 created_at = CASE WHEN {expired} THEN excluded.created_at ELSE r.created_at END, \
+                 history = CASE WHEN {expired} THEN '' ELSE r.history END \
+             WHERE {expired} \
+                 OR (r.fingerprint = excluded.fingerprint \
+                     AND (r.state = 'failed' OR (r.state = 'in_progress' AND r.lease_until <= ?7))) \
+             RETURNING {COLUMNS}"
+        );
+        let get = format!("SELECT {COLUMNS} FROM {t} WHERE namespace = ?1 AND id = ?2");
+        let fence = "namespace = ?1 AND id = ?2 AND state = 'in_progress' AND token = ?3";
+        let finish = format!(
+            "UPDATE {t} SET state = ?4, failures = ?5, history = ?6, updated_at = ?7, \
+                 expires_at = ?8 WHERE {fence}"
+        );
+        let renew = format!(
+            "UPDATE {t} SET lease_until = ?4, expires_at = MAX(expires_at, ?5) WHERE {fence}"
+        );
+        let delete = format!(
+            "DELETE FROM {t} WHERE namespace = ?1 AND id = ?2 \
+                 AND NOT (state = 'in_progress' AND lease_until > ?3)"
+        );
+        let purge = format!(
+            "DELETE FROM {t} WHERE rowid IN (\
+                 SELECT rowid FROM {t} \
+                 WHERE expires_at <= ?1 AND NOT (state = 'in_progress' AND lease_until > ?1) \
+                 LIMIT ?2)"
+        );
+        let stuck = format!(
+            "SELECT namespace, id, {COLUMNS} FROM {t} \
+             WHERE state = 'in_progress' AND lease_until <= ?1 \
+             ORDER BY lease_until LIMIT ?2"
+        );
+        Self {
+            table,
+            schema,
+            claim,
+            get,
+            finish,
+            renew,
+            delete,
+            purge,
+            stuck,
+        }
+    }
+}
+
+/// Result codes that mean the file cannot serve us now: busy or locked past the
+/// timeout, cannot be opened, I/O error, disk full.
+fn sqlite_unavailable(db: &dyn sqlx::error::DatabaseError) -> bool {
+    const BUSY: i32 = 5;
+    const LOCKED: i32 = 6;
+    const IOERR: i32 = 10;
+    const FULL: i32 = 13;
+    const CANTOPEN: i32 = 14;
+    db.code()
+        .and_then(|code| code.parse::<i32>().ok())
+        .is_some_and(|code| matches!(code & 0xff, BUSY | LOCKED | IOERR | FULL | CANTOPEN))
+}
+
+fn err(e: sqlx::Error) -> StoreError {
+    map_error(e, sqlite_unavailable)
+}
+
+/// Reads the [`COLUMNS`] starting at column `at`.
+fn raw(row: &SqliteRow, at: usize) -> Result<RawRecord, sqlx::Error> {
+    Ok(RawRecord {
+        state: row.try_get(at)?,
+        fingerprint: row.try_get(at + 1)?,
+        token: row.try_get(at + 2)?,
+        attempts: row.try_get(at + 3)?,
+        failures: row.try_get(at + 4)?,
+        lease_until: row.try_get(at + 5)?,
+        expires_at: row.try_get(at + 6)?,
+        created_at: row.try_get(at + 7)?,
+        updated_at: row.try_get(at + 8)?,
+        history: row.try_get(at + 9)?,
+    })
+}
+
+fn record(row: &SqliteRow, key: Key<'_>) -> Result<Record, StoreError> {
+    raw(row, 0).map_err(err)?.into_record(key)
+}
+
+impl SqliteStore {
+    /// Opens (creating it if needed) the database file at `path` with
+    /// [`SqliteStore::connect_options`], a pool of up to 4 connections, and creates
+    /// the default table if it does not exist.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when the file cannot be opened or created,
+    /// [`StoreError::Backend`] when it is not an SQLite database.
+    pub async fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+        let pool = SqlitePoolOptions::new()
+            .max_connections(4)
+            .acquire_timeout(BUSY_TIMEOUT)
+            .connect_with(Self::connect_options(path))
+            .await
+            .map_err(err)?;
+        let store = Self::new(pool);
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    /// The settings [`SqliteStore::open`] uses, for building a pool yourself (for
+    /// another table or pool size): create the file if missing, WAL journal,
+    /// `synchronous = FULL`, 5 s busy timeout.
+    ///
+    /// With WAL, `synchronous = NORMAL` trades the durability of the last few
+    /// commits on power loss (never on a process crash) for fewer fsyncs; a lost
+    /// `completed` record would let a retry run its handler again.
+    pub fn connect_options(path: impl AsRef<Path>) -> SqliteConnectOptions {
+        SqliteConnectOptions::new()
+            .filename(path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Full)
+            .busy_timeout(BUSY_TIMEOUT)
+    }
+
+    /// A store on `pool`, in the table `webhook_guard_records`. Does not create the
+    /// table: see [`SqliteStore::migrate`].
+    pub fn new(pool: SqlitePool) -> Self {
+        Self::build(pool, TableName::new(DEFAULT_TABLE).expect("valid default"))
+    }
+
+    /// A store on `pool`, in the table `table`.
+    ///
+    /// # Errors
+    /// [`InvalidTableName`] unless `table` matches `[A-Za-z_][A-Za-z0-9_]{0,62}`.
+    pub fn with_table(pool: SqlitePool, table: &str) -> Result<Self, InvalidTableName> {
+        Ok(Self::build(pool, TableName::new(table)?))
+    }
+
+    fn build(pool: SqlitePool, table: TableName) -> Self {
+        Self {
+            pool,
+            sql: Arc::new(Statements::new(table)),
+            writes: Arc::new(Mutex::new(())),
+        }
+    }
+
+    /// Creates the table and its indexes if they do not exist (the SQL of
+    /// [`SqliteStore::schema_sql`]). Idempotent.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the database cannot be written.
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        let _gate = self.writes.lock().await;
+        sqlx::raw_sql(&self.sql.schema)
+            .execute(&self.pool)
+            .await
+            .map_err(err)?;
+        Ok(())
+    }
+
+    /// The SQL that creates this store's table and indexes. Shown for the default
+    /// table in the [module docs](self).
+    pub fn schema_sql(&self) -> String {
+        self.sql.schema.clone()
+    }
+
+    /// The table name.
+    pub fn table(&self) -> &str {
+        self.sql.table.as_str()
+    }
+
+    /// The connection pool.
+    pub fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+}
+
+fn fence(rows_affected: u64) -> Fence {
+    if rows_affected == 1 {
+        Fence::Applied
+    } else {
+        Fence::LeaseLost
+    }
+}
+
+#[async_trait]
+impl ProcessedStore for SqliteStore {
+    async fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
+        let key = request.key;
+        // Winning path: one statement. Losing path: the claim changed nothing, so
+        // read the record; if it vanished in between (purged or deleted), claim again.
+        for _ in 0..3 {
+            let gate = self.writes.lock().await;
+            let row = sqlx::query(&self.sql.claim)
+                .bind(key.namespace)
+                .bind(key.id)
+                .bind(&request.fingerprint.0[..])
+                .bind(request.token.as_i64())
+                .bind(millis(request.lease_until))
+                .bind(millis(request.expires_at))
+                .bind(millis(request.now))
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(err)?;
+            drop(gate);
+            if let Some(row) = row {
+                return Ok(Claim::Acquired(record(&row, key)?));
+            }
+            if let Some(existing) = self.get(key).await? {
+                return Ok(Claim::Existing(existing));
+            }
+        }
+        Err(vanished(key))
+    }
+
+    async fn finish(
+        &self,
+        key: Key<'_>,
+        token: FencingToken,
+        finish: &Finish<'_>,
+    ) -> Result<Fence, StoreError> {
+        let _gate = self.writes.lock().await;
+        let done = sqlx::query(&self.sql.finish)
+            .bind(key.namespace)
+            .bind(key.id)
+            .bind(token.as_i64())
+            .bind(finish.state.as_str())
+            .bind(count(finish.failures))
+            .bind(history_text(finish.history))
+            .bind(millis(finish.now))
+            .bind(millis(finish.expires_at))
+            .execute(&self.pool)
+            .await
+            .map_err(err)?;
+        Ok(fence(done.rows_affected()))
+    }
+
+    async fn renew(
+        &self,
+        key: Key<'_>,
+        token: FencingToken,
+        lease_until: DateTime<Utc>,
+        expires_at: DateTime<Utc>,
+    ) -> Result<Fence, StoreError> {
+        let _gate = self.writes.lock().await;
+        let done = sqlx::query(&self.sql.renew)
+            .bind(key.namespace)
+            .bind(key.id)
+            .bind(token.as_i64())
+            .bind(millis(lease_until))
+            .bind(millis(expires_at))
+            .execute(&self.pool)
+            .await
+            .map_err(err)?;
+        Ok(fence(done.rows_affected()))
+    }
+
+    async fn get(&self, key: Key<'_>) -> Result<Option<Record>, StoreError> {
+        let row = sqlx::query(&self.sql.get)
+            .bind(key.namespace)
+            .bind(key.id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(err)?;
+        row.map(|row| record(&row, key)).transpose()
+    }
+
+    async fn delete(&self, key: Key<'_>, now: DateTime<Utc>) -> Result<Deleted, StoreError> {
+        for _ in 0..3 {
+            let gate = self.writes.lock().await;
+            let done = sqlx::query(&self.sql.delete)
+                .bind(key.namespace)
+                .bind(key.id)
+                .bind(millis(now))
+                .execute(&self.pool)
+                .await
+                .map_err(err)?;
+            drop(gate);
+            if done.rows_affected() > 0 {
+                return Ok(Deleted::Removed);
+            }
+            match self.get(key).await? {
+                None => return Ok(Deleted::NotFound),
+                Some(r) if r.state == RecordState::InProgress && r.lease_until > now => {
+                    return Ok(Deleted::LeaseHeld)
+                }
+                Some(_) => {} // changed in between: try again
+            }
+        }
+        Err(vanished(key))
+    }
+
+    async fn purge_expired(&self, now: DateTime<Utc>, limit: usize) -> Result<u64, StoreError> {
+        // The gate is taken per batch, so claims waiting for it go first.
+        purge_in_batches(limit, |n| async move {
+            let _gate = self.writes.lock().await;
+            sqlx::query(&self.sql.purge)
+                .bind(millis(now))
+                .bind(sql::limit(n))
+                .execute(&self.pool)
+                .await
+                .map(|done| done.rows_affected())
+                .map_err(err)
+        })
+        .await
+    }
+
+    async fn stuck(&self, now: DateTime<Utc>, limit: usize) -> Result<Vec<Record>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let rows = sqlx::query(&self.sql.stuck)
+            .bind(millis(now))
+            .bind(sql::limit(limit))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(err)?;
+        rows.iter()
+            .map(|row| {
+                let namespace: String = row.try_get(0).map_err(err)?;
+                let id: String = row.try_get(1).map_err(err)?;
+                raw(row, 2)
+                    .map_err(err)?
+                    .into_record(Key::new(&namespace, &id))
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn module_docs_show_the_default_schema() {
+        let docs: String = include_str!("sqlite.rs")
+            .lines()
+            .filter_map(|l| l.strip_prefix("//! "))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let schema = Statements::new(TableName::new(DEFAULT_TABLE).unwrap()).schema;
+        assert!(
+            docs.contains(schema.trim_end()),
+            "update the module docs:\n{schema}"
+        );
+    }
+}

@@ -1,0 +1,468 @@
+//! `PostgresStore` on a live server: `WEBHOOK_GUARD_POSTGRES_URL`, for example
+//! `postgres://postgres@127.0.0.1:5432/test`.
+//!
+//! Every test works in a fresh table with a random name and drops it at the end. No
+//! test stops the server: recovery is shown by terminating the store's own
+//! connections and by closing a local TCP proxy.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, TimeDelta, Utc};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::{JoinHandle, JoinSet};
+use webhook_guard::store::postgres::sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use webhook_guard::store::postgres::sqlx::{self, Row};
+use webhook_guard::store::{
+    Claim, ClaimRequest, Fence, FencingToken, Fingerprint, Finish, Key, PostgresStore,
+    ProcessedStore, RecordState,
+};
+use webhook_guard::verify::NoVerification;
+use webhook_guard::{conformance, EventId, OutcomeKind, StoreError, WebhookGuard};
+
+const URL_VAR: &str = "WEBHOOK_GUARD_POSTGRES_URL";
+
+/// A fresh table on the test server, dropped by [`Db::drop_table`].
+struct Db {
+    options: PgConnectOptions,
+    admin: PgPool,
+    table: String,
+}
+
+fn unique(prefix: &str) -> String {
+    format!("{prefix}_{:016x}", FencingToken::random().0)
+}
+
+async fn db() -> Option<Db> {
+    let url = support::server_url(URL_VAR)?;
+    let options = PgConnectOptions::from_str(&url).expect("a valid PostgreSQL URL");
+    let admin = PgPoolOptions::new()
+        .max_connections(2)
+        .connect_with(options.clone())
+        .await
+        .expect("connect to the test server");
+    Some(Db {
+        options,
+        admin,
+        table: unique("wg_test"),
+    })
+}
+
+impl Db {
+    /// A separate pool (one "replica"), its connections tagged `application_name`.
+    async fn pool(&self, application_name: &str, max: u32) -> PgPool {
+        PgPoolOptions::new()
+            .max_connections(max)
+            .acquire_timeout(Duration::from_secs(10))
+            .connect_with(self.options.clone().application_name(application_name))
+            .await
+            .expect("connect to the test server")
+    }
+
+    async fn store(&self, max: u32) -> PostgresStore {
+        let pool = self.pool(&unique("wg"), max).await;
+        PostgresStore::with_table(pool, &self.table).expect("valid table name")
+    }
+
+    async fn count(&self, filter: &str) -> i64 {
+        let sql = format!("SELECT count(*) FROM \"{}\" WHERE {filter}", self.table);
+        sqlx::query(&sql)
+            .fetch_one(&self.admin)
+            .await
+            .expect("count")
+            .get(0)
+    }
+
+    async fn drop_table(self) {
+        let sql = format!("DROP TABLE IF EXISTS \"{}\"", self.table);
+        sqlx::query(&sql)
+            .execute(&self.admin)
+            .await
+            .expect("drop table");
+    }
+}
+
+fn ms(t: DateTime<Utc>) -> DateTime<Utc> {
+    DateTime::from_timestamp_millis(t.timestamp_millis()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn passes_the_conformance_suite() {
+    let Some(db) = db().await else { return };
+    let store = db.store(8).await;
+    store.migrate().await.expect("migrate");
+    store.migrate().await.expect("migrate is idempotent");
+    let started = Instant::now();
+    conformance::run_all(&store).await;
+    eprintln!("conformance suite: {:?}", started.elapsed());
+    db.drop_table().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_migrations_and_the_schema() {
+    let Some(db) = db().await else { return };
+    let (a, b) = (db.store(2).await, db.store(2).await);
+    let (ra, rb) = tokio::join!(a.migrate(), b.migrate());
+    ra.expect("migrate a");
+    rb.expect("migrate b");
+    let schema = a.schema_sql();
+    assert!(schema.contains(&format!("CREATE TABLE IF NOT EXISTS \"{}\"", db.table)));
+    assert!(schema.contains("PRIMARY KEY (namespace, id)"));
+    assert!(schema.contains("WHERE state = 'in_progress'"));
+    assert_eq!(a.table(), db.table);
+    for bad in ["", "1abc", "a-b", "x\"; DROP TABLE y; --", &"a".repeat(64)] {
+        let err = PostgresStore::with_table(a.pool().clone(), bad).unwrap_err();
+        assert_eq!(err.name(), bad);
+    }
+    let indexes: Vec<String> =
+        sqlx::query("SELECT indexdef FROM pg_indexes WHERE tablename = $1 ORDER BY indexname")
+            .bind(&db.table)
+            .fetch_all(&db.admin)
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+    assert_eq!(indexes.len(), 3, "{indexes:?}");
+    db.drop_table().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_table_is_a_backend_error_not_unavailable() {
+    let Some(db) = db().await else { return };
+    let store = db.store(2).await; // never migrated
+    let err = store
+        .get(Key::new("ns", "id"))
+        .await
+        .expect_err("no such table");
+    assert!(matches!(err, StoreError::Backend { .. }), "{err:?}");
+    assert!(
+        std::error::Error::source(&err).is_some(),
+        "keeps the source"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_replicas_run_each_handler_exactly_once() {
+    let Some(db) = db().await else { return };
+    let (a, b) = (db.store(16).await, db.store(16).await);
+    a.migrate().await.expect("migrate");
+    let guard = |store: PostgresStore| {
+        WebhookGuard::builder()
+            .store(store)
+            .verifier(NoVerification)
+            .event_id(EventId::header("x-id"))
+            .namespace("test")
+            .build()
+            .expect("valid guard")
+    };
+    let guards = [guard(a), guard(b)];
+    let runs = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let mut tasks = JoinSet::new();
+    for i in 0..1000usize {
+        let guard = guards[i % 2].clone();
+        let runs = runs.clone();
+        tasks.spawn(async move {
+            let id = format!("evt_{}", i % 10);
+            let headers = [("x-id", id.as_str())];
+            let body = format!("{{\"id\":\"{id}\"}}");
+            guard
+                .handle(&headers, body.as_bytes(), |_event| async move {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    Ok(())
+                })
+                .await
+                .kind()
+        });
+    }
+    let mut processed = 0;
+    while let Some(kind) = tasks.join_next().await {
+        match kind.expect("task") {
+            OutcomeKind::Processed => processed += 1,
+            OutcomeKind::Duplicate | OutcomeKind::InProgress => {}
+            other => panic!("unexpected outcome {other:?}"),
+        }
+    }
+    eprintln!(
+        "1,000 deliveries over 10 ids, two replicas: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 10, "each handler ran once");
+    assert_eq!(processed, 10);
+    assert_eq!(db.count("state = 'completed'").await, 10);
+    db.drop_table().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_lease_is_taken_over_and_the_stale_token_refused() {
+    let Some(db) = db().await else { return };
+    let store = db.store(4).await;
+    store.migrate().await.expect("migrate");
+    let t0 = ms(Utc::now());
+    let at = |s: i64| t0 + TimeDelta::seconds(s);
+    let key = Key::new("takeover", "evt_1");
+    let request = |token: u64, now: i64| ClaimRequest {
+        key,
+        fingerprint: Fingerprint::of(b"body"),
+        token: FencingToken(token),
+        now: at(now),
+        lease_until: at(now + 30),
+        expires_at: at(now + 3600),
+    };
+    let (old, new) = (FencingToken(u64::MAX - 1), FencingToken(42));
+    assert!(matches!(
+        store.claim(&request(old.0, 0)).await.unwrap(),
+        Claim::Acquired(_)
+    ));
+    assert!(
+        matches!(store.claim(&request(new.0, 29)).await.unwrap(), Claim::Existing(r) if r.token == old),
+        "the lease still holds at 29 s"
+    );
+    let Claim::Acquired(rec) = store.claim(&request(new.0, 30)).await.unwrap() else {
+        panic!("the lease ran out at 30 s: the claim must take over");
+    };
+    assert_eq!((rec.attempts, rec.failures), (2, 1));
+    assert_eq!(rec.token, new);
+    assert_eq!(rec.lease_until, at(60));
+    assert_eq!(rec.created_at, t0);
+    let done = Finish {
+        state: RecordState::Completed,
+        failures: 1,
+        history: &[],
+        now: at(31),
+        expires_at: at(3631),
+    };
+    assert_eq!(
+        store.renew(key, old, at(90), at(3700)).await.unwrap(),
+        Fence::LeaseLost,
+        "the stale holder cannot renew"
+    );
+    assert_eq!(
+        store.finish(key, old, &done).await.unwrap(),
+        Fence::LeaseLost,
+        "the stale holder cannot finish"
+    );
+    assert_eq!(store.finish(key, new, &done).await.unwrap(), Fence::Applied);
+    let rec = store.get(key).await.unwrap().unwrap();
+    assert_eq!(rec.state, RecordState::Completed);
+    assert_eq!(rec.token, new);
+    db.drop_table().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn purges_100k_expired_records_while_claims_continue() {
+    let Some(db) = db().await else { return };
+    let store = db.store(8).await;
+    store.migrate().await.expect("migrate");
+    let now = ms(Utc::now());
+    let past = (now - TimeDelta::days(1)).timestamp_millis();
+    let future = (now + TimeDelta::days(1)).timestamp_millis();
+    let insert = |prefix: &str, n: i64, state: &str, lease: i64, expires: i64| {
+        format!(
+            "INSERT INTO \"{t}\" (namespace, id, state, fingerprint, token, attempts, failures, \
+                 lease_until, expires_at, created_at, updated_at, history) \
+             SELECT 'purge', '{prefix}' || g, '{state}', decode(repeat('00', 32), 'hex'), g, 1, 0, \
+                 {lease}, {expires}, {past}, {past}, '' FROM generate_series(1, {n}) g",
+            t = db.table
+        )
+    };
+    let started = Instant::now();
+    for sql in [
+        insert("old-", 100_000, "completed", past, past),
+        insert("keep-", 1_000, "completed", past, future),
+        // Expired, but a handler still holds a live lease: never purged.
+        insert("leased-", 100, "in_progress", future, past),
+    ] {
+        sqlx::query(&sql)
+            .execute(&db.admin)
+            .await
+            .expect("bulk insert");
+    }
+    sqlx::query(&format!("ANALYZE \"{}\"", db.table))
+        .execute(&db.admin)
+        .await
+        .unwrap();
+    eprintln!("bulk insert of 101,100 rows: {:?}", started.elapsed());
+
+    let started = Instant::now();
+    let purger = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            let mut total = 0;
+            let mut batches = 0;
+            loop {
+                let n = store.purge_expired(now, 5_000).await.expect("purge");
+                total += n;
+                batches += 1;
+                if n == 0 {
+                    return (total, batches);
+                }
+            }
+        })
+    };
+    let mut claimers = JoinSet::new();
+    for task in 0..8 {
+        let store = store.clone();
+        claimers.spawn(async move {
+            let mut slowest = Duration::ZERO;
+            for i in 0..250 {
+                let id = format!("live-{task}-{i}");
+                let request = ClaimRequest {
+                    key: Key::new("purge", &id),
+                    fingerprint: Fingerprint::of(id.as_bytes()),
+                    token: FencingToken::random(),
+                    now,
+                    lease_until: now + TimeDelta::minutes(5),
+                    expires_at: now + TimeDelta::hours(72),
+                };
+                let t = Instant::now();
+                let claim = store.claim(&request).await.expect("claim during purge");
+                slowest = slowest.max(t.elapsed());
+                assert!(matches!(claim, Claim::Acquired(_)), "{id} is fresh");
+            }
+            slowest
+        });
+    }
+    let mut slowest = Duration::ZERO;
+    while let Some(s) = claimers.join_next().await {
+        slowest = slowest.max(s.expect("claimer"));
+    }
+    let (purged, batches) = purger.await.expect("purger");
+    eprintln!(
+        "purged {purged} rows in {batches} calls while 2,000 claims ran: {:?} (slowest claim {slowest:?})",
+        started.elapsed()
+    );
+    assert_eq!(purged, 100_000);
+    assert_eq!(db.count("id LIKE 'old-%'").await, 0, "all expired gone");
+    assert_eq!(db.count("id LIKE 'keep-%'").await, 1_000, "unexpired kept");
+    assert_eq!(
+        db.count("id LIKE 'leased-%'").await,
+        100,
+        "live leases kept"
+    );
+    assert_eq!(db.count("id LIKE 'live-%'").await, 2_000, "claims kept");
+    db.drop_table().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recovers_after_the_server_terminates_its_connections() {
+    let Some(db) = db().await else { return };
+    let name = unique("wg_kill");
+    let store = PostgresStore::with_table(db.pool(&name, 4).await, &db.table).unwrap();
+    store.migrate().await.expect("migrate");
+    let key = Key::new("recover", "evt");
+    assert!(store.get(key).await.unwrap().is_none());
+    let killed: Vec<bool> = sqlx::query(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
+    )
+    .bind(&name)
+    .fetch_all(&db.admin)
+    .await
+    .unwrap()
+    .iter()
+    .map(|r| r.get(0))
+    .collect();
+    assert!(
+        !killed.is_empty() && killed.iter().all(|k| *k),
+        "terminated {killed:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The pool notices the dead connections and opens new ones.
+    assert!(store.get(key).await.expect("recovered").is_none());
+    let now = ms(Utc::now());
+    let request = ClaimRequest {
+        key,
+        fingerprint: Fingerprint::of(b"x"),
+        token: FencingToken::random(),
+        now,
+        lease_until: now + TimeDelta::minutes(1),
+        expires_at: now + TimeDelta::hours(1),
+    };
+    assert!(matches!(
+        store.claim(&request).await.unwrap(),
+        Claim::Acquired(_)
+    ));
+    db.drop_table().await;
+}
+
+/// A TCP proxy on `listener` to `upstream`; aborting the task drops every connection.
+fn proxy(listener: TcpListener, upstream: SocketAddr) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut connections = JoinSet::new();
+        while let Ok((mut inbound, _)) = listener.accept().await {
+            connections.spawn(async move {
+                if let Ok(mut outbound) = TcpStream::connect(upstream).await {
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                }
+            });
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_is_unavailable_and_recovers_when_the_server_returns() {
+    let Some(db) = db().await else { return };
+    let host = db.options.get_host().to_owned();
+    let upstream = tokio::net::lookup_host((host.as_str(), db.options.get_port()))
+        .await
+        .expect("resolve the server")
+        .next()
+        .expect("an address");
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let mut running = proxy(listener, upstream);
+    let pool = PgPoolOptions::new()
+        .max_connections(4)
+        .acquire_timeout(Duration::from_secs(1))
+        .connect_with(db.options.clone().host("127.0.0.1").port(port))
+        .await
+        .expect("connect through the proxy");
+    let store = PostgresStore::with_table(pool, &db.table).unwrap();
+    store.migrate().await.expect("migrate");
+    let key = Key::new("proxy", "evt");
+    assert!(store.get(key).await.unwrap().is_none());
+
+    // The "server" goes away: connections drop, new ones are refused.
+    running.abort();
+    let _ = running.await;
+    let started = Instant::now();
+    let err = store.get(key).await.expect_err("the server is gone");
+    assert!(err.is_unavailable(), "{err:?}");
+    assert!(
+        std::error::Error::source(&err).is_some(),
+        "keeps the source"
+    );
+    eprintln!("unreachable answered {err} in {:?}", started.elapsed());
+    let now = ms(Utc::now());
+    let request = ClaimRequest {
+        key,
+        fingerprint: Fingerprint::of(b"x"),
+        token: FencingToken::random(),
+        now,
+        lease_until: now + TimeDelta::minutes(1),
+        expires_at: now + TimeDelta::hours(1),
+    };
+    let err = store.claim(&request).await.expect_err("still gone");
+    assert!(err.is_unavailable(), "{err:?}");
+
+    // It comes back on the same address: the next call succeeds.
+    running = proxy(
+        TcpListener::bind(("127.0.0.1", port))
+            .await
+            .expect("rebind"),
+        upstream,
+    );
+    assert!(matches!(
+        store.claim(&request).await.expect("recovered"),
+        Claim::Acquired(_)
+    ));
+    running.abort();
+    db.drop_table().await;
+}

@@ -1,0 +1,407 @@
+//! `SqliteStore` on temporary database files (no server, no environment variable).
+//!
+//! Every test uses a fresh file under the system's temporary directory with a random
+//! name and a random table name, and removes the file (and its WAL) at the end.
+
+mod support;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, TimeDelta, Utc};
+use tokio::task::JoinSet;
+use webhook_guard::store::sqlite::sqlx::sqlite::{SqlitePool, SqlitePoolOptions};
+use webhook_guard::store::sqlite::sqlx::{self, Connection, Row};
+use webhook_guard::store::{
+    Claim, ClaimRequest, Fence, FencingToken, Fingerprint, Finish, Key, ProcessedStore,
+    RecordState, SqliteStore,
+};
+use webhook_guard::verify::NoVerification;
+use webhook_guard::{conformance, EventId, OutcomeKind, StoreError, WebhookGuard};
+
+fn unique(prefix: &str) -> String {
+    format!("{prefix}_{:016x}", FencingToken::random().0)
+}
+
+/// A temporary database file and a table name; the files go when this is dropped.
+struct Db {
+    path: PathBuf,
+    table: String,
+}
+
+impl Db {
+    fn new() -> Self {
+        Self {
+            path: std::env::temp_dir().join(format!("{}.db", unique("webhook-guard-test"))),
+            table: unique("wg_test"),
+        }
+    }
+
+    /// A separate pool on the file (one "replica").
+    async fn pool(&self, max: u32) -> SqlitePool {
+        SqlitePoolOptions::new()
+            .max_connections(max)
+            .acquire_timeout(Duration::from_secs(10))
+            .connect_with(SqliteStore::connect_options(&self.path))
+            .await
+            .expect("open the database file")
+    }
+
+    async fn store(&self, max: u32) -> SqliteStore {
+        SqliteStore::with_table(self.pool(max).await, &self.table).expect("valid table name")
+    }
+
+    async fn count(&self, pool: &SqlitePool, filter: &str) -> i64 {
+        let sql = format!("SELECT count(*) FROM \"{}\" WHERE {filter}", self.table);
+        sqlx::query(&sql)
+            .fetch_one(pool)
+            .await
+            .expect("count")
+            .get(0)
+    }
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        for suffix in ["", "-wal", "-shm"] {
+            let mut p = self.path.clone().into_os_string();
+            p.push(suffix);
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+fn ms(t: DateTime<Utc>) -> DateTime<Utc> {
+    DateTime::from_timestamp_millis(t.timestamp_millis()).unwrap()
+}
+
+fn request(key: Key<'_>, now: DateTime<Utc>) -> ClaimRequest<'_> {
+    ClaimRequest {
+        key,
+        fingerprint: Fingerprint::of(key.id.as_bytes()),
+        token: FencingToken::random(),
+        now,
+        lease_until: now + TimeDelta::minutes(5),
+        expires_at: now + TimeDelta::hours(72),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn passes_the_conformance_suite() {
+    let db = Db::new();
+    let store = SqliteStore::open(&db.path).await.expect("open");
+    assert_eq!(store.table(), "webhook_guard_records");
+    store.migrate().await.expect("migrate is idempotent");
+    let started = Instant::now();
+    conformance::run_all(&store).await;
+    eprintln!("conformance suite: {:?}", started.elapsed());
+    store.pool().close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_creates_the_file_and_the_schema_is_shown() {
+    let db = Db::new();
+    assert!(!db.path.exists());
+    let store = SqliteStore::open(&db.path).await.expect("open");
+    assert!(db.path.exists(), "open creates the file");
+    let mode: String = sqlx::query("PRAGMA journal_mode")
+        .fetch_one(store.pool())
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(mode, "wal");
+    let schema = store.schema_sql();
+    assert!(schema.contains("PRIMARY KEY (namespace, id)"));
+    assert!(schema.contains("WHERE state = 'in_progress'"));
+    let indexes: i64 = sqlx::query(
+        "SELECT count(*) FROM sqlite_master WHERE type = 'index' AND tbl_name = 'webhook_guard_records'",
+    )
+    .fetch_one(store.pool())
+    .await
+    .unwrap()
+    .get(0);
+    assert_eq!(indexes, 3, "primary key, expires_at, stuck");
+    for bad in ["", "1abc", "a-b", "x\"; DROP TABLE y; --", &"a".repeat(64)] {
+        let err = SqliteStore::with_table(store.pool().clone(), bad).unwrap_err();
+        assert_eq!(err.name(), bad);
+    }
+    store.pool().close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_are_told_apart() {
+    // A file that cannot be created: unavailable.
+    let missing_dir = std::env::temp_dir()
+        .join(unique("no-such-dir"))
+        .join("x.db");
+    let err = SqliteStore::open(&missing_dir)
+        .await
+        .expect_err("no such directory");
+    assert!(err.is_unavailable(), "{err:?}");
+    // A table that does not exist: the database answered, so a backend error.
+    let db = Db::new();
+    let store = db.store(1).await;
+    let err = store.get(Key::new("ns", "id")).await.expect_err("no table");
+    assert!(matches!(err, StoreError::Backend { .. }), "{err:?}");
+    assert!(
+        std::error::Error::source(&err).is_some(),
+        "keeps the source"
+    );
+    store.pool().close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_locked_database_is_unavailable_until_the_lock_goes() {
+    let db = Db::new();
+    let store = db.store(2).await;
+    store.migrate().await.unwrap();
+    let impatient = SqliteStore::with_table(
+        SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect_with(
+                SqliteStore::connect_options(&db.path).busy_timeout(Duration::from_millis(200)),
+            )
+            .await
+            .unwrap(),
+        &db.table,
+    )
+    .unwrap();
+    // Another process holds the write lock.
+    let mut other =
+        sqlx::sqlite::SqliteConnection::connect_with(&SqliteStore::connect_options(&db.path))
+            .await
+            .unwrap();
+    sqlx::raw_sql("BEGIN IMMEDIATE")
+        .execute(&mut other)
+        .await
+        .unwrap();
+    let now = ms(Utc::now());
+    let key = Key::new("locked", "evt");
+    let err = impatient
+        .claim(&request(key, now))
+        .await
+        .expect_err("locked");
+    assert!(err.is_unavailable(), "{err:?}");
+    sqlx::raw_sql("COMMIT").execute(&mut other).await.unwrap();
+    assert!(matches!(
+        impatient
+            .claim(&request(key, now))
+            .await
+            .expect("recovered"),
+        Claim::Acquired(_)
+    ));
+    other.close().await.unwrap();
+    impatient.pool().close().await;
+    store.pool().close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_replicas_run_each_handler_exactly_once() {
+    let db = Db::new();
+    let (a, b) = (db.store(4).await, db.store(4).await);
+    a.migrate().await.expect("migrate");
+    let guard = |store: SqliteStore| {
+        WebhookGuard::builder()
+            .store(store)
+            .verifier(NoVerification)
+            .event_id(EventId::header("x-id"))
+            .namespace("test")
+            .build()
+            .expect("valid guard")
+    };
+    let guards = [guard(a.clone()), guard(b)];
+    let runs = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let mut tasks = JoinSet::new();
+    for i in 0..1000usize {
+        let guard = guards[i % 2].clone();
+        let runs = runs.clone();
+        tasks.spawn(async move {
+            let id = format!("evt_{}", i % 10);
+            let headers = [("x-id", id.as_str())];
+            let body = format!("{{\"id\":\"{id}\"}}");
+            guard
+                .handle(&headers, body.as_bytes(), |_event| async move {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    Ok(())
+                })
+                .await
+                .kind()
+        });
+    }
+    let mut processed = 0;
+    while let Some(kind) = tasks.join_next().await {
+        match kind.expect("task") {
+            OutcomeKind::Processed => processed += 1,
+            OutcomeKind::Duplicate | OutcomeKind::InProgress => {}
+            other => panic!("unexpected outcome {other:?}"),
+        }
+    }
+    eprintln!(
+        "1,000 deliveries over 10 ids, two replicas: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 10, "each handler ran once");
+    assert_eq!(processed, 10);
+    assert_eq!(db.count(a.pool(), "state = 'completed'").await, 10);
+    a.pool().close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_lease_is_taken_over_and_the_stale_token_refused() {
+    let db = Db::new();
+    let store = db.store(2).await;
+    store.migrate().await.expect("migrate");
+    let t0 = ms(Utc::now());
+    let at = |s: i64| t0 + TimeDelta::seconds(s);
+    let key = Key::new("takeover", "evt_1");
+    let request = |token: u64, now: i64| ClaimRequest {
+        key,
+        fingerprint: Fingerprint::of(b"body"),
+        token: FencingToken(token),
+        now: at(now),
+        lease_until: at(now + 30),
+        expires_at: at(now + 3600),
+    };
+    let (old, new) = (FencingToken(u64::MAX - 1), FencingToken(42));
+    assert!(matches!(
+        store.claim(&request(old.0, 0)).await.unwrap(),
+        Claim::Acquired(_)
+    ));
+    assert!(
+        matches!(store.claim(&request(new.0, 29)).await.unwrap(), Claim::Existing(r) if r.token == old),
+        "the lease still holds at 29 s"
+    );
+    let Claim::Acquired(rec) = store.claim(&request(new.0, 30)).await.unwrap() else {
+        panic!("the lease ran out at 30 s: the claim must take over");
+    };
+    assert_eq!((rec.attempts, rec.failures), (2, 1));
+    assert_eq!(rec.token, new);
+    assert_eq!(rec.lease_until, at(60));
+    assert_eq!(rec.created_at, t0);
+    let done = Finish {
+        state: RecordState::Completed,
+        failures: 1,
+        history: &[],
+        now: at(31),
+        expires_at: at(3631),
+    };
+    assert_eq!(
+        store.renew(key, old, at(90), at(3700)).await.unwrap(),
+        Fence::LeaseLost,
+        "the stale holder cannot renew"
+    );
+    assert_eq!(
+        store.finish(key, old, &done).await.unwrap(),
+        Fence::LeaseLost,
+        "the stale holder cannot finish"
+    );
+    assert_eq!(store.finish(key, new, &done).await.unwrap(), Fence::Applied);
+    let rec = store.get(key).await.unwrap().unwrap();
+    assert_eq!(rec.state, RecordState::Completed);
+    assert_eq!(rec.token, new);
+    store.pool().close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn purges_100k_expired_records_while_claims_continue() {
+    let db = Db::new();
+    let store = db.store(4).await;
+    store.migrate().await.expect("migrate");
+    let now = ms(Utc::now());
+    let past = (now - TimeDelta::days(1)).timestamp_millis();
+    let future = (now + TimeDelta::days(1)).timestamp_millis();
+    let insert = |prefix: &str, n: i64, state: &str, lease: i64, expires: i64| {
+        format!(
+            "WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < {n}) \
+             INSERT INTO \"{t}\" (namespace, id, state, fingerprint, token, attempts, failures, \
+                 lease_until, expires_at, created_at, updated_at, history) \
+             SELECT 'purge', '{prefix}' || n, '{state}', zeroblob(32), n, 1, 0, \
+                 {lease}, {expires}, {past}, {past}, '' FROM g",
+            t = db.table
+        )
+    };
+    let started = Instant::now();
+    for sql in [
+        insert("old-", 100_000, "completed", past, past),
+        insert("keep-", 1_000, "completed", past, future),
+        // Expired, but a handler still holds a live lease: never purged.
+        insert("leased-", 100, "in_progress", future, past),
+    ] {
+        sqlx::query(&sql)
+            .execute(store.pool())
+            .await
+            .expect("bulk insert");
+    }
+    eprintln!("bulk insert of 101,100 rows: {:?}", started.elapsed());
+
+    let started = Instant::now();
+    let purger = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            let mut total = 0;
+            let mut calls = 0;
+            loop {
+                let n = store.purge_expired(now, 5_000).await.expect("purge");
+                total += n;
+                calls += 1;
+                if n == 0 {
+                    return (total, calls);
+                }
+            }
+        })
+    };
+    let mut claimers = JoinSet::new();
+    for task in 0..4 {
+        let store = store.clone();
+        claimers.spawn(async move {
+            let mut slowest = Duration::ZERO;
+            for i in 0..250 {
+                let id = format!("live-{task}-{i}");
+                let t = Instant::now();
+                let claim = store
+                    .claim(&request(Key::new("purge", &id), now))
+                    .await
+                    .expect("claim during purge");
+                slowest = slowest.max(t.elapsed());
+                assert!(matches!(claim, Claim::Acquired(_)), "{id} is fresh");
+            }
+            slowest
+        });
+    }
+    let mut slowest = Duration::ZERO;
+    while let Some(s) = claimers.join_next().await {
+        slowest = slowest.max(s.expect("claimer"));
+    }
+    let (purged, calls) = purger.await.expect("purger");
+    eprintln!(
+        "purged {purged} rows in {calls} calls while 1,000 claims ran: {:?} (slowest claim {slowest:?})",
+        started.elapsed()
+    );
+    assert_eq!(purged, 100_000);
+    let pool = store.pool();
+    assert_eq!(
+        db.count(pool, "id LIKE 'old-%'").await,
+        0,
+        "all expired gone"
+    );
+    assert_eq!(
+        db.count(pool, "id LIKE 'keep-%'").await,
+        1_000,
+        "unexpired kept"
+    );
+    assert_eq!(
+        db.count(pool, "id LIKE 'leased-%'").await,
+        100,
+        "live leases kept"
+    );
+    assert_eq!(
+        db.count(pool, "id LIKE 'live-%'").await,
+        1_000,
+        "claims kept"
+    );
+    pool.close().await;
+}
