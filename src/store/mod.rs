@@ -4,6 +4,9 @@
 //! [`Record`] per `(namespace, id)` and changes it atomically.
 
 mod memory;
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub mod redis;
 
 use std::error::Error as StdError;
 use std::fmt;
@@ -16,6 +19,9 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub use self::redis::RedisStore;
 pub use memory::MemoryStore;
 
 /// A boxed error that crosses thread boundaries, kept as a [`StoreError`]'s source.
