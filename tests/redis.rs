@@ -71,15 +71,15 @@ async fn cleanup(url: &str, prefix: &str) -> usize {
     }
 }
 
-/// Counts the record keys of `prefix`.
-async fn count_records(url: &str, prefix: &str) -> usize {
+/// The record keys of `prefix`.
+async fn record_keys(url: &str, prefix: &str) -> Vec<String> {
     let client = redis::Client::open(url).unwrap();
     let mut conn = client.get_multiplexed_async_connection().await.unwrap();
     let pattern = format!("{{{prefix}:*}}:r:*");
     let mut cursor: u64 = 0;
-    let mut n = 0;
+    let mut out = Vec::new();
     loop {
-        let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
             .arg(cursor)
             .arg("MATCH")
             .arg(&pattern)
@@ -88,12 +88,16 @@ async fn count_records(url: &str, prefix: &str) -> usize {
             .query_async(&mut conn)
             .await
             .unwrap();
-        n += keys.len();
+        out.extend(keys);
         if next == 0 {
-            return n;
+            return out;
         }
         cursor = next;
     }
+}
+
+async fn count_records(url: &str, prefix: &str) -> usize {
+    record_keys(url, prefix).await.len()
 }
 
 fn ms(t: DateTime<Utc>) -> DateTime<Utc> {
@@ -438,16 +442,7 @@ async fn an_expired_lease_is_taken_over_and_the_stale_token_refused() {
     // Retention by TTL, measured from the caller's clock: about 3600 s left.
     let client = redis::Client::open(url.as_str()).unwrap();
     let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-    let pattern = format!("{{{prefix}:*}}:r:*");
-    let (_, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-        .arg(0)
-        .arg("MATCH")
-        .arg(&pattern)
-        .arg("COUNT")
-        .arg(10_000)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    let keys = record_keys(&url, &prefix).await;
     assert_eq!(keys.len(), 1, "one record key: {keys:?}");
     let pttl: i64 = redis::cmd("PTTL")
         .arg(&keys[0])

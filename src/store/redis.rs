@@ -1,12 +1,14 @@
-//! The Redis store: one hash per record, changed by Lua scripts in one round trip.
+//! The Redis store: one string per record, changed by Lua scripts in one round trip.
 //!
-//! [`RedisStore`] keeps every record in a Redis hash and makes each change of the
-//! [`ProcessedStore`] contract with one atomic Lua script (`EVALSHA`, loaded once per
-//! server): a claim — including the fingerprint check and the takeover of an expired
-//! lease — is one round trip, and so is a finish. It talks to a standalone server
-//! through a [`ConnectionManager`](::redis::aio::ConnectionManager) or to a Redis
-//! Cluster through a [`ClusterConnection`](::redis::cluster_async::ClusterConnection):
-//! one multiplexed connection (per node) that reconnects by itself.
+//! [`RedisStore`] keeps every record in one Redis string and makes each change of
+//! the [`ProcessedStore`] contract with one atomic Lua script (`EVALSHA`, loaded once
+//! per server): a claim — including the fingerprint check and the takeover of an
+//! expired lease — is one round trip, and so is a finish. A claim of a new id costs
+//! the server a `SET NX PX` and a `ZADD`; a finish a `GET` and a `SET PX`. It talks
+//! to a standalone server through a [`ConnectionManager`]
+//! or to a Redis Cluster through a
+//! [`ClusterConnection`]: one multiplexed
+//! connection (per node) that reconnects by itself.
 //!
 //! The driver is re-exported as [`webhook_guard::store::redis::redis`](redis), so a
 //! host can build its own connection with the very version this crate uses.
@@ -14,21 +16,24 @@
 //! # Key layout and Redis Cluster
 //!
 //! Records of a store are spread over a fixed number of *shards* (default
-//! [`DEFAULT_SHARDS`]); a record's shard is a stable hash of its namespace and id.
-//! Each shard `n` owns three kinds of keys, all under one hash tag so that a script
-//! touching a record and its shard's indexes stays in one cluster slot:
+//! [`DEFAULT_SHARDS`]); a record's shard is a stable hash (FNV-1a) of its namespace
+//! and id. Shard `n` owns two kinds of keys, under one hash tag so that a script
+//! touching a record and its shard's index stays in one cluster slot:
 //!
-//! - `{<prefix>:<n>}:r:<namespace>\0<id>` — the record (a hash);
-//! - `{<prefix>:<n>}:leases` — a sorted set of the shard's `InProgress` records by
-//!   `lease_until`, for [`ProcessedStore::stuck`];
-//! - `{<prefix>:<n>}:expiry` — a sorted set of the shard's records by `expires_at`,
-//!   for [`ProcessedStore::purge_expired`].
+//! - `{<prefix>:<n>}:r:<namespace>\0<id>` — the record: a string
+//!   `state|token|fingerprint|attempts|lease_until|created_at|failures|expires_at|updated_at|history`
+//!   (times in ms since the epoch, history as JSON);
+//! - `{<prefix>:<n>}:due` — a sorted set of the shard's records (member
+//!   `<namespace>\0<id>`) scored at or before the time each needs attention: the
+//!   end of its lease (to find [stuck](ProcessedStore::stuck) claims) or its expiry
+//!   (to [purge](ProcessedStore::purge_expired) it). Entries scored too early are
+//!   re-filed when a purge or a stuck scan meets them.
 //!
 //! The trade-off: a shard's load lands on the node that serves its slot, so one
 //! store spreads over at most `shards` slots (16 by default — enough for a few
 //! nodes; raise it for a larger cluster), while `stuck` and `purge_expired` visit
-//! every shard (one round trip each). Every process sharing a prefix must use the
-//! same shard count: change it only together with the prefix.
+//! every shard (one round trip per shard and batch). Every process sharing a prefix
+//! must use the same shard count: change it only together with the prefix.
 //!
 //! # Retention
 //!
@@ -36,12 +41,17 @@
 //! milliseconds since the epoch; the server's clock is never read. Each write also
 //! sets the record key's TTL to the time left until its expiry (or until the end of
 //! a live lease, whichever is later), *measured from the caller's `now`*. So Redis
-//! drops expired records by itself and no sweeper is needed; when the caller's
-//! clock is the real one this is exactly the contract's expiry. The expiry index
-//! lets [`purge_expired`](ProcessedStore::purge_expired) still honour the contract
-//! for any `now` (it removes records expired by the given time, in batches, and
-//! clears index entries of records the TTL already dropped — those count as
-//! removed). Running the sweeper is optional; it keeps the indexes small.
+//! drops expired records by itself; when the caller's clock is the real one, this
+//! is exactly the contract's expiry, and a claim treats a record expired by its
+//! `now` as absent even while the key lives on.
+//!
+//! [`purge_expired`](ProcessedStore::purge_expired) honours the contract for any
+//! `now` through the `due` index: it removes records expired by then, in batches of
+//! at most 256 per script, and clears the index entries of records the TTL already
+//! dropped (those count as removed). **Run the [`Sweeper`](crate::Sweeper)** with
+//! this store as with any other: the records need no sweeping, but each id leaves
+//! one index entry (its member plus about 60 bytes) until a purge clears it, and
+//! stuck claims are found by the same index.
 //!
 //! # Errors
 //!
@@ -402,12 +412,11 @@ impl RedisStore {
         let tag = format!("{{{}:{shard}}}", self.inner.prefix);
         ShardKeys {
             records: format!("{tag}:r:"),
-            leases: format!("{tag}:leases"),
-            expiry: format!("{tag}:expiry"),
+            due: format!("{tag}:due"),
         }
     }
 
-    /// The record key, the shard's lease and expiry indexes, and the index member.
+    /// The record key, the shard's index, and the record's member in it.
     fn locate(&self, key: Key<'_>) -> (String, ShardKeys, String) {
         let keys = self.keys(self.shard_of(key));
         let member = member(key);
@@ -417,8 +426,7 @@ impl RedisStore {
 
 struct ShardKeys {
     records: String,
-    leases: String,
-    expiry: String,
+    due: String,
 }
 
 /// `namespace`, a NUL, then `id`: NUL cannot appear in a namespace the guard accepts.
@@ -464,8 +472,20 @@ fn time(ms: i64) -> DateTime<Utc> {
     DateTime::from_timestamp_millis(ms).unwrap_or(DateTime::<Utc>::MAX_UTC)
 }
 
+/// Milliseconds from `now` until `due`, at least 1 (a TTL).
+fn ttl(due: i64, now: i64) -> i64 {
+    due.saturating_sub(now).max(1)
+}
+
 fn corrupt(what: &str) -> StoreError {
     StoreError::Corrupt(format!("redis record: {what}"))
+}
+
+fn int(v: &Value) -> Option<i64> {
+    match v {
+        Value::Int(i) => Some(*i),
+        _ => text(v)?.parse().ok(),
+    }
 }
 
 fn text(v: &Value) -> Option<&str> {
@@ -476,54 +496,36 @@ fn text(v: &Value) -> Option<&str> {
     }
 }
 
-fn int(v: &Value) -> Option<i64> {
-    match v {
-        Value::Int(i) => Some(*i),
-        _ => text(v)?.parse().ok(),
-    }
-}
-
-fn field<'v, T>(
-    v: &'v Value,
-    name: &str,
-    parse: impl FnOnce(&'v Value) -> Option<T>,
-) -> Result<T, StoreError> {
-    parse(v).ok_or_else(|| corrupt(name))
-}
-
-fn count(v: &Value, name: &str) -> Result<u32, StoreError> {
-    field(v, name, |v| int(v).and_then(|i| u32::try_from(i).ok()))
-}
-
-fn history(v: &Value) -> Result<Vec<super::FailureNote>, StoreError> {
-    match v {
-        Value::Nil => Ok(Vec::new()),
-        v => decode_history(field(v, "history", text)?),
-    }
-}
-
-/// A record from the ten fields `s f t a x l e c u h`, as the scripts answer them.
-fn record(key: Key<'_>, f: &[Value]) -> Result<Record, StoreError> {
-    let [s, fp, t, a, x, l, e, c, u, h] = f else {
+/// A record from its stored form: `s|t|f|a|l|c|x|e|u|h` — state, token (decimal
+/// u64), fingerprint (hex), attempts, lease_until, created_at, failures,
+/// expires_at, updated_at (times in ms since the epoch) and the history (JSON, empty
+/// when there is none; last, so it may hold `|`). A finish keeps `t|f|a|l|c` and
+/// rewrites the rest.
+fn record(key: Key<'_>, stored: &str) -> Result<Record, StoreError> {
+    let fields: Vec<&str> = stored.splitn(10, '|').collect();
+    let [s, t, f, a, l, c, x, e, u, h] = fields.as_slice() else {
         return Err(corrupt("wrong field count"));
     };
+    let num = |v: &str, name: &str| v.parse::<i64>().map_err(|_| corrupt(name));
+    let small = |v: &str, name: &str| v.parse::<u32>().map_err(|_| corrupt(name));
     Ok(Record::new(
         key,
-        field(s, "state", |v| RecordState::parse(text(v)?))?,
-        field(fp, "fingerprint", |v| Fingerprint::from_hex(text(v)?))?,
-        field(t, "token", |v| text(v)?.parse().ok().map(FencingToken))?,
-        count(a, "attempts")?,
-        count(x, "failures")?,
-        time(field(l, "lease_until", int)?),
-        time(field(e, "expires_at", int)?),
-        time(field(c, "created_at", int)?),
-        time(field(u, "updated_at", int)?),
-        history(h)?,
+        RecordState::parse(s).ok_or_else(|| corrupt("state"))?,
+        Fingerprint::from_hex(f).ok_or_else(|| corrupt("fingerprint"))?,
+        FencingToken(t.parse().map_err(|_| corrupt("token"))?),
+        small(a, "attempts")?,
+        small(x, "failures")?,
+        time(num(l, "lease_until")?),
+        time(num(e, "expires_at")?),
+        time(num(c, "created_at")?),
+        time(num(u, "updated_at")?),
+        decode_history(h)?,
     ))
 }
 
-/// The fields every record-returning script answers, in this order.
-const FIELDS: [&str; 10] = ["s", "f", "t", "a", "x", "l", "e", "c", "u", "h"];
+fn stored_record(key: Key<'_>, v: &Value) -> Result<Record, StoreError> {
+    record(key, text(v).ok_or_else(|| corrupt("not text"))?)
+}
 
 struct Scripts {
     claim: Script,
@@ -534,157 +536,184 @@ struct Scripts {
     stuck: Script,
 }
 
-/// Record hash fields: s state, f fingerprint (hex), t token (decimal u64),
-/// a attempts, x failures, l lease_until, e expires_at, c created_at, u updated_at
-/// (times in ms), h history (JSON, absent when empty).
-///
-/// Claim: KEYS record, leases, expiry; ARGV member, fingerprint, token, now,
-/// lease_until, expires_at. Answers 0 (fresh), {1, a, x, e, c, h} (taken over) or
-/// {2, the ten fields} (existing, unchanged).
-const CLAIM: &str = r"
-local rec, leases, expiry = KEYS[1], KEYS[2], KEYS[3]
-local member, fp, token, now_s, lease, exp = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
-local now = tonumber(now_s)
-local r = redis.call('HMGET', rec, 's', 'f', 't', 'a', 'x', 'l', 'e', 'c', 'u', 'h')
-local state = r[1]
-if state then
-  local l, e = tonumber(r[6]), tonumber(r[7])
-  local live = state == 'in_progress' and l > now
-  if e > now or live then
-    if r[2] == fp and (state == 'failed' or (state == 'in_progress' and not live)) then
-      local x = tonumber(r[5])
-      if state == 'in_progress' then x = x + 1 end
-      local a = tonumber(r[4]) + 1
-      local ne = r[7]
-      if tonumber(exp) > e then ne = exp end
-      redis.call('HSET', rec, 's', 'in_progress', 't', token, 'a', a, 'x', x, 'l', lease, 'e', ne, 'u', now_s)
-      redis.call('ZADD', leases, lease, member)
-      redis.call('ZADD', expiry, ne, member)
-      local ttl = math.max(tonumber(ne), tonumber(lease)) - now
-      redis.call('PEXPIRE', rec, string.format('%d', math.max(ttl, 1)))
-      return {1, a, x, ne, r[8], r[10]}
-    end
-    return {2, r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10]}
-  end
-  redis.call('DEL', rec)
+/// Shared by every script: `parse` splits a stored record (see [`record`]) into its
+/// ten fields; `ttl` is the time left until `due`, at least 1 ms.
+const PRELUDE: &str = r"
+local function parse(v)
+  return string.match(v, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$')
 end
-redis.call('HSET', rec, 's', 'in_progress', 'f', fp, 't', token, 'a', 1, 'x', 0, 'l', lease, 'e', exp, 'c', now_s, 'u', now_s)
-redis.call('ZADD', leases, lease, member)
-redis.call('ZADD', expiry, exp, member)
-local ttl = math.max(tonumber(exp), tonumber(lease)) - now
-redis.call('PEXPIRE', rec, string.format('%d', math.max(ttl, 1)))
+local function ttl(due, now)
+  return string.format('%d', math.max(due - now, 1))
+end
+";
+
+/// Claim: KEYS record, due; ARGV member, fingerprint, token, now, lease_until,
+/// expires_at, the fresh record, its TTL. Answers 0 (fresh: the caller knows the
+/// record), {1, record} (taken over) or {2, record} (existing, unchanged). The
+/// common case — a new id — is one `SET NX` and one `ZADD`.
+const CLAIM: &str = r"
+if redis.call('SET', KEYS[1], ARGV[7], 'NX', 'PX', ARGV[8]) then
+  redis.call('ZADD', KEYS[2], ARGV[5], ARGV[1])
+  return 0
+end
+local now = tonumber(ARGV[4])
+local v = redis.call('GET', KEYS[1])
+local s, t, f, a, l, c, x, e, u, h = parse(v)
+if not s then return redis.error_reply('webhook-guard: corrupt record') end
+local ln, en = tonumber(l), tonumber(e)
+local live = s == 'in_progress' and ln > now
+if en <= now and not live then
+  redis.call('SET', KEYS[1], ARGV[7], 'PX', ARGV[8])
+  redis.call('ZADD', KEYS[2], ARGV[5], ARGV[1])
+  return 0
+end
+if f == ARGV[2] and (s == 'failed' or (s == 'in_progress' and not live)) then
+  if s == 'in_progress' then x = tonumber(x) + 1 end
+  if tonumber(ARGV[6]) > en then e = ARGV[6] end
+  local nv = table.concat({'in_progress', ARGV[3], f, tonumber(a) + 1, ARGV[5], c, x, e, ARGV[4], h}, '|')
+  redis.call('SET', KEYS[1], nv, 'PX', ttl(math.max(tonumber(e), tonumber(ARGV[5])), now))
+  redis.call('ZADD', KEYS[2], ARGV[5], ARGV[1])
+  return {1, nv}
+end
+return {2, v}
+";
+
+/// Finish: KEYS record, due; ARGV member, token, state, failures, history, now,
+/// expires_at, TTL for a final state. Answers 1 (applied) or 0 (lease lost). Reads
+/// only the fields it keeps (`f|a|l|c`, after the fence prefix `in_progress|token|`).
+/// The index entry stays at the lease's end (at or before the new expiry, where
+/// purge and stuck re-file it) unless the new expiry is earlier.
+const FINISH: &str = r"
+local v = redis.call('GET', KEYS[1])
+if not v then return 0 end
+local p = 'in_progress|' .. ARGV[2] .. '|'
+if string.sub(v, 1, #p) ~= p then return 0 end
+local f, a, l, c = string.match(v, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|', #p + 1)
+if not c then return redis.error_reply('webhook-guard: corrupt record') end
+local nv = table.concat({ARGV[3], ARGV[2], f, a, l, c, ARGV[4], ARGV[7], ARGV[6], ARGV[5]}, '|')
+local px = ARGV[8]
+if ARGV[3] == 'in_progress' then px = ttl(math.max(tonumber(ARGV[7]), tonumber(l)), tonumber(ARGV[6])) end
+redis.call('SET', KEYS[1], nv, 'PX', px)
+if tonumber(ARGV[7]) < tonumber(l) then redis.call('ZADD', KEYS[2], ARGV[7], ARGV[1]) end
+return 1
+";
+
+/// Renew: KEYS record, due; ARGV member, token, lease_until, expires_at. No `now`
+/// is given, so the TTL moves by as much as the record's due time does.
+const RENEW: &str = r"
+local v = redis.call('GET', KEYS[1])
+if not v then return 0 end
+local s, t, f, a, l, c, x, e, u, h = parse(v)
+if s ~= 'in_progress' or t ~= ARGV[2] then return 0 end
+local ne = e
+if tonumber(ARGV[4]) > tonumber(e) then ne = ARGV[4] end
+local nv = table.concat({s, t, f, a, ARGV[3], c, x, ne, u, h}, '|')
+local pttl = redis.call('PTTL', KEYS[1])
+if pttl > 0 then
+  local left = pttl + math.max(tonumber(ne), tonumber(ARGV[3])) - math.max(tonumber(e), tonumber(l))
+  redis.call('SET', KEYS[1], nv, 'PX', string.format('%d', math.max(left, 1)))
+else
+  redis.call('SET', KEYS[1], nv, 'KEEPTTL')
+end
+redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
+return 1
+";
+
+/// Delete: KEYS record, due; ARGV member, now. Answers 1 (removed), 0 (not found)
+/// or 2 (live lease).
+const DELETE: &str = r"
+local v = redis.call('GET', KEYS[1])
+if v then
+  local s, t, f, a, l = parse(v)
+  if s == 'in_progress' and tonumber(l) > tonumber(ARGV[2]) then return 2 end
+  redis.call('DEL', KEYS[1])
+end
+redis.call('ZREM', KEYS[2], ARGV[1])
+if v then return 1 end
 return 0
 ";
 
-/// Finish: KEYS record, leases, expiry; ARGV member, token, state, failures,
-/// history ('' for none), now, expires_at. Answers 1 (applied) or 0 (lease lost).
-const FINISH: &str = r"
-local rec = KEYS[1]
-local r = redis.call('HMGET', rec, 's', 't', 'l')
-if r[1] ~= 'in_progress' or r[2] ~= ARGV[2] then return 0 end
-if ARGV[5] == '' then
-  redis.call('HSET', rec, 's', ARGV[3], 'x', ARGV[4], 'u', ARGV[6], 'e', ARGV[7])
-  redis.call('HDEL', rec, 'h')
-else
-  redis.call('HSET', rec, 's', ARGV[3], 'x', ARGV[4], 'u', ARGV[6], 'e', ARGV[7], 'h', ARGV[5])
-end
-local due = tonumber(ARGV[7])
-if ARGV[3] == 'in_progress' then
-  due = math.max(due, tonumber(r[3]))
-else
-  redis.call('ZREM', KEYS[2], ARGV[1])
-end
-redis.call('ZADD', KEYS[3], ARGV[7], ARGV[1])
-redis.call('PEXPIRE', rec, string.format('%d', math.max(due - tonumber(ARGV[6]), 1)))
-return 1
-";
-
-/// Renew: KEYS record, leases, expiry; ARGV member, token, lease_until, expires_at.
-/// No `now` is given, so the TTL moves by as much as the record's due time does.
-const RENEW: &str = r"
-local rec = KEYS[1]
-local r = redis.call('HMGET', rec, 's', 't', 'l', 'e')
-if r[1] ~= 'in_progress' or r[2] ~= ARGV[2] then return 0 end
-local ol, oe, nl = tonumber(r[3]), tonumber(r[4]), tonumber(ARGV[3])
-local ne = r[4]
-if tonumber(ARGV[4]) > oe then ne = ARGV[4] end
-redis.call('HSET', rec, 'l', ARGV[3], 'e', ne)
-redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
-redis.call('ZADD', KEYS[3], ne, ARGV[1])
-local pttl = redis.call('PTTL', rec)
-if pttl > 0 then
-  local ttl = pttl + math.max(tonumber(ne), nl) - math.max(oe, ol)
-  redis.call('PEXPIRE', rec, string.format('%d', math.max(ttl, 1)))
-end
-return 1
-";
-
-/// Delete: KEYS record, leases, expiry; ARGV member, now. Answers 1 (removed),
-/// 0 (not found) or 2 (live lease).
-const DELETE: &str = r"
-local r = redis.call('HMGET', KEYS[1], 's', 'l')
-if r[1] == 'in_progress' and tonumber(r[2]) > tonumber(ARGV[2]) then return 2 end
-redis.call('ZREM', KEYS[2], ARGV[1])
-redis.call('ZREM', KEYS[3], ARGV[1])
-if not r[1] then return 0 end
-redis.call('DEL', KEYS[1])
-return 1
-";
-
-/// Purge one batch of a shard: KEYS expiry, leases; ARGV now, limit, record key
-/// prefix. Answers {removed, looked at}.
+/// Purge one batch of a shard: KEYS due; ARGV now, limit, record key prefix,
+/// offset. Answers {removed, looked at, kept in place}: stuck records whose expiry
+/// has not come stay at the front of the range (for stuck), everything else leaves
+/// it (removed, or re-filed at its next due time).
 const PURGE: &str = r"
 local now = tonumber(ARGV[1])
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
-local removed = 0
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', tonumber(ARGV[4]), tonumber(ARGV[2]))
+local removed, kept = 0, 0
 for _, m in ipairs(due) do
   local k = ARGV[3] .. m
-  local r = redis.call('HMGET', k, 's', 'l', 'e')
-  local l, e = tonumber(r[2]), tonumber(r[3])
-  if r[1] == 'in_progress' and l > now then
-    redis.call('ZADD', KEYS[1], string.format('%d', math.max(l, e)), m)
-  elseif r[1] and e > now then
-    redis.call('ZADD', KEYS[1], r[3], m)
-  else
-    if r[1] then redis.call('DEL', k) end
+  local v = redis.call('GET', k)
+  local s, t, f, a, l, c, x, e
+  if v then s, t, f, a, l, c, x, e = parse(v) end
+  if not s then
+    if v then redis.call('DEL', k) end
     redis.call('ZREM', KEYS[1], m)
-    redis.call('ZREM', KEYS[2], m)
     removed = removed + 1
+  else
+    local ln, en = tonumber(l), tonumber(e)
+    local live = s == 'in_progress' and ln > now
+    if en <= now and not live then
+      redis.call('DEL', k)
+      redis.call('ZREM', KEYS[1], m)
+      removed = removed + 1
+    elseif live then
+      redis.call('ZADD', KEYS[1], l, m)
+    elseif s == 'in_progress' then
+      kept = kept + 1
+    else
+      redis.call('ZADD', KEYS[1], e, m)
+    end
   end
 end
-return {removed, #due}
+return {removed, #due, kept}
 ";
 
-/// Stuck records of one shard: KEYS leases; ARGV now, limit, record key prefix,
-/// offset (how many stuck records of the shard were answered before: they stay at
-/// the front of the range, while the entries repaired here leave it). Answers
-/// {looked at, then member and the ten fields of each stuck record}.
+/// Stuck records of one shard: KEYS due; ARGV now, limit, record key prefix,
+/// offset. Answers {looked at, kept in place, then member and record of each stuck
+/// one}: stuck and expired records stay at the front of the range, everything else
+/// leaves it (dropped if gone, or re-filed at its next due time).
 const STUCK: &str = r"
 local now = tonumber(ARGV[1])
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', tonumber(ARGV[4]), tonumber(ARGV[2]))
-local out, n = {#due}, 1
+local out, n, kept = {#due, 0}, 2, 0
 for _, m in ipairs(due) do
-  local r = redis.call('HMGET', ARGV[3] .. m, 's', 'f', 't', 'a', 'x', 'l', 'e', 'c', 'u', 'h')
-  if r[1] ~= 'in_progress' then
+  local v = redis.call('GET', ARGV[3] .. m)
+  local s, t, f, a, l, c, x, e
+  if v then s, t, f, a, l, c, x, e = parse(v) end
+  if not v then
     redis.call('ZREM', KEYS[1], m)
-  elseif tonumber(r[6]) > now then
-    redis.call('ZADD', KEYS[1], r[6], m)
+  elseif not s then
+    kept = kept + 1
+  elseif s == 'in_progress' then
+    if tonumber(l) > now then
+      redis.call('ZADD', KEYS[1], l, m)
+    else
+      kept = kept + 1
+      out[n + 1] = m
+      out[n + 2] = v
+      n = n + 2
+    end
+  elseif tonumber(e) > now then
+    redis.call('ZADD', KEYS[1], e, m)
   else
-    out[n + 1] = m
-    for i = 1, 10 do out[n + 1 + i] = r[i] end
-    n = n + 11
+    kept = kept + 1
   end
 end
+out[2] = kept
 return out
 ";
 
-static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
-    claim: Script::new(CLAIM),
-    finish: Script::new(FINISH),
-    renew: Script::new(RENEW),
-    delete: Script::new(DELETE),
-    purge: Script::new(PURGE),
-    stuck: Script::new(STUCK),
+static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
+    let script = |body: &str| Script::new(&format!("{PRELUDE}{body}"));
+    Scripts {
+        claim: script(CLAIM),
+        finish: script(FINISH),
+        renew: script(RENEW),
+        delete: script(DELETE),
+        purge: script(PURGE),
+        stuck: script(STUCK),
+    }
 });
 
 #[async_trait]
@@ -693,54 +722,44 @@ impl ProcessedStore for RedisStore {
         let (rec, keys, member) = self.locate(request.key);
         let now = millis(request.now);
         let lease = millis(request.lease_until);
+        let expires = millis(request.expires_at);
+        let fingerprint = request.fingerprint.to_hex();
+        let token = request.token.0;
+        let fresh = format!("in_progress|{token}|{fingerprint}|1|{lease}|{now}|0|{expires}|{now}|");
         let mut inv = SCRIPTS.claim.prepare_invoke();
         inv.key(&rec)
-            .key(&keys.leases)
-            .key(&keys.expiry)
+            .key(&keys.due)
             .arg(&member)
-            .arg(request.fingerprint.to_hex())
-            .arg(request.token.0.to_string())
+            .arg(fingerprint)
+            .arg(token)
             .arg(now)
             .arg(lease)
-            .arg(millis(request.expires_at));
+            .arg(expires)
+            .arg(fresh)
+            .arg(ttl(expires.max(lease), now));
         let answer: Value = self
             .inner
             .connection
             .invoke(&inv)
             .await
             .map_err(store_error)?;
-        let fresh = |attempts, failures, expires_at, created_at, history| {
-            Record::new(
+        match answer {
+            Value::Int(0) => Ok(Claim::Acquired(Record::new(
                 request.key,
                 RecordState::InProgress,
                 request.fingerprint,
                 request.token,
-                attempts,
-                failures,
-                request.lease_until,
-                expires_at,
-                created_at,
-                time(now),
-                history,
-            )
-        };
-        match answer {
-            Value::Int(0) => Ok(Claim::Acquired(fresh(
                 1,
                 0,
-                time(millis(request.expires_at)),
-                time(now),
+                request.lease_until,
+                request.expires_at,
+                request.now,
+                request.now,
                 Vec::new(),
             ))),
             Value::Array(v) => match v.as_slice() {
-                [Value::Int(1), a, x, e, c, h] => Ok(Claim::Acquired(fresh(
-                    count(a, "attempts")?,
-                    count(x, "failures")?,
-                    time(field(e, "expires_at", int)?),
-                    time(field(c, "created_at", int)?),
-                    history(h)?,
-                ))),
-                [Value::Int(2), fields @ ..] => Ok(Claim::Existing(record(request.key, fields)?)),
+                [Value::Int(1), r] => Ok(Claim::Acquired(stored_record(request.key, r)?)),
+                [Value::Int(2), r] => Ok(Claim::Existing(stored_record(request.key, r)?)),
                 _ => Err(corrupt("unexpected claim answer")),
             },
             _ => Err(corrupt("unexpected claim answer")),
@@ -761,15 +780,15 @@ impl ProcessedStore for RedisStore {
         };
         let mut inv = SCRIPTS.finish.prepare_invoke();
         inv.key(&rec)
-            .key(&keys.leases)
-            .key(&keys.expiry)
+            .key(&keys.due)
             .arg(&member)
-            .arg(token.0.to_string())
+            .arg(token.0)
             .arg(finish.state.as_str())
             .arg(finish.failures)
             .arg(history)
             .arg(millis(finish.now))
-            .arg(millis(finish.expires_at));
+            .arg(millis(finish.expires_at))
+            .arg(ttl(millis(finish.expires_at), millis(finish.now)));
         let applied: i64 = self
             .inner
             .connection
@@ -793,10 +812,9 @@ impl ProcessedStore for RedisStore {
         let (rec, keys, member) = self.locate(key);
         let mut inv = SCRIPTS.renew.prepare_invoke();
         inv.key(&rec)
-            .key(&keys.leases)
-            .key(&keys.expiry)
+            .key(&keys.due)
             .arg(&member)
-            .arg(token.0.to_string())
+            .arg(token.0)
             .arg(millis(lease_until))
             .arg(millis(expires_at));
         let applied: i64 = self
@@ -814,28 +832,19 @@ impl ProcessedStore for RedisStore {
 
     async fn get(&self, key: Key<'_>) -> Result<Option<Record>, StoreError> {
         let (rec, _, _) = self.locate(key);
-        let mut cmd = ::redis::cmd("HMGET");
-        cmd.arg(&rec).arg(&FIELDS[..]);
-        let fields: Vec<Value> = self
+        let stored: Option<String> = self
             .inner
             .connection
-            .query(&cmd)
+            .query(::redis::cmd("GET").arg(&rec))
             .await
             .map_err(store_error)?;
-        match fields.first() {
-            None | Some(Value::Nil) => Ok(None),
-            Some(_) => record(key, &fields).map(Some),
-        }
+        stored.map(|s| record(key, &s)).transpose()
     }
 
     async fn delete(&self, key: Key<'_>, now: DateTime<Utc>) -> Result<Deleted, StoreError> {
         let (rec, keys, member) = self.locate(key);
         let mut inv = SCRIPTS.delete.prepare_invoke();
-        inv.key(&rec)
-            .key(&keys.leases)
-            .key(&keys.expiry)
-            .arg(&member)
-            .arg(millis(now));
+        inv.key(&rec).key(&keys.due).arg(&member).arg(millis(now));
         let answer: i64 = self
             .inner
             .connection
@@ -849,32 +858,34 @@ impl ProcessedStore for RedisStore {
         })
     }
 
-    /// Removes records expired at `now` through the shards' expiry indexes, in
-    /// batches of at most 256 per script. Records whose TTL already dropped them
-    /// count as removed (their index entries are cleared).
+    /// Removes records expired at `now` through the shards' indexes, at most 256
+    /// per script. Records the TTL already dropped count as removed (their index
+    /// entries are cleared).
     async fn purge_expired(&self, now: DateTime<Utc>, limit: usize) -> Result<u64, StoreError> {
         let now = millis(now);
         let mut removed = 0;
         for shard in 0..self.inner.shards {
             let keys = self.keys(shard);
+            let mut offset = 0;
             loop {
                 let want = (limit - removed).min(BATCH);
                 if want == 0 {
                     return Ok(removed as u64);
                 }
                 let mut inv = SCRIPTS.purge.prepare_invoke();
-                inv.key(&keys.expiry)
-                    .key(&keys.leases)
+                inv.key(&keys.due)
                     .arg(now)
                     .arg(want)
-                    .arg(&keys.records);
-                let (n, seen): (usize, usize) = self
+                    .arg(&keys.records)
+                    .arg(offset);
+                let (n, seen, kept): (usize, usize, usize) = self
                     .inner
                     .connection
                     .invoke(&inv)
                     .await
                     .map_err(store_error)?;
                 removed += n.min(want);
+                offset += kept;
                 if seen < want {
                     break;
                 }
@@ -895,7 +906,7 @@ impl ProcessedStore for RedisStore {
                     return Ok(out);
                 }
                 let mut inv = SCRIPTS.stuck.prepare_invoke();
-                inv.key(&keys.leases)
+                inv.key(&keys.due)
                     .arg(now)
                     .arg(want)
                     .arg(&keys.records)
@@ -906,16 +917,19 @@ impl ProcessedStore for RedisStore {
                     .invoke(&inv)
                     .await
                     .map_err(store_error)?;
-                let Some((seen, found)) = answer.split_first() else {
+                let [seen, kept, found @ ..] = answer.as_slice() else {
                     return Err(corrupt("unexpected stuck answer"));
                 };
-                let seen = field(seen, "stuck count", int)?;
-                for chunk in found.chunks(11) {
-                    let m = field(&chunk[0], "member", text)?;
+                let seen = int(seen).ok_or_else(|| corrupt("stuck answer"))?;
+                offset += int(kept).ok_or_else(|| corrupt("stuck answer"))?;
+                for pair in found.chunks(2) {
+                    let [m, r] = pair else {
+                        return Err(corrupt("unexpected stuck answer"));
+                    };
+                    let m = text(m).ok_or_else(|| corrupt("member"))?;
                     let (namespace, id) = m.split_once('\0').unwrap_or(("", m));
-                    offset += 1;
                     if out.len() < limit {
-                        out.push(record(Key::new(namespace, id), &chunk[1..])?);
+                        out.push(stored_record(Key::new(namespace, id), r)?);
                     }
                 }
                 if seen < want as i64 {
