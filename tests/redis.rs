@@ -411,10 +411,15 @@ async fn an_expired_lease_is_taken_over_and_the_stale_token_refused() {
     assert_eq!(rec.created_at, at(0));
     assert!(store.stuck(at(31), 100).await.unwrap().is_empty());
 
+    // A history with the store's field separator and a newline survives.
+    let history = [webhook_guard::store::FailureNote {
+        at: at(30),
+        error: "lease ran out | holder gone\nsecond line".into(),
+    }];
     let done = Finish {
         state: RecordState::Completed,
         failures: 1,
-        history: &[],
+        history: &history,
         now: at(31),
         expires_at: at(3631),
     };
@@ -438,6 +443,8 @@ async fn an_expired_lease_is_taken_over_and_the_stale_token_refused() {
     let rec = store.get(key).await.unwrap().unwrap();
     assert_eq!(rec.state, RecordState::Completed);
     assert_eq!(rec.token, second.token);
+    assert_eq!(rec.history, history);
+    assert_eq!((rec.attempts, rec.failures), (2, 1));
 
     // Retention by TTL, measured from the caller's clock: about 3600 s left.
     let client = redis::Client::open(url.as_str()).unwrap();

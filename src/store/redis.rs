@@ -128,7 +128,7 @@ impl RedisStoreError {
     /// Whether connecting failed because the server could not be reached (rather
     /// than a bad configuration).
     pub fn is_unavailable(&self) -> bool {
-        matches!(self, Self::Connect { source } if unreachable(source))
+        matches!(self, Self::Connect { source } if is_unreachable(source))
     }
 }
 
@@ -438,7 +438,7 @@ fn member(key: Key<'_>) -> String {
     m
 }
 
-fn unreachable(e: &RedisError) -> bool {
+fn is_unreachable(e: &RedisError) -> bool {
     e.is_io_error()
         || e.is_connection_refusal()
         || e.is_connection_dropped()
@@ -457,7 +457,7 @@ fn unreachable(e: &RedisError) -> bool {
 }
 
 fn store_error(e: RedisError) -> StoreError {
-    if unreachable(&e) {
+    if is_unreachable(&e) {
         StoreError::unavailable(e)
     } else {
         StoreError::backend(e)
