@@ -96,6 +96,9 @@
 //! - `metrics`: metrics through the `metrics` facade (module `metrics`: metric names,
 //!   [`Hooks`] that record them, a timing store wrapper).
 //! - `mysql`: `store::MySqlStore`, on MySQL 8 or MariaDB through sqlx.
+//! - `redis`: `store::RedisStore`, on Redis or Redis Cluster (one Lua script per
+//!   claim; the driver is re-exported as `store::redis::redis`).
+//! - `ed25519`: Standard Webhooks' asymmetric `v1a` signatures.
 //! - `postgres`: `store::PostgresStore`, a durable store shared by
 //!   every replica, on sqlx (re-exported as `store::postgres::sqlx`).
 //! - `sqlite`: `store::SqliteStore`, the embedded durable store (one

@@ -1,0 +1,942 @@
+//! The Redis store: one string per record, changed by Lua scripts in one round trip.
+//!
+//! [`RedisStore`] keeps every record in one Redis string and makes each change of
+//! the [`ProcessedStore`] contract with one atomic Lua script (`EVALSHA`, loaded once
+//! per server): a claim — including the fingerprint check and the takeover of an
+//! expired lease — is one round trip, and so is a finish. A claim of a new id costs
+//! the server a `SET NX PX` and a `ZADD`; a finish a `GET` and a `SET PX`. It talks
+//! to a standalone server through a [`ConnectionManager`]
+//! or to a Redis Cluster through a
+//! [`ClusterConnection`]: one multiplexed
+//! connection (per node) that reconnects by itself.
+//!
+//! The driver is re-exported as [`webhook_guard::store::redis::redis`](redis), so a
+//! host can build its own connection with the very version this crate uses.
+//!
+//! # Key layout and Redis Cluster
+//!
+//! Records of a store are spread over a fixed number of *shards* (default
+//! [`DEFAULT_SHARDS`]); a record's shard is a stable hash (FNV-1a) of its namespace
+//! and id. Shard `n` owns two kinds of keys, under one hash tag so that a script
+//! touching a record and its shard's index stays in one cluster slot:
+//!
+//! - `{<prefix>:<n>}:r:<namespace>\0<id>` — the record: a string
+//!   `state|token|fingerprint|attempts|lease_until|created_at|failures|expires_at|updated_at|history`
+//!   (times in ms since the epoch, history as JSON);
+//! - `{<prefix>:<n>}:due` — a sorted set of the shard's records (member
+//!   `<namespace>\0<id>`) scored at or before the time each needs attention: the
+//!   end of its lease (to find [stuck](ProcessedStore::stuck) claims) or its expiry
+//!   (to [purge](ProcessedStore::purge_expired) it). Entries scored too early are
+//!   re-filed when a purge or a stuck scan meets them.
+//!
+//! The trade-off: a shard's load lands on the node that serves its slot, so one
+//! store spreads over at most `shards` slots (16 by default — enough for a few
+//! nodes; raise it for a larger cluster), while `stuck` and `purge_expired` visit
+//! every shard (one round trip per shard and batch). Every process sharing a prefix
+//! must use the same shard count: change it only together with the prefix.
+//!
+//! # Retention
+//!
+//! Times are the caller's (`now` and the times in each request), kept as integer
+//! milliseconds since the epoch; the server's clock is never read. Each write also
+//! sets the record key's TTL to the time left until its expiry (or until the end of
+//! a live lease, whichever is later), *measured from the caller's `now`*. So Redis
+//! drops expired records by itself; when the caller's clock is the real one, this
+//! is exactly the contract's expiry, and a claim treats a record expired by its
+//! `now` as absent even while the key lives on.
+//!
+//! [`purge_expired`](ProcessedStore::purge_expired) honours the contract for any
+//! `now` through the `due` index: it removes records expired by then, in batches of
+//! at most 256 per script, and clears the index entries of records the TTL already
+//! dropped (those count as removed). **Run the [`Sweeper`](crate::Sweeper)** with
+//! this store as with any other: the records need no sweeping, but each id leaves
+//! one index entry (its member plus about 60 bytes) until a purge clears it, and
+//! stuck claims are found by the same index.
+//!
+//! # Errors
+//!
+//! A server that cannot be reached — connection refused, reset or dropped, a
+//! timeout, a cluster that is down or failing over — is
+//! [`StoreError::Unavailable`]; any other error is [`StoreError::Backend`]. Both
+//! keep the [`RedisError`] as their source. The connection reconnects by itself: the
+//! same store value works again once the server is back.
+
+use std::fmt;
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use ::redis::cluster::ClusterClient;
+use ::redis::cluster_async::ClusterConnection;
+use ::redis::{
+    ErrorKind, FromRedisValue, IntoConnectionInfo, RedisError, Script, ScriptInvocation,
+    ServerErrorKind, Value,
+};
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+use super::{
+    decode_history, encode_history, Claim, ClaimRequest, Deleted, Fence, FencingToken, Fingerprint,
+    Finish, Key, ProcessedStore, Record, RecordState, StoreError,
+};
+
+/// The `redis` crate this store is built on, for building connections by hand.
+pub use ::redis;
+
+/// The key prefix of a store built without [`RedisStoreBuilder::prefix`].
+pub const DEFAULT_PREFIX: &str = "webhook-guard";
+/// The longest key prefix accepted, in bytes.
+pub const MAX_PREFIX_LEN: usize = 64;
+/// The shard count of a store built without [`RedisStoreBuilder::shards`].
+pub const DEFAULT_SHARDS: u16 = 16;
+/// The highest shard count accepted.
+pub const MAX_SHARDS: u16 = 1024;
+/// How long connecting may take by default (each attempt).
+pub const DEFAULT_CONNECTION_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a command may wait for its answer by default.
+pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// How many index entries one purge or stuck script looks at, so claims wait little.
+const BATCH: usize = 256;
+
+/// A configuration or connection error while building a [`RedisStore`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RedisStoreError {
+    /// The key prefix is empty, too long, or holds a character that is not printable
+    /// ASCII, a space, `{` or `}` (braces would change the cluster hash tag).
+    #[error("invalid Redis key prefix {prefix:?}: {reason}")]
+    InvalidPrefix {
+        /// The prefix given.
+        prefix: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// The shard count is 0 or above [`MAX_SHARDS`].
+    #[error("invalid shard count {0}: must be 1 to {MAX_SHARDS}")]
+    InvalidShards(u16),
+    /// The URL is invalid or the server could not be reached.
+    #[error("could not connect to Redis: {source}")]
+    Connect {
+        /// The driver's error.
+        #[source]
+        source: RedisError,
+    },
+}
+
+impl RedisStoreError {
+    /// Whether connecting failed because the server could not be reached (rather
+    /// than a bad configuration).
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, Self::Connect { source } if is_unreachable(source))
+    }
+}
+
+/// A connection a [`RedisStore`] runs on: both kinds multiplex requests over one
+/// connection (per node) and reconnect by themselves.
+#[derive(Clone)]
+#[non_exhaustive]
+pub enum RedisConnection {
+    /// A standalone server (or a proxy in front of one).
+    Standalone(ConnectionManager),
+    /// A Redis Cluster.
+    Cluster(ClusterConnection),
+}
+
+impl fmt::Debug for RedisConnection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Standalone(_) => "Standalone",
+            Self::Cluster(_) => "Cluster",
+        })
+    }
+}
+
+impl From<ConnectionManager> for RedisConnection {
+    fn from(c: ConnectionManager) -> Self {
+        Self::Standalone(c)
+    }
+}
+
+impl From<ClusterConnection> for RedisConnection {
+    fn from(c: ClusterConnection) -> Self {
+        Self::Cluster(c)
+    }
+}
+
+impl RedisConnection {
+    async fn invoke<T: FromRedisValue>(
+        &self,
+        script: &ScriptInvocation<'_>,
+    ) -> Result<T, RedisError> {
+        match self {
+            Self::Standalone(c) => script.invoke_async(&mut c.clone()).await,
+            Self::Cluster(c) => script.invoke_async(&mut c.clone()).await,
+        }
+    }
+
+    async fn query<T: FromRedisValue>(&self, cmd: &::redis::Cmd) -> Result<T, RedisError> {
+        match self {
+            Self::Standalone(c) => cmd.query_async(&mut c.clone()).await,
+            Self::Cluster(c) => cmd.query_async(&mut c.clone()).await,
+        }
+    }
+}
+
+/// Builds a [`RedisStore`]: key prefix, shard count, timeouts, then a connection.
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct RedisStoreBuilder {
+    prefix: String,
+    shards: u16,
+    connection_timeout: Duration,
+    response_timeout: Duration,
+}
+
+impl Default for RedisStoreBuilder {
+    fn default() -> Self {
+        Self {
+            prefix: DEFAULT_PREFIX.to_owned(),
+            shards: DEFAULT_SHARDS,
+            connection_timeout: DEFAULT_CONNECTION_TIMEOUT,
+            response_timeout: DEFAULT_RESPONSE_TIMEOUT,
+        }
+    }
+}
+
+impl RedisStoreBuilder {
+    /// The prefix of every key the store writes (default [`DEFAULT_PREFIX`]): 1 to
+    /// [`MAX_PREFIX_LEN`] bytes of printable ASCII without spaces, `{` or `}`.
+    /// Stores with different prefixes share nothing.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// How many shards records are spread over (default [`DEFAULT_SHARDS`], at most
+    /// [`MAX_SHARDS`]): see the [module docs](self). Every process sharing a prefix
+    /// must use the same count.
+    pub fn shards(mut self, shards: u16) -> Self {
+        self.shards = shards;
+        self
+    }
+
+    /// How long one connection attempt may take (default
+    /// [`DEFAULT_CONNECTION_TIMEOUT`]). Used by [`connect`](Self::connect) and
+    /// [`connect_cluster`](Self::connect_cluster).
+    pub fn connection_timeout(mut self, timeout: Duration) -> Self {
+        self.connection_timeout = timeout;
+        self
+    }
+
+    /// How long a command may wait for its answer before the store answers
+    /// [`StoreError::Unavailable`] (default [`DEFAULT_RESPONSE_TIMEOUT`]). Used by
+    /// [`connect`](Self::connect) and [`connect_cluster`](Self::connect_cluster).
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// Connects to the standalone server at `url` (such as `redis://127.0.0.1:6379`)
+    /// through a [`ConnectionManager`], which reconnects by itself.
+    ///
+    /// # Errors
+    /// [`RedisStoreError`] for a bad prefix or shard count, a bad URL, or a server
+    /// that cannot be reached now.
+    pub async fn connect(
+        self,
+        url: impl IntoConnectionInfo,
+    ) -> Result<RedisStore, RedisStoreError> {
+        self.validate()?;
+        let connect = |source| RedisStoreError::Connect { source };
+        let client = ::redis::Client::open(url).map_err(connect)?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(self.connection_timeout))
+            .set_response_timeout(Some(self.response_timeout))
+            // Fail fast while the server is away: the next request tries again.
+            .set_number_of_retries(1)
+            .set_min_delay(Duration::from_millis(50))
+            .set_max_delay(Duration::from_millis(500));
+        let manager = ConnectionManager::new_with_config(client, config)
+            .await
+            .map_err(connect)?;
+        self.build(manager)
+    }
+
+    /// Connects to the Redis Cluster that `nodes` belong to (one or more seed
+    /// addresses, such as `redis://127.0.0.1:7101`) through a [`ClusterConnection`],
+    /// which follows slot moves and reconnects by itself.
+    ///
+    /// # Errors
+    /// [`RedisStoreError`] for a bad prefix or shard count, a bad address, or a
+    /// cluster that cannot be reached now.
+    pub async fn connect_cluster<T: IntoConnectionInfo>(
+        self,
+        nodes: impl IntoIterator<Item = T>,
+    ) -> Result<RedisStore, RedisStoreError> {
+        self.validate()?;
+        let connect = |source| RedisStoreError::Connect { source };
+        let client = ClusterClient::builder(nodes)
+            .connection_timeout(self.connection_timeout)
+            .response_timeout(self.response_timeout)
+            .retries(2)
+            .build()
+            .map_err(connect)?;
+        let connection = client.get_async_connection().await.map_err(connect)?;
+        self.build(connection)
+    }
+
+    /// A store on a connection the host built.
+    ///
+    /// # Errors
+    /// [`RedisStoreError`] for a bad prefix or shard count.
+    pub fn build(
+        self,
+        connection: impl Into<RedisConnection>,
+    ) -> Result<RedisStore, RedisStoreError> {
+        self.validate()?;
+        Ok(RedisStore {
+            inner: Arc::new(Inner {
+                connection: connection.into(),
+                prefix: self.prefix,
+                shards: self.shards,
+            }),
+        })
+    }
+
+    fn validate(&self) -> Result<(), RedisStoreError> {
+        let p = &self.prefix;
+        let bad = |reason| {
+            Err(RedisStoreError::InvalidPrefix {
+                prefix: p.clone(),
+                reason,
+            })
+        };
+        if p.is_empty() {
+            return bad("empty");
+        }
+        if p.len() > MAX_PREFIX_LEN {
+            return bad("longer than 64 bytes");
+        }
+        if !p
+            .bytes()
+            .all(|b| b.is_ascii_graphic() && b != b'{' && b != b'}')
+        {
+            return bad("only printable ASCII without spaces, `{` or `}`");
+        }
+        if self.shards == 0 || self.shards > MAX_SHARDS {
+            return Err(RedisStoreError::InvalidShards(self.shards));
+        }
+        Ok(())
+    }
+}
+
+/// A [`ProcessedStore`] on Redis, standalone or Cluster: see the [module docs](self)
+/// for the key layout, retention by TTL and errors.
+///
+/// Cheap to clone: clones share one multiplexed connection.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// use webhook_guard::store::RedisStore;
+///
+/// let store = RedisStore::builder()
+///     .prefix("shop:webhooks")
+///     .connect("redis://127.0.0.1:6379")
+///     .await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct RedisStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    connection: RedisConnection,
+    prefix: String,
+    shards: u16,
+}
+
+impl fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("connection", &self.inner.connection)
+            .field("prefix", &self.inner.prefix)
+            .field("shards", &self.inner.shards)
+            .finish()
+    }
+}
+
+impl RedisStore {
+    /// A builder with the default prefix, shard count and timeouts.
+    pub fn builder() -> RedisStoreBuilder {
+        RedisStoreBuilder::default()
+    }
+
+    /// Connects to the standalone server at `url` with the defaults: see
+    /// [`RedisStoreBuilder::connect`].
+    ///
+    /// # Errors
+    /// [`RedisStoreError::Connect`] for a bad URL or a server that cannot be reached.
+    pub async fn connect(url: impl IntoConnectionInfo) -> Result<Self, RedisStoreError> {
+        Self::builder().connect(url).await
+    }
+
+    /// The key prefix.
+    pub fn prefix(&self) -> &str {
+        &self.inner.prefix
+    }
+
+    /// The shard count.
+    pub fn shards(&self) -> u16 {
+        self.inner.shards
+    }
+
+    /// The connection the store runs on (clones share it).
+    pub fn connection(&self) -> &RedisConnection {
+        &self.inner.connection
+    }
+
+    fn shard_of(&self, key: Key<'_>) -> u16 {
+        // FNV-1a: stable across processes, platforms and versions (part of the layout).
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        let bytes = key.namespace.bytes().chain([0]).chain(key.id.bytes());
+        for b in bytes {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        (h % u64::from(self.inner.shards)) as u16
+    }
+
+    fn keys(&self, shard: u16) -> ShardKeys {
+        let tag = format!("{{{}:{shard}}}", self.inner.prefix);
+        ShardKeys {
+            records: format!("{tag}:r:"),
+            due: format!("{tag}:due"),
+        }
+    }
+
+    /// The record key, the shard's index, and the record's member in it.
+    fn locate(&self, key: Key<'_>) -> (String, ShardKeys, String) {
+        let keys = self.keys(self.shard_of(key));
+        let member = member(key);
+        (format!("{}{member}", keys.records), keys, member)
+    }
+}
+
+struct ShardKeys {
+    records: String,
+    due: String,
+}
+
+/// `namespace`, a NUL, then `id`: NUL cannot appear in a namespace the guard accepts.
+fn member(key: Key<'_>) -> String {
+    let mut m = String::with_capacity(key.namespace.len() + 1 + key.id.len());
+    m.push_str(key.namespace);
+    m.push('\0');
+    m.push_str(key.id);
+    m
+}
+
+fn is_unreachable(e: &RedisError) -> bool {
+    e.is_io_error()
+        || e.is_connection_refusal()
+        || e.is_connection_dropped()
+        || e.is_timeout()
+        || matches!(
+            e.kind(),
+            ErrorKind::ClusterConnectionNotFound
+                | ErrorKind::Server(
+                    ServerErrorKind::BusyLoading
+                        | ServerErrorKind::TryAgain
+                        | ServerErrorKind::ClusterDown
+                        | ServerErrorKind::MasterDown
+                        | ServerErrorKind::ReadOnly
+                )
+        )
+}
+
+fn store_error(e: RedisError) -> StoreError {
+    if is_unreachable(&e) {
+        StoreError::unavailable(e)
+    } else {
+        StoreError::backend(e)
+    }
+}
+
+fn millis(t: DateTime<Utc>) -> i64 {
+    t.timestamp_millis()
+}
+
+fn time(ms: i64) -> DateTime<Utc> {
+    DateTime::from_timestamp_millis(ms).unwrap_or(DateTime::<Utc>::MAX_UTC)
+}
+
+/// Milliseconds from `now` until `due`, at least 1 (a TTL).
+fn ttl(due: i64, now: i64) -> i64 {
+    due.saturating_sub(now).max(1)
+}
+
+fn corrupt(what: &str) -> StoreError {
+    StoreError::Corrupt(format!("redis record: {what}"))
+}
+
+fn int(v: &Value) -> Option<i64> {
+    match v {
+        Value::Int(i) => Some(*i),
+        _ => text(v)?.parse().ok(),
+    }
+}
+
+fn text(v: &Value) -> Option<&str> {
+    match v {
+        Value::BulkString(b) => std::str::from_utf8(b).ok(),
+        Value::SimpleString(s) => Some(s),
+        _ => None,
+    }
+}
+
+/// A record from its stored form: `s|t|f|a|l|c|x|e|u|h` — state, token (decimal
+/// u64), fingerprint (hex), attempts, lease_until, created_at, failures,
+/// expires_at, updated_at (times in ms since the epoch) and the history (JSON, empty
+/// when there is none; last, so it may hold `|`). A finish keeps `t|f|a|l|c` and
+/// rewrites the rest.
+fn record(key: Key<'_>, stored: &str) -> Result<Record, StoreError> {
+    let fields: Vec<&str> = stored.splitn(10, '|').collect();
+    let [s, t, f, a, l, c, x, e, u, h] = fields.as_slice() else {
+        return Err(corrupt("wrong field count"));
+    };
+    let num = |v: &str, name: &str| v.parse::<i64>().map_err(|_| corrupt(name));
+    let small = |v: &str, name: &str| v.parse::<u32>().map_err(|_| corrupt(name));
+    Ok(Record::new(
+        key,
+        RecordState::parse(s).ok_or_else(|| corrupt("state"))?,
+        Fingerprint::from_hex(f).ok_or_else(|| corrupt("fingerprint"))?,
+        FencingToken(t.parse().map_err(|_| corrupt("token"))?),
+        small(a, "attempts")?,
+        small(x, "failures")?,
+        time(num(l, "lease_until")?),
+        time(num(e, "expires_at")?),
+        time(num(c, "created_at")?),
+        time(num(u, "updated_at")?),
+        decode_history(h)?,
+    ))
+}
+
+fn stored_record(key: Key<'_>, v: &Value) -> Result<Record, StoreError> {
+    record(key, text(v).ok_or_else(|| corrupt("not text"))?)
+}
+
+struct Scripts {
+    claim: Script,
+    finish: Script,
+    renew: Script,
+    delete: Script,
+    purge: Script,
+    stuck: Script,
+}
+
+/// Shared by every script: `parse` splits a stored record (see [`record`]) into its
+/// ten fields; `ttl` is the time left until `due`, at least 1 ms.
+const PRELUDE: &str = r"
+local function parse(v)
+  return string.match(v, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$')
+end
+local function ttl(due, now)
+  return string.format('%d', math.max(due - now, 1))
+end
+";
+
+/// Claim: KEYS record, due; ARGV member, fingerprint, token, now, lease_until,
+/// expires_at, the fresh record, its TTL. Answers 0 (fresh: the caller knows the
+/// record), {1, record} (taken over) or {2, record} (existing, unchanged). The
+/// common case — a new id — is one `SET NX` and one `ZADD`.
+const CLAIM: &str = r"
+if redis.call('SET', KEYS[1], ARGV[7], 'NX', 'PX', ARGV[8]) then
+  redis.call('ZADD', KEYS[2], ARGV[5], ARGV[1])
+  return 0
+end
+local now = tonumber(ARGV[4])
+local v = redis.call('GET', KEYS[1])
+local s, t, f, a, l, c, x, e, u, h = parse(v)
+if not s then return redis.error_reply('webhook-guard: corrupt record') end
+local ln, en = tonumber(l), tonumber(e)
+local live = s == 'in_progress' and ln > now
+if en <= now and not live then
+  redis.call('SET', KEYS[1], ARGV[7], 'PX', ARGV[8])
+  redis.call('ZADD', KEYS[2], ARGV[5], ARGV[1])
+  return 0
+end
+if f == ARGV[2] and (s == 'failed' or (s == 'in_progress' and not live)) then
+  if s == 'in_progress' then x = tonumber(x) + 1 end
+  if tonumber(ARGV[6]) > en then e = ARGV[6] end
+  local nv = table.concat({'in_progress', ARGV[3], f, tonumber(a) + 1, ARGV[5], c, x, e, ARGV[4], h}, '|')
+  redis.call('SET', KEYS[1], nv, 'PX', ttl(math.max(tonumber(e), tonumber(ARGV[5])), now))
+  redis.call('ZADD', KEYS[2], ARGV[5], ARGV[1])
+  return {1, nv}
+end
+return {2, v}
+";
+
+/// Finish: KEYS record, due; ARGV member, token, state, failures, history, now,
+/// expires_at, TTL for a final state. Answers 1 (applied) or 0 (lease lost). Reads
+/// only the fields it keeps (`f|a|l|c`, after the fence prefix `in_progress|token|`).
+/// The index entry stays at the lease's end (at or before the new expiry, where
+/// purge and stuck re-file it) unless the new expiry is earlier.
+const FINISH: &str = r"
+local v = redis.call('GET', KEYS[1])
+if not v then return 0 end
+local p = 'in_progress|' .. ARGV[2] .. '|'
+if string.sub(v, 1, #p) ~= p then return 0 end
+local f, a, l, c = string.match(v, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|', #p + 1)
+if not c then return redis.error_reply('webhook-guard: corrupt record') end
+local nv = table.concat({ARGV[3], ARGV[2], f, a, l, c, ARGV[4], ARGV[7], ARGV[6], ARGV[5]}, '|')
+local px = ARGV[8]
+if ARGV[3] == 'in_progress' then px = ttl(math.max(tonumber(ARGV[7]), tonumber(l)), tonumber(ARGV[6])) end
+redis.call('SET', KEYS[1], nv, 'PX', px)
+if tonumber(ARGV[7]) < tonumber(l) then redis.call('ZADD', KEYS[2], ARGV[7], ARGV[1]) end
+return 1
+";
+
+/// Renew: KEYS record, due; ARGV member, token, lease_until, expires_at. No `now`
+/// is given, so the TTL moves by as much as the record's due time does.
+const RENEW: &str = r"
+local v = redis.call('GET', KEYS[1])
+if not v then return 0 end
+local s, t, f, a, l, c, x, e, u, h = parse(v)
+if s ~= 'in_progress' or t ~= ARGV[2] then return 0 end
+local ne = e
+if tonumber(ARGV[4]) > tonumber(e) then ne = ARGV[4] end
+local nv = table.concat({s, t, f, a, ARGV[3], c, x, ne, u, h}, '|')
+local pttl = redis.call('PTTL', KEYS[1])
+if pttl > 0 then
+  local left = pttl + math.max(tonumber(ne), tonumber(ARGV[3])) - math.max(tonumber(e), tonumber(l))
+  redis.call('SET', KEYS[1], nv, 'PX', string.format('%d', math.max(left, 1)))
+else
+  redis.call('SET', KEYS[1], nv, 'KEEPTTL')
+end
+redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
+return 1
+";
+
+/// Delete: KEYS record, due; ARGV member, now. Answers 1 (removed), 0 (not found)
+/// or 2 (live lease).
+const DELETE: &str = r"
+local v = redis.call('GET', KEYS[1])
+if v then
+  local s, t, f, a, l = parse(v)
+  if s == 'in_progress' and tonumber(l) > tonumber(ARGV[2]) then return 2 end
+  redis.call('DEL', KEYS[1])
+end
+redis.call('ZREM', KEYS[2], ARGV[1])
+if v then return 1 end
+return 0
+";
+
+/// Purge one batch of a shard: KEYS due; ARGV now, limit, record key prefix,
+/// offset. Answers {removed, looked at, kept in place}: stuck records whose expiry
+/// has not come stay at the front of the range (for stuck), everything else leaves
+/// it (removed, or re-filed at its next due time).
+const PURGE: &str = r"
+local now = tonumber(ARGV[1])
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', tonumber(ARGV[4]), tonumber(ARGV[2]))
+local removed, kept = 0, 0
+for _, m in ipairs(due) do
+  local k = ARGV[3] .. m
+  local v = redis.call('GET', k)
+  local s, t, f, a, l, c, x, e
+  if v then s, t, f, a, l, c, x, e = parse(v) end
+  if not s then
+    if v then redis.call('DEL', k) end
+    redis.call('ZREM', KEYS[1], m)
+    removed = removed + 1
+  else
+    local ln, en = tonumber(l), tonumber(e)
+    local live = s == 'in_progress' and ln > now
+    if en <= now and not live then
+      redis.call('DEL', k)
+      redis.call('ZREM', KEYS[1], m)
+      removed = removed + 1
+    elseif live then
+      redis.call('ZADD', KEYS[1], l, m)
+    elseif s == 'in_progress' then
+      kept = kept + 1
+    else
+      redis.call('ZADD', KEYS[1], e, m)
+    end
+  end
+end
+return {removed, #due, kept}
+";
+
+/// Stuck records of one shard: KEYS due; ARGV now, limit, record key prefix,
+/// offset. Answers {looked at, kept in place, then member and record of each stuck
+/// one}: stuck and expired records stay at the front of the range, everything else
+/// leaves it (dropped if gone, or re-filed at its next due time).
+const STUCK: &str = r"
+local now = tonumber(ARGV[1])
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', tonumber(ARGV[4]), tonumber(ARGV[2]))
+local out, n, kept = {#due, 0}, 2, 0
+for _, m in ipairs(due) do
+  local v = redis.call('GET', ARGV[3] .. m)
+  local s, t, f, a, l, c, x, e
+  if v then s, t, f, a, l, c, x, e = parse(v) end
+  if not v then
+    redis.call('ZREM', KEYS[1], m)
+  elseif not s then
+    kept = kept + 1
+  elseif s == 'in_progress' then
+    if tonumber(l) > now then
+      redis.call('ZADD', KEYS[1], l, m)
+    else
+      kept = kept + 1
+      out[n + 1] = m
+      out[n + 2] = v
+      n = n + 2
+    end
+  elseif tonumber(e) > now then
+    redis.call('ZADD', KEYS[1], e, m)
+  else
+    kept = kept + 1
+  end
+end
+out[2] = kept
+return out
+";
+
+static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
+    let script = |body: &str| Script::new(&format!("{PRELUDE}{body}"));
+    Scripts {
+        claim: script(CLAIM),
+        finish: script(FINISH),
+        renew: script(RENEW),
+        delete: script(DELETE),
+        purge: script(PURGE),
+        stuck: script(STUCK),
+    }
+});
+
+#[async_trait]
+impl ProcessedStore for RedisStore {
+    async fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
+        let (rec, keys, member) = self.locate(request.key);
+        let now = millis(request.now);
+        let lease = millis(request.lease_until);
+        let expires = millis(request.expires_at);
+        let fingerprint = request.fingerprint.to_hex();
+        let token = request.token.0;
+        let fresh = format!("in_progress|{token}|{fingerprint}|1|{lease}|{now}|0|{expires}|{now}|");
+        let mut inv = SCRIPTS.claim.prepare_invoke();
+        inv.key(&rec)
+            .key(&keys.due)
+            .arg(&member)
+            .arg(fingerprint)
+            .arg(token)
+            .arg(now)
+            .arg(lease)
+            .arg(expires)
+            .arg(fresh)
+            .arg(ttl(expires.max(lease), now));
+        let answer: Value = self
+            .inner
+            .connection
+            .invoke(&inv)
+            .await
+            .map_err(store_error)?;
+        match answer {
+            Value::Int(0) => Ok(Claim::Acquired(Record::new(
+                request.key,
+                RecordState::InProgress,
+                request.fingerprint,
+                request.token,
+                1,
+                0,
+                request.lease_until,
+                request.expires_at,
+                request.now,
+                request.now,
+                Vec::new(),
+            ))),
+            Value::Array(v) => match v.as_slice() {
+                [Value::Int(1), r] => Ok(Claim::Acquired(stored_record(request.key, r)?)),
+                [Value::Int(2), r] => Ok(Claim::Existing(stored_record(request.key, r)?)),
+                _ => Err(corrupt("unexpected claim answer")),
+            },
+            _ => Err(corrupt("unexpected claim answer")),
+        }
+    }
+
+    async fn finish(
+        &self,
+        key: Key<'_>,
+        token: FencingToken,
+        finish: &Finish<'_>,
+    ) -> Result<Fence, StoreError> {
+        let (rec, keys, member) = self.locate(key);
+        let history = if finish.history.is_empty() {
+            String::new()
+        } else {
+            encode_history(finish.history)
+        };
+        let mut inv = SCRIPTS.finish.prepare_invoke();
+        inv.key(&rec)
+            .key(&keys.due)
+            .arg(&member)
+            .arg(token.0)
+            .arg(finish.state.as_str())
+            .arg(finish.failures)
+            .arg(history)
+            .arg(millis(finish.now))
+            .arg(millis(finish.expires_at))
+            .arg(ttl(millis(finish.expires_at), millis(finish.now)));
+        let applied: i64 = self
+            .inner
+            .connection
+            .invoke(&inv)
+            .await
+            .map_err(store_error)?;
+        Ok(if applied == 1 {
+            Fence::Applied
+        } else {
+            Fence::LeaseLost
+        })
+    }
+
+    async fn renew(
+        &self,
+        key: Key<'_>,
+        token: FencingToken,
+        lease_until: DateTime<Utc>,
+        expires_at: DateTime<Utc>,
+    ) -> Result<Fence, StoreError> {
+        let (rec, keys, member) = self.locate(key);
+        let mut inv = SCRIPTS.renew.prepare_invoke();
+        inv.key(&rec)
+            .key(&keys.due)
+            .arg(&member)
+            .arg(token.0)
+            .arg(millis(lease_until))
+            .arg(millis(expires_at));
+        let applied: i64 = self
+            .inner
+            .connection
+            .invoke(&inv)
+            .await
+            .map_err(store_error)?;
+        Ok(if applied == 1 {
+            Fence::Applied
+        } else {
+            Fence::LeaseLost
+        })
+    }
+
+    async fn get(&self, key: Key<'_>) -> Result<Option<Record>, StoreError> {
+        let (rec, _, _) = self.locate(key);
+        let stored: Option<String> = self
+            .inner
+            .connection
+            .query(::redis::cmd("GET").arg(&rec))
+            .await
+            .map_err(store_error)?;
+        stored.map(|s| record(key, &s)).transpose()
+    }
+
+    async fn delete(&self, key: Key<'_>, now: DateTime<Utc>) -> Result<Deleted, StoreError> {
+        let (rec, keys, member) = self.locate(key);
+        let mut inv = SCRIPTS.delete.prepare_invoke();
+        inv.key(&rec).key(&keys.due).arg(&member).arg(millis(now));
+        let answer: i64 = self
+            .inner
+            .connection
+            .invoke(&inv)
+            .await
+            .map_err(store_error)?;
+        Ok(match answer {
+            1 => Deleted::Removed,
+            2 => Deleted::LeaseHeld,
+            _ => Deleted::NotFound,
+        })
+    }
+
+    /// Removes records expired at `now` through the shards' indexes, at most 256
+    /// per script. Records the TTL already dropped count as removed (their index
+    /// entries are cleared).
+    async fn purge_expired(&self, now: DateTime<Utc>, limit: usize) -> Result<u64, StoreError> {
+        let now = millis(now);
+        let mut removed = 0;
+        for shard in 0..self.inner.shards {
+            let keys = self.keys(shard);
+            let mut offset = 0;
+            loop {
+                let want = (limit - removed).min(BATCH);
+                if want == 0 {
+                    return Ok(removed as u64);
+                }
+                let mut inv = SCRIPTS.purge.prepare_invoke();
+                inv.key(&keys.due)
+                    .arg(now)
+                    .arg(want)
+                    .arg(&keys.records)
+                    .arg(offset);
+                let (n, seen, kept): (usize, usize, usize) = self
+                    .inner
+                    .connection
+                    .invoke(&inv)
+                    .await
+                    .map_err(store_error)?;
+                removed += n.min(want);
+                offset += kept;
+                if seen < want {
+                    break;
+                }
+            }
+        }
+        Ok(removed as u64)
+    }
+
+    async fn stuck(&self, now: DateTime<Utc>, limit: usize) -> Result<Vec<Record>, StoreError> {
+        let now = millis(now);
+        let mut out = Vec::new();
+        for shard in 0..self.inner.shards {
+            let keys = self.keys(shard);
+            let mut offset = 0;
+            loop {
+                let want = (limit - out.len()).min(BATCH);
+                if want == 0 {
+                    return Ok(out);
+                }
+                let mut inv = SCRIPTS.stuck.prepare_invoke();
+                inv.key(&keys.due)
+                    .arg(now)
+                    .arg(want)
+                    .arg(&keys.records)
+                    .arg(offset);
+                let answer: Vec<Value> = self
+                    .inner
+                    .connection
+                    .invoke(&inv)
+                    .await
+                    .map_err(store_error)?;
+                let [seen, kept, found @ ..] = answer.as_slice() else {
+                    return Err(corrupt("unexpected stuck answer"));
+                };
+                let seen = int(seen).ok_or_else(|| corrupt("stuck answer"))?;
+                offset += int(kept).ok_or_else(|| corrupt("stuck answer"))?;
+                for pair in found.chunks(2) {
+                    let [m, r] = pair else {
+                        return Err(corrupt("unexpected stuck answer"));
+                    };
+                    let m = text(m).ok_or_else(|| corrupt("member"))?;
+                    let (namespace, id) = m.split_once('\0').unwrap_or(("", m));
+                    if out.len() < limit {
+                        out.push(stored_record(Key::new(namespace, id), r)?);
+                    }
+                }
+                if seen < want as i64 {
+                    break;
+                }
+            }
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,679 @@
+//! The Redis store on live servers: the shared server from `WEBHOOK_GUARD_REDIS_URL`,
+//! plus throwaway `redis-server` processes this file starts itself (a 3-node cluster
+//! on ports 7101-7103 and a single server on 7199), which need `redis-server` and
+//! `redis-cli` on the `PATH`.
+
+mod support;
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, TimeDelta, Utc};
+use futures_util::future::join_all;
+use webhook_guard::store::redis::{redis, RedisStoreError};
+use webhook_guard::store::{
+    Claim, ClaimRequest, Fence, FencingToken, Fingerprint, Finish, Key, ProcessedStore,
+    RecordState, RedisStore,
+};
+use webhook_guard::verify::NoVerification;
+use webhook_guard::{conformance, EventId, OutcomeKind, WebhookGuard};
+
+const URL_VAR: &str = "WEBHOOK_GUARD_REDIS_URL";
+
+fn url() -> Option<String> {
+    support::server_url(URL_VAR)
+}
+
+fn random_prefix(test: &str) -> String {
+    format!("wg-test-{test}-{:016x}", FencingToken::random().0)
+}
+
+async fn store(url: &str, prefix: &str) -> RedisStore {
+    RedisStore::builder()
+        .prefix(prefix)
+        .connect(url)
+        .await
+        .expect("connect to Redis")
+}
+
+/// Removes every key of `prefix` (SCAN + UNLINK), answering how many there were.
+async fn cleanup(url: &str, prefix: &str) -> usize {
+    let client = redis::Client::open(url).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let pattern = format!("{{{prefix}:*");
+    let mut cursor: u64 = 0;
+    let mut removed = 0;
+    loop {
+        let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(&pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        if !keys.is_empty() {
+            removed += keys.len();
+            let _: () = redis::cmd("UNLINK")
+                .arg(&keys)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+        }
+        if next == 0 {
+            return removed;
+        }
+        cursor = next;
+    }
+}
+
+/// The record keys of `prefix`.
+async fn record_keys(url: &str, prefix: &str) -> Vec<String> {
+    let client = redis::Client::open(url).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let pattern = format!("{{{prefix}:*}}:r:*");
+    let mut cursor: u64 = 0;
+    let mut out = Vec::new();
+    loop {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(&pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        out.extend(keys);
+        if next == 0 {
+            return out;
+        }
+        cursor = next;
+    }
+}
+
+async fn count_records(url: &str, prefix: &str) -> usize {
+    record_keys(url, prefix).await.len()
+}
+
+fn ms(t: DateTime<Utc>) -> DateTime<Utc> {
+    DateTime::from_timestamp_millis(t.timestamp_millis()).unwrap()
+}
+
+// ---------------------------------------------------------------------------
+// Throwaway servers
+
+/// Redis servers this test started; shut down (and their directory removed) on
+/// drop, so even a failing test leaves no process behind.
+struct Servers {
+    ports: Vec<u16>,
+    dir: PathBuf,
+}
+
+impl Servers {
+    fn new(name: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!(
+            "webhook-guard-{name}-{}-{:08x}",
+            std::process::id(),
+            FencingToken::random().0 as u32
+        ));
+        std::fs::create_dir_all(&dir).expect("create a directory for redis-server");
+        Self {
+            ports: Vec::new(),
+            dir,
+        }
+    }
+
+    /// Starts `redis-server` on `port` (plus `extra` arguments) and waits for PING.
+    fn start(&mut self, port: u16, extra: &[&str]) {
+        assert!(
+            !ping(port),
+            "port {port} is already in use: a Redis from an earlier run? (redis-cli -p {port} shutdown nosave)"
+        );
+        let status = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--daemonize", "yes"])
+            .arg("--dir")
+            .arg(&self.dir)
+            .args(extra)
+            .status()
+            .expect("redis-server must be on the PATH for this test");
+        assert!(
+            status.success(),
+            "redis-server on port {port} failed to start"
+        );
+        if !self.ports.contains(&port) {
+            self.ports.push(port);
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !ping(port) {
+            assert!(
+                Instant::now() < deadline,
+                "redis-server on {port} never answered"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn stop(&self, port: u16) {
+        let _ = Command::new("redis-cli")
+            .args(["-p", &port.to_string(), "shutdown", "nosave"])
+            .output();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while ping(port) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Servers {
+    fn drop(&mut self) {
+        for &port in &self.ports {
+            self.stop(port);
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn cli(port: u16, args: &[&str]) -> String {
+    Command::new("redis-cli")
+        .args(["-p", &port.to_string()])
+        .args(args)
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default()
+}
+
+fn ping(port: u16) -> bool {
+    cli(port, &["ping"]).trim() == "PONG"
+}
+
+const CLUSTER_PORTS: [u16; 3] = [7101, 7102, 7103];
+
+fn start_cluster() -> Servers {
+    let mut servers = Servers::new("cluster");
+    for port in CLUSTER_PORTS {
+        let conf = format!("nodes-{port}.conf");
+        servers.start(
+            port,
+            &["--cluster-enabled", "yes", "--cluster-config-file", &conf],
+        );
+    }
+    let nodes: Vec<String> = CLUSTER_PORTS
+        .iter()
+        .map(|p| format!("127.0.0.1:{p}"))
+        .collect();
+    let out = Command::new("redis-cli")
+        .args(["--cluster", "create"])
+        .args(&nodes)
+        .args(["--cluster-replicas", "0", "--cluster-yes"])
+        .output()
+        .expect("redis-cli must be on the PATH for this test");
+    assert!(
+        out.status.success(),
+        "cluster create failed: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !CLUSTER_PORTS
+        .iter()
+        .all(|&p| cli(p, &["cluster", "info"]).contains("cluster_state:ok"))
+    {
+        assert!(Instant::now() < deadline, "the cluster never became ok");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    servers
+}
+
+// ---------------------------------------------------------------------------
+// Tests
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn standalone_store_passes_the_conformance_suite() {
+    let Some(url) = url() else { return };
+    let prefix = random_prefix("conformance");
+    let store = store(&url, &prefix).await;
+    let started = Instant::now();
+    // One suite at a time per store: the suite's purge check removes every record
+    // dated 2001 that has expired, so two suites at once would purge each other's.
+    conformance::run_all(&store).await;
+    eprintln!("standalone conformance: {:?}", started.elapsed());
+    cleanup(&url, &prefix).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_store_passes_the_conformance_suite() {
+    // Gated like the other live tests: the cluster is started here, from the same
+    // Redis installation that serves WEBHOOK_GUARD_REDIS_URL.
+    let Some(_) = url() else { return };
+    let started = Instant::now();
+    let _cluster = start_cluster();
+    eprintln!("cluster up in {:?}", started.elapsed());
+    let nodes: Vec<String> = CLUSTER_PORTS
+        .iter()
+        .map(|p| format!("redis://127.0.0.1:{p}"))
+        .collect();
+    let store = RedisStore::builder()
+        .prefix(random_prefix("cluster"))
+        .connect_cluster(nodes)
+        .await
+        .expect("connect to the cluster");
+    let started = Instant::now();
+    conformance::run_all(&store).await;
+    eprintln!("cluster conformance: {:?}", started.elapsed());
+
+    // The shards really are spread over the nodes.
+    let mut per_node = Vec::new();
+    for port in CLUSTER_PORTS {
+        let n: usize = cli(port, &["dbsize"]).trim().parse().unwrap_or(0);
+        per_node.push(n);
+    }
+    eprintln!("keys per cluster node: {per_node:?}");
+    assert!(
+        per_node.iter().filter(|&&n| n > 0).count() >= 2,
+        "keys land on more than one node: {per_node:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_guards_run_each_of_ten_ids_once_in_a_thousand_deliveries() {
+    let Some(url) = url() else { return };
+    let prefix = random_prefix("guards");
+    let build = |store: RedisStore| {
+        WebhookGuard::builder()
+            .store(store)
+            .verifier(NoVerification)
+            .event_id(EventId::header("x-id"))
+            .namespace("test")
+            .build()
+            .unwrap()
+    };
+    // Two separately built stores: two connections, as two replicas would have.
+    let guards = [
+        build(store(&url, &prefix).await),
+        build(store(&url, &prefix).await),
+    ];
+    let runs = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    // `WebhookGuard::handle` futures are not `Send` (they hold a `&dyn Headers`),
+    // so `tokio::spawn` cannot take them: 8 blocking threads of the multi-thread
+    // runtime each drive 125 deliveries concurrently, all 1000 at once.
+    let handle = tokio::runtime::Handle::current();
+    let threads: Vec<_> = (0..8)
+        .map(|t| {
+            let guards = guards.clone();
+            let runs = runs.clone();
+            let handle = handle.clone();
+            tokio::task::spawn_blocking(move || {
+                let deliveries = (0..125).map(|j| {
+                    let i = t * 125 + j;
+                    let guard = guards[i % 2].clone();
+                    let runs = runs.clone();
+                    async move {
+                        let id = format!("evt_{}", i % 10);
+                        let headers = [("x-id", id.as_str())];
+                        let body = format!("{{\"id\":\"{id}\"}}").into_bytes();
+                        guard
+                            .handle(&headers, &body, |_event| async move {
+                                runs.fetch_add(1, Ordering::SeqCst);
+                                tokio::time::sleep(Duration::from_millis(20)).await;
+                                Ok(())
+                            })
+                            .await
+                            .kind()
+                    }
+                });
+                handle.block_on(join_all(deliveries))
+            })
+        })
+        .collect();
+    let outcomes: Vec<OutcomeKind> = join_all(threads)
+        .await
+        .into_iter()
+        .flat_map(|r| r.expect("thread panicked"))
+        .collect();
+    assert_eq!(outcomes.len(), 1000);
+    let elapsed = started.elapsed();
+    let processed = outcomes
+        .iter()
+        .filter(|k| **k == OutcomeKind::Processed)
+        .count();
+    let others: Vec<_> = outcomes
+        .iter()
+        .filter(|k| {
+            !matches!(
+                k,
+                OutcomeKind::Processed | OutcomeKind::Duplicate | OutcomeKind::InProgress
+            )
+        })
+        .collect();
+    eprintln!("1000 deliveries through two guards: {elapsed:?}");
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        10,
+        "each id's handler ran once"
+    );
+    assert_eq!(processed, 10, "ten deliveries were processed");
+    assert!(others.is_empty(), "unexpected outcomes: {others:?}");
+    for i in 0..10 {
+        let rec = guards[0]
+            .inspect(&format!("evt_{i}"))
+            .await
+            .unwrap()
+            .expect("record");
+        assert_eq!(rec.state, RecordState::Completed);
+        assert_eq!(rec.attempts, 1);
+    }
+    cleanup(&url, &prefix).await;
+}
+
+#[tokio::test]
+async fn an_expired_lease_is_taken_over_and_the_stale_token_refused() {
+    let Some(url) = url() else { return };
+    let prefix = random_prefix("takeover");
+    let store = store(&url, &prefix).await;
+    let t0 = ms(Utc::now());
+    let at = |s: i64| t0 + TimeDelta::seconds(s);
+    let key = Key::new("stripe", "evt_takeover");
+    let request = |now: i64| ClaimRequest {
+        key,
+        fingerprint: Fingerprint::of(b"body"),
+        token: FencingToken::random(),
+        now: at(now),
+        lease_until: at(now + 30),
+        expires_at: at(now + 3600),
+    };
+
+    let first = request(0);
+    assert!(matches!(
+        store.claim(&first).await.unwrap(),
+        Claim::Acquired(_)
+    ));
+    let Claim::Existing(held) = store.claim(&request(29)).await.unwrap() else {
+        panic!("a live lease holds");
+    };
+    assert_eq!(held.token, first.token);
+    assert!(store.stuck(at(29), 100).await.unwrap().is_empty());
+    let stuck = store.stuck(at(30), 100).await.unwrap();
+    assert_eq!(stuck.len(), 1, "the expired lease is listed as stuck");
+    assert_eq!(stuck[0].id, "evt_takeover");
+
+    let second = request(30);
+    let Claim::Acquired(rec) = store.claim(&second).await.unwrap() else {
+        panic!("the expired lease is taken over");
+    };
+    assert_eq!((rec.attempts, rec.failures), (2, 1));
+    assert_eq!(rec.token, second.token);
+    assert_eq!(rec.created_at, at(0));
+    assert!(store.stuck(at(31), 100).await.unwrap().is_empty());
+
+    // A history with the store's field separator and a newline survives.
+    let history = [webhook_guard::store::FailureNote {
+        at: at(30),
+        error: "lease ran out | holder gone\nsecond line".into(),
+    }];
+    let done = Finish {
+        state: RecordState::Completed,
+        failures: 1,
+        history: &history,
+        now: at(31),
+        expires_at: at(3631),
+    };
+    assert_eq!(
+        store
+            .renew(key, first.token, at(100), at(3700))
+            .await
+            .unwrap(),
+        Fence::LeaseLost,
+        "the stale holder cannot renew"
+    );
+    assert_eq!(
+        store.finish(key, first.token, &done).await.unwrap(),
+        Fence::LeaseLost,
+        "the stale holder cannot finish"
+    );
+    assert_eq!(
+        store.finish(key, second.token, &done).await.unwrap(),
+        Fence::Applied
+    );
+    let rec = store.get(key).await.unwrap().unwrap();
+    assert_eq!(rec.state, RecordState::Completed);
+    assert_eq!(rec.token, second.token);
+    assert_eq!(rec.history, history);
+    assert_eq!((rec.attempts, rec.failures), (2, 1));
+
+    // Retention by TTL, measured from the caller's clock: about 3600 s left.
+    let client = redis::Client::open(url.as_str()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let keys = record_keys(&url, &prefix).await;
+    assert_eq!(keys.len(), 1, "one record key: {keys:?}");
+    let pttl: i64 = redis::cmd("PTTL")
+        .arg(&keys[0])
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(
+        (3_590_000..=3_600_000).contains(&pttl),
+        "the TTL runs to expires_at (PTTL {pttl})"
+    );
+    cleanup(&url, &prefix).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn purging_100k_expired_records_keeps_claims_going_and_loses_no_live_record() {
+    let Some(url) = url() else { return };
+    let prefix = random_prefix("purge");
+    let store = Arc::new(store(&url, &prefix).await);
+    let now = ms(Utc::now());
+    const EXPIRED: usize = 100_000;
+    const LIVE: usize = 1_000;
+
+    // Setup: 100k records claimed two hours ago that expired an hour ago (by the
+    // caller's clock; their Redis TTL, measured from that claim, still runs), and
+    // 1k live ones. Claims are pipelined over the one multiplexed connection.
+    let started = Instant::now();
+    let old = now - TimeDelta::hours(2);
+    let ids: Vec<String> = (0..EXPIRED).map(|i| format!("old_{i}")).collect();
+    for chunk in ids.chunks(5_000) {
+        let requests: Vec<_> = chunk
+            .iter()
+            .map(|id| ClaimRequest {
+                key: Key::new("purge", id),
+                fingerprint: Fingerprint::of(id.as_bytes()),
+                token: FencingToken::random(),
+                now: old,
+                lease_until: old + TimeDelta::minutes(5),
+                expires_at: now - TimeDelta::hours(1),
+            })
+            .collect();
+        for answer in join_all(requests.iter().map(|r| store.claim(r))).await {
+            assert!(matches!(answer.unwrap(), Claim::Acquired(_)));
+        }
+    }
+    let live_ids: Vec<String> = (0..LIVE).map(|i| format!("live_{i}")).collect();
+    let live_requests: Vec<_> = live_ids
+        .iter()
+        .map(|id| ClaimRequest {
+            key: Key::new("purge", id),
+            fingerprint: Fingerprint::of(id.as_bytes()),
+            token: FencingToken::random(),
+            now,
+            lease_until: now + TimeDelta::minutes(5),
+            expires_at: now + TimeDelta::hours(1),
+        })
+        .collect();
+    for answer in join_all(live_requests.iter().map(|r| store.claim(r))).await {
+        assert!(matches!(answer.unwrap(), Claim::Acquired(_)));
+    }
+    eprintln!(
+        "setup: {} records in {:?}",
+        EXPIRED + LIVE,
+        started.elapsed()
+    );
+    assert_eq!(count_records(&url, &prefix).await, EXPIRED + LIVE);
+
+    // Purge while claims continue.
+    let purging = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let claimer = {
+        let store = store.clone();
+        let purging = purging.clone();
+        tokio::spawn(async move {
+            let mut n = 0usize;
+            let mut worst = Duration::ZERO;
+            while purging.load(Ordering::SeqCst) || n < 100 {
+                let id = format!("fresh_{n}");
+                let now = ms(Utc::now());
+                let request = ClaimRequest {
+                    key: Key::new("purge", &id),
+                    fingerprint: Fingerprint::of(b"fresh"),
+                    token: FencingToken::random(),
+                    now,
+                    lease_until: now + TimeDelta::minutes(5),
+                    expires_at: now + TimeDelta::hours(1),
+                };
+                let t = Instant::now();
+                let answer = store.claim(&request).await.expect("claim during purge");
+                worst = worst.max(t.elapsed());
+                assert!(matches!(answer, Claim::Acquired(_)), "fresh claims succeed");
+                n += 1;
+            }
+            (n, worst)
+        })
+    };
+    let started = Instant::now();
+    let mut purged = 0u64;
+    let mut calls = 0;
+    loop {
+        let n = store.purge_expired(ms(Utc::now()), 10_000).await.unwrap();
+        calls += 1;
+        assert!(n <= 10_000, "purge keeps its limit");
+        if n == 0 {
+            break;
+        }
+        purged += n;
+    }
+    let purge_time = started.elapsed();
+    purging.store(false, Ordering::SeqCst);
+    let (fresh, worst) = claimer.await.unwrap();
+    eprintln!(
+        "purged {purged} in {purge_time:?} ({calls} calls) while {fresh} claims ran (slowest {worst:?})"
+    );
+    assert_eq!(purged, EXPIRED as u64, "every expired record was purged");
+
+    for id in ids.iter().step_by(997) {
+        assert!(
+            store.get(Key::new("purge", id)).await.unwrap().is_none(),
+            "{id} expired and is gone"
+        );
+    }
+    let live = join_all(live_ids.iter().map(|id| store.get(Key::new("purge", id)))).await;
+    assert!(
+        live.into_iter().all(|r| r.unwrap().is_some()),
+        "no live record was lost"
+    );
+    for n in 0..fresh {
+        let id = format!("fresh_{n}");
+        assert!(store.get(Key::new("purge", &id)).await.unwrap().is_some());
+    }
+    assert_eq!(count_records(&url, &prefix).await, LIVE + fresh);
+    cleanup(&url, &prefix).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_server_is_unavailable_and_the_store_recovers() {
+    let Some(_) = url() else { return };
+    const PORT: u16 = 7199;
+    let mut servers = Servers::new("recovery");
+    servers.start(PORT, &[]);
+    let store = RedisStore::builder()
+        .prefix(random_prefix("recovery"))
+        .response_timeout(Duration::from_secs(1))
+        .connect(format!("redis://127.0.0.1:{PORT}"))
+        .await
+        .unwrap();
+    let key = Key::new("test", "evt_recovery");
+    let request = |token| {
+        let now = ms(Utc::now());
+        ClaimRequest {
+            key,
+            fingerprint: Fingerprint::of(b"b"),
+            token,
+            now,
+            lease_until: now + TimeDelta::seconds(30),
+            expires_at: now + TimeDelta::hours(1),
+        }
+    };
+    let first = request(FencingToken::random());
+    assert!(matches!(
+        store.claim(&first).await.unwrap(),
+        Claim::Acquired(_)
+    ));
+
+    servers.stop(PORT);
+    for _ in 0..3 {
+        let err = store
+            .claim(&request(FencingToken::random()))
+            .await
+            .expect_err("the server is down");
+        assert!(err.is_unavailable(), "down means Unavailable: {err:?}");
+        let source = std::error::Error::source(&err).expect("the driver's error is kept");
+        assert!(source.downcast_ref::<redis::RedisError>().is_some());
+    }
+
+    // Same port, fresh (empty) server: the same store value works again.
+    servers.start(PORT, &[]);
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(15);
+    let claim = loop {
+        match store.claim(&request(FencingToken::random())).await {
+            Ok(claim) => break claim,
+            Err(e) => {
+                assert!(
+                    e.is_unavailable(),
+                    "only Unavailable while reconnecting: {e:?}"
+                );
+                assert!(
+                    Instant::now() < deadline,
+                    "the store never recovered: {e:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    eprintln!("recovered after {:?}", started.elapsed());
+    assert!(
+        matches!(claim, Claim::Acquired(_)),
+        "the new server is empty"
+    );
+}
+
+#[tokio::test]
+async fn bad_prefixes_and_shard_counts_are_refused_before_connecting() {
+    for prefix in ["", "has space", "{tag}", "a}b", "tab\t", &"x".repeat(65)] {
+        let err = RedisStore::builder()
+            .prefix(prefix)
+            .connect("redis://127.0.0.1:1")
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, RedisStoreError::InvalidPrefix { .. }),
+            "{prefix:?}: {err}"
+        );
+    }
+    for shards in [0, 1025] {
+        let err = RedisStore::builder()
+            .shards(shards)
+            .connect("redis://127.0.0.1:1")
+            .await
+            .unwrap_err();
+        assert!(matches!(err, RedisStoreError::InvalidShards(_)), "{err}");
+    }
+    let err = RedisStore::connect("redis://127.0.0.1:1")
+        .await
+        .unwrap_err();
+    assert!(err.is_unavailable(), "a refused connection: {err:?}");
+}
