@@ -607,3 +607,459 @@ pub async fn purge_removes_only_expired(store: &dyn ProcessedStore) {
         "an unexpired record is never purged"
     );
 }
+
+/// The conformance suite for [`InboxStore`](crate::inbox::InboxStore) implementations.
+pub mod inbox {
+    use chrono::{DateTime, TimeDelta, Utc};
+    use futures_util::future::join_all;
+
+    use crate::inbox::{Enqueued, InboxState, InboxStore, NewEvent, Settle};
+    use crate::meta::EventMeta;
+    use crate::store::{Fence, FencingToken, Fingerprint, Key};
+
+    /// Runs every inbox check, one after another.
+    pub async fn run_all(store: &dyn InboxStore) {
+        enqueue_is_idempotent(store).await;
+        lease_is_exclusive_and_fenced(store).await;
+        retries_wait_until_due(store).await;
+        dead_workers_lose_their_lease(store).await;
+        settled_events_are_purged(store).await;
+    }
+
+    struct Fixture {
+        namespace: String,
+        now: DateTime<Utc>,
+    }
+
+    impl Fixture {
+        fn new() -> Self {
+            let now =
+                DateTime::from_timestamp_millis(Utc::now().timestamp_millis()).expect("in range");
+            Self {
+                namespace: format!("conformance-inbox-{:016x}", FencingToken::random().0),
+                now,
+            }
+        }
+
+        fn at(&self, secs: i64) -> DateTime<Utc> {
+            self.now + TimeDelta::seconds(secs)
+        }
+
+        async fn enqueue(
+            &self,
+            store: &dyn InboxStore,
+            id: &str,
+            payload: &[u8],
+            at: i64,
+        ) -> Enqueued {
+            let meta = EventMeta::new(
+                Some("charge.succeeded".into()),
+                Some(self.at(-10)),
+                Some(format!("obj-{id}")),
+            );
+            let event = NewEvent {
+                key: Key::new(&self.namespace, id),
+                fingerprint: Fingerprint::of(payload),
+                meta: &meta,
+                payload,
+                now: self.at(at),
+                expires_at: self.at(at + 3600),
+            };
+            store.enqueue(&event).await.expect("enqueue failed")
+        }
+
+        fn settle(&self, state: InboxState, at: i64, next: i64) -> Settle<'static> {
+            Settle {
+                state,
+                next_attempt_at: self.at(next),
+                error: Some("boom"),
+                now: self.at(at),
+                expires_at: self.at(at + 3600),
+            }
+        }
+    }
+
+    /// An id is stored once; its payload, fingerprint and metadata round-trip.
+    pub async fn enqueue_is_idempotent(store: &dyn InboxStore) {
+        let f = Fixture::new();
+        let payload = b"{\"id\":\"e1\",\"x\":\"\xc3\xbc\"}";
+        assert_eq!(f.enqueue(store, "e1", payload, 0).await, Enqueued::Inserted);
+        let again = f.enqueue(store, "e1", b"other", 1).await;
+        assert_eq!(
+            again,
+            Enqueued::Existing {
+                fingerprint: Fingerprint::of(payload),
+                state: InboxState::Pending
+            },
+            "a known id is not stored again"
+        );
+        let e = store
+            .get_event(Key::new(&f.namespace, "e1"))
+            .await
+            .unwrap()
+            .expect("stored");
+        assert_eq!(e.payload, payload);
+        assert_eq!(e.state, InboxState::Pending);
+        assert_eq!(e.attempts, 0);
+        assert_eq!(e.received_at, f.now);
+        assert_eq!(e.meta.object.as_deref(), Some("obj-e1"));
+        assert_eq!(e.meta.event_type.as_deref(), Some("charge.succeeded"));
+        assert_eq!(e.meta.family.as_deref(), Some("charge"));
+        assert_eq!(e.meta.created_at, Some(f.at(-10)));
+        assert!(store
+            .get_event(Key::new(&f.namespace, "nope"))
+            .await
+            .unwrap()
+            .is_none());
+    }
+
+    /// Concurrent leases never hand out one event twice; settle is fenced by token.
+    pub async fn lease_is_exclusive_and_fenced(store: &dyn InboxStore) {
+        let f = Fixture::new();
+        for i in 0..20 {
+            f.enqueue(store, &format!("x{i}"), b"p", 0).await;
+        }
+        let leases =
+            join_all((0..8).map(|_| store.lease(&f.namespace, f.at(1), f.at(61), 5))).await;
+        let mut ids: Vec<String> = leases
+            .into_iter()
+            .flat_map(|l| l.expect("lease failed"))
+            .map(|e| {
+                assert_eq!(e.state, InboxState::Running);
+                assert_eq!(e.attempts, 1);
+                assert_eq!(e.lease_until, f.at(61));
+                e.id
+            })
+            .collect();
+        ids.sort();
+        let n = ids.len();
+        ids.dedup();
+        assert_eq!(ids.len(), n, "no event is leased twice");
+        assert_eq!(n, 20, "all due events are leased");
+        assert!(
+            store
+                .lease(&f.namespace, f.at(2), f.at(62), 100)
+                .await
+                .unwrap()
+                .is_empty(),
+            "running events are not due"
+        );
+        let e = store
+            .get_event(Key::new(&f.namespace, "x0"))
+            .await
+            .unwrap()
+            .unwrap();
+        let done = f.settle(InboxState::Done, 3, 3);
+        let wrong = FencingToken(e.token.0 ^ 1);
+        assert_eq!(
+            store.settle_event(e.key(), wrong, &done).await.unwrap(),
+            Fence::LeaseLost
+        );
+        assert_eq!(
+            store
+                .renew_event(e.key(), e.token, f.at(120))
+                .await
+                .unwrap(),
+            Fence::Applied
+        );
+        assert_eq!(
+            store.settle_event(e.key(), e.token, &done).await.unwrap(),
+            Fence::Applied
+        );
+        assert_eq!(
+            store.settle_event(e.key(), e.token, &done).await.unwrap(),
+            Fence::LeaseLost,
+            "settled once"
+        );
+        let e = store.get_event(e.key()).await.unwrap().unwrap();
+        assert_eq!(e.state, InboxState::Done);
+        assert_eq!(e.last_error.as_deref(), Some("boom"));
+        assert_eq!(e.updated_at, f.at(3));
+        let other = Fixture::new();
+        assert!(
+            store
+                .lease(&other.namespace, f.at(1000), f.at(1060), 100)
+                .await
+                .unwrap()
+                .is_empty(),
+            "namespaces are separate"
+        );
+    }
+
+    /// A retried event is leased again only once due, with its attempts counted.
+    pub async fn retries_wait_until_due(store: &dyn InboxStore) {
+        let f = Fixture::new();
+        f.enqueue(store, "r", b"p", 0).await;
+        let e = store
+            .lease(&f.namespace, f.at(0), f.at(60), 10)
+            .await
+            .unwrap()
+            .pop()
+            .expect("due");
+        let retry = f.settle(InboxState::Pending, 1, 30);
+        assert_eq!(
+            store.settle_event(e.key(), e.token, &retry).await.unwrap(),
+            Fence::Applied
+        );
+        assert!(
+            store
+                .lease(&f.namespace, f.at(29), f.at(89), 10)
+                .await
+                .unwrap()
+                .is_empty(),
+            "not due yet"
+        );
+        let again = store
+            .lease(&f.namespace, f.at(30), f.at(90), 10)
+            .await
+            .unwrap();
+        assert_eq!(again.len(), 1);
+        assert_eq!(again[0].attempts, 2);
+        assert_ne!(again[0].token, e.token, "a new lease gets a new token");
+        assert_eq!(again[0].last_error.as_deref(), Some("boom"));
+        assert_eq!(again[0].payload, b"p");
+    }
+
+    /// A `Running` event whose lease ran out is leased again; the old token is stale.
+    pub async fn dead_workers_lose_their_lease(store: &dyn InboxStore) {
+        let f = Fixture::new();
+        f.enqueue(store, "d", b"p", 0).await;
+        let first = store
+            .lease(&f.namespace, f.at(0), f.at(60), 10)
+            .await
+            .unwrap()
+            .pop()
+            .expect("due");
+        assert!(store
+            .lease(&f.namespace, f.at(59), f.at(119), 10)
+            .await
+            .unwrap()
+            .is_empty());
+        let second = store
+            .lease(&f.namespace, f.at(60), f.at(120), 10)
+            .await
+            .unwrap()
+            .pop()
+            .expect("lease ran out");
+        assert_eq!(second.attempts, 2);
+        let done = f.settle(InboxState::Done, 61, 61);
+        assert_eq!(
+            store
+                .settle_event(first.key(), first.token, &done)
+                .await
+                .unwrap(),
+            Fence::LeaseLost
+        );
+        assert_eq!(
+            store
+                .settle_event(second.key(), second.token, &done)
+                .await
+                .unwrap(),
+            Fence::Applied
+        );
+    }
+
+    /// Settled events past their expiry are purged; unsettled ones never are; a purged
+    /// id can be enqueued again.
+    pub async fn settled_events_are_purged(store: &dyn InboxStore) {
+        let f = Fixture::new();
+        f.enqueue(store, "old", b"p", 0).await;
+        f.enqueue(store, "waiting", b"p", 0).await;
+        let e = store
+            .lease(&f.namespace, f.at(0), f.at(60), 1)
+            .await
+            .unwrap()
+            .pop()
+            .expect("due");
+        let done = f.settle(InboxState::Done, 1, 1);
+        let _ = store.settle_event(e.key(), e.token, &done).await.unwrap();
+        assert!(
+            matches!(
+                f.enqueue(store, &e.id, b"p", 3600).await,
+                Enqueued::Existing { .. }
+            ),
+            "kept until expiry"
+        );
+        let mut purged = 0;
+        loop {
+            let n = store.purge_settled(f.at(7200), 1000).await.unwrap();
+            purged += n;
+            if n == 0 {
+                break;
+            }
+        }
+        assert!(purged >= 1);
+        assert!(
+            store.get_event(e.key()).await.unwrap().is_none(),
+            "the settled event is gone"
+        );
+        let other = if e.id == "old" { "waiting" } else { "old" };
+        assert!(
+            store
+                .get_event(Key::new(&f.namespace, other))
+                .await
+                .unwrap()
+                .is_some(),
+            "a pending event is never purged"
+        );
+        assert_eq!(
+            f.enqueue(store, &e.id, b"p", 7201).await,
+            Enqueued::Inserted
+        );
+    }
+}
+
+/// The conformance suite for [`OrderingStore`](crate::ordering::OrderingStore) implementations.
+pub mod ordering {
+    use chrono::{DateTime, TimeDelta, Utc};
+    use futures_util::future::join_all;
+
+    use crate::ordering::{Freshness, ObjectKey, ObjectStatus, OrderingStore};
+    use crate::store::FencingToken;
+
+    /// Runs every ordering check.
+    pub async fn run_all(store: &dyn OrderingStore) {
+        newest_wins(store).await;
+        settle_applies_to_the_newest_only(store).await;
+        concurrent_observations_keep_the_newest(store).await;
+    }
+
+    fn base() -> (String, DateTime<Utc>) {
+        let now = DateTime::from_timestamp_millis(Utc::now().timestamp_millis()).expect("in range");
+        (
+            format!("conformance-order-{:016x}", FencingToken::random().0),
+            now,
+        )
+    }
+
+    /// Older events are stale, equal or newer ones fresh; families and objects are separate.
+    pub async fn newest_wins(store: &dyn OrderingStore) {
+        let (ns, now) = base();
+        let at = |s| now + TimeDelta::seconds(s);
+        let key = ObjectKey {
+            namespace: &ns,
+            object: "trx-1",
+            family: "charge",
+        };
+        assert_eq!(
+            store.observe(key, at(10), at(100)).await.unwrap(),
+            Freshness::Fresh
+        );
+        assert_eq!(
+            store.observe(key, at(5), at(101)).await.unwrap(),
+            Freshness::Stale { newest: at(10) }
+        );
+        assert_eq!(
+            store.observe(key, at(10), at(102)).await.unwrap(),
+            Freshness::Fresh,
+            "a retry of the newest is fresh"
+        );
+        assert_eq!(
+            store.observe(key, at(20), at(103)).await.unwrap(),
+            Freshness::Fresh
+        );
+        let refund = ObjectKey {
+            family: "refund",
+            ..key
+        };
+        assert_eq!(
+            store.observe(refund, at(1), at(104)).await.unwrap(),
+            Freshness::Fresh,
+            "families are separate"
+        );
+        let other = ObjectKey {
+            object: "trx-2",
+            ..key
+        };
+        assert_eq!(
+            store.observe(other, at(1), at(105)).await.unwrap(),
+            Freshness::Fresh,
+            "objects are separate"
+        );
+        let r = store.get_object(key).await.unwrap().expect("recorded");
+        assert_eq!(
+            (r.newest, r.status, r.updated_at),
+            (at(20), ObjectStatus::Pending, at(103))
+        );
+        assert!(store
+            .get_object(ObjectKey {
+                object: "nope",
+                ..key
+            })
+            .await
+            .unwrap()
+            .is_none());
+    }
+
+    /// Settling an older event does not change the status of a newer one; failures
+    /// are listed for reconciliation.
+    pub async fn settle_applies_to_the_newest_only(store: &dyn OrderingStore) {
+        let (ns, now) = base();
+        let at = |s| now + TimeDelta::seconds(s);
+        let key = ObjectKey {
+            namespace: &ns,
+            object: "cus-1",
+            family: "customer",
+        };
+        let _ = store.observe(key, at(10), at(10)).await.unwrap();
+        let _ = store.observe(key, at(20), at(20)).await.unwrap();
+        store
+            .settle_object(key, at(10), ObjectStatus::Failed, at(21))
+            .await
+            .unwrap();
+        assert_eq!(
+            store.get_object(key).await.unwrap().unwrap().status,
+            ObjectStatus::Pending
+        );
+        store
+            .settle_object(key, at(20), ObjectStatus::Failed, at(22))
+            .await
+            .unwrap();
+        assert_eq!(
+            store.get_object(key).await.unwrap().unwrap().status,
+            ObjectStatus::Failed
+        );
+        assert!(
+            store
+                .failed_objects(&ns, at(21), 10)
+                .await
+                .unwrap()
+                .is_empty(),
+            "not failed before 22"
+        );
+        let failed = store.failed_objects(&ns, at(22), 10).await.unwrap();
+        assert_eq!(failed.len(), 1);
+        assert_eq!(
+            (failed[0].object.as_str(), failed[0].family.as_str()),
+            ("cus-1", "customer")
+        );
+        store
+            .settle_object(key, at(20), ObjectStatus::Applied, at(23))
+            .await
+            .unwrap();
+        assert!(store
+            .failed_objects(&ns, at(100), 10)
+            .await
+            .unwrap()
+            .is_empty());
+    }
+
+    /// Concurrent observations of one object end with the newest recorded.
+    pub async fn concurrent_observations_keep_the_newest(store: &dyn OrderingStore) {
+        let (ns, now) = base();
+        let key = ObjectKey {
+            namespace: &ns,
+            object: "trx-race",
+            family: "charge",
+        };
+        let times: Vec<_> = (0..32)
+            .map(|i| now + TimeDelta::seconds((i * 7919) % 32))
+            .collect();
+        let answers = join_all(times.iter().map(|t| store.observe(key, *t, now))).await;
+        assert!(answers.iter().all(Result::is_ok));
+        assert_eq!(
+            store.get_object(key).await.unwrap().unwrap().newest,
+            now + TimeDelta::seconds(31)
+        );
+    }
+}

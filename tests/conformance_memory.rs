@@ -19,3 +19,10 @@ async fn suites_can_share_a_store_concurrently() {
     let (a, b) = tokio::join!(conformance::run_all(&store), conformance::run_all(&store));
     let ((), ()) = (a, b);
 }
+
+#[tokio::test]
+async fn memory_store_passes_the_inbox_and_ordering_suites() {
+    let store = MemoryStore::new();
+    conformance::inbox::run_all(&store).await;
+    conformance::ordering::run_all(&store).await;
+}

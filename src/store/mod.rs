@@ -343,6 +343,20 @@ pub enum Fence {
     LeaseLost,
 }
 
+/// The answer of a SQL store's transactional `record_in`: whether the host's own
+/// transaction is the first to record the id (run the effect, then commit both) or the
+/// id was already recorded (skip the effect).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Recorded {
+    /// This transaction recorded the id: apply the effect in the same transaction.
+    First,
+    /// The id is already recorded (committed by another transaction): skip the effect.
+    Duplicate,
+    /// The id is recorded with a different body fingerprint: skip and alert.
+    Conflict,
+}
+
 /// The answer to [`ProcessedStore::delete`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Deleted {
