@@ -12,12 +12,13 @@ use webhook_guard::hooks::Escalation;
 use webhook_guard::store::{
     Claim, ClaimRequest, Deleted, Fence, FencingToken, Finish, Key, StoreError,
 };
-use webhook_guard::verify::{Encoding, HmacSha256Header};
+use webhook_guard::verify::Stripe;
 use webhook_guard::{
     EventId, HandlerError, Hooks, MemoryStore, Outcome, ProcessedStore, Record, WebhookGuard,
 };
 
 const SECRET: &str = "whsec_quickstart_demo";
+const FORGED: &str = "whsec_guessed_by_an_attacker";
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -25,7 +26,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let guard = WebhookGuard::builder()
         .shared_store(store.clone())
         .verifier(signer())
-        .event_id(EventId::json_field(["id"]))
+        .event_id(EventId::FromVerifier) // the Stripe preset reads the body's `id`
         .namespace("quickstart")
         .hooks(Alerts)
         .build()?;
@@ -75,6 +76,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .send("permanent failure", "evt_1005", Handler::Permanent)
         .await;
     provider.send_forged("forged signature", "evt_1006").await;
+    provider
+        .send_replayed("replay of evt_1001, 10 min old", "evt_1001")
+        .await;
 
     store.unplug();
     provider.send("store outage", "evt_1007", Handler::Ok).await;
@@ -88,11 +92,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-fn signer() -> HmacSha256Header {
-    HmacSha256Header::new("X-Signature", [SECRET])
-        .expect("non-empty secret")
-        .prefix("sha256=")
-        .encoding(Encoding::Hex)
+fn signer() -> Stripe {
+    Stripe::new([SECRET]).expect("non-empty secret")
 }
 
 #[derive(Clone, Copy)]
@@ -105,7 +106,7 @@ enum Handler {
 
 struct Provider {
     guard: WebhookGuard,
-    signer: HmacSha256Header,
+    signer: Stripe,
     row: AtomicU32,
     runs: AtomicU32,
 }
@@ -121,28 +122,34 @@ impl Provider {
     }
 
     fn body(id: &str) -> Vec<u8> {
-        format!(r#"{{"id":"{id}","type":"charge.succeeded","data":{{"amount":980}}}}"#).into_bytes()
+        format!(r#"{{"id":"{id}","object":"event","type":"charge.succeeded","data":{{"object":{{"id":"ch_1","amount":980}}}}}}"#).into_bytes()
     }
 
     /// Delivers a correctly signed event; returns how many times the handler ran.
     async fn send(&self, label: &str, id: &str, handler: Handler) -> u32 {
         let body = Self::body(id);
-        let signature = self.signer.sign(&body);
+        let signature = self.signer.sign(&body, chrono::Utc::now().timestamp());
         self.deliver(label, &body, &signature, handler).await
     }
 
     async fn send_forged(&self, label: &str, id: &str) -> u32 {
         let body = Self::body(id);
-        let forged = HmacSha256Header::new("X-Signature", ["guessed"])
-            .unwrap()
-            .prefix("sha256=");
-        self.deliver(label, &body, &forged.sign(&body), Handler::Ok)
-            .await
+        let forged = Stripe::new([FORGED]).expect("non-empty secret");
+        let signature = forged.sign(&body, chrono::Utc::now().timestamp());
+        self.deliver(label, &body, &signature, Handler::Ok).await
+    }
+
+    /// A captured delivery sent again after Stripe's 5-minute tolerance.
+    async fn send_replayed(&self, label: &str, id: &str) -> u32 {
+        let body = Self::body(id);
+        let old = chrono::Utc::now().timestamp() - 600;
+        let signature = self.signer.sign(&body, old);
+        self.deliver(label, &body, &signature, Handler::Ok).await
     }
 
     async fn deliver(&self, label: &str, body: &[u8], signature: &str, handler: Handler) -> u32 {
         let ran = AtomicU32::new(0);
-        let headers = [("X-Signature", signature)];
+        let headers = [("Stripe-Signature", signature)];
         let outcome = self
             .guard
             .handle(&headers, body, |event| {
