@@ -92,6 +92,7 @@ async fn claim(
     }
 }
 
+#[allow(clippy::too_many_arguments)] // a test helper spelling out each field
 async fn finish(
     store: &DynProcessedStore,
     ns: &str,
