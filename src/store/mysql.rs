@@ -475,7 +475,7 @@ fn server_error_number(error: &sqlx::Error) -> Option<u16> {
 }
 
 /// Sorts a driver error into unreachable (the guard answers 503) or not.
-fn map_err(error: sqlx::Error) -> StoreError {
+pub(super) fn map_err(error: sqlx::Error) -> StoreError {
     let unavailable = match &error {
         sqlx::Error::Io(_)
         | sqlx::Error::Tls(_)

@@ -209,7 +209,7 @@ fn pg_unavailable(db: &dyn sqlx::error::DatabaseError) -> bool {
     })
 }
 
-fn err(e: sqlx::Error) -> StoreError {
+pub(super) fn err(e: sqlx::Error) -> StoreError {
     map_error(e, pg_unavailable)
 }
 

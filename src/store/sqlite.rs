@@ -215,7 +215,7 @@ fn sqlite_unavailable(db: &dyn sqlx::error::DatabaseError) -> bool {
         .is_some_and(|code| matches!(code & 0xff, BUSY | LOCKED | IOERR | FULL | CANTOPEN))
 }
 
-fn err(e: sqlx::Error) -> StoreError {
+pub(super) fn err(e: sqlx::Error) -> StoreError {
     map_error(e, sqlite_unavailable)
 }
 

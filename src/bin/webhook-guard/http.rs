@@ -1,0 +1,242 @@
+//! A small HTTP/1.1 client over plain TCP: one `POST` per connection, no TLS.
+//! Enough to drive a local endpoint like a provider would, without a client stack.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// The largest response read (the guard's answers are a few dozen bytes).
+const MAX_REPLY: usize = 1 << 20;
+
+/// Where to send: resolved addresses, the `Host` header and the request target.
+#[derive(Debug, Clone)]
+pub(crate) struct Target {
+    pub(crate) url: String,
+    host: String,
+    path: String,
+    addrs: Vec<SocketAddr>,
+}
+
+/// A response: status line and body (decoded from chunks if chunked).
+#[derive(Debug)]
+pub(crate) struct Reply {
+    pub(crate) status: u16,
+    pub(crate) reason: String,
+    pub(crate) body: String,
+}
+
+impl Target {
+    /// Parses an `http://host[:port][/path]` URL and resolves the host. Unless
+    /// `allow_remote`, every address must be loopback.
+    pub(crate) async fn resolve(url: &str, allow_remote: bool) -> Result<Self, String> {
+        let rest = if let Some(rest) = url.strip_prefix("http://") {
+            rest
+        } else if url.starts_with("https://") {
+            return Err(
+                "https is not supported: `send` is a development tool for a local \
+                        endpoint (http://127.0.0.1:PORT/path); test a public endpoint \
+                        with the provider's own test deliveries"
+                    .into(),
+            );
+        } else {
+            return Err(format!("--url must start with http://, got `{url}`"));
+        };
+        let (authority, path) = match rest.find(['/', '?']) {
+            Some(i) if rest.as_bytes()[i] == b'/' => (&rest[..i], rest[i..].to_owned()),
+            Some(i) => (&rest[..i], format!("/{}", &rest[i..])),
+            None => (rest, "/".to_owned()),
+        };
+        if authority.contains('@') {
+            return Err("--url must not carry credentials".into());
+        }
+        let (host, port) = split_host_port(authority)?;
+        let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host, port))
+            .await
+            .map_err(|e| format!("cannot resolve `{host}`: {e}"))?
+            .collect();
+        if addrs.is_empty() {
+            return Err(format!("`{host}` resolves to no address"));
+        }
+        if !allow_remote && !addrs.iter().all(|a| a.ip().is_loopback()) {
+            return Err(format!(
+                "`{host}` is not a loopback address: `send` posts test events to local \
+                 endpoints only (pass --allow-remote for a host on a trusted network)"
+            ));
+        }
+        Ok(Self {
+            url: url.to_owned(),
+            host: authority.to_owned(),
+            path,
+            addrs,
+        })
+    }
+
+    /// `POST`s `body` with `headers` and reads the whole answer, within `timeout`.
+    pub(crate) async fn post(
+        &self,
+        headers: &[(String, String)],
+        body: &[u8],
+        timeout: Duration,
+    ) -> Result<Reply, String> {
+        match tokio::time::timeout(timeout, self.exchange(headers, body)).await {
+            Ok(reply) => reply,
+            Err(_) => Err(format!("no answer within {timeout:?}")),
+        }
+    }
+
+    async fn exchange(&self, headers: &[(String, String)], body: &[u8]) -> Result<Reply, String> {
+        let mut stream = TcpStream::connect(&self.addrs[..])
+            .await
+            .map_err(|e| format!("cannot connect to {}: {e}", self.host))?;
+        let mut request = format!(
+            "POST {} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nContent-Length: {}\r\n",
+            self.path,
+            self.host,
+            body.len()
+        );
+        for (name, value) in headers {
+            request.push_str(name);
+            request.push_str(": ");
+            request.push_str(value);
+            request.push_str("\r\n");
+        }
+        request.push_str("\r\n");
+        let mut bytes = request.into_bytes();
+        bytes.extend_from_slice(body);
+        stream
+            .write_all(&bytes)
+            .await
+            .map_err(|e| format!("send failed: {e}"))?;
+        let mut raw = Vec::new();
+        let mut buf = [0u8; 8192];
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) => break,
+                Ok(n) => {
+                    raw.extend_from_slice(&buf[..n]);
+                    if raw.len() > MAX_REPLY {
+                        return Err("response larger than 1 MiB".into());
+                    }
+                }
+                // A reset after the answer arrived is fine.
+                Err(_) if has_head(&raw) => break,
+                Err(e) => return Err(format!("receive failed: {e}")),
+            }
+        }
+        parse(&raw)
+    }
+}
+
+fn split_host_port(authority: &str) -> Result<(&str, u16), String> {
+    let bad = || format!("bad host or port in `{authority}`");
+    if let Some(v6) = authority.strip_prefix('[') {
+        let (host, rest) = v6.split_once(']').ok_or_else(bad)?;
+        let port = match rest.strip_prefix(':') {
+            Some(p) => p.parse().map_err(|_| bad())?,
+            None if rest.is_empty() => 80,
+            None => return Err(bad()),
+        };
+        return Ok((host, port));
+    }
+    match authority.rsplit_once(':') {
+        Some((host, port)) => Ok((host, port.parse().map_err(|_| bad())?)),
+        None if !authority.is_empty() => Ok((authority, 80)),
+        None => Err(bad()),
+    }
+}
+
+fn has_head(raw: &[u8]) -> bool {
+    raw.windows(4).any(|w| w == b"\r\n\r\n")
+}
+
+fn parse(raw: &[u8]) -> Result<Reply, String> {
+    let text = String::from_utf8_lossy(raw);
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .ok_or("the connection closed before a complete answer")?;
+    let mut lines = head.split("\r\n");
+    let status_line = lines.next().unwrap_or_default();
+    let mut parts = status_line.splitn(3, ' ');
+    let (version, status, reason) = (parts.next(), parts.next(), parts.next());
+    if !version.is_some_and(|v| v.starts_with("HTTP/1.")) {
+        return Err(format!("not an HTTP/1.x answer: `{status_line}`"));
+    }
+    let status = status
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| format!("bad status line `{status_line}`"))?;
+    let chunked = lines.any(|l| {
+        l.split_once(':').is_some_and(|(k, v)| {
+            k.trim().eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked")
+        })
+    });
+    Ok(Reply {
+        status,
+        reason: reason.unwrap_or_default().to_owned(),
+        body: if chunked {
+            dechunk(body)
+        } else {
+            body.to_owned()
+        },
+    })
+}
+
+fn dechunk(mut rest: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, after)) = rest.split_once("\r\n") {
+        let size = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if size == 0 || size > after.len() {
+            break;
+        }
+        out.push_str(&after[..size]);
+        rest = after[size..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_answers() {
+        let r = parse(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").unwrap();
+        assert_eq!(
+            (r.status, r.reason.as_str(), r.body.as_str()),
+            (200, "OK", "ok")
+        );
+        let r = parse(b"HTTP/1.1 409 Conflict\r\ntransfer-encoding: chunked\r\n\r\n2\r\nab\r\n1\r\nc\r\n0\r\n\r\n")
+            .unwrap();
+        assert_eq!((r.status, r.body.as_str()), (409, "abc"));
+        assert!(parse(b"HTTP/1.1 200 OK\r\n").is_err());
+        assert!(parse(b"SSH-2.0\r\n\r\n").is_err());
+    }
+
+    #[test]
+    fn host_and_port() {
+        assert_eq!(
+            split_host_port("127.0.0.1:3000").unwrap(),
+            ("127.0.0.1", 3000)
+        );
+        assert_eq!(split_host_port("[::1]:8080").unwrap(), ("::1", 8080));
+        assert_eq!(split_host_port("localhost").unwrap(), ("localhost", 80));
+        assert!(split_host_port("h:port").is_err());
+    }
+
+    #[tokio::test]
+    async fn refuses_tls_and_remote_hosts() {
+        assert!(Target::resolve("https://127.0.0.1/x", false).await.is_err());
+        assert!(Target::resolve("ftp://127.0.0.1/x", false).await.is_err());
+        assert!(Target::resolve("http://192.0.2.1:80/x", false)
+            .await
+            .unwrap_err()
+            .contains("loopback"));
+        let t = Target::resolve("http://127.0.0.1:9/hooks?a=1", false)
+            .await
+            .unwrap();
+        assert_eq!(t.path, "/hooks?a=1");
+        let t = Target::resolve("http://localhost:9", false).await.unwrap();
+        assert_eq!(t.path, "/");
+    }
+}

@@ -1,0 +1,552 @@
+//! `webhook-guard send`: sign a test event as a provider would and post it to a
+//! local endpoint, once, several times (concurrently), or on the provider's retry
+//! schedule compressed in time.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{SecondsFormat, Utc};
+use clap::{Args, ValueEnum};
+use webhook_guard::store::FencingToken;
+use webhook_guard::verify::{
+    GitHub, Jamm, Linear, Paddle, Provider, Shopify, Slack, StandardWebhooks, Stripe,
+};
+
+use crate::http::{Reply, Target};
+use crate::Fail;
+
+/// Arguments of `send`.
+#[derive(Debug, Args)]
+pub(crate) struct SendArgs {
+    /// Whose signing scheme to use: stripe, standard, github, shopify, slack, jamm,
+    /// paddle or linear.
+    #[arg(long, value_name = "PROVIDER")]
+    provider: Provider,
+    /// The signing secret the receiver is configured with. Prefer the environment
+    /// variable: command-line arguments are visible to other local users.
+    #[arg(
+        long,
+        env = "WEBHOOK_GUARD_SECRET",
+        hide_env_values = true,
+        value_name = "SECRET"
+    )]
+    secret: String,
+    /// The endpoint: http://127.0.0.1:PORT/path (loopback only unless --allow-remote).
+    #[arg(long, value_name = "URL")]
+    url: String,
+    /// The event id (default: a fresh random id in the provider's format).
+    #[arg(long, value_name = "ID")]
+    event_id: Option<String>,
+    /// The body to send instead of the provider's sample event. For jamm: the
+    /// `content` object, wrapped in a signed envelope. For stripe, slack and paddle
+    /// the event id is the one inside the file.
+    #[arg(long, value_name = "FILE")]
+    body_file: Option<PathBuf>,
+    /// Send the same event N more times (each delivery signed afresh).
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    duplicates: u32,
+    /// How many deliveries may be in flight at once.
+    #[arg(long, default_value_t = 1, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..=256))]
+    concurrency: u32,
+    /// Re-send until the first 2xx on a provider's published retry schedule.
+    #[arg(long, value_enum, value_name = "SCHEDULE",
+          conflicts_with_all = ["duplicates", "concurrency"])]
+    retry_schedule: Option<Schedule>,
+    /// Time compression of the retry schedule: a factor (3600 turns each hour into
+    /// a second) or `<seconds>s/h` (`0.5s/h`).
+    #[arg(long, default_value = "3600", value_name = "FACTOR",
+          value_parser = parse_compress, requires = "retry_schedule")]
+    compress: f64,
+    /// How long to wait for each answer, in seconds.
+    #[arg(long, default_value_t = 30, value_name = "SECONDS",
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    timeout: u64,
+    /// Allow a non-loopback host (plain HTTP on a trusted network only).
+    #[arg(long)]
+    allow_remote: bool,
+    /// Print each request's headers (signatures, never the secret).
+    #[arg(short, long)]
+    verbose: bool,
+}
+
+/// A provider's published retry schedule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Schedule {
+    /// 20 attempts: 1 h, then doubling, capped at 3 h (about 2¼ days).
+    Jamm,
+    /// Exponential over 72 hours (Stripe publishes no exact schedule: 1 h doubling,
+    /// the last attempt at 72 h; 8 attempts).
+    Stripe,
+}
+
+impl Schedule {
+    /// The waits before the 2nd, 3rd, ... attempt.
+    fn delays(self) -> Vec<Duration> {
+        const H: u64 = 3600;
+        match self {
+            Self::Jamm => (0..19)
+                .map(|i| Duration::from_secs((H << i.min(2)).min(3 * H)))
+                .collect(),
+            Self::Stripe => {
+                let (mut out, mut at, mut wait) = (Vec::new(), 0, H);
+                while at < 72 * H {
+                    let step = wait.min(72 * H - at);
+                    out.push(Duration::from_secs(step));
+                    at += step;
+                    wait *= 2;
+                }
+                out
+            }
+        }
+    }
+}
+
+fn parse_compress(text: &str) -> Result<f64, String> {
+    let factor = match text.strip_suffix("s/h") {
+        Some(secs) => secs
+            .parse::<f64>()
+            .map(|s| 3600.0 / s)
+            .map_err(|_| format!("`{text}` is not <seconds>s/h"))?,
+        None => text
+            .parse::<f64>()
+            .map_err(|_| format!("`{text}` is not a factor"))?,
+    };
+    if factor.is_finite() && factor >= 1.0 {
+        Ok(factor)
+    } else {
+        Err("the compression must make time pass no slower (a factor of at least 1)".into())
+    }
+}
+
+/// A preset keyed with the secret, to sign with.
+enum Signer {
+    Stripe(Stripe),
+    Standard(StandardWebhooks),
+    GitHub(GitHub),
+    Shopify(Shopify),
+    Slack(Slack),
+    Jamm(Jamm),
+    Paddle(Paddle),
+    Linear(Linear),
+}
+
+/// One event: its body (fixed across deliveries) and its id.
+struct Event {
+    id: String,
+    body: Vec<u8>,
+}
+
+fn random_hex(len: usize) -> String {
+    let mut out = String::new();
+    while out.len() < len {
+        out.push_str(&format!("{:016x}", FencingToken::random().0));
+    }
+    out.truncate(len);
+    out
+}
+
+fn uuid() -> String {
+    let h = random_hex(32);
+    format!(
+        "{}-{}-4{}-a{}-{}",
+        &h[..8],
+        &h[8..12],
+        &h[13..16],
+        &h[17..20],
+        &h[20..]
+    )
+}
+
+impl Signer {
+    fn new(provider: Provider, secret: &str) -> Result<Self, String> {
+        let key = |e: webhook_guard::verify::KeyError| format!("--secret: {e}");
+        let s = [secret];
+        Ok(match provider {
+            Provider::Stripe => Self::Stripe(Stripe::new(s).map_err(key)?),
+            Provider::Standard => Self::Standard(StandardWebhooks::new(s).map_err(key)?),
+            Provider::GitHub => Self::GitHub(GitHub::new(s).map_err(key)?),
+            Provider::Shopify => Self::Shopify(Shopify::new(s).map_err(key)?),
+            Provider::Slack => Self::Slack(Slack::new(s).map_err(key)?),
+            Provider::Jamm => Self::Jamm(Jamm::new(s).map_err(key)?),
+            Provider::Paddle => Self::Paddle(Paddle::new(s).map_err(key)?),
+            Provider::Linear => Self::Linear(Linear::new(s).map_err(key)?),
+            _ => return Err(format!("`send` does not know how {provider} signs yet")),
+        })
+    }
+
+    /// The body field holding the event id, for providers that put it there.
+    fn id_field(&self) -> Option<&'static str> {
+        match self {
+            Self::Stripe(_) => Some("id"),
+            Self::Slack(_) | Self::Paddle(_) => Some("event_id"),
+            _ => None,
+        }
+    }
+
+    /// The event to send: the file's body or a sample, with its id.
+    fn event(&self, id: Option<String>, file: Option<Vec<u8>>) -> Result<Event, String> {
+        if let (Some(field), Some(body)) = (self.id_field(), &file) {
+            if id.is_some() {
+                return Err(format!(
+                    "--event-id cannot be used with --body-file here: the id is the \
+                     body's `{field}` field; edit the file instead"
+                ));
+            }
+            let id = serde_json::from_slice::<serde_json::Value>(body)
+                .ok()
+                .and_then(|v| v.get(field)?.as_str().map(str::to_owned))
+                .unwrap_or_else(|| format!("(no `{field}` field in the body)"));
+            return Ok(Event {
+                id,
+                body: body.clone(),
+            });
+        }
+        let now = Utc::now();
+        let secs = now.timestamp();
+        let rfc = now.to_rfc3339_opts(SecondsFormat::Secs, true);
+        let q = |s: &str| serde_json::to_string(s).expect("strings serialize");
+        let id = id.unwrap_or_else(|| match self {
+            Self::Stripe(_) => format!("evt_test_{}", random_hex(24)),
+            Self::Standard(_) => format!("msg_{}", random_hex(27)),
+            Self::GitHub(_) | Self::Shopify(_) | Self::Linear(_) => uuid(),
+            Self::Slack(_) => format!("Ev{}", random_hex(10).to_uppercase()),
+            Self::Jamm(_) => format!("mwh-{}", uuid()),
+            Self::Paddle(_) => format!("evt_{}", random_hex(26)),
+        });
+        let body = match (self, file) {
+            (Self::Jamm(jamm), content) => {
+                let content = match content {
+                    Some(c) => String::from_utf8(c)
+                        .map_err(|_| "--body-file: jamm content must be UTF-8 JSON")?,
+                    None => r#"{"charge":{"id":"trx-test","status":"SUCCESS","amount":2000,"currency":"JPY"}}"#
+                        .to_owned(),
+                };
+                jamm.envelope(&id, "charge_success", content.trim(), &rfc)
+                    .into_bytes()
+            }
+            (_, Some(body)) => body,
+            (Self::Stripe(_), None) => format!(
+                r#"{{"id":{},"object":"event","api_version":"2024-06-20","created":{secs},"livemode":false,"type":"payment_intent.succeeded","data":{{"object":{{"id":"pi_test","object":"payment_intent","amount":2000,"currency":"usd","status":"succeeded"}}}}}}"#,
+                q(&id)
+            )
+            .into_bytes(),
+            (Self::Standard(_), None) => format!(
+                r#"{{"type":"invoice.paid","timestamp":{},"data":{{"id":"inv_test","amount":2000,"currency":"usd"}}}}"#,
+                q(&rfc)
+            )
+            .into_bytes(),
+            (Self::GitHub(_), None) => br#"{"action":"opened","issue":{"number":1,"title":"Test issue"},"repository":{"full_name":"octo-org/hello-world"},"sender":{"login":"octocat"}}"#
+                .to_vec(),
+            (Self::Shopify(_), None) => br#"{"id":820982911946154508,"email":"jon@example.com","total_price":"20.00","currency":"USD","financial_status":"paid"}"#
+                .to_vec(),
+            (Self::Slack(_), None) => format!(
+                r#"{{"token":"test","team_id":"T0001","api_app_id":"A0001","event":{{"type":"app_mention","user":"U0001","text":"hello","ts":"{secs}.000100"}},"type":"event_callback","event_id":{},"event_time":{secs}}}"#,
+                q(&id)
+            )
+            .into_bytes(),
+            (Self::Paddle(_), None) => format!(
+                r#"{{"event_id":{},"event_type":"transaction.completed","occurred_at":{},"notification_id":"ntf_test","data":{{"id":"txn_test","status":"completed"}}}}"#,
+                q(&id),
+                q(&rfc)
+            )
+            .into_bytes(),
+            (Self::Linear(_), None) => format!(
+                r#"{{"action":"create","type":"Issue","data":{{"id":"issue-test","title":"Test issue"}},"createdAt":{},"webhookTimestamp":{},"webhookId":"webhook-test"}}"#,
+                q(&rfc),
+                now.timestamp_millis()
+            )
+            .into_bytes(),
+        };
+        Ok(Event { id, body })
+    }
+
+    /// The headers of one delivery of `event`, signed at `now` (Unix seconds).
+    /// `retry` counts earlier attempts (Slack announces retries).
+    fn headers(&self, event: &Event, now: i64, retry: u32) -> Vec<(String, String)> {
+        let body = &event.body[..];
+        let id = event.id.clone();
+        let own = |v: Vec<(&'static str, String)>| {
+            v.into_iter()
+                .map(|(k, v)| (k.to_owned(), v))
+                .collect::<Vec<_>>()
+        };
+        let mut headers = match self {
+            Self::Stripe(s) => own(vec![
+                ("Stripe-Signature", s.sign(body, now)),
+                ("User-Agent", "Stripe/1.0 (webhook-guard send)".into()),
+            ]),
+            Self::Standard(s) => own(s.sign_headers(&id, now, body)),
+            Self::GitHub(s) => own(vec![
+                ("X-GitHub-Event", "issues".into()),
+                ("X-GitHub-Delivery", id),
+                ("X-GitHub-Hook-ID", "1".into()),
+                ("X-Hub-Signature-256", s.sign(body)),
+                ("User-Agent", "GitHub-Hookshot/webhook-guard".into()),
+            ]),
+            Self::Shopify(s) => own(vec![
+                ("X-Shopify-Topic", "orders/create".into()),
+                ("X-Shopify-Hmac-Sha256", s.sign(body)),
+                ("X-Shopify-Shop-Domain", "example.myshopify.com".into()),
+                ("X-Shopify-Webhook-Id", id),
+                (
+                    "X-Shopify-Triggered-At",
+                    chrono::DateTime::from_timestamp(now, 0)
+                        .unwrap_or_default()
+                        .to_rfc3339_opts(SecondsFormat::Secs, true),
+                ),
+            ]),
+            Self::Slack(s) => {
+                let mut h = s.sign_headers(now, body);
+                if retry > 0 {
+                    h.push(("X-Slack-Retry-Num", retry.to_string()));
+                    h.push(("X-Slack-Retry-Reason", "http_error".into()));
+                }
+                own(h)
+            }
+            Self::Jamm(_) => Vec::new(),
+            Self::Paddle(s) => own(vec![("Paddle-Signature", s.sign(now, body))]),
+            Self::Linear(s) => own(vec![
+                ("Linear-Signature", s.sign(body)),
+                ("Linear-Delivery", id),
+                ("Linear-Event", "Issue".into()),
+            ]),
+        };
+        headers.push(("Content-Type".into(), "application/json".into()));
+        headers
+    }
+}
+
+struct Sender {
+    signer: Signer,
+    event: Event,
+    target: Target,
+    timeout: Duration,
+    verbose: bool,
+}
+
+impl Sender {
+    async fn deliver(&self, retry: u32) -> (Vec<(String, String)>, Result<Reply, String>) {
+        let headers = self
+            .signer
+            .headers(&self.event, Utc::now().timestamp(), retry);
+        let reply = self
+            .target
+            .post(&headers, &self.event.body, self.timeout)
+            .await;
+        (headers, reply)
+    }
+
+    fn report(&self, label: &str, headers: &[(String, String)], reply: &Result<Reply, String>) {
+        if self.verbose {
+            for (k, v) in headers {
+                println!("{label} > {k}: {v}");
+            }
+        }
+        match reply {
+            Ok(r) => {
+                let body: String = r.body.trim().chars().take(300).collect();
+                println!("{label} {} {}  {body}", r.status, r.reason);
+            }
+            Err(e) => println!("{label} failed: {e}"),
+        }
+    }
+}
+
+/// The outcome word of a guard's JSON answer, or the status alone.
+fn outcome_of(reply: &Result<Reply, String>) -> String {
+    match reply {
+        Ok(r) => {
+            let outcome = serde_json::from_str::<serde_json::Value>(&r.body)
+                .ok()
+                .and_then(|v| v.get("outcome")?.as_str().map(str::to_owned));
+            match outcome {
+                Some(o) => format!("{} {o}", r.status),
+                None => r.status.to_string(),
+            }
+        }
+        Err(_) => "no answer".into(),
+    }
+}
+
+fn is_success(reply: &Result<Reply, String>) -> bool {
+    matches!(reply, Ok(r) if (200..300).contains(&r.status))
+}
+
+/// Runs `send`.
+pub(crate) async fn run(args: SendArgs) -> Result<ExitCode, Fail> {
+    let signer = Signer::new(args.provider, &args.secret).map_err(Fail::Usage)?;
+    let file = match &args.body_file {
+        Some(path) => Some(
+            std::fs::read(path)
+                .map_err(|e| Fail::Usage(format!("--body-file {}: {e}", path.display())))?,
+        ),
+        None => None,
+    };
+    let event = signer.event(args.event_id, file).map_err(Fail::Usage)?;
+    let target = Target::resolve(&args.url, args.allow_remote)
+        .await
+        .map_err(Fail::Usage)?;
+    println!(
+        "{} event {} ({} bytes) -> POST {}",
+        args.provider,
+        event.id,
+        event.body.len(),
+        target.url
+    );
+    let sender = Arc::new(Sender {
+        signer,
+        event,
+        target,
+        timeout: Duration::from_secs(args.timeout),
+        verbose: args.verbose,
+    });
+    let accepted = match args.retry_schedule {
+        Some(schedule) => retry(&sender, schedule, args.compress).await,
+        None => burst(&sender, args.duplicates, args.concurrency).await,
+    };
+    Ok(if accepted {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// Sends `1 + duplicates` deliveries, `concurrency` at a time. True if any got a 2xx.
+async fn burst(sender: &Arc<Sender>, duplicates: u32, concurrency: u32) -> bool {
+    let total = duplicates + 1;
+    let width = total.to_string().len();
+    let deliver = |n: u32| {
+        let sender = sender.clone();
+        async move {
+            let (headers, reply) = sender.deliver(0).await;
+            sender.report(&format!("[{n:>width$}/{total}]"), &headers, &reply);
+            (outcome_of(&reply), is_success(&reply))
+        }
+    };
+    let mut results = Vec::new();
+    if concurrency == 1 {
+        for n in 1..=total {
+            results.push(deliver(n).await);
+        }
+    } else {
+        let gate = Arc::new(tokio::sync::Semaphore::new(concurrency as usize));
+        let mut tasks = tokio::task::JoinSet::new();
+        for n in 1..=total {
+            let permit = gate.clone().acquire_owned().await.expect("never closed");
+            let delivery = deliver(n);
+            tasks.spawn(async move {
+                let result = delivery.await;
+                drop(permit);
+                result
+            });
+        }
+        while let Some(done) = tasks.join_next().await {
+            results.push(done.expect("send task"));
+        }
+    }
+    let mut tally: BTreeMap<String, u32> = BTreeMap::new();
+    let mut accepted = false;
+    for (outcome, ok) in results {
+        *tally.entry(outcome).or_default() += 1;
+        accepted |= ok;
+    }
+    if total > 1 {
+        let parts: Vec<String> = tally.iter().map(|(k, v)| format!("{v} × {k}")).collect();
+        println!("{total} deliveries: {}", parts.join(", "));
+    }
+    accepted
+}
+
+/// Sends on `schedule`, compressed `compress` times, until the first 2xx.
+async fn retry(sender: &Sender, schedule: Schedule, compress: f64) -> bool {
+    let delays = schedule.delays();
+    let attempts = delays.len() + 1;
+    let mut elapsed = Duration::ZERO;
+    for attempt in 1..=attempts {
+        if attempt > 1 {
+            let wait = delays[attempt - 2];
+            elapsed += wait;
+            let real = wait.div_f64(compress);
+            println!(
+                "waiting {} ({:.3}s compressed); next attempt at +{}",
+                human(wait),
+                real.as_secs_f64(),
+                human(elapsed)
+            );
+            tokio::time::sleep(real).await;
+        }
+        let retry = u32::try_from(attempt - 1).unwrap_or(u32::MAX);
+        let (headers, reply) = sender.deliver(retry).await;
+        sender.report(&format!("[attempt {attempt}/{attempts}]"), &headers, &reply);
+        if is_success(&reply) {
+            println!("accepted on attempt {attempt} of {attempts}");
+            return true;
+        }
+    }
+    println!("gave up after {attempts} attempts over {}", human(elapsed));
+    false
+}
+
+fn human(d: Duration) -> String {
+    let s = d.as_secs();
+    match (s / 3600, s % 3600 / 60) {
+        (0, m) => format!("{m}m"),
+        (h, 0) => format!("{h}h"),
+        (h, m) => format!("{h}h{m:02}m"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schedules_match_the_providers() {
+        let jamm = Schedule::Jamm.delays();
+        assert_eq!(jamm.len() + 1, 20);
+        assert_eq!(jamm[0].as_secs(), 3600);
+        assert_eq!(jamm[1].as_secs(), 7200);
+        assert!(jamm[2..].iter().all(|d| d.as_secs() == 3 * 3600));
+        let stripe = Schedule::Stripe.delays();
+        let total: u64 = stripe.iter().map(Duration::as_secs).sum();
+        assert_eq!(total, 72 * 3600);
+        assert!(stripe.windows(2).take(5).all(|w| w[1] == w[0] * 2));
+    }
+
+    #[test]
+    fn compression() {
+        assert_eq!(parse_compress("3600").unwrap(), 3600.0);
+        assert_eq!(parse_compress("0.5s/h").unwrap(), 7200.0);
+        assert!(parse_compress("0").is_err());
+        assert!(parse_compress("fast").is_err());
+    }
+
+    #[test]
+    fn every_provider_signs_a_sample_its_preset_accepts() {
+        for provider in Provider::ALL {
+            let secret = if provider == Provider::Standard {
+                "whsec_c2VjcmV0"
+            } else {
+                "secret"
+            };
+            let signer = Signer::new(provider, secret).unwrap();
+            let event = signer.event(None, None).unwrap();
+            let now = Utc::now();
+            let headers = signer.headers(&event, now.timestamp(), 0);
+            let verified = provider
+                .verifier([secret])
+                .unwrap()
+                .verify(&headers, &event.body, now)
+                .unwrap_or_else(|e| panic!("{provider}: {e}"));
+            assert_eq!(
+                verified.event_id.as_deref(),
+                Some(event.id.as_str()),
+                "{provider}"
+            );
+        }
+    }
+}

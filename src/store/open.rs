@@ -1,0 +1,523 @@
+//! Opening a store from a URL, for configuration files, environment variables and
+//! the `webhook-guard` tool.
+//!
+//! | URL | Store | Feature |
+//! |---|---|---|
+//! | `memory:` | [`MemoryStore`] (one process, forgets on restart) | always |
+//! | `sqlite:PATH`, `sqlite://PATH`, `sqlite:///ABSOLUTE/PATH` | [`SqliteStore`](super::SqliteStore) | `sqlite` |
+//! | `postgres://…`, `postgresql://…` | [`PostgresStore`](super::PostgresStore) | `postgres` |
+//! | `mysql://…`, `mariadb://…` | [`MySqlStore`](super::MySqlStore) | `mysql` |
+//! | `redis://…`, `rediss://…` | [`RedisStore`](super::RedisStore) (standalone) | `redis` |
+//!
+//! The URL is handed to the driver as written (`mariadb://` is read as `mysql://`),
+//! so the driver's own parameters (`sslmode`, a Redis database number, …) work.
+//! `rediss://` needs the `redis` crate built with one of its TLS features. Opening
+//! does not create tables: call [`OpenedStore::migrate`] (idempotent) at start-up or
+//! from a deployment step (`webhook-guard migrate`).
+//!
+//! ```no_run
+//! use webhook_guard::{store, verify::Stripe, WebhookGuard};
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let url = std::env::var("WEBHOOK_GUARD_STORE").unwrap_or_else(|_| "memory:".into());
+//! let opened = store::open(&url).await?;
+//! opened.migrate().await?;
+//! let guard = WebhookGuard::builder()
+//!     .shared_store(opened.shared())
+//!     .verifier(Stripe::new(["whsec_..."])?)
+//!     .build()?;
+//! # let _ = guard;
+//! # Ok(())
+//! # }
+//! ```
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use super::{DynProcessedStore, MemoryStore, StoreError};
+
+/// The kind of store a URL names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Backend {
+    /// `memory:`
+    Memory,
+    /// `sqlite:`
+    Sqlite,
+    /// `postgres://`, `postgresql://`
+    Postgres,
+    /// `mysql://`, `mariadb://`
+    MySql,
+    /// `redis://`, `rediss://`
+    Redis,
+}
+
+impl Backend {
+    /// A short lowercase name, such as `"postgres"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Memory => "memory",
+            Self::Sqlite => "sqlite",
+            Self::Postgres => "postgres",
+            Self::MySql => "mysql",
+            Self::Redis => "redis",
+        }
+    }
+
+    /// The crate feature that builds this backend (`None` for memory).
+    pub fn feature(self) -> Option<&'static str> {
+        match self {
+            Self::Memory => None,
+            other => Some(other.name()),
+        }
+    }
+
+    /// Whether this backend keeps its records in an SQL table.
+    pub fn is_sql(self) -> bool {
+        matches!(self, Self::Sqlite | Self::Postgres | Self::MySql)
+    }
+
+    fn enabled(self) -> bool {
+        match self {
+            Self::Memory => true,
+            Self::Sqlite => cfg!(feature = "sqlite"),
+            Self::Postgres => cfg!(feature = "postgres"),
+            Self::MySql => cfg!(feature = "mysql"),
+            Self::Redis => cfg!(feature = "redis"),
+        }
+    }
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Why a store URL could not be opened.
+///
+/// No variant holds the URL itself, which may carry a password.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OpenError {
+    /// The URL's scheme names no store this crate knows.
+    #[error(
+        "unknown store scheme `{0}`; expected memory:, sqlite:PATH, postgres://, \
+         postgresql://, mysql://, mariadb://, redis:// or rediss://"
+    )]
+    UnknownScheme(String),
+    /// The store exists, but this build of the crate was compiled without it.
+    #[error("`{scheme}` stores need webhook-guard built with the `{feature}` feature")]
+    FeatureDisabled {
+        /// The scheme of the URL.
+        scheme: String,
+        /// The crate feature to turn on.
+        feature: &'static str,
+    },
+    /// The URL is malformed for its scheme.
+    #[error("invalid store URL: {0}")]
+    InvalidUrl(&'static str),
+    /// The table name is not `[A-Za-z_][A-Za-z0-9_]{0,62}`.
+    #[error("invalid table name `{0}`: use letters, digits and `_` (at most 63)")]
+    InvalidTable(String),
+    /// A table name was given for a store that has no tables.
+    #[error("a table name applies to SQL stores only, not to {0}")]
+    TableUnsupported(Backend),
+    /// The store could not be reached or refused the connection.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// A parsed store URL, with options, ready to [`open`](StoreUrl::open).
+///
+/// ```
+/// use webhook_guard::store::{Backend, StoreUrl};
+///
+/// let url: StoreUrl = "sqlite:///var/lib/app/webhooks.db".parse().unwrap();
+/// assert_eq!(url.backend(), Backend::Sqlite);
+/// assert!("carrier-pigeon://coop".parse::<StoreUrl>().is_err());
+/// ```
+#[derive(Clone)]
+pub struct StoreUrl {
+    backend: Backend,
+    /// The driver URL, or the SQLite file path.
+    target: String,
+    table: Option<String>,
+    create_if_missing: bool,
+}
+
+impl fmt::Debug for StoreUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The target of a server URL may hold a password: never shown.
+        let target = if self.backend == Backend::Sqlite {
+            self.target.as_str()
+        } else {
+            ".."
+        };
+        f.debug_struct("StoreUrl")
+            .field("backend", &self.backend)
+            .field("target", &target)
+            .field("table", &self.table)
+            .field("create_if_missing", &self.create_if_missing)
+            .finish()
+    }
+}
+
+impl FromStr for StoreUrl {
+    type Err = OpenError;
+
+    fn from_str(url: &str) -> Result<Self, OpenError> {
+        let url = url.trim();
+        let Some((scheme, rest)) = url.split_once(':') else {
+            return Err(OpenError::UnknownScheme(String::new()));
+        };
+        let scheme = scheme.to_ascii_lowercase();
+        let (backend, target) = match scheme.as_str() {
+            "memory" => (Backend::Memory, String::new()),
+            "sqlite" => {
+                let path = rest.strip_prefix("//").unwrap_or(rest);
+                if path.is_empty() {
+                    return Err(OpenError::InvalidUrl("sqlite: needs a file path"));
+                }
+                (Backend::Sqlite, path.to_owned())
+            }
+            "postgres" | "postgresql" => (Backend::Postgres, url.to_owned()),
+            "mysql" => (Backend::MySql, url.to_owned()),
+            "mariadb" => (Backend::MySql, format!("mysql:{rest}")),
+            "redis" | "rediss" => (Backend::Redis, url.to_owned()),
+            _ => {
+                // Only a plausible scheme is echoed back, never what could be a
+                // `user:password@host` typed without a scheme.
+                let shown = if scheme.len() <= 32
+                    && scheme
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"+-.".contains(&b))
+                {
+                    scheme
+                } else {
+                    "?".to_owned()
+                };
+                return Err(OpenError::UnknownScheme(shown));
+            }
+        };
+        if backend != Backend::Memory && backend != Backend::Sqlite && !rest.starts_with("//") {
+            return Err(OpenError::InvalidUrl("expected `scheme://host...`"));
+        }
+        if !backend.enabled() {
+            return Err(OpenError::FeatureDisabled {
+                scheme,
+                feature: backend.feature().unwrap_or_default(),
+            });
+        }
+        Ok(Self {
+            backend,
+            target,
+            table: None,
+            create_if_missing: true,
+        })
+    }
+}
+
+impl StoreUrl {
+    /// Parses `url`: see the [module docs](self) for the schemes.
+    ///
+    /// # Errors
+    /// [`OpenError::UnknownScheme`], [`OpenError::InvalidUrl`], or
+    /// [`OpenError::FeatureDisabled`] for a store this build does not include.
+    pub fn parse(url: &str) -> Result<Self, OpenError> {
+        url.parse()
+    }
+
+    /// The kind of store.
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// Keeps the records in `table` instead of `webhook_guard_records` (SQL stores
+    /// only; checked by [`StoreUrl::open`]).
+    #[must_use]
+    pub fn table(mut self, table: impl Into<String>) -> Self {
+        self.table = Some(table.into());
+        self
+    }
+
+    /// Whether opening an SQLite file that does not exist creates it (default
+    /// `true`). Operator tools turn it off so a mistyped path is an error rather
+    /// than a new empty database.
+    #[must_use]
+    pub fn create_if_missing(mut self, create: bool) -> Self {
+        self.create_if_missing = create;
+        self
+    }
+
+    /// Connects to (or opens) the store. Does not create tables: see
+    /// [`OpenedStore::migrate`].
+    ///
+    /// # Errors
+    /// [`OpenError::InvalidTable`] or [`OpenError::TableUnsupported`] for a bad
+    /// table option; [`OpenError::Store`] when the store cannot be reached or refuses
+    /// the connection ([`StoreError::Unavailable`] for an unreachable server or a
+    /// missing SQLite file).
+    pub async fn open(&self) -> Result<OpenedStore, OpenError> {
+        if self.table.is_some() && !self.backend.is_sql() {
+            return Err(OpenError::TableUnsupported(self.backend));
+        }
+        match self.backend {
+            Backend::Memory => Ok(OpenedStore {
+                store: Arc::new(MemoryStore::new()),
+                backend: Backend::Memory,
+                schema: Schema::None,
+            }),
+            Backend::Sqlite => self.open_sqlite().await,
+            Backend::Postgres => self.open_postgres().await,
+            Backend::MySql => self.open_mysql().await,
+            Backend::Redis => self.open_redis().await,
+        }
+    }
+
+    #[allow(dead_code)] // used only when a backend's feature is off
+    fn disabled(&self) -> OpenError {
+        OpenError::FeatureDisabled {
+            scheme: self.backend.name().to_owned(),
+            feature: self.backend.feature().unwrap_or_default(),
+        }
+    }
+
+    #[cfg(feature = "sqlite")]
+    async fn open_sqlite(&self) -> Result<OpenedStore, OpenError> {
+        use super::sqlite::{self, SqliteStore};
+        let options =
+            SqliteStore::connect_options(&self.target).create_if_missing(self.create_if_missing);
+        let pool = sqlx::sqlite::SqlitePoolOptions::new()
+            .max_connections(4)
+            .acquire_timeout(std::time::Duration::from_secs(5))
+            .connect_with(options)
+            .await
+            .map_err(|e| match e {
+                // "unable to open database file": the path is wrong or missing.
+                sqlx::Error::Database(_) => StoreError::unavailable(e),
+                e => sqlite::err(e),
+            })?;
+        let store = match &self.table {
+            Some(t) => {
+                SqliteStore::with_table(pool, t).map_err(|_| OpenError::InvalidTable(t.clone()))?
+            }
+            None => SqliteStore::new(pool),
+        };
+        Ok(OpenedStore {
+            store: Arc::new(store.clone()),
+            backend: Backend::Sqlite,
+            schema: Schema::Sqlite(store),
+        })
+    }
+
+    #[cfg(not(feature = "sqlite"))]
+    async fn open_sqlite(&self) -> Result<OpenedStore, OpenError> {
+        Err(self.disabled())
+    }
+
+    #[cfg(feature = "postgres")]
+    async fn open_postgres(&self) -> Result<OpenedStore, OpenError> {
+        use super::PostgresStore;
+        let mut store = PostgresStore::connect(&self.target).await?;
+        if let Some(t) = &self.table {
+            store = PostgresStore::with_table(store.pool().clone(), t)
+                .map_err(|_| OpenError::InvalidTable(t.clone()))?;
+        }
+        Ok(OpenedStore {
+            store: Arc::new(store.clone()),
+            backend: Backend::Postgres,
+            schema: Schema::Postgres(store),
+        })
+    }
+
+    #[cfg(not(feature = "postgres"))]
+    async fn open_postgres(&self) -> Result<OpenedStore, OpenError> {
+        Err(self.disabled())
+    }
+
+    #[cfg(feature = "mysql")]
+    async fn open_mysql(&self) -> Result<OpenedStore, OpenError> {
+        use super::MySqlStore;
+        let mut store = MySqlStore::connect(&self.target).await?;
+        if let Some(t) = &self.table {
+            store = store
+                .with_table(t)
+                .map_err(|_| OpenError::InvalidTable(t.clone()))?;
+        }
+        Ok(OpenedStore {
+            store: Arc::new(store.clone()),
+            backend: Backend::MySql,
+            schema: Schema::MySql(store),
+        })
+    }
+
+    #[cfg(not(feature = "mysql"))]
+    async fn open_mysql(&self) -> Result<OpenedStore, OpenError> {
+        Err(self.disabled())
+    }
+
+    #[cfg(feature = "redis")]
+    async fn open_redis(&self) -> Result<OpenedStore, OpenError> {
+        let store = super::RedisStore::connect(self.target.as_str())
+            .await
+            .map_err(|e| {
+                if e.is_unavailable() {
+                    StoreError::unavailable(e)
+                } else {
+                    StoreError::backend(e)
+                }
+            })?;
+        Ok(OpenedStore {
+            store: Arc::new(store),
+            backend: Backend::Redis,
+            schema: Schema::None,
+        })
+    }
+
+    #[cfg(not(feature = "redis"))]
+    async fn open_redis(&self) -> Result<OpenedStore, OpenError> {
+        Err(self.disabled())
+    }
+}
+
+/// Parses `url` and opens the store it names, with the default table. See the
+/// [module docs](self) for the schemes, and [`StoreUrl`] for options.
+///
+/// # Errors
+/// [`OpenError`]: an unknown scheme, a store this build does not include, or a store
+/// that cannot be reached.
+pub async fn open(url: &str) -> Result<OpenedStore, OpenError> {
+    StoreUrl::parse(url)?.open().await
+}
+
+#[derive(Clone)]
+enum Schema {
+    None,
+    #[cfg(feature = "sqlite")]
+    Sqlite(super::SqliteStore),
+    #[cfg(feature = "postgres")]
+    Postgres(super::PostgresStore),
+    #[cfg(feature = "mysql")]
+    MySql(super::MySqlStore),
+}
+
+/// A store opened from a URL: hand [`OpenedStore::shared`] to
+/// [`WebhookGuardBuilder::shared_store`](crate::WebhookGuardBuilder::shared_store).
+#[derive(Clone)]
+pub struct OpenedStore {
+    store: Arc<DynProcessedStore>,
+    backend: Backend,
+    schema: Schema,
+}
+
+impl fmt::Debug for OpenedStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OpenedStore")
+            .field("store", &self.store)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What [`OpenedStore::migrate`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Migration {
+    /// The table and its indexes exist now (created, or already there).
+    Applied {
+        /// The table.
+        table: String,
+    },
+    /// The store keeps no schema (memory, Redis): nothing to do.
+    NotNeeded,
+}
+
+impl OpenedStore {
+    /// The kind of store.
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// The store, shared.
+    pub fn shared(&self) -> Arc<DynProcessedStore> {
+        self.store.clone()
+    }
+
+    /// Creates the store's table and indexes unless they exist (SQL stores;
+    /// idempotent, safe from every replica at start-up). Memory and Redis stores
+    /// need none.
+    ///
+    /// # Errors
+    /// The store's error, for instance for lack of the privilege to create a table.
+    pub async fn migrate(&self) -> Result<Migration, StoreError> {
+        match &self.schema {
+            Schema::None => Ok(Migration::NotNeeded),
+            #[cfg(feature = "sqlite")]
+            Schema::Sqlite(s) => s.migrate().await.map(|()| Migration::Applied {
+                table: s.table().to_owned(),
+            }),
+            #[cfg(feature = "postgres")]
+            Schema::Postgres(s) => s.migrate().await.map(|()| Migration::Applied {
+                table: s.table().to_owned(),
+            }),
+            #[cfg(feature = "mysql")]
+            Schema::MySql(s) => s.migrate().await.map(|()| Migration::Applied {
+                table: s.table().to_owned(),
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schemes() {
+        let p = |u: &str| u.parse::<StoreUrl>();
+        assert_eq!(p("memory:").unwrap().backend(), Backend::Memory);
+        assert!(matches!(p("./db.sqlite"), Err(OpenError::UnknownScheme(s)) if s.is_empty()));
+        assert!(matches!(p("ftp://x"), Err(OpenError::UnknownScheme(s)) if s == "ftp"));
+        // Something that is not a scheme is not echoed (it may be a password).
+        let e = p("user pass@host:5432").unwrap_err().to_string();
+        assert!(!e.contains("pass"), "{e}");
+        assert!(matches!(p("sqlite:"), Err(OpenError::InvalidUrl(_))));
+        assert!(matches!(
+            p("postgres:localhost"),
+            Err(OpenError::InvalidUrl(_))
+        ));
+        #[cfg(feature = "sqlite")]
+        {
+            assert_eq!(p("sqlite://a.db").unwrap().target, "a.db");
+            assert_eq!(p("sqlite:///tmp/a.db").unwrap().target, "/tmp/a.db");
+            assert_eq!(p("SQLITE:a.db").unwrap().target, "a.db");
+        }
+        #[cfg(feature = "mysql")]
+        assert_eq!(p("mariadb://h/db").unwrap().target, "mysql://h/db");
+        #[cfg(not(feature = "redis"))]
+        assert!(matches!(
+            p("redis://h"),
+            Err(OpenError::FeatureDisabled {
+                feature: "redis",
+                ..
+            })
+        ));
+        #[cfg(feature = "postgres")]
+        {
+            let url = p("postgresql://u:hunter2@h/db").unwrap();
+            assert_eq!(url.backend(), Backend::Postgres);
+            assert!(!format!("{url:?}").contains("hunter2"));
+        }
+    }
+
+    #[tokio::test]
+    async fn memory_opens_and_needs_no_migration() {
+        let opened = open("memory:").await.unwrap();
+        assert_eq!(opened.migrate().await.unwrap(), Migration::NotNeeded);
+        assert!(matches!(
+            StoreUrl::parse("memory:").unwrap().table("t").open().await,
+            Err(OpenError::TableUnsupported(Backend::Memory))
+        ));
+    }
+}
