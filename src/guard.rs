@@ -207,7 +207,7 @@ pub struct WebhookGuardBuilder {
     escalate_after: u32,
     max_body: usize,
     in_progress: InProgressAnswer,
-    fingerprint: bool,
+    fingerprint: Option<bool>,
     status: [Option<StatusCode>; KINDS],
     inbox: Option<Arc<dyn InboxStore>>,
     ordering: Option<Arc<dyn OrderingStore>>,
@@ -325,10 +325,11 @@ impl WebhookGuardBuilder {
         self
     }
 
-    /// Whether to store the body's SHA-256 and answer [`Outcome::Conflict`] when an id
-    /// comes back with another body (default on).
+    /// Whether to answer [`Outcome::Conflict`] when an id comes back with another body
+    /// (compared by SHA-256). Default: on, unless the verifier says its provider
+    /// changes the body between retries (Linear).
     pub fn detect_conflicts(mut self, on: bool) -> Self {
-        self.fingerprint = on;
+        self.fingerprint = Some(on);
         self
     }
 
@@ -346,6 +347,9 @@ impl WebhookGuardBuilder {
     pub fn build(self) -> Result<WebhookGuard, ConfigError> {
         let store = self.store.ok_or(ConfigError::NoStore)?;
         let verifier = self.verifier.ok_or(ConfigError::NoVerifier)?;
+        let fingerprint = self
+            .fingerprint
+            .unwrap_or(!verifier.body_changes_on_retry());
         let retention = self
             .retention
             .unwrap_or_else(|| DEFAULT_RETENTION.max(verifier.retry_window().unwrap_or_default()));
@@ -382,7 +386,7 @@ impl WebhookGuardBuilder {
                 escalate_after: self.escalate_after,
                 max_body: self.max_body,
                 in_progress: self.in_progress,
-                fingerprint: self.fingerprint,
+                fingerprint,
                 status: self.status,
                 inbox: self.inbox,
                 ordering: self.ordering,
@@ -943,7 +947,7 @@ impl WebhookGuard {
             escalate_after: DEFAULT_ESCALATE_AFTER,
             max_body: DEFAULT_MAX_BODY,
             in_progress: InProgressAnswer::default(),
-            fingerprint: true,
+            fingerprint: None,
             status: [None; KINDS],
             inbox: None,
             ordering: None,

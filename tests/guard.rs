@@ -744,3 +744,43 @@ fn every_outcome_kind_has_a_distinct_name() {
     let names: std::collections::HashSet<_> = OutcomeKind::ALL.iter().map(|k| k.as_str()).collect();
     assert_eq!(names.len(), OutcomeKind::ALL.len());
 }
+
+#[tokio::test]
+async fn a_linear_retry_with_a_fresh_timestamp_is_a_duplicate_not_a_conflict() {
+    use webhook_guard::verify::Linear;
+    let clock = ManualClock::new(DateTime::from_timestamp(1_700_000_000, 0).unwrap());
+    let linear = Linear::new(["lin_wh_secret"]).unwrap();
+    let guard = WebhookGuard::builder()
+        .store(MemoryStore::new())
+        .verifier(linear.clone())
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let deliver = |ts_ms: i64| {
+        let body = format!(r#"{{"action":"create","type":"Issue","webhookTimestamp":{ts_ms}}}"#);
+        let sig = linear.sign(body.as_bytes());
+        (body, sig)
+    };
+    let (body, sig) = deliver(1_700_000_000_000);
+    let headers = [
+        ("Linear-Signature", sig.as_str()),
+        ("Linear-Delivery", "d-1"),
+    ];
+    let first = guard
+        .handle(&headers, body.as_bytes(), |_| async { Ok(()) })
+        .await;
+    assert!(matches!(first, Outcome::Processed { .. }), "{first:?}");
+    // Linear retries ten minutes later with a fresh webhookTimestamp in the body.
+    clock.advance(TimeDelta::minutes(10));
+    let (body, sig) = deliver(1_700_000_600_000);
+    let headers = [
+        ("Linear-Signature", sig.as_str()),
+        ("Linear-Delivery", "d-1"),
+    ];
+    let retry = guard
+        .handle(&headers, body.as_bytes(), |_| async {
+            panic!("must not run")
+        })
+        .await;
+    assert!(matches!(retry, Outcome::Duplicate { .. }), "{retry:?}");
+}

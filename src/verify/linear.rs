@@ -100,6 +100,12 @@ impl Verifier for Linear {
         })
     }
 
+    /// Linear puts a fresh `webhookTimestamp` in each retry's body (the 60 s
+    /// tolerance would refuse an old one), so the body differs between attempts.
+    fn body_changes_on_retry(&self) -> bool {
+        true
+    }
+
     fn retry_window(&self) -> Option<Duration> {
         Some(Self::RETRY_WINDOW)
     }

@@ -88,6 +88,13 @@ pub trait Verifier: fmt::Debug + Send + Sync + 'static {
     fn retry_window(&self) -> Option<Duration> {
         None
     }
+
+    /// Whether the provider re-signs a retry with a different body (for example a
+    /// fresh timestamp inside it). The guard then does not answer a changed body
+    /// under a known id as a conflict, unless told to.
+    fn body_changes_on_retry(&self) -> bool {
+        false
+    }
 }
 
 impl<V: Verifier + ?Sized> Verifier for Box<V> {
@@ -103,6 +110,10 @@ impl<V: Verifier + ?Sized> Verifier for Box<V> {
     fn retry_window(&self) -> Option<Duration> {
         (**self).retry_window()
     }
+
+    fn body_changes_on_retry(&self) -> bool {
+        (**self).body_changes_on_retry()
+    }
 }
 
 impl<V: Verifier + ?Sized> Verifier for std::sync::Arc<V> {
@@ -117,6 +128,10 @@ impl<V: Verifier + ?Sized> Verifier for std::sync::Arc<V> {
 
     fn retry_window(&self) -> Option<Duration> {
         (**self).retry_window()
+    }
+
+    fn body_changes_on_retry(&self) -> bool {
+        (**self).body_changes_on_retry()
     }
 }
 
