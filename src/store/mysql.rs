@@ -135,6 +135,31 @@ fn valid_table_name(name: &str) -> bool {
 /// A statement that InnoDB rolls back as a deadlock victim (error 1213) is run
 /// again, up to 5 times.
 ///
+/// # Inbox, ordering guard and transactional mode
+///
+/// The same store is an [`InboxStore`] in `<table>_inbox` and an [`OrderingStore`]
+/// in `<table>_objects` ([`MySqlStore::inbox_table`], [`MySqlStore::objects_table`]),
+/// created by [`MySqlStore::migrate`] with the schema above:
+///
+/// - `enqueue` is one `INSERT … ON DUPLICATE KEY UPDATE` whose first assignment
+///   decides once, with `LAST_INSERT_ID(code)`, whether the stored event is settled
+///   and expired (replaced) or not (unchanged, then read back as `Existing`).
+/// - `due_at` is `next_attempt_at` for a pending event, `lease_until` for a running
+///   one and `NULL` once settled, so `by_due (namespace, due_at)` is a range scan over
+///   the events still to run, however many settled rows the table holds. A lease is
+///   one short `READ COMMITTED` transaction: `SELECT id … WHERE namespace = ? AND
+///   due_at <= ? ORDER BY due_at LIMIT ? FOR UPDATE SKIP LOCKED` (MariaDB 10.6+,
+///   MySQL 8.0+), then an `UPDATE` of those ids and a read of the leased rows;
+///   concurrent workers skip each other's rows.
+/// - `settle_event` and `renew_event` are `UPDATE`s fenced by `state = 'running' AND
+///   token = ?`; `purge_settled` deletes through `by_settled (due_at, expires_at)` in
+///   batches of 500.
+/// - `observe` is the same decide-once upsert on `(namespace, object, family)`:
+///   stored when `created_at` is at or after the stored newest, else read back as
+///   `Stale`. Objects and families are `VARBINARY(255)`.
+/// - [`MySqlStore::record_in`] records an id inside the caller's transaction, so that
+///   a handler's effect in this database and its dedup record commit together.
+///
 /// # Errors
 ///
 /// Connection failures (I/O, TLS, pool timed out or closed, and the server errors
