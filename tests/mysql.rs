@@ -21,7 +21,6 @@ use tokio::task::JoinHandle;
 use webhook_guard::inbox::InboxEvent;
 use webhook_guard::store::mysql::sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
 use webhook_guard::store::mysql::sqlx::{self, Executor};
-use webhook_guard::store::mysql::InvalidTableName;
 use webhook_guard::store::{
     Claim, ClaimRequest, Fence, FencingToken, Fingerprint, Finish, Key, MySqlStore, ProcessedStore,
     RecordState, Recorded, StoreError,
@@ -481,7 +480,7 @@ async fn errors_are_classified() {
     let err = MySqlStore::new(pool.clone())
         .with_table("bad-name; DROP TABLE x")
         .unwrap_err();
-    assert_eq!(err, InvalidTableName("bad-name; DROP TABLE x".into()));
+    assert_eq!(err.name(), "bad-name; DROP TABLE x");
     let missing = MySqlStore::new(pool).with_table(&random_table()).unwrap();
     let err = missing
         .get(Key::new("n", "evt"))
@@ -910,8 +909,17 @@ async fn killing_the_worker_at_every_step_never_loses_or_double_applies_an_event
         let store = store.clone();
         move |e: InboxEvent| {
             let (store, effects_name) = (store.clone(), effects_name.clone());
+            // The transaction runs in its own task so that killing the worker
+            // (dropping its futures) never cancels a `BEGIN` in flight: sqlx 0.8 would
+            // return that connection to the pool inside an open transaction
+            // (launchbadge/sqlx#2054). A real crash closes the connection instead.
+            let key = (e.namespace.clone(), e.id.clone());
+            let applied = tokio::spawn(async move {
+                let key = Key::new(&key.0, &key.1);
+                apply_once(&store, &effects_name, key, e.fingerprint).await
+            });
             async move {
-                apply_once(&store, &effects_name, e.key(), e.fingerprint).await?;
+                applied.await.map_err(HandlerError::retryable)??;
                 Ok(())
             }
         }

@@ -645,8 +645,17 @@ async fn killing_the_worker_at_every_step_never_loses_or_double_applies_an_event
         let store = store.clone();
         move |e: InboxEvent| {
             let (store, effects) = (store.clone(), effects.clone());
+            // The transaction runs in its own task so that killing the worker
+            // (dropping its futures) never cancels a `BEGIN` in flight: sqlx 0.8 would
+            // return that connection to the pool inside an open transaction
+            // (launchbadge/sqlx#2054). A real crash closes the connection instead.
+            let key = (e.namespace.clone(), e.id.clone());
+            let applied = tokio::spawn(async move {
+                let key = Key::new(&key.0, &key.1);
+                apply_once(&store, &effects, key, e.fingerprint).await
+            });
             async move {
-                apply_once(&store, &effects, e.key(), e.fingerprint).await?;
+                applied.await.map_err(HandlerError::retryable)??;
                 Ok(())
             }
         }

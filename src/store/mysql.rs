@@ -64,22 +64,11 @@ const CODE_TAKEOVER: u64 = 3;
 const COLUMNS: &str = "namespace, id, state, fingerprint, token, attempts, failures, \
                        lease_until, expires_at, created_at, updated_at, history";
 
-/// A table name that [`MySqlStore::with_table`] refused.
-///
-/// Table names are written into SQL text, so only `[A-Za-z_][A-Za-z0-9_]{0,62}`
-/// is accepted (no quoting, no schema prefix: choose the database in the URL).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid table name {0:?}: use 1 to 63 ASCII letters, digits or underscores, not starting with a digit")]
-pub struct InvalidTableName(pub String);
-
-fn valid_table_name(name: &str) -> bool {
-    let bytes = name.as_bytes();
-    (1..=63).contains(&bytes.len())
-        && (bytes[0].is_ascii_alphabetic() || bytes[0] == b'_')
-        && bytes
-            .iter()
-            .all(|b| b.is_ascii_alphanumeric() || *b == b'_')
-}
+/// A table name that [`MySqlStore::with_table`] refused: the error all SQL stores
+/// share. Table names are written into SQL text, so only
+/// `[A-Za-z_][A-Za-z0-9_]{0,62}` is accepted (no quoting, no schema prefix: choose
+/// the database in the URL).
+pub use super::sql::InvalidTableName;
 
 /// A [`ProcessedStore`] in a MySQL 8 or MariaDB (10.5 and later) table.
 ///
@@ -537,10 +526,8 @@ impl MySqlStore {
     /// # Errors
     /// [`InvalidTableName`] unless `table` matches `[A-Za-z_][A-Za-z0-9_]{0,62}`.
     pub fn with_table(self, table: &str) -> Result<Self, InvalidTableName> {
-        if !valid_table_name(table) {
-            return Err(InvalidTableName(table.to_owned()));
-        }
-        Ok(Self::build(self.pool, table))
+        let table = TableName::new(table)?;
+        Ok(Self::build(self.pool, table.as_str()))
     }
 
     fn build(pool: MySqlPool, table: &str) -> Self {
@@ -972,6 +959,13 @@ impl MySqlStore {
     /// [`StoreError::Backend`] whose source is the [`sqlx::Error`]): it was rolled
     /// back whole, effect included, so run the whole transaction again.
     ///
+    /// Do not drop the transaction's futures half-way (a `select!`, a timeout, an
+    /// aborted task): sqlx 0.8's `begin` is not cancellation-safe, and a future
+    /// dropped while `BEGIN` is in flight returns its connection to the pool inside a
+    /// transaction that nothing ends (launchbadge/sqlx#2054), so later statements on
+    /// that connection never commit. Where a handler may be cancelled, run the
+    /// transaction in a spawned task.
+    ///
     /// ```no_run
     /// # async fn demo(store: webhook_guard::store::MySqlStore, body: &[u8])
     /// # -> Result<(), Box<dyn std::error::Error>> {
@@ -1146,15 +1140,26 @@ impl InboxStore for MySqlStore {
             return Ok(Vec::new());
         }
         let (now, until) = (millis(now), millis(lease_until));
-        let mut tries = 0;
-        let rows = loop {
-            match self.lease_once(namespace, now, until, limit).await {
-                Err(e) if tries < DEADLOCK_RETRIES && server_error_number(&e) == Some(1213) => {
-                    tries += 1;
+        // The transaction runs in its own task, to completion even if the caller's
+        // future is dropped: sqlx 0.8's `begin` is not cancellation-safe (a future
+        // dropped while `BEGIN` is in flight returns its connection to the pool
+        // inside a transaction that nothing ends, launchbadge/sqlx#2054). Events
+        // leased for a caller that went away are leased again when their lease ends.
+        let store = self.clone();
+        let namespace = namespace.to_owned();
+        let rows = tokio::spawn(async move {
+            let mut tries = 0;
+            loop {
+                match store.lease_once(&namespace, now, until, limit).await {
+                    Err(e) if tries < DEADLOCK_RETRIES && server_error_number(&e) == Some(1213) => {
+                        tries += 1;
+                    }
+                    other => return other.map_err(map_err),
                 }
-                other => break other.map_err(map_err)?,
             }
-        };
+        })
+        .await
+        .map_err(StoreError::backend)??;
         let mut events = rows
             .iter()
             .map(event_from_row)
@@ -1353,7 +1358,7 @@ mod tests {
     #[test]
     fn table_names_are_validated() {
         for ok in ["t", "_x", "webhook_guard_records", "A1_b2", &"a".repeat(63)] {
-            assert!(valid_table_name(ok), "{ok}");
+            assert!(TableName::new(ok).is_ok(), "{ok}");
         }
         for bad in [
             "",
@@ -1366,7 +1371,7 @@ mod tests {
             "é",
             &"a".repeat(64),
         ] {
-            assert!(!valid_table_name(bad), "{bad}");
+            assert!(TableName::new(bad).is_err(), "{bad}");
         }
     }
 

@@ -576,6 +576,13 @@ impl PostgresStore {
     /// `SERIALIZABLE` the waiting transaction fails with a serialization error
     /// instead, to be run again.
     ///
+    /// Do not drop the transaction's futures half-way (a `select!`, a timeout, an
+    /// aborted task): sqlx 0.8's `begin` is not cancellation-safe, and a future
+    /// dropped while `BEGIN` is in flight returns its connection to the pool inside a
+    /// transaction that nothing ends (launchbadge/sqlx#2054), so later statements on
+    /// that connection never commit. Where a handler may be cancelled, run the
+    /// transaction in a spawned task.
+    ///
     /// ```no_run
     /// # async fn demo(store: webhook_guard::store::PostgresStore, body: &[u8])
     /// # -> Result<(), Box<dyn std::error::Error>> {

@@ -341,6 +341,7 @@ impl RawObject {
 
 /// Where a PostgreSQL and an SQLite statement differ.
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
+#[cfg_attr(not(all(feature = "postgres", feature = "sqlite")), allow(dead_code))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Dialect {
     Postgres,
