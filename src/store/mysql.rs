@@ -367,7 +367,7 @@ impl QueueSql {
             get: format!("SELECT {EVENT_COLUMNS} FROM {i} WHERE namespace = ? AND id = ?"),
             purge: format!(
                 "DELETE FROM {i} WHERE due_at IS NULL AND expires_at <= ? \
-                 ORDER BY expires_at LIMIT ?"
+                 ORDER BY due_at, expires_at LIMIT ?"
             ),
             observe: compile(&OBSERVE_TEMPLATE.replace("{objects}", o)),
             newest: format!("SELECT newest FROM {o} WHERE {object_key}"),
