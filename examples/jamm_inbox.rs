@@ -9,6 +9,10 @@
 //! ordering guard keeps a late event from overwriting newer state, and a reconciler
 //! asks the provider's API (`GetCharge`) about charges no webhook settled.
 //!
+//! The dedup records, the inbox and the ordering ledger live in one SQLite file (a
+//! temporary one, removed at the end): `cargo run --example jamm_inbox --features
+//! sqlite`.
+//!
 //! The last line is `charges: N, correct: N, applied twice: 0, lost: 0`; the program
 //! exits non-zero if any charge ends wrong.
 
@@ -23,11 +27,9 @@ use webhook_guard::inbox::{InboxEvent, RetryPolicy};
 use webhook_guard::meta::{parse_time, EventMeta, MetaExtractor};
 use webhook_guard::ordering::{ObjectKey, ObjectStatus, OrderingStore};
 use webhook_guard::reconcile::{ReconcileRequest, Reconciler};
-use webhook_guard::store::BoxError;
+use webhook_guard::store::{BoxError, SqliteStore};
 use webhook_guard::verify::{Encoding, HmacSha256Header};
-use webhook_guard::{
-    json, Clock, EventId, HandlerError, ManualClock, MemoryStore, Outcome, WebhookGuard,
-};
+use webhook_guard::{json, Clock, EventId, HandlerError, ManualClock, Outcome, WebhookGuard};
 
 const CHARGES: usize = 40;
 const SECRET: &str = "jamm-client-secret";
@@ -187,7 +189,8 @@ async fn main() -> Result<(), BoxError> {
     }
 
     // The receiver: a guard with an inbox, an ordering guard keyed by charge, and a worker.
-    let store = MemoryStore::new();
+    let path = std::env::temp_dir().join(format!("jamm-inbox-{}.db", std::process::id()));
+    let store = SqliteStore::open(&path).await?;
     let local = Arc::new(Local::default());
     let stale = Arc::new(StaleCount::default());
     let api = Arc::new(Api {
@@ -311,6 +314,13 @@ async fn main() -> Result<(), BoxError> {
             }
         }
         clock.advance(TimeDelta::minutes(10));
+    }
+
+    store.pool().close().await;
+    for suffix in ["", "-wal", "-shm"] {
+        let mut file = path.clone().into_os_string();
+        file.push(suffix);
+        let _ = std::fs::remove_file(file);
     }
 
     // Report.

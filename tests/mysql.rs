@@ -4,8 +4,11 @@
 //! `mysql://root@127.0.0.1:3306/test`). Every test works in a fresh table with a
 //! random name and drops it at the end.
 
+#[path = "support/inbox.rs"]
+mod inbox_support;
 mod support;
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -15,15 +18,15 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, TimeDelta, Utc};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
+use webhook_guard::inbox::InboxEvent;
 use webhook_guard::store::mysql::sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
 use webhook_guard::store::mysql::sqlx::{self, Executor};
-use webhook_guard::store::mysql::InvalidTableName;
 use webhook_guard::store::{
     Claim, ClaimRequest, Fence, FencingToken, Fingerprint, Finish, Key, MySqlStore, ProcessedStore,
-    RecordState, StoreError,
+    RecordState, Recorded, StoreError,
 };
 use webhook_guard::verify::NoVerification;
-use webhook_guard::{conformance, EventId, Outcome, WebhookGuard};
+use webhook_guard::{conformance, EventId, HandlerError, Outcome, WebhookGuard};
 
 const URL_VAR: &str = "WEBHOOK_GUARD_MYSQL_URL";
 
@@ -54,7 +57,12 @@ async fn fresh_store(url: &str, max: u32) -> MySqlStore {
 }
 
 async fn drop_table(store: &MySqlStore) {
-    let sql = format!("DROP TABLE IF EXISTS {}", store.table());
+    let sql = format!(
+        "DROP TABLE IF EXISTS {t}, {t}_effects, {}, {}",
+        store.inbox_table(),
+        store.objects_table(),
+        t = store.table()
+    );
     store
         .pool()
         .execute(sql.as_str())
@@ -133,6 +141,8 @@ async fn conformance_holds_with_simultaneous_assignment() {
     let store = MySqlStore::new(pool).with_table(&random_table()).unwrap();
     store.migrate().await.unwrap();
     conformance::run_all(&store).await;
+    conformance::inbox::run_all(&store).await;
+    conformance::ordering::run_all(&store).await;
     drop_table(&store).await;
 }
 
@@ -470,7 +480,7 @@ async fn errors_are_classified() {
     let err = MySqlStore::new(pool.clone())
         .with_table("bad-name; DROP TABLE x")
         .unwrap_err();
-    assert_eq!(err, InvalidTableName("bad-name; DROP TABLE x".into()));
+    assert_eq!(err.name(), "bad-name; DROP TABLE x");
     let missing = MySqlStore::new(pool).with_table(&random_table()).unwrap();
     let err = missing
         .get(Key::new("n", "evt"))
@@ -727,6 +737,201 @@ async fn throughput_against_raw_upserts() {
     eprintln!(
         "raw upserts/s {raw:.0}, guard cycles/s {cycles:.0}, ratio {:.2}",
         cycles / raw
+    );
+    drop_table(&store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn passes_the_inbox_and_ordering_conformance_suites() {
+    let Some(url) = url() else { return };
+    let store = fresh_store(&url, 8).await;
+    store.migrate().await.expect("migrate is idempotent");
+    timed("inbox suite", conformance::inbox::run_all(&store)).await;
+    timed("ordering suite", conformance::ordering::run_all(&store)).await;
+    drop_table(&store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guard_and_its_worker_process_events_end_to_end() {
+    let Some(url) = url() else { return };
+    let store = fresh_store(&url, 8).await;
+    timed(
+        "end to end",
+        inbox_support::guard_and_worker_end_to_end(store.clone()),
+    )
+    .await;
+    drop_table(&store).await;
+}
+
+/// Creates `<table>_effects (namespace, id)` with no unique key: an effect applied
+/// twice shows as two rows.
+async fn effects_table(store: &MySqlStore) -> String {
+    let name = format!("{}_effects", store.table());
+    let sql = format!(
+        "CREATE TABLE {name} (namespace VARBINARY(64) NOT NULL, id VARBINARY(255) NOT NULL) \
+         ENGINE=InnoDB"
+    );
+    store.pool().execute(sql.as_str()).await.unwrap();
+    name
+}
+
+/// Effect rows per id in `namespace`.
+async fn effects(store: &MySqlStore, namespace: &str) -> BTreeMap<String, i64> {
+    let sql = format!(
+        "SELECT id, count(*) FROM {}_effects WHERE namespace = ? GROUP BY id",
+        store.table()
+    );
+    sqlx::query_as::<_, (Vec<u8>, i64)>(&sql)
+        .bind(namespace)
+        .fetch_all(store.pool())
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(id, n)| (String::from_utf8(id).unwrap(), n))
+        .collect()
+}
+
+/// Whether `e` is InnoDB's deadlock victim error (the transaction was rolled back).
+fn is_deadlock(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut source = Some(e);
+    while let Some(e) = source {
+        if let Some(sqlx::Error::Database(db)) = e.downcast_ref::<sqlx::Error>() {
+            return db.code().as_deref() == Some("40001");
+        }
+        source = e.source();
+    }
+    false
+}
+
+/// Applies an effect row for `key` in one transaction with its dedup record, running
+/// the transaction again when InnoDB picked it as a deadlock victim.
+async fn apply_once(
+    store: &MySqlStore,
+    effects: &str,
+    key: Key<'_>,
+    fingerprint: Fingerprint,
+) -> Result<(Recorded, usize), HandlerError> {
+    let mut deadlocks = 0;
+    loop {
+        let attempt = async {
+            let now = inbox_support::now_ms();
+            let mut tx = store.pool().begin().await.map_err(StoreError::backend)?;
+            let recorded = store
+                .record_in(&mut tx, key, fingerprint, now, now + TimeDelta::hours(72))
+                .await?;
+            if recorded == Recorded::First {
+                sqlx::query(&format!(
+                    "INSERT INTO {effects} (namespace, id) VALUES (?, ?)"
+                ))
+                .bind(key.namespace)
+                .bind(key.id)
+                .execute(&mut *tx)
+                .await
+                .map_err(StoreError::backend)?;
+            }
+            tx.commit().await.map_err(StoreError::backend)?;
+            Ok::<_, StoreError>(recorded)
+        };
+        match attempt.await {
+            Ok(recorded) => return Ok((recorded, deadlocks)),
+            Err(e) if deadlocks < 20 && is_deadlock(&e) => deadlocks += 1,
+            Err(e) => return Err(HandlerError::retryable(e)),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_transactional_mode_applies_a_database_effect_exactly_once_under_1000_concurrent_duplicates(
+) {
+    let Some(url) = url() else { return };
+    let store = fresh_store(&url, 20).await;
+    let effects_name = effects_table(&store).await;
+    let start = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..1000usize {
+        let (store, effects_name) = (store.clone(), effects_name.clone());
+        tasks.spawn(async move {
+            let id = format!("tx_{}", i % 10);
+            let key = Key::new("txn", &id);
+            apply_once(&store, &effects_name, key, Fingerprint::of(id.as_bytes()))
+                .await
+                .expect("transaction")
+        });
+    }
+    let (mut first, mut deadlocks) = (0, 0);
+    while let Some(r) = tasks.join_next().await {
+        let (recorded, retried) = r.expect("task");
+        deadlocks += retried;
+        match recorded {
+            Recorded::First => first += 1,
+            Recorded::Duplicate => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    eprintln!(
+        "1,000 concurrent transactions over 10 ids: {:?} ({deadlocks} deadlock victims run again)",
+        start.elapsed()
+    );
+    assert_eq!(first, 10);
+    let applied = effects(&store, "txn").await;
+    assert_eq!(applied.len(), 10);
+    assert!(applied.values().all(|n| *n == 1), "{applied:?}");
+
+    // A rolled-back recording leaves nothing; a different body is a conflict.
+    let key = Key::new("txn", "rolled_back");
+    let fp = Fingerprint::of(b"a");
+    let now = inbox_support::now_ms();
+    let mut tx = store.pool().begin().await.unwrap();
+    assert_eq!(
+        store
+            .record_in(&mut tx, key, fp, now, now + TimeDelta::hours(1))
+            .await
+            .unwrap(),
+        Recorded::First
+    );
+    tx.rollback().await.unwrap();
+    let once = |fp| apply_once(&store, &effects_name, key, fp);
+    assert_eq!(once(fp).await.unwrap().0, Recorded::First);
+    assert_eq!(once(fp).await.unwrap().0, Recorded::Duplicate);
+    assert_eq!(
+        once(Fingerprint::of(b"b")).await.unwrap().0,
+        Recorded::Conflict
+    );
+    drop_table(&store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn killing_the_worker_at_every_step_never_loses_or_double_applies_an_event() {
+    let Some(url) = url() else { return };
+    let store = fresh_store(&url, 16).await;
+    let effects_name = effects_table(&store).await;
+    let handler = {
+        let store = store.clone();
+        move |e: InboxEvent| {
+            let (store, effects_name) = (store.clone(), effects_name.clone());
+            // The transaction runs in its own task so that killing the worker
+            // (dropping its futures) never cancels a `BEGIN` in flight: sqlx 0.8 would
+            // return that connection to the pool inside an open transaction
+            // (launchbadge/sqlx#2054). A real crash closes the connection instead.
+            let key = (e.namespace.clone(), e.id.clone());
+            let applied = tokio::spawn(async move {
+                let key = Key::new(&key.0, &key.1);
+                apply_once(&store, &effects_name, key, e.fingerprint).await
+            });
+            async move {
+                applied.await.map_err(HandlerError::retryable)??;
+                Ok(())
+            }
+        }
+    };
+    let start = Instant::now();
+    let points = inbox_support::kill_at_every_step(store.clone(), handler, async |ns: &str| {
+        effects(&store, ns).await
+    })
+    .await;
+    eprintln!(
+        "killed at each of {points} store calls, then recovered: {:?}",
+        start.elapsed()
     );
     drop_table(&store).await;
 }

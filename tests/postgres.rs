@@ -5,8 +5,11 @@
 //! test stops the server: recovery is shown by terminating the store's own
 //! connections and by closing a local TCP proxy.
 
+#[path = "support/inbox.rs"]
+mod inbox_support;
 mod support;
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -16,14 +19,15 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, TimeDelta, Utc};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::{JoinHandle, JoinSet};
+use webhook_guard::inbox::InboxEvent;
 use webhook_guard::store::postgres::sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use webhook_guard::store::postgres::sqlx::{self, Row};
 use webhook_guard::store::{
     Claim, ClaimRequest, Fence, FencingToken, Fingerprint, Finish, Key, PostgresStore,
-    ProcessedStore, RecordState,
+    ProcessedStore, RecordState, Recorded,
 };
 use webhook_guard::verify::NoVerification;
-use webhook_guard::{conformance, EventId, OutcomeKind, StoreError, WebhookGuard};
+use webhook_guard::{conformance, EventId, HandlerError, OutcomeKind, StoreError, WebhookGuard};
 
 const URL_VAR: &str = "WEBHOOK_GUARD_POSTGRES_URL";
 
@@ -79,11 +83,38 @@ impl Db {
     }
 
     async fn drop_table(self) {
-        let sql = format!("DROP TABLE IF EXISTS \"{}\"", self.table);
+        for suffix in ["", "_inbox", "_objects", "_effects"] {
+            let sql = format!("DROP TABLE IF EXISTS \"{}{suffix}\"", self.table);
+            sqlx::query(&sql)
+                .execute(&self.admin)
+                .await
+                .expect("drop table");
+        }
+    }
+
+    /// A table of effects, `<table>_effects (namespace, id)`, with no unique key: an
+    /// effect applied twice shows as two rows.
+    async fn effects_table(&self) -> String {
+        let name = format!("{}_effects", self.table);
+        let sql = format!("CREATE TABLE \"{name}\" (namespace TEXT NOT NULL, id TEXT NOT NULL)");
+        sqlx::query(&sql).execute(&self.admin).await.unwrap();
+        name
+    }
+
+    /// Effect rows per id in `namespace`.
+    async fn effects(&self, namespace: &str) -> BTreeMap<String, i64> {
+        let sql = format!(
+            "SELECT id, count(*) FROM \"{}_effects\" WHERE namespace = $1 GROUP BY id",
+            self.table
+        );
         sqlx::query(&sql)
-            .execute(&self.admin)
+            .bind(namespace)
+            .fetch_all(&self.admin)
             .await
-            .expect("drop table");
+            .unwrap()
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect()
     }
 }
 
@@ -464,5 +495,178 @@ async fn unreachable_is_unavailable_and_recovers_when_the_server_returns() {
         Claim::Acquired(_)
     ));
     running.abort();
+    db.drop_table().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn passes_the_inbox_and_ordering_conformance_suites() {
+    let Some(db) = db().await else { return };
+    let store = db.store(8).await;
+    store.migrate().await.expect("migrate");
+    let started = Instant::now();
+    conformance::inbox::run_all(&store).await;
+    conformance::ordering::run_all(&store).await;
+    eprintln!("inbox and ordering suites: {:?}", started.elapsed());
+    db.drop_table().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guard_and_its_worker_process_events_end_to_end() {
+    let Some(db) = db().await else { return };
+    let store = db.store(8).await;
+    store.migrate().await.expect("migrate");
+    let started = Instant::now();
+    inbox_support::guard_and_worker_end_to_end(store).await;
+    eprintln!("end to end: {:?}", started.elapsed());
+    db.drop_table().await;
+}
+
+/// Applies `<table>_effects` for `key` in one transaction with its dedup record.
+async fn apply_once(
+    store: &PostgresStore,
+    effects: &str,
+    key: Key<'_>,
+    fingerprint: Fingerprint,
+) -> Result<Recorded, HandlerError> {
+    let now = inbox_support::now_ms();
+    let mut tx = store
+        .pool()
+        .begin()
+        .await
+        .map_err(HandlerError::retryable)?;
+    let recorded = store
+        .record_in(&mut tx, key, fingerprint, now, now + TimeDelta::hours(72))
+        .await
+        .map_err(HandlerError::retryable)?;
+    if recorded == Recorded::First {
+        sqlx::query(&format!(
+            "INSERT INTO \"{effects}\" (namespace, id) VALUES ($1, $2)"
+        ))
+        .bind(key.namespace)
+        .bind(key.id)
+        .execute(&mut *tx)
+        .await
+        .map_err(HandlerError::retryable)?;
+    }
+    tx.commit().await.map_err(HandlerError::retryable)?;
+    Ok(recorded)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_transactional_mode_applies_a_database_effect_exactly_once_under_1000_concurrent_duplicates(
+) {
+    let Some(db) = db().await else { return };
+    let store = db.store(20).await;
+    store.migrate().await.expect("migrate");
+    let effects = db.effects_table().await;
+    let started = Instant::now();
+    let mut tasks = JoinSet::new();
+    for i in 0..1000usize {
+        let (store, effects) = (store.clone(), effects.clone());
+        tasks.spawn(async move {
+            let id = format!("tx_{}", i % 10);
+            let key = Key::new("txn", &id);
+            apply_once(&store, &effects, key, Fingerprint::of(id.as_bytes()))
+                .await
+                .expect("transaction")
+        });
+    }
+    let mut first = 0;
+    while let Some(r) = tasks.join_next().await {
+        match r.expect("task") {
+            Recorded::First => first += 1,
+            Recorded::Duplicate => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    eprintln!(
+        "1,000 concurrent transactions over 10 ids: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(first, 10);
+    let applied = db.effects("txn").await;
+    assert_eq!(applied.len(), 10);
+    assert!(applied.values().all(|n| *n == 1), "{applied:?}");
+    assert_eq!(db.count("state = 'completed'").await, 10);
+
+    // A rolled-back recording leaves nothing: the next one is first. A different body
+    // under a recorded id is a conflict.
+    let key = Key::new("txn", "rolled_back");
+    let fp = Fingerprint::of(b"a");
+    let now = inbox_support::now_ms();
+    let later = now + TimeDelta::hours(1);
+    let mut tx = store.pool().begin().await.unwrap();
+    assert_eq!(
+        store.record_in(&mut tx, key, fp, now, later).await.unwrap(),
+        Recorded::First
+    );
+    tx.rollback().await.unwrap();
+    assert_eq!(
+        apply_once(&store, &effects, key, fp).await.unwrap(),
+        Recorded::First
+    );
+    assert_eq!(
+        apply_once(&store, &effects, key, fp).await.unwrap(),
+        Recorded::Duplicate
+    );
+    assert_eq!(
+        apply_once(&store, &effects, key, Fingerprint::of(b"b"))
+            .await
+            .unwrap(),
+        Recorded::Conflict
+    );
+    // An expired record is replaced.
+    let mut tx = store.pool().begin().await.unwrap();
+    let much_later = later + TimeDelta::hours(100);
+    assert_eq!(
+        store
+            .record_in(
+                &mut tx,
+                key,
+                fp,
+                much_later,
+                much_later + TimeDelta::hours(1)
+            )
+            .await
+            .unwrap(),
+        Recorded::First
+    );
+    tx.commit().await.unwrap();
+    db.drop_table().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn killing_the_worker_at_every_step_never_loses_or_double_applies_an_event() {
+    let Some(db) = db().await else { return };
+    let store = db.store(16).await;
+    store.migrate().await.expect("migrate");
+    let effects = db.effects_table().await;
+    let handler = {
+        let store = store.clone();
+        move |e: InboxEvent| {
+            let (store, effects) = (store.clone(), effects.clone());
+            // The transaction runs in its own task so that killing the worker
+            // (dropping its futures) never cancels a `BEGIN` in flight: sqlx 0.8 would
+            // return that connection to the pool inside an open transaction
+            // (launchbadge/sqlx#2054). A real crash closes the connection instead.
+            let key = (e.namespace.clone(), e.id.clone());
+            let applied = tokio::spawn(async move {
+                let key = Key::new(&key.0, &key.1);
+                apply_once(&store, &effects, key, e.fingerprint).await
+            });
+            async move {
+                applied.await.map_err(HandlerError::retryable)??;
+                Ok(())
+            }
+        }
+    };
+    let started = Instant::now();
+    let points =
+        inbox_support::kill_at_every_step(store, handler, async |ns: &str| db.effects(ns).await)
+            .await;
+    eprintln!(
+        "killed at each of {points} store calls, then recovered: {:?}",
+        started.elapsed()
+    );
     db.drop_table().await;
 }

@@ -3,8 +3,11 @@
 //! Every test uses a fresh file under the system's temporary directory with a random
 //! name and a random table name, and removes the file (and its WAL) at the end.
 
+#[path = "support/inbox.rs"]
+mod inbox_support;
 mod support;
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -12,14 +15,15 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, TimeDelta, Utc};
 use tokio::task::JoinSet;
+use webhook_guard::inbox::InboxEvent;
 use webhook_guard::store::sqlite::sqlx::sqlite::{SqlitePool, SqlitePoolOptions};
 use webhook_guard::store::sqlite::sqlx::{self, Connection, Row};
 use webhook_guard::store::{
     Claim, ClaimRequest, Fence, FencingToken, Fingerprint, Finish, Key, ProcessedStore,
-    RecordState, SqliteStore,
+    RecordState, Recorded, SqliteStore,
 };
 use webhook_guard::verify::NoVerification;
-use webhook_guard::{conformance, EventId, OutcomeKind, StoreError, WebhookGuard};
+use webhook_guard::{conformance, EventId, HandlerError, OutcomeKind, StoreError, WebhookGuard};
 
 fn unique(prefix: &str) -> String {
     format!("{prefix}_{:016x}", FencingToken::random().0)
@@ -404,4 +408,177 @@ async fn purges_100k_expired_records_while_claims_continue() {
         "claims kept"
     );
     pool.close().await;
+}
+
+/// Creates `effects (namespace, id)` with no unique key: an effect applied twice
+/// shows as two rows.
+async fn effects_table(pool: &SqlitePool) {
+    sqlx::query("CREATE TABLE effects (namespace TEXT NOT NULL, id TEXT NOT NULL)")
+        .execute(pool)
+        .await
+        .unwrap();
+}
+
+/// Effect rows per id in `namespace`.
+async fn effects(pool: &SqlitePool, namespace: &str) -> BTreeMap<String, i64> {
+    sqlx::query("SELECT id, count(*) FROM effects WHERE namespace = ?1 GROUP BY id")
+        .bind(namespace)
+        .fetch_all(pool)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect()
+}
+
+/// Applies an effect row for `key` in one transaction with its dedup record.
+async fn apply_once(
+    store: &SqliteStore,
+    key: Key<'_>,
+    fingerprint: Fingerprint,
+) -> Result<Recorded, HandlerError> {
+    let now = inbox_support::now_ms();
+    let mut tx = store
+        .pool()
+        .begin()
+        .await
+        .map_err(HandlerError::retryable)?;
+    let recorded = store
+        .record_in(&mut tx, key, fingerprint, now, now + TimeDelta::hours(72))
+        .await
+        .map_err(HandlerError::retryable)?;
+    if recorded == Recorded::First {
+        sqlx::query("INSERT INTO effects (namespace, id) VALUES (?1, ?2)")
+            .bind(key.namespace)
+            .bind(key.id)
+            .execute(&mut *tx)
+            .await
+            .map_err(HandlerError::retryable)?;
+    }
+    tx.commit().await.map_err(HandlerError::retryable)?;
+    Ok(recorded)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn passes_the_inbox_and_ordering_conformance_suites() {
+    let db = Db::new();
+    let store = db.store(4).await;
+    store.migrate().await.expect("migrate");
+    let started = Instant::now();
+    conformance::inbox::run_all(&store).await;
+    conformance::ordering::run_all(&store).await;
+    eprintln!("inbox and ordering suites: {:?}", started.elapsed());
+    let tables: i64 =
+        sqlx::query("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN (?1, ?2)")
+            .bind(format!("{}_inbox", db.table))
+            .bind(format!("{}_objects", db.table))
+            .fetch_one(store.pool())
+            .await
+            .unwrap()
+            .get(0);
+    assert_eq!(tables, 2, "the inbox and the ordering ledger");
+    store.pool().close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guard_and_its_worker_process_events_end_to_end() {
+    let db = Db::new();
+    let store = db.store(4).await;
+    store.migrate().await.expect("migrate");
+    let started = Instant::now();
+    inbox_support::guard_and_worker_end_to_end(store.clone()).await;
+    eprintln!("end to end: {:?}", started.elapsed());
+    store.pool().close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_transactional_mode_applies_a_database_effect_exactly_once_under_1000_concurrent_duplicates(
+) {
+    let db = Db::new();
+    let store = db.store(4).await;
+    store.migrate().await.expect("migrate");
+    effects_table(store.pool()).await;
+    let started = Instant::now();
+    let mut tasks = JoinSet::new();
+    for i in 0..1000usize {
+        let store = store.clone();
+        tasks.spawn(async move {
+            let id = format!("tx_{}", i % 10);
+            let key = Key::new("txn", &id);
+            apply_once(&store, key, Fingerprint::of(id.as_bytes()))
+                .await
+                .expect("transaction")
+        });
+    }
+    let mut first = 0;
+    while let Some(r) = tasks.join_next().await {
+        match r.expect("task") {
+            Recorded::First => first += 1,
+            Recorded::Duplicate => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    eprintln!(
+        "1,000 concurrent transactions over 10 ids: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(first, 10);
+    let applied = effects(store.pool(), "txn").await;
+    assert_eq!(applied.len(), 10);
+    assert!(applied.values().all(|n| *n == 1), "{applied:?}");
+
+    // A rolled-back recording leaves nothing; a different body is a conflict.
+    let key = Key::new("txn", "rolled_back");
+    let fp = Fingerprint::of(b"a");
+    let now = inbox_support::now_ms();
+    let mut tx = store.pool().begin().await.unwrap();
+    assert_eq!(
+        store
+            .record_in(&mut tx, key, fp, now, now + TimeDelta::hours(1))
+            .await
+            .unwrap(),
+        Recorded::First
+    );
+    tx.rollback().await.unwrap();
+    assert_eq!(apply_once(&store, key, fp).await.unwrap(), Recorded::First);
+    assert_eq!(
+        apply_once(&store, key, fp).await.unwrap(),
+        Recorded::Duplicate
+    );
+    assert_eq!(
+        apply_once(&store, key, Fingerprint::of(b"b"))
+            .await
+            .unwrap(),
+        Recorded::Conflict
+    );
+    store.pool().close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn killing_the_worker_at_every_step_never_loses_or_double_applies_an_event() {
+    let db = Db::new();
+    let store = db.store(4).await;
+    store.migrate().await.expect("migrate");
+    effects_table(store.pool()).await;
+    let handler = {
+        let store = store.clone();
+        move |e: InboxEvent| {
+            let store = store.clone();
+            async move {
+                apply_once(&store, e.key(), e.fingerprint).await?;
+                Ok(())
+            }
+        }
+    };
+    let started = Instant::now();
+    let pool = store.pool().clone();
+    let points = inbox_support::kill_at_every_step(store.clone(), handler, async |ns: &str| {
+        effects(&pool, ns).await
+    })
+    .await;
+    eprintln!(
+        "killed at each of {points} store calls, then recovered: {:?}",
+        started.elapsed()
+    );
+    store.pool().close().await;
 }

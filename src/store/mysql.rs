@@ -21,16 +21,23 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use sqlx::mysql::{MySqlDatabaseError, MySqlPool, MySqlQueryResult, MySqlRow};
-use sqlx::Row;
+use sqlx::mysql::{
+    MySql, MySqlArguments, MySqlConnection, MySqlDatabaseError, MySqlPool, MySqlQueryResult,
+    MySqlRow,
+};
+use sqlx::query::Query;
+use sqlx::{Connection, Row};
 
 /// The driver, re-exported so that a host uses the same version as this crate.
 pub use sqlx;
 
+use super::sql::{self as shared, RawEvent, RawObject, TableName, EVENT_COLUMNS, OBJECT_COLUMNS};
 use super::{
     decode_history, encode_history, Claim, ClaimRequest, Deleted, Fence, FencingToken, Fingerprint,
-    Finish, Key, ProcessedStore, Record, RecordState, StoreError,
+    Finish, Key, ProcessedStore, Record, RecordState, Recorded, StoreError,
 };
+use crate::inbox::{Enqueued, InboxEvent, InboxStore, NewEvent, Settle};
+use crate::ordering::{Freshness, ObjectKey, ObjectRecord, ObjectStatus, OrderingStore};
 
 /// The schema for the default table name; [`MySqlStore::schema_sql`] renames it.
 const SCHEMA: &str = include_str!("mysql.sql");
@@ -57,22 +64,11 @@ const CODE_TAKEOVER: u64 = 3;
 const COLUMNS: &str = "namespace, id, state, fingerprint, token, attempts, failures, \
                        lease_until, expires_at, created_at, updated_at, history";
 
-/// A table name that [`MySqlStore::with_table`] refused.
-///
-/// Table names are written into SQL text, so only `[A-Za-z_][A-Za-z0-9_]{0,62}`
-/// is accepted (no quoting, no schema prefix: choose the database in the URL).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid table name {0:?}: use 1 to 63 ASCII letters, digits or underscores, not starting with a digit")]
-pub struct InvalidTableName(pub String);
-
-fn valid_table_name(name: &str) -> bool {
-    let bytes = name.as_bytes();
-    (1..=63).contains(&bytes.len())
-        && (bytes[0].is_ascii_alphabetic() || bytes[0] == b'_')
-        && bytes
-            .iter()
-            .all(|b| b.is_ascii_alphanumeric() || *b == b'_')
-}
+/// A table name that [`MySqlStore::with_table`] refused: the error all SQL stores
+/// share. Table names are written into SQL text, so only
+/// `[A-Za-z_][A-Za-z0-9_]{0,62}` is accepted (no quoting, no schema prefix: choose
+/// the database in the URL).
+pub use super::sql::InvalidTableName;
 
 /// A [`ProcessedStore`] in a MySQL 8 or MariaDB (10.5 and later) table.
 ///
@@ -128,6 +124,31 @@ fn valid_table_name(name: &str) -> bool {
 /// A statement that InnoDB rolls back as a deadlock victim (error 1213) is run
 /// again, up to 5 times.
 ///
+/// # Inbox, ordering guard and transactional mode
+///
+/// The same store is an [`InboxStore`] in `<table>_inbox` and an [`OrderingStore`]
+/// in `<table>_objects` ([`MySqlStore::inbox_table`], [`MySqlStore::objects_table`]),
+/// created by [`MySqlStore::migrate`] with the schema above:
+///
+/// - `enqueue` is one `INSERT … ON DUPLICATE KEY UPDATE` whose first assignment
+///   decides once, with `LAST_INSERT_ID(code)`, whether the stored event is settled
+///   and expired (replaced) or not (unchanged, then read back as `Existing`).
+/// - `due_at` is `next_attempt_at` for a pending event, `lease_until` for a running
+///   one and `NULL` once settled, so `by_due (namespace, due_at)` is a range scan over
+///   the events still to run, however many settled rows the table holds. A lease is
+///   one short `READ COMMITTED` transaction: `SELECT id … WHERE namespace = ? AND
+///   due_at <= ? ORDER BY due_at LIMIT ? FOR UPDATE SKIP LOCKED` (MariaDB 10.6+,
+///   MySQL 8.0+), then an `UPDATE` of those ids and a read of the leased rows;
+///   concurrent workers skip each other's rows.
+/// - `settle_event` and `renew_event` are `UPDATE`s fenced by `state = 'running' AND
+///   token = ?`; `purge_settled` deletes through `by_settled (due_at, expires_at)` in
+///   batches of 500.
+/// - `observe` is the same decide-once upsert on `(namespace, object, family)`:
+///   stored when `created_at` is at or after the stored newest, else read back as
+///   `Stale`. Objects and families are `VARBINARY(255)`.
+/// - [`MySqlStore::record_in`] records an id inside the caller's transaction, so that
+///   a handler's effect in this database and its dedup record commit together.
+///
 /// # Errors
 ///
 /// Connection failures (I/O, TLS, pool timed out or closed, and the server errors
@@ -175,6 +196,50 @@ enum Param {
     Now,
     LeaseUntil,
     ExpiresAt,
+    EventType,
+    CreatedAt,
+    Object,
+    Family,
+    Payload,
+}
+
+/// The values a statement compiled by [`compile`] may bind, by [`Param`].
+#[derive(Debug, Default, Clone, Copy)]
+struct Values<'a> {
+    ns: &'a str,
+    id: &'a str,
+    fp: &'a [u8],
+    token: i64,
+    now: i64,
+    lease: i64,
+    exp: i64,
+    event_type: Option<&'a str>,
+    created: Option<i64>,
+    object: Option<&'a str>,
+    family: Option<&'a str>,
+    payload: &'a [u8],
+}
+
+/// `sql` with `values` bound in the order of `params`.
+fn bind<'q>(sql: &'q str, params: &[Param], v: Values<'q>) -> Query<'q, MySql, MySqlArguments> {
+    let mut query = sqlx::query(sql);
+    for param in params {
+        query = match param {
+            Param::Namespace => query.bind(v.ns),
+            Param::Id => query.bind(v.id),
+            Param::Fingerprint => query.bind(v.fp),
+            Param::Token => query.bind(v.token),
+            Param::Now => query.bind(v.now),
+            Param::LeaseUntil => query.bind(v.lease),
+            Param::ExpiresAt => query.bind(v.exp),
+            Param::EventType => query.bind(v.event_type),
+            Param::CreatedAt => query.bind(v.created),
+            Param::Object => query.bind(v.object),
+            Param::Family => query.bind(v.family),
+            Param::Payload => query.bind(v.payload),
+        };
+    }
+    query
 }
 
 /// Every statement, built once per table name.
@@ -189,6 +254,145 @@ struct Sql {
     probe: String,
     purge: String,
     stuck: String,
+    queue: QueueSql,
+}
+
+/// The inbox, ordering and transactional statements.
+#[derive(Debug)]
+struct QueueSql {
+    inbox: String,
+    objects: String,
+    enqueue: (String, Vec<Param>),
+    existing: String,
+    pick: String,
+    take: String,
+    taken: String,
+    settle: String,
+    renew: String,
+    get: String,
+    purge: String,
+    observe: (String, Vec<Param>),
+    newest: String,
+    settle_object: String,
+    get_object: String,
+    failed: String,
+    record: (String, Vec<Param>),
+    recorded: String,
+}
+
+/// Stores a new event; on a known id, the first assignment decides once whether the
+/// stored event is settled and expired (2: replaced by the new one) or not (1:
+/// nothing changes), as the claim does.
+const ENQUEUE_TEMPLATE: &str = "INSERT INTO {inbox} \
+(namespace, id, fingerprint, event_type, created_at, object, family, payload, state, attempts, \
+token, lease_until, next_attempt_at, due_at, last_error, received_at, updated_at, expires_at) \
+VALUES (:ns, :id, :fp, :type, :created, :object, :family, :payload, 'pending', 0, 0, \
+:now, :now, :now, NULL, :now, :now, :exp) \
+ON DUPLICATE KEY UPDATE \
+state = IF(LAST_INSERT_ID(IF(due_at IS NULL AND expires_at <= :now, 2, 1)) = 2, 'pending', state), \
+fingerprint = IF(LAST_INSERT_ID() = 2, :fp, fingerprint), \
+event_type = IF(LAST_INSERT_ID() = 2, :type, event_type), \
+created_at = IF(LAST_INSERT_ID() = 2, :created, created_at), \
+object = IF(LAST_INSERT_ID() = 2, :object, object), \
+family = IF(LAST_INSERT_ID() = 2, :family, family), \
+payload = IF(LAST_INSERT_ID() = 2, :payload, payload), \
+attempts = IF(LAST_INSERT_ID() = 2, 0, attempts), \
+token = IF(LAST_INSERT_ID() = 2, 0, token), \
+lease_until = IF(LAST_INSERT_ID() = 2, :now, lease_until), \
+next_attempt_at = IF(LAST_INSERT_ID() = 2, :now, next_attempt_at), \
+last_error = IF(LAST_INSERT_ID() = 2, NULL, last_error), \
+received_at = IF(LAST_INSERT_ID() = 2, :now, received_at), \
+updated_at = IF(LAST_INSERT_ID() = 2, :now, updated_at), \
+expires_at = IF(LAST_INSERT_ID() = 2, :exp, expires_at), \
+due_at = IF(LAST_INSERT_ID() = 2, :now, due_at)";
+
+/// Records the newest `created_at` of an object: 2 when it is at or after the stored
+/// one (stored), 1 otherwise (nothing changes).
+const OBSERVE_TEMPLATE: &str = "INSERT INTO {objects} \
+(namespace, object, family, newest, status, updated_at) \
+VALUES (:ns, :object, :family, :created, 'pending', :now) \
+ON DUPLICATE KEY UPDATE \
+newest = IF(LAST_INSERT_ID(IF(:created >= newest, 2, 1)) = 2, :created, newest), \
+status = IF(LAST_INSERT_ID() = 2, 'pending', status), \
+updated_at = IF(LAST_INSERT_ID() = 2, :now, updated_at)";
+
+/// The transactional mode's record: a `completed` row, replacing an expired record
+/// (2) or taking over a failed one or one whose lease ran out, same body (3);
+/// otherwise nothing changes (1).
+const RECORD_TEMPLATE: &str = "INSERT INTO {table} \
+(namespace, id, state, fingerprint, token, attempts, failures, \
+lease_until, expires_at, created_at, updated_at, history) \
+VALUES (:ns, :id, 'completed', :fp, :token, 1, 0, :now, :exp, :now, :now, '') \
+ON DUPLICATE KEY UPDATE \
+token = IF(LAST_INSERT_ID(IF({fresh}, 2, IF({take}, 3, 1))) = 1, token, :token), \
+attempts = IF(LAST_INSERT_ID() = 2, 1, \
+IF(LAST_INSERT_ID() = 3, LEAST(attempts, 4294967294) + 1, attempts)), \
+failures = IF(LAST_INSERT_ID() = 2, 0, failures), \
+history = IF(LAST_INSERT_ID() = 2, '', history), \
+created_at = IF(LAST_INSERT_ID() = 2, :now, created_at), \
+updated_at = IF(LAST_INSERT_ID() = 1, updated_at, :now), \
+expires_at = IF(LAST_INSERT_ID() = 2, :exp, \
+IF(LAST_INSERT_ID() = 3, GREATEST(expires_at, :exp), expires_at)), \
+lease_until = IF(LAST_INSERT_ID() = 1, lease_until, :now), \
+fingerprint = IF(LAST_INSERT_ID() = 1, fingerprint, :fp), \
+state = IF(LAST_INSERT_ID() = 1, state, 'completed')";
+
+impl QueueSql {
+    fn new(table: &str) -> Self {
+        let name = TableName::new(table).expect("validated by MySqlStore::with_table");
+        let inbox = name.derived("inbox").as_str().to_owned();
+        let objects = name.derived("objects").as_str().to_owned();
+        let i = &inbox;
+        let o = &objects;
+        let fence = "WHERE namespace = ? AND id = ? AND state = 'running' AND token = ?";
+        let object_key = "namespace = ? AND object = ? AND family = ?";
+        Self {
+            enqueue: compile(&ENQUEUE_TEMPLATE.replace("{inbox}", i)),
+            existing: format!("SELECT fingerprint, state FROM {i} WHERE namespace = ? AND id = ?"),
+            pick: format!(
+                "SELECT id FROM {i} WHERE namespace = ? AND due_at <= ? \
+                 ORDER BY due_at LIMIT ? FOR UPDATE SKIP LOCKED"
+            ),
+            take: format!(
+                "UPDATE {i} SET state = 'running', token = ?, attempts = attempts + 1, \
+                 lease_until = ?, due_at = ?, updated_at = ? WHERE namespace = ? AND id IN"
+            ),
+            taken: format!("SELECT {EVENT_COLUMNS} FROM {i} WHERE namespace = ? AND id IN"),
+            settle: format!(
+                "UPDATE {i} SET state = ?, next_attempt_at = ?, \
+                 due_at = CASE ? WHEN 'pending' THEN ? WHEN 'running' THEN lease_until END, \
+                 last_error = COALESCE(?, last_error), updated_at = ?, expires_at = ? {fence}"
+            ),
+            renew: format!("UPDATE {i} SET lease_until = ?, due_at = ? {fence}"),
+            get: format!("SELECT {EVENT_COLUMNS} FROM {i} WHERE namespace = ? AND id = ?"),
+            purge: format!(
+                "DELETE FROM {i} WHERE due_at IS NULL AND expires_at <= ? \
+                 ORDER BY due_at, expires_at LIMIT ?"
+            ),
+            observe: compile(&OBSERVE_TEMPLATE.replace("{objects}", o)),
+            newest: format!("SELECT newest FROM {o} WHERE {object_key}"),
+            settle_object: format!(
+                "UPDATE {o} SET status = ?, updated_at = ? WHERE {object_key} AND newest = ?"
+            ),
+            get_object: format!("SELECT {OBJECT_COLUMNS} FROM {o} WHERE {object_key}"),
+            failed: format!(
+                "SELECT {OBJECT_COLUMNS} FROM {o} \
+                 WHERE namespace = ? AND status = 'failed' AND updated_at <= ? \
+                 ORDER BY updated_at LIMIT ?"
+            ),
+            record: compile(
+                &RECORD_TEMPLATE
+                    .replace("{fresh}", FRESH)
+                    .replace("{take}", TAKE)
+                    .replace("{table}", table),
+            ),
+            recorded: format!(
+                "SELECT fingerprint FROM {table} WHERE namespace = ? AND id = ? FOR UPDATE"
+            ),
+            inbox,
+            objects,
+        }
+    }
 }
 
 /// The claim, with `:name` placeholders that [`compile`] turns into `?` binds.
@@ -222,7 +426,7 @@ OR (state = 'in_progress' AND lease_until <= :now)))";
 
 /// Turns `:name` placeholders into `?` and lists the values to bind, in order.
 fn compile(template: &str) -> (String, Vec<Param>) {
-    const NAMES: [(&str, Param); 7] = [
+    const NAMES: [(&str, Param); 12] = [
         ("ns", Param::Namespace),
         ("id", Param::Id),
         ("fp", Param::Fingerprint),
@@ -230,6 +434,11 @@ fn compile(template: &str) -> (String, Vec<Param>) {
         ("now", Param::Now),
         ("lease", Param::LeaseUntil),
         ("exp", Param::ExpiresAt),
+        ("type", Param::EventType),
+        ("created", Param::CreatedAt),
+        ("object", Param::Object),
+        ("family", Param::Family),
+        ("payload", Param::Payload),
     ];
     let mut sql = String::with_capacity(template.len());
     let mut params = Vec::new();
@@ -287,6 +496,7 @@ impl Sql {
                 "SELECT {COLUMNS} FROM {table} WHERE state = 'in_progress' \
                  AND lease_until <= ? ORDER BY lease_until LIMIT ?"
             ),
+            queue: QueueSql::new(table),
         }
     }
 }
@@ -316,10 +526,8 @@ impl MySqlStore {
     /// # Errors
     /// [`InvalidTableName`] unless `table` matches `[A-Za-z_][A-Za-z0-9_]{0,62}`.
     pub fn with_table(self, table: &str) -> Result<Self, InvalidTableName> {
-        if !valid_table_name(table) {
-            return Err(InvalidTableName(table.to_owned()));
-        }
-        Ok(Self::build(self.pool, table))
+        let table = TableName::new(table)?;
+        Ok(Self::build(self.pool, table.as_str()))
     }
 
     fn build(pool: MySqlPool, table: &str) -> Self {
@@ -367,20 +575,18 @@ impl MySqlStore {
     }
 
     async fn run_claim(&self, req: &ClaimRequest<'_>) -> Result<MySqlQueryResult, StoreError> {
+        let values = Values {
+            ns: req.key.namespace,
+            id: req.key.id,
+            fp: &req.fingerprint.0,
+            token: req.token.as_i64(),
+            now: millis(req.now),
+            lease: millis(req.lease_until),
+            exp: millis(req.expires_at),
+            ..Values::default()
+        };
         retry_deadlocks(|| {
-            let mut query = sqlx::query(&self.sql.claim);
-            for param in &self.sql.claim_params {
-                query = match param {
-                    Param::Namespace => query.bind(req.key.namespace),
-                    Param::Id => query.bind(req.key.id),
-                    Param::Fingerprint => query.bind(&req.fingerprint.0[..]),
-                    Param::Token => query.bind(req.token.as_i64()),
-                    Param::Now => query.bind(millis(req.now)),
-                    Param::LeaseUntil => query.bind(millis(req.lease_until)),
-                    Param::ExpiresAt => query.bind(millis(req.expires_at)),
-                };
-            }
-            query.execute(&self.pool)
+            bind(&self.sql.claim, &self.sql.claim_params, values).execute(&self.pool)
         })
         .await
     }
@@ -397,11 +603,18 @@ impl MySqlStore {
     }
 }
 
-/// The schema with `table` (already validated) for the default table name.
+/// The schema with `table` (already validated) for the default table name, and its
+/// inbox and ordering tables named after it.
 fn schema_for(table: &str) -> String {
+    let name = TableName::new(table).expect("validated by MySqlStore::with_table");
+    let default = MySqlStore::DEFAULT_TABLE;
     SCHEMA
         .trim_end()
-        .replacen(MySqlStore::DEFAULT_TABLE, table, 1)
+        .replace(&format!("{default}_inbox "), "{inbox} ")
+        .replace(&format!("{default}_objects "), "{objects} ")
+        .replacen(default, table, 1)
+        .replace("{inbox}", name.derived("inbox").as_str())
+        .replace("{objects}", name.derived("objects").as_str())
 }
 
 fn fresh_record(req: &ClaimRequest<'_>) -> Record {
@@ -664,6 +877,472 @@ impl ProcessedStore for MySqlStore {
     }
 }
 
+fn opt_text(row: &MySqlRow, at: usize, column: &str) -> Result<Option<String>, StoreError> {
+    let bytes: Option<Vec<u8>> = row.try_get(at).map_err(map_err)?;
+    bytes.map(|b| text(b, column)).transpose()
+}
+
+fn event_from_row(row: &MySqlRow) -> Result<InboxEvent, StoreError> {
+    let get_text = |at: usize, column: &str| text(row.try_get(at).map_err(map_err)?, column);
+    RawEvent {
+        namespace: get_text(0, "namespace")?,
+        id: get_text(1, "id")?,
+        fingerprint: row.try_get(2).map_err(map_err)?,
+        event_type: opt_text(row, 3, "event_type")?,
+        created_at: row.try_get(4).map_err(map_err)?,
+        object: opt_text(row, 5, "object")?,
+        family: opt_text(row, 6, "family")?,
+        payload: row.try_get(7).map_err(map_err)?,
+        state: get_text(8, "state")?,
+        attempts: row.try_get::<u32, _>(9).map_err(map_err)?.into(),
+        token: row.try_get(10).map_err(map_err)?,
+        lease_until: row.try_get(11).map_err(map_err)?,
+        next_attempt_at: row.try_get(12).map_err(map_err)?,
+        last_error: opt_text(row, 13, "last_error")?,
+        received_at: row.try_get(14).map_err(map_err)?,
+        updated_at: row.try_get(15).map_err(map_err)?,
+        expires_at: row.try_get(16).map_err(map_err)?,
+    }
+    .into_event()
+}
+
+fn object_from_row(row: &MySqlRow) -> Result<ObjectRecord, StoreError> {
+    let get_text = |at: usize, column: &str| text(row.try_get(at).map_err(map_err)?, column);
+    RawObject {
+        namespace: get_text(0, "namespace")?,
+        object: get_text(1, "object")?,
+        family: get_text(2, "family")?,
+        newest: row.try_get(3).map_err(map_err)?,
+        status: get_text(4, "status")?,
+        updated_at: row.try_get(5).map_err(map_err)?,
+    }
+    .into_record()
+}
+
+/// `(?, ?, …)` with `n` marks, for an `IN` list of binds.
+fn marks(n: usize) -> String {
+    let mut list = "?, ".repeat(n);
+    list.truncate(list.len().saturating_sub(2));
+    format!("({list})")
+}
+
+impl MySqlStore {
+    /// The inbox table (`<table>_inbox`, shortened with a hash past 63 bytes).
+    pub fn inbox_table(&self) -> &str {
+        &self.sql.queue.inbox
+    }
+
+    /// The ordering table (`<table>_objects`, shortened with a hash past 63 bytes).
+    pub fn objects_table(&self) -> &str {
+        &self.sql.queue.objects
+    }
+
+    /// Records `key` as processed inside the caller's transaction: the
+    /// **transactional mode**, for handlers whose effect lives in this same database.
+    ///
+    /// Inserts a `completed` record into the dedup table through `conn` (pass
+    /// `&mut *tx` of an open [`sqlx::Transaction`]) and answers:
+    /// - [`Recorded::First`]: this transaction recorded the id. Apply the effect in
+    ///   the same transaction, then commit: the effect and the record commit together
+    ///   or not at all.
+    /// - [`Recorded::Duplicate`]: another transaction recorded it (same body
+    ///   fingerprint): skip the effect.
+    /// - [`Recorded::Conflict`]: the id is recorded with a different fingerprint.
+    ///
+    /// An expired record is replaced, and a record that failed or whose holder's lease
+    /// ran out (same fingerprint) is taken over, as a claim would. A concurrent
+    /// transaction recording the same key waits on the row lock until this one ends:
+    /// after a commit it answers `Duplicate`, after a rollback `First`. So whatever
+    /// instruction the process dies at, the effect is applied exactly once.
+    ///
+    /// InnoDB may end a transaction as a deadlock victim (error 1213, a
+    /// [`StoreError::Backend`] whose source is the [`sqlx::Error`]): it was rolled
+    /// back whole, effect included, so run the whole transaction again.
+    ///
+    /// Do not drop the transaction's futures half-way (a `select!`, a timeout, an
+    /// aborted task): sqlx 0.8's `begin` is not cancellation-safe, and a future
+    /// dropped while `BEGIN` is in flight returns its connection to the pool inside a
+    /// transaction that nothing ends (launchbadge/sqlx#2054), so later statements on
+    /// that connection never commit. Where a handler may be cancelled, run the
+    /// transaction in a spawned task.
+    ///
+    /// ```no_run
+    /// # async fn demo(store: webhook_guard::store::MySqlStore, body: &[u8])
+    /// # -> Result<(), Box<dyn std::error::Error>> {
+    /// use chrono::{TimeDelta, Utc};
+    /// use webhook_guard::store::{Fingerprint, Key, Recorded};
+    ///
+    /// let pool = store.pool();
+    /// let (key, fp) = (Key::new("stripe", "evt_1"), Fingerprint::of(body));
+    /// let (now, exp) = (Utc::now(), Utc::now() + TimeDelta::days(3));
+    /// let mut tx = pool.begin().await?;
+    /// if store.record_in(&mut *tx, key, fp, now, exp).await? == Recorded::First {
+    ///     sqlx::query("INSERT INTO orders (event_id) VALUES (?)")
+    ///         .bind(key.id)
+    ///         .execute(&mut *tx)
+    ///         .await?;
+    /// }
+    /// tx.commit().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`StoreError`] when a statement fails; the transaction should then be rolled
+    /// back (dropping it does).
+    pub async fn record_in(
+        &self,
+        conn: &mut MySqlConnection,
+        key: Key<'_>,
+        fingerprint: Fingerprint,
+        now: DateTime<Utc>,
+        expires_at: DateTime<Utc>,
+    ) -> Result<Recorded, StoreError> {
+        let q = &self.sql.queue;
+        let values = Values {
+            ns: key.namespace,
+            id: key.id,
+            fp: &fingerprint.0,
+            token: FencingToken::random().as_i64(),
+            now: millis(now),
+            exp: millis(expires_at),
+            ..Values::default()
+        };
+        let done = bind(&q.record.0, &q.record.1, values)
+            .execute(&mut *conn)
+            .await
+            .map_err(map_err)?;
+        match done.last_insert_id() {
+            0 | CODE_FRESH | CODE_TAKEOVER => return Ok(Recorded::First),
+            CODE_UNCHANGED => {}
+            code => return Err(StoreError::Corrupt(format!("record answered code {code}"))),
+        }
+        let stored: Option<Vec<u8>> = sqlx::query_scalar(&q.recorded)
+            .bind(key.namespace)
+            .bind(key.id)
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(map_err)?;
+        let stored = stored.ok_or_else(|| {
+            StoreError::backend(format!("the record of {key} vanished during record_in"))
+        })?;
+        Ok(if shared::fingerprint(&stored, &key)? == fingerprint {
+            Recorded::Duplicate
+        } else {
+            Recorded::Conflict
+        })
+    }
+
+    /// One lease transaction, under `READ COMMITTED` (no gap locks): pick due rows
+    /// with `FOR UPDATE SKIP LOCKED`, mark them running, read them back.
+    async fn lease_once(
+        &self,
+        namespace: &str,
+        now: i64,
+        lease_until: i64,
+        limit: usize,
+    ) -> Result<Vec<MySqlRow>, sqlx::Error> {
+        let q = &self.sql.queue;
+        let mut conn = self.pool.acquire().await?;
+        sqlx::Executor::execute(&mut *conn, "SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+            .await?;
+        let mut tx = conn.begin().await?;
+        let ids: Vec<Vec<u8>> = sqlx::query_scalar(&q.pick)
+            .bind(namespace)
+            .bind(now)
+            .bind(limit as u64)
+            .fetch_all(&mut *tx)
+            .await?;
+        if ids.is_empty() {
+            tx.commit().await?;
+            return Ok(Vec::new());
+        }
+        let list = marks(ids.len());
+        let take = format!("{} {list}", q.take);
+        let mut update = sqlx::query(&take)
+            .bind(FencingToken::random().as_i64())
+            .bind(lease_until)
+            .bind(lease_until)
+            .bind(now)
+            .bind(namespace);
+        for id in &ids {
+            update = update.bind(id.as_slice());
+        }
+        update.execute(&mut *tx).await?;
+        let taken = format!("{} {list}", q.taken);
+        let mut select = sqlx::query(&taken).bind(namespace);
+        for id in &ids {
+            select = select.bind(id.as_slice());
+        }
+        let rows = select.fetch_all(&mut *tx).await?;
+        tx.commit().await?;
+        Ok(rows)
+    }
+}
+
+#[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
+#[async_trait]
+impl InboxStore for MySqlStore {
+    async fn enqueue(&self, event: &NewEvent<'_>) -> Result<Enqueued, StoreError> {
+        let q = &self.sql.queue;
+        let key = event.key;
+        let values = Values {
+            ns: key.namespace,
+            id: key.id,
+            fp: &event.fingerprint.0,
+            now: millis(event.now),
+            exp: millis(event.expires_at),
+            event_type: event.meta.event_type.as_deref(),
+            created: event.meta.created_at.map(millis),
+            object: event.meta.object.as_deref(),
+            family: event.meta.family.as_deref(),
+            payload: event.payload,
+            ..Values::default()
+        };
+        for _ in 0..VANISHED_RETRIES {
+            let done =
+                retry_deadlocks(|| bind(&q.enqueue.0, &q.enqueue.1, values).execute(&self.pool))
+                    .await?;
+            match done.last_insert_id() {
+                0 | CODE_FRESH => return Ok(Enqueued::Inserted),
+                CODE_UNCHANGED => {}
+                code => return Err(StoreError::Corrupt(format!("enqueue answered code {code}"))),
+            }
+            let row = retry_deadlocks(|| {
+                sqlx::query(&q.existing)
+                    .bind(key.namespace)
+                    .bind(key.id)
+                    .fetch_optional(&self.pool)
+            })
+            .await?;
+            if let Some(row) = row {
+                let fingerprint: Vec<u8> = row.try_get(0).map_err(map_err)?;
+                let state = text(row.try_get(1).map_err(map_err)?, "state")?;
+                return Ok(Enqueued::Existing {
+                    fingerprint: shared::fingerprint(&fingerprint, &key)?,
+                    state: shared::inbox_state(&state, &key)?,
+                });
+            }
+            // Purged in between: enqueue again.
+        }
+        Err(StoreError::backend(format!(
+            "the event {key} vanished {VANISHED_RETRIES} times during an enqueue"
+        )))
+    }
+
+    async fn lease(
+        &self,
+        namespace: &str,
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<InboxEvent>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let (now, until) = (millis(now), millis(lease_until));
+        // The transaction runs in its own task, to completion even if the caller's
+        // future is dropped: sqlx 0.8's `begin` is not cancellation-safe (a future
+        // dropped while `BEGIN` is in flight returns its connection to the pool
+        // inside a transaction that nothing ends, launchbadge/sqlx#2054). Events
+        // leased for a caller that went away are leased again when their lease ends.
+        let store = self.clone();
+        let namespace = namespace.to_owned();
+        let rows = tokio::spawn(async move {
+            let mut tries = 0;
+            loop {
+                match store.lease_once(&namespace, now, until, limit).await {
+                    Err(e) if tries < DEADLOCK_RETRIES && server_error_number(&e) == Some(1213) => {
+                        tries += 1;
+                    }
+                    other => return other.map_err(map_err),
+                }
+            }
+        })
+        .await
+        .map_err(StoreError::backend)??;
+        let mut events = rows
+            .iter()
+            .map(event_from_row)
+            .collect::<Result<Vec<_>, _>>()?;
+        events.sort_by_key(|e| e.next_attempt_at);
+        Ok(events)
+    }
+
+    async fn settle_event(
+        &self,
+        key: Key<'_>,
+        token: FencingToken,
+        settle: &Settle<'_>,
+    ) -> Result<Fence, StoreError> {
+        let state = settle.state.as_str();
+        let next = millis(settle.next_attempt_at);
+        let done = retry_deadlocks(|| {
+            sqlx::query(&self.sql.queue.settle)
+                .bind(state)
+                .bind(next)
+                .bind(state)
+                .bind(next)
+                .bind(settle.error)
+                .bind(millis(settle.now))
+                .bind(millis(settle.expires_at))
+                .bind(key.namespace)
+                .bind(key.id)
+                .bind(token.as_i64())
+                .execute(&self.pool)
+        })
+        .await?;
+        Ok(fence(&done))
+    }
+
+    async fn renew_event(
+        &self,
+        key: Key<'_>,
+        token: FencingToken,
+        lease_until: DateTime<Utc>,
+    ) -> Result<Fence, StoreError> {
+        let until = millis(lease_until);
+        let done = retry_deadlocks(|| {
+            sqlx::query(&self.sql.queue.renew)
+                .bind(until)
+                .bind(until)
+                .bind(key.namespace)
+                .bind(key.id)
+                .bind(token.as_i64())
+                .execute(&self.pool)
+        })
+        .await?;
+        Ok(fence(&done))
+    }
+
+    async fn get_event(&self, key: Key<'_>) -> Result<Option<InboxEvent>, StoreError> {
+        let row = retry_deadlocks(|| {
+            sqlx::query(&self.sql.queue.get)
+                .bind(key.namespace)
+                .bind(key.id)
+                .fetch_optional(&self.pool)
+        })
+        .await?;
+        row.as_ref().map(event_from_row).transpose()
+    }
+
+    async fn purge_settled(&self, now: DateTime<Utc>, limit: usize) -> Result<u64, StoreError> {
+        let now = millis(now);
+        let mut removed = 0u64;
+        let mut left = limit;
+        while left > 0 {
+            let batch = left.min(PURGE_BATCH);
+            let done = retry_deadlocks(|| {
+                sqlx::query(&self.sql.queue.purge)
+                    .bind(now)
+                    .bind(batch as u64)
+                    .execute(&self.pool)
+            })
+            .await?;
+            let n = done.rows_affected();
+            removed += n;
+            left -= (n as usize).min(left);
+            if n < batch as u64 {
+                break;
+            }
+        }
+        Ok(removed)
+    }
+}
+
+#[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
+#[async_trait]
+impl OrderingStore for MySqlStore {
+    async fn observe(
+        &self,
+        key: ObjectKey<'_>,
+        created_at: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<Freshness, StoreError> {
+        let q = &self.sql.queue;
+        let values = Values {
+            ns: key.namespace,
+            object: Some(key.object),
+            family: Some(key.family),
+            created: Some(millis(created_at)),
+            now: millis(now),
+            ..Values::default()
+        };
+        let done = retry_deadlocks(|| bind(&q.observe.0, &q.observe.1, values).execute(&self.pool))
+            .await?;
+        match done.last_insert_id() {
+            0 | CODE_FRESH => return Ok(Freshness::Fresh),
+            CODE_UNCHANGED => {}
+            code => return Err(StoreError::Corrupt(format!("observe answered code {code}"))),
+        }
+        // Refused: a newer event is stored (records are never deleted, and the
+        // newest only grows), so this read finds it.
+        let newest: i64 = retry_deadlocks(|| {
+            sqlx::query_scalar(&q.newest)
+                .bind(key.namespace)
+                .bind(key.object)
+                .bind(key.family)
+                .fetch_one(&self.pool)
+        })
+        .await?;
+        Ok(Freshness::Stale {
+            newest: time(newest),
+        })
+    }
+
+    async fn settle_object(
+        &self,
+        key: ObjectKey<'_>,
+        created_at: DateTime<Utc>,
+        status: ObjectStatus,
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        retry_deadlocks(|| {
+            sqlx::query(&self.sql.queue.settle_object)
+                .bind(status.as_str())
+                .bind(millis(now))
+                .bind(key.namespace)
+                .bind(key.object)
+                .bind(key.family)
+                .bind(millis(created_at))
+                .execute(&self.pool)
+        })
+        .await?;
+        Ok(())
+    }
+
+    async fn get_object(&self, key: ObjectKey<'_>) -> Result<Option<ObjectRecord>, StoreError> {
+        let row = retry_deadlocks(|| {
+            sqlx::query(&self.sql.queue.get_object)
+                .bind(key.namespace)
+                .bind(key.object)
+                .bind(key.family)
+                .fetch_optional(&self.pool)
+        })
+        .await?;
+        row.as_ref().map(object_from_row).transpose()
+    }
+
+    async fn failed_objects(
+        &self,
+        namespace: &str,
+        before: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<ObjectRecord>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let rows = retry_deadlocks(|| {
+            sqlx::query(&self.sql.queue.failed)
+                .bind(namespace)
+                .bind(millis(before))
+                .bind(limit as u64)
+                .fetch_all(&self.pool)
+        })
+        .await?;
+        rows.iter().map(object_from_row).collect()
+    }
+}
+
 fn fence(done: &MySqlQueryResult) -> Fence {
     if done.rows_affected() > 0 {
         Fence::Applied
@@ -679,7 +1358,7 @@ mod tests {
     #[test]
     fn table_names_are_validated() {
         for ok in ["t", "_x", "webhook_guard_records", "A1_b2", &"a".repeat(63)] {
-            assert!(valid_table_name(ok), "{ok}");
+            assert!(TableName::new(ok).is_ok(), "{ok}");
         }
         for bad in [
             "",
@@ -692,7 +1371,7 @@ mod tests {
             "é",
             &"a".repeat(64),
         ] {
-            assert!(!valid_table_name(bad), "{bad}");
+            assert!(TableName::new(bad).is_err(), "{bad}");
         }
     }
 
@@ -712,5 +1391,26 @@ mod tests {
         assert_eq!(sql.claim.matches('?').count(), sql.claim_params.len());
         assert!(!sql.claim.contains(':'), "{}", sql.claim);
         assert!(!sql.claim.contains('{'), "{}", sql.claim);
+        let q = &sql.queue;
+        for (text, params) in [&q.enqueue, &q.observe, &q.record] {
+            assert_eq!(text.matches('?').count(), params.len(), "{text}");
+            assert!(!text.contains(':') && !text.contains('{'), "{text}");
+        }
+        assert!(q.enqueue.0.starts_with("INSERT INTO t_inbox "));
+        assert!(q.observe.0.starts_with("INSERT INTO t_objects "));
+        assert!(q.record.0.starts_with("INSERT INTO t "));
+    }
+
+    #[test]
+    fn schema_names_the_inbox_and_ordering_tables() {
+        let sql = schema_for("my_records");
+        assert!(sql.contains("CREATE TABLE IF NOT EXISTS my_records_inbox ("));
+        assert!(sql.contains("CREATE TABLE IF NOT EXISTS my_records_objects ("));
+        assert!(sql.contains("KEY by_due (namespace, due_at)"));
+        assert!(sql.contains("KEY by_status (namespace, status, updated_at)"));
+        let long = "a".repeat(63);
+        let sql = schema_for(&long);
+        assert!(!sql.contains(&format!("{long}_inbox")), "shortened to fit");
+        assert_eq!(sql.matches("CREATE TABLE").count(), 3);
     }
 }

@@ -14,4 +14,37 @@ CREATE TABLE IF NOT EXISTS webhook_guard_records (
     PRIMARY KEY (namespace, id),
     KEY by_expiry (expires_at),
     KEY by_lease (state, lease_until)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+CREATE TABLE IF NOT EXISTS webhook_guard_records_inbox (
+    namespace       VARBINARY(64)  NOT NULL,
+    id              VARBINARY(255) NOT NULL,
+    fingerprint     BINARY(32)     NOT NULL,
+    event_type      TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
+    created_at      BIGINT         NULL,
+    object          TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
+    family          TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
+    payload         LONGBLOB       NOT NULL,
+    state           VARCHAR(8) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+    attempts        INT UNSIGNED   NOT NULL,
+    token           BIGINT         NOT NULL,
+    lease_until     BIGINT         NOT NULL,
+    next_attempt_at BIGINT         NOT NULL,
+    due_at          BIGINT         NULL,
+    last_error      MEDIUMTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
+    received_at     BIGINT         NOT NULL,
+    updated_at      BIGINT         NOT NULL,
+    expires_at      BIGINT         NOT NULL,
+    PRIMARY KEY (namespace, id),
+    KEY by_due (namespace, due_at),
+    KEY by_settled (due_at, expires_at)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+CREATE TABLE IF NOT EXISTS webhook_guard_records_objects (
+    namespace  VARBINARY(64)  NOT NULL,
+    object     VARBINARY(255) NOT NULL,
+    family     VARBINARY(255) NOT NULL,
+    newest     BIGINT         NOT NULL,
+    status     VARCHAR(8) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+    updated_at BIGINT         NOT NULL,
+    PRIMARY KEY (namespace, object, family),
+    KEY by_status (namespace, status, updated_at)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin

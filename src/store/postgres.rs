@@ -26,6 +26,42 @@
 //!     ON "webhook_guard_records" (expires_at);
 //! CREATE INDEX IF NOT EXISTS "webhook_guard_records_stuck"
 //!     ON "webhook_guard_records" (lease_until) WHERE state = 'in_progress';
+//! CREATE TABLE IF NOT EXISTS "webhook_guard_records_inbox" (
+//!     namespace       TEXT COLLATE "C" NOT NULL,
+//!     id              TEXT COLLATE "C" NOT NULL,
+//!     fingerprint     BYTEA   NOT NULL,
+//!     event_type      TEXT,
+//!     created_at      BIGINT,
+//!     object          TEXT,
+//!     family          TEXT,
+//!     payload         BYTEA   NOT NULL,
+//!     state           TEXT    NOT NULL,
+//!     attempts        INTEGER NOT NULL,
+//!     token           BIGINT  NOT NULL,
+//!     lease_until     BIGINT  NOT NULL,
+//!     next_attempt_at BIGINT  NOT NULL,
+//!     due_at          BIGINT,
+//!     last_error      TEXT,
+//!     received_at     BIGINT  NOT NULL,
+//!     updated_at      BIGINT  NOT NULL,
+//!     expires_at      BIGINT  NOT NULL,
+//!     PRIMARY KEY (namespace, id)
+//! );
+//! CREATE INDEX IF NOT EXISTS "webhook_guard_records_inbox_due"
+//!     ON "webhook_guard_records_inbox" (namespace, due_at) WHERE due_at IS NOT NULL;
+//! CREATE INDEX IF NOT EXISTS "webhook_guard_records_inbox_settled"
+//!     ON "webhook_guard_records_inbox" (expires_at) WHERE due_at IS NULL;
+//! CREATE TABLE IF NOT EXISTS "webhook_guard_records_objects" (
+//!     namespace  TEXT COLLATE "C" NOT NULL,
+//!     object     TEXT COLLATE "C" NOT NULL,
+//!     family     TEXT COLLATE "C" NOT NULL,
+//!     newest     BIGINT  NOT NULL,
+//!     status     TEXT    NOT NULL,
+//!     updated_at BIGINT  NOT NULL,
+//!     PRIMARY KEY (namespace, object, family)
+//! );
+//! CREATE INDEX IF NOT EXISTS "webhook_guard_records_objects_status"
+//!     ON "webhook_guard_records_objects" (namespace, status, updated_at);
 //! ```
 //!
 //! - Times are milliseconds since the Unix epoch, always the caller's clock, never
@@ -47,6 +83,29 @@
 //!   [`stuck`](ProcessedStore::stuck) stays instant at 10 million rows and the index
 //!   costs nearly nothing to maintain.
 //!
+//! # Inbox, ordering guard and transactional mode
+//!
+//! The same store is an [`InboxStore`] (in `<table>_inbox`) and an [`OrderingStore`]
+//! (in `<table>_objects`), both created by [`PostgresStore::migrate`]:
+//!
+//! - `enqueue` is one `INSERT … ON CONFLICT (namespace, id) DO UPDATE … WHERE <settled
+//!   and expired> RETURNING`; no row back means the id is known, and one read tells
+//!   its fingerprint and state.
+//! - `due_at` is `next_attempt_at` for a pending event, `lease_until` for a running
+//!   one and `NULL` once settled, so the partial index `…_inbox_due` holds only the
+//!   events a worker may still lease: leasing stays an index range scan with
+//!   millions of settled rows. A lease is one `UPDATE … WHERE (namespace, id) IN
+//!   (SELECT … ORDER BY due_at LIMIT $n FOR UPDATE SKIP LOCKED) RETURNING …`:
+//!   concurrent workers skip each other's rows instead of waiting or sharing them.
+//! - `settle_event` and `renew_event` are `UPDATE`s fenced by `state = 'running' AND
+//!   token = $token`; settled events are purged in batches of at most 1,000 through
+//!   the partial index `…_inbox_settled`.
+//! - `observe` is a compare-and-set on the primary key: `INSERT … ON CONFLICT DO
+//!   UPDATE … WHERE excluded.newest >= o.newest RETURNING newest`; a refused event
+//!   reads the stored newest. `failed_objects` reads the `…_objects_status` index.
+//! - [`PostgresStore::record_in`] records an id inside the caller's transaction, so
+//!   that a handler's effect in this database and its dedup record commit together.
+//!
 //! # Connections and errors
 //!
 //! The store uses an sqlx [`PgPool`]. The pool discards broken connections and opens
@@ -65,14 +124,18 @@ use chrono::{DateTime, Utc};
 use sqlx::postgres::{PgPool, PgPoolOptions, PgRow};
 use sqlx::Row;
 
+use sqlx::PgConnection;
+
 use super::sql::{
-    self, count, history_text, map_error, millis, purge_in_batches, vanished, InvalidTableName,
-    RawRecord, TableName, COLUMNS, DEFAULT_TABLE,
+    self, count, history_text, map_error, millis, purge_in_batches, vanished, Dialect,
+    InvalidTableName, QueueSql, RawEvent, RawObject, RawRecord, TableName, COLUMNS, DEFAULT_TABLE,
 };
 use super::{
-    Claim, ClaimRequest, Deleted, Fence, FencingToken, Finish, Key, ProcessedStore, Record,
-    StoreError,
+    Claim, ClaimRequest, Deleted, Fence, FencingToken, Fingerprint, Finish, Key, ProcessedStore,
+    Record, Recorded, StoreError,
 };
+use crate::inbox::{Enqueued, InboxEvent, InboxStore, NewEvent, Settle};
+use crate::ordering::{Freshness, ObjectKey, ObjectRecord, ObjectStatus, OrderingStore};
 
 pub use sqlx;
 
@@ -108,12 +171,14 @@ struct Statements {
     delete: String,
     purge: String,
     stuck: String,
+    queue: QueueSql,
 }
 
 impl Statements {
     fn new(table: TableName) -> Self {
         let t = table.quoted();
-        let schema = format!(
+        let queue = QueueSql::new(&table, Dialect::Postgres);
+        let mut schema = format!(
             "CREATE TABLE IF NOT EXISTS {t} (\n    \
                  namespace   TEXT COLLATE \"C\" NOT NULL,\n    \
                  id          TEXT COLLATE \"C\" NOT NULL,\n    \
@@ -134,6 +199,7 @@ impl Statements {
             exp = table.index("expires_at"),
             stuck = table.index("stuck"),
         );
+        schema.push_str(&queue.schema);
         // $1 namespace, $2 id, $3 fingerprint, $4 token, $5 lease_until,
         // $6 expires_at, $7 now. "Expired" frees the record whatever its body,
         // except from a holder whose lease is still live.
@@ -195,6 +261,7 @@ impl Statements {
             delete,
             purge,
             stuck,
+            queue,
         }
     }
 }
@@ -449,6 +516,347 @@ impl ProcessedStore for PostgresStore {
     }
 }
 
+fn raw_event(row: &PgRow) -> Result<RawEvent, sqlx::Error> {
+    Ok(RawEvent {
+        namespace: row.try_get(0)?,
+        id: row.try_get(1)?,
+        fingerprint: row.try_get(2)?,
+        event_type: row.try_get(3)?,
+        created_at: row.try_get(4)?,
+        object: row.try_get(5)?,
+        family: row.try_get(6)?,
+        payload: row.try_get(7)?,
+        state: row.try_get(8)?,
+        attempts: row.try_get::<i32, _>(9)?.into(),
+        token: row.try_get(10)?,
+        lease_until: row.try_get(11)?,
+        next_attempt_at: row.try_get(12)?,
+        last_error: row.try_get(13)?,
+        received_at: row.try_get(14)?,
+        updated_at: row.try_get(15)?,
+        expires_at: row.try_get(16)?,
+    })
+}
+
+fn event(row: &PgRow) -> Result<InboxEvent, StoreError> {
+    raw_event(row).map_err(err)?.into_event()
+}
+
+fn object(row: &PgRow) -> Result<ObjectRecord, StoreError> {
+    RawObject {
+        namespace: row.try_get(0).map_err(err)?,
+        object: row.try_get(1).map_err(err)?,
+        family: row.try_get(2).map_err(err)?,
+        newest: row.try_get(3).map_err(err)?,
+        status: row.try_get(4).map_err(err)?,
+        updated_at: row.try_get(5).map_err(err)?,
+    }
+    .into_record()
+}
+
+impl PostgresStore {
+    /// Records `key` as processed inside the caller's transaction: the
+    /// **transactional mode**, for handlers whose effect lives in this same database.
+    ///
+    /// Inserts a `completed` record into the dedup table through `conn` (pass
+    /// `&mut *tx` of an open [`sqlx::Transaction`]) and answers:
+    /// - [`Recorded::First`]: this transaction recorded the id. Apply the effect in
+    ///   the same transaction, then commit: the effect and the record commit together
+    ///   or not at all.
+    /// - [`Recorded::Duplicate`]: another transaction recorded it (same body
+    ///   fingerprint): skip the effect.
+    /// - [`Recorded::Conflict`]: the id is recorded with a different fingerprint.
+    ///
+    /// An expired record is replaced, and a record that failed or whose holder's lease
+    /// ran out (same fingerprint) is taken over, as a claim would. A concurrent
+    /// transaction recording the same key waits on the primary key until this one
+    /// ends: after a commit it answers `Duplicate`, after a rollback `First`. So
+    /// whatever instruction the process dies at, the effect is applied exactly once.
+    /// Run it under `READ COMMITTED` (the default); under `REPEATABLE READ` or
+    /// `SERIALIZABLE` the waiting transaction fails with a serialization error
+    /// instead, to be run again.
+    ///
+    /// Do not drop the transaction's futures half-way (a `select!`, a timeout, an
+    /// aborted task): sqlx 0.8's `begin` is not cancellation-safe, and a future
+    /// dropped while `BEGIN` is in flight returns its connection to the pool inside a
+    /// transaction that nothing ends (launchbadge/sqlx#2054), so later statements on
+    /// that connection never commit. Where a handler may be cancelled, run the
+    /// transaction in a spawned task.
+    ///
+    /// ```no_run
+    /// # async fn demo(store: webhook_guard::store::PostgresStore, body: &[u8])
+    /// # -> Result<(), Box<dyn std::error::Error>> {
+    /// use chrono::{TimeDelta, Utc};
+    /// use webhook_guard::store::{Fingerprint, Key, Recorded};
+    ///
+    /// let pool = store.pool();
+    /// let (key, fp) = (Key::new("stripe", "evt_1"), Fingerprint::of(body));
+    /// let (now, exp) = (Utc::now(), Utc::now() + TimeDelta::days(3));
+    /// let mut tx = pool.begin().await?;
+    /// if store.record_in(&mut *tx, key, fp, now, exp).await? == Recorded::First {
+    ///     sqlx::query("INSERT INTO orders (event_id) VALUES ($1)")
+    ///         .bind(key.id)
+    ///         .execute(&mut *tx)
+    ///         .await?;
+    /// }
+    /// tx.commit().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`StoreError`] when a statement fails; the transaction should then be rolled
+    /// back (dropping it does).
+    pub async fn record_in(
+        &self,
+        conn: &mut PgConnection,
+        key: Key<'_>,
+        fingerprint: Fingerprint,
+        now: DateTime<Utc>,
+        expires_at: DateTime<Utc>,
+    ) -> Result<Recorded, StoreError> {
+        let q = &self.sql.queue;
+        let inserted = sqlx::query(&q.record)
+            .bind(key.namespace)
+            .bind(key.id)
+            .bind(&fingerprint.0[..])
+            .bind(FencingToken::random().as_i64())
+            .bind(millis(now))
+            .bind(millis(expires_at))
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(err)?;
+        if inserted.is_some() {
+            return Ok(Recorded::First);
+        }
+        let stored: Option<Vec<u8>> = sqlx::query_scalar(&q.recorded)
+            .bind(key.namespace)
+            .bind(key.id)
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(err)?;
+        let stored = stored.ok_or_else(|| vanished(key))?;
+        Ok(if sql::fingerprint(&stored, &key)? == fingerprint {
+            Recorded::Duplicate
+        } else {
+            Recorded::Conflict
+        })
+    }
+}
+
+#[async_trait]
+impl InboxStore for PostgresStore {
+    async fn enqueue(&self, event: &NewEvent<'_>) -> Result<Enqueued, StoreError> {
+        let q = &self.sql.queue;
+        let key = event.key;
+        for _ in 0..3 {
+            let inserted = sqlx::query(&q.enqueue)
+                .bind(key.namespace)
+                .bind(key.id)
+                .bind(&event.fingerprint.0[..])
+                .bind(event.meta.event_type.as_deref())
+                .bind(event.meta.created_at.map(millis))
+                .bind(event.meta.object.as_deref())
+                .bind(event.meta.family.as_deref())
+                .bind(event.payload)
+                .bind(millis(event.now))
+                .bind(millis(event.expires_at))
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(err)?;
+            if inserted.is_some() {
+                return Ok(Enqueued::Inserted);
+            }
+            let row = sqlx::query(&q.existing)
+                .bind(key.namespace)
+                .bind(key.id)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(err)?;
+            if let Some(row) = row {
+                let fingerprint: Vec<u8> = row.try_get(0).map_err(err)?;
+                let state: String = row.try_get(1).map_err(err)?;
+                return Ok(Enqueued::Existing {
+                    fingerprint: sql::fingerprint(&fingerprint, &key)?,
+                    state: sql::inbox_state(&state, &key)?,
+                });
+            }
+            // Purged in between: enqueue again.
+        }
+        Err(vanished(key))
+    }
+
+    async fn lease(
+        &self,
+        namespace: &str,
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<InboxEvent>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let rows = sqlx::query(&self.sql.queue.lease)
+            .bind(namespace)
+            .bind(millis(now))
+            .bind(FencingToken::random().as_i64())
+            .bind(millis(lease_until))
+            .bind(sql::limit(limit))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(err)?;
+        let mut events = rows.iter().map(event).collect::<Result<Vec<_>, _>>()?;
+        events.sort_by_key(|e| e.next_attempt_at);
+        Ok(events)
+    }
+
+    async fn settle_event(
+        &self,
+        key: Key<'_>,
+        token: FencingToken,
+        settle: &Settle<'_>,
+    ) -> Result<Fence, StoreError> {
+        let done = sqlx::query(&self.sql.queue.settle)
+            .bind(key.namespace)
+            .bind(key.id)
+            .bind(token.as_i64())
+            .bind(settle.state.as_str())
+            .bind(millis(settle.next_attempt_at))
+            .bind(settle.error)
+            .bind(millis(settle.now))
+            .bind(millis(settle.expires_at))
+            .execute(&self.pool)
+            .await
+            .map_err(err)?;
+        Ok(fence(done.rows_affected()))
+    }
+
+    async fn renew_event(
+        &self,
+        key: Key<'_>,
+        token: FencingToken,
+        lease_until: DateTime<Utc>,
+    ) -> Result<Fence, StoreError> {
+        let done = sqlx::query(&self.sql.queue.renew)
+            .bind(key.namespace)
+            .bind(key.id)
+            .bind(token.as_i64())
+            .bind(millis(lease_until))
+            .execute(&self.pool)
+            .await
+            .map_err(err)?;
+        Ok(fence(done.rows_affected()))
+    }
+
+    async fn get_event(&self, key: Key<'_>) -> Result<Option<InboxEvent>, StoreError> {
+        let row = sqlx::query(&self.sql.queue.get)
+            .bind(key.namespace)
+            .bind(key.id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(err)?;
+        row.as_ref().map(event).transpose()
+    }
+
+    async fn purge_settled(&self, now: DateTime<Utc>, limit: usize) -> Result<u64, StoreError> {
+        purge_in_batches(limit, |n| async move {
+            sqlx::query(&self.sql.queue.purge)
+                .bind(millis(now))
+                .bind(sql::limit(n))
+                .execute(&self.pool)
+                .await
+                .map(|done| done.rows_affected())
+                .map_err(err)
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl OrderingStore for PostgresStore {
+    async fn observe(
+        &self,
+        key: ObjectKey<'_>,
+        created_at: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<Freshness, StoreError> {
+        let q = &self.sql.queue;
+        let fresh = sqlx::query(&q.observe)
+            .bind(key.namespace)
+            .bind(key.object)
+            .bind(key.family)
+            .bind(millis(created_at))
+            .bind(millis(now))
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(err)?;
+        if fresh.is_some() {
+            return Ok(Freshness::Fresh);
+        }
+        // Refused: a newer event is stored (records are never deleted, and the
+        // newest only grows), so this read finds it.
+        let newest: i64 = sqlx::query_scalar(&q.newest)
+            .bind(key.namespace)
+            .bind(key.object)
+            .bind(key.family)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(err)?;
+        Ok(Freshness::Stale {
+            newest: sql::time(newest),
+        })
+    }
+
+    async fn settle_object(
+        &self,
+        key: ObjectKey<'_>,
+        created_at: DateTime<Utc>,
+        status: ObjectStatus,
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        sqlx::query(&self.sql.queue.settle_object)
+            .bind(key.namespace)
+            .bind(key.object)
+            .bind(key.family)
+            .bind(millis(created_at))
+            .bind(status.as_str())
+            .bind(millis(now))
+            .execute(&self.pool)
+            .await
+            .map_err(err)?;
+        Ok(())
+    }
+
+    async fn get_object(&self, key: ObjectKey<'_>) -> Result<Option<ObjectRecord>, StoreError> {
+        let row = sqlx::query(&self.sql.queue.get_object)
+            .bind(key.namespace)
+            .bind(key.object)
+            .bind(key.family)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(err)?;
+        row.as_ref().map(object).transpose()
+    }
+
+    async fn failed_objects(
+        &self,
+        namespace: &str,
+        before: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<ObjectRecord>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let rows = sqlx::query(&self.sql.queue.failed)
+            .bind(namespace)
+            .bind(millis(before))
+            .bind(sql::limit(limit))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(err)?;
+        rows.iter().map(object).collect()
+    }
+}
+
 fn fence(rows_affected: u64) -> Fence {
     if rows_affected == 1 {
         Fence::Applied
@@ -481,6 +889,30 @@ mod tests {
         for sql in [
             &s.claim, &s.get, &s.finish, &s.renew, &s.delete, &s.purge, &s.stuck,
         ] {
+            assert!(sql.contains("\"my_hooks\""), "{sql}");
+        }
+        let q = &s.queue;
+        for sql in [
+            &q.enqueue,
+            &q.existing,
+            &q.lease,
+            &q.settle,
+            &q.renew,
+            &q.get,
+            &q.purge,
+        ] {
+            assert!(sql.contains("\"my_hooks_inbox\""), "{sql}");
+        }
+        for sql in [
+            &q.observe,
+            &q.newest,
+            &q.settle_object,
+            &q.get_object,
+            &q.failed,
+        ] {
+            assert!(sql.contains("\"my_hooks_objects\""), "{sql}");
+        }
+        for sql in [&q.record, &q.recorded] {
             assert!(sql.contains("\"my_hooks\""), "{sql}");
         }
     }

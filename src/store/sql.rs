@@ -1,4 +1,7 @@
-//! What the sqlx-backed stores share: table names, row decoding, error mapping.
+//! What the sqlx-backed stores share: table names, row decoding, error mapping, and
+//! the inbox and ordering statements of the PostgreSQL and SQLite stores.
+// The MySQL store uses the table names and the inbox and ordering rows only.
+#![cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
 
 use std::fmt;
 
@@ -6,6 +9,9 @@ use chrono::{DateTime, Utc};
 
 use super::{decode_history, encode_history, FailureNote, FencingToken, Fingerprint, Key, Record};
 use super::{RecordState, StoreError};
+use crate::inbox::{InboxEvent, InboxState};
+use crate::meta::EventMeta;
+use crate::ordering::{ObjectRecord, ObjectStatus};
 
 /// The table the SQL stores use unless told otherwise.
 pub const DEFAULT_TABLE: &str = "webhook_guard_records";
@@ -66,12 +72,22 @@ impl TableName {
     /// (PostgreSQL silently truncates longer identifiers, which could make two
     /// indexes collide): long table names are shortened and tagged with a hash.
     pub(crate) fn index(&self, suffix: &str) -> String {
+        self.derived(suffix).quoted()
+    }
+
+    /// The name `<table>_<suffix>` for a companion table or an index, shortened and
+    /// tagged with a hash of the whole name when it would not fit in 63 bytes.
+    pub(crate) fn derived(&self, suffix: &str) -> Self {
         let plain = format!("{}_{suffix}", self.0);
         if plain.len() <= 63 {
-            return format!("\"{plain}\"");
+            return Self(plain);
         }
         let keep = 63 - 1 - suffix.len() - 9;
-        format!("\"{}_{:08x}_{suffix}\"", &self.0[..keep], fnv1a(&self.0))
+        Self(format!(
+            "{}_{:08x}_{suffix}",
+            &self.0[..keep],
+            fnv1a(&self.0)
+        ))
     }
 }
 
@@ -92,7 +108,7 @@ pub(crate) fn millis(t: DateTime<Utc>) -> i64 {
     t.timestamp_millis()
 }
 
-fn time(ms: i64) -> DateTime<Utc> {
+pub(crate) fn time(ms: i64) -> DateTime<Utc> {
     DateTime::from_timestamp_millis(ms).unwrap_or(DateTime::<Utc>::MAX_UTC)
 }
 
@@ -216,6 +232,344 @@ where
         }
     }
     Ok(removed)
+}
+
+/// The inbox columns every inbox read returns, in this order.
+pub(crate) const EVENT_COLUMNS: &str = "namespace, id, fingerprint, event_type, created_at, \
+     object, family, payload, state, attempts, token, lease_until, next_attempt_at, last_error, \
+     received_at, updated_at, expires_at";
+
+/// One inbox row as read from the database ([`EVENT_COLUMNS`]), before checking.
+pub(crate) struct RawEvent {
+    pub(crate) namespace: String,
+    pub(crate) id: String,
+    pub(crate) fingerprint: Vec<u8>,
+    pub(crate) event_type: Option<String>,
+    pub(crate) created_at: Option<i64>,
+    pub(crate) object: Option<String>,
+    pub(crate) family: Option<String>,
+    pub(crate) payload: Vec<u8>,
+    pub(crate) state: String,
+    pub(crate) attempts: i64,
+    pub(crate) token: i64,
+    pub(crate) lease_until: i64,
+    pub(crate) next_attempt_at: i64,
+    pub(crate) last_error: Option<String>,
+    pub(crate) received_at: i64,
+    pub(crate) updated_at: i64,
+    pub(crate) expires_at: i64,
+}
+
+/// A stored fingerprint, checked to be 32 bytes.
+pub(crate) fn fingerprint(
+    bytes: &[u8],
+    what: &dyn fmt::Display,
+) -> Result<Fingerprint, StoreError> {
+    <[u8; 32]>::try_from(bytes)
+        .map(Fingerprint)
+        .map_err(|_| StoreError::Corrupt(format!("{what}: fingerprint of {} bytes", bytes.len())))
+}
+
+/// A stored inbox state name.
+pub(crate) fn inbox_state(text: &str, what: &dyn fmt::Display) -> Result<InboxState, StoreError> {
+    InboxState::parse(text)
+        .ok_or_else(|| StoreError::Corrupt(format!("{what}: unknown inbox state {text:?}")))
+}
+
+impl RawEvent {
+    pub(crate) fn into_event(self) -> Result<InboxEvent, StoreError> {
+        let what = Key::new(&self.namespace, &self.id).to_string();
+        let fingerprint = fingerprint(&self.fingerprint, &what)?;
+        let state = inbox_state(&self.state, &what)?;
+        let attempts = u32::try_from(self.attempts)
+            .map_err(|_| StoreError::Corrupt(format!("{what}: attempts = {}", self.attempts)))?;
+        Ok(InboxEvent {
+            namespace: self.namespace,
+            id: self.id,
+            fingerprint,
+            meta: EventMeta {
+                event_type: self.event_type,
+                created_at: self.created_at.map(time),
+                object: self.object,
+                family: self.family,
+            },
+            payload: self.payload,
+            state,
+            attempts,
+            token: FencingToken::from_i64(self.token),
+            lease_until: time(self.lease_until),
+            next_attempt_at: time(self.next_attempt_at),
+            last_error: self.last_error,
+            received_at: time(self.received_at),
+            updated_at: time(self.updated_at),
+            expires_at: time(self.expires_at),
+        })
+    }
+}
+
+/// The ordering columns every object read returns, in this order.
+pub(crate) const OBJECT_COLUMNS: &str = "namespace, object, family, newest, status, updated_at";
+
+/// One ordering row as read from the database ([`OBJECT_COLUMNS`]), before checking.
+pub(crate) struct RawObject {
+    pub(crate) namespace: String,
+    pub(crate) object: String,
+    pub(crate) family: String,
+    pub(crate) newest: i64,
+    pub(crate) status: String,
+    pub(crate) updated_at: i64,
+}
+
+impl RawObject {
+    pub(crate) fn into_record(self) -> Result<ObjectRecord, StoreError> {
+        let status = ObjectStatus::parse(&self.status).ok_or_else(|| {
+            StoreError::Corrupt(format!(
+                "{}/{}/{}: unknown object status {:?}",
+                self.namespace, self.object, self.family, self.status
+            ))
+        })?;
+        Ok(ObjectRecord {
+            namespace: self.namespace,
+            object: self.object,
+            family: self.family,
+            newest: time(self.newest),
+            status,
+            updated_at: time(self.updated_at),
+        })
+    }
+}
+
+/// Where a PostgreSQL and an SQLite statement differ.
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+#[cfg_attr(not(all(feature = "postgres", feature = "sqlite")), allow(dead_code))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Dialect {
+    Postgres,
+    Sqlite,
+}
+
+/// The inbox, ordering and transactional statements of the PostgreSQL and SQLite
+/// stores, written once with `$n` binds (SQLite reads them as `?n`).
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+#[derive(Debug)]
+pub(crate) struct QueueSql {
+    /// `CREATE TABLE` and `CREATE INDEX` for the inbox and the ordering ledger.
+    pub(crate) schema: String,
+    pub(crate) enqueue: String,
+    pub(crate) existing: String,
+    pub(crate) lease: String,
+    pub(crate) settle: String,
+    pub(crate) renew: String,
+    pub(crate) get: String,
+    pub(crate) purge: String,
+    pub(crate) observe: String,
+    pub(crate) newest: String,
+    pub(crate) settle_object: String,
+    pub(crate) get_object: String,
+    pub(crate) failed: String,
+    pub(crate) record: String,
+    pub(crate) recorded: String,
+}
+
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+impl QueueSql {
+    /// The statements for the dedup table `table`, its inbox `<table>_inbox` and its
+    /// ordering ledger `<table>_objects`.
+    pub(crate) fn new(table: &TableName, dialect: Dialect) -> Self {
+        let pg = dialect == Dialect::Postgres;
+        let (key, bytes, int) = if pg {
+            ("TEXT COLLATE \"C\" NOT NULL", "BYTEA", "BIGINT")
+        } else {
+            ("TEXT    NOT NULL", "BLOB", "INTEGER")
+        };
+        let records = table.quoted();
+        let inbox = table.derived("inbox");
+        let objects = table.derived("objects");
+        let (i, o) = (inbox.quoted(), objects.quoted());
+        let schema = format!(
+            "CREATE TABLE IF NOT EXISTS {i} (\n    \
+                 namespace       {key},\n    \
+                 id              {key},\n    \
+                 fingerprint     {bytes:<7} NOT NULL,\n    \
+                 event_type      TEXT,\n    \
+                 created_at      {int},\n    \
+                 object          TEXT,\n    \
+                 family          TEXT,\n    \
+                 payload         {bytes:<7} NOT NULL,\n    \
+                 state           TEXT    NOT NULL,\n    \
+                 attempts        INTEGER NOT NULL,\n    \
+                 token           {int:<7} NOT NULL,\n    \
+                 lease_until     {int:<7} NOT NULL,\n    \
+                 next_attempt_at {int:<7} NOT NULL,\n    \
+                 due_at          {int},\n    \
+                 last_error      TEXT,\n    \
+                 received_at     {int:<7} NOT NULL,\n    \
+                 updated_at      {int:<7} NOT NULL,\n    \
+                 expires_at      {int:<7} NOT NULL,\n    \
+                 PRIMARY KEY (namespace, id)\n\
+             );\n\
+             CREATE INDEX IF NOT EXISTS {due}\n    \
+                 ON {i} (namespace, due_at) WHERE due_at IS NOT NULL;\n\
+             CREATE INDEX IF NOT EXISTS {settled}\n    \
+                 ON {i} (expires_at) WHERE due_at IS NULL;\n\
+             CREATE TABLE IF NOT EXISTS {o} (\n    \
+                 namespace  {key},\n    \
+                 object     {key},\n    \
+                 family     {key},\n    \
+                 newest     {int:<7} NOT NULL,\n    \
+                 status     TEXT    NOT NULL,\n    \
+                 updated_at {int:<7} NOT NULL,\n    \
+                 PRIMARY KEY (namespace, object, family)\n\
+             );\n\
+             CREATE INDEX IF NOT EXISTS {failed}\n    \
+                 ON {o} (namespace, status, updated_at);\n",
+            due = inbox.index("due"),
+            settled = inbox.index("settled"),
+            failed = objects.index("status"),
+        );
+        // $1 namespace, $2 id, $3 fingerprint, $4 event_type, $5 created_at, $6 object,
+        // $7 family, $8 payload, $9 now, $10 expires_at. A settled, expired event is
+        // replaced; anything else stays and the statement returns no row.
+        let enqueue = format!(
+            "INSERT INTO {i} AS e (namespace, id, fingerprint, event_type, created_at, object, \
+                 family, payload, state, attempts, token, lease_until, next_attempt_at, due_at, \
+                 last_error, received_at, updated_at, expires_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'pending', 0, 0, $9, $9, $9, NULL, $9, $9, $10) \
+             ON CONFLICT (namespace, id) DO UPDATE SET \
+                 fingerprint = excluded.fingerprint, event_type = excluded.event_type, \
+                 created_at = excluded.created_at, object = excluded.object, \
+                 family = excluded.family, payload = excluded.payload, state = 'pending', \
+                 attempts = 0, token = 0, lease_until = excluded.lease_until, \
+                 next_attempt_at = excluded.next_attempt_at, due_at = excluded.due_at, \
+                 last_error = NULL, received_at = excluded.received_at, \
+                 updated_at = excluded.updated_at, expires_at = excluded.expires_at \
+             WHERE e.due_at IS NULL AND e.expires_at <= $9 \
+             RETURNING state"
+        );
+        let existing =
+            format!("SELECT fingerprint, state FROM {i} WHERE namespace = $1 AND id = $2");
+        // $1 namespace, $2 now, $3 token, $4 lease_until, $5 limit. Oldest due first;
+        // PostgreSQL skips rows a concurrent lease has locked, SQLite has one writer.
+        let (pick, picked, locking) = if pg {
+            (
+                "(namespace, id)",
+                "namespace, id",
+                " FOR UPDATE SKIP LOCKED",
+            )
+        } else {
+            ("rowid", "rowid", "")
+        };
+        let lease = format!(
+            "UPDATE {i} SET state = 'running', token = $3, attempts = attempts + 1, \
+                 lease_until = $4, due_at = $4, updated_at = $2 \
+             WHERE {pick} IN (SELECT {picked} FROM {i} \
+                 WHERE namespace = $1 AND due_at IS NOT NULL AND due_at <= $2 \
+                 ORDER BY due_at LIMIT $5{locking}) \
+             RETURNING {EVENT_COLUMNS}"
+        );
+        let fence = "namespace = $1 AND id = $2 AND state = 'running' AND token = $3";
+        // $4 state, $5 next_attempt_at, $6 error, $7 now, $8 expires_at.
+        let settle = format!(
+            "UPDATE {i} SET state = $4, next_attempt_at = $5, \
+                 due_at = CASE $4 WHEN 'pending' THEN $5 WHEN 'running' THEN lease_until END, \
+                 last_error = COALESCE($6, last_error), updated_at = $7, expires_at = $8 \
+             WHERE {fence}"
+        );
+        let renew = format!("UPDATE {i} SET lease_until = $4, due_at = $4 WHERE {fence}");
+        let get = format!("SELECT {EVENT_COLUMNS} FROM {i} WHERE namespace = $1 AND id = $2");
+        let purge = format!(
+            "DELETE FROM {i} WHERE {pick} IN (SELECT {picked} FROM {i} \
+                 WHERE due_at IS NULL AND expires_at <= $1 LIMIT $2{locking})"
+        );
+        // $1 namespace, $2 object, $3 family, $4 created_at, $5 now.
+        let object_key = "namespace = $1 AND object = $2 AND family = $3";
+        let observe = format!(
+            "INSERT INTO {o} AS o (namespace, object, family, newest, status, updated_at) \
+             VALUES ($1, $2, $3, $4, 'pending', $5) \
+             ON CONFLICT (namespace, object, family) DO UPDATE SET \
+                 newest = excluded.newest, status = 'pending', updated_at = excluded.updated_at \
+             WHERE excluded.newest >= o.newest \
+             RETURNING newest"
+        );
+        let newest = format!("SELECT newest FROM {o} WHERE {object_key}");
+        let settle_object = format!(
+            "UPDATE {o} SET status = $5, updated_at = $6 WHERE {object_key} AND newest = $4"
+        );
+        let get_object = format!("SELECT {OBJECT_COLUMNS} FROM {o} WHERE {object_key}");
+        let failed = format!(
+            "SELECT {OBJECT_COLUMNS} FROM {o} \
+             WHERE namespace = $1 AND status = 'failed' AND updated_at <= $2 \
+             ORDER BY updated_at LIMIT $3"
+        );
+        // $1 namespace, $2 id, $3 fingerprint, $4 token, $5 now, $6 expires_at. Inserts a
+        // `completed` record; replaces an expired one, or takes over one that failed or
+        // whose holder's lease ran out (same body); otherwise returns no row.
+        let expired =
+            "(r.expires_at <= $5 AND NOT (r.state = 'in_progress' AND r.lease_until > $5))";
+        let record = format!(
+            "INSERT INTO {records} AS r (namespace, id, state, fingerprint, token, attempts, \
+                 failures, lease_until, expires_at, created_at, updated_at, history) \
+             VALUES ($1, $2, 'completed', $3, $4, 1, 0, $5, $6, $5, $5, '') \
+             ON CONFLICT (namespace, id) DO UPDATE SET \
+                 state = 'completed', fingerprint = excluded.fingerprint, token = excluded.token, \
+                 attempts = CASE WHEN {expired} THEN 1 ELSE r.attempts + 1 END, \
+                 failures = CASE WHEN {expired} THEN 0 ELSE r.failures END, \
+                 lease_until = excluded.lease_until, \
+                 expires_at = CASE WHEN {expired} OR r.expires_at < excluded.expires_at \
+                     THEN excluded.expires_at ELSE r.expires_at END, \
+                 created_at = CASE WHEN {expired} THEN excluded.created_at ELSE r.created_at END, \
+                 updated_at = excluded.updated_at, \
+                 history = CASE WHEN {expired} THEN '' ELSE r.history END \
+             WHERE {expired} \
+                 OR (r.fingerprint = excluded.fingerprint \
+                     AND (r.state = 'failed' OR (r.state = 'in_progress' AND r.lease_until <= $5))) \
+             RETURNING state"
+        );
+        let recorded =
+            format!("SELECT fingerprint FROM {records} WHERE namespace = $1 AND id = $2");
+        let mut sql = Self {
+            schema,
+            enqueue,
+            existing,
+            lease,
+            settle,
+            renew,
+            get,
+            purge,
+            observe,
+            newest,
+            settle_object,
+            get_object,
+            failed,
+            record,
+            recorded,
+        };
+        if !pg {
+            for s in sql.statements_mut() {
+                *s = s.replace('$', "?");
+            }
+        }
+        sql
+    }
+
+    fn statements_mut(&mut self) -> [&mut String; 14] {
+        [
+            &mut self.enqueue,
+            &mut self.existing,
+            &mut self.lease,
+            &mut self.settle,
+            &mut self.renew,
+            &mut self.get,
+            &mut self.purge,
+            &mut self.observe,
+            &mut self.newest,
+            &mut self.settle_object,
+            &mut self.get_object,
+            &mut self.failed,
+            &mut self.record,
+            &mut self.recorded,
+        ]
+    }
 }
 
 #[cfg(test)]

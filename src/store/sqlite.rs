@@ -34,6 +34,42 @@
 //!     ON "webhook_guard_records" (expires_at);
 //! CREATE INDEX IF NOT EXISTS "webhook_guard_records_stuck"
 //!     ON "webhook_guard_records" (lease_until) WHERE state = 'in_progress';
+//! CREATE TABLE IF NOT EXISTS "webhook_guard_records_inbox" (
+//!     namespace       TEXT    NOT NULL,
+//!     id              TEXT    NOT NULL,
+//!     fingerprint     BLOB    NOT NULL,
+//!     event_type      TEXT,
+//!     created_at      INTEGER,
+//!     object          TEXT,
+//!     family          TEXT,
+//!     payload         BLOB    NOT NULL,
+//!     state           TEXT    NOT NULL,
+//!     attempts        INTEGER NOT NULL,
+//!     token           INTEGER NOT NULL,
+//!     lease_until     INTEGER NOT NULL,
+//!     next_attempt_at INTEGER NOT NULL,
+//!     due_at          INTEGER,
+//!     last_error      TEXT,
+//!     received_at     INTEGER NOT NULL,
+//!     updated_at      INTEGER NOT NULL,
+//!     expires_at      INTEGER NOT NULL,
+//!     PRIMARY KEY (namespace, id)
+//! );
+//! CREATE INDEX IF NOT EXISTS "webhook_guard_records_inbox_due"
+//!     ON "webhook_guard_records_inbox" (namespace, due_at) WHERE due_at IS NOT NULL;
+//! CREATE INDEX IF NOT EXISTS "webhook_guard_records_inbox_settled"
+//!     ON "webhook_guard_records_inbox" (expires_at) WHERE due_at IS NULL;
+//! CREATE TABLE IF NOT EXISTS "webhook_guard_records_objects" (
+//!     namespace  TEXT    NOT NULL,
+//!     object     TEXT    NOT NULL,
+//!     family     TEXT    NOT NULL,
+//!     newest     INTEGER NOT NULL,
+//!     status     TEXT    NOT NULL,
+//!     updated_at INTEGER NOT NULL,
+//!     PRIMARY KEY (namespace, object, family)
+//! );
+//! CREATE INDEX IF NOT EXISTS "webhook_guard_records_objects_status"
+//!     ON "webhook_guard_records_objects" (namespace, status, updated_at);
 //! ```
 //!
 //! Times are milliseconds since the Unix epoch from the caller's clock; the token is
@@ -43,6 +79,19 @@
 //! read only the rows that are due, at most 1,000 per statement, so the write lock is
 //! held for milliseconds at a time; the partial index on running claims keeps
 //! [`stuck`](ProcessedStore::stuck) instant at any table size.
+//!
+//! # Inbox, ordering guard and transactional mode
+//!
+//! The same store is an [`InboxStore`] (in `<table>_inbox`) and an [`OrderingStore`]
+//! (in `<table>_objects`), both created by [`SqliteStore::migrate`]. `enqueue` is one
+//! `INSERT … ON CONFLICT (namespace, id) DO UPDATE … WHERE <settled and expired>
+//! RETURNING`; a lease is one `UPDATE … WHERE rowid IN (SELECT rowid … ORDER BY
+//! due_at LIMIT ?) RETURNING …` (SQLite runs one writer at a time, so two leases never
+//! share an event); `due_at` is `NULL` once an event is settled, so the partial index
+//! `…_inbox_due` holds only the events still to run. `observe` is `INSERT … ON
+//! CONFLICT DO UPDATE … WHERE excluded.newest >= o.newest RETURNING newest`.
+//! [`SqliteStore::record_in`] records an id inside the caller's transaction, so that
+//! a handler's effect in this database file and its dedup record commit together.
 //!
 //! # Errors
 //!
@@ -64,14 +113,18 @@ use sqlx::sqlite::{
 use sqlx::Row;
 use tokio::sync::Mutex;
 
+use sqlx::SqliteConnection;
+
 use super::sql::{
-    self, count, history_text, map_error, millis, purge_in_batches, vanished, InvalidTableName,
-    RawRecord, TableName, COLUMNS, DEFAULT_TABLE,
+    self, count, history_text, map_error, millis, purge_in_batches, vanished, Dialect,
+    InvalidTableName, QueueSql, RawEvent, RawObject, RawRecord, TableName, COLUMNS, DEFAULT_TABLE,
 };
 use super::{
-    Claim, ClaimRequest, Deleted, Fence, FencingToken, Finish, Key, ProcessedStore, Record,
-    RecordState, StoreError,
+    Claim, ClaimRequest, Deleted, Fence, FencingToken, Fingerprint, Finish, Key, ProcessedStore,
+    Record, RecordState, Recorded, StoreError,
 };
+use crate::inbox::{Enqueued, InboxEvent, InboxStore, NewEvent, Settle};
+use crate::ordering::{Freshness, ObjectKey, ObjectRecord, ObjectStatus, OrderingStore};
 
 pub use sqlx;
 
@@ -112,12 +165,14 @@ struct Statements {
     delete: String,
     purge: String,
     stuck: String,
+    queue: QueueSql,
 }
 
 impl Statements {
     fn new(table: TableName) -> Self {
         let t = table.quoted();
-        let schema = format!(
+        let queue = QueueSql::new(&table, Dialect::Sqlite);
+        let mut schema = format!(
             "CREATE TABLE IF NOT EXISTS {t} (\n    \
                  namespace   TEXT    NOT NULL,\n    \
                  id          TEXT    NOT NULL,\n    \
@@ -138,6 +193,7 @@ impl Statements {
             exp = table.index("expires_at"),
             stuck = table.index("stuck"),
         );
+        schema.push_str(&queue.schema);
         // ?1 namespace, ?2 id, ?3 fingerprint, ?4 token, ?5 lease_until,
         // ?6 expires_at, ?7 now.
         let expired =
@@ -198,6 +254,7 @@ impl Statements {
             delete,
             purge,
             stuck,
+            queue,
         }
     }
 }
@@ -477,6 +534,352 @@ impl ProcessedStore for SqliteStore {
                     .into_record(Key::new(&namespace, &id))
             })
             .collect()
+    }
+}
+
+fn raw_event(row: &SqliteRow) -> Result<RawEvent, sqlx::Error> {
+    Ok(RawEvent {
+        namespace: row.try_get(0)?,
+        id: row.try_get(1)?,
+        fingerprint: row.try_get(2)?,
+        event_type: row.try_get(3)?,
+        created_at: row.try_get(4)?,
+        object: row.try_get(5)?,
+        family: row.try_get(6)?,
+        payload: row.try_get(7)?,
+        state: row.try_get(8)?,
+        attempts: row.try_get(9)?,
+        token: row.try_get(10)?,
+        lease_until: row.try_get(11)?,
+        next_attempt_at: row.try_get(12)?,
+        last_error: row.try_get(13)?,
+        received_at: row.try_get(14)?,
+        updated_at: row.try_get(15)?,
+        expires_at: row.try_get(16)?,
+    })
+}
+
+fn event(row: &SqliteRow) -> Result<InboxEvent, StoreError> {
+    raw_event(row).map_err(err)?.into_event()
+}
+
+fn object(row: &SqliteRow) -> Result<ObjectRecord, StoreError> {
+    RawObject {
+        namespace: row.try_get(0).map_err(err)?,
+        object: row.try_get(1).map_err(err)?,
+        family: row.try_get(2).map_err(err)?,
+        newest: row.try_get(3).map_err(err)?,
+        status: row.try_get(4).map_err(err)?,
+        updated_at: row.try_get(5).map_err(err)?,
+    }
+    .into_record()
+}
+
+impl SqliteStore {
+    /// Records `key` as processed inside the caller's transaction: the
+    /// **transactional mode**, for handlers whose effect lives in this same database
+    /// file.
+    ///
+    /// Inserts a `completed` record into the dedup table through `conn` (pass
+    /// `&mut *tx` of an open [`sqlx::Transaction`]) and answers:
+    /// - [`Recorded::First`]: this transaction recorded the id. Apply the effect in
+    ///   the same transaction, then commit: the effect and the record commit together
+    ///   or not at all.
+    /// - [`Recorded::Duplicate`]: another transaction recorded it (same body
+    ///   fingerprint): skip the effect.
+    /// - [`Recorded::Conflict`]: the id is recorded with a different fingerprint.
+    ///
+    /// An expired record is replaced, and a record that failed or whose holder's lease
+    /// ran out (same fingerprint) is taken over, as a claim would. SQLite runs one
+    /// write transaction at a time: from this statement on, the transaction holds the
+    /// file's write lock until it ends, and a concurrent one waits (up to the busy
+    /// timeout) and then sees the committed record (`Duplicate`), or none after a
+    /// rollback (`First`). So whatever instruction the process dies at, the effect is
+    /// applied exactly once. Make `record_in` the transaction's first statement (or
+    /// begin it with `BEGIN IMMEDIATE`): a transaction that read first and writes
+    /// later can fail with `SQLITE_BUSY` at once instead of waiting.
+    ///
+    /// ```no_run
+    /// # async fn demo(store: webhook_guard::store::SqliteStore, body: &[u8])
+    /// # -> Result<(), Box<dyn std::error::Error>> {
+    /// use chrono::{TimeDelta, Utc};
+    /// use webhook_guard::store::{Fingerprint, Key, Recorded};
+    ///
+    /// let pool = store.pool();
+    /// let (key, fp) = (Key::new("stripe", "evt_1"), Fingerprint::of(body));
+    /// let (now, exp) = (Utc::now(), Utc::now() + TimeDelta::days(3));
+    /// let mut tx = pool.begin().await?;
+    /// if store.record_in(&mut *tx, key, fp, now, exp).await? == Recorded::First {
+    ///     sqlx::query("INSERT INTO orders (event_id) VALUES (?)")
+    ///         .bind(key.id)
+    ///         .execute(&mut *tx)
+    ///         .await?;
+    /// }
+    /// tx.commit().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`StoreError`] when a statement fails ([`StoreError::Unavailable`] when the
+    /// write lock was not granted within the busy timeout); the transaction should
+    /// then be rolled back (dropping it does).
+    pub async fn record_in(
+        &self,
+        conn: &mut SqliteConnection,
+        key: Key<'_>,
+        fingerprint: Fingerprint,
+        now: DateTime<Utc>,
+        expires_at: DateTime<Utc>,
+    ) -> Result<Recorded, StoreError> {
+        let q = &self.sql.queue;
+        let inserted = sqlx::query(&q.record)
+            .bind(key.namespace)
+            .bind(key.id)
+            .bind(&fingerprint.0[..])
+            .bind(FencingToken::random().as_i64())
+            .bind(millis(now))
+            .bind(millis(expires_at))
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(err)?;
+        if inserted.is_some() {
+            return Ok(Recorded::First);
+        }
+        let stored: Option<Vec<u8>> = sqlx::query_scalar(&q.recorded)
+            .bind(key.namespace)
+            .bind(key.id)
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(err)?;
+        let stored = stored.ok_or_else(|| vanished(key))?;
+        Ok(if sql::fingerprint(&stored, &key)? == fingerprint {
+            Recorded::Duplicate
+        } else {
+            Recorded::Conflict
+        })
+    }
+}
+
+#[async_trait]
+impl InboxStore for SqliteStore {
+    async fn enqueue(&self, event: &NewEvent<'_>) -> Result<Enqueued, StoreError> {
+        let q = &self.sql.queue;
+        let key = event.key;
+        for _ in 0..3 {
+            let gate = self.writes.lock().await;
+            let inserted = sqlx::query(&q.enqueue)
+                .bind(key.namespace)
+                .bind(key.id)
+                .bind(&event.fingerprint.0[..])
+                .bind(event.meta.event_type.as_deref())
+                .bind(event.meta.created_at.map(millis))
+                .bind(event.meta.object.as_deref())
+                .bind(event.meta.family.as_deref())
+                .bind(event.payload)
+                .bind(millis(event.now))
+                .bind(millis(event.expires_at))
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(err)?;
+            drop(gate);
+            if inserted.is_some() {
+                return Ok(Enqueued::Inserted);
+            }
+            let row = sqlx::query(&q.existing)
+                .bind(key.namespace)
+                .bind(key.id)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(err)?;
+            if let Some(row) = row {
+                let fingerprint: Vec<u8> = row.try_get(0).map_err(err)?;
+                let state: String = row.try_get(1).map_err(err)?;
+                return Ok(Enqueued::Existing {
+                    fingerprint: sql::fingerprint(&fingerprint, &key)?,
+                    state: sql::inbox_state(&state, &key)?,
+                });
+            }
+            // Purged in between: enqueue again.
+        }
+        Err(vanished(key))
+    }
+
+    async fn lease(
+        &self,
+        namespace: &str,
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<InboxEvent>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let _gate = self.writes.lock().await;
+        let rows = sqlx::query(&self.sql.queue.lease)
+            .bind(namespace)
+            .bind(millis(now))
+            .bind(FencingToken::random().as_i64())
+            .bind(millis(lease_until))
+            .bind(sql::limit(limit))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(err)?;
+        let mut events = rows.iter().map(event).collect::<Result<Vec<_>, _>>()?;
+        events.sort_by_key(|e| e.next_attempt_at);
+        Ok(events)
+    }
+
+    async fn settle_event(
+        &self,
+        key: Key<'_>,
+        token: FencingToken,
+        settle: &Settle<'_>,
+    ) -> Result<Fence, StoreError> {
+        let _gate = self.writes.lock().await;
+        let done = sqlx::query(&self.sql.queue.settle)
+            .bind(key.namespace)
+            .bind(key.id)
+            .bind(token.as_i64())
+            .bind(settle.state.as_str())
+            .bind(millis(settle.next_attempt_at))
+            .bind(settle.error)
+            .bind(millis(settle.now))
+            .bind(millis(settle.expires_at))
+            .execute(&self.pool)
+            .await
+            .map_err(err)?;
+        Ok(fence(done.rows_affected()))
+    }
+
+    async fn renew_event(
+        &self,
+        key: Key<'_>,
+        token: FencingToken,
+        lease_until: DateTime<Utc>,
+    ) -> Result<Fence, StoreError> {
+        let _gate = self.writes.lock().await;
+        let done = sqlx::query(&self.sql.queue.renew)
+            .bind(key.namespace)
+            .bind(key.id)
+            .bind(token.as_i64())
+            .bind(millis(lease_until))
+            .execute(&self.pool)
+            .await
+            .map_err(err)?;
+        Ok(fence(done.rows_affected()))
+    }
+
+    async fn get_event(&self, key: Key<'_>) -> Result<Option<InboxEvent>, StoreError> {
+        let row = sqlx::query(&self.sql.queue.get)
+            .bind(key.namespace)
+            .bind(key.id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(err)?;
+        row.as_ref().map(event).transpose()
+    }
+
+    async fn purge_settled(&self, now: DateTime<Utc>, limit: usize) -> Result<u64, StoreError> {
+        purge_in_batches(limit, |n| async move {
+            let _gate = self.writes.lock().await;
+            sqlx::query(&self.sql.queue.purge)
+                .bind(millis(now))
+                .bind(sql::limit(n))
+                .execute(&self.pool)
+                .await
+                .map(|done| done.rows_affected())
+                .map_err(err)
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl OrderingStore for SqliteStore {
+    async fn observe(
+        &self,
+        key: ObjectKey<'_>,
+        created_at: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<Freshness, StoreError> {
+        let q = &self.sql.queue;
+        let gate = self.writes.lock().await;
+        let fresh = sqlx::query(&q.observe)
+            .bind(key.namespace)
+            .bind(key.object)
+            .bind(key.family)
+            .bind(millis(created_at))
+            .bind(millis(now))
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(err)?;
+        drop(gate);
+        if fresh.is_some() {
+            return Ok(Freshness::Fresh);
+        }
+        // Refused: a newer event is stored (records are never deleted, and the
+        // newest only grows), so this read finds it.
+        let newest: i64 = sqlx::query_scalar(&q.newest)
+            .bind(key.namespace)
+            .bind(key.object)
+            .bind(key.family)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(err)?;
+        Ok(Freshness::Stale {
+            newest: sql::time(newest),
+        })
+    }
+
+    async fn settle_object(
+        &self,
+        key: ObjectKey<'_>,
+        created_at: DateTime<Utc>,
+        status: ObjectStatus,
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        let _gate = self.writes.lock().await;
+        sqlx::query(&self.sql.queue.settle_object)
+            .bind(key.namespace)
+            .bind(key.object)
+            .bind(key.family)
+            .bind(millis(created_at))
+            .bind(status.as_str())
+            .bind(millis(now))
+            .execute(&self.pool)
+            .await
+            .map_err(err)?;
+        Ok(())
+    }
+
+    async fn get_object(&self, key: ObjectKey<'_>) -> Result<Option<ObjectRecord>, StoreError> {
+        let row = sqlx::query(&self.sql.queue.get_object)
+            .bind(key.namespace)
+            .bind(key.object)
+            .bind(key.family)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(err)?;
+        row.as_ref().map(object).transpose()
+    }
+
+    async fn failed_objects(
+        &self,
+        namespace: &str,
+        before: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<ObjectRecord>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let rows = sqlx::query(&self.sql.queue.failed)
+            .bind(namespace)
+            .bind(millis(before))
+            .bind(sql::limit(limit))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(err)?;
+        rows.iter().map(object).collect()
     }
 }
 
