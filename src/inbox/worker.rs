@@ -195,6 +195,11 @@ impl Worker {
 
     /// A time limit for one handler run. A run past it is an ambiguous outcome: the
     /// reconciler is asked; if it succeeds the event is done, else it is retried.
+    ///
+    /// The handler's future is dropped at the limit. A handler that opens database
+    /// transactions must be safe to cancel: with sqlx 0.8 on PostgreSQL or MySQL a
+    /// `begin()` dropped while in flight can leave a pooled connection inside a
+    /// transaction (sqlx issue 2054); run such work in a spawned task.
     #[must_use]
     pub fn handler_timeout(self, timeout: Duration) -> Self {
         self.with(|i| i.timeout = Some(timeout))
@@ -512,7 +517,8 @@ impl WorkerHandle {
     }
 
     /// Stops at once, abandoning the batch in flight (its leases run out and the
-    /// events are leased again): what a crash looks like.
+    /// events are leased again): what a crash looks like. The same cancellation caveat as
+    /// [`Worker::handler_timeout`] applies to the handlers in flight.
     pub fn abort(self) {
         self.task.abort();
     }
