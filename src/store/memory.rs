@@ -1,5 +1,6 @@
 //! The in-process store: sharded maps with an expiry queue per shard.
 
+use std::cell::RefCell;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::hash::{BuildHasher, RandomState};
@@ -70,10 +71,32 @@ fn time(ms: i64) -> DateTime<Utc> {
 /// `namespace`, a NUL, then `id`: NUL cannot appear in a namespace the guard accepts.
 fn map_key(key: Key<'_>) -> String {
     let mut k = String::with_capacity(key.namespace.len() + 1 + key.id.len());
+    push_key(&mut k, key);
+    k
+}
+
+fn push_key(k: &mut String, key: Key<'_>) {
     k.push_str(key.namespace);
     k.push('\0');
     k.push_str(key.id);
-    k
+}
+
+thread_local! {
+    /// Where lookups spell their map key, so a lookup does not allocate.
+    static SCRATCH: RefCell<String> = const { RefCell::new(String::new()) };
+}
+
+/// Calls `f` with the map key of `key`, spelled in a per-thread buffer.
+fn with_key<T>(key: Key<'_>, f: impl FnOnce(&str) -> T) -> T {
+    SCRATCH.with(|scratch| match scratch.try_borrow_mut() {
+        Ok(mut k) => {
+            k.clear();
+            push_key(&mut k, key);
+            f(&k)
+        }
+        // Only reachable if `f` itself came back here; stay correct regardless.
+        Err(_) => f(&map_key(key)),
+    })
 }
 
 impl Entry {
@@ -159,7 +182,7 @@ fn lock(m: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
 }
 
 impl Shard {
-    fn claim(&mut self, k: String, req: &ClaimRequest<'_>) -> Claim {
+    fn claim(&mut self, k: &str, req: &ClaimRequest<'_>) -> Claim {
         let now = millis(req.now);
         let fresh = Entry {
             state: RecordState::InProgress,
@@ -173,7 +196,7 @@ impl Shard {
             updated_at: now,
             history: None,
         };
-        let Some(entry) = self.records.get_mut(k.as_str()) else {
+        let Some(entry) = self.records.get_mut(k) else {
             let key: Arc<str> = Arc::from(k);
             self.expiry.push(Reverse((fresh.expires_at, key.clone())));
             self.in_progress.insert(key.clone());
@@ -199,7 +222,7 @@ impl Shard {
             return Claim::Existing(entry.record(req.key));
         }
         let record = entry.record(req.key);
-        if let Some((key, _)) = self.records.get_key_value(k.as_str()) {
+        if let Some((key, _)) = self.records.get_key_value(k) {
             let key = key.clone();
             self.in_progress.insert(key);
         }
@@ -241,8 +264,7 @@ impl Shard {
 #[async_trait]
 impl ProcessedStore for MemoryStore {
     async fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
-        let k = map_key(request.key);
-        Ok(self.shard(&k).claim(k, request))
+        Ok(with_key(request.key, |k| self.shard(k).claim(k, request)))
     }
 
     async fn finish(
@@ -251,20 +273,21 @@ impl ProcessedStore for MemoryStore {
         token: FencingToken,
         finish: &Finish<'_>,
     ) -> Result<Fence, StoreError> {
-        let k = map_key(key);
-        let mut shard = self.shard(&k);
-        let Some(entry) = shard.fenced(&k, token) else {
-            return Ok(Fence::LeaseLost);
-        };
-        entry.state = finish.state;
-        entry.failures = finish.failures;
-        entry.history = (!finish.history.is_empty()).then(|| finish.history.into());
-        entry.updated_at = millis(finish.now);
-        entry.expires_at = millis(finish.expires_at);
-        if finish.state != RecordState::InProgress {
-            shard.in_progress.remove(k.as_str());
-        }
-        Ok(Fence::Applied)
+        Ok(with_key(key, |k| {
+            let mut shard = self.shard(k);
+            let Some(entry) = shard.fenced(k, token) else {
+                return Fence::LeaseLost;
+            };
+            entry.state = finish.state;
+            entry.failures = finish.failures;
+            entry.history = (!finish.history.is_empty()).then(|| finish.history.into());
+            entry.updated_at = millis(finish.now);
+            entry.expires_at = millis(finish.expires_at);
+            if finish.state != RecordState::InProgress {
+                shard.in_progress.remove(k);
+            }
+            Fence::Applied
+        }))
     }
 
     async fn renew(
@@ -274,37 +297,36 @@ impl ProcessedStore for MemoryStore {
         lease_until: DateTime<Utc>,
         expires_at: DateTime<Utc>,
     ) -> Result<Fence, StoreError> {
-        let k = map_key(key);
-        let mut shard = self.shard(&k);
-        let Some(entry) = shard.fenced(&k, token) else {
-            return Ok(Fence::LeaseLost);
-        };
-        entry.lease_until = millis(lease_until);
-        entry.expires_at = entry.expires_at.max(millis(expires_at));
-        Ok(Fence::Applied)
+        Ok(with_key(key, |k| {
+            let mut shard = self.shard(k);
+            let Some(entry) = shard.fenced(k, token) else {
+                return Fence::LeaseLost;
+            };
+            entry.lease_until = millis(lease_until);
+            entry.expires_at = entry.expires_at.max(millis(expires_at));
+            Fence::Applied
+        }))
     }
 
     async fn get(&self, key: Key<'_>) -> Result<Option<Record>, StoreError> {
-        let k = map_key(key);
-        Ok(self
-            .shard(&k)
-            .records
-            .get(k.as_str())
-            .map(|e| e.record(key)))
+        Ok(with_key(key, |k| {
+            self.shard(k).records.get(k).map(|e| e.record(key))
+        }))
     }
 
     async fn delete(&self, key: Key<'_>, now: DateTime<Utc>) -> Result<Deleted, StoreError> {
-        let k = map_key(key);
-        let mut shard = self.shard(&k);
-        match shard.records.get(k.as_str()) {
-            None => Ok(Deleted::NotFound),
-            Some(e) if e.lease_live(millis(now)) => Ok(Deleted::LeaseHeld),
-            Some(_) => {
-                shard.records.remove(k.as_str());
-                shard.in_progress.remove(k.as_str());
-                Ok(Deleted::Removed)
+        Ok(with_key(key, |k| {
+            let mut shard = self.shard(k);
+            match shard.records.get(k) {
+                None => Deleted::NotFound,
+                Some(e) if e.lease_live(millis(now)) => Deleted::LeaseHeld,
+                Some(_) => {
+                    shard.records.remove(k);
+                    shard.in_progress.remove(k);
+                    Deleted::Removed
+                }
             }
-        }
+        }))
     }
 
     async fn purge_expired(&self, now: DateTime<Utc>, limit: usize) -> Result<u64, StoreError> {
