@@ -251,6 +251,9 @@ impl MemoryStore {
 }
 
 /// The record under `k` if it is `InProgress` with `token`, with its fields.
+// A `Slot` hashes and compares by its key, which never changes; the `Cell` holds
+// only the other fields.
+#[allow(clippy::mutable_key_type)]
 fn fenced<'s>(
     records: &'s HashSet<Slot>,
     k: &str,
