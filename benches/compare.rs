@@ -616,10 +616,10 @@ fn sweep_claim_p99_memory(ctx: &Ctx) -> Result<Report, Skip> {
         }
         fresh += idle_samples;
         idle.push(p99(&mut lat));
-        // During the purge.
-        let batch_ids = ids(fresh, 4 * idle_samples);
-        let mut lat = Vec::with_capacity(batch_ids.len());
+        // During the purge: claim fresh ids until the purger is done.
+        let mut lat = Vec::with_capacity(4 * idle_samples);
         let now = clock.now();
+        let mut id = String::with_capacity(30);
         let purge_time = std::thread::scope(|s| {
             let purger = s.spawn(|| {
                 let t = Instant::now();
@@ -633,16 +633,16 @@ fn sweep_claim_p99_memory(ctx: &Ctx) -> Result<Report, Skip> {
                 }
                 (t.elapsed(), total)
             });
-            for id in &batch_ids {
-                if purger.is_finished() {
-                    break;
-                }
-                lat.push(claim(id));
+            while !purger.is_finished() {
+                use std::fmt::Write;
+                id.clear();
+                write!(id, "evt_{fresh:026}").unwrap();
+                fresh += 1;
+                lat.push(claim(&id));
             }
             purger.join().expect("purger")
         });
         assert!(purge_time.1 >= n as u64, "purged {} of {n}", purge_time.1);
-        fresh += batch_ids.len();
         busy_samples.push(lat.len() as f64);
         busy.push(p99(&mut lat));
         purge_ms.push(purge_time.0.as_secs_f64() * 1e3);
