@@ -27,9 +27,9 @@ const MIN_SHARDS: usize = 1024;
 /// ([`OrderingStore`](crate::ordering::OrderingStore)).
 ///
 /// Records are spread over many small lock-striped shards. A record costs about
-/// 180 bytes with a 30-byte id: an 8-byte slot in its shard's table, one
-/// allocation for the record and one for its key; failure notes, which most
-/// records never have, are kept apart. Each shard knows the earliest time any of its
+/// 165 bytes with a 30-byte id: an 8-byte slot in its shard's table and one
+/// allocation holding its fields and (up to 46 bytes) its key; failure notes, which
+/// most records never have, are kept apart. Each shard knows the earliest time any of its
 /// records may be purged, so a purge skips shards with nothing due and walks the
 /// others in small batches. Nothing survives a restart and nothing is shared between
 /// processes: use a durable store when the host runs more than one replica.
@@ -81,31 +81,66 @@ impl Default for Shard {
 /// through the set can be changed in place (always under the shard's lock).
 #[derive(Debug)]
 struct Node {
-    key: Box<str>,
     core: Cell<Core>,
+    key: MapKey,
 }
 
-/// A shard's table entry: hashed and compared by the map key alone, so the set is
-/// searched with a `&str`.
+/// Keys up to this long (namespace, NUL, id) are kept inside the record itself.
+const INLINE_KEY: usize = 46;
+
+/// A map key: inline when short (most provider ids), else on the heap.
+#[derive(Debug)]
+enum MapKey {
+    Inline { len: u8, bytes: [u8; INLINE_KEY] },
+    Heap(Box<[u8]>),
+}
+
+impl MapKey {
+    fn new(k: &str) -> Self {
+        match u8::try_from(k.len()) {
+            Ok(len) if k.len() <= INLINE_KEY => {
+                let mut bytes = [0; INLINE_KEY];
+                bytes[..k.len()].copy_from_slice(k.as_bytes());
+                Self::Inline { len, bytes }
+            }
+            _ => Self::Heap(k.as_bytes().into()),
+        }
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        match self {
+            Self::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            Self::Heap(bytes) => bytes,
+        }
+    }
+
+    /// The key as text (it was made from a `&str`).
+    fn as_str(&self) -> &str {
+        std::str::from_utf8(self.as_bytes()).unwrap_or_default()
+    }
+}
+
+/// A shard's table entry: hashed and compared by the map key's bytes alone, so the
+/// set is searched with `k.as_bytes()`.
 #[derive(Debug)]
 struct Slot(Box<Node>);
 
-impl Borrow<str> for Slot {
-    fn borrow(&self) -> &str {
-        &self.0.key
+impl Borrow<[u8]> for Slot {
+    fn borrow(&self) -> &[u8] {
+        self.0.key.as_bytes()
     }
 }
 
 impl Hash for Slot {
     fn hash<H: Hasher>(&self, state: &mut H) {
-        // Exactly as `str` hashes, as `Borrow<str>` requires.
-        (*self.0.key).hash(state);
+        // Exactly as `[u8]` hashes, as `Borrow<[u8]>` requires.
+        self.0.key.as_bytes().hash(state);
     }
 }
 
 impl PartialEq for Slot {
     fn eq(&self, other: &Self) -> bool {
-        self.0.key == other.0.key
+        self.0.key.as_bytes() == other.0.key.as_bytes()
     }
 }
 
@@ -259,7 +294,7 @@ fn fenced<'s>(
     k: &str,
     token: FencingToken,
 ) -> Option<(&'s Cell<Core>, Core)> {
-    let cell = &records.get(k)?.0.core;
+    let cell = &records.get(k.as_bytes())?.0.core;
     let core = cell.get();
     (core.state == RecordState::InProgress && core.token == token).then_some((cell, core))
 }
@@ -292,9 +327,9 @@ impl Shard {
             updated_at: now,
             has_history: false,
         };
-        let Some(slot) = self.records.get(k) else {
+        let Some(slot) = self.records.get(k.as_bytes()) else {
             self.records.insert(Slot(Box::new(Node {
-                key: k.into(),
+                key: MapKey::new(k),
                 core: Cell::new(fresh),
             })));
             self.in_progress += 1;
@@ -351,7 +386,7 @@ impl Shard {
             if removed < limit && core.due() <= now {
                 removed += 1;
                 if core.has_history {
-                    history.remove(&*slot.0.key);
+                    history.remove(slot.0.key.as_str());
                 }
                 if core.state == RecordState::InProgress {
                     *in_progress -= 1;
@@ -432,7 +467,7 @@ impl ProcessedStore for MemoryStore {
     async fn get(&self, key: Key<'_>) -> Result<Option<Record>, StoreError> {
         Ok(with_key(key, |k| {
             let shard = self.shard(k);
-            let core = shard.records.get(k)?.0.core.get();
+            let core = shard.records.get(k.as_bytes())?.0.core.get();
             Some(core.record(key, shard.history_of(k, &core)))
         }))
     }
@@ -440,13 +475,13 @@ impl ProcessedStore for MemoryStore {
     async fn delete(&self, key: Key<'_>, now: DateTime<Utc>) -> Result<Deleted, StoreError> {
         Ok(with_key(key, |k| {
             let mut shard = self.shard(k);
-            let Some(core) = shard.records.get(k).map(|s| s.0.core.get()) else {
+            let Some(core) = shard.records.get(k.as_bytes()).map(|s| s.0.core.get()) else {
                 return Deleted::NotFound;
             };
             if core.lease_live(millis(now)) {
                 return Deleted::LeaseHeld;
             }
-            shard.records.remove(k);
+            shard.records.remove(k.as_bytes());
             if core.has_history {
                 shard.history.remove(k);
             }
@@ -490,7 +525,7 @@ impl ProcessedStore for MemoryStore {
                 }
                 let core = slot.0.core.get();
                 if core.state == RecordState::InProgress && core.lease_until <= now {
-                    let k = &*slot.0.key;
+                    let k = slot.0.key.as_str();
                     let (namespace, id) = k.split_once('\0').unwrap_or(("", k));
                     out.push(core.record(Key::new(namespace, id), shard.history_of(k, &core)));
                 }
@@ -586,5 +621,31 @@ mod tests {
         let shard = lock(&store.inner.shards[0]);
         assert!(shard.records.is_empty() && shard.history.is_empty());
         assert_eq!((shard.in_progress, shard.next_due), (0, i64::MAX));
+    }
+
+    /// Keys too long to sit inside the record live on the heap and work the same.
+    #[test]
+    fn long_keys_round_trip() {
+        let store = MemoryStore::with_shards(1);
+        let t0 = DateTime::from_timestamp(1_700_000_000, 0).unwrap();
+        for id in [
+            "a".repeat(INLINE_KEY - 3),
+            "b".repeat(INLINE_KEY - 2),
+            "é".repeat(100),
+        ] {
+            let req = request(&id, t0);
+            assert!(matches!(
+                ready(store.claim(&req)).unwrap(),
+                Claim::Acquired(_)
+            ));
+            assert!(matches!(
+                ready(store.claim(&req)).unwrap(),
+                Claim::Existing(_)
+            ));
+            let rec = ready(store.get(req.key)).unwrap().unwrap();
+            assert_eq!(rec.id, id);
+            let stuck = ready(store.stuck(t0 + TimeDelta::seconds(61), 10)).unwrap();
+            assert!(stuck.iter().any(|r| r.id == id));
+        }
     }
 }
