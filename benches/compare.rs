@@ -201,6 +201,14 @@ impl Ctx {
     }
 }
 
+/// The 1/5/15-minute load averages: a 2-thread figure means little when other
+/// processes already keep every CPU busy.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     let n = v.len();
@@ -224,10 +232,11 @@ fn main() {
     let ctx = Ctx::from_env();
     let in_ci = std::env::var_os("CI").is_some();
     println!(
-        "webhook-guard comparisons: scale {}, {} rounds per side, {} CPUs",
+        "webhook-guard comparisons: scale {}, {} rounds per side, {} CPUs, load average {}",
         ctx.scale,
         ctx.rounds,
-        std::thread::available_parallelism().map_or(0, |n| n.get())
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        load_average()
     );
     let started = Instant::now();
     let mut rows = Vec::new();
@@ -262,7 +271,11 @@ fn main() {
             Err(Skip(why)) => println!("{:<34} SKIPPED: {why}", c.name),
         }
     }
-    println!("total {:.1} s", started.elapsed().as_secs_f64());
+    println!(
+        "total {:.1} s, load average {}",
+        started.elapsed().as_secs_f64(),
+        load_average()
+    );
     for (name, ratio) in rows {
         println!("ratio {name} {ratio:.3}");
     }
