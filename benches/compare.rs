@@ -190,6 +190,43 @@ impl Ctx {
         (median(g), median(b))
     }
 
+    /// Like [`Ctx::interleave`], and finer: within each round, the two sides take
+    /// turns chunk by chunk over the same `n` items (`guard(state, range)` and
+    /// `baseline(state, range)`, on a state made fresh by `setup` each round), so
+    /// load that comes and goes within a round hits both sides alike. Returns the
+    /// median nanoseconds per item of each side.
+    fn interleave_chunks<S>(
+        &self,
+        rounds: usize,
+        n: usize,
+        mut setup: impl FnMut() -> S,
+        mut guard: impl FnMut(&mut S, std::ops::Range<usize>),
+        mut baseline: impl FnMut(&mut S, std::ops::Range<usize>),
+    ) -> (f64, f64) {
+        const CHUNK: usize = 10_000;
+        let (mut g, mut b) = (Vec::new(), Vec::new());
+        for round in 0..rounds {
+            let mut state = setup();
+            let (mut tg, mut tb) = (Duration::ZERO, Duration::ZERO);
+            for (c, start) in (0..n).step_by(CHUNK).enumerate() {
+                let range = start..(start + CHUNK).min(n);
+                for side in [(c + round) % 2, (c + round + 1) % 2] {
+                    let t = Instant::now();
+                    if side == 0 {
+                        guard(&mut state, range.clone());
+                        tg += t.elapsed();
+                    } else {
+                        baseline(&mut state, range.clone());
+                        tb += t.elapsed();
+                    }
+                }
+            }
+            g.push(ns_per(tg, n));
+            b.push(ns_per(tb, n));
+        }
+        (median(g), median(b))
+    }
+
     /// The URL of a server a comparison needs, from the environment variable `var`.
     /// Missing: fails in CI (`CI` set), skips with a message elsewhere.
     #[allow(dead_code)] // used by the backend comparisons added after the merge
@@ -348,29 +385,24 @@ fn bare_insert(map: &BareMap, id: &str, v: u64) -> bool {
 // ---------------------------------------------------------------------------
 
 /// Full guard cycle on `MemoryStore` over 1,000,000 unique ids (the store grows to
-/// 1M records) vs check-and-insert of the same ids in a bare `Mutex<HashMap>`.
+/// 1M records) vs check-and-insert of the same ids in a bare `Mutex<HashMap>`,
+/// both growing side by side in alternating chunks.
 fn memory_cycle(ctx: &Ctx) -> Result<Report, Skip> {
     let n = ctx.n(1_000_000);
     let ids = ids(0, n);
-    let (g, b) = ctx.interleave(
+    let (g, b) = ctx.interleave_chunks(
         ctx.rounds.min(5),
-        || {
-            let guard = guard_on(MemoryStore::new());
-            let t = Instant::now();
-            for id in &ids {
-                black_box(ready(cycle(&guard, id)));
+        n,
+        || (guard_on(MemoryStore::new()), BareMap::default()),
+        |(guard, _), range| {
+            for id in &ids[range] {
+                black_box(ready(cycle(guard, id)));
             }
-            let ns = ns_per(t.elapsed(), n);
-            drop(guard);
-            ns
         },
-        || {
-            let map = BareMap::default();
-            let t = Instant::now();
-            for (i, id) in ids.iter().enumerate() {
-                black_box(bare_insert(&map, id, i as u64));
+        |(_, map), range| {
+            for i in range {
+                black_box(bare_insert(map, &ids[i], i as u64));
             }
-            ns_per(t.elapsed(), n)
         },
     );
     Ok(Report {
@@ -409,21 +441,19 @@ fn memory_duplicate(ctx: &Ctx) -> Result<Report, Skip> {
     ));
     // Every 4th id, so a round is short and still walks the whole table.
     let probe: Vec<&String> = ids.iter().step_by(4).collect();
-    let (g, b) = ctx.interleave(
+    let (g, b) = ctx.interleave_chunks(
         ctx.rounds,
-        || {
-            let t = Instant::now();
-            for id in &probe {
+        probe.len(),
+        || (),
+        |(), range| {
+            for id in &probe[range] {
                 black_box(ready(cycle(&guard, id)));
             }
-            ns_per(t.elapsed(), probe.len())
         },
-        || {
-            let t = Instant::now();
-            for id in &probe {
+        |(), range| {
+            for id in &probe[range] {
                 black_box(map.lock().unwrap().get(id.as_str()).copied());
             }
-            ns_per(t.elapsed(), probe.len())
         },
     );
     Ok(Report {
