@@ -367,11 +367,12 @@ impl Shard {
         Claim::Acquired(core.record(req.key, self.history_of(k, &core)))
     }
 
-    /// Removes up to `limit` records due at `now`; walks the whole shard (it is
-    /// small) and leaves `next_due` exact.
-    fn purge(&mut self, now: i64, limit: usize) -> usize {
+    /// Takes out up to `limit` records due at `now`; walks the whole shard (it is
+    /// small) and leaves `next_due` exact. The caller drops what comes back after
+    /// releasing the lock, so claims do not wait on the frees.
+    fn purge(&mut self, now: i64, limit: usize) -> Vec<Slot> {
         if self.next_due > now {
-            return 0;
+            return Vec::new();
         }
         let Self {
             records,
@@ -381,24 +382,26 @@ impl Shard {
         } = self;
         let mut removed = 0;
         let mut next = i64::MAX;
-        records.retain(|slot| {
-            let core = slot.0.core.get();
-            if removed < limit && core.due() <= now {
-                removed += 1;
-                if core.has_history {
-                    history.remove(slot.0.key.as_str());
+        let out = records
+            .extract_if(|slot| {
+                let core = slot.0.core.get();
+                if removed < limit && core.due() <= now {
+                    removed += 1;
+                    if core.has_history {
+                        history.remove(slot.0.key.as_str());
+                    }
+                    if core.state == RecordState::InProgress {
+                        *in_progress -= 1;
+                    }
+                    true
+                } else {
+                    next = next.min(core.due());
+                    false
                 }
-                if core.state == RecordState::InProgress {
-                    *in_progress -= 1;
-                }
-                false
-            } else {
-                next = next.min(core.due());
-                true
-            }
-        });
+            })
+            .collect();
         *next_due = next;
-        removed
+        out
     }
 }
 
@@ -501,7 +504,9 @@ impl ProcessedStore for MemoryStore {
                 if left == 0 {
                     return Ok(removed as u64);
                 }
-                let n = lock(shard).purge(now, left.min(PURGE_CHUNK));
+                let purged = lock(shard).purge(now, left.min(PURGE_CHUNK));
+                let n = purged.len();
+                drop(purged); // outside the lock
                 removed += n;
                 if n < left.min(PURGE_CHUNK) {
                     break;
