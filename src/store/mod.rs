@@ -20,10 +20,10 @@ mod sql;
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub mod sqlite;
 
+use std::cell::Cell;
 use std::error::Error as StdError;
 use std::fmt;
 use std::hash::{BuildHasher, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -122,9 +122,18 @@ impl FencingToken {
     /// A fresh random token (not cryptographic, but unpredictable and unique with
     /// overwhelming probability).
     pub fn random() -> Self {
-        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        // Per thread, so threads claiming at once share no cache line; every
+        // thread's `RandomState` keys are random, so their sequences differ.
+        thread_local! {
+            static COUNTER: Cell<u64> = const { Cell::new(0) };
+        }
+        let n = COUNTER.with(|c| {
+            let n = c.get();
+            c.set(n.wrapping_add(1));
+            n
+        });
         let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+        h.write_u64(n);
         Self(h.finish())
     }
 
