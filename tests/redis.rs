@@ -246,7 +246,25 @@ async fn standalone_store_passes_the_conformance_suite() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cluster_store_passes_the_conformance_suite() {
+async fn standalone_store_passes_the_inbox_and_ordering_suites() {
+    let Some(url) = url() else { return };
+    let prefix = random_prefix("inbox-conformance");
+    let store = store(&url, &prefix).await;
+    let started = Instant::now();
+    conformance::inbox::run_all(&store).await;
+    conformance::ordering::run_all(&store).await;
+    eprintln!(
+        "standalone inbox and ordering conformance: {:?}",
+        started.elapsed()
+    );
+    assert!(
+        cleanup(&url, &prefix).await > 0,
+        "the suites wrote under the prefix"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_store_passes_the_conformance_suites() {
     // Gated like the other live tests: the cluster is started here, from the same
     // Redis installation that serves WEBHOOK_GUARD_REDIS_URL.
     let Some(_) = url() else { return };
@@ -265,6 +283,13 @@ async fn cluster_store_passes_the_conformance_suite() {
     let started = Instant::now();
     conformance::run_all(&store).await;
     eprintln!("cluster conformance: {:?}", started.elapsed());
+    let started = Instant::now();
+    conformance::inbox::run_all(&store).await;
+    conformance::ordering::run_all(&store).await;
+    eprintln!(
+        "cluster inbox and ordering conformance: {:?}",
+        started.elapsed()
+    );
 
     // The shards really are spread over the nodes.
     let mut per_node = Vec::new();

@@ -165,7 +165,7 @@ impl From<ClusterConnection> for RedisConnection {
 }
 
 impl RedisConnection {
-    async fn invoke<T: FromRedisValue>(
+    pub(crate) async fn invoke<T: FromRedisValue>(
         &self,
         script: &ScriptInvocation<'_>,
     ) -> Result<T, RedisError> {
@@ -175,7 +175,10 @@ impl RedisConnection {
         }
     }
 
-    async fn query<T: FromRedisValue>(&self, cmd: &::redis::Cmd) -> Result<T, RedisError> {
+    pub(crate) async fn query<T: FromRedisValue>(
+        &self,
+        cmd: &::redis::Cmd,
+    ) -> Result<T, RedisError> {
         match self {
             Self::Standalone(c) => cmd.query_async(&mut c.clone()).await,
             Self::Cluster(c) => cmd.query_async(&mut c.clone()).await,
@@ -300,6 +303,7 @@ impl RedisStoreBuilder {
                 connection: connection.into(),
                 prefix: self.prefix,
                 shards: self.shards,
+                inboxes: Default::default(),
             }),
         })
     }
@@ -355,6 +359,8 @@ struct Inner {
     connection: RedisConnection,
     prefix: String,
     shards: u16,
+    /// Inbox namespaces already added to the registry by this process.
+    inboxes: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 impl fmt::Debug for RedisStore {
@@ -398,18 +404,41 @@ impl RedisStore {
     }
 
     fn shard_of(&self, key: Key<'_>) -> u16 {
+        self.shard_for(&[key.namespace, key.id])
+    }
+
+    /// The shard of `parts` joined by NULs.
+    pub(crate) fn shard_for(&self, parts: &[&str]) -> u16 {
         // FNV-1a: stable across processes, platforms and versions (part of the layout).
         let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-        let bytes = key.namespace.bytes().chain([0]).chain(key.id.bytes());
-        for b in bytes {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x0100_0000_01b3);
+        for (i, part) in parts.iter().enumerate() {
+            if i > 0 {
+                // The NUL separator (XOR with 0 changes nothing).
+                h = h.wrapping_mul(0x0100_0000_01b3);
+            }
+            for b in part.bytes() {
+                h ^= u64::from(b);
+                h = h.wrapping_mul(0x0100_0000_01b3);
+            }
         }
         (h % u64::from(self.inner.shards)) as u16
     }
 
+    /// The hash tag of shard `shard`: `{<prefix>:<shard>}`.
+    pub(crate) fn shard_tag(&self, shard: u16) -> String {
+        format!("{{{}:{shard}}}", self.inner.prefix)
+    }
+
+    /// The namespaces this process has registered for the inbox (see
+    /// `inbox::redis`).
+    pub(crate) fn registered_inboxes(
+        &self,
+    ) -> &std::sync::Mutex<std::collections::HashSet<String>> {
+        &self.inner.inboxes
+    }
+
     fn keys(&self, shard: u16) -> ShardKeys {
-        let tag = format!("{{{}:{shard}}}", self.inner.prefix);
+        let tag = self.shard_tag(shard);
         ShardKeys {
             records: format!("{tag}:r:"),
             due: format!("{tag}:due"),
@@ -456,7 +485,7 @@ fn is_unreachable(e: &RedisError) -> bool {
         )
 }
 
-fn store_error(e: RedisError) -> StoreError {
+pub(crate) fn store_error(e: RedisError) -> StoreError {
     if is_unreachable(&e) {
         StoreError::unavailable(e)
     } else {
@@ -464,11 +493,11 @@ fn store_error(e: RedisError) -> StoreError {
     }
 }
 
-fn millis(t: DateTime<Utc>) -> i64 {
+pub(crate) fn millis(t: DateTime<Utc>) -> i64 {
     t.timestamp_millis()
 }
 
-fn time(ms: i64) -> DateTime<Utc> {
+pub(crate) fn time(ms: i64) -> DateTime<Utc> {
     DateTime::from_timestamp_millis(ms).unwrap_or(DateTime::<Utc>::MAX_UTC)
 }
 
@@ -477,18 +506,18 @@ fn ttl(due: i64, now: i64) -> i64 {
     due.saturating_sub(now).max(1)
 }
 
-fn corrupt(what: &str) -> StoreError {
+pub(crate) fn corrupt(what: &str) -> StoreError {
     StoreError::Corrupt(format!("redis record: {what}"))
 }
 
-fn int(v: &Value) -> Option<i64> {
+pub(crate) fn int(v: &Value) -> Option<i64> {
     match v {
         Value::Int(i) => Some(*i),
         _ => text(v)?.parse().ok(),
     }
 }
 
-fn text(v: &Value) -> Option<&str> {
+pub(crate) fn text(v: &Value) -> Option<&str> {
     match v {
         Value::BulkString(b) => std::str::from_utf8(b).ok(),
         Value::SimpleString(s) => Some(s),
