@@ -13,13 +13,16 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, TimeDelta, Utc};
 use futures_util::future::join_all;
+use webhook_guard::inbox::{InboxEvent, InboxState, InboxStore};
+use webhook_guard::meta::MetaExtractor;
+use webhook_guard::ordering::{ObjectKey, ObjectStatus, OrderingStore};
 use webhook_guard::store::redis::{redis, RedisStoreError};
 use webhook_guard::store::{
     Claim, ClaimRequest, Fence, FencingToken, Fingerprint, Finish, Key, ProcessedStore,
     RecordState, RedisStore,
 };
 use webhook_guard::verify::NoVerification;
-use webhook_guard::{conformance, EventId, OutcomeKind, WebhookGuard};
+use webhook_guard::{conformance, EventId, Outcome, OutcomeKind, WebhookGuard};
 
 const URL_VAR: &str = "WEBHOOK_GUARD_REDIS_URL";
 
@@ -674,6 +677,191 @@ async fn an_unreachable_server_is_unavailable_and_the_store_recovers() {
         matches!(claim, Claim::Acquired(_)),
         "the new server is empty"
     );
+}
+
+/// A guard in inbox mode with the ordering guard, everything on one Redis store.
+fn inbox_guard(store: &RedisStore) -> WebhookGuard {
+    WebhookGuard::builder()
+        .store(store.clone())
+        .inbox(Arc::new(store.clone()))
+        .ordering(Arc::new(store.clone()))
+        .verifier(NoVerification)
+        .event_id(EventId::json_field(["id"]))
+        .event_meta(MetaExtractor::json(&["type"], &["created"], &["object"]))
+        .namespace("inbox")
+        .build()
+        .unwrap()
+}
+
+fn inbox_body(id: &str, ty: &str, object: &str, created: i64) -> Vec<u8> {
+    format!(r#"{{"id":"{id}","type":"{ty}","object":"{object}","created":{created}}}"#).into_bytes()
+}
+
+async fn accept(guard: &WebhookGuard, body: &[u8]) {
+    let outcome = guard
+        .accept(&[("content-type", "application/json")], body)
+        .await;
+    assert!(
+        matches!(outcome, Outcome::Accepted { new: true, .. }),
+        "{outcome:?}"
+    );
+}
+
+/// Waits until every event of `ids` in namespace `inbox` is settled.
+async fn settled(store: &RedisStore, ids: &[&str], within: Duration) -> Vec<InboxEvent> {
+    let deadline = Instant::now() + within;
+    loop {
+        let events = join_all(ids.iter().map(|id| store.get_event(Key::new("inbox", id)))).await;
+        let events: Vec<InboxEvent> = events
+            .into_iter()
+            .map(|e| e.unwrap().expect("stored"))
+            .collect();
+        if events.iter().all(|e| e.state.is_settled()) {
+            return events;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not settled in {within:?}: {:?}",
+            events.iter().map(|e| (&e.id, e.state)).collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inbox_and_ordering_on_redis_end_in_the_newest_state() {
+    let Some(url) = url() else { return };
+    let prefix = random_prefix("inbox-e2e");
+    let store = store(&url, &prefix).await;
+    let guard = inbox_guard(&store);
+    let applied: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
+    let worker = {
+        let applied = applied.clone();
+        guard
+            .worker(move |e: InboxEvent| {
+                let applied = applied.clone();
+                async move {
+                    applied.lock().unwrap().push(e.meta.event_type.unwrap());
+                    Ok(())
+                }
+            })
+            .unwrap()
+            // One at a time, in the order of arrival: the newer event first.
+            .concurrency(1)
+            .poll_interval(Duration::from_millis(10))
+    };
+    // Created pending(1000) → succeeded(2000); delivered succeeded, then pending.
+    accept(
+        &guard,
+        &inbox_body("e_new", "charge.succeeded", "ch_1", 2000),
+    )
+    .await;
+    accept(&guard, &inbox_body("e_old", "charge.pending", "ch_1", 1000)).await;
+    let started = Instant::now();
+    let running = worker.spawn();
+    let events = settled(&store, &["e_new", "e_old"], Duration::from_secs(10)).await;
+    eprintln!("two events processed in {:?}", started.elapsed());
+    running.shutdown().await;
+    assert_eq!(
+        (events[0].state, events[1].state),
+        (InboxState::Done, InboxState::Skipped),
+        "the late, older event is skipped"
+    );
+    assert_eq!(*applied.lock().unwrap(), ["charge.succeeded"]);
+    let object = store
+        .get_object(ObjectKey {
+            namespace: "inbox",
+            object: "ch_1",
+            family: "charge",
+        })
+        .await
+        .unwrap()
+        .expect("observed");
+    assert_eq!(object.newest.timestamp(), 2000);
+    assert_eq!(object.status, ObjectStatus::Applied);
+    cleanup(&url, &prefix).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_worker_s_events_are_leased_again_and_all_end_done() {
+    let Some(url) = url() else { return };
+    let prefix = random_prefix("inbox-killed");
+    let store = store(&url, &prefix).await;
+    let guard = inbox_guard(&store);
+    let ids = ["k0", "k1", "k2", "k3", "k4"];
+    for (n, id) in ids.iter().enumerate() {
+        let object = format!("ch_{id}");
+        accept(
+            &guard,
+            &inbox_body(id, "charge.succeeded", &object, n as i64),
+        )
+        .await;
+    }
+    // The doomed worker takes all five and hangs in the handler; then it is killed.
+    let started = Arc::new(AtomicUsize::new(0));
+    let doomed = {
+        let started = started.clone();
+        guard
+            .worker(move |_e: InboxEvent| {
+                started.fetch_add(1, Ordering::SeqCst);
+                std::future::pending::<Result<(), webhook_guard::HandlerError>>()
+            })
+            .unwrap()
+            .concurrency(5)
+            .lease(Duration::from_secs(1))
+    };
+    let task = tokio::spawn(async move { doomed.run_once().await });
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while started.load(Ordering::SeqCst) < 5 {
+        assert!(Instant::now() < deadline, "the doomed worker never started");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let killed_at = Instant::now();
+    task.abort();
+    assert!(task.await.unwrap_err().is_cancelled());
+    for id in ids {
+        let e = store
+            .get_event(Key::new("inbox", id))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!((e.state, e.attempts), (InboxState::Running, 1), "{id}");
+    }
+
+    let ran = Arc::new(AtomicUsize::new(0));
+    let survivor = {
+        let ran = ran.clone();
+        guard
+            .worker(move |_e: InboxEvent| {
+                let ran = ran.clone();
+                async move {
+                    ran.fetch_add(1, Ordering::SeqCst);
+                    Ok(())
+                }
+            })
+            .unwrap()
+            .concurrency(10)
+    };
+    assert_eq!(
+        survivor.run_once().await.unwrap(),
+        0,
+        "nothing is due while the dead worker's lease holds"
+    );
+    let mut processed = 0;
+    while processed < ids.len() {
+        assert!(
+            killed_at.elapsed() < Duration::from_secs(10),
+            "the events were never leased again"
+        );
+        processed += survivor.run_once().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    eprintln!("leased again {:?} after the kill", killed_at.elapsed());
+    assert_eq!(ran.load(Ordering::SeqCst), 5, "each event ran once more");
+    for e in settled(&store, &ids, Duration::from_secs(1)).await {
+        assert_eq!((e.state, e.attempts), (InboxState::Done, 2), "{}", e.id);
+    }
+    cleanup(&url, &prefix).await;
 }
 
 #[tokio::test]
