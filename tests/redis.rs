@@ -890,3 +890,168 @@ async fn bad_prefixes_and_shard_counts_are_refused_before_connecting() {
         .unwrap_err();
     assert!(err.is_unavailable(), "a refused connection: {err:?}");
 }
+
+// ---------------------------------------------------------------------------
+// Measurement
+
+/// CPU seconds (user + system) this process has used.
+fn process_cpu() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // Fields 14 and 15 of the stat line (utime, stime), in clock ticks of 10 ms.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// CPU seconds the server on `port` has used.
+fn server_cpu(port: u16) -> f64 {
+    cli(port, &["info", "cpu"])
+        .lines()
+        .filter(|l| l.starts_with("used_cpu_sys:") || l.starts_with("used_cpu_user:"))
+        .filter_map(|l| l.split_once(':')?.1.trim().parse::<f64>().ok())
+        .sum()
+}
+
+/// Runs `op` in `TASKS` concurrent loops for `round`; answers operations per second,
+/// client and server CPU µs per operation.
+async fn measure<F, Fut>(port: u16, round: Duration, per_op: u64, op: F) -> (f64, f64, f64)
+where
+    F: Fn(usize, u64) -> Fut + Clone,
+    Fut: std::future::Future<Output = ()>,
+{
+    const TASKS: usize = 64;
+    let (client0, server0) = (process_cpu(), server_cpu(port));
+    let started = Instant::now();
+    let deadline = started + round;
+    let tasks = (0..TASKS).map(|t| {
+        let op = op.clone();
+        async move {
+            let mut n = 0u64;
+            while Instant::now() < deadline {
+                op(t, n).await;
+                n += 1;
+            }
+            n
+        }
+    });
+    let n: u64 = join_all(tasks).await.into_iter().sum::<u64>() * per_op;
+    let secs = started.elapsed().as_secs_f64();
+    let (client, server) = (process_cpu() - client0, server_cpu(port) - server0);
+    (
+        n as f64 / secs,
+        client * 1e6 / n as f64,
+        server * 1e6 / n as f64,
+    )
+}
+
+/// How many round trips per second 64 tasks get on one multiplexed connection:
+/// raw `SET k v NX PX` against the store's claim + finish cycle (two round trips),
+/// in interleaved rounds on a private server (port 7198), with the CPU each side
+/// spends per round trip. Run it in release:
+///
+/// ```text
+/// WEBHOOK_GUARD_REDIS_URL=redis://127.0.0.1:6379 cargo test --release \
+///   --features redis,conformance --test redis -- --ignored --nocapture speed
+/// ```
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement, not a check: run in release"]
+async fn speed_of_claim_and_finish_against_raw_set_nx() {
+    let Some(_) = url() else { return };
+    const PORT: u16 = 7198;
+    let rounds: usize = std::env::var("SPEED_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(4);
+    let round = Duration::from_millis(1500);
+    let mut servers = Servers::new("speed");
+    servers.start(PORT, &[]);
+    let url = format!("redis://127.0.0.1:{PORT}");
+    let store = store(&url, &random_prefix("speed")).await;
+    let conn = match store.connection() {
+        webhook_guard::store::redis::RedisConnection::Standalone(c) => c.clone(),
+        _ => unreachable!("a standalone server"),
+    };
+    let raw = |r: usize| {
+        let conn = conn.clone();
+        move |t: usize, n: u64| {
+            let mut conn = conn.clone();
+            async move {
+                let _: Option<String> = redis::cmd("SET")
+                    .arg(format!("raw:{r}:{t}:{n}"))
+                    .arg("in_progress|1234567890123456789|0123456789abcdef|1|1700000000000")
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(60_000)
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+            }
+        }
+    };
+    let cycle = |r: usize| {
+        let store = store.clone();
+        move |t: usize, n: u64| {
+            let store = store.clone();
+            async move {
+                let id = format!("evt_{r}_{t}_{n}");
+                let now = Utc::now();
+                let request = ClaimRequest {
+                    key: Key::new("speed", &id),
+                    fingerprint: Fingerprint::of(id.as_bytes()),
+                    token: FencingToken::random(),
+                    now,
+                    lease_until: now + TimeDelta::seconds(30),
+                    expires_at: now + TimeDelta::hours(1),
+                };
+                let Claim::Acquired(rec) = store.claim(&request).await.unwrap() else {
+                    panic!("a fresh id is acquired");
+                };
+                let done = Finish {
+                    state: RecordState::Completed,
+                    failures: 0,
+                    history: &[],
+                    now: Utc::now(),
+                    expires_at: request.expires_at,
+                };
+                let fence = store.finish(request.key, rec.token, &done).await.unwrap();
+                assert_eq!(fence, Fence::Applied);
+            }
+        }
+    };
+    let mut sums = [0.0f64; 6];
+    for r in 0..rounds {
+        let (raw_rate, raw_client, raw_server) = measure(PORT, round, 1, raw(r)).await;
+        let (trips, cycle_client, cycle_server) = measure(PORT, round, 2, cycle(r)).await;
+        eprintln!(
+            "round {r}: SET NX {raw_rate:>7.0}/s (client {raw_client:>5.1} µs, server {raw_server:>4.1} µs) | claim+finish {trips:>7.0} round trips/s = {:>6.0} cycles/s (client {cycle_client:>5.1} µs, server {cycle_server:>4.1} µs per trip) | ratio {:.2} round trips, {:.2} cycles",
+            trips / 2.0,
+            trips / raw_rate,
+            trips / 2.0 / raw_rate
+        );
+        for (sum, v) in sums.iter_mut().zip([
+            raw_rate,
+            raw_client,
+            raw_server,
+            trips,
+            cycle_client,
+            cycle_server,
+        ]) {
+            *sum += v / rounds as f64;
+        }
+    }
+    let [raw_rate, raw_client, raw_server, trips, cycle_client, cycle_server] = sums;
+    eprintln!(
+        "mean: SET NX {raw_rate:.0}/s ({raw_client:.1} + {raw_server:.1} µs) | claim+finish {trips:.0} round trips/s ({cycle_client:.1} + {cycle_server:.1} µs) | ratio {:.2} round trips, {:.2} cycles",
+        trips / raw_rate,
+        trips / 2.0 / raw_rate
+    );
+    eprintln!("{}", cli(PORT, &["info", "commandstats"]));
+}
