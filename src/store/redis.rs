@@ -2,9 +2,13 @@
 //!
 //! [`RedisStore`] keeps every record in one Redis string and makes each change of
 //! the [`ProcessedStore`] contract with one atomic Lua script (`EVALSHA`, loaded once
-//! per server): a claim — including the fingerprint check and the takeover of an
-//! expired lease — is one round trip, and so is a finish. A claim of a new id costs
-//! the server a `SET NX PX` and a `ZADD`; a finish a `GET` and a `SET PX`. It talks
+//! per server). The common claim — a new id, or a duplicate of a known one — is
+//! one round trip of a five-line script (`SET NX PX`, then an `RPUSH` of the new
+//! record to its shard's claim log, or a `GET` of the known record); only a claim
+//! that must change a known record (the takeover of an expired lease, the retry of
+//! a failed record, a record expired by the caller's clock) takes a second round
+//! trip, which decides again atomically. A finish is one round trip (`GET` and
+//! `SET PX`). It talks
 //! to a standalone server through a [`ConnectionManager`]
 //! or to a Redis Cluster through a
 //! [`ClusterConnection`]: one multiplexed
@@ -17,7 +21,7 @@
 //!
 //! Records of a store are spread over a fixed number of *shards* (default
 //! [`DEFAULT_SHARDS`]); a record's shard is a stable hash (FNV-1a) of its namespace
-//! and id. Shard `n` owns two kinds of keys, under one hash tag so that a script
+//! and id. Shard `n` owns three kinds of keys, under one hash tag so that a script
 //! touching a record and its shard's index stays in one cluster slot:
 //!
 //! - `{<prefix>:<n>}:r:<namespace>\0<id>` — the record: a string
@@ -27,7 +31,13 @@
 //!   `<namespace>\0<id>`) scored at or before the time each needs attention: the
 //!   end of its lease (to find [stuck](ProcessedStore::stuck) claims) or its expiry
 //!   (to [purge](ProcessedStore::purge_expired) it). Entries scored too early are
-//!   re-filed when a purge or a stuck scan meets them.
+//!   re-filed when a purge or a stuck scan meets them;
+//! - `{<prefix>:<n>}:log` — the claim log: a list of the members of records
+//!   claimed afresh since the last scan. A fresh claim appends to it (`RPUSH`, O(1))
+//!   instead of filing the record in `due` (`ZADD`, O(log n), the costlier half of
+//!   a fresh claim); [`stuck`](ProcessedStore::stuck) and
+//!   [`purge_expired`](ProcessedStore::purge_expired) first move the shard's log
+//!   into `due`, 256 entries per script, filing each record by its state then.
 //!
 //! The trade-off: a shard's load lands on the node that serves its slot, so one
 //! store spreads over at most `shards` slots (16 by default — enough for a few
@@ -298,8 +308,12 @@ impl RedisStoreBuilder {
         connection: impl Into<RedisConnection>,
     ) -> Result<RedisStore, RedisStoreError> {
         self.validate()?;
+        let keys = (0..self.shards)
+            .map(|n| ShardKeys::new(&format!("{{{}:{n}}}", self.prefix)))
+            .collect();
         Ok(RedisStore {
             inner: Arc::new(Inner {
+                keys,
                 connection: connection.into(),
                 prefix: self.prefix,
                 shards: self.shards,
@@ -361,6 +375,8 @@ struct Inner {
     shards: u16,
     /// Inbox namespaces already added to the registry by this process.
     inboxes: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// The keys of every shard, by shard number.
+    keys: Vec<ShardKeys>,
 }
 
 impl fmt::Debug for RedisStore {
@@ -437,25 +453,39 @@ impl RedisStore {
         &self.inner.inboxes
     }
 
-    fn keys(&self, shard: u16) -> ShardKeys {
-        let tag = self.shard_tag(shard);
-        ShardKeys {
-            records: format!("{tag}:r:"),
-            due: format!("{tag}:due"),
-        }
+    fn keys(&self, shard: u16) -> &ShardKeys {
+        &self.inner.keys[usize::from(shard)]
     }
 
-    /// The record key, the shard's index, and the record's member in it.
-    fn locate(&self, key: Key<'_>) -> (String, ShardKeys, String) {
+    /// The record key, the shard's keys, and the record's member in its index.
+    fn locate(&self, key: Key<'_>) -> (String, &ShardKeys, String) {
         let keys = self.keys(self.shard_of(key));
         let member = member(key);
-        (format!("{}{member}", keys.records), keys, member)
+        let mut rec = String::with_capacity(keys.records.len() + member.len());
+        rec.push_str(&keys.records);
+        rec.push_str(&member);
+        (rec, keys, member)
     }
 }
 
+/// The keys of one shard, built once per store.
 struct ShardKeys {
+    /// The record key prefix, `{<prefix>:<n>}:r:`.
     records: String,
+    /// The due index, a sorted set.
     due: String,
+    /// The claim log: a list of the members of new records, not yet in `due`.
+    log: String,
+}
+
+impl ShardKeys {
+    fn new(tag: &str) -> Self {
+        Self {
+            records: format!("{tag}:r:"),
+            due: format!("{tag}:due"),
+            log: format!("{tag}:log"),
+        }
+    }
 }
 
 /// `namespace`, a NUL, then `id`: NUL cannot appear in a namespace the guard accepts.
@@ -525,6 +555,30 @@ pub(crate) fn text(v: &Value) -> Option<&str> {
     }
 }
 
+impl RedisStore {
+    /// Moves a shard's claim log into its due index, 256 entries per script. Stops
+    /// after a million entries, so a flood of claims cannot keep a scan going.
+    async fn drain(&self, keys: &ShardKeys) -> Result<(), StoreError> {
+        for _ in 0..(1 << 20) / BATCH {
+            let mut inv = SCRIPTS.drain.prepare_invoke();
+            inv.key(&keys.log)
+                .key(&keys.due)
+                .arg(BATCH)
+                .arg(&keys.records);
+            let moved: usize = self
+                .inner
+                .connection
+                .invoke(&inv)
+                .await
+                .map_err(store_error)?;
+            if moved < BATCH {
+                break;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// A record from its stored form: `s|t|f|a|l|c|x|e|u|h` — state, token (decimal
 /// u64), fingerprint (hex), attempts, lease_until, created_at, failures,
 /// expires_at, updated_at (times in ms since the epoch) and the history (JSON, empty
@@ -556,7 +610,22 @@ fn stored_record(key: Key<'_>, v: &Value) -> Result<Record, StoreError> {
     record(key, text(v).ok_or_else(|| corrupt("not text"))?)
 }
 
+/// Whether a claim changes the `known` record (the `CLAIM` script's decision, in ms
+/// as the script compares): it expired by the caller's clock and holds no live
+/// lease, or it is the same body's failed record or expired lease.
+fn changes_on_claim(known: &Record, request: &ClaimRequest<'_>) -> bool {
+    let now = millis(request.now);
+    let in_progress = known.state == RecordState::InProgress;
+    let live = in_progress && millis(known.lease_until) > now;
+    let expired = millis(known.expires_at) <= now && !live;
+    let retry = known.fingerprint == request.fingerprint
+        && (known.state == RecordState::Failed || (in_progress && !live));
+    expired || retry
+}
+
 struct Scripts {
+    claim_fast: Script,
+    drain: Script,
     claim: Script,
     finish: Script,
     renew: Script,
@@ -576,7 +645,41 @@ local function ttl(due, now)
 end
 ";
 
-/// Claim: KEYS record, due; ARGV member, fingerprint, token, now, lease_until,
+/// The common claim: KEYS record, log; ARGV the fresh record, its TTL, member.
+/// Answers 0 (stored: the caller knows the record, which is now in the claim log)
+/// or the stored record, unchanged. No prelude: the smallest script that can do it.
+const CLAIM_FAST: &str = r"
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  redis.call('RPUSH', KEYS[2], ARGV[3])
+  return 0
+end
+return redis.call('GET', KEYS[1])
+";
+
+/// Moves up to ARGV[1] entries of a shard's claim log into its due index: KEYS log,
+/// due; ARGV limit, record key prefix. Answers how many it took off the log. Each
+/// record still there is filed at the end of its lease (in progress) or at its
+/// expiry; an unreadable one at 0, where purge removes it.
+const DRAIN: &str = r"
+local ms = redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)
+for _, m in ipairs(ms) do
+  local v = redis.call('GET', ARGV[2] .. m)
+  if v then
+    local s, t, f, a, l, c, x, e = parse(v)
+    if s == 'in_progress' then
+      redis.call('ZADD', KEYS[2], l, m)
+    elseif s then
+      redis.call('ZADD', KEYS[2], e, m)
+    else
+      redis.call('ZADD', KEYS[2], 0, m)
+    end
+  end
+end
+if #ms > 0 then redis.call('LTRIM', KEYS[1], #ms, -1) end
+return #ms
+";
+
+/// Claim, deciding on a known record: KEYS record, due; ARGV member, fingerprint, token, now, lease_until,
 /// expires_at, the fresh record, its TTL. Answers 0 (fresh: the caller knows the
 /// record), {1, record} (taken over) or {2, record} (existing, unchanged). The
 /// common case — a new id — is one `SET NX` and one `ZADD`.
@@ -736,6 +839,8 @@ return out
 static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
     let script = |body: &str| Script::new(&format!("{PRELUDE}{body}"));
     Scripts {
+        claim_fast: Script::new(CLAIM_FAST),
+        drain: script(DRAIN),
         claim: script(CLAIM),
         finish: script(FINISH),
         renew: script(RENEW),
@@ -755,25 +860,9 @@ impl ProcessedStore for RedisStore {
         let fingerprint = request.fingerprint.to_hex();
         let token = request.token.0;
         let fresh = format!("in_progress|{token}|{fingerprint}|1|{lease}|{now}|0|{expires}|{now}|");
-        let mut inv = SCRIPTS.claim.prepare_invoke();
-        inv.key(&rec)
-            .key(&keys.due)
-            .arg(&member)
-            .arg(fingerprint)
-            .arg(token)
-            .arg(now)
-            .arg(lease)
-            .arg(expires)
-            .arg(fresh)
-            .arg(ttl(expires.max(lease), now));
-        let answer: Value = self
-            .inner
-            .connection
-            .invoke(&inv)
-            .await
-            .map_err(store_error)?;
-        match answer {
-            Value::Int(0) => Ok(Claim::Acquired(Record::new(
+        let fresh_ttl = ttl(expires.max(lease), now);
+        let acquired = || {
+            Claim::Acquired(Record::new(
                 request.key,
                 RecordState::InProgress,
                 request.fingerprint,
@@ -785,7 +874,54 @@ impl ProcessedStore for RedisStore {
                 request.now,
                 request.now,
                 Vec::new(),
-            ))),
+            ))
+        };
+
+        // The common case, one small script: a new id is stored, a known record is
+        // answered as it stands.
+        let mut inv = SCRIPTS.claim_fast.prepare_invoke();
+        inv.key(&rec)
+            .key(&keys.log)
+            .arg(&fresh)
+            .arg(fresh_ttl)
+            .arg(&member);
+        let answer: Value = self
+            .inner
+            .connection
+            .invoke(&inv)
+            .await
+            .map_err(store_error)?;
+        match answer {
+            Value::Int(0) => return Ok(acquired()),
+            Value::Nil => {}
+            stored => {
+                let known = stored_record(request.key, &stored)?;
+                if !changes_on_claim(&known, request) {
+                    return Ok(Claim::Existing(known));
+                }
+            }
+        }
+
+        // The record must change (or vanished meanwhile): decide again, atomically.
+        let mut inv = SCRIPTS.claim.prepare_invoke();
+        inv.key(&rec)
+            .key(&keys.due)
+            .arg(&member)
+            .arg(fingerprint)
+            .arg(token)
+            .arg(now)
+            .arg(lease)
+            .arg(expires)
+            .arg(fresh)
+            .arg(fresh_ttl);
+        let answer: Value = self
+            .inner
+            .connection
+            .invoke(&inv)
+            .await
+            .map_err(store_error)?;
+        match answer {
+            Value::Int(0) => Ok(acquired()),
             Value::Array(v) => match v.as_slice() {
                 [Value::Int(1), r] => Ok(Claim::Acquired(stored_record(request.key, r)?)),
                 [Value::Int(2), r] => Ok(Claim::Existing(stored_record(request.key, r)?)),
@@ -895,6 +1031,7 @@ impl ProcessedStore for RedisStore {
         let mut removed = 0;
         for shard in 0..self.inner.shards {
             let keys = self.keys(shard);
+            self.drain(keys).await?;
             let mut offset = 0;
             loop {
                 let want = (limit - removed).min(BATCH);
@@ -928,6 +1065,7 @@ impl ProcessedStore for RedisStore {
         let mut out = Vec::new();
         for shard in 0..self.inner.shards {
             let keys = self.keys(shard);
+            self.drain(keys).await?;
             let mut offset = 0;
             loop {
                 let want = (limit - out.len()).min(BATCH);
