@@ -1026,9 +1026,34 @@ async fn speed_of_claim_and_finish_against_raw_set_nx() {
             }
         }
     };
+    let claim_only = |r: usize| {
+        let store = store.clone();
+        move |t: usize, n: u64| {
+            let store = store.clone();
+            async move {
+                let id = format!("only_{r}_{t}_{n}");
+                let now = Utc::now();
+                let request = ClaimRequest {
+                    key: Key::new("speed", &id),
+                    fingerprint: Fingerprint::of(id.as_bytes()),
+                    token: FencingToken::random(),
+                    now,
+                    lease_until: now + TimeDelta::seconds(30),
+                    expires_at: now + TimeDelta::hours(1),
+                };
+                let claim = store.claim(&request).await.unwrap();
+                assert!(matches!(claim, Claim::Acquired(_)));
+            }
+        }
+    };
     let mut sums = [0.0f64; 6];
     for r in 0..rounds {
         let (raw_rate, raw_client, raw_server) = measure(PORT, round, 1, raw(r)).await;
+        let (claims, claim_client, claim_server) = measure(PORT, round, 1, claim_only(r)).await;
+        eprintln!(
+            "round {r}: claims alone {claims:>7.0}/s (client {claim_client:>5.1} µs, server {claim_server:>4.1} µs), {:.2} of SET NX",
+            claims / raw_rate
+        );
         let (trips, cycle_client, cycle_server) = measure(PORT, round, 2, cycle(r)).await;
         eprintln!(
             "round {r}: SET NX {raw_rate:>7.0}/s (client {raw_client:>5.1} µs, server {raw_server:>4.1} µs) | claim+finish {trips:>7.0} round trips/s = {:>6.0} cycles/s (client {cycle_client:>5.1} µs, server {cycle_server:>4.1} µs per trip) | ratio {:.2} round trips, {:.2} cycles",

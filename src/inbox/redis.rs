@@ -58,7 +58,7 @@ use chrono::{DateTime, Utc};
 use super::{Enqueued, InboxEvent, InboxState, InboxStore, NewEvent, Settle};
 use crate::meta::EventMeta;
 use crate::ordering::{Freshness, ObjectKey, ObjectRecord, ObjectStatus, OrderingStore};
-use crate::store::redis::{corrupt, int, millis, store_error, text, time};
+use crate::store::redis::{corrupt, int, millis, store_error, text, time, Eval};
 use crate::store::{Fence, FencingToken, Fingerprint, Key, RedisStore, StoreError};
 
 /// How many events one lease or purge script handles at most.
@@ -403,7 +403,7 @@ impl InboxStore for RedisStore {
         self.register_inbox(event.key.namespace).await?;
         let keys = self.inbox_keys(event.key.namespace);
         let now = millis(event.now);
-        let mut inv = SCRIPTS.enqueue.prepare_invoke();
+        let mut inv = Eval::new(&SCRIPTS.enqueue, 3);
         inv.key(format!("{}{}", keys.events, event.key.id))
             .key(&keys.due)
             .key(&keys.settled)
@@ -436,7 +436,7 @@ impl InboxStore for RedisStore {
                 inv.arg(name).arg(value);
             }
         }
-        let answer: Value = self.connection().invoke(&inv).await.map_err(store_error)?;
+        let answer: Value = self.connection().eval(&inv).await.map_err(store_error)?;
         match answer {
             Value::Int(1) => Ok(Enqueued::Inserted),
             Value::Array(v) => match v.as_slice() {
@@ -465,7 +465,7 @@ impl InboxStore for RedisStore {
         let mut out = Vec::new();
         while out.len() < limit {
             let want = (limit - out.len()).min(BATCH);
-            let mut inv = SCRIPTS.lease.prepare_invoke();
+            let mut inv = Eval::new(&SCRIPTS.lease, 1);
             inv.key(&keys.due)
                 .arg(millis(now))
                 .arg(millis(lease_until))
@@ -473,7 +473,7 @@ impl InboxStore for RedisStore {
             for _ in 0..want {
                 inv.arg(FencingToken::random().0);
             }
-            let answer: Value = self.connection().invoke(&inv).await.map_err(store_error)?;
+            let answer: Value = self.connection().eval(&inv).await.map_err(store_error)?;
             let answer = array(answer)?;
             let got = answer.len() / 2;
             for pair in answer.chunks(2) {
@@ -502,7 +502,7 @@ impl InboxStore for RedisStore {
         let keys = self.inbox_keys(key.namespace);
         let now = millis(settle.now);
         let expires = millis(settle.expires_at);
-        let mut inv = SCRIPTS.settle.prepare_invoke();
+        let mut inv = Eval::new(&SCRIPTS.settle, 3);
         inv.key(format!("{}{}", keys.events, key.id))
             .key(&keys.due)
             .key(&keys.settled)
@@ -516,7 +516,7 @@ impl InboxStore for RedisStore {
         if let Some(error) = settle.error {
             inv.arg(error);
         }
-        let applied: i64 = self.connection().invoke(&inv).await.map_err(store_error)?;
+        let applied: i64 = self.connection().eval(&inv).await.map_err(store_error)?;
         Ok(fence(applied))
     }
 
@@ -527,13 +527,13 @@ impl InboxStore for RedisStore {
         lease_until: DateTime<Utc>,
     ) -> Result<Fence, StoreError> {
         let keys = self.inbox_keys(key.namespace);
-        let mut inv = SCRIPTS.renew.prepare_invoke();
+        let mut inv = Eval::new(&SCRIPTS.renew, 2);
         inv.key(format!("{}{}", keys.events, key.id))
             .key(&keys.due)
             .arg(key.id)
             .arg(token.0)
             .arg(millis(lease_until));
-        let applied: i64 = self.connection().invoke(&inv).await.map_err(store_error)?;
+        let applied: i64 = self.connection().eval(&inv).await.map_err(store_error)?;
         Ok(fence(applied))
     }
 
@@ -570,10 +570,10 @@ impl InboxStore for RedisStore {
                 if want == 0 {
                     return Ok(removed as u64);
                 }
-                let mut inv = SCRIPTS.purge.prepare_invoke();
+                let mut inv = Eval::new(&SCRIPTS.purge, 1);
                 inv.key(&keys.settled).arg(now).arg(want).arg(&keys.events);
                 let (n, seen): (usize, usize) =
-                    self.connection().invoke(&inv).await.map_err(store_error)?;
+                    self.connection().eval(&inv).await.map_err(store_error)?;
                 removed += n.min(want);
                 if seen < want {
                     break;
@@ -594,13 +594,13 @@ impl OrderingStore for RedisStore {
         now: DateTime<Utc>,
     ) -> Result<Freshness, StoreError> {
         let (record, failed, member) = self.object_keys(key);
-        let mut inv = SCRIPTS.observe.prepare_invoke();
+        let mut inv = Eval::new(&SCRIPTS.observe, 2);
         inv.key(record)
             .key(failed)
             .arg(millis(created_at))
             .arg(millis(now))
             .arg(member);
-        let newest: Option<i64> = self.connection().invoke(&inv).await.map_err(store_error)?;
+        let newest: Option<i64> = self.connection().eval(&inv).await.map_err(store_error)?;
         Ok(match newest {
             None => Freshness::Fresh,
             Some(ms) => Freshness::Stale { newest: time(ms) },
@@ -615,14 +615,14 @@ impl OrderingStore for RedisStore {
         now: DateTime<Utc>,
     ) -> Result<(), StoreError> {
         let (record, failed, member) = self.object_keys(key);
-        let mut inv = SCRIPTS.settle_object.prepare_invoke();
+        let mut inv = Eval::new(&SCRIPTS.settle_object, 2);
         inv.key(record)
             .key(failed)
             .arg(millis(created_at))
             .arg(status.as_str())
             .arg(millis(now))
             .arg(member);
-        let _: i64 = self.connection().invoke(&inv).await.map_err(store_error)?;
+        let _: i64 = self.connection().eval(&inv).await.map_err(store_error)?;
         Ok(())
     }
 
@@ -662,12 +662,12 @@ impl OrderingStore for RedisStore {
         }
         for shard in 0..self.shards() {
             let tag = self.shard_tag(shard);
-            let mut inv = SCRIPTS.failed.prepare_invoke();
+            let mut inv = Eval::new(&SCRIPTS.failed, 1);
             inv.key(format!("{tag}:failed:{namespace}"))
                 .arg(millis(before))
                 .arg(limit)
                 .arg(object_prefix(&tag, namespace));
-            let answer: Value = self.connection().invoke(&inv).await.map_err(store_error)?;
+            let answer: Value = self.connection().eval(&inv).await.map_err(store_error)?;
             for triple in array(answer)?.chunks(3) {
                 let [m, n, u] = triple else {
                     return Err(corrupt("unexpected failed answer"));

@@ -79,8 +79,8 @@ use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use ::redis::cluster::ClusterClient;
 use ::redis::cluster_async::ClusterConnection;
 use ::redis::{
-    ErrorKind, FromRedisValue, IntoConnectionInfo, RedisError, Script, ScriptInvocation,
-    ServerErrorKind, Value,
+    ErrorKind, FromRedisValue, IntoConnectionInfo, RedisError, Script, ServerErrorKind,
+    ToRedisArgs, Value,
 };
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -174,14 +174,50 @@ impl From<ClusterConnection> for RedisConnection {
     }
 }
 
+/// One `EVALSHA` built in place: keys and arguments are written straight into the
+/// command (a [`ScriptInvocation`](::redis::ScriptInvocation) buffers each in its
+/// own vector, then copies them all into a command per call).
+pub(crate) struct Eval<'s> {
+    script: &'s Script,
+    cmd: ::redis::Cmd,
+}
+
+impl<'s> Eval<'s> {
+    /// An `EVALSHA` of `script` with `keys` keys, to be given first with
+    /// [`Eval::key`], then the arguments.
+    pub(crate) fn new(script: &'s Script, keys: usize) -> Self {
+        let mut cmd = ::redis::cmd("EVALSHA");
+        cmd.arg(script.get_hash()).arg(keys);
+        Self { script, cmd }
+    }
+
+    /// Adds a key (before any argument).
+    pub(crate) fn key(&mut self, key: impl ToRedisArgs) -> &mut Self {
+        self.cmd.arg(key);
+        self
+    }
+
+    /// Adds an argument.
+    pub(crate) fn arg(&mut self, arg: impl ToRedisArgs) -> &mut Self {
+        self.cmd.arg(arg);
+        self
+    }
+}
+
 impl RedisConnection {
-    pub(crate) async fn invoke<T: FromRedisValue>(
-        &self,
-        script: &ScriptInvocation<'_>,
-    ) -> Result<T, RedisError> {
-        match self {
-            Self::Standalone(c) => script.invoke_async(&mut c.clone()).await,
-            Self::Cluster(c) => script.invoke_async(&mut c.clone()).await,
+    /// Runs `eval`, loading its script first if the server does not know it.
+    pub(crate) async fn eval<T: FromRedisValue>(&self, eval: &Eval<'_>) -> Result<T, RedisError> {
+        match self.query(&eval.cmd).await {
+            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                // As `ScriptInvocation::invoke_async` does (on a cluster the driver
+                // sends `SCRIPT LOAD` to every primary).
+                let _: String = match self {
+                    Self::Standalone(c) => eval.script.load_async(&mut c.clone()).await?,
+                    Self::Cluster(c) => eval.script.load_async(&mut c.clone()).await?,
+                };
+                self.query(&eval.cmd).await
+            }
+            other => other,
         }
     }
 
@@ -560,7 +596,7 @@ impl RedisStore {
     /// after a million entries, so a flood of claims cannot keep a scan going.
     async fn drain(&self, keys: &ShardKeys) -> Result<(), StoreError> {
         for _ in 0..(1 << 20) / BATCH {
-            let mut inv = SCRIPTS.drain.prepare_invoke();
+            let mut inv = Eval::new(&SCRIPTS.drain, 2);
             inv.key(&keys.log)
                 .key(&keys.due)
                 .arg(BATCH)
@@ -568,7 +604,7 @@ impl RedisStore {
             let moved: usize = self
                 .inner
                 .connection
-                .invoke(&inv)
+                .eval(&inv)
                 .await
                 .map_err(store_error)?;
             if moved < BATCH {
@@ -879,7 +915,7 @@ impl ProcessedStore for RedisStore {
 
         // The common case, one small script: a new id is stored, a known record is
         // answered as it stands.
-        let mut inv = SCRIPTS.claim_fast.prepare_invoke();
+        let mut inv = Eval::new(&SCRIPTS.claim_fast, 2);
         inv.key(&rec)
             .key(&keys.log)
             .arg(&fresh)
@@ -888,7 +924,7 @@ impl ProcessedStore for RedisStore {
         let answer: Value = self
             .inner
             .connection
-            .invoke(&inv)
+            .eval(&inv)
             .await
             .map_err(store_error)?;
         match answer {
@@ -903,7 +939,7 @@ impl ProcessedStore for RedisStore {
         }
 
         // The record must change (or vanished meanwhile): decide again, atomically.
-        let mut inv = SCRIPTS.claim.prepare_invoke();
+        let mut inv = Eval::new(&SCRIPTS.claim, 2);
         inv.key(&rec)
             .key(&keys.due)
             .arg(&member)
@@ -917,7 +953,7 @@ impl ProcessedStore for RedisStore {
         let answer: Value = self
             .inner
             .connection
-            .invoke(&inv)
+            .eval(&inv)
             .await
             .map_err(store_error)?;
         match answer {
@@ -943,7 +979,7 @@ impl ProcessedStore for RedisStore {
         } else {
             encode_history(finish.history)
         };
-        let mut inv = SCRIPTS.finish.prepare_invoke();
+        let mut inv = Eval::new(&SCRIPTS.finish, 2);
         inv.key(&rec)
             .key(&keys.due)
             .arg(&member)
@@ -957,7 +993,7 @@ impl ProcessedStore for RedisStore {
         let applied: i64 = self
             .inner
             .connection
-            .invoke(&inv)
+            .eval(&inv)
             .await
             .map_err(store_error)?;
         Ok(if applied == 1 {
@@ -975,7 +1011,7 @@ impl ProcessedStore for RedisStore {
         expires_at: DateTime<Utc>,
     ) -> Result<Fence, StoreError> {
         let (rec, keys, member) = self.locate(key);
-        let mut inv = SCRIPTS.renew.prepare_invoke();
+        let mut inv = Eval::new(&SCRIPTS.renew, 2);
         inv.key(&rec)
             .key(&keys.due)
             .arg(&member)
@@ -985,7 +1021,7 @@ impl ProcessedStore for RedisStore {
         let applied: i64 = self
             .inner
             .connection
-            .invoke(&inv)
+            .eval(&inv)
             .await
             .map_err(store_error)?;
         Ok(if applied == 1 {
@@ -1008,12 +1044,12 @@ impl ProcessedStore for RedisStore {
 
     async fn delete(&self, key: Key<'_>, now: DateTime<Utc>) -> Result<Deleted, StoreError> {
         let (rec, keys, member) = self.locate(key);
-        let mut inv = SCRIPTS.delete.prepare_invoke();
+        let mut inv = Eval::new(&SCRIPTS.delete, 2);
         inv.key(&rec).key(&keys.due).arg(&member).arg(millis(now));
         let answer: i64 = self
             .inner
             .connection
-            .invoke(&inv)
+            .eval(&inv)
             .await
             .map_err(store_error)?;
         Ok(match answer {
@@ -1038,7 +1074,7 @@ impl ProcessedStore for RedisStore {
                 if want == 0 {
                     return Ok(removed as u64);
                 }
-                let mut inv = SCRIPTS.purge.prepare_invoke();
+                let mut inv = Eval::new(&SCRIPTS.purge, 1);
                 inv.key(&keys.due)
                     .arg(now)
                     .arg(want)
@@ -1047,7 +1083,7 @@ impl ProcessedStore for RedisStore {
                 let (n, seen, kept): (usize, usize, usize) = self
                     .inner
                     .connection
-                    .invoke(&inv)
+                    .eval(&inv)
                     .await
                     .map_err(store_error)?;
                 removed += n.min(want);
@@ -1072,7 +1108,7 @@ impl ProcessedStore for RedisStore {
                 if want == 0 {
                     return Ok(out);
                 }
-                let mut inv = SCRIPTS.stuck.prepare_invoke();
+                let mut inv = Eval::new(&SCRIPTS.stuck, 1);
                 inv.key(&keys.due)
                     .arg(now)
                     .arg(want)
@@ -1081,7 +1117,7 @@ impl ProcessedStore for RedisStore {
                 let answer: Vec<Value> = self
                     .inner
                     .connection
-                    .invoke(&inv)
+                    .eval(&inv)
                     .await
                     .map_err(store_error)?;
                 let [seen, kept, found @ ..] = answer.as_slice() else {
