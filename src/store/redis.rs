@@ -59,9 +59,21 @@
 //! `now` through the `due` index: it removes records expired by then, in batches of
 //! at most 256 per script, and clears the index entries of records the TTL already
 //! dropped (those count as removed). **Run the [`Sweeper`](crate::Sweeper)** with
-//! this store as with any other: the records need no sweeping, but each id leaves
-//! one index entry (its member plus about 60 bytes) until a purge clears it, and
-//! stuck claims are found by the same index.
+//! this store as with any other: the records need no sweeping, but each new id
+//! leaves one claim-log entry (its member plus a few bytes) until the next scan
+//! files it in `due`, and one `due` entry (its member plus about 60 bytes) until a
+//! purge clears it; stuck claims are found by the same index.
+//!
+//! # Speed
+//!
+//! A fresh claim is one `EVALSHA` of a script calling `SET NX PX` and `RPUSH`
+//! (server side about 0.3 µs above a script that only does the `SET`), answered
+//! with one integer; a duplicate is the same script answering the stored record.
+//! Filing the record in the sorted set waits for the sweeper, which does it in
+//! batches. Commands are built in place, without a buffer per argument. What
+//! remains between a claim and a bare `SET NX PX` is the cost of running a Lua
+//! script at all (a few µs of server time per call) — the price of the atomic,
+//! fenced decision.
 //!
 //! # Errors
 //!
