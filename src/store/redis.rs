@@ -75,6 +75,58 @@
 //! script at all (a few µs of server time per call) — the price of the atomic,
 //! fenced decision.
 //!
+//! # The inbox: one hash tag per namespace
+//!
+//! The [`InboxStore`](crate::inbox::InboxStore) of a `RedisStore`.
+//!
+//! Every key of one namespace's inbox carries the hash tag
+//! `{<prefix>:i:<namespace>}`, so it lives in one cluster slot and every script
+//! touches one slot:
+//!
+//! - `{…}:e:<id>` — the event, a hash: `s` state, `t` token, `f` fingerprint (hex),
+//!   `a` attempts, `l` lease_until, `n` next_attempt_at, `r` received_at, `u`
+//!   updated_at, `x` expires_at (times in ms since the epoch), `e` the last error,
+//!   `p` the payload, and the metadata `mt` type, `mc` created_at, `mo` object,
+//!   `mf` family (absent fields are `None`);
+//! - `{…}:due` — a sorted set of the namespace's unsettled events scored at the time
+//!   each is due: `next_attempt_at` while `Pending`, `lease_until` while `Running`.
+//!   A lease re-scores what it takes at `lease_until`, so the event of a worker that
+//!   died is due again when its lease runs out: nothing else has to notice the crash;
+//! - `{…}:settled` — a sorted set of the settled events scored by `expires_at`, for
+//!   [`purge_settled`](crate::inbox::InboxStore::purge_settled).
+//!
+//! and `{<prefix>:inboxes}`, a set of the namespaces that ever held an event, which
+//! `purge_settled` visits. A process adds a namespace to it before its first enqueue
+//! there (once per process), so no event lives in a namespace the purge cannot find.
+//!
+//! **The trade-off.** One due set per namespace makes a lease a single atomic script
+//! that hands out strictly the oldest due events first, with no fan-out over shards
+//! and no unfairness between them; the price is that one namespace's inbox (its
+//! events and payloads included) is served by one node of a cluster. An inbox takes
+//! webhooks, which providers send at most some thousands per second — well within
+//! one Redis node — while the dedup records, which every delivery touches, stay
+//! spread over the store's shards. Use one namespace per provider or endpoint to
+//! spread inboxes over nodes.
+//!
+//! Retention: a settled event gets a TTL running to its `expires_at`, measured
+//! from the caller's `now` (as the dedup records do), so Redis drops it by itself;
+//! `purge_settled` honours the contract for any `now` through the `settled` index,
+//! and clears the entries of events the TTL already dropped (they count as purged).
+//! Unsettled events never expire.
+//!
+//! # The ordering guard: sharded like the dedup records
+//!
+//! The [`OrderingStore`](crate::ordering::OrderingStore) of a `RedisStore`.
+//!
+//! The record of object `o`, family `f` in namespace `ns` lives in the store's shard
+//! `FNV-1a(ns, o, f) mod shards` (tag `{<prefix>:<n>}`): a hash
+//! `{…}:o:<len(ns)>:<ns><len(o)>:<o><f>` with `n` newest created_at, `s` status, `u`
+//! updated_at; the shard's `{…}:failed:<ns>` is a sorted set of that namespace's
+//! failed records (member `<len(o)>:<o><f>`) scored by `updated_at`. `observe` and
+//! `settle_object` are one script on one slot; `failed_objects` visits every shard
+//! (one round trip each) and answers the oldest failures first. Ordering records do
+//! not expire.
+//!
 //! # Errors
 //!
 //! A server that cannot be reached — connection refused, reset or dropped, a
