@@ -1,4 +1,5 @@
-//! The Redis store: one string per record, changed by Lua scripts in one round trip.
+//! The Redis store: dedup records, the inbox and the ordering guard, each change
+//! one Lua script in one round trip.
 //!
 //! [`RedisStore`] keeps every record in one Redis string and makes each change of
 //! the [`ProcessedStore`] contract with one atomic Lua script (`EVALSHA`, loaded once
@@ -81,7 +82,8 @@
 //!
 //! Every key of one namespace's inbox carries the hash tag
 //! `{<prefix>:i:<namespace>}`, so it lives in one cluster slot and every script
-//! touches one slot:
+//! touches one slot (a `}` inside the namespace ends the tag early, the same way
+//! for every key of that namespace):
 //!
 //! - `{…}:e:<id>` — the event, a hash: `s` state, `t` token, `f` fingerprint (hex),
 //!   `a` attempts, `l` lease_until, `n` next_attempt_at, `r` received_at, `u`
@@ -449,8 +451,10 @@ impl RedisStoreBuilder {
     }
 }
 
-/// A [`ProcessedStore`] on Redis, standalone or Cluster: see the [module docs](self)
-/// for the key layout, retention by TTL and errors.
+/// A [`ProcessedStore`], an [`InboxStore`](crate::inbox::InboxStore) and an
+/// [`OrderingStore`](crate::ordering::OrderingStore) on Redis, standalone or
+/// Cluster: see the [module docs](self) for the key layout, retention by TTL and
+/// errors.
 ///
 /// Cheap to clone: clones share one multiplexed connection.
 ///
