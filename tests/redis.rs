@@ -13,13 +13,16 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, TimeDelta, Utc};
 use futures_util::future::join_all;
+use webhook_guard::inbox::{InboxEvent, InboxState, InboxStore};
+use webhook_guard::meta::MetaExtractor;
+use webhook_guard::ordering::{ObjectKey, ObjectStatus, OrderingStore};
 use webhook_guard::store::redis::{redis, RedisStoreError};
 use webhook_guard::store::{
     Claim, ClaimRequest, Fence, FencingToken, Fingerprint, Finish, Key, ProcessedStore,
     RecordState, RedisStore,
 };
 use webhook_guard::verify::NoVerification;
-use webhook_guard::{conformance, EventId, OutcomeKind, WebhookGuard};
+use webhook_guard::{conformance, EventId, Outcome, OutcomeKind, WebhookGuard};
 
 const URL_VAR: &str = "WEBHOOK_GUARD_REDIS_URL";
 
@@ -246,7 +249,25 @@ async fn standalone_store_passes_the_conformance_suite() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cluster_store_passes_the_conformance_suite() {
+async fn standalone_store_passes_the_inbox_and_ordering_suites() {
+    let Some(url) = url() else { return };
+    let prefix = random_prefix("inbox-conformance");
+    let store = store(&url, &prefix).await;
+    let started = Instant::now();
+    conformance::inbox::run_all(&store).await;
+    conformance::ordering::run_all(&store).await;
+    eprintln!(
+        "standalone inbox and ordering conformance: {:?}",
+        started.elapsed()
+    );
+    assert!(
+        cleanup(&url, &prefix).await > 0,
+        "the suites wrote under the prefix"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_store_passes_the_conformance_suites() {
     // Gated like the other live tests: the cluster is started here, from the same
     // Redis installation that serves WEBHOOK_GUARD_REDIS_URL.
     let Some(_) = url() else { return };
@@ -265,6 +286,13 @@ async fn cluster_store_passes_the_conformance_suite() {
     let started = Instant::now();
     conformance::run_all(&store).await;
     eprintln!("cluster conformance: {:?}", started.elapsed());
+    let started = Instant::now();
+    conformance::inbox::run_all(&store).await;
+    conformance::ordering::run_all(&store).await;
+    eprintln!(
+        "cluster inbox and ordering conformance: {:?}",
+        started.elapsed()
+    );
 
     // The shards really are spread over the nodes.
     let mut per_node = Vec::new();
@@ -651,6 +679,191 @@ async fn an_unreachable_server_is_unavailable_and_the_store_recovers() {
     );
 }
 
+/// A guard in inbox mode with the ordering guard, everything on one Redis store.
+fn inbox_guard(store: &RedisStore) -> WebhookGuard {
+    WebhookGuard::builder()
+        .store(store.clone())
+        .inbox(Arc::new(store.clone()))
+        .ordering(Arc::new(store.clone()))
+        .verifier(NoVerification)
+        .event_id(EventId::json_field(["id"]))
+        .event_meta(MetaExtractor::json(&["type"], &["created"], &["object"]))
+        .namespace("inbox")
+        .build()
+        .unwrap()
+}
+
+fn inbox_body(id: &str, ty: &str, object: &str, created: i64) -> Vec<u8> {
+    format!(r#"{{"id":"{id}","type":"{ty}","object":"{object}","created":{created}}}"#).into_bytes()
+}
+
+async fn accept(guard: &WebhookGuard, body: &[u8]) {
+    let outcome = guard
+        .accept(&[("content-type", "application/json")], body)
+        .await;
+    assert!(
+        matches!(outcome, Outcome::Accepted { new: true, .. }),
+        "{outcome:?}"
+    );
+}
+
+/// Waits until every event of `ids` in namespace `inbox` is settled.
+async fn settled(store: &RedisStore, ids: &[&str], within: Duration) -> Vec<InboxEvent> {
+    let deadline = Instant::now() + within;
+    loop {
+        let events = join_all(ids.iter().map(|id| store.get_event(Key::new("inbox", id)))).await;
+        let events: Vec<InboxEvent> = events
+            .into_iter()
+            .map(|e| e.unwrap().expect("stored"))
+            .collect();
+        if events.iter().all(|e| e.state.is_settled()) {
+            return events;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not settled in {within:?}: {:?}",
+            events.iter().map(|e| (&e.id, e.state)).collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inbox_and_ordering_on_redis_end_in_the_newest_state() {
+    let Some(url) = url() else { return };
+    let prefix = random_prefix("inbox-e2e");
+    let store = store(&url, &prefix).await;
+    let guard = inbox_guard(&store);
+    let applied: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
+    let worker = {
+        let applied = applied.clone();
+        guard
+            .worker(move |e: InboxEvent| {
+                let applied = applied.clone();
+                async move {
+                    applied.lock().unwrap().push(e.meta.event_type.unwrap());
+                    Ok(())
+                }
+            })
+            .unwrap()
+            // One at a time, in the order of arrival: the newer event first.
+            .concurrency(1)
+            .poll_interval(Duration::from_millis(10))
+    };
+    // Created pending(1000) → succeeded(2000); delivered succeeded, then pending.
+    accept(
+        &guard,
+        &inbox_body("e_new", "charge.succeeded", "ch_1", 2000),
+    )
+    .await;
+    accept(&guard, &inbox_body("e_old", "charge.pending", "ch_1", 1000)).await;
+    let started = Instant::now();
+    let running = worker.spawn();
+    let events = settled(&store, &["e_new", "e_old"], Duration::from_secs(10)).await;
+    eprintln!("two events processed in {:?}", started.elapsed());
+    running.shutdown().await;
+    assert_eq!(
+        (events[0].state, events[1].state),
+        (InboxState::Done, InboxState::Skipped),
+        "the late, older event is skipped"
+    );
+    assert_eq!(*applied.lock().unwrap(), ["charge.succeeded"]);
+    let object = store
+        .get_object(ObjectKey {
+            namespace: "inbox",
+            object: "ch_1",
+            family: "charge",
+        })
+        .await
+        .unwrap()
+        .expect("observed");
+    assert_eq!(object.newest.timestamp(), 2000);
+    assert_eq!(object.status, ObjectStatus::Applied);
+    cleanup(&url, &prefix).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_worker_s_events_are_leased_again_and_all_end_done() {
+    let Some(url) = url() else { return };
+    let prefix = random_prefix("inbox-killed");
+    let store = store(&url, &prefix).await;
+    let guard = inbox_guard(&store);
+    let ids = ["k0", "k1", "k2", "k3", "k4"];
+    for (n, id) in ids.iter().enumerate() {
+        let object = format!("ch_{id}");
+        accept(
+            &guard,
+            &inbox_body(id, "charge.succeeded", &object, n as i64),
+        )
+        .await;
+    }
+    // The doomed worker takes all five and hangs in the handler; then it is killed.
+    let started = Arc::new(AtomicUsize::new(0));
+    let doomed = {
+        let started = started.clone();
+        guard
+            .worker(move |_e: InboxEvent| {
+                started.fetch_add(1, Ordering::SeqCst);
+                std::future::pending::<Result<(), webhook_guard::HandlerError>>()
+            })
+            .unwrap()
+            .concurrency(5)
+            .lease(Duration::from_secs(1))
+    };
+    let task = tokio::spawn(async move { doomed.run_once().await });
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while started.load(Ordering::SeqCst) < 5 {
+        assert!(Instant::now() < deadline, "the doomed worker never started");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let killed_at = Instant::now();
+    task.abort();
+    assert!(task.await.unwrap_err().is_cancelled());
+    for id in ids {
+        let e = store
+            .get_event(Key::new("inbox", id))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!((e.state, e.attempts), (InboxState::Running, 1), "{id}");
+    }
+
+    let ran = Arc::new(AtomicUsize::new(0));
+    let survivor = {
+        let ran = ran.clone();
+        guard
+            .worker(move |_e: InboxEvent| {
+                let ran = ran.clone();
+                async move {
+                    ran.fetch_add(1, Ordering::SeqCst);
+                    Ok(())
+                }
+            })
+            .unwrap()
+            .concurrency(10)
+    };
+    assert_eq!(
+        survivor.run_once().await.unwrap(),
+        0,
+        "nothing is due while the dead worker's lease holds"
+    );
+    let mut processed = 0;
+    while processed < ids.len() {
+        assert!(
+            killed_at.elapsed() < Duration::from_secs(10),
+            "the events were never leased again"
+        );
+        processed += survivor.run_once().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    eprintln!("leased again {:?} after the kill", killed_at.elapsed());
+    assert_eq!(ran.load(Ordering::SeqCst), 5, "each event ran once more");
+    for e in settled(&store, &ids, Duration::from_secs(1)).await {
+        assert_eq!((e.state, e.attempts), (InboxState::Done, 2), "{}", e.id);
+    }
+    cleanup(&url, &prefix).await;
+}
+
 #[tokio::test]
 async fn bad_prefixes_and_shard_counts_are_refused_before_connecting() {
     for prefix in ["", "has space", "{tag}", "a}b", "tab\t", &"x".repeat(65)] {
@@ -676,4 +889,194 @@ async fn bad_prefixes_and_shard_counts_are_refused_before_connecting() {
         .await
         .unwrap_err();
     assert!(err.is_unavailable(), "a refused connection: {err:?}");
+}
+
+// ---------------------------------------------------------------------------
+// Measurement
+
+/// CPU seconds (user + system) this process has used.
+fn process_cpu() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // Fields 14 and 15 of the stat line (utime, stime), in clock ticks of 10 ms.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// CPU seconds the server on `port` has used.
+fn server_cpu(port: u16) -> f64 {
+    cli(port, &["info", "cpu"])
+        .lines()
+        .filter(|l| l.starts_with("used_cpu_sys:") || l.starts_with("used_cpu_user:"))
+        .filter_map(|l| l.split_once(':')?.1.trim().parse::<f64>().ok())
+        .sum()
+}
+
+/// Runs `op` in `TASKS` concurrent loops for `round`; answers operations per second,
+/// client and server CPU µs per operation.
+async fn measure<F, Fut>(port: u16, round: Duration, per_op: u64, op: F) -> (f64, f64, f64)
+where
+    F: Fn(usize, u64) -> Fut + Clone,
+    Fut: std::future::Future<Output = ()>,
+{
+    const TASKS: usize = 64;
+    let (client0, server0) = (process_cpu(), server_cpu(port));
+    let started = Instant::now();
+    let deadline = started + round;
+    let tasks = (0..TASKS).map(|t| {
+        let op = op.clone();
+        async move {
+            let mut n = 0u64;
+            while Instant::now() < deadline {
+                op(t, n).await;
+                n += 1;
+            }
+            n
+        }
+    });
+    let n: u64 = join_all(tasks).await.into_iter().sum::<u64>() * per_op;
+    let secs = started.elapsed().as_secs_f64();
+    let (client, server) = (process_cpu() - client0, server_cpu(port) - server0);
+    (
+        n as f64 / secs,
+        client * 1e6 / n as f64,
+        server * 1e6 / n as f64,
+    )
+}
+
+/// How many round trips per second 64 tasks get on one multiplexed connection:
+/// raw `SET k v NX PX` against the store's claim + finish cycle (two round trips),
+/// in interleaved rounds on a private server (port 7198), with the CPU each side
+/// spends per round trip. Run it in release:
+///
+/// ```text
+/// WEBHOOK_GUARD_REDIS_URL=redis://127.0.0.1:6379 cargo test --release \
+///   --features redis,conformance --test redis -- --ignored --nocapture speed
+/// ```
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement, not a check: run in release"]
+async fn speed_of_claim_and_finish_against_raw_set_nx() {
+    let Some(_) = url() else { return };
+    const PORT: u16 = 7198;
+    let rounds: usize = std::env::var("SPEED_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(4);
+    let round = Duration::from_millis(1500);
+    let mut servers = Servers::new("speed");
+    servers.start(PORT, &[]);
+    let url = format!("redis://127.0.0.1:{PORT}");
+    let store = store(&url, &random_prefix("speed")).await;
+    let conn = match store.connection() {
+        webhook_guard::store::redis::RedisConnection::Standalone(c) => c.clone(),
+        _ => unreachable!("a standalone server"),
+    };
+    let raw = |r: usize| {
+        let conn = conn.clone();
+        move |t: usize, n: u64| {
+            let mut conn = conn.clone();
+            async move {
+                let _: Option<String> = redis::cmd("SET")
+                    .arg(format!("raw:{r}:{t}:{n}"))
+                    .arg("in_progress|1234567890123456789|0123456789abcdef|1|1700000000000")
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(60_000)
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+            }
+        }
+    };
+    let cycle = |r: usize| {
+        let store = store.clone();
+        move |t: usize, n: u64| {
+            let store = store.clone();
+            async move {
+                let id = format!("evt_{r}_{t}_{n}");
+                let now = Utc::now();
+                let request = ClaimRequest {
+                    key: Key::new("speed", &id),
+                    fingerprint: Fingerprint::of(id.as_bytes()),
+                    token: FencingToken::random(),
+                    now,
+                    lease_until: now + TimeDelta::seconds(30),
+                    expires_at: now + TimeDelta::hours(1),
+                };
+                let Claim::Acquired(rec) = store.claim(&request).await.unwrap() else {
+                    panic!("a fresh id is acquired");
+                };
+                let done = Finish {
+                    state: RecordState::Completed,
+                    failures: 0,
+                    history: &[],
+                    now: Utc::now(),
+                    expires_at: request.expires_at,
+                };
+                let fence = store.finish(request.key, rec.token, &done).await.unwrap();
+                assert_eq!(fence, Fence::Applied);
+            }
+        }
+    };
+    let claim_only = |r: usize| {
+        let store = store.clone();
+        move |t: usize, n: u64| {
+            let store = store.clone();
+            async move {
+                let id = format!("only_{r}_{t}_{n}");
+                let now = Utc::now();
+                let request = ClaimRequest {
+                    key: Key::new("speed", &id),
+                    fingerprint: Fingerprint::of(id.as_bytes()),
+                    token: FencingToken::random(),
+                    now,
+                    lease_until: now + TimeDelta::seconds(30),
+                    expires_at: now + TimeDelta::hours(1),
+                };
+                let claim = store.claim(&request).await.unwrap();
+                assert!(matches!(claim, Claim::Acquired(_)));
+            }
+        }
+    };
+    let mut sums = [0.0f64; 6];
+    for r in 0..rounds {
+        let (raw_rate, raw_client, raw_server) = measure(PORT, round, 1, raw(r)).await;
+        let (claims, claim_client, claim_server) = measure(PORT, round, 1, claim_only(r)).await;
+        eprintln!(
+            "round {r}: claims alone {claims:>7.0}/s (client {claim_client:>5.1} µs, server {claim_server:>4.1} µs), {:.2} of SET NX",
+            claims / raw_rate
+        );
+        let (trips, cycle_client, cycle_server) = measure(PORT, round, 2, cycle(r)).await;
+        eprintln!(
+            "round {r}: SET NX {raw_rate:>7.0}/s (client {raw_client:>5.1} µs, server {raw_server:>4.1} µs) | claim+finish {trips:>7.0} round trips/s = {:>6.0} cycles/s (client {cycle_client:>5.1} µs, server {cycle_server:>4.1} µs per trip) | ratio {:.2} round trips, {:.2} cycles",
+            trips / 2.0,
+            trips / raw_rate,
+            trips / 2.0 / raw_rate
+        );
+        for (sum, v) in sums.iter_mut().zip([
+            raw_rate,
+            raw_client,
+            raw_server,
+            trips,
+            cycle_client,
+            cycle_server,
+        ]) {
+            *sum += v / rounds as f64;
+        }
+    }
+    let [raw_rate, raw_client, raw_server, trips, cycle_client, cycle_server] = sums;
+    eprintln!(
+        "mean: SET NX {raw_rate:.0}/s ({raw_client:.1} + {raw_server:.1} µs) | claim+finish {trips:.0} round trips/s ({cycle_client:.1} + {cycle_server:.1} µs) | ratio {:.2} round trips, {:.2} cycles",
+        trips / raw_rate,
+        trips / 2.0 / raw_rate
+    );
+    eprintln!("{}", cli(PORT, &["info", "commandstats"]));
 }

@@ -8,6 +8,8 @@
 //! with your own retry policy: the provider's hourly retries are never your job queue.
 
 pub(crate) mod memory;
+#[cfg(feature = "redis")]
+mod redis;
 #[cfg(feature = "tokio")]
 mod worker;
 

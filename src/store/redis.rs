@@ -1,10 +1,15 @@
-//! The Redis store: one string per record, changed by Lua scripts in one round trip.
+//! The Redis store: dedup records, the inbox and the ordering guard, each change
+//! one Lua script in one round trip.
 //!
 //! [`RedisStore`] keeps every record in one Redis string and makes each change of
 //! the [`ProcessedStore`] contract with one atomic Lua script (`EVALSHA`, loaded once
-//! per server): a claim — including the fingerprint check and the takeover of an
-//! expired lease — is one round trip, and so is a finish. A claim of a new id costs
-//! the server a `SET NX PX` and a `ZADD`; a finish a `GET` and a `SET PX`. It talks
+//! per server). The common claim — a new id, or a duplicate of a known one — is
+//! one round trip of a five-line script (`SET NX PX`, then an `RPUSH` of the new
+//! record to its shard's claim log, or a `GET` of the known record); only a claim
+//! that must change a known record (the takeover of an expired lease, the retry of
+//! a failed record, a record expired by the caller's clock) takes a second round
+//! trip, which decides again atomically. A finish is one round trip (`GET` and
+//! `SET PX`). It talks
 //! to a standalone server through a [`ConnectionManager`]
 //! or to a Redis Cluster through a
 //! [`ClusterConnection`]: one multiplexed
@@ -17,7 +22,7 @@
 //!
 //! Records of a store are spread over a fixed number of *shards* (default
 //! [`DEFAULT_SHARDS`]); a record's shard is a stable hash (FNV-1a) of its namespace
-//! and id. Shard `n` owns two kinds of keys, under one hash tag so that a script
+//! and id. Shard `n` owns three kinds of keys, under one hash tag so that a script
 //! touching a record and its shard's index stays in one cluster slot:
 //!
 //! - `{<prefix>:<n>}:r:<namespace>\0<id>` — the record: a string
@@ -27,7 +32,13 @@
 //!   `<namespace>\0<id>`) scored at or before the time each needs attention: the
 //!   end of its lease (to find [stuck](ProcessedStore::stuck) claims) or its expiry
 //!   (to [purge](ProcessedStore::purge_expired) it). Entries scored too early are
-//!   re-filed when a purge or a stuck scan meets them.
+//!   re-filed when a purge or a stuck scan meets them;
+//! - `{<prefix>:<n>}:log` — the claim log: a list of the members of records
+//!   claimed afresh since the last scan. A fresh claim appends to it (`RPUSH`, O(1))
+//!   instead of filing the record in `due` (`ZADD`, O(log n), the costlier half of
+//!   a fresh claim); [`stuck`](ProcessedStore::stuck) and
+//!   [`purge_expired`](ProcessedStore::purge_expired) first move the shard's log
+//!   into `due`, 256 entries per script, filing each record by its state then.
 //!
 //! The trade-off: a shard's load lands on the node that serves its slot, so one
 //! store spreads over at most `shards` slots (16 by default — enough for a few
@@ -49,9 +60,74 @@
 //! `now` through the `due` index: it removes records expired by then, in batches of
 //! at most 256 per script, and clears the index entries of records the TTL already
 //! dropped (those count as removed). **Run the [`Sweeper`](crate::Sweeper)** with
-//! this store as with any other: the records need no sweeping, but each id leaves
-//! one index entry (its member plus about 60 bytes) until a purge clears it, and
-//! stuck claims are found by the same index.
+//! this store as with any other: the records need no sweeping, but each new id
+//! leaves one claim-log entry (its member plus a few bytes) until the next scan
+//! files it in `due`, and one `due` entry (its member plus about 60 bytes) until a
+//! purge clears it; stuck claims are found by the same index.
+//!
+//! # Speed
+//!
+//! A fresh claim is one `EVALSHA` of a script calling `SET NX PX` and `RPUSH`
+//! (server side about 0.3 µs above a script that only does the `SET`), answered
+//! with one integer; a duplicate is the same script answering the stored record.
+//! Filing the record in the sorted set waits for the sweeper, which does it in
+//! batches. Commands are built in place, without a buffer per argument. What
+//! remains between a claim and a bare `SET NX PX` is the cost of running a Lua
+//! script at all (a few µs of server time per call) — the price of the atomic,
+//! fenced decision.
+//!
+//! # The inbox: one hash tag per namespace
+//!
+//! The [`InboxStore`](crate::inbox::InboxStore) of a `RedisStore`.
+//!
+//! Every key of one namespace's inbox carries the hash tag
+//! `{<prefix>:i:<namespace>}`, so it lives in one cluster slot and every script
+//! touches one slot (a `}` inside the namespace ends the tag early, the same way
+//! for every key of that namespace):
+//!
+//! - `{…}:e:<id>` — the event, a hash: `s` state, `t` token, `f` fingerprint (hex),
+//!   `a` attempts, `l` lease_until, `n` next_attempt_at, `r` received_at, `u`
+//!   updated_at, `x` expires_at (times in ms since the epoch), `e` the last error,
+//!   `p` the payload, and the metadata `mt` type, `mc` created_at, `mo` object,
+//!   `mf` family (absent fields are `None`);
+//! - `{…}:due` — a sorted set of the namespace's unsettled events scored at the time
+//!   each is due: `next_attempt_at` while `Pending`, `lease_until` while `Running`.
+//!   A lease re-scores what it takes at `lease_until`, so the event of a worker that
+//!   died is due again when its lease runs out: nothing else has to notice the crash;
+//! - `{…}:settled` — a sorted set of the settled events scored by `expires_at`, for
+//!   [`purge_settled`](crate::inbox::InboxStore::purge_settled).
+//!
+//! and `{<prefix>:inboxes}`, a set of the namespaces that ever held an event, which
+//! `purge_settled` visits. A process adds a namespace to it before its first enqueue
+//! there (once per process), so no event lives in a namespace the purge cannot find.
+//!
+//! **The trade-off.** One due set per namespace makes a lease a single atomic script
+//! that hands out strictly the oldest due events first, with no fan-out over shards
+//! and no unfairness between them; the price is that one namespace's inbox (its
+//! events and payloads included) is served by one node of a cluster. An inbox takes
+//! webhooks, which providers send at most some thousands per second — well within
+//! one Redis node — while the dedup records, which every delivery touches, stay
+//! spread over the store's shards. Use one namespace per provider or endpoint to
+//! spread inboxes over nodes.
+//!
+//! Retention: a settled event gets a TTL running to its `expires_at`, measured
+//! from the caller's `now` (as the dedup records do), so Redis drops it by itself;
+//! `purge_settled` honours the contract for any `now` through the `settled` index,
+//! and clears the entries of events the TTL already dropped (they count as purged).
+//! Unsettled events never expire.
+//!
+//! # The ordering guard: sharded like the dedup records
+//!
+//! The [`OrderingStore`](crate::ordering::OrderingStore) of a `RedisStore`.
+//!
+//! The record of object `o`, family `f` in namespace `ns` lives in the store's shard
+//! `FNV-1a(ns, o, f) mod shards` (tag `{<prefix>:<n>}`): a hash
+//! `{…}:o:<len(ns)>:<ns><len(o)>:<o><f>` with `n` newest created_at, `s` status, `u`
+//! updated_at; the shard's `{…}:failed:<ns>` is a sorted set of that namespace's
+//! failed records (member `<len(o)>:<o><f>`) scored by `updated_at`. `observe` and
+//! `settle_object` are one script on one slot; `failed_objects` visits every shard
+//! (one round trip each) and answers the oldest failures first. Ordering records do
+//! not expire.
 //!
 //! # Errors
 //!
@@ -69,8 +145,8 @@ use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use ::redis::cluster::ClusterClient;
 use ::redis::cluster_async::ClusterConnection;
 use ::redis::{
-    ErrorKind, FromRedisValue, IntoConnectionInfo, RedisError, Script, ScriptInvocation,
-    ServerErrorKind, Value,
+    ErrorKind, FromRedisValue, IntoConnectionInfo, RedisError, Script, ServerErrorKind,
+    ToRedisArgs, Value,
 };
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -164,18 +240,57 @@ impl From<ClusterConnection> for RedisConnection {
     }
 }
 
+/// One `EVALSHA` built in place: keys and arguments are written straight into the
+/// command (a [`ScriptInvocation`](::redis::ScriptInvocation) buffers each in its
+/// own vector, then copies them all into a command per call).
+pub(crate) struct Eval<'s> {
+    script: &'s Script,
+    cmd: ::redis::Cmd,
+}
+
+impl<'s> Eval<'s> {
+    /// An `EVALSHA` of `script` with `keys` keys, to be given first with
+    /// [`Eval::key`], then the arguments.
+    pub(crate) fn new(script: &'s Script, keys: usize) -> Self {
+        let mut cmd = ::redis::cmd("EVALSHA");
+        cmd.arg(script.get_hash()).arg(keys);
+        Self { script, cmd }
+    }
+
+    /// Adds a key (before any argument).
+    pub(crate) fn key(&mut self, key: impl ToRedisArgs) -> &mut Self {
+        self.cmd.arg(key);
+        self
+    }
+
+    /// Adds an argument.
+    pub(crate) fn arg(&mut self, arg: impl ToRedisArgs) -> &mut Self {
+        self.cmd.arg(arg);
+        self
+    }
+}
+
 impl RedisConnection {
-    async fn invoke<T: FromRedisValue>(
-        &self,
-        script: &ScriptInvocation<'_>,
-    ) -> Result<T, RedisError> {
-        match self {
-            Self::Standalone(c) => script.invoke_async(&mut c.clone()).await,
-            Self::Cluster(c) => script.invoke_async(&mut c.clone()).await,
+    /// Runs `eval`, loading its script first if the server does not know it.
+    pub(crate) async fn eval<T: FromRedisValue>(&self, eval: &Eval<'_>) -> Result<T, RedisError> {
+        match self.query(&eval.cmd).await {
+            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                // As `ScriptInvocation::invoke_async` does (on a cluster the driver
+                // sends `SCRIPT LOAD` to every primary).
+                let _: String = match self {
+                    Self::Standalone(c) => eval.script.load_async(&mut c.clone()).await?,
+                    Self::Cluster(c) => eval.script.load_async(&mut c.clone()).await?,
+                };
+                self.query(&eval.cmd).await
+            }
+            other => other,
         }
     }
 
-    async fn query<T: FromRedisValue>(&self, cmd: &::redis::Cmd) -> Result<T, RedisError> {
+    pub(crate) async fn query<T: FromRedisValue>(
+        &self,
+        cmd: &::redis::Cmd,
+    ) -> Result<T, RedisError> {
         match self {
             Self::Standalone(c) => cmd.query_async(&mut c.clone()).await,
             Self::Cluster(c) => cmd.query_async(&mut c.clone()).await,
@@ -295,11 +410,16 @@ impl RedisStoreBuilder {
         connection: impl Into<RedisConnection>,
     ) -> Result<RedisStore, RedisStoreError> {
         self.validate()?;
+        let keys = (0..self.shards)
+            .map(|n| ShardKeys::new(&format!("{{{}:{n}}}", self.prefix)))
+            .collect();
         Ok(RedisStore {
             inner: Arc::new(Inner {
+                keys,
                 connection: connection.into(),
                 prefix: self.prefix,
                 shards: self.shards,
+                inboxes: Default::default(),
             }),
         })
     }
@@ -331,8 +451,10 @@ impl RedisStoreBuilder {
     }
 }
 
-/// A [`ProcessedStore`] on Redis, standalone or Cluster: see the [module docs](self)
-/// for the key layout, retention by TTL and errors.
+/// A [`ProcessedStore`], an [`InboxStore`](crate::inbox::InboxStore) and an
+/// [`OrderingStore`](crate::ordering::OrderingStore) on Redis, standalone or
+/// Cluster: see the [module docs](self) for the key layout, retention by TTL and
+/// errors.
 ///
 /// Cheap to clone: clones share one multiplexed connection.
 ///
@@ -355,6 +477,10 @@ struct Inner {
     connection: RedisConnection,
     prefix: String,
     shards: u16,
+    /// Inbox namespaces already added to the registry by this process.
+    inboxes: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// The keys of every shard, by shard number.
+    keys: Vec<ShardKeys>,
 }
 
 impl fmt::Debug for RedisStore {
@@ -398,35 +524,72 @@ impl RedisStore {
     }
 
     fn shard_of(&self, key: Key<'_>) -> u16 {
+        self.shard_for(&[key.namespace, key.id])
+    }
+
+    /// The shard of `parts` joined by NULs.
+    pub(crate) fn shard_for(&self, parts: &[&str]) -> u16 {
         // FNV-1a: stable across processes, platforms and versions (part of the layout).
         let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-        let bytes = key.namespace.bytes().chain([0]).chain(key.id.bytes());
-        for b in bytes {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x0100_0000_01b3);
+        for (i, part) in parts.iter().enumerate() {
+            if i > 0 {
+                // The NUL separator (XOR with 0 changes nothing).
+                h = h.wrapping_mul(0x0100_0000_01b3);
+            }
+            for b in part.bytes() {
+                h ^= u64::from(b);
+                h = h.wrapping_mul(0x0100_0000_01b3);
+            }
         }
         (h % u64::from(self.inner.shards)) as u16
     }
 
-    fn keys(&self, shard: u16) -> ShardKeys {
-        let tag = format!("{{{}:{shard}}}", self.inner.prefix);
-        ShardKeys {
-            records: format!("{tag}:r:"),
-            due: format!("{tag}:due"),
-        }
+    /// The hash tag of shard `shard`: `{<prefix>:<shard>}`.
+    pub(crate) fn shard_tag(&self, shard: u16) -> String {
+        format!("{{{}:{shard}}}", self.inner.prefix)
     }
 
-    /// The record key, the shard's index, and the record's member in it.
-    fn locate(&self, key: Key<'_>) -> (String, ShardKeys, String) {
+    /// The namespaces this process has registered for the inbox (see
+    /// `inbox::redis`).
+    pub(crate) fn registered_inboxes(
+        &self,
+    ) -> &std::sync::Mutex<std::collections::HashSet<String>> {
+        &self.inner.inboxes
+    }
+
+    fn keys(&self, shard: u16) -> &ShardKeys {
+        &self.inner.keys[usize::from(shard)]
+    }
+
+    /// The record key, the shard's keys, and the record's member in its index.
+    fn locate(&self, key: Key<'_>) -> (String, &ShardKeys, String) {
         let keys = self.keys(self.shard_of(key));
         let member = member(key);
-        (format!("{}{member}", keys.records), keys, member)
+        let mut rec = String::with_capacity(keys.records.len() + member.len());
+        rec.push_str(&keys.records);
+        rec.push_str(&member);
+        (rec, keys, member)
     }
 }
 
+/// The keys of one shard, built once per store.
 struct ShardKeys {
+    /// The record key prefix, `{<prefix>:<n>}:r:`.
     records: String,
+    /// The due index, a sorted set.
     due: String,
+    /// The claim log: a list of the members of new records, not yet in `due`.
+    log: String,
+}
+
+impl ShardKeys {
+    fn new(tag: &str) -> Self {
+        Self {
+            records: format!("{tag}:r:"),
+            due: format!("{tag}:due"),
+            log: format!("{tag}:log"),
+        }
+    }
 }
 
 /// `namespace`, a NUL, then `id`: NUL cannot appear in a namespace the guard accepts.
@@ -456,7 +619,7 @@ fn is_unreachable(e: &RedisError) -> bool {
         )
 }
 
-fn store_error(e: RedisError) -> StoreError {
+pub(crate) fn store_error(e: RedisError) -> StoreError {
     if is_unreachable(&e) {
         StoreError::unavailable(e)
     } else {
@@ -464,11 +627,11 @@ fn store_error(e: RedisError) -> StoreError {
     }
 }
 
-fn millis(t: DateTime<Utc>) -> i64 {
+pub(crate) fn millis(t: DateTime<Utc>) -> i64 {
     t.timestamp_millis()
 }
 
-fn time(ms: i64) -> DateTime<Utc> {
+pub(crate) fn time(ms: i64) -> DateTime<Utc> {
     DateTime::from_timestamp_millis(ms).unwrap_or(DateTime::<Utc>::MAX_UTC)
 }
 
@@ -477,22 +640,46 @@ fn ttl(due: i64, now: i64) -> i64 {
     due.saturating_sub(now).max(1)
 }
 
-fn corrupt(what: &str) -> StoreError {
+pub(crate) fn corrupt(what: &str) -> StoreError {
     StoreError::Corrupt(format!("redis record: {what}"))
 }
 
-fn int(v: &Value) -> Option<i64> {
+pub(crate) fn int(v: &Value) -> Option<i64> {
     match v {
         Value::Int(i) => Some(*i),
         _ => text(v)?.parse().ok(),
     }
 }
 
-fn text(v: &Value) -> Option<&str> {
+pub(crate) fn text(v: &Value) -> Option<&str> {
     match v {
         Value::BulkString(b) => std::str::from_utf8(b).ok(),
         Value::SimpleString(s) => Some(s),
         _ => None,
+    }
+}
+
+impl RedisStore {
+    /// Moves a shard's claim log into its due index, 256 entries per script. Stops
+    /// after a million entries, so a flood of claims cannot keep a scan going.
+    async fn drain(&self, keys: &ShardKeys) -> Result<(), StoreError> {
+        for _ in 0..(1 << 20) / BATCH {
+            let mut inv = Eval::new(&SCRIPTS.drain, 2);
+            inv.key(&keys.log)
+                .key(&keys.due)
+                .arg(BATCH)
+                .arg(&keys.records);
+            let moved: usize = self
+                .inner
+                .connection
+                .eval(&inv)
+                .await
+                .map_err(store_error)?;
+            if moved < BATCH {
+                break;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -527,7 +714,22 @@ fn stored_record(key: Key<'_>, v: &Value) -> Result<Record, StoreError> {
     record(key, text(v).ok_or_else(|| corrupt("not text"))?)
 }
 
+/// Whether a claim changes the `known` record (the `CLAIM` script's decision, in ms
+/// as the script compares): it expired by the caller's clock and holds no live
+/// lease, or it is the same body's failed record or expired lease.
+fn changes_on_claim(known: &Record, request: &ClaimRequest<'_>) -> bool {
+    let now = millis(request.now);
+    let in_progress = known.state == RecordState::InProgress;
+    let live = in_progress && millis(known.lease_until) > now;
+    let expired = millis(known.expires_at) <= now && !live;
+    let retry = known.fingerprint == request.fingerprint
+        && (known.state == RecordState::Failed || (in_progress && !live));
+    expired || retry
+}
+
 struct Scripts {
+    claim_fast: Script,
+    drain: Script,
     claim: Script,
     finish: Script,
     renew: Script,
@@ -547,7 +749,41 @@ local function ttl(due, now)
 end
 ";
 
-/// Claim: KEYS record, due; ARGV member, fingerprint, token, now, lease_until,
+/// The common claim: KEYS record, log; ARGV the fresh record, its TTL, member.
+/// Answers 0 (stored: the caller knows the record, which is now in the claim log)
+/// or the stored record, unchanged. No prelude: the smallest script that can do it.
+const CLAIM_FAST: &str = r"
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  redis.call('RPUSH', KEYS[2], ARGV[3])
+  return 0
+end
+return redis.call('GET', KEYS[1])
+";
+
+/// Moves up to ARGV[1] entries of a shard's claim log into its due index: KEYS log,
+/// due; ARGV limit, record key prefix. Answers how many it took off the log. Each
+/// record still there is filed at the end of its lease (in progress) or at its
+/// expiry; an unreadable one at 0, where purge removes it.
+const DRAIN: &str = r"
+local ms = redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)
+for _, m in ipairs(ms) do
+  local v = redis.call('GET', ARGV[2] .. m)
+  if v then
+    local s, t, f, a, l, c, x, e = parse(v)
+    if s == 'in_progress' then
+      redis.call('ZADD', KEYS[2], l, m)
+    elseif s then
+      redis.call('ZADD', KEYS[2], e, m)
+    else
+      redis.call('ZADD', KEYS[2], 0, m)
+    end
+  end
+end
+if #ms > 0 then redis.call('LTRIM', KEYS[1], #ms, -1) end
+return #ms
+";
+
+/// Claim, deciding on a known record: KEYS record, due; ARGV member, fingerprint, token, now, lease_until,
 /// expires_at, the fresh record, its TTL. Answers 0 (fresh: the caller knows the
 /// record), {1, record} (taken over) or {2, record} (existing, unchanged). The
 /// common case — a new id — is one `SET NX` and one `ZADD`.
@@ -707,6 +943,8 @@ return out
 static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
     let script = |body: &str| Script::new(&format!("{PRELUDE}{body}"));
     Scripts {
+        claim_fast: Script::new(CLAIM_FAST),
+        drain: script(DRAIN),
         claim: script(CLAIM),
         finish: script(FINISH),
         renew: script(RENEW),
@@ -726,25 +964,9 @@ impl ProcessedStore for RedisStore {
         let fingerprint = request.fingerprint.to_hex();
         let token = request.token.0;
         let fresh = format!("in_progress|{token}|{fingerprint}|1|{lease}|{now}|0|{expires}|{now}|");
-        let mut inv = SCRIPTS.claim.prepare_invoke();
-        inv.key(&rec)
-            .key(&keys.due)
-            .arg(&member)
-            .arg(fingerprint)
-            .arg(token)
-            .arg(now)
-            .arg(lease)
-            .arg(expires)
-            .arg(fresh)
-            .arg(ttl(expires.max(lease), now));
-        let answer: Value = self
-            .inner
-            .connection
-            .invoke(&inv)
-            .await
-            .map_err(store_error)?;
-        match answer {
-            Value::Int(0) => Ok(Claim::Acquired(Record::new(
+        let fresh_ttl = ttl(expires.max(lease), now);
+        let acquired = || {
+            Claim::Acquired(Record::new(
                 request.key,
                 RecordState::InProgress,
                 request.fingerprint,
@@ -756,7 +978,54 @@ impl ProcessedStore for RedisStore {
                 request.now,
                 request.now,
                 Vec::new(),
-            ))),
+            ))
+        };
+
+        // The common case, one small script: a new id is stored, a known record is
+        // answered as it stands.
+        let mut inv = Eval::new(&SCRIPTS.claim_fast, 2);
+        inv.key(&rec)
+            .key(&keys.log)
+            .arg(&fresh)
+            .arg(fresh_ttl)
+            .arg(&member);
+        let answer: Value = self
+            .inner
+            .connection
+            .eval(&inv)
+            .await
+            .map_err(store_error)?;
+        match answer {
+            Value::Int(0) => return Ok(acquired()),
+            Value::Nil => {}
+            stored => {
+                let known = stored_record(request.key, &stored)?;
+                if !changes_on_claim(&known, request) {
+                    return Ok(Claim::Existing(known));
+                }
+            }
+        }
+
+        // The record must change (or vanished meanwhile): decide again, atomically.
+        let mut inv = Eval::new(&SCRIPTS.claim, 2);
+        inv.key(&rec)
+            .key(&keys.due)
+            .arg(&member)
+            .arg(fingerprint)
+            .arg(token)
+            .arg(now)
+            .arg(lease)
+            .arg(expires)
+            .arg(fresh)
+            .arg(fresh_ttl);
+        let answer: Value = self
+            .inner
+            .connection
+            .eval(&inv)
+            .await
+            .map_err(store_error)?;
+        match answer {
+            Value::Int(0) => Ok(acquired()),
             Value::Array(v) => match v.as_slice() {
                 [Value::Int(1), r] => Ok(Claim::Acquired(stored_record(request.key, r)?)),
                 [Value::Int(2), r] => Ok(Claim::Existing(stored_record(request.key, r)?)),
@@ -778,7 +1047,7 @@ impl ProcessedStore for RedisStore {
         } else {
             encode_history(finish.history)
         };
-        let mut inv = SCRIPTS.finish.prepare_invoke();
+        let mut inv = Eval::new(&SCRIPTS.finish, 2);
         inv.key(&rec)
             .key(&keys.due)
             .arg(&member)
@@ -792,7 +1061,7 @@ impl ProcessedStore for RedisStore {
         let applied: i64 = self
             .inner
             .connection
-            .invoke(&inv)
+            .eval(&inv)
             .await
             .map_err(store_error)?;
         Ok(if applied == 1 {
@@ -810,7 +1079,7 @@ impl ProcessedStore for RedisStore {
         expires_at: DateTime<Utc>,
     ) -> Result<Fence, StoreError> {
         let (rec, keys, member) = self.locate(key);
-        let mut inv = SCRIPTS.renew.prepare_invoke();
+        let mut inv = Eval::new(&SCRIPTS.renew, 2);
         inv.key(&rec)
             .key(&keys.due)
             .arg(&member)
@@ -820,7 +1089,7 @@ impl ProcessedStore for RedisStore {
         let applied: i64 = self
             .inner
             .connection
-            .invoke(&inv)
+            .eval(&inv)
             .await
             .map_err(store_error)?;
         Ok(if applied == 1 {
@@ -843,12 +1112,12 @@ impl ProcessedStore for RedisStore {
 
     async fn delete(&self, key: Key<'_>, now: DateTime<Utc>) -> Result<Deleted, StoreError> {
         let (rec, keys, member) = self.locate(key);
-        let mut inv = SCRIPTS.delete.prepare_invoke();
+        let mut inv = Eval::new(&SCRIPTS.delete, 2);
         inv.key(&rec).key(&keys.due).arg(&member).arg(millis(now));
         let answer: i64 = self
             .inner
             .connection
-            .invoke(&inv)
+            .eval(&inv)
             .await
             .map_err(store_error)?;
         Ok(match answer {
@@ -866,13 +1135,14 @@ impl ProcessedStore for RedisStore {
         let mut removed = 0;
         for shard in 0..self.inner.shards {
             let keys = self.keys(shard);
+            self.drain(keys).await?;
             let mut offset = 0;
             loop {
                 let want = (limit - removed).min(BATCH);
                 if want == 0 {
                     return Ok(removed as u64);
                 }
-                let mut inv = SCRIPTS.purge.prepare_invoke();
+                let mut inv = Eval::new(&SCRIPTS.purge, 1);
                 inv.key(&keys.due)
                     .arg(now)
                     .arg(want)
@@ -881,7 +1151,7 @@ impl ProcessedStore for RedisStore {
                 let (n, seen, kept): (usize, usize, usize) = self
                     .inner
                     .connection
-                    .invoke(&inv)
+                    .eval(&inv)
                     .await
                     .map_err(store_error)?;
                 removed += n.min(want);
@@ -899,13 +1169,14 @@ impl ProcessedStore for RedisStore {
         let mut out = Vec::new();
         for shard in 0..self.inner.shards {
             let keys = self.keys(shard);
+            self.drain(keys).await?;
             let mut offset = 0;
             loop {
                 let want = (limit - out.len()).min(BATCH);
                 if want == 0 {
                     return Ok(out);
                 }
-                let mut inv = SCRIPTS.stuck.prepare_invoke();
+                let mut inv = Eval::new(&SCRIPTS.stuck, 1);
                 inv.key(&keys.due)
                     .arg(now)
                     .arg(want)
@@ -914,7 +1185,7 @@ impl ProcessedStore for RedisStore {
                 let answer: Vec<Value> = self
                     .inner
                     .connection
-                    .invoke(&inv)
+                    .eval(&inv)
                     .await
                     .map_err(store_error)?;
                 let [seen, kept, found @ ..] = answer.as_slice() else {

@@ -1,0 +1,665 @@
+//! The inbox and the ordering ledger of a [`RedisStore`], each change one Lua script.
+//!
+//! The key layout, the scripts' shape and the trade-offs are documented with the
+//! store, in [`crate::store::redis`].
+
+use std::collections::HashSet;
+
+use ::redis::{Script, Value};
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+use super::{Enqueued, InboxEvent, InboxState, InboxStore, NewEvent, Settle};
+use crate::meta::EventMeta;
+use crate::ordering::{Freshness, ObjectKey, ObjectRecord, ObjectStatus, OrderingStore};
+use crate::store::redis::{corrupt, int, millis, store_error, text, time, Eval};
+use crate::store::{Fence, FencingToken, Fingerprint, Key, RedisStore, StoreError};
+
+/// How many events one lease or purge script handles at most.
+const BATCH: usize = 256;
+
+struct InboxKeys {
+    /// The event key prefix: `{…}:e:`.
+    events: String,
+    due: String,
+    settled: String,
+}
+
+impl RedisStore {
+    fn inbox_keys(&self, namespace: &str) -> InboxKeys {
+        let tag = format!("{{{}:i:{namespace}}}", self.prefix());
+        InboxKeys {
+            events: format!("{tag}:e:"),
+            due: format!("{tag}:due"),
+            settled: format!("{tag}:settled"),
+        }
+    }
+
+    fn inbox_registry(&self) -> String {
+        format!("{{{}:inboxes}}", self.prefix())
+    }
+
+    /// Adds `namespace` to the registry `purge_settled` visits, once per process.
+    async fn register_inbox(&self, namespace: &str) -> Result<(), StoreError> {
+        let known = |set: &HashSet<String>| set.contains(namespace);
+        if known(
+            &self
+                .registered_inboxes()
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()),
+        ) {
+            return Ok(());
+        }
+        let _: i64 = self
+            .connection()
+            .query(
+                ::redis::cmd("SADD")
+                    .arg(self.inbox_registry())
+                    .arg(namespace),
+            )
+            .await
+            .map_err(store_error)?;
+        self.registered_inboxes()
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(namespace.to_owned());
+        Ok(())
+    }
+
+    fn object_keys(&self, key: ObjectKey<'_>) -> (String, String, String) {
+        let tag = self.shard_tag(self.shard_for(&[key.namespace, key.object, key.family]));
+        let member = object_member(key.object, key.family);
+        let records = object_prefix(&tag, key.namespace);
+        (
+            format!("{records}{member}"),
+            format!("{tag}:failed:{}", key.namespace),
+            member,
+        )
+    }
+}
+
+fn object_prefix(tag: &str, namespace: &str) -> String {
+    format!("{tag}:o:{}:{namespace}", namespace.len())
+}
+
+fn object_member(object: &str, family: &str) -> String {
+    format!("{}:{object}{family}", object.len())
+}
+
+/// Splits [`object_member`].
+fn split_member(member: &[u8]) -> Option<(String, String)> {
+    let text = std::str::from_utf8(member).ok()?;
+    let (len, rest) = text.split_once(':')?;
+    let len: usize = len.parse().ok()?;
+    let object = rest.get(..len)?;
+    let family = rest.get(len..)?;
+    Some((object.to_owned(), family.to_owned()))
+}
+
+fn is_settled_lua() -> &'static str {
+    "s == 'done' or s == 'dead' or s == 'skipped'"
+}
+
+/// Enqueue: KEYS event, due, settled; ARGV id, now, then the fresh event's hash as
+/// field-value pairs. Answers 1 (inserted) or {state, fingerprint} (existing).
+const ENQUEUE: &str = r"
+local old = redis.call('HMGET', KEYS[1], 's', 'f', 'x')
+local s = old[1]
+if s then
+  if not ((SETTLED) and tonumber(old[3] or '0') <= tonumber(ARGV[2])) then
+    return {s, old[2]}
+  end
+  redis.call('DEL', KEYS[1])
+  redis.call('ZREM', KEYS[3], ARGV[1])
+end
+redis.call('HSET', KEYS[1], unpack(ARGV, 3))
+redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
+return 1
+";
+
+/// Lease: KEYS due; ARGV now, lease_until, event key prefix, then one fresh token per
+/// event wanted. Answers id, event hash, id, event hash, … Each taken event is
+/// re-scored at `lease_until`; index entries of events that are gone or settled are
+/// dropped.
+const LEASE: &str = r"
+local limit = #ARGV - 3
+local out, n, seen = {}, 0, {}
+while n < limit do
+  local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, limit - n)
+  local progressed = false
+  for _, id in ipairs(ids) do
+    if not seen[id] then
+      seen[id] = true
+      progressed = true
+      local k = ARGV[3] .. id
+      local s = redis.call('HGET', k, 's')
+      if s == 'pending' or s == 'running' then
+        n = n + 1
+        redis.call('HSET', k, 's', 'running', 't', ARGV[3 + n], 'l', ARGV[2], 'u', ARGV[1])
+        redis.call('HINCRBY', k, 'a', 1)
+        redis.call('ZADD', KEYS[1], ARGV[2], id)
+        out[#out + 1] = id
+        out[#out + 1] = redis.call('HGETALL', k)
+      else
+        redis.call('ZREM', KEYS[1], id)
+      end
+    end
+  end
+  if not progressed then break end
+end
+return out
+";
+
+/// Settle: KEYS event, due, settled; ARGV id, token, state, next_attempt_at, now,
+/// expires_at, TTL (ms) for a settled state, and the error if any. Answers 1
+/// (applied) or 0 (lease lost).
+const SETTLE: &str = r"
+local cur = redis.call('HMGET', KEYS[1], 's', 't', 'l')
+if cur[1] ~= 'running' or cur[2] ~= ARGV[2] then return 0 end
+redis.call('HSET', KEYS[1], 's', ARGV[3], 'n', ARGV[4], 'u', ARGV[5], 'x', ARGV[6])
+if ARGV[8] then redis.call('HSET', KEYS[1], 'e', ARGV[8]) end
+if ARGV[3] == 'pending' then
+  redis.call('ZADD', KEYS[2], ARGV[4], ARGV[1])
+elseif ARGV[3] == 'running' then
+  redis.call('ZADD', KEYS[2], cur[3], ARGV[1])
+else
+  redis.call('ZREM', KEYS[2], ARGV[1])
+  redis.call('ZADD', KEYS[3], ARGV[6], ARGV[1])
+  redis.call('PEXPIRE', KEYS[1], ARGV[7])
+end
+return 1
+";
+
+/// Renew: KEYS event, due; ARGV id, token, lease_until. Answers 1 or 0.
+const RENEW: &str = r"
+local cur = redis.call('HMGET', KEYS[1], 's', 't')
+if cur[1] ~= 'running' or cur[2] ~= ARGV[2] then return 0 end
+redis.call('HSET', KEYS[1], 'l', ARGV[3])
+redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
+return 1
+";
+
+/// Purge one batch of a namespace: KEYS settled; ARGV now, limit, event key prefix.
+/// Answers {removed, looked at}. Every entry looked at leaves the range: removed
+/// (with its event, or because the TTL already dropped the event) or re-filed.
+const PURGE: &str = r"
+local now = tonumber(ARGV[1])
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
+local removed = 0
+for _, id in ipairs(ids) do
+  local k = ARGV[3] .. id
+  local cur = redis.call('HMGET', k, 's', 'x')
+  local s, x = cur[1], tonumber(cur[2] or '0')
+  if not s then
+    redis.call('ZREM', KEYS[1], id)
+    removed = removed + 1
+  elseif (SETTLED) and x <= now then
+    redis.call('DEL', k)
+    redis.call('ZREM', KEYS[1], id)
+    removed = removed + 1
+  elseif (SETTLED) then
+    redis.call('ZADD', KEYS[1], x, id)
+  else
+    redis.call('ZREM', KEYS[1], id)
+  end
+end
+return {removed, #ids}
+";
+
+/// Observe: KEYS record, failed; ARGV created_at, now, member. Answers nil (fresh)
+/// or the stored newest (stale).
+const OBSERVE: &str = r"
+local cur = redis.call('HMGET', KEYS[1], 'n', 's')
+if cur[1] and tonumber(ARGV[1]) < tonumber(cur[1]) then return tonumber(cur[1]) end
+redis.call('HSET', KEYS[1], 'n', ARGV[1], 's', 'pending', 'u', ARGV[2])
+if cur[2] == 'failed' then redis.call('ZREM', KEYS[2], ARGV[3]) end
+return false
+";
+
+/// Settle an object: KEYS record, failed; ARGV created_at, status, now, member.
+const SETTLE_OBJECT: &str = r"
+local cur = redis.call('HMGET', KEYS[1], 'n', 's')
+if cur[1] ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 's', ARGV[2], 'u', ARGV[3])
+if ARGV[2] == 'failed' then
+  redis.call('ZADD', KEYS[2], ARGV[3], ARGV[4])
+elseif cur[2] == 'failed' then
+  redis.call('ZREM', KEYS[2], ARGV[4])
+end
+return 1
+";
+
+/// Failed records of one shard and namespace: KEYS failed; ARGV before, limit,
+/// record key prefix. Answers member, newest, updated_at, … oldest failure first.
+const FAILED: &str = r"
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
+local out = {}
+for _, m in ipairs(ids) do
+  local cur = redis.call('HMGET', ARGV[3] .. m, 'n', 's', 'u')
+  if cur[2] == 'failed' then
+    out[#out + 1] = m
+    out[#out + 1] = cur[1]
+    out[#out + 1] = cur[3]
+  else
+    redis.call('ZREM', KEYS[1], m)
+  end
+end
+return out
+";
+
+struct Scripts {
+    enqueue: Script,
+    lease: Script,
+    settle: Script,
+    renew: Script,
+    purge: Script,
+    observe: Script,
+    settle_object: Script,
+    failed: Script,
+}
+
+static SCRIPTS: std::sync::LazyLock<Scripts> = std::sync::LazyLock::new(|| {
+    let script = |body: &str| Script::new(&body.replace("SETTLED", is_settled_lua()));
+    Scripts {
+        enqueue: script(ENQUEUE),
+        lease: script(LEASE),
+        settle: script(SETTLE),
+        renew: script(RENEW),
+        purge: script(PURGE),
+        observe: script(OBSERVE),
+        settle_object: script(SETTLE_OBJECT),
+        failed: script(FAILED),
+    }
+});
+
+fn fence(applied: i64) -> Fence {
+    if applied == 1 {
+        Fence::Applied
+    } else {
+        Fence::LeaseLost
+    }
+}
+
+fn bytes(v: &Value) -> Option<&[u8]> {
+    match v {
+        Value::BulkString(b) => Some(b),
+        Value::SimpleString(s) => Some(s.as_bytes()),
+        _ => None,
+    }
+}
+
+/// An event from its hash, as `HGETALL` answers it (field, value, …).
+fn event(key: Key<'_>, fields: &[Value]) -> Result<InboxEvent, StoreError> {
+    let mut state = None;
+    let mut token = None;
+    let mut fingerprint = None;
+    let (mut attempts, mut lease, mut next, mut received, mut updated, mut expires) =
+        (None, None, None, None, None, None);
+    let mut last_error = None;
+    let mut payload = None;
+    let mut meta = EventMeta::default();
+    let string = |v: &Value| text(v).map(str::to_owned).ok_or_else(|| corrupt("text"));
+    let ms = |v: &Value, name: &str| int(v).map(time).ok_or_else(|| corrupt(name));
+    for pair in fields.chunks(2) {
+        let [name, value] = pair else {
+            return Err(corrupt("odd hash"));
+        };
+        match bytes(name).unwrap_or_default() {
+            b"s" => state = text(value).and_then(InboxState::parse),
+            b"t" => token = text(value).and_then(|t| t.parse().ok()).map(FencingToken),
+            b"f" => fingerprint = text(value).and_then(Fingerprint::from_hex),
+            b"a" => attempts = int(value).and_then(|a| u32::try_from(a).ok()),
+            b"l" => lease = Some(ms(value, "lease_until")?),
+            b"n" => next = Some(ms(value, "next_attempt_at")?),
+            b"r" => received = Some(ms(value, "received_at")?),
+            b"u" => updated = Some(ms(value, "updated_at")?),
+            b"x" => expires = Some(ms(value, "expires_at")?),
+            b"e" => last_error = Some(string(value)?),
+            b"p" => payload = bytes(value).map(<[u8]>::to_vec),
+            b"mt" => meta.event_type = Some(string(value)?),
+            b"mc" => meta.created_at = Some(ms(value, "created_at")?),
+            b"mo" => meta.object = Some(string(value)?),
+            b"mf" => meta.family = Some(string(value)?),
+            _ => {}
+        }
+    }
+    let missing = |name| corrupt(&format!("inbox event without {name}"));
+    Ok(InboxEvent {
+        namespace: key.namespace.to_owned(),
+        id: key.id.to_owned(),
+        fingerprint: fingerprint.ok_or_else(|| missing("fingerprint"))?,
+        meta,
+        payload: payload.ok_or_else(|| missing("payload"))?,
+        state: state.ok_or_else(|| missing("state"))?,
+        attempts: attempts.ok_or_else(|| missing("attempts"))?,
+        token: token.ok_or_else(|| missing("token"))?,
+        lease_until: lease.ok_or_else(|| missing("lease_until"))?,
+        next_attempt_at: next.ok_or_else(|| missing("next_attempt_at"))?,
+        last_error,
+        received_at: received.ok_or_else(|| missing("received_at"))?,
+        updated_at: updated.ok_or_else(|| missing("updated_at"))?,
+        expires_at: expires.ok_or_else(|| missing("expires_at"))?,
+    })
+}
+
+fn array(v: Value) -> Result<Vec<Value>, StoreError> {
+    match v {
+        Value::Array(items) => Ok(items),
+        Value::Nil => Ok(Vec::new()),
+        _ => Err(corrupt("expected an array")),
+    }
+}
+
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+#[async_trait]
+impl InboxStore for RedisStore {
+    async fn enqueue(&self, event: &NewEvent<'_>) -> Result<Enqueued, StoreError> {
+        self.register_inbox(event.key.namespace).await?;
+        let keys = self.inbox_keys(event.key.namespace);
+        let now = millis(event.now);
+        let mut inv = Eval::new(&SCRIPTS.enqueue, 3);
+        inv.key(format!("{}{}", keys.events, event.key.id))
+            .key(&keys.due)
+            .key(&keys.settled)
+            .arg(event.key.id)
+            .arg(now);
+        let fields: [(&str, Vec<u8>); 10] = [
+            ("s", InboxState::Pending.as_str().into()),
+            ("t", b"0".to_vec()),
+            ("f", event.fingerprint.to_hex().into_bytes()),
+            ("a", b"0".to_vec()),
+            ("l", now.to_string().into_bytes()),
+            ("n", now.to_string().into_bytes()),
+            ("r", now.to_string().into_bytes()),
+            ("u", now.to_string().into_bytes()),
+            ("x", millis(event.expires_at).to_string().into_bytes()),
+            ("p", event.payload.to_vec()),
+        ];
+        for (name, value) in fields {
+            inv.arg(name).arg(value);
+        }
+        let meta = event.meta;
+        let optional = [
+            ("mt", meta.event_type.clone()),
+            ("mc", meta.created_at.map(|t| millis(t).to_string())),
+            ("mo", meta.object.clone()),
+            ("mf", meta.family.clone()),
+        ];
+        for (name, value) in optional {
+            if let Some(value) = value {
+                inv.arg(name).arg(value);
+            }
+        }
+        let answer: Value = self.connection().eval(&inv).await.map_err(store_error)?;
+        match answer {
+            Value::Int(1) => Ok(Enqueued::Inserted),
+            Value::Array(v) => match v.as_slice() {
+                [s, f] => Ok(Enqueued::Existing {
+                    state: text(s)
+                        .and_then(InboxState::parse)
+                        .ok_or_else(|| corrupt("state"))?,
+                    fingerprint: text(f)
+                        .and_then(Fingerprint::from_hex)
+                        .ok_or_else(|| corrupt("fingerprint"))?,
+                }),
+                _ => Err(corrupt("unexpected enqueue answer")),
+            },
+            _ => Err(corrupt("unexpected enqueue answer")),
+        }
+    }
+
+    async fn lease(
+        &self,
+        namespace: &str,
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<InboxEvent>, StoreError> {
+        let keys = self.inbox_keys(namespace);
+        let mut out = Vec::new();
+        while out.len() < limit {
+            let want = (limit - out.len()).min(BATCH);
+            let mut inv = Eval::new(&SCRIPTS.lease, 1);
+            inv.key(&keys.due)
+                .arg(millis(now))
+                .arg(millis(lease_until))
+                .arg(&keys.events);
+            for _ in 0..want {
+                inv.arg(FencingToken::random().0);
+            }
+            let answer: Value = self.connection().eval(&inv).await.map_err(store_error)?;
+            let answer = array(answer)?;
+            let got = answer.len() / 2;
+            for pair in answer.chunks(2) {
+                let [id, fields] = pair else {
+                    return Err(corrupt("unexpected lease answer"));
+                };
+                let id = text(id).ok_or_else(|| corrupt("event id"))?;
+                let Value::Array(fields) = fields else {
+                    return Err(corrupt("unexpected lease answer"));
+                };
+                out.push(event(Key::new(namespace, id), fields)?);
+            }
+            if got < want {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    async fn settle_event(
+        &self,
+        key: Key<'_>,
+        token: FencingToken,
+        settle: &Settle<'_>,
+    ) -> Result<Fence, StoreError> {
+        let keys = self.inbox_keys(key.namespace);
+        let now = millis(settle.now);
+        let expires = millis(settle.expires_at);
+        let mut inv = Eval::new(&SCRIPTS.settle, 3);
+        inv.key(format!("{}{}", keys.events, key.id))
+            .key(&keys.due)
+            .key(&keys.settled)
+            .arg(key.id)
+            .arg(token.0)
+            .arg(settle.state.as_str())
+            .arg(millis(settle.next_attempt_at))
+            .arg(now)
+            .arg(expires)
+            .arg(expires.saturating_sub(now).max(1));
+        if let Some(error) = settle.error {
+            inv.arg(error);
+        }
+        let applied: i64 = self.connection().eval(&inv).await.map_err(store_error)?;
+        Ok(fence(applied))
+    }
+
+    async fn renew_event(
+        &self,
+        key: Key<'_>,
+        token: FencingToken,
+        lease_until: DateTime<Utc>,
+    ) -> Result<Fence, StoreError> {
+        let keys = self.inbox_keys(key.namespace);
+        let mut inv = Eval::new(&SCRIPTS.renew, 2);
+        inv.key(format!("{}{}", keys.events, key.id))
+            .key(&keys.due)
+            .arg(key.id)
+            .arg(token.0)
+            .arg(millis(lease_until));
+        let applied: i64 = self.connection().eval(&inv).await.map_err(store_error)?;
+        Ok(fence(applied))
+    }
+
+    async fn get_event(&self, key: Key<'_>) -> Result<Option<InboxEvent>, StoreError> {
+        let keys = self.inbox_keys(key.namespace);
+        let answer: Value = self
+            .connection()
+            .query(::redis::cmd("HGETALL").arg(format!("{}{}", keys.events, key.id)))
+            .await
+            .map_err(store_error)?;
+        let fields = match answer {
+            Value::Map(map) => map.into_iter().flat_map(|(k, v)| [k, v]).collect(),
+            other => array(other)?,
+        };
+        if fields.is_empty() {
+            return Ok(None);
+        }
+        event(key, &fields).map(Some)
+    }
+
+    /// Visits every namespace in the registry, at most 256 events per script.
+    async fn purge_settled(&self, now: DateTime<Utc>, limit: usize) -> Result<u64, StoreError> {
+        let namespaces: Vec<String> = self
+            .connection()
+            .query(::redis::cmd("SMEMBERS").arg(self.inbox_registry()))
+            .await
+            .map_err(store_error)?;
+        let now = millis(now);
+        let mut removed = 0usize;
+        for namespace in namespaces {
+            let keys = self.inbox_keys(&namespace);
+            loop {
+                let want = (limit - removed).min(BATCH);
+                if want == 0 {
+                    return Ok(removed as u64);
+                }
+                let mut inv = Eval::new(&SCRIPTS.purge, 1);
+                inv.key(&keys.settled).arg(now).arg(want).arg(&keys.events);
+                let (n, seen): (usize, usize) =
+                    self.connection().eval(&inv).await.map_err(store_error)?;
+                removed += n.min(want);
+                if seen < want {
+                    break;
+                }
+            }
+        }
+        Ok(removed as u64)
+    }
+}
+
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+#[async_trait]
+impl OrderingStore for RedisStore {
+    async fn observe(
+        &self,
+        key: ObjectKey<'_>,
+        created_at: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<Freshness, StoreError> {
+        let (record, failed, member) = self.object_keys(key);
+        let mut inv = Eval::new(&SCRIPTS.observe, 2);
+        inv.key(record)
+            .key(failed)
+            .arg(millis(created_at))
+            .arg(millis(now))
+            .arg(member);
+        let newest: Option<i64> = self.connection().eval(&inv).await.map_err(store_error)?;
+        Ok(match newest {
+            None => Freshness::Fresh,
+            Some(ms) => Freshness::Stale { newest: time(ms) },
+        })
+    }
+
+    async fn settle_object(
+        &self,
+        key: ObjectKey<'_>,
+        created_at: DateTime<Utc>,
+        status: ObjectStatus,
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        let (record, failed, member) = self.object_keys(key);
+        let mut inv = Eval::new(&SCRIPTS.settle_object, 2);
+        inv.key(record)
+            .key(failed)
+            .arg(millis(created_at))
+            .arg(status.as_str())
+            .arg(millis(now))
+            .arg(member);
+        let _: i64 = self.connection().eval(&inv).await.map_err(store_error)?;
+        Ok(())
+    }
+
+    async fn get_object(&self, key: ObjectKey<'_>) -> Result<Option<ObjectRecord>, StoreError> {
+        let (record, _, _) = self.object_keys(key);
+        let (newest, status, updated): (Option<i64>, Option<String>, Option<i64>) = self
+            .connection()
+            .query(::redis::cmd("HMGET").arg(record).arg("n").arg("s").arg("u"))
+            .await
+            .map_err(store_error)?;
+        let Some(newest) = newest else {
+            return Ok(None);
+        };
+        let status = status
+            .as_deref()
+            .and_then(ObjectStatus::parse)
+            .ok_or_else(|| corrupt("object status"))?;
+        let updated = updated.ok_or_else(|| corrupt("object updated_at"))?;
+        Ok(Some(ObjectRecord::new(
+            key,
+            time(newest),
+            status,
+            time(updated),
+        )))
+    }
+
+    /// Visits every shard (one round trip each); answers the oldest failures first.
+    async fn failed_objects(
+        &self,
+        namespace: &str,
+        before: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<ObjectRecord>, StoreError> {
+        let mut out = Vec::new();
+        if limit == 0 {
+            return Ok(out);
+        }
+        for shard in 0..self.shards() {
+            let tag = self.shard_tag(shard);
+            let mut inv = Eval::new(&SCRIPTS.failed, 1);
+            inv.key(format!("{tag}:failed:{namespace}"))
+                .arg(millis(before))
+                .arg(limit)
+                .arg(object_prefix(&tag, namespace));
+            let answer: Value = self.connection().eval(&inv).await.map_err(store_error)?;
+            for triple in array(answer)?.chunks(3) {
+                let [m, n, u] = triple else {
+                    return Err(corrupt("unexpected failed answer"));
+                };
+                let (object, family) = bytes(m)
+                    .and_then(split_member)
+                    .ok_or_else(|| corrupt("object member"))?;
+                let newest = int(n).ok_or_else(|| corrupt("object newest"))?;
+                let updated = int(u).ok_or_else(|| corrupt("object updated_at"))?;
+                let key = ObjectKey {
+                    namespace,
+                    object: &object,
+                    family: &family,
+                };
+                out.push(ObjectRecord::new(
+                    key,
+                    time(newest),
+                    ObjectStatus::Failed,
+                    time(updated),
+                ));
+            }
+        }
+        out.sort_by_key(|r| r.updated_at);
+        out.truncate(limit);
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn object_members_split_unambiguously() {
+        for (o, f) in [("trx-1", "charge"), ("a:b", "c"), ("", "x"), ("12:3", "")] {
+            let m = object_member(o, f);
+            assert_eq!(split_member(m.as_bytes()), Some((o.into(), f.into())));
+        }
+        assert_ne!(object_member("ab", "c"), object_member("a", "bc"));
+    }
+}
