@@ -24,12 +24,12 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, TimeDelta, TimeZone, Utc};
 use webhook_guard::inbox::{InboxEvent, RetryPolicy};
-use webhook_guard::meta::{parse_time, EventMeta, MetaExtractor};
+use webhook_guard::meta::EventMeta;
 use webhook_guard::ordering::{ObjectKey, ObjectStatus, OrderingStore};
 use webhook_guard::reconcile::{ReconcileRequest, Reconciler};
 use webhook_guard::store::{BoxError, SqliteStore};
-use webhook_guard::verify::{Encoding, HmacSha256Header};
-use webhook_guard::{json, Clock, EventId, HandlerError, ManualClock, Outcome, WebhookGuard};
+use webhook_guard::verify::Jamm;
+use webhook_guard::{Clock, HandlerError, ManualClock, Outcome, WebhookGuard};
 
 const CHARGES: usize = 40;
 const SECRET: &str = "jamm-client-secret";
@@ -141,9 +141,8 @@ async fn main() -> Result<(), BoxError> {
     let mut rng = Rng(0x5eed_cafe);
 
     // The provider's side: charges, their events, and the API's truth.
-    let signer = HmacSha256Header::new("X-Jamm-Signature", [SECRET])?
-        .prefix("sha256=")
-        .encoding(Encoding::Hex);
+    // Jamm signs the `content` object and puts the signature in the body itself.
+    let signer = Jamm::new([SECRET])?;
     let mut truth = BTreeMap::new();
     let mut outbox = Vec::new();
     for n in 0..CHARGES {
@@ -161,10 +160,8 @@ async fn main() -> Result<(), BoxError> {
         for ty in events {
             truth.insert(trx.clone(), (Status::of(ty).expect("known type"), at));
             let id = format!("mwh-{:016x}", rng.next());
-            let body = format!(
-                r#"{{"id":"{id}","event_type":"{ty}","created_at":"{}","content":{{"charge":{{"id":"{trx}","customer":"{cus}"}}}}}}"#,
-                at.to_rfc3339()
-            );
+            let content = format!(r#"{{"charge":{{"id":"{trx}","customer":"{cus}"}}}}"#);
+            let body = signer.envelope(&id, ty, &content, &at.to_rfc3339());
             at += TimeDelta::seconds(30);
             let lost = rng.chance(8);
             if !lost {
@@ -199,24 +196,14 @@ async fn main() -> Result<(), BoxError> {
         ordering: Arc::new(store.clone()),
         clock: clock.clone(),
     });
-    let charge_meta = MetaExtractor::custom(|body: &[u8]| {
-        let field = |path: &[&str]| json::field(body, path).ok();
-        let mut meta = EventMeta::new(
-            field(&["event_type"]),
-            field(&["created_at"]).as_deref().and_then(parse_time),
-            field(&["content", "charge", "id"]),
-        );
-        meta.family = Some("charge".into()); // success, failure and refund all move one status
-        meta
-    });
     let guard = WebhookGuard::builder()
         .store(store.clone())
         .inbox(Arc::new(store.clone()))
         .ordering(Arc::new(store.clone()))
         .reconciler(api.clone())
+        // The Jamm preset reads the id (`mwh-…`), and the type, `created_at` and target
+        // charge (`trx-…`, family `charge` for charge and refund events) from the body.
         .verifier(signer.clone())
-        .event_id(EventId::json_field(["id"]))
-        .event_meta(charge_meta)
         .namespace("jamm")
         .retention(Duration::from_secs(3 * 86_400))
         .clock(clock.clone())
@@ -271,8 +258,7 @@ async fn main() -> Result<(), BoxError> {
         {
             w.attempts += 1;
             delivered += 1;
-            let signature = signer.sign(&w.body);
-            let headers = [("X-Jamm-Signature", signature.as_str())];
+            let headers = [("Content-Type", "application/json")];
             let status = if now < down_until {
                 503 // the endpoint is down: Jamm will retry
             } else {

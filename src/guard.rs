@@ -212,7 +212,7 @@ pub struct WebhookGuardBuilder {
     inbox: Option<Arc<dyn InboxStore>>,
     ordering: Option<Arc<dyn OrderingStore>>,
     reconciler: Option<Arc<dyn Reconciler>>,
-    meta: MetaExtractor,
+    meta: Option<MetaExtractor>,
 }
 
 const KINDS: usize = OutcomeKind::ALL.len();
@@ -240,9 +240,10 @@ impl WebhookGuardBuilder {
     }
 
     /// Where the event's type, creation time and target object are in the body
-    /// (default: nowhere). The ordering guard, the inbox and reconciliation use it.
+    /// (default: where the verifier's provider puts them — Stripe and Jamm presets
+    /// know — else nowhere). The ordering guard, the inbox and reconciliation use it.
     pub fn event_meta(mut self, meta: MetaExtractor) -> Self {
-        self.meta = meta;
+        self.meta = Some(meta);
         self
     }
 
@@ -350,6 +351,7 @@ impl WebhookGuardBuilder {
         let fingerprint = self
             .fingerprint
             .unwrap_or(!verifier.body_changes_on_retry());
+        let verifier_meta = verifier.event_meta();
         let retention = self
             .retention
             .unwrap_or_else(|| DEFAULT_RETENTION.max(verifier.retry_window().unwrap_or_default()));
@@ -391,7 +393,9 @@ impl WebhookGuardBuilder {
                 inbox: self.inbox,
                 ordering: self.ordering,
                 reconciler: self.reconciler,
-                meta: self.meta,
+                meta: self
+                    .meta
+                    .unwrap_or_else(|| verifier_meta.unwrap_or_default()),
             }),
         })
     }
@@ -955,7 +959,7 @@ impl WebhookGuard {
             inbox: None,
             ordering: None,
             reconciler: None,
-            meta: MetaExtractor::none(),
+            meta: None,
         }
     }
 

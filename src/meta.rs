@@ -112,6 +112,39 @@ impl MetaExtractor {
         }))
     }
 
+    /// Stripe events: `type`, `created` (Unix seconds) and `data.object.id`; the family
+    /// is the type before its last dot (`charge.refunded` → `charge`).
+    pub fn stripe() -> Self {
+        Self::json(&["type"], &["created"], &["data", "object", "id"])
+    }
+
+    /// Jamm events: `event_type`, `created_at`, and the target object inside
+    /// `content`: the first `trx-…` id for charge and refund events (both move one
+    /// charge, so both are in family `charge`), the first `cus-…` id for customer and
+    /// contract events (family `customer`). Ids are found by their documented prefix,
+    /// up to four levels deep in `content`.
+    pub fn jamm() -> Self {
+        Self::custom(|body: &[u8]| {
+            let field = |path: &[&str]| json::field(body, path).ok();
+            let event_type = field(&["event_type"]);
+            let created_at = field(&["created_at"]).as_deref().and_then(parse_time);
+            let kind = event_type.as_deref().map(default_family);
+            let (prefix, family) = match kind.as_deref() {
+                Some("CHARGE" | "REFUND") => ("trx-", "charge"),
+                Some("CUSTOMER" | "CONTRACT") => ("cus-", "customer"),
+                _ => ("", ""),
+            };
+            let object = (!prefix.is_empty())
+                .then(|| jamm_object(body, prefix))
+                .flatten();
+            let mut meta = EventMeta::new(event_type, created_at, object);
+            if !family.is_empty() {
+                meta.family = Some(family.to_owned());
+            }
+            meta
+        })
+    }
+
     /// Any function of the body.
     pub fn custom(f: impl Fn(&[u8]) -> EventMeta + Send + Sync + 'static) -> Self {
         Self(Arc::new(f))
@@ -138,6 +171,29 @@ impl fmt::Debug for MetaExtractor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("MetaExtractor(..)")
     }
+}
+
+/// The first string starting with `prefix` inside the body's `content`, breadth first.
+fn jamm_object(body: &[u8], prefix: &str) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Envelope {
+        content: serde_json::Value,
+    }
+    let envelope: Envelope = serde_json::from_slice(body).ok()?;
+    let mut level = vec![&envelope.content];
+    for _ in 0..4 {
+        let mut next = Vec::new();
+        for value in level {
+            match value {
+                serde_json::Value::String(s) if s.starts_with(prefix) => return Some(s.clone()),
+                serde_json::Value::Object(map) => next.extend(map.values()),
+                serde_json::Value::Array(items) => next.extend(items.iter()),
+                _ => {}
+            }
+        }
+        level = next;
+    }
+    None
 }
 
 #[cfg(test)]
@@ -170,6 +226,27 @@ mod tests {
         assert!(parse_time("yesterday").is_none());
         assert!(parse_time("").is_none());
         assert!(parse_time("99999999999999999999999").is_none());
+    }
+
+    #[test]
+    fn presets_find_the_target_object() {
+        let stripe = MetaExtractor::stripe().extract(
+            br#"{"id":"evt_1","type":"charge.refunded","created":1700000000,"data":{"object":{"id":"ch_1","customer":"cus_9"}}}"#,
+        );
+        assert_eq!(stripe.object.as_deref(), Some("ch_1"));
+        assert_eq!(stripe.family.as_deref(), Some("charge"));
+        let jamm = MetaExtractor::jamm();
+        let refund = jamm.extract(
+            br#"{"id":"mwh-1","event_type":"EVENT_TYPE_REFUND_SUCCEEDED","created_at":"2026-01-01T00:00:00Z","content":{"customer":"cus-7","refund":{"charge_id":"trx-42","amount":100}}}"#,
+        );
+        assert_eq!(refund.object.as_deref(), Some("trx-42"));
+        assert_eq!(refund.family.as_deref(), Some("charge"));
+        let customer = jamm.extract(
+            br#"{"id":"mwh-2","event_type":"EVENT_TYPE_CUSTOMER_ACTIVATED","created_at":"2026-01-01T00:00:00Z","content":{"customer":{"id":"cus-7","activated":true}}}"#,
+        );
+        assert_eq!(customer.object.as_deref(), Some("cus-7"));
+        assert_eq!(customer.family.as_deref(), Some("customer"));
+        assert!(jamm.extract(b"{}").object.is_none());
     }
 
     #[test]

@@ -784,3 +784,42 @@ async fn a_linear_retry_with_a_fresh_timestamp_is_a_duplicate_not_a_conflict() {
         .await;
     assert!(matches!(retry, Outcome::Duplicate { .. }), "{retry:?}");
 }
+
+#[tokio::test]
+async fn the_stripe_preset_feeds_the_ordering_guard_by_itself() {
+    use webhook_guard::verify::Stripe;
+    let stripe = Stripe::new(["whsec_test"]).unwrap();
+    let store = MemoryStore::new();
+    let guard = WebhookGuard::builder()
+        .store(store.clone())
+        .ordering(Arc::new(store))
+        .verifier(stripe.clone())
+        .build()
+        .unwrap();
+    let now = Utc::now().timestamp();
+    let deliver = |id: &str, ty: &str, created: i64| {
+        let body = format!(
+            r#"{{"id":"{id}","type":"{ty}","created":{created},"data":{{"object":{{"id":"pi_1"}}}}}}"#
+        );
+        let sig = stripe.sign(body.as_bytes(), now);
+        (body, sig)
+    };
+    let (body, sig) = deliver("evt_new", "payment_intent.succeeded", now - 10);
+    let newer = guard
+        .handle(
+            &[("Stripe-Signature", sig.as_str())],
+            body.as_bytes(),
+            |_| async { Ok(()) },
+        )
+        .await;
+    assert!(matches!(newer, Outcome::Processed { .. }), "{newer:?}");
+    let (body, sig) = deliver("evt_old", "payment_intent.processing", now - 20);
+    let older = guard
+        .handle(
+            &[("Stripe-Signature", sig.as_str())],
+            body.as_bytes(),
+            |_| async { panic!("a late, older event must not run") },
+        )
+        .await;
+    assert!(matches!(older, Outcome::Stale { .. }), "{older:?}");
+}

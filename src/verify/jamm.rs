@@ -191,6 +191,10 @@ impl Verifier for Jamm {
         })
     }
 
+    fn event_meta(&self) -> Option<crate::meta::MetaExtractor> {
+        Some(crate::meta::MetaExtractor::jamm())
+    }
+
     fn retry_window(&self) -> Option<Duration> {
         Some(Self::RETRY_WINDOW)
     }

@@ -95,6 +95,12 @@ pub trait Verifier: fmt::Debug + Send + Sync + 'static {
     fn body_changes_on_retry(&self) -> bool {
         false
     }
+
+    /// Where this provider puts an event's type, creation time and target object, if
+    /// the preset knows. The guard uses it unless configured otherwise.
+    fn event_meta(&self) -> Option<crate::meta::MetaExtractor> {
+        None
+    }
 }
 
 impl<V: Verifier + ?Sized> Verifier for Box<V> {
@@ -114,6 +120,10 @@ impl<V: Verifier + ?Sized> Verifier for Box<V> {
     fn body_changes_on_retry(&self) -> bool {
         (**self).body_changes_on_retry()
     }
+
+    fn event_meta(&self) -> Option<crate::meta::MetaExtractor> {
+        (**self).event_meta()
+    }
 }
 
 impl<V: Verifier + ?Sized> Verifier for std::sync::Arc<V> {
@@ -132,6 +142,10 @@ impl<V: Verifier + ?Sized> Verifier for std::sync::Arc<V> {
 
     fn body_changes_on_retry(&self) -> bool {
         (**self).body_changes_on_retry()
+    }
+
+    fn event_meta(&self) -> Option<crate::meta::MetaExtractor> {
+        (**self).event_meta()
     }
 }
 

@@ -144,6 +144,10 @@ impl Verifier for Stripe {
         })
     }
 
+    fn event_meta(&self) -> Option<crate::meta::MetaExtractor> {
+        Some(crate::meta::MetaExtractor::stripe())
+    }
+
     fn retry_window(&self) -> Option<Duration> {
         Some(Self::RETRY_WINDOW)
     }
