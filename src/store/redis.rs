@@ -3,12 +3,11 @@
 //!
 //! [`RedisStore`] keeps every record in one Redis string and makes each change of
 //! the [`ProcessedStore`] contract with one atomic Lua script (`EVALSHA`, loaded once
-//! per server). The common claim — a new id, or a duplicate of a known one — is
-//! one round trip of a five-line script (`SET NX PX`, then an `RPUSH` of the new
-//! record to its shard's claim log, or a `GET` of the known record); only a claim
-//! that must change a known record (the takeover of an expired lease, the retry of
-//! a failed record, a record expired by the caller's clock) takes a second round
-//! trip, which decides again atomically. A finish is one round trip (`GET` and
+//! per server). Every claim is one round trip: the script's first lines store a new
+//! id (`SET NX PX`, then an `RPUSH` of the new record to its shard's claim log); for
+//! a known id the rest of the same script decides atomically — takes over an expired
+//! lease or a failed record, replaces a record expired by the caller's clock, or
+//! answers the record unchanged. A finish is one round trip (`GET` and
 //! `SET PX`). It talks
 //! to a standalone server through a [`ConnectionManager`]
 //! or to a Redis Cluster through a
@@ -714,21 +713,7 @@ fn stored_record(key: Key<'_>, v: &Value) -> Result<Record, StoreError> {
     record(key, text(v).ok_or_else(|| corrupt("not text"))?)
 }
 
-/// Whether a claim changes the `known` record (the `CLAIM` script's decision, in ms
-/// as the script compares): it expired by the caller's clock and holds no live
-/// lease, or it is the same body's failed record or expired lease.
-fn changes_on_claim(known: &Record, request: &ClaimRequest<'_>) -> bool {
-    let now = millis(request.now);
-    let in_progress = known.state == RecordState::InProgress;
-    let live = in_progress && millis(known.lease_until) > now;
-    let expired = millis(known.expires_at) <= now && !live;
-    let retry = known.fingerprint == request.fingerprint
-        && (known.state == RecordState::Failed || (in_progress && !live));
-    expired || retry
-}
-
 struct Scripts {
-    claim_fast: Script,
     drain: Script,
     claim: Script,
     finish: Script,
@@ -749,15 +734,15 @@ local function ttl(due, now)
 end
 ";
 
-/// The common claim: KEYS record, log; ARGV the fresh record, its TTL, member.
-/// Answers 0 (stored: the caller knows the record, which is now in the claim log)
-/// or the stored record, unchanged. No prelude: the smallest script that can do it.
-const CLAIM_FAST: &str = r"
+/// The head of the claim script, before the prelude so that the common case — a new
+/// id — runs no more than `SET NX` and a claim-log push: KEYS record, log, due; ARGV
+/// the fresh record, its TTL, member, fingerprint, token, now, lease_until,
+/// expires_at. Answers 0 (stored: the caller knows the record).
+const CLAIM_HEAD: &str = r"
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   redis.call('RPUSH', KEYS[2], ARGV[3])
   return 0
 end
-return redis.call('GET', KEYS[1])
 ";
 
 /// Moves up to ARGV[1] entries of a shard's claim log into its due index: KEYS log,
@@ -783,32 +768,27 @@ if #ms > 0 then redis.call('LTRIM', KEYS[1], #ms, -1) end
 return #ms
 ";
 
-/// Claim, deciding on a known record: KEYS record, due; ARGV member, fingerprint, token, now, lease_until,
-/// expires_at, the fresh record, its TTL. Answers 0 (fresh: the caller knows the
-/// record), {1, record} (taken over) or {2, record} (existing, unchanged). The
-/// common case — a new id — is one `SET NX` and one `ZADD`.
-const CLAIM: &str = r"
-if redis.call('SET', KEYS[1], ARGV[7], 'NX', 'PX', ARGV[8]) then
-  redis.call('ZADD', KEYS[2], ARGV[5], ARGV[1])
-  return 0
-end
-local now = tonumber(ARGV[4])
+/// The rest of the claim script, deciding on a known record in the same round trip:
+/// an expired record is replaced (0), a failed or abandoned one with the same
+/// fingerprint taken over ({1, record}), anything else answered unchanged ({2, record}).
+const CLAIM_DECIDE: &str = r"
+local now = tonumber(ARGV[6])
 local v = redis.call('GET', KEYS[1])
 local s, t, f, a, l, c, x, e, u, h = parse(v)
 if not s then return redis.error_reply('webhook-guard: corrupt record') end
 local ln, en = tonumber(l), tonumber(e)
 local live = s == 'in_progress' and ln > now
 if en <= now and not live then
-  redis.call('SET', KEYS[1], ARGV[7], 'PX', ARGV[8])
-  redis.call('ZADD', KEYS[2], ARGV[5], ARGV[1])
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  redis.call('RPUSH', KEYS[2], ARGV[3])
   return 0
 end
-if f == ARGV[2] and (s == 'failed' or (s == 'in_progress' and not live)) then
+if f == ARGV[4] and (s == 'failed' or (s == 'in_progress' and not live)) then
   if s == 'in_progress' then x = tonumber(x) + 1 end
-  if tonumber(ARGV[6]) > en then e = ARGV[6] end
-  local nv = table.concat({'in_progress', ARGV[3], f, tonumber(a) + 1, ARGV[5], c, x, e, ARGV[4], h}, '|')
-  redis.call('SET', KEYS[1], nv, 'PX', ttl(math.max(tonumber(e), tonumber(ARGV[5])), now))
-  redis.call('ZADD', KEYS[2], ARGV[5], ARGV[1])
+  if tonumber(ARGV[8]) > en then e = ARGV[8] end
+  local nv = table.concat({'in_progress', ARGV[5], f, tonumber(a) + 1, ARGV[7], c, x, e, ARGV[6], h}, '|')
+  redis.call('SET', KEYS[1], nv, 'PX', ttl(math.max(tonumber(e), tonumber(ARGV[7])), now))
+  redis.call('ZADD', KEYS[3], ARGV[7], ARGV[3])
   return {1, nv}
 end
 return {2, v}
@@ -943,9 +923,8 @@ return out
 static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
     let script = |body: &str| Script::new(&format!("{PRELUDE}{body}"));
     Scripts {
-        claim_fast: Script::new(CLAIM_FAST),
         drain: script(DRAIN),
-        claim: script(CLAIM),
+        claim: Script::new(&format!("{CLAIM_HEAD}{PRELUDE}{CLAIM_DECIDE}")),
         finish: script(FINISH),
         renew: script(RENEW),
         delete: script(DELETE),
@@ -981,43 +960,20 @@ impl ProcessedStore for RedisStore {
             ))
         };
 
-        // The common case, one small script: a new id is stored, a known record is
-        // answered as it stands.
-        let mut inv = Eval::new(&SCRIPTS.claim_fast, 2);
+        // One round trip: a new id is stored by the script's first lines; a known
+        // record is decided on (replaced, taken over, or answered) by the rest.
+        let mut inv = Eval::new(&SCRIPTS.claim, 3);
         inv.key(&rec)
             .key(&keys.log)
+            .key(&keys.due)
             .arg(&fresh)
             .arg(fresh_ttl)
-            .arg(&member);
-        let answer: Value = self
-            .inner
-            .connection
-            .eval(&inv)
-            .await
-            .map_err(store_error)?;
-        match answer {
-            Value::Int(0) => return Ok(acquired()),
-            Value::Nil => {}
-            stored => {
-                let known = stored_record(request.key, &stored)?;
-                if !changes_on_claim(&known, request) {
-                    return Ok(Claim::Existing(known));
-                }
-            }
-        }
-
-        // The record must change (or vanished meanwhile): decide again, atomically.
-        let mut inv = Eval::new(&SCRIPTS.claim, 2);
-        inv.key(&rec)
-            .key(&keys.due)
             .arg(&member)
             .arg(fingerprint)
             .arg(token)
             .arg(now)
             .arg(lease)
-            .arg(expires)
-            .arg(fresh)
-            .arg(fresh_ttl);
+            .arg(expires);
         let answer: Value = self
             .inner
             .connection
