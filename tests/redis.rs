@@ -1080,3 +1080,72 @@ async fn speed_of_claim_and_finish_against_raw_set_nx() {
     );
     eprintln!("{}", cli(PORT, &["info", "commandstats"]));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_sweeper_the_claim_log_and_index_stay_bounded() {
+    let Some(url) = url() else { return };
+    let prefix = random_prefix("bounded");
+    let store = RedisStore::builder()
+        .prefix(&prefix)
+        .shards(1)
+        .connect(url.as_str())
+        .await
+        .expect("connect to Redis");
+    let client = redis::Client::open(url.as_str()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let (log, due) = (format!("{{{prefix}:0}}:log"), format!("{{{prefix}:0}}:due"));
+    let done: Vec<webhook_guard::store::FailureNote> = Vec::new();
+    // 6,000 ids claimed and completed with a 0.5 s retention, as a busy endpoint
+    // would over days; nobody runs a sweeper.
+    for i in 0..6_000u32 {
+        let now = Utc::now();
+        let id = format!("evt_{i}");
+        let request = ClaimRequest {
+            key: Key::new("bounded", &id),
+            fingerprint: Fingerprint::of(b"{}"),
+            token: FencingToken::random(),
+            now,
+            lease_until: now + TimeDelta::milliseconds(500),
+            expires_at: now + TimeDelta::milliseconds(500),
+        };
+        let Claim::Acquired(_) = store.claim(&request).await.unwrap() else {
+            panic!("a fresh id is acquired");
+        };
+        let finish = Finish {
+            state: RecordState::Completed,
+            failures: 0,
+            history: &done,
+            now,
+            expires_at: now + TimeDelta::milliseconds(500),
+        };
+        assert_eq!(
+            store
+                .finish(request.key, request.token, &finish)
+                .await
+                .unwrap(),
+            Fence::Applied
+        );
+        if i % 1000 == 999 {
+            tokio::time::sleep(Duration::from_millis(600)).await; // let TTLs run out
+        }
+    }
+    let log_len: usize = redis::cmd("LLEN")
+        .arg(&log)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let due_len: usize = redis::cmd("ZCARD")
+        .arg(&due)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(
+        log_len <= 1024 + 1,
+        "the claim log is drained by claims: {log_len}"
+    );
+    assert!(
+        due_len <= 2_000,
+        "the due index is tidied by claims: {due_len} of 6,000"
+    );
+    cleanup(&url, &prefix).await;
+}

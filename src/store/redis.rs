@@ -58,19 +58,20 @@
 //! [`purge_expired`](ProcessedStore::purge_expired) honours the contract for any
 //! `now` through the `due` index: it removes records expired by then, in batches of
 //! at most 256 per script, and clears the index entries of records the TTL already
-//! dropped (those count as removed). **Run the [`Sweeper`](crate::Sweeper)** with
-//! this store as with any other: the records need no sweeping, but each new id
-//! leaves one claim-log entry (its member plus a few bytes) until the next scan
-//! files it in `due`, and one `due` entry (its member plus about 60 bytes) until a
-//! purge clears it; stuck claims are found by the same index.
+//! dropped (those count as removed). **No sweeper is needed**: the records expire by
+//! TTL, and the index tidies itself — once a shard's claim log passes 1,024 entries,
+//! the claim that finds it so files 256 of them in `due` and drops as many `due`
+//! entries whose record is gone (finished ones are re-filed at their expiry), so
+//! neither grows without bound. Running the [`Sweeper`](crate::Sweeper) anyway
+//! reports stuck claims and keeps the index smaller.
 //!
 //! # Speed
 //!
 //! A fresh claim is one `EVALSHA` of a script calling `SET NX PX` and `RPUSH`
 //! (server side about 0.3 µs above a script that only does the `SET`), answered
 //! with one integer; a duplicate is the same script answering the stored record.
-//! Filing the record in the sorted set waits for the sweeper, which does it in
-//! batches. Commands are built in place, without a buffer per argument. What
+//! Filing the record in the sorted set waits for a sweep or for the claim log to
+//! fill, and is then done in batches. Commands are built in place, without a buffer per argument. What
 //! remains between a claim and a bare `SET NX PX` is the cost of running a Lua
 //! script at all (a few µs of server time per call) — the price of the atomic,
 //! fenced decision.
@@ -740,10 +741,34 @@ end
 /// expires_at. Answers 0 (stored: the caller knows the record).
 const CLAIM_HEAD: &str = r"
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  redis.call('RPUSH', KEYS[2], ARGV[3])
+  if redis.call('RPUSH', KEYS[2], ARGV[3]) > LOG_HIGH then
+    local pre = string.sub(KEYS[1], 1, #KEYS[1] - #ARGV[3])
+    for _, m in ipairs(redis.call('LPOP', KEYS[2], LOG_BATCH)) do
+      local v = redis.call('GET', pre .. m)
+      if v then
+        redis.call('ZADD', KEYS[3], string.match(v, '^[^|]*|[^|]*|[^|]*|[^|]*|([^|]*)|'), m)
+      end
+    end
+    for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', ARGV[6], 'LIMIT', 0, LOG_BATCH)) do
+      local v = redis.call('GET', pre .. m)
+      if not v then
+        redis.call('ZREM', KEYS[3], m)
+      elseif string.sub(v, 1, 12) ~= 'in_progress|' then
+        redis.call('ZADD', KEYS[3], string.match(v, '^[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|([^|]*)|'), m)
+      end
+    end
+  end
   return 0
 end
 ";
+
+/// Above this many entries a shard's claim log is filed into its due index by the
+/// claim itself, [`LOG_BATCH`] at a time, and as many due entries are tidied (gone
+/// records dropped, finished ones re-filed at their expiry): with retention by key TTL,
+/// neither grows without bound even when no sweeper runs.
+const LOG_HIGH: usize = 1024;
+/// See [`LOG_HIGH`].
+const LOG_BATCH: usize = 256;
 
 /// Moves up to ARGV[1] entries of a shard's claim log into its due index: KEYS log,
 /// due; ARGV limit, record key prefix. Answers how many it took off the log. Each
@@ -924,7 +949,12 @@ static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
     let script = |body: &str| Script::new(&format!("{PRELUDE}{body}"));
     Scripts {
         drain: script(DRAIN),
-        claim: Script::new(&format!("{CLAIM_HEAD}{PRELUDE}{CLAIM_DECIDE}")),
+        claim: Script::new(&format!(
+            "{}{PRELUDE}{CLAIM_DECIDE}",
+            CLAIM_HEAD
+                .replace("LOG_HIGH", &LOG_HIGH.to_string())
+                .replace("LOG_BATCH", &LOG_BATCH.to_string())
+        )),
         finish: script(FINISH),
         renew: script(RENEW),
         delete: script(DELETE),
