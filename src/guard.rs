@@ -31,7 +31,7 @@ use tracing::Instrument as _;
 
 /// The default lease: how long a claim holds before another delivery may take over.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(5 * 60);
-/// The default retention: Stripe's 72-hour retry window (Jamm's is about 2 days).
+/// The default retention: Stripe's 72-hour retry window (Jamm's schedule spans 54 h 38 min).
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(72 * 3600);
 /// The default number of failures after which an id is escalated (seed: about 5).
 pub const DEFAULT_ESCALATE_AFTER: u32 = 5;
