@@ -164,17 +164,21 @@ pub async fn store(
         (u, _) => u.clone(),
     };
     let _ = (&connect_url, pool);
-    // Short timeouts: a cut store must fail fast (503), not hang the delivery.
-    let timeout = Duration::from_secs(2);
-    let _ = timeout;
+    // Through a proxy, short timeouts: a cut store must fail fast (503), not hang
+    // the delivery. Otherwise generous ones: load tests queue for connections.
+    let timeout = if through.is_some() {
+        Duration::from_secs(2)
+    } else {
+        Duration::from_secs(60)
+    };
     match backend {
         Backend::Memory => Some((Arc::new(MemoryStore::new()), Cleanup::Nothing)),
         #[cfg(feature = "sqlite")]
         Backend::Sqlite => {
             let path = std::env::temp_dir().join(format!("{}.db", unique("wg_reliab")));
             let pool = webhook_guard::store::sqlite::sqlx::sqlite::SqlitePoolOptions::new()
-                .max_connections(pool)
-                .acquire_timeout(Duration::from_secs(30))
+                .max_connections(pool.min(4))
+                .acquire_timeout(timeout)
                 .connect_with(SqliteStore::connect_options(&path))
                 .await
                 .expect("open SQLite");
