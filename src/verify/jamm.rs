@@ -35,7 +35,7 @@ const PREFIX: &str = "sha256=";
 /// pretty-printed body.
 ///
 /// - Event id: the body field `id`. Retry window: 20 attempts over about 2 days
-/// (54 h 38 min at most by the published schedule: see [`Jamm::RETRY_WINDOW`]).
+///   (54 h 38 min at most by the published schedule: see [`Jamm::RETRY_WINDOW`]).
 ///
 /// ```
 /// use webhook_guard::verify::{Jamm, Verifier};
