@@ -816,7 +816,7 @@ impl ClaimState {
                         }
                         Err(e) => {
                             tracing::debug!(id = %self.id, error = %e, "recording the completion again");
-                            wait = (wait * 2).min(Duration::from_secs(5));
+                            wait = (wait * 2).min(Duration::from_secs(1));
                         }
                     }
                 }
