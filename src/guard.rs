@@ -31,7 +31,7 @@ use tracing::Instrument as _;
 
 /// The default lease: how long a claim holds before another delivery may take over.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(5 * 60);
-/// The default retention: Stripe's 72-hour retry window (Jamm's is about 2 days).
+/// The default retention: Stripe's 72-hour retry window (Jamm's schedule spans 54 h 38 min).
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(72 * 3600);
 /// The default number of failures after which an id is escalated (seed: about 5).
 pub const DEFAULT_ESCALATE_AFTER: u32 = 5;
@@ -763,7 +763,10 @@ impl<'a> Claimed<'a> {
                 return outcome;
             }
             Ok(Fence::LeaseLost) => state.unrecorded(Unrecorded::LeaseLost),
-            Err(e) => state.unrecorded(Unrecorded::Store(e)),
+            Err(e) => {
+                state.clone().record_completion_later();
+                state.unrecorded(Unrecorded::Store(e))
+            }
         };
         state.report(&outcome, handler_elapsed);
         outcome
@@ -785,6 +788,53 @@ impl<'a> Claimed<'a> {
 }
 
 impl ClaimState {
+    /// After the store failed to record a successful run: keeps trying in the
+    /// background (with the `tokio` feature and a runtime), fenced by this claim's
+    /// token so it can never overwrite a newer holder, until the completion is
+    /// recorded, the fence refuses it, or the lease (at least a minute) has passed.
+    /// Without this, a store that comes back leaves the record `InProgress`, and a
+    /// redelivery after the lease runs the handler a second time.
+    fn record_completion_later(self: Arc<Self>) {
+        #[cfg(feature = "tokio")]
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                let inner = &self.guard.inner;
+                let deadline = Instant::now() + inner.lease.max(Duration::from_secs(60));
+                let mut wait = Duration::from_millis(50);
+                loop {
+                    tokio::time::sleep(wait).await;
+                    if Instant::now() >= deadline {
+                        tracing::warn!(id = %self.id, "completion still not recorded; giving up");
+                        return;
+                    }
+                    let now = inner.clock.now();
+                    let finish = Finish {
+                        state: RecordState::Completed,
+                        failures: self.record.failures,
+                        history: &self.record.history,
+                        now,
+                        expires_at: now + inner.retention_delta,
+                    };
+                    match inner.store.finish(self.key(), self.token, &finish).await {
+                        Ok(Fence::Applied) => {
+                            tracing::info!(id = %self.id, "completion recorded late");
+                            self.settle_object(ObjectStatus::Applied).await;
+                            return;
+                        }
+                        Ok(Fence::LeaseLost) => {
+                            tracing::warn!(id = %self.id, "completion not recorded: lease lost");
+                            return;
+                        }
+                        Err(e) => {
+                            tracing::debug!(id = %self.id, error = %e, "recording the completion again");
+                            wait = (wait * 2).min(Duration::from_secs(1));
+                        }
+                    }
+                }
+            });
+        }
+    }
+
     fn unrecorded(&self, reason: Unrecorded) -> Outcome {
         self.guard.inner.hooks.on_unrecorded(self.key(), &reason);
         Outcome::Unrecorded {

@@ -77,7 +77,9 @@ pub trait Hooks: fmt::Debug + Send + Sync + 'static {
     }
 
     /// The handler succeeded but its completion could not be recorded. Worth an alert:
-    /// the event may run again if redelivered after the lease runs out.
+    /// the guard keeps trying to record it in the background, but if the store stays
+    /// down (or the lease was lost) the event may run again when redelivered after
+    /// the lease runs out.
     fn on_unrecorded(&self, key: Key<'_>, reason: &Unrecorded) {
         let _ = (key, reason);
     }

@@ -70,7 +70,8 @@
 //! # Choosing retention and lease
 //!
 //! - **Retention** must cover the provider's whole retry window, or a late retry
-//!   runs the handler again: 72 h for Stripe (the default), at least 2 days for Jamm.
+//!   runs the handler again: 72 h for Stripe (the default), at least 56 h for Jamm
+//!   (20 attempts, 1 h doubling to a 3 h cap: 54 h 38 min).
 //!   It can never be shorter than the lease.
 //! - **Lease** is how long a claim holds before another delivery may take it over
 //!   (a crashed holder's claim). Make it longer than your slowest handler run

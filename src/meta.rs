@@ -7,7 +7,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, Datelike as _, Utc};
 
 use crate::json;
 
@@ -59,15 +59,18 @@ pub fn default_family(event_type: &str) -> String {
 }
 
 /// Parses a `created_at` value: Unix seconds, Unix milliseconds (13+ digits), or an
-/// RFC 3339 timestamp.
+/// RFC 3339 timestamp. Numeric times past the year 9999 (which RFC 3339 cannot
+/// write) are refused: one such time would make the ordering guard treat every
+/// later event of its object as stale.
 pub fn parse_time(text: &str) -> Option<DateTime<Utc>> {
     if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
         let n: i64 = text.parse().ok()?;
-        return if text.len() >= 13 {
+        let t = if text.len() >= 13 {
             DateTime::from_timestamp_millis(n)
         } else {
             DateTime::from_timestamp(n, 0)
         };
+        return t.filter(|t| t.year() <= 9999);
     }
     DateTime::parse_from_rfc3339(text)
         .ok()

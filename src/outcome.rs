@@ -71,7 +71,9 @@ pub enum Outcome {
     },
     /// The handler succeeded but the store could not record it (the lease was taken
     /// over, or the store failed). Answer 200 (the work is done; a retry would repeat
-    /// it); the unrecorded hook ran so the host can reconcile.
+    /// it); the unrecorded hook ran so the host can reconcile. After a store failure
+    /// the guard keeps trying to record the completion in the background (fenced, for
+    /// at least the lease), so a redelivery once the store is back is a duplicate.
     Unrecorded {
         /// The event id.
         id: String,

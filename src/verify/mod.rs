@@ -280,6 +280,11 @@ pub mod __fuzz {
     pub use super::parse_unix_seconds;
     pub use super::standard::parse_signatures as standard_signatures;
     pub use super::stripe::parse_header as stripe_header;
+
+    /// The Jamm verifier's whitespace remover, owned.
+    pub fn jamm_minify(json: &[u8]) -> Vec<u8> {
+        super::jamm::minify(json).into_owned()
+    }
 }
 
 #[cfg(test)]

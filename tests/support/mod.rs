@@ -17,3 +17,6 @@ pub fn server_url(var: &str) -> Option<String> {
         }
     }
 }
+
+pub mod backends;
+pub mod proxy;

@@ -1,0 +1,241 @@
+//! A host killed with SIGKILL while it holds a lease.
+//!
+//! The parent test re-runs this test binary as a child (`WG_CRASH_ROLE` selects the
+//! child role in `crash_child`, which is a no-op otherwise). The child claims an event
+//! through SQLite or PostgreSQL, prints `CLAIMED` and blocks in its handler; the
+//! parent kills it with SIGKILL (no destructor, no release runs) and plays the
+//! provider's retries on a manual clock: within the lease they are `InProgress` and
+//! run nothing; after it, one of them runs the handler, exactly once.
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use support::backends::{self, Backend};
+use webhook_guard::store::DynProcessedStore;
+use webhook_guard::verify::NoVerification;
+use webhook_guard::{EventId, ManualClock, MemoryStore, OutcomeKind, RecordState, WebhookGuard};
+
+const T0: i64 = 1_700_000_000;
+const LEASE: Duration = Duration::from_secs(60);
+const BODY: &[u8] = br#"{"id":"evt_crash","type":"order.paid"}"#;
+
+fn guard(store: Arc<DynProcessedStore>, clock: &ManualClock) -> WebhookGuard {
+    WebhookGuard::builder()
+        .shared_store(store)
+        .verifier(NoVerification)
+        .event_id(EventId::json_field(["id"]))
+        .lease(LEASE)
+        .clock(clock.clone())
+        .build()
+        .unwrap()
+}
+
+fn start() -> DateTime<Utc> {
+    DateTime::from_timestamp(T0, 0).unwrap()
+}
+
+/// The child role: open the store the parent names, claim, say so, block forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_child() {
+    let Ok(role) = std::env::var("WG_CRASH_ROLE") else {
+        return; // run as a normal test: nothing to do
+    };
+    let target = std::env::var("WG_CRASH_TARGET").unwrap();
+    let store: Arc<DynProcessedStore> = match role.as_str() {
+        "sqlite" => Arc::new(
+            webhook_guard::store::SqliteStore::open(&target)
+                .await
+                .unwrap(),
+        ),
+        "postgres" => {
+            let url = std::env::var("WEBHOOK_GUARD_POSTGRES_URL").unwrap();
+            let pool = webhook_guard::store::postgres::sqlx::PgPool::connect(&url)
+                .await
+                .unwrap();
+            Arc::new(webhook_guard::store::PostgresStore::with_table(pool, &target).unwrap())
+        }
+        other => panic!("unknown role {other}"),
+    };
+    let clock = ManualClock::new(start());
+    let guard = guard(store, &clock);
+    let _ = guard
+        .handle(&[("content-type", "application/json")], BODY, |_| async {
+            println!("CLAIMED");
+            use std::io::Write as _;
+            std::io::stdout().flush().unwrap();
+            std::future::pending::<()>().await;
+            Ok(())
+        })
+        .await;
+    unreachable!("the handler never returns");
+}
+
+async fn killed_holder(backend: Backend) {
+    let Some((store, cleanup)) = backends::store(backend, 2, None).await else {
+        return;
+    };
+    let (role, target) = match &cleanup {
+        backends::Cleanup::File(path) => ("sqlite", path.display().to_string()),
+        backends::Cleanup::Table { table, .. } => ("postgres", table.clone()),
+        other => panic!("{other:?}"),
+    };
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "crash_child",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
+        .env("WG_CRASH_ROLE", role)
+        .env("WG_CRASH_TARGET", &target)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let claimed = tokio::task::spawn_blocking(move || {
+        BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .any(|l| l.trim_end().ends_with("CLAIMED"))
+    })
+    .await
+    .unwrap();
+    assert!(claimed, "the child claimed before being killed");
+    child.kill().unwrap(); // SIGKILL
+    let status = child.wait().unwrap();
+    assert!(!status.success(), "killed, not finished: {status:?}");
+
+    let clock = ManualClock::new(start());
+    let guard = guard(store, &clock);
+    let runs = AtomicUsize::new(0);
+    let deliver = || async {
+        guard
+            .handle(&[("content-type", "application/json")], BODY, |_| async {
+                runs.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            })
+            .await
+            .kind()
+    };
+    let rec = guard
+        .inspect("evt_crash")
+        .await
+        .unwrap()
+        .expect("the claim survived");
+    assert_eq!(rec.state, RecordState::InProgress);
+    // Retries inside the lease: the dead holder still owns it.
+    clock.advance(TimeDelta::seconds(30));
+    assert_eq!(deliver().await, OutcomeKind::InProgress);
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+    assert_eq!(guard.stuck(10).await.unwrap().len(), 0);
+    // After it: listed as stuck, then taken over and processed once.
+    clock.advance(TimeDelta::seconds(31));
+    assert_eq!(guard.stuck(10).await.unwrap().len(), 1);
+    assert_eq!(deliver().await, OutcomeKind::Processed);
+    assert_eq!(deliver().await, OutcomeKind::Duplicate);
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        1,
+        "exactly once after the crash"
+    );
+    let rec = guard.inspect("evt_crash").await.unwrap().unwrap();
+    assert_eq!(
+        (rec.state, rec.attempts, rec.failures),
+        (RecordState::Completed, 2, 1),
+        "the crashed attempt is counted as a failure"
+    );
+    println!(
+        "RESULT backend={} scenario=sigkill_holder deliveries=4 duplicates=3 faults=SIGKILL handler_runs=1(+1 killed) lost=0 twice=0",
+        backend.name()
+    );
+    cleanup.run().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_while_holding_a_lease_sqlite() {
+    killed_holder(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_while_holding_a_lease_postgres() {
+    killed_holder(Backend::Postgres).await;
+}
+
+/// The inbox worker's analogue. This tree has no durable `InboxStore` yet (only the
+/// memory one, which a process kill would erase), so the "crash" is the worker task
+/// aborted mid-handler: its futures are dropped without settling, exactly what a
+/// dead worker leaves behind. A new worker finishes the event after the lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_mid_handler_is_finished_by_another_after_the_lease() {
+    let store = MemoryStore::new();
+    let clock = ManualClock::new(start());
+    let guard = WebhookGuard::builder()
+        .store(store.clone())
+        .inbox(Arc::new(store.clone()))
+        .verifier(NoVerification)
+        .event_id(EventId::json_field(["id"]))
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let o = guard
+        .accept(&[("content-type", "application/json")], BODY)
+        .await;
+    assert_eq!(o.kind(), OutcomeKind::Accepted);
+
+    let entered = Arc::new(tokio::sync::Notify::new());
+    let blocked = {
+        let entered = entered.clone();
+        guard
+            .worker(move |_event| {
+                let entered = entered.clone();
+                async move {
+                    entered.notify_one();
+                    std::future::pending::<()>().await;
+                    Ok(())
+                }
+            })
+            .unwrap()
+            .lease(LEASE)
+            .poll_interval(Duration::from_millis(10))
+            .spawn()
+    };
+    entered.notified().await;
+    blocked.abort(); // the worker dies holding the event
+
+    let done = Arc::new(AtomicUsize::new(0));
+    let second = {
+        let done = done.clone();
+        guard
+            .worker(move |_event| {
+                let done = done.clone();
+                async move {
+                    done.fetch_add(1, Ordering::SeqCst);
+                    Ok(())
+                }
+            })
+            .unwrap()
+            .lease(LEASE)
+    };
+    // Within the lease nothing is leased again.
+    clock.advance(TimeDelta::seconds(30));
+    assert_eq!(second.run_once().await.unwrap(), 0);
+    clock.advance(TimeDelta::seconds(31));
+    assert_eq!(second.run_once().await.unwrap(), 1);
+    assert_eq!(second.run_once().await.unwrap(), 0);
+    assert_eq!(done.load(Ordering::SeqCst), 1, "finished exactly once");
+    let key = webhook_guard::store::Key::new("default", "evt_crash");
+    let ev = webhook_guard::inbox::InboxStore::get_event(&store, key)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(ev.state, webhook_guard::inbox::InboxState::Done);
+    assert_eq!(ev.attempts, 2);
+}
