@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use support::backends::{self, Backend};
+use webhook_guard::inbox::InboxStore as _;
 use webhook_guard::store::DynProcessedStore;
 use webhook_guard::verify::NoVerification;
 use webhook_guard::{EventId, ManualClock, MemoryStore, OutcomeKind, RecordState, WebhookGuard};
@@ -59,6 +60,25 @@ async fn crash_child() {
                 .await
                 .unwrap();
             Arc::new(webhook_guard::store::PostgresStore::with_table(pool, &target).unwrap())
+        }
+        "inbox-sqlite" => {
+            // The inbox worker's role: lease the stored event, say so, block forever.
+            let store = webhook_guard::store::SqliteStore::open(&target)
+                .await
+                .unwrap();
+            let clock = ManualClock::new(start());
+            let worker = inbox_guard(store, &clock)
+                .worker(|_event| async {
+                    println!("LEASED");
+                    use std::io::Write as _;
+                    std::io::stdout().flush().unwrap();
+                    std::future::pending::<()>().await;
+                    Ok(())
+                })
+                .unwrap()
+                .lease(LEASE);
+            let _ = worker.run_once().await;
+            unreachable!("the handler never returns");
         }
         other => panic!("unknown role {other}"),
     };
@@ -169,10 +189,106 @@ async fn sigkill_while_holding_a_lease_postgres() {
     killed_holder(Backend::Postgres).await;
 }
 
-/// The inbox worker's analogue. This tree has no durable `InboxStore` yet (only the
-/// memory one, which a process kill would erase), so the "crash" is the worker task
-/// aborted mid-handler: its futures are dropped without settling, exactly what a
-/// dead worker leaves behind. A new worker finishes the event after the lease.
+fn inbox_guard(store: webhook_guard::store::SqliteStore, clock: &ManualClock) -> WebhookGuard {
+    WebhookGuard::builder()
+        .store(store.clone())
+        .inbox(Arc::new(store))
+        .verifier(NoVerification)
+        .event_id(EventId::json_field(["id"]))
+        .clock(clock.clone())
+        .build()
+        .unwrap()
+}
+
+/// The inbox worker's analogue, a real process kill: the event is accepted into an
+/// inbox on SQLite, a child process's worker leases it and blocks in the handler, the
+/// parent kills the child with SIGKILL; after the lease a new worker finishes the
+/// event, exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_with_sigkill_is_finished_by_another_after_the_lease() {
+    let path = std::env::temp_dir().join(format!(
+        "wg-crash-inbox-{:016x}.db",
+        webhook_guard::store::FencingToken::random().0
+    ));
+    let store = webhook_guard::store::SqliteStore::open(&path)
+        .await
+        .unwrap();
+    let clock = ManualClock::new(start());
+    let guard = inbox_guard(store.clone(), &clock);
+    let o = guard
+        .accept(&[("content-type", "application/json")], BODY)
+        .await;
+    assert_eq!(o.kind(), OutcomeKind::Accepted);
+
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "crash_child",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
+        .env("WG_CRASH_ROLE", "inbox-sqlite")
+        .env("WG_CRASH_TARGET", path.display().to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let leased = tokio::task::spawn_blocking(move || {
+        BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .any(|l| l.trim_end().ends_with("LEASED"))
+    })
+    .await
+    .unwrap();
+    assert!(
+        leased,
+        "the child's worker leased the event before being killed"
+    );
+    child.kill().unwrap(); // SIGKILL
+    assert!(!child.wait().unwrap().success());
+
+    let key = webhook_guard::store::Key::new("default", "evt_crash");
+    let ev = store.get_event(key).await.unwrap().unwrap();
+    assert_eq!(
+        ev.state,
+        webhook_guard::inbox::InboxState::Running,
+        "the dead worker's lease"
+    );
+    let done = Arc::new(AtomicUsize::new(0));
+    let second = {
+        let done = done.clone();
+        guard
+            .worker(move |_event| {
+                let done = done.clone();
+                async move {
+                    done.fetch_add(1, Ordering::SeqCst);
+                    Ok(())
+                }
+            })
+            .unwrap()
+            .lease(LEASE)
+    };
+    // Within the lease nothing is leased again.
+    clock.advance(TimeDelta::seconds(30));
+    assert_eq!(second.run_once().await.unwrap(), 0);
+    clock.advance(TimeDelta::seconds(31));
+    assert_eq!(second.run_once().await.unwrap(), 1);
+    assert_eq!(second.run_once().await.unwrap(), 0);
+    assert_eq!(done.load(Ordering::SeqCst), 1, "finished exactly once");
+    let ev = store.get_event(key).await.unwrap().unwrap();
+    assert_eq!(ev.state, webhook_guard::inbox::InboxState::Done);
+    assert_eq!(ev.attempts, 2);
+    drop((guard, store));
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
+}
+
+/// The same with the worker task aborted mid-handler in process (the memory inbox,
+/// which a process kill would erase): its futures are dropped without settling.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_killed_mid_handler_is_finished_by_another_after_the_lease() {
     let store = MemoryStore::new();
