@@ -116,8 +116,8 @@ use tokio::sync::Mutex;
 use sqlx::SqliteConnection;
 
 use super::sql::{
-    self, count, history_text, map_error, millis, purge_in_batches, vanished, Dialect,
-    InvalidTableName, QueueSql, RawEvent, RawObject, RawRecord, TableName, COLUMNS, DEFAULT_TABLE,
+    self, count, fence, history_text, map_error, millis, purge_in_batches, vanished, Dialect,
+    InvalidTableName, RawEvent, RawObject, RawRecord, Statements, TableName, DEFAULT_TABLE,
 };
 use super::{
     Claim, ClaimRequest, Deleted, Fence, FencingToken, Fingerprint, Finish, Key, ProcessedStore,
@@ -153,112 +153,6 @@ pub struct SqliteStore {
     writes: Arc<Mutex<()>>,
 }
 
-/// Every statement, built once from the validated table name.
-#[derive(Debug)]
-struct Statements {
-    table: TableName,
-    schema: String,
-    claim: String,
-    get: String,
-    finish: String,
-    renew: String,
-    delete: String,
-    purge: String,
-    stuck: String,
-    queue: QueueSql,
-}
-
-impl Statements {
-    fn new(table: TableName) -> Self {
-        let t = table.quoted();
-        let queue = QueueSql::new(&table, Dialect::Sqlite);
-        let mut schema = format!(
-            "CREATE TABLE IF NOT EXISTS {t} (\n    \
-                 namespace   TEXT    NOT NULL,\n    \
-                 id          TEXT    NOT NULL,\n    \
-                 state       TEXT    NOT NULL,\n    \
-                 fingerprint BLOB    NOT NULL,\n    \
-                 token       INTEGER NOT NULL,\n    \
-                 attempts    INTEGER NOT NULL,\n    \
-                 failures    INTEGER NOT NULL,\n    \
-                 lease_until INTEGER NOT NULL,\n    \
-                 expires_at  INTEGER NOT NULL,\n    \
-                 created_at  INTEGER NOT NULL,\n    \
-                 updated_at  INTEGER NOT NULL,\n    \
-                 history     TEXT    NOT NULL DEFAULT '',\n    \
-                 PRIMARY KEY (namespace, id)\n\
-             );\n\
-             CREATE INDEX IF NOT EXISTS {exp}\n    ON {t} (expires_at);\n\
-             CREATE INDEX IF NOT EXISTS {stuck}\n    ON {t} (lease_until) WHERE state = 'in_progress';\n",
-            exp = table.index("expires_at"),
-            stuck = table.index("stuck"),
-        );
-        schema.push_str(&queue.schema);
-        // ?1 namespace, ?2 id, ?3 fingerprint, ?4 token, ?5 lease_until,
-        // ?6 expires_at, ?7 now.
-        let expired =
-            "(r.expires_at <= ?7 AND NOT (r.state = 'in_progress' AND r.lease_until > ?7))";
-        let claim = format!(
-            "INSERT INTO {t} AS r (namespace, id, state, fingerprint, token, attempts, failures, \
-                 lease_until, expires_at, created_at, updated_at, history) \
-             VALUES (?1, ?2, 'in_progress', ?3, ?4, 1, 0, ?5, ?6, ?7, ?7, '') \
-             ON CONFLICT (namespace, id) DO UPDATE SET \
-                 state = 'in_progress', \
-                 fingerprint = excluded.fingerprint, \
-                 token = excluded.token, \
-                 lease_until = excluded.lease_until, \
-                 updated_at = excluded.updated_at, \
-                 attempts = CASE WHEN {expired} THEN 1 ELSE r.attempts + 1 END, \
-                 failures = CASE WHEN {expired} THEN 0 \
-                     WHEN r.state = 'in_progress' THEN r.failures + 1 ELSE r.failures END, \
-                 expires_at = CASE WHEN {expired} THEN excluded.expires_at \
-                     ELSE MAX(r.expires_at, excluded.expires_at) END, \
-                 created_at = CASE WHEN {expired} THEN excluded.created_at ELSE r.created_at END, \
-                 history = CASE WHEN {expired} THEN '' ELSE r.history END \
-             WHERE {expired} \
-                 OR (r.fingerprint = excluded.fingerprint \
-                     AND (r.state = 'failed' OR (r.state = 'in_progress' AND r.lease_until <= ?7))) \
-             RETURNING {COLUMNS}"
-        );
-        let get = format!("SELECT {COLUMNS} FROM {t} WHERE namespace = ?1 AND id = ?2");
-        let fence = "namespace = ?1 AND id = ?2 AND state = 'in_progress' AND token = ?3";
-        let finish = format!(
-            "UPDATE {t} SET state = ?4, failures = ?5, history = ?6, updated_at = ?7, \
-                 expires_at = ?8 WHERE {fence}"
-        );
-        let renew = format!(
-            "UPDATE {t} SET lease_until = ?4, expires_at = MAX(expires_at, ?5) WHERE {fence}"
-        );
-        let delete = format!(
-            "DELETE FROM {t} WHERE namespace = ?1 AND id = ?2 \
-                 AND NOT (state = 'in_progress' AND lease_until > ?3)"
-        );
-        let purge = format!(
-            "DELETE FROM {t} WHERE rowid IN (\
-                 SELECT rowid FROM {t} \
-                 WHERE expires_at <= ?1 AND NOT (state = 'in_progress' AND lease_until > ?1) \
-                 LIMIT ?2)"
-        );
-        let stuck = format!(
-            "SELECT namespace, id, {COLUMNS} FROM {t} \
-             WHERE state = 'in_progress' AND lease_until <= ?1 \
-             ORDER BY lease_until LIMIT ?2"
-        );
-        Self {
-            table,
-            schema,
-            claim,
-            get,
-            finish,
-            renew,
-            delete,
-            purge,
-            stuck,
-            queue,
-        }
-    }
-}
-
 /// Result codes that mean the file cannot serve us now: busy or locked past the
 /// timeout, cannot be opened, I/O error, disk full.
 fn sqlite_unavailable(db: &dyn sqlx::error::DatabaseError) -> bool {
@@ -276,24 +170,8 @@ pub(super) fn err(e: sqlx::Error) -> StoreError {
     map_error(e, sqlite_unavailable)
 }
 
-/// Reads the [`COLUMNS`] starting at column `at`.
-fn raw(row: &SqliteRow, at: usize) -> Result<RawRecord, sqlx::Error> {
-    Ok(RawRecord {
-        state: row.try_get(at)?,
-        fingerprint: row.try_get(at + 1)?,
-        token: row.try_get(at + 2)?,
-        attempts: row.try_get(at + 3)?,
-        failures: row.try_get(at + 4)?,
-        lease_until: row.try_get(at + 5)?,
-        expires_at: row.try_get(at + 6)?,
-        created_at: row.try_get(at + 7)?,
-        updated_at: row.try_get(at + 8)?,
-        history: row.try_get(at + 9)?,
-    })
-}
-
 fn record(row: &SqliteRow, key: Key<'_>) -> Result<Record, StoreError> {
-    raw(row, 0).map_err(err)?.into_record(key)
+    RawRecord::read(row, 0).map_err(err)?.into_record(key)
 }
 
 impl SqliteStore {
@@ -349,7 +227,7 @@ impl SqliteStore {
     fn build(pool: SqlitePool, table: TableName) -> Self {
         Self {
             pool,
-            sql: Arc::new(Statements::new(table)),
+            sql: Arc::new(Statements::new(table, Dialect::Sqlite)),
             writes: Arc::new(Mutex::new(())),
         }
     }
@@ -382,14 +260,6 @@ impl SqliteStore {
     /// The connection pool.
     pub fn pool(&self) -> &SqlitePool {
         &self.pool
-    }
-}
-
-fn fence(rows_affected: u64) -> Fence {
-    if rows_affected == 1 {
-        Fence::Applied
-    } else {
-        Fence::LeaseLost
     }
 }
 
@@ -529,7 +399,7 @@ impl ProcessedStore for SqliteStore {
             .map(|row| {
                 let namespace: String = row.try_get(0).map_err(err)?;
                 let id: String = row.try_get(1).map_err(err)?;
-                raw(row, 2)
+                RawRecord::read(row, 2)
                     .map_err(err)?
                     .into_record(Key::new(&namespace, &id))
             })
@@ -537,42 +407,12 @@ impl ProcessedStore for SqliteStore {
     }
 }
 
-fn raw_event(row: &SqliteRow) -> Result<RawEvent, sqlx::Error> {
-    Ok(RawEvent {
-        namespace: row.try_get(0)?,
-        id: row.try_get(1)?,
-        fingerprint: row.try_get(2)?,
-        event_type: row.try_get(3)?,
-        created_at: row.try_get(4)?,
-        object: row.try_get(5)?,
-        family: row.try_get(6)?,
-        payload: row.try_get(7)?,
-        state: row.try_get(8)?,
-        attempts: row.try_get(9)?,
-        token: row.try_get(10)?,
-        lease_until: row.try_get(11)?,
-        next_attempt_at: row.try_get(12)?,
-        last_error: row.try_get(13)?,
-        received_at: row.try_get(14)?,
-        updated_at: row.try_get(15)?,
-        expires_at: row.try_get(16)?,
-    })
-}
-
 fn event(row: &SqliteRow) -> Result<InboxEvent, StoreError> {
-    raw_event(row).map_err(err)?.into_event()
+    RawEvent::read(row).map_err(err)?.into_event()
 }
 
 fn object(row: &SqliteRow) -> Result<ObjectRecord, StoreError> {
-    RawObject {
-        namespace: row.try_get(0).map_err(err)?,
-        object: row.try_get(1).map_err(err)?,
-        family: row.try_get(2).map_err(err)?,
-        newest: row.try_get(3).map_err(err)?,
-        status: row.try_get(4).map_err(err)?,
-        updated_at: row.try_get(5).map_err(err)?,
-    }
-    .into_record()
+    RawObject::read(row).map_err(err)?.into_record()
 }
 
 impl SqliteStore {
@@ -894,7 +734,8 @@ mod tests {
             .filter_map(|l| l.strip_prefix("//! "))
             .collect::<Vec<_>>()
             .join("\n");
-        let schema = Statements::new(TableName::new(DEFAULT_TABLE).unwrap()).schema;
+        let schema =
+            Statements::new(TableName::new(DEFAULT_TABLE).unwrap(), Dialect::Sqlite).schema;
         assert!(
             docs.contains(schema.trim_end()),
             "update the module docs:\n{schema}"
