@@ -276,6 +276,11 @@ pub(crate) fn fence(rows_affected: u64) -> super::Fence {
     }
 }
 
+/// What a store whose database orders concurrent writes itself holds while it
+/// writes: nothing.
+#[cfg(feature = "postgres")]
+pub(crate) struct Ungated;
+
 /// Maps a driver error: unreachable (I/O, TLS, pool exhausted or closed, broken
 /// protocol stream, or a database code that `db_unavailable` recognises) becomes
 /// [`StoreError::Unavailable`], anything else [`StoreError::Backend`]. The driver's
