@@ -16,6 +16,8 @@ pub mod postgres;
 pub mod redis;
 #[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
 mod sql;
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+mod sql_impls;
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub mod sqlite;

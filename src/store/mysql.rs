@@ -31,7 +31,9 @@ use sqlx::{Connection, Row};
 /// The driver, re-exported so that a host uses the same version as this crate.
 pub use sqlx;
 
-use super::sql::{self as shared, RawEvent, RawObject, TableName, EVENT_COLUMNS, OBJECT_COLUMNS};
+use super::sql::{
+    self as shared, millis, time, RawEvent, RawObject, TableName, EVENT_COLUMNS, OBJECT_COLUMNS,
+};
 use super::{
     decode_history, encode_history, Claim, ClaimRequest, Deleted, Fence, FencingToken, Fingerprint,
     Finish, Key, ProcessedStore, Record, RecordState, Recorded, StoreError,
@@ -631,14 +633,6 @@ fn fresh_record(req: &ClaimRequest<'_>) -> Record {
         req.now,
         Vec::new(),
     )
-}
-
-fn millis(t: DateTime<Utc>) -> i64 {
-    t.timestamp_millis()
-}
-
-fn time(ms: i64) -> DateTime<Utc> {
-    DateTime::from_timestamp_millis(ms).unwrap_or(DateTime::<Utc>::MAX_UTC)
 }
 
 fn text(bytes: Vec<u8>, column: &str) -> Result<String, StoreError> {

@@ -74,14 +74,14 @@
 //!   The key columns use the `"C"` collation, which compares bytes: ids are opaque,
 //!   and byte comparison keeps the primary-key B-tree cheap at tens of millions of
 //!   rows.
-//! - `expires_at` is indexed so that [`purge_expired`](ProcessedStore::purge_expired)
-//!   reads only the rows that are due, in batches of at most 1,000 rows taken with
-//!   `FOR UPDATE SKIP LOCKED`: it never waits on a row a claim holds, and it holds
-//!   its own row locks for one short statement.
+//! - `expires_at` is indexed so that [`purge_expired`] reads only the rows that are
+//!   due, in batches of at most 1,000 rows taken with `FOR UPDATE SKIP LOCKED`: it
+//!   never waits on a row a claim holds, and it holds its own row locks for one
+//!   short statement.
 //! - The partial index on `lease_until WHERE state = 'in_progress'` covers only the
 //!   records whose handler is running (a handful, whatever the table's size), so
-//!   [`stuck`](ProcessedStore::stuck) stays instant at 10 million rows and the index
-//!   costs nearly nothing to maintain.
+//!   [`stuck`] stays instant at 10 million rows and the index costs nearly nothing
+//!   to maintain.
 //!
 //! # Inbox, ordering guard and transactional mode
 //!
@@ -115,27 +115,25 @@
 //! `08` and `57P0x`, `53300` too many connections, `25006` a read-only standby after a
 //! fail-over); the guard answers 503 and the provider retries. Any other error is
 //! [`StoreError::Backend`]. Both keep the sqlx error as their source.
+//!
+//! [`ProcessedStore`]: super::ProcessedStore
+//! [`InboxStore`]: crate::inbox::InboxStore
+//! [`OrderingStore`]: crate::ordering::OrderingStore
+//! [`purge_expired`]: super::ProcessedStore::purge_expired
+//! [`stuck`]: super::ProcessedStore::stuck
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use sqlx::postgres::{PgPool, PgPoolOptions, PgRow};
-use sqlx::Row;
-
+use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::PgConnection;
 
 use super::sql::{
-    self, count, history_text, map_error, millis, purge_in_batches, vanished, Dialect,
-    InvalidTableName, QueueSql, RawEvent, RawObject, RawRecord, TableName, COLUMNS, DEFAULT_TABLE,
+    self, map_error, Dialect, InvalidTableName, Statements, TableName, DEFAULT_TABLE,
 };
-use super::{
-    Claim, ClaimRequest, Deleted, Fence, FencingToken, Fingerprint, Finish, Key, ProcessedStore,
-    Record, Recorded, StoreError,
-};
-use crate::inbox::{Enqueued, InboxEvent, InboxStore, NewEvent, Settle};
-use crate::ordering::{Freshness, ObjectKey, ObjectRecord, ObjectStatus, OrderingStore};
+use super::sql_impls::sql_store_impls;
+use super::{Fingerprint, Key, Recorded, StoreError};
 
 pub use sqlx;
 
@@ -152,118 +150,13 @@ pub use sqlx;
 /// store.migrate().await?;
 /// # Ok(()) }
 /// ```
+///
+/// [`ProcessedStore`]: super::ProcessedStore
 #[derive(Debug, Clone)]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub struct PostgresStore {
     pool: PgPool,
     sql: Arc<Statements>,
-}
-
-/// Every statement, built once from the validated table name.
-#[derive(Debug)]
-struct Statements {
-    table: TableName,
-    schema: String,
-    claim: String,
-    get: String,
-    finish: String,
-    renew: String,
-    delete: String,
-    purge: String,
-    stuck: String,
-    queue: QueueSql,
-}
-
-impl Statements {
-    fn new(table: TableName) -> Self {
-        let t = table.quoted();
-        let queue = QueueSql::new(&table, Dialect::Postgres);
-        let mut schema = format!(
-            "CREATE TABLE IF NOT EXISTS {t} (\n    \
-                 namespace   TEXT COLLATE \"C\" NOT NULL,\n    \
-                 id          TEXT COLLATE \"C\" NOT NULL,\n    \
-                 state       TEXT    NOT NULL,\n    \
-                 fingerprint BYTEA   NOT NULL,\n    \
-                 token       BIGINT  NOT NULL,\n    \
-                 attempts    INTEGER NOT NULL,\n    \
-                 failures    INTEGER NOT NULL,\n    \
-                 lease_until BIGINT  NOT NULL,\n    \
-                 expires_at  BIGINT  NOT NULL,\n    \
-                 created_at  BIGINT  NOT NULL,\n    \
-                 updated_at  BIGINT  NOT NULL,\n    \
-                 history     TEXT    NOT NULL DEFAULT '',\n    \
-                 PRIMARY KEY (namespace, id)\n\
-             );\n\
-             CREATE INDEX IF NOT EXISTS {exp}\n    ON {t} (expires_at);\n\
-             CREATE INDEX IF NOT EXISTS {stuck}\n    ON {t} (lease_until) WHERE state = 'in_progress';\n",
-            exp = table.index("expires_at"),
-            stuck = table.index("stuck"),
-        );
-        schema.push_str(&queue.schema);
-        // $1 namespace, $2 id, $3 fingerprint, $4 token, $5 lease_until,
-        // $6 expires_at, $7 now. "Expired" frees the record whatever its body,
-        // except from a holder whose lease is still live.
-        let expired =
-            "(r.expires_at <= $7 AND NOT (r.state = 'in_progress' AND r.lease_until > $7))";
-        let claim = format!(
-            "INSERT INTO {t} AS r (namespace, id, state, fingerprint, token, attempts, failures, \
-                 lease_until, expires_at, created_at, updated_at, history) \
-             VALUES ($1, $2, 'in_progress', $3, $4, 1, 0, $5, $6, $7, $7, '') \
-             ON CONFLICT (namespace, id) DO UPDATE SET \
-                 state = 'in_progress', \
-                 fingerprint = excluded.fingerprint, \
-                 token = excluded.token, \
-                 lease_until = excluded.lease_until, \
-                 updated_at = excluded.updated_at, \
-                 attempts = CASE WHEN {expired} THEN 1 ELSE r.attempts + 1 END, \
-                 failures = CASE WHEN {expired} THEN 0 \
-                     WHEN r.state = 'in_progress' THEN r.failures + 1 ELSE r.failures END, \
-                 expires_at = CASE WHEN {expired} THEN excluded.expires_at \
-                     ELSE GREATEST(r.expires_at, excluded.expires_at) END, \
-                 created_at = CASE WHEN {expired} THEN excluded.created_at ELSE r.created_at END, \
-                 history = CASE WHEN {expired} THEN '' ELSE r.history END \
-             WHERE {expired} \
-                 OR (r.fingerprint = excluded.fingerprint \
-                     AND (r.state = 'failed' OR (r.state = 'in_progress' AND r.lease_until <= $7))) \
-             RETURNING {COLUMNS}"
-        );
-        let get = format!("SELECT {COLUMNS} FROM {t} WHERE namespace = $1 AND id = $2");
-        let fence = "namespace = $1 AND id = $2 AND state = 'in_progress' AND token = $3";
-        let finish = format!(
-            "UPDATE {t} SET state = $4, failures = $5, history = $6, updated_at = $7, \
-                 expires_at = $8 WHERE {fence}"
-        );
-        let renew = format!(
-            "UPDATE {t} SET lease_until = $4, expires_at = GREATEST(expires_at, $5) WHERE {fence}"
-        );
-        let delete = format!(
-            "DELETE FROM {t} WHERE namespace = $1 AND id = $2 \
-                 AND NOT (state = 'in_progress' AND lease_until > $3)"
-        );
-        let purge = format!(
-            "DELETE FROM {t} WHERE (namespace, id) IN (\
-                 SELECT namespace, id FROM {t} \
-                 WHERE expires_at <= $1 AND NOT (state = 'in_progress' AND lease_until > $1) \
-                 LIMIT $2 FOR UPDATE SKIP LOCKED)"
-        );
-        let stuck = format!(
-            "SELECT namespace, id, {COLUMNS} FROM {t} \
-             WHERE state = 'in_progress' AND lease_until <= $1 \
-             ORDER BY lease_until LIMIT $2"
-        );
-        Self {
-            table,
-            schema,
-            claim,
-            get,
-            finish,
-            renew,
-            delete,
-            purge,
-            stuck,
-            queue,
-        }
-    }
 }
 
 /// SQLSTATEs that mean the server cannot serve us now, rather than a bad request.
@@ -278,26 +171,6 @@ fn pg_unavailable(db: &dyn sqlx::error::DatabaseError) -> bool {
 
 pub(super) fn err(e: sqlx::Error) -> StoreError {
     map_error(e, pg_unavailable)
-}
-
-/// Reads the [`COLUMNS`] starting at column `at`.
-fn raw(row: &PgRow, at: usize) -> Result<RawRecord, sqlx::Error> {
-    Ok(RawRecord {
-        state: row.try_get(at)?,
-        fingerprint: row.try_get(at + 1)?,
-        token: row.try_get(at + 2)?,
-        attempts: row.try_get::<i32, _>(at + 3)?.into(),
-        failures: row.try_get::<i32, _>(at + 4)?.into(),
-        lease_until: row.try_get(at + 5)?,
-        expires_at: row.try_get(at + 6)?,
-        created_at: row.try_get(at + 7)?,
-        updated_at: row.try_get(at + 8)?,
-        history: row.try_get(at + 9)?,
-    })
-}
-
-fn record(row: &PgRow, key: Key<'_>) -> Result<Record, StoreError> {
-    raw(row, 0).map_err(err)?.into_record(key)
 }
 
 impl PostgresStore {
@@ -318,7 +191,7 @@ impl PostgresStore {
     fn build(pool: PgPool, table: TableName) -> Self {
         Self {
             pool,
-            sql: Arc::new(Statements::new(table)),
+            sql: Arc::new(Statements::new(table, Dialect::Postgres)),
         }
     }
 
@@ -378,180 +251,6 @@ impl PostgresStore {
     pub fn pool(&self) -> &PgPool {
         &self.pool
     }
-}
-
-#[async_trait]
-impl ProcessedStore for PostgresStore {
-    async fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
-        let key = request.key;
-        // Winning path: one statement. Losing path: the claim changed nothing, so
-        // read the record; if it vanished in between (purged or deleted), claim again.
-        for _ in 0..3 {
-            let row = sqlx::query(&self.sql.claim)
-                .bind(key.namespace)
-                .bind(key.id)
-                .bind(&request.fingerprint.0[..])
-                .bind(request.token.as_i64())
-                .bind(millis(request.lease_until))
-                .bind(millis(request.expires_at))
-                .bind(millis(request.now))
-                .fetch_optional(&self.pool)
-                .await
-                .map_err(err)?;
-            if let Some(row) = row {
-                return Ok(Claim::Acquired(record(&row, key)?));
-            }
-            if let Some(existing) = self.get(key).await? {
-                return Ok(Claim::Existing(existing));
-            }
-        }
-        Err(vanished(key))
-    }
-
-    async fn finish(
-        &self,
-        key: Key<'_>,
-        token: FencingToken,
-        finish: &Finish<'_>,
-    ) -> Result<Fence, StoreError> {
-        let done = sqlx::query(&self.sql.finish)
-            .bind(key.namespace)
-            .bind(key.id)
-            .bind(token.as_i64())
-            .bind(finish.state.as_str())
-            .bind(count(finish.failures))
-            .bind(history_text(finish.history))
-            .bind(millis(finish.now))
-            .bind(millis(finish.expires_at))
-            .execute(&self.pool)
-            .await
-            .map_err(err)?;
-        Ok(fence(done.rows_affected()))
-    }
-
-    async fn renew(
-        &self,
-        key: Key<'_>,
-        token: FencingToken,
-        lease_until: DateTime<Utc>,
-        expires_at: DateTime<Utc>,
-    ) -> Result<Fence, StoreError> {
-        let done = sqlx::query(&self.sql.renew)
-            .bind(key.namespace)
-            .bind(key.id)
-            .bind(token.as_i64())
-            .bind(millis(lease_until))
-            .bind(millis(expires_at))
-            .execute(&self.pool)
-            .await
-            .map_err(err)?;
-        Ok(fence(done.rows_affected()))
-    }
-
-    async fn get(&self, key: Key<'_>) -> Result<Option<Record>, StoreError> {
-        let row = sqlx::query(&self.sql.get)
-            .bind(key.namespace)
-            .bind(key.id)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(err)?;
-        row.map(|row| record(&row, key)).transpose()
-    }
-
-    async fn delete(&self, key: Key<'_>, now: DateTime<Utc>) -> Result<Deleted, StoreError> {
-        for _ in 0..3 {
-            let done = sqlx::query(&self.sql.delete)
-                .bind(key.namespace)
-                .bind(key.id)
-                .bind(millis(now))
-                .execute(&self.pool)
-                .await
-                .map_err(err)?;
-            if done.rows_affected() > 0 {
-                return Ok(Deleted::Removed);
-            }
-            match self.get(key).await? {
-                None => return Ok(Deleted::NotFound),
-                Some(r) if r.state == super::RecordState::InProgress && r.lease_until > now => {
-                    return Ok(Deleted::LeaseHeld)
-                }
-                Some(_) => {} // changed in between: try again
-            }
-        }
-        Err(vanished(key))
-    }
-
-    async fn purge_expired(&self, now: DateTime<Utc>, limit: usize) -> Result<u64, StoreError> {
-        purge_in_batches(limit, |n| async move {
-            sqlx::query(&self.sql.purge)
-                .bind(millis(now))
-                .bind(sql::limit(n))
-                .execute(&self.pool)
-                .await
-                .map(|done| done.rows_affected())
-                .map_err(err)
-        })
-        .await
-    }
-
-    async fn stuck(&self, now: DateTime<Utc>, limit: usize) -> Result<Vec<Record>, StoreError> {
-        if limit == 0 {
-            return Ok(Vec::new());
-        }
-        let rows = sqlx::query(&self.sql.stuck)
-            .bind(millis(now))
-            .bind(sql::limit(limit))
-            .fetch_all(&self.pool)
-            .await
-            .map_err(err)?;
-        rows.iter()
-            .map(|row| {
-                let namespace: String = row.try_get(0).map_err(err)?;
-                let id: String = row.try_get(1).map_err(err)?;
-                raw(row, 2)
-                    .map_err(err)?
-                    .into_record(Key::new(&namespace, &id))
-            })
-            .collect()
-    }
-}
-
-fn raw_event(row: &PgRow) -> Result<RawEvent, sqlx::Error> {
-    Ok(RawEvent {
-        namespace: row.try_get(0)?,
-        id: row.try_get(1)?,
-        fingerprint: row.try_get(2)?,
-        event_type: row.try_get(3)?,
-        created_at: row.try_get(4)?,
-        object: row.try_get(5)?,
-        family: row.try_get(6)?,
-        payload: row.try_get(7)?,
-        state: row.try_get(8)?,
-        attempts: row.try_get::<i32, _>(9)?.into(),
-        token: row.try_get(10)?,
-        lease_until: row.try_get(11)?,
-        next_attempt_at: row.try_get(12)?,
-        last_error: row.try_get(13)?,
-        received_at: row.try_get(14)?,
-        updated_at: row.try_get(15)?,
-        expires_at: row.try_get(16)?,
-    })
-}
-
-fn event(row: &PgRow) -> Result<InboxEvent, StoreError> {
-    raw_event(row).map_err(err)?.into_event()
-}
-
-fn object(row: &PgRow) -> Result<ObjectRecord, StoreError> {
-    RawObject {
-        namespace: row.try_get(0).map_err(err)?,
-        object: row.try_get(1).map_err(err)?,
-        family: row.try_get(2).map_err(err)?,
-        newest: row.try_get(3).map_err(err)?,
-        status: row.try_get(4).map_err(err)?,
-        updated_at: row.try_get(5).map_err(err)?,
-    }
-    .into_record()
 }
 
 impl PostgresStore {
@@ -614,256 +313,20 @@ impl PostgresStore {
         now: DateTime<Utc>,
         expires_at: DateTime<Utc>,
     ) -> Result<Recorded, StoreError> {
-        let q = &self.sql.queue;
-        let inserted = sqlx::query(&q.record)
-            .bind(key.namespace)
-            .bind(key.id)
-            .bind(&fingerprint.0[..])
-            .bind(FencingToken::random().as_i64())
-            .bind(millis(now))
-            .bind(millis(expires_at))
-            .fetch_optional(&mut *conn)
+        self.record_with(conn, key, fingerprint, now, expires_at)
             .await
-            .map_err(err)?;
-        if inserted.is_some() {
-            return Ok(Recorded::First);
-        }
-        let stored: Option<Vec<u8>> = sqlx::query_scalar(&q.recorded)
-            .bind(key.namespace)
-            .bind(key.id)
-            .fetch_optional(&mut *conn)
-            .await
-            .map_err(err)?;
-        let stored = stored.ok_or_else(|| vanished(key))?;
-        Ok(if sql::fingerprint(&stored, &key)? == fingerprint {
-            Recorded::Duplicate
-        } else {
-            Recorded::Conflict
-        })
     }
 }
 
-#[async_trait]
-impl InboxStore for PostgresStore {
-    async fn enqueue(&self, event: &NewEvent<'_>) -> Result<Enqueued, StoreError> {
-        let q = &self.sql.queue;
-        let key = event.key;
-        for _ in 0..3 {
-            let inserted = sqlx::query(&q.enqueue)
-                .bind(key.namespace)
-                .bind(key.id)
-                .bind(&event.fingerprint.0[..])
-                .bind(event.meta.event_type.as_deref())
-                .bind(event.meta.created_at.map(millis))
-                .bind(event.meta.object.as_deref())
-                .bind(event.meta.family.as_deref())
-                .bind(event.payload)
-                .bind(millis(event.now))
-                .bind(millis(event.expires_at))
-                .fetch_optional(&self.pool)
-                .await
-                .map_err(err)?;
-            if inserted.is_some() {
-                return Ok(Enqueued::Inserted);
-            }
-            let row = sqlx::query(&q.existing)
-                .bind(key.namespace)
-                .bind(key.id)
-                .fetch_optional(&self.pool)
-                .await
-                .map_err(err)?;
-            if let Some(row) = row {
-                let fingerprint: Vec<u8> = row.try_get(0).map_err(err)?;
-                let state: String = row.try_get(1).map_err(err)?;
-                return Ok(Enqueued::Existing {
-                    fingerprint: sql::fingerprint(&fingerprint, &key)?,
-                    state: sql::inbox_state(&state, &key)?,
-                });
-            }
-            // Purged in between: enqueue again.
-        }
-        Err(vanished(key))
-    }
-
-    async fn lease(
-        &self,
-        namespace: &str,
-        now: DateTime<Utc>,
-        lease_until: DateTime<Utc>,
-        limit: usize,
-    ) -> Result<Vec<InboxEvent>, StoreError> {
-        if limit == 0 {
-            return Ok(Vec::new());
-        }
-        let rows = sqlx::query(&self.sql.queue.lease)
-            .bind(namespace)
-            .bind(millis(now))
-            .bind(FencingToken::random().as_i64())
-            .bind(millis(lease_until))
-            .bind(sql::limit(limit))
-            .fetch_all(&self.pool)
-            .await
-            .map_err(err)?;
-        let mut events = rows.iter().map(event).collect::<Result<Vec<_>, _>>()?;
-        events.sort_by_key(|e| e.next_attempt_at);
-        Ok(events)
-    }
-
-    async fn settle_event(
-        &self,
-        key: Key<'_>,
-        token: FencingToken,
-        settle: &Settle<'_>,
-    ) -> Result<Fence, StoreError> {
-        let done = sqlx::query(&self.sql.queue.settle)
-            .bind(key.namespace)
-            .bind(key.id)
-            .bind(token.as_i64())
-            .bind(settle.state.as_str())
-            .bind(millis(settle.next_attempt_at))
-            .bind(settle.error)
-            .bind(millis(settle.now))
-            .bind(millis(settle.expires_at))
-            .execute(&self.pool)
-            .await
-            .map_err(err)?;
-        Ok(fence(done.rows_affected()))
-    }
-
-    async fn renew_event(
-        &self,
-        key: Key<'_>,
-        token: FencingToken,
-        lease_until: DateTime<Utc>,
-    ) -> Result<Fence, StoreError> {
-        let done = sqlx::query(&self.sql.queue.renew)
-            .bind(key.namespace)
-            .bind(key.id)
-            .bind(token.as_i64())
-            .bind(millis(lease_until))
-            .execute(&self.pool)
-            .await
-            .map_err(err)?;
-        Ok(fence(done.rows_affected()))
-    }
-
-    async fn get_event(&self, key: Key<'_>) -> Result<Option<InboxEvent>, StoreError> {
-        let row = sqlx::query(&self.sql.queue.get)
-            .bind(key.namespace)
-            .bind(key.id)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(err)?;
-        row.as_ref().map(event).transpose()
-    }
-
-    async fn purge_settled(&self, now: DateTime<Utc>, limit: usize) -> Result<u64, StoreError> {
-        purge_in_batches(limit, |n| async move {
-            sqlx::query(&self.sql.queue.purge)
-                .bind(millis(now))
-                .bind(sql::limit(n))
-                .execute(&self.pool)
-                .await
-                .map(|done| done.rows_affected())
-                .map_err(err)
-        })
-        .await
+impl PostgresStore {
+    /// PostgreSQL orders concurrent writes itself (row locks, `SKIP LOCKED`): a write
+    /// waits for nothing here.
+    async fn write_gate(&self) -> sql::Ungated {
+        sql::Ungated
     }
 }
 
-#[async_trait]
-impl OrderingStore for PostgresStore {
-    async fn observe(
-        &self,
-        key: ObjectKey<'_>,
-        created_at: DateTime<Utc>,
-        now: DateTime<Utc>,
-    ) -> Result<Freshness, StoreError> {
-        let q = &self.sql.queue;
-        let fresh = sqlx::query(&q.observe)
-            .bind(key.namespace)
-            .bind(key.object)
-            .bind(key.family)
-            .bind(millis(created_at))
-            .bind(millis(now))
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(err)?;
-        if fresh.is_some() {
-            return Ok(Freshness::Fresh);
-        }
-        // Refused: a newer event is stored (records are never deleted, and the
-        // newest only grows), so this read finds it.
-        let newest: i64 = sqlx::query_scalar(&q.newest)
-            .bind(key.namespace)
-            .bind(key.object)
-            .bind(key.family)
-            .fetch_one(&self.pool)
-            .await
-            .map_err(err)?;
-        Ok(Freshness::Stale {
-            newest: sql::time(newest),
-        })
-    }
-
-    async fn settle_object(
-        &self,
-        key: ObjectKey<'_>,
-        created_at: DateTime<Utc>,
-        status: ObjectStatus,
-        now: DateTime<Utc>,
-    ) -> Result<(), StoreError> {
-        sqlx::query(&self.sql.queue.settle_object)
-            .bind(key.namespace)
-            .bind(key.object)
-            .bind(key.family)
-            .bind(millis(created_at))
-            .bind(status.as_str())
-            .bind(millis(now))
-            .execute(&self.pool)
-            .await
-            .map_err(err)?;
-        Ok(())
-    }
-
-    async fn get_object(&self, key: ObjectKey<'_>) -> Result<Option<ObjectRecord>, StoreError> {
-        let row = sqlx::query(&self.sql.queue.get_object)
-            .bind(key.namespace)
-            .bind(key.object)
-            .bind(key.family)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(err)?;
-        row.as_ref().map(object).transpose()
-    }
-
-    async fn failed_objects(
-        &self,
-        namespace: &str,
-        before: DateTime<Utc>,
-        limit: usize,
-    ) -> Result<Vec<ObjectRecord>, StoreError> {
-        if limit == 0 {
-            return Ok(Vec::new());
-        }
-        let rows = sqlx::query(&self.sql.queue.failed)
-            .bind(namespace)
-            .bind(millis(before))
-            .bind(sql::limit(limit))
-            .fetch_all(&self.pool)
-            .await
-            .map_err(err)?;
-        rows.iter().map(object).collect()
-    }
-}
-
-fn fence(rows_affected: u64) -> Fence {
-    if rows_affected == 1 {
-        Fence::Applied
-    } else {
-        Fence::LeaseLost
-    }
-}
+sql_store_impls!(PostgresStore, PgConnection, err);
 
 #[cfg(test)]
 mod tests {
@@ -876,44 +339,11 @@ mod tests {
             .filter_map(|l| l.strip_prefix("//! "))
             .collect::<Vec<_>>()
             .join("\n");
-        let schema = Statements::new(TableName::new(DEFAULT_TABLE).unwrap()).schema;
+        let schema =
+            Statements::new(TableName::new(DEFAULT_TABLE).unwrap(), Dialect::Postgres).schema;
         assert!(
             docs.contains(schema.trim_end()),
             "update the module docs:\n{schema}"
         );
-    }
-
-    #[test]
-    fn statements_use_the_table_name() {
-        let s = Statements::new(TableName::new("my_hooks").unwrap());
-        for sql in [
-            &s.claim, &s.get, &s.finish, &s.renew, &s.delete, &s.purge, &s.stuck,
-        ] {
-            assert!(sql.contains("\"my_hooks\""), "{sql}");
-        }
-        let q = &s.queue;
-        for sql in [
-            &q.enqueue,
-            &q.existing,
-            &q.lease,
-            &q.settle,
-            &q.renew,
-            &q.get,
-            &q.purge,
-        ] {
-            assert!(sql.contains("\"my_hooks_inbox\""), "{sql}");
-        }
-        for sql in [
-            &q.observe,
-            &q.newest,
-            &q.settle_object,
-            &q.get_object,
-            &q.failed,
-        ] {
-            assert!(sql.contains("\"my_hooks_objects\""), "{sql}");
-        }
-        for sql in [&q.record, &q.recorded] {
-            assert!(sql.contains("\"my_hooks\""), "{sql}");
-        }
     }
 }

@@ -180,6 +180,107 @@ impl RawRecord {
     }
 }
 
+/// A row of the PostgreSQL or SQLite stores, read by column position with the
+/// column types the schema gives it.
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+pub(crate) trait SqlRow {
+    fn text(&self, at: usize) -> Result<String, sqlx::Error>;
+    fn optional_text(&self, at: usize) -> Result<Option<String>, sqlx::Error>;
+    fn bytes(&self, at: usize) -> Result<Vec<u8>, sqlx::Error>;
+    /// A 64-bit integer column: times and tokens.
+    fn bigint(&self, at: usize) -> Result<i64, sqlx::Error>;
+    fn optional_bigint(&self, at: usize) -> Result<Option<i64>, sqlx::Error>;
+    /// An `INTEGER` column: attempts and failures.
+    fn integer(&self, at: usize) -> Result<i64, sqlx::Error>;
+}
+
+/// How a database decodes an `INTEGER` column.
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+pub(crate) trait IntegerColumn: sqlx::Database {
+    /// `INT4` on PostgreSQL; SQLite keeps every integer in 64 bits.
+    type Integer: Into<i64> + for<'r> sqlx::Decode<'r, Self> + sqlx::Type<Self>;
+}
+
+#[cfg(feature = "postgres")]
+impl IntegerColumn for sqlx::Postgres {
+    type Integer = i32;
+}
+
+#[cfg(feature = "sqlite")]
+impl IntegerColumn for sqlx::Sqlite {
+    type Integer = i64;
+}
+
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+impl<R> SqlRow for R
+where
+    R: sqlx::Row,
+    R::Database: IntegerColumn,
+    usize: sqlx::ColumnIndex<R>,
+    for<'r> String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> Vec<u8>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
+    fn text(&self, at: usize) -> Result<String, sqlx::Error> {
+        self.try_get(at)
+    }
+
+    fn optional_text(&self, at: usize) -> Result<Option<String>, sqlx::Error> {
+        self.try_get(at)
+    }
+
+    fn bytes(&self, at: usize) -> Result<Vec<u8>, sqlx::Error> {
+        self.try_get(at)
+    }
+
+    fn bigint(&self, at: usize) -> Result<i64, sqlx::Error> {
+        self.try_get(at)
+    }
+
+    fn optional_bigint(&self, at: usize) -> Result<Option<i64>, sqlx::Error> {
+        self.try_get(at)
+    }
+
+    fn integer(&self, at: usize) -> Result<i64, sqlx::Error> {
+        self.try_get::<<R::Database as IntegerColumn>::Integer, _>(at)
+            .map(Into::into)
+    }
+}
+
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+impl RawRecord {
+    /// Reads the [`COLUMNS`] starting at column `at`.
+    pub(crate) fn read(row: &impl SqlRow, at: usize) -> Result<Self, sqlx::Error> {
+        Ok(Self {
+            state: row.text(at)?,
+            fingerprint: row.bytes(at + 1)?,
+            token: row.bigint(at + 2)?,
+            attempts: row.integer(at + 3)?,
+            failures: row.integer(at + 4)?,
+            lease_until: row.bigint(at + 5)?,
+            expires_at: row.bigint(at + 6)?,
+            created_at: row.bigint(at + 7)?,
+            updated_at: row.bigint(at + 8)?,
+            history: row.text(at + 9)?,
+        })
+    }
+}
+
+/// A fenced update's outcome: it applied when it changed the one row it names.
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+pub(crate) fn fence(rows_affected: u64) -> super::Fence {
+    if rows_affected == 1 {
+        super::Fence::Applied
+    } else {
+        super::Fence::LeaseLost
+    }
+}
+
+/// What a store whose database orders concurrent writes itself holds while it
+/// writes: nothing.
+#[cfg(feature = "postgres")]
+pub(crate) struct Ungated;
+
 /// Maps a driver error: unreachable (I/O, TLS, pool exhausted or closed, broken
 /// protocol stream, or a database code that `db_unavailable` recognises) becomes
 /// [`StoreError::Unavailable`], anything else [`StoreError::Backend`]. The driver's
@@ -260,6 +361,32 @@ pub(crate) struct RawEvent {
     pub(crate) expires_at: i64,
 }
 
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+impl RawEvent {
+    /// Reads the [`EVENT_COLUMNS`].
+    pub(crate) fn read(row: &impl SqlRow) -> Result<Self, sqlx::Error> {
+        Ok(Self {
+            namespace: row.text(0)?,
+            id: row.text(1)?,
+            fingerprint: row.bytes(2)?,
+            event_type: row.optional_text(3)?,
+            created_at: row.optional_bigint(4)?,
+            object: row.optional_text(5)?,
+            family: row.optional_text(6)?,
+            payload: row.bytes(7)?,
+            state: row.text(8)?,
+            attempts: row.integer(9)?,
+            token: row.bigint(10)?,
+            lease_until: row.bigint(11)?,
+            next_attempt_at: row.bigint(12)?,
+            last_error: row.optional_text(13)?,
+            received_at: row.bigint(14)?,
+            updated_at: row.bigint(15)?,
+            expires_at: row.bigint(16)?,
+        })
+    }
+}
+
 /// A stored fingerprint, checked to be 32 bytes.
 pub(crate) fn fingerprint(
     bytes: &[u8],
@@ -320,6 +447,21 @@ pub(crate) struct RawObject {
     pub(crate) updated_at: i64,
 }
 
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+impl RawObject {
+    /// Reads the [`OBJECT_COLUMNS`].
+    pub(crate) fn read(row: &impl SqlRow) -> Result<Self, sqlx::Error> {
+        Ok(Self {
+            namespace: row.text(0)?,
+            object: row.text(1)?,
+            family: row.text(2)?,
+            newest: row.bigint(3)?,
+            status: row.text(4)?,
+            updated_at: row.bigint(5)?,
+        })
+    }
+}
+
 impl RawObject {
     pub(crate) fn into_record(self) -> Result<ObjectRecord, StoreError> {
         let status = ObjectStatus::parse(&self.status).ok_or_else(|| {
@@ -346,6 +488,173 @@ impl RawObject {
 pub(crate) enum Dialect {
     Postgres,
     Sqlite,
+}
+
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+impl Dialect {
+    /// The column types: a key column, a byte string, a 64-bit integer.
+    fn types(self) -> (&'static str, &'static str, &'static str) {
+        match self {
+            Self::Postgres => ("TEXT COLLATE \"C\" NOT NULL", "BYTEA", "BIGINT"),
+            Self::Sqlite => ("TEXT    NOT NULL", "BLOB", "INTEGER"),
+        }
+    }
+
+    /// The larger of two values.
+    fn greatest(self) -> &'static str {
+        match self {
+            Self::Postgres => "GREATEST",
+            Self::Sqlite => "MAX",
+        }
+    }
+
+    /// How a bounded `UPDATE` or `DELETE` names the rows its sub-select picked: the
+    /// row in the outer statement, the row in the sub-select, and the locking clause
+    /// after its `LIMIT`. PostgreSQL skips rows a concurrent statement has locked,
+    /// SQLite has one writer.
+    fn pick(self) -> (&'static str, &'static str, &'static str) {
+        match self {
+            Self::Postgres => (
+                "(namespace, id)",
+                "namespace, id",
+                " FOR UPDATE SKIP LOCKED",
+            ),
+            Self::Sqlite => ("rowid", "rowid", ""),
+        }
+    }
+
+    /// A statement written with `$n` binds, as this dialect reads it (`?n` on SQLite).
+    fn binds(self, statement: &mut String) {
+        if self == Self::Sqlite {
+            *statement = statement.replace('$', "?");
+        }
+    }
+}
+
+/// Every statement of the PostgreSQL and SQLite stores, built once from the
+/// validated table name.
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+#[derive(Debug)]
+pub(crate) struct Statements {
+    pub(crate) table: TableName,
+    /// The whole schema: the dedup table, the inbox and the ordering ledger.
+    pub(crate) schema: String,
+    pub(crate) claim: String,
+    pub(crate) get: String,
+    pub(crate) finish: String,
+    pub(crate) renew: String,
+    pub(crate) delete: String,
+    pub(crate) purge: String,
+    pub(crate) stuck: String,
+    pub(crate) queue: QueueSql,
+}
+
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+impl Statements {
+    pub(crate) fn new(table: TableName, dialect: Dialect) -> Self {
+        let t = table.quoted();
+        let queue = QueueSql::new(&table, dialect);
+        let (key, bytes, int) = dialect.types();
+        let mut schema = format!(
+            "CREATE TABLE IF NOT EXISTS {t} (\n    \
+                 namespace   {key},\n    \
+                 id          {key},\n    \
+                 state       TEXT    NOT NULL,\n    \
+                 fingerprint {bytes:<7} NOT NULL,\n    \
+                 token       {int:<7} NOT NULL,\n    \
+                 attempts    INTEGER NOT NULL,\n    \
+                 failures    INTEGER NOT NULL,\n    \
+                 lease_until {int:<7} NOT NULL,\n    \
+                 expires_at  {int:<7} NOT NULL,\n    \
+                 created_at  {int:<7} NOT NULL,\n    \
+                 updated_at  {int:<7} NOT NULL,\n    \
+                 history     TEXT    NOT NULL DEFAULT '',\n    \
+                 PRIMARY KEY (namespace, id)\n\
+             );\n\
+             CREATE INDEX IF NOT EXISTS {exp}\n    ON {t} (expires_at);\n\
+             CREATE INDEX IF NOT EXISTS {stuck}\n    ON {t} (lease_until) WHERE state = 'in_progress';\n",
+            exp = table.index("expires_at"),
+            stuck = table.index("stuck"),
+        );
+        schema.push_str(&queue.schema);
+        let greatest = dialect.greatest();
+        // $1 namespace, $2 id, $3 fingerprint, $4 token, $5 lease_until,
+        // $6 expires_at, $7 now. "Expired" frees the record whatever its body,
+        // except from a holder whose lease is still live.
+        let expired =
+            "(r.expires_at <= $7 AND NOT (r.state = 'in_progress' AND r.lease_until > $7))";
+        let claim = format!(
+            "INSERT INTO {t} AS r (namespace, id, state, fingerprint, token, attempts, failures, \
+                 lease_until, expires_at, created_at, updated_at, history) \
+             VALUES ($1, $2, 'in_progress', $3, $4, 1, 0, $5, $6, $7, $7, '') \
+             ON CONFLICT (namespace, id) DO UPDATE SET \
+                 state = 'in_progress', \
+                 fingerprint = excluded.fingerprint, \
+                 token = excluded.token, \
+                 lease_until = excluded.lease_until, \
+                 updated_at = excluded.updated_at, \
+                 attempts = CASE WHEN {expired} THEN 1 ELSE r.attempts + 1 END, \
+                 failures = CASE WHEN {expired} THEN 0 \
+                     WHEN r.state = 'in_progress' THEN r.failures + 1 ELSE r.failures END, \
+                 expires_at = CASE WHEN {expired} THEN excluded.expires_at \
+                     ELSE {greatest}(r.expires_at, excluded.expires_at) END, \
+                 created_at = CASE WHEN {expired} THEN excluded.created_at ELSE r.created_at END, \
+                 history = CASE WHEN {expired} THEN '' ELSE r.history END \
+             WHERE {expired} \
+                 OR (r.fingerprint = excluded.fingerprint \
+                     AND (r.state = 'failed' OR (r.state = 'in_progress' AND r.lease_until <= $7))) \
+             RETURNING {COLUMNS}"
+        );
+        let get = format!("SELECT {COLUMNS} FROM {t} WHERE namespace = $1 AND id = $2");
+        let fence = "namespace = $1 AND id = $2 AND state = 'in_progress' AND token = $3";
+        let finish = format!(
+            "UPDATE {t} SET state = $4, failures = $5, history = $6, updated_at = $7, \
+                 expires_at = $8 WHERE {fence}"
+        );
+        let renew = format!(
+            "UPDATE {t} SET lease_until = $4, expires_at = {greatest}(expires_at, $5) WHERE {fence}"
+        );
+        let delete = format!(
+            "DELETE FROM {t} WHERE namespace = $1 AND id = $2 \
+                 AND NOT (state = 'in_progress' AND lease_until > $3)"
+        );
+        let (pick, picked, locking) = dialect.pick();
+        let purge = format!(
+            "DELETE FROM {t} WHERE {pick} IN (\
+                 SELECT {picked} FROM {t} \
+                 WHERE expires_at <= $1 AND NOT (state = 'in_progress' AND lease_until > $1) \
+                 LIMIT $2{locking})"
+        );
+        let stuck = format!(
+            "SELECT namespace, id, {COLUMNS} FROM {t} \
+             WHERE state = 'in_progress' AND lease_until <= $1 \
+             ORDER BY lease_until LIMIT $2"
+        );
+        let mut sql = Self {
+            table,
+            schema,
+            claim,
+            get,
+            finish,
+            renew,
+            delete,
+            purge,
+            stuck,
+            queue,
+        };
+        for s in [
+            &mut sql.claim,
+            &mut sql.get,
+            &mut sql.finish,
+            &mut sql.renew,
+            &mut sql.delete,
+            &mut sql.purge,
+            &mut sql.stuck,
+        ] {
+            dialect.binds(s);
+        }
+        sql
+    }
 }
 
 /// The inbox, ordering and transactional statements of the PostgreSQL and SQLite
@@ -376,12 +685,7 @@ impl QueueSql {
     /// The statements for the dedup table `table`, its inbox `<table>_inbox` and its
     /// ordering ledger `<table>_objects`.
     pub(crate) fn new(table: &TableName, dialect: Dialect) -> Self {
-        let pg = dialect == Dialect::Postgres;
-        let (key, bytes, int) = if pg {
-            ("TEXT COLLATE \"C\" NOT NULL", "BYTEA", "BIGINT")
-        } else {
-            ("TEXT    NOT NULL", "BLOB", "INTEGER")
-        };
+        let (key, bytes, int) = dialect.types();
         let records = table.quoted();
         let inbox = table.derived("inbox");
         let objects = table.derived("objects");
@@ -450,15 +754,7 @@ impl QueueSql {
             format!("SELECT fingerprint, state FROM {i} WHERE namespace = $1 AND id = $2");
         // $1 namespace, $2 now, $3 token, $4 lease_until, $5 limit. Oldest due first;
         // PostgreSQL skips rows a concurrent lease has locked, SQLite has one writer.
-        let (pick, picked, locking) = if pg {
-            (
-                "(namespace, id)",
-                "namespace, id",
-                " FOR UPDATE SKIP LOCKED",
-            )
-        } else {
-            ("rowid", "rowid", "")
-        };
+        let (pick, picked, locking) = dialect.pick();
         let lease = format!(
             "UPDATE {i} SET state = 'running', token = $3, attempts = attempts + 1, \
                  lease_until = $4, due_at = $4, updated_at = $2 \
@@ -544,10 +840,8 @@ impl QueueSql {
             record,
             recorded,
         };
-        if !pg {
-            for s in sql.statements_mut() {
-                *s = s.replace('$', "?");
-            }
+        for s in sql.statements_mut() {
+            dialect.binds(s);
         }
         sql
     }
@@ -607,5 +901,42 @@ mod tests {
         assert!(ia.len() <= 65 && ib.len() <= 65, "{ia}");
         assert_ne!(ia, ib);
         assert_ne!(a.index("expires_at"), a.index("stuck"));
+    }
+
+    #[cfg(all(feature = "postgres", feature = "sqlite"))]
+    #[test]
+    fn statements_use_the_table_name() {
+        for dialect in [Dialect::Postgres, Dialect::Sqlite] {
+            let s = Statements::new(TableName::new("my_hooks").unwrap(), dialect);
+            for sql in [
+                &s.claim, &s.get, &s.finish, &s.renew, &s.delete, &s.purge, &s.stuck,
+            ] {
+                assert!(sql.contains("\"my_hooks\""), "{sql}");
+            }
+            let q = &s.queue;
+            for sql in [
+                &q.enqueue,
+                &q.existing,
+                &q.lease,
+                &q.settle,
+                &q.renew,
+                &q.get,
+                &q.purge,
+            ] {
+                assert!(sql.contains("\"my_hooks_inbox\""), "{sql}");
+            }
+            for sql in [
+                &q.observe,
+                &q.newest,
+                &q.settle_object,
+                &q.get_object,
+                &q.failed,
+            ] {
+                assert!(sql.contains("\"my_hooks_objects\""), "{sql}");
+            }
+            for sql in [&q.record, &q.recorded] {
+                assert!(sql.contains("\"my_hooks\""), "{sql}");
+            }
+        }
     }
 }

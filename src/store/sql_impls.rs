@@ -1,0 +1,480 @@
+//! The store traits of the PostgreSQL and SQLite stores, written once.
+//!
+//! Both stores run the same statements (built by [`Statements`](super::sql::Statements)
+//! for their dialect) with the same binds and read the same rows; only the sqlx
+//! database type differs, so [`sql_store_impls!`] expands the one body for each.
+
+/// Implements [`ProcessedStore`](crate::store::ProcessedStore),
+/// [`InboxStore`](crate::inbox::InboxStore) and
+/// [`OrderingStore`](crate::ordering::OrderingStore) for `$store`, and a private
+/// `record_with` that runs the transactional record on a `$conn`.
+///
+/// `$store` must have the fields `pool` (its sqlx pool) and `sql`
+/// (`Arc<Statements>`), and an `async fn write_gate(&self)` whose result is held
+/// while a write statement runs (SQLite serialises its writes there; PostgreSQL
+/// holds nothing). `$err` maps a driver error to a [`StoreError`](crate::store::StoreError).
+macro_rules! sql_store_impls {
+    ($store:ty, $conn:ty, $err:path) => {
+        const _: () = {
+            use ::chrono::{DateTime, Utc};
+            use $crate::inbox::{Enqueued, InboxEvent, InboxStore, NewEvent, Settle};
+            use $crate::ordering::{
+                Freshness, ObjectKey, ObjectRecord, ObjectStatus, OrderingStore,
+            };
+            use $crate::store::sql::{
+                self, count, fence, history_text, millis, purge_in_batches, vanished, RawEvent,
+                RawObject, RawRecord, SqlRow,
+            };
+            use $crate::store::{
+                Claim, ClaimRequest, Deleted, Fence, FencingToken, Fingerprint, Finish, Key,
+                ProcessedStore, Record, RecordState, Recorded, StoreError,
+            };
+
+            fn record(row: &impl SqlRow, key: Key<'_>) -> Result<Record, StoreError> {
+                RawRecord::read(row, 0).map_err($err)?.into_record(key)
+            }
+
+            fn event(row: &impl SqlRow) -> Result<InboxEvent, StoreError> {
+                RawEvent::read(row).map_err($err)?.into_event()
+            }
+
+            fn object(row: &impl SqlRow) -> Result<ObjectRecord, StoreError> {
+                RawObject::read(row).map_err($err)?.into_record()
+            }
+
+            impl $store {
+                /// The body of `record_in`.
+                async fn record_with(
+                    &self,
+                    conn: &mut $conn,
+                    key: Key<'_>,
+                    fingerprint: Fingerprint,
+                    now: DateTime<Utc>,
+                    expires_at: DateTime<Utc>,
+                ) -> Result<Recorded, StoreError> {
+                    let q = &self.sql.queue;
+                    let inserted = ::sqlx::query(&q.record)
+                        .bind(key.namespace)
+                        .bind(key.id)
+                        .bind(&fingerprint.0[..])
+                        .bind(FencingToken::random().as_i64())
+                        .bind(millis(now))
+                        .bind(millis(expires_at))
+                        .fetch_optional(&mut *conn)
+                        .await
+                        .map_err($err)?;
+                    if inserted.is_some() {
+                        return Ok(Recorded::First);
+                    }
+                    let stored: Option<Vec<u8>> = ::sqlx::query_scalar(&q.recorded)
+                        .bind(key.namespace)
+                        .bind(key.id)
+                        .fetch_optional(&mut *conn)
+                        .await
+                        .map_err($err)?;
+                    let stored = stored.ok_or_else(|| vanished(key))?;
+                    Ok(if sql::fingerprint(&stored, &key)? == fingerprint {
+                        Recorded::Duplicate
+                    } else {
+                        Recorded::Conflict
+                    })
+                }
+            }
+
+            #[::async_trait::async_trait]
+            impl ProcessedStore for $store {
+                async fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
+                    let key = request.key;
+                    // Winning path: one statement. Losing path: the claim changed nothing,
+                    // so read the record; if it vanished in between (purged or deleted),
+                    // claim again.
+                    for _ in 0..3 {
+                        let row = {
+                            let _gate = self.write_gate().await;
+                            ::sqlx::query(&self.sql.claim)
+                                .bind(key.namespace)
+                                .bind(key.id)
+                                .bind(&request.fingerprint.0[..])
+                                .bind(request.token.as_i64())
+                                .bind(millis(request.lease_until))
+                                .bind(millis(request.expires_at))
+                                .bind(millis(request.now))
+                                .fetch_optional(&self.pool)
+                                .await
+                                .map_err($err)?
+                        };
+                        if let Some(row) = row {
+                            return Ok(Claim::Acquired(record(&row, key)?));
+                        }
+                        if let Some(existing) = self.get(key).await? {
+                            return Ok(Claim::Existing(existing));
+                        }
+                    }
+                    Err(vanished(key))
+                }
+
+                async fn finish(
+                    &self,
+                    key: Key<'_>,
+                    token: FencingToken,
+                    finish: &Finish<'_>,
+                ) -> Result<Fence, StoreError> {
+                    let _gate = self.write_gate().await;
+                    let done = ::sqlx::query(&self.sql.finish)
+                        .bind(key.namespace)
+                        .bind(key.id)
+                        .bind(token.as_i64())
+                        .bind(finish.state.as_str())
+                        .bind(count(finish.failures))
+                        .bind(history_text(finish.history))
+                        .bind(millis(finish.now))
+                        .bind(millis(finish.expires_at))
+                        .execute(&self.pool)
+                        .await
+                        .map_err($err)?;
+                    Ok(fence(done.rows_affected()))
+                }
+
+                async fn renew(
+                    &self,
+                    key: Key<'_>,
+                    token: FencingToken,
+                    lease_until: DateTime<Utc>,
+                    expires_at: DateTime<Utc>,
+                ) -> Result<Fence, StoreError> {
+                    let _gate = self.write_gate().await;
+                    let done = ::sqlx::query(&self.sql.renew)
+                        .bind(key.namespace)
+                        .bind(key.id)
+                        .bind(token.as_i64())
+                        .bind(millis(lease_until))
+                        .bind(millis(expires_at))
+                        .execute(&self.pool)
+                        .await
+                        .map_err($err)?;
+                    Ok(fence(done.rows_affected()))
+                }
+
+                async fn get(&self, key: Key<'_>) -> Result<Option<Record>, StoreError> {
+                    let row = ::sqlx::query(&self.sql.get)
+                        .bind(key.namespace)
+                        .bind(key.id)
+                        .fetch_optional(&self.pool)
+                        .await
+                        .map_err($err)?;
+                    row.map(|row| record(&row, key)).transpose()
+                }
+
+                async fn delete(
+                    &self,
+                    key: Key<'_>,
+                    now: DateTime<Utc>,
+                ) -> Result<Deleted, StoreError> {
+                    for _ in 0..3 {
+                        let done = {
+                            let _gate = self.write_gate().await;
+                            ::sqlx::query(&self.sql.delete)
+                                .bind(key.namespace)
+                                .bind(key.id)
+                                .bind(millis(now))
+                                .execute(&self.pool)
+                                .await
+                                .map_err($err)?
+                        };
+                        if done.rows_affected() > 0 {
+                            return Ok(Deleted::Removed);
+                        }
+                        match self.get(key).await? {
+                            None => return Ok(Deleted::NotFound),
+                            Some(r)
+                                if r.state == RecordState::InProgress && r.lease_until > now =>
+                            {
+                                return Ok(Deleted::LeaseHeld)
+                            }
+                            Some(_) => {} // changed in between: try again
+                        }
+                    }
+                    Err(vanished(key))
+                }
+
+                async fn purge_expired(
+                    &self,
+                    now: DateTime<Utc>,
+                    limit: usize,
+                ) -> Result<u64, StoreError> {
+                    // The gate is taken per batch, so claims waiting for it go first.
+                    purge_in_batches(limit, |n| async move {
+                        let _gate = self.write_gate().await;
+                        ::sqlx::query(&self.sql.purge)
+                            .bind(millis(now))
+                            .bind(sql::limit(n))
+                            .execute(&self.pool)
+                            .await
+                            .map(|done| done.rows_affected())
+                            .map_err($err)
+                    })
+                    .await
+                }
+
+                async fn stuck(
+                    &self,
+                    now: DateTime<Utc>,
+                    limit: usize,
+                ) -> Result<Vec<Record>, StoreError> {
+                    if limit == 0 {
+                        return Ok(Vec::new());
+                    }
+                    let rows = ::sqlx::query(&self.sql.stuck)
+                        .bind(millis(now))
+                        .bind(sql::limit(limit))
+                        .fetch_all(&self.pool)
+                        .await
+                        .map_err($err)?;
+                    rows.iter()
+                        .map(|row| {
+                            let namespace = row.text(0).map_err($err)?;
+                            let id = row.text(1).map_err($err)?;
+                            RawRecord::read(row, 2)
+                                .map_err($err)?
+                                .into_record(Key::new(&namespace, &id))
+                        })
+                        .collect()
+                }
+            }
+
+            #[::async_trait::async_trait]
+            impl InboxStore for $store {
+                async fn enqueue(&self, event: &NewEvent<'_>) -> Result<Enqueued, StoreError> {
+                    let q = &self.sql.queue;
+                    let key = event.key;
+                    for _ in 0..3 {
+                        let inserted = {
+                            let _gate = self.write_gate().await;
+                            ::sqlx::query(&q.enqueue)
+                                .bind(key.namespace)
+                                .bind(key.id)
+                                .bind(&event.fingerprint.0[..])
+                                .bind(event.meta.event_type.as_deref())
+                                .bind(event.meta.created_at.map(millis))
+                                .bind(event.meta.object.as_deref())
+                                .bind(event.meta.family.as_deref())
+                                .bind(event.payload)
+                                .bind(millis(event.now))
+                                .bind(millis(event.expires_at))
+                                .fetch_optional(&self.pool)
+                                .await
+                                .map_err($err)?
+                        };
+                        if inserted.is_some() {
+                            return Ok(Enqueued::Inserted);
+                        }
+                        let row = ::sqlx::query(&q.existing)
+                            .bind(key.namespace)
+                            .bind(key.id)
+                            .fetch_optional(&self.pool)
+                            .await
+                            .map_err($err)?;
+                        if let Some(row) = row {
+                            let fingerprint = row.bytes(0).map_err($err)?;
+                            let state = row.text(1).map_err($err)?;
+                            return Ok(Enqueued::Existing {
+                                fingerprint: sql::fingerprint(&fingerprint, &key)?,
+                                state: sql::inbox_state(&state, &key)?,
+                            });
+                        }
+                        // Purged in between: enqueue again.
+                    }
+                    Err(vanished(key))
+                }
+
+                async fn lease(
+                    &self,
+                    namespace: &str,
+                    now: DateTime<Utc>,
+                    lease_until: DateTime<Utc>,
+                    limit: usize,
+                ) -> Result<Vec<InboxEvent>, StoreError> {
+                    if limit == 0 {
+                        return Ok(Vec::new());
+                    }
+                    let _gate = self.write_gate().await;
+                    let rows = ::sqlx::query(&self.sql.queue.lease)
+                        .bind(namespace)
+                        .bind(millis(now))
+                        .bind(FencingToken::random().as_i64())
+                        .bind(millis(lease_until))
+                        .bind(sql::limit(limit))
+                        .fetch_all(&self.pool)
+                        .await
+                        .map_err($err)?;
+                    let mut events = rows.iter().map(event).collect::<Result<Vec<_>, _>>()?;
+                    events.sort_by_key(|e| e.next_attempt_at);
+                    Ok(events)
+                }
+
+                async fn settle_event(
+                    &self,
+                    key: Key<'_>,
+                    token: FencingToken,
+                    settle: &Settle<'_>,
+                ) -> Result<Fence, StoreError> {
+                    let _gate = self.write_gate().await;
+                    let done = ::sqlx::query(&self.sql.queue.settle)
+                        .bind(key.namespace)
+                        .bind(key.id)
+                        .bind(token.as_i64())
+                        .bind(settle.state.as_str())
+                        .bind(millis(settle.next_attempt_at))
+                        .bind(settle.error)
+                        .bind(millis(settle.now))
+                        .bind(millis(settle.expires_at))
+                        .execute(&self.pool)
+                        .await
+                        .map_err($err)?;
+                    Ok(fence(done.rows_affected()))
+                }
+
+                async fn renew_event(
+                    &self,
+                    key: Key<'_>,
+                    token: FencingToken,
+                    lease_until: DateTime<Utc>,
+                ) -> Result<Fence, StoreError> {
+                    let _gate = self.write_gate().await;
+                    let done = ::sqlx::query(&self.sql.queue.renew)
+                        .bind(key.namespace)
+                        .bind(key.id)
+                        .bind(token.as_i64())
+                        .bind(millis(lease_until))
+                        .execute(&self.pool)
+                        .await
+                        .map_err($err)?;
+                    Ok(fence(done.rows_affected()))
+                }
+
+                async fn get_event(&self, key: Key<'_>) -> Result<Option<InboxEvent>, StoreError> {
+                    let row = ::sqlx::query(&self.sql.queue.get)
+                        .bind(key.namespace)
+                        .bind(key.id)
+                        .fetch_optional(&self.pool)
+                        .await
+                        .map_err($err)?;
+                    row.as_ref().map(event).transpose()
+                }
+
+                async fn purge_settled(
+                    &self,
+                    now: DateTime<Utc>,
+                    limit: usize,
+                ) -> Result<u64, StoreError> {
+                    purge_in_batches(limit, |n| async move {
+                        let _gate = self.write_gate().await;
+                        ::sqlx::query(&self.sql.queue.purge)
+                            .bind(millis(now))
+                            .bind(sql::limit(n))
+                            .execute(&self.pool)
+                            .await
+                            .map(|done| done.rows_affected())
+                            .map_err($err)
+                    })
+                    .await
+                }
+            }
+
+            #[::async_trait::async_trait]
+            impl OrderingStore for $store {
+                async fn observe(
+                    &self,
+                    key: ObjectKey<'_>,
+                    created_at: DateTime<Utc>,
+                    now: DateTime<Utc>,
+                ) -> Result<Freshness, StoreError> {
+                    let q = &self.sql.queue;
+                    let fresh = {
+                        let _gate = self.write_gate().await;
+                        ::sqlx::query(&q.observe)
+                            .bind(key.namespace)
+                            .bind(key.object)
+                            .bind(key.family)
+                            .bind(millis(created_at))
+                            .bind(millis(now))
+                            .fetch_optional(&self.pool)
+                            .await
+                            .map_err($err)?
+                    };
+                    if fresh.is_some() {
+                        return Ok(Freshness::Fresh);
+                    }
+                    // Refused: a newer event is stored (records are never deleted, and
+                    // the newest only grows), so this read finds it.
+                    let newest: i64 = ::sqlx::query_scalar(&q.newest)
+                        .bind(key.namespace)
+                        .bind(key.object)
+                        .bind(key.family)
+                        .fetch_one(&self.pool)
+                        .await
+                        .map_err($err)?;
+                    Ok(Freshness::Stale {
+                        newest: sql::time(newest),
+                    })
+                }
+
+                async fn settle_object(
+                    &self,
+                    key: ObjectKey<'_>,
+                    created_at: DateTime<Utc>,
+                    status: ObjectStatus,
+                    now: DateTime<Utc>,
+                ) -> Result<(), StoreError> {
+                    let _gate = self.write_gate().await;
+                    ::sqlx::query(&self.sql.queue.settle_object)
+                        .bind(key.namespace)
+                        .bind(key.object)
+                        .bind(key.family)
+                        .bind(millis(created_at))
+                        .bind(status.as_str())
+                        .bind(millis(now))
+                        .execute(&self.pool)
+                        .await
+                        .map_err($err)?;
+                    Ok(())
+                }
+
+                async fn get_object(
+                    &self,
+                    key: ObjectKey<'_>,
+                ) -> Result<Option<ObjectRecord>, StoreError> {
+                    let row = ::sqlx::query(&self.sql.queue.get_object)
+                        .bind(key.namespace)
+                        .bind(key.object)
+                        .bind(key.family)
+                        .fetch_optional(&self.pool)
+                        .await
+                        .map_err($err)?;
+                    row.as_ref().map(object).transpose()
+                }
+
+                async fn failed_objects(
+                    &self,
+                    namespace: &str,
+                    before: DateTime<Utc>,
+                    limit: usize,
+                ) -> Result<Vec<ObjectRecord>, StoreError> {
+                    if limit == 0 {
+                        return Ok(Vec::new());
+                    }
+                    let rows = ::sqlx::query(&self.sql.queue.failed)
+                        .bind(namespace)
+                        .bind(millis(before))
+                        .bind(sql::limit(limit))
+                        .fetch_all(&self.pool)
+                        .await
+                        .map_err($err)?;
+                    rows.iter().map(object).collect()
+                }
+            }
+        };
+    };
+}
+
+pub(crate) use sql_store_impls;
