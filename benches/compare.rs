@@ -24,6 +24,10 @@
 //!   developing (the 1,000,000-record figures of the issue need 1).
 //! - `WG_BENCH_ROUNDS` (default 7): rounds per side.
 //! - `CI`: a comparison whose server is missing fails the run instead of skipping.
+//! - `WEBHOOK_GUARD_REDIS_URL`, `WEBHOOK_GUARD_POSTGRES_URL`,
+//!   `WEBHOOK_GUARD_MYSQL_URL`: the servers of the backend comparisons (SQLite uses
+//!   a file in the temp directory). Each comparison works in fresh tables or under a
+//!   fresh key prefix and removes them afterwards.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -258,7 +262,6 @@ impl Ctx {
 
     /// The URL of a server a comparison needs, from the environment variable `var`.
     /// Missing: fails in CI (`CI` set), skips with a message elsewhere.
-    #[allow(dead_code)] // used by the backend comparisons added after the merge
     fn server(&self, var: &str) -> Result<String, Skip> {
         match std::env::var(var) {
             Ok(url) if !url.is_empty() => Ok(url),
