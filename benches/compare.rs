@@ -24,6 +24,10 @@
 //!   developing (the 1,000,000-record figures of the issue need 1).
 //! - `WG_BENCH_ROUNDS` (default 7): rounds per side.
 //! - `CI`: a comparison whose server is missing fails the run instead of skipping.
+//! - `WEBHOOK_GUARD_REDIS_URL`, `WEBHOOK_GUARD_POSTGRES_URL`,
+//!   `WEBHOOK_GUARD_MYSQL_URL`: the servers of the backend comparisons (SQLite uses
+//!   a file in the temp directory). Each comparison works in fresh tables or under a
+//!   fresh key prefix and removes them afterwards.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -63,6 +67,35 @@ const COMPARISONS: &[Comparison] = &[
         AtMost(5.0),
         sweep_claim_p99_memory,
     ),
+    Comparison::new("verify_stripe_4k", AtMost(1.15), verify_stripe_4k),
+    Comparison::new("verify_standard_4k", AtMost(0.25), verify_standard_4k),
+    Comparison::new(
+        "verify_standard_vs_hmac_4k",
+        AtMost(1.15),
+        verify_standard_vs_hmac_4k,
+    ),
+    Comparison::new("verify_github_4k", AtMost(1.15), verify_github_4k),
+    Comparison::new("redis_cycle_tput", AtLeast(0.6), redis_cycle_tput),
+    Comparison::new(
+        "redis_cycle_vs_idempotent_tput",
+        AtLeast(2.0),
+        redis_cycle_vs_idempotent_tput,
+    ),
+    Comparison::new("postgres_cycle_tput", AtLeast(0.42), postgres_cycle_tput),
+    Comparison::new("mysql_cycle_tput", AtLeast(0.42), mysql_cycle_tput),
+    Comparison::new("sqlite_cycle_tput", AtLeast(0.42), sqlite_cycle_tput),
+    Comparison::new("axum_e2e_tput", AtLeast(0.8), axum_e2e_tput),
+    Comparison::new(
+        "sweep_claim_p99_sqlite",
+        AtMost(5.0),
+        sweep_claim_p99_sqlite,
+    ),
+    Comparison::new(
+        "sweep_claim_p99_postgres",
+        AtMost(5.0),
+        sweep_claim_p99_postgres,
+    ),
+    Comparison::new("sweep_claim_p99_mysql", AtMost(5.0), sweep_claim_p99_mysql),
 ];
 
 // ---------------------------------------------------------------------------
@@ -203,13 +236,13 @@ impl Ctx {
         mut guard: impl FnMut(&mut S, std::ops::Range<usize>),
         mut baseline: impl FnMut(&mut S, std::ops::Range<usize>),
     ) -> (f64, f64) {
-        const CHUNK: usize = 10_000;
+        let chunk = (n / 10).clamp(1000, 10_000);
         let (mut g, mut b) = (Vec::new(), Vec::new());
         for round in 0..rounds {
             let mut state = setup();
             let (mut tg, mut tb) = (Duration::ZERO, Duration::ZERO);
-            for (c, start) in (0..n).step_by(CHUNK).enumerate() {
-                let range = start..(start + CHUNK).min(n);
+            for (c, start) in (0..n).step_by(chunk).enumerate() {
+                let range = start..(start + chunk).min(n);
                 for side in [(c + round) % 2, (c + round + 1) % 2] {
                     let t = Instant::now();
                     if side == 0 {
@@ -229,7 +262,6 @@ impl Ctx {
 
     /// The URL of a server a comparison needs, from the environment variable `var`.
     /// Missing: fails in CI (`CI` set), skips with a message elsewhere.
-    #[allow(dead_code)] // used by the backend comparisons added after the merge
     fn server(&self, var: &str) -> Result<String, Skip> {
         match std::env::var(var) {
             Ok(url) if !url.is_empty() => Ok(url),
@@ -793,4 +825,1019 @@ fn rss() -> i64 {
         .and_then(|p| p.parse().ok())
         .expect("resident pages");
     pages * 4096
+}
+
+// ---------------------------------------------------------------------------
+// Signature verification: 4 KiB bodies.
+// ---------------------------------------------------------------------------
+
+const VERIFY_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+/// A 4,096-byte Stripe-shaped JSON event, `id` first.
+fn body_4k() -> Vec<u8> {
+    let head = br#"{"id":"evt_1NDEXAMPLE4K","object":"event","type":"charge.succeeded","created":1700000000,"data":{"object":{"id":"ch_3NDEXAMPLE","amount":2000,"currency":"usd","description":""#;
+    let tail = br#""}}}"#;
+    let mut body = head.to_vec();
+    body.resize(4096 - tail.len(), b'x');
+    body.extend_from_slice(tail);
+    assert_eq!(body.len(), 4096);
+    body
+}
+
+/// What a naive user writes: key the HMAC on every call, MAC the signed bytes,
+/// compare in constant time.
+fn bare_hmac(secret: &[u8], parts: &[&[u8]], tag: &[u8; 32]) -> bool {
+    use hmac::{Hmac, Mac};
+    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(secret).expect("any key length");
+    for part in parts {
+        mac.update(part);
+    }
+    mac.verify_slice(tag).is_ok()
+}
+
+/// `guard` vs `baseline`, each one verification, in alternating chunks.
+fn verify_pair(
+    ctx: &Ctx,
+    guard_what: &'static str,
+    base_what: &'static str,
+    n: usize,
+    mut guard: impl FnMut() -> bool,
+    mut baseline: impl FnMut() -> bool,
+) -> Report {
+    assert!(guard(), "guard side rejects a valid delivery");
+    assert!(baseline(), "baseline rejects a valid delivery");
+    let n = ctx.n(n);
+    let (g, b) = ctx.interleave_chunks(
+        ctx.rounds,
+        n,
+        || (),
+        |(), range| {
+            for _ in range {
+                black_box(guard());
+            }
+        },
+        |(), range| {
+            for _ in range {
+                black_box(baseline());
+            }
+        },
+    );
+    Report {
+        ratio: g / b,
+        guard: Figure {
+            what: guard_what,
+            value: g,
+            unit: "ns/verification",
+        },
+        baseline: Figure {
+            what: base_what,
+            value: b,
+            unit: "ns/verification",
+        },
+        notes: vec![format!(
+            "4,096-byte body, {n} verifications per side per round"
+        )],
+    }
+}
+
+fn verify_stripe_4k(ctx: &Ctx) -> Result<Report, Skip> {
+    use webhook_guard::verify::{Stripe, Verifier};
+    let body = body_4k();
+    let stripe = Stripe::new([VERIFY_SECRET]).expect("secret");
+    let now = Utc::now();
+    let t = now.timestamp();
+    let header = stripe.sign(&body, t);
+    let headers = [("stripe-signature", header.as_str())];
+    let tag: [u8; 32] = hex::decode(&header[header.find("v1=").unwrap() + 3..])
+        .unwrap()
+        .try_into()
+        .unwrap();
+    let ts = t.to_string();
+    Ok(verify_pair(
+        ctx,
+        "verify::Stripe",
+        "bare HMAC-SHA256",
+        40_000,
+        || {
+            stripe
+                .verify(black_box(&headers), black_box(&body), now)
+                .is_ok()
+        },
+        || {
+            bare_hmac(
+                VERIFY_SECRET.as_bytes(),
+                &[ts.as_bytes(), b".", black_box(&body)],
+                &tag,
+            )
+        },
+    ))
+}
+
+/// The three Standard Webhooks headers for the 4 KiB body, signed now.
+fn standard_input(
+    body: &[u8],
+) -> (
+    webhook_guard::verify::StandardWebhooks,
+    Vec<(&'static str, String)>,
+    i64,
+) {
+    let v = webhook_guard::verify::StandardWebhooks::new([VERIFY_SECRET]).expect("secret");
+    let t = Utc::now().timestamp();
+    let headers = v.sign_headers("msg_2KWPBgLlAfxdpx2AI54pPJ85f4W", t, body);
+    (v, headers, t)
+}
+
+fn verify_standard_4k(ctx: &Ctx) -> Result<Report, Skip> {
+    use webhook_guard::verify::Verifier;
+    let body = body_4k();
+    let (v, headers, _) = standard_input(&body);
+    let mut map = http::HeaderMap::new();
+    for (name, value) in &headers {
+        map.insert(*name, value.parse().unwrap());
+    }
+    let peer = standardwebhooks::Webhook::new(VERIFY_SECRET).expect("secret");
+    // Both sides read the clock: the peer crate does so inside `verify`.
+    Ok(verify_pair(
+        ctx,
+        "verify::StandardWebhooks",
+        "standardwebhooks 1 Webhook::verify",
+        10_000,
+        || {
+            v.verify(black_box(&map), black_box(&body), Utc::now())
+                .is_ok()
+        },
+        || peer.verify(black_box(&body), black_box(&map)).is_ok(),
+    ))
+}
+
+fn verify_standard_vs_hmac_4k(ctx: &Ctx) -> Result<Report, Skip> {
+    use base64::Engine as _;
+    use webhook_guard::verify::Verifier;
+    let body = body_4k();
+    let (v, headers, t) = standard_input(&body);
+    let now = Utc::now();
+    let sig = &headers[2].1;
+    let tag: [u8; 32] = base64::engine::general_purpose::STANDARD
+        .decode(&sig[3..])
+        .unwrap()
+        .try_into()
+        .unwrap();
+    let key = base64::engine::general_purpose::STANDARD
+        .decode(&VERIFY_SECRET[6..])
+        .unwrap();
+    let (id, ts) = (headers[0].1.clone(), t.to_string());
+    Ok(verify_pair(
+        ctx,
+        "verify::StandardWebhooks",
+        "bare HMAC-SHA256",
+        40_000,
+        || v.verify(black_box(&headers), black_box(&body), now).is_ok(),
+        || {
+            bare_hmac(
+                &key,
+                &[id.as_bytes(), b".", ts.as_bytes(), b".", black_box(&body)],
+                &tag,
+            )
+        },
+    ))
+}
+
+fn verify_github_4k(ctx: &Ctx) -> Result<Report, Skip> {
+    use webhook_guard::verify::{GitHub, Verifier};
+    let body = body_4k();
+    let gh = GitHub::new([VERIFY_SECRET]).expect("secret");
+    let sig = gh.sign(&body);
+    let headers = [
+        ("x-hub-signature-256", sig.as_str()),
+        ("x-github-delivery", "72d3162e-cc78-11e3-81ab-4c9367dc0958"),
+    ];
+    let tag: [u8; 32] = hex::decode(&sig[7..]).unwrap().try_into().unwrap();
+    let now = Utc::now();
+    Ok(verify_pair(
+        ctx,
+        "verify::GitHub",
+        "bare HMAC-SHA256",
+        40_000,
+        || {
+            gh.verify(black_box(&headers), black_box(&body), now)
+                .is_ok()
+        },
+        || bare_hmac(VERIFY_SECRET.as_bytes(), &[black_box(&body)], &tag),
+    ))
+}
+
+// ---------------------------------------------------------------------------
+// Backends: Redis, PostgreSQL, MySQL, SQLite.
+// ---------------------------------------------------------------------------
+
+/// A 2-worker runtime, like the memory comparisons.
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+/// A fresh name for tables and key prefixes: `wgb_<pid>_<nanos>`.
+fn fresh_name() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    format!("wgb_{}_{nanos}", std::process::id())
+}
+
+/// How long one throughput round runs, scaled (at least 0.3 s).
+fn round_time(ctx: &Ctx) -> Duration {
+    Duration::from_secs_f64((2.0 * ctx.scale).clamp(0.3, 2.0))
+}
+
+/// Operations per second of `tasks` tasks each calling `op(i)` with fresh `i` from a
+/// shared counter, for `dur`. `op` returns whether its operation succeeded as
+/// expected; a failure panics.
+async fn tput<F, Fut>(tasks: usize, dur: Duration, first: u64, op: F) -> (f64, u64)
+where
+    F: Fn(u64) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = bool> + Send,
+{
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let op = Arc::new(op);
+    let next = Arc::new(AtomicU64::new(first));
+    let done = Arc::new(AtomicU64::new(0));
+    let t = Instant::now();
+    let handles: Vec<_> = (0..tasks)
+        .map(|_| {
+            let (op, next, done) = (op.clone(), next.clone(), done.clone());
+            tokio::spawn(async move {
+                while t.elapsed() < dur {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    assert!(op(i).await, "operation {i} failed");
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.await.expect("task");
+    }
+    let secs = t.elapsed().as_secs_f64();
+    let n = done.load(Ordering::Relaxed);
+    (n as f64 / secs, next.load(Ordering::Relaxed))
+}
+
+/// A guard on `store` whose cycle of id `i` is claim + no-op + complete.
+async fn guard_cycle(guard: &WebhookGuard, prefix: &str, i: u64) -> bool {
+    let id = format!("{prefix}{i:020}");
+    matches!(cycle(guard, &id).await, Outcome::Processed { .. })
+}
+
+/// Interleaved throughput rounds on one runtime: `guard(first)` and
+/// `baseline(first)` each return (ops/s, next free index).
+fn interleave_tput<G, B, GF, BF>(
+    ctx: &Ctx,
+    rt: &tokio::runtime::Runtime,
+    guard: G,
+    baseline: B,
+) -> (f64, f64)
+where
+    G: Fn(u64) -> GF,
+    B: Fn(u64) -> BF,
+    GF: Future<Output = (f64, u64)>,
+    BF: Future<Output = (f64, u64)>,
+{
+    let next = std::cell::Cell::new(0u64);
+    ctx.interleave(
+        ctx.rounds.min(5),
+        || {
+            let (v, n) = rt.block_on(guard(next.get()));
+            next.set(n);
+            v
+        },
+        || {
+            let (v, n) = rt.block_on(baseline(next.get()));
+            next.set(n);
+            v
+        },
+    )
+}
+
+fn tput_report(g: f64, b: f64, base_what: &'static str, note: String) -> Report {
+    Report {
+        ratio: g / b,
+        guard: Figure {
+            what: "guard",
+            value: g,
+            unit: "cycles/s",
+        },
+        baseline: Figure {
+            what: base_what,
+            value: b,
+            unit: "ops/s",
+        },
+        notes: vec![note],
+    }
+}
+
+async fn redis_store(url: &str, prefix: &str) -> webhook_guard::store::RedisStore {
+    webhook_guard::store::RedisStore::builder()
+        .prefix(prefix)
+        .connect(url)
+        .await
+        .expect("redis store")
+}
+
+/// Deletes every key matching `pattern`.
+async fn redis_cleanup(url: &str, pattern: &str) {
+    let client = redis::Client::open(url).expect("url");
+    let mut conn = client.get_connection_manager().await.expect("connect");
+    let mut cursor: u64 = 0;
+    loop {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(&mut conn)
+            .await
+            .expect("scan");
+        if !keys.is_empty() {
+            let _: () = redis::cmd("UNLINK")
+                .arg(&keys)
+                .query_async(&mut conn)
+                .await
+                .expect("unlink");
+        }
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+}
+
+const REDIS_TASKS: usize = 64;
+
+/// Guard cycles/s on `RedisStore`, 64 tasks, vs raw `SET k v NX PX` round trips/s on
+/// a `ConnectionManager` of the same `redis` crate, 64 tasks.
+fn redis_cycle_tput(ctx: &Ctx) -> Result<Report, Skip> {
+    let url = ctx.server("WEBHOOK_GUARD_REDIS_URL")?;
+    let rt = runtime();
+    let prefix = fresh_name();
+    let dur = round_time(ctx);
+    let (guard, conn) = rt.block_on(async {
+        let guard = guard_on(redis_store(&url, &prefix).await);
+        let conn = redis::Client::open(url.as_str())
+            .unwrap()
+            .get_connection_manager()
+            .await
+            .expect("connect");
+        (guard, conn)
+    });
+    let raw_prefix = format!("{prefix}_raw:");
+    let (g, b) = interleave_tput(
+        ctx,
+        &rt,
+        |first| {
+            let guard = guard.clone();
+            tput(REDIS_TASKS, dur, first, move |i| {
+                let guard = guard.clone();
+                async move { guard_cycle(&guard, "evt_", i).await }
+            })
+        },
+        |first| {
+            let (conn, raw_prefix) = (conn.clone(), raw_prefix.clone());
+            tput(REDIS_TASKS, dur, first, move |i| {
+                let (mut conn, key) = (conn.clone(), format!("{raw_prefix}evt_{i:020}"));
+                async move {
+                    let set: Option<String> = redis::cmd("SET")
+                        .arg(key)
+                        .arg(&BODY[..32])
+                        .arg("NX")
+                        .arg("PX")
+                        .arg(600_000)
+                        .query_async(&mut conn)
+                        .await
+                        .expect("SET");
+                    set.is_some()
+                }
+            })
+        },
+    );
+    rt.block_on(async {
+        redis_cleanup(&url, &format!("{{{prefix}:*")).await;
+        redis_cleanup(&url, &format!("{raw_prefix}*")).await;
+    });
+    Ok(tput_report(
+        g,
+        b,
+        "SET NX PX",
+        format!("{REDIS_TASKS} tasks, one multiplexed connection each side, {:.1} s rounds; a cycle is 2 round trips", dur.as_secs_f64()),
+    ))
+}
+
+/// Guard cycles/s on Redis vs the `idempotent` crate 0.3's `ValkeyStore`
+/// `try_insert` + `complete`, 64 tasks each.
+fn redis_cycle_vs_idempotent_tput(ctx: &Ctx) -> Result<Report, Skip> {
+    use idempotent::fingerprint::{DefaultFingerprintStrategy, FingerprintStrategy};
+    use idempotent::store::{IdempotencyStore, InsertResult};
+    use idempotent::{CachedResponse, IdempotencyEntry, IdempotencyKey, Metadata};
+
+    let url = ctx.server("WEBHOOK_GUARD_REDIS_URL")?;
+    let rt = runtime();
+    let prefix = fresh_name();
+    let peer_prefix = format!("{prefix}_peer");
+    let dur = round_time(ctx);
+    let (guard, peer) = rt.block_on(async {
+        let guard = guard_on(redis_store(&url, &prefix).await);
+        let client = redis::Client::open(url.as_str()).unwrap();
+        let peer = idempotent::store::valkey::ValkeyStore::with_prefix(client, Some(&peer_prefix))
+            .await
+            .expect("valkey store");
+        (guard, Arc::new(peer))
+    });
+    let ttl = Duration::from_secs(600);
+    let (g, b) = interleave_tput(
+        ctx,
+        &rt,
+        |first| {
+            let guard = guard.clone();
+            tput(REDIS_TASKS, dur, first, move |i| {
+                let guard = guard.clone();
+                async move { guard_cycle(&guard, "evt_", i).await }
+            })
+        },
+        |first| {
+            let peer = peer.clone();
+            tput(REDIS_TASKS, dur, first, move |i| {
+                let peer = peer.clone();
+                async move {
+                    let key = IdempotencyKey::new(format!("evt_{i:020}")).expect("key");
+                    let fp = DefaultFingerprintStrategy.compute("POST /webhooks", BODY);
+                    let entry = IdempotencyEntry::new(fp, ttl);
+                    let Ok(InsertResult::Claimed { fencing_token }) =
+                        peer.try_insert(&key, entry.clone()).await
+                    else {
+                        return false;
+                    };
+                    black_box(()); // the no-op handler
+                    let response = CachedResponse {
+                        status_code: 200,
+                        metadata: Metadata::default(),
+                        body: bytes::Bytes::new(),
+                    };
+                    peer.complete(&key, entry.complete(response), fencing_token)
+                        .await
+                        .is_ok()
+                }
+            })
+        },
+    );
+    rt.block_on(async {
+        redis_cleanup(&url, &format!("{{{prefix}:*")).await;
+        redis_cleanup(&url, &format!("{peer_prefix}-*")).await;
+    });
+    Ok(tput_report(
+        g,
+        b,
+        "idempotent 0.3 ValkeyStore",
+        format!(
+            "{REDIS_TASKS} tasks each side, {:.1} s rounds",
+            dur.as_secs_f64()
+        ),
+    ))
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Backend {
+    Postgres,
+    MySql,
+    Sqlite,
+}
+
+#[derive(Clone)]
+enum Pool {
+    Pg(sqlx::PgPool),
+    My(sqlx::MySqlPool),
+    Lite(sqlx::SqlitePool),
+}
+
+impl Pool {
+    async fn exec(&self, sql: &str) {
+        match self {
+            Pool::Pg(p) => sqlx::raw_sql(sql).execute(p).await.map(drop),
+            Pool::My(p) => sqlx::raw_sql(sql).execute(p).await.map(drop),
+            Pool::Lite(p) => sqlx::raw_sql(sql).execute(p).await.map(drop),
+        }
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+
+    /// One raw insert-if-absent of a full record row into `sql` (the statement of
+    /// [`raw_insert_sql`]); whether a row was inserted.
+    async fn insert(&self, sql: &str, id: &str) -> bool {
+        const FP: [u8; 32] = [7; 32];
+        let now = Utc::now().timestamp_millis();
+        let expires = now + 72 * 3600 * 1000;
+        let token = now ^ 0x5bd1_e995;
+        macro_rules! run {
+            ($p:expr) => {
+                sqlx::query(sql)
+                    .bind("default")
+                    .bind(id)
+                    .bind(&FP[..])
+                    .bind(token)
+                    .bind(now)
+                    .bind(expires)
+                    .bind(now)
+                    .bind(now)
+                    .execute($p)
+                    .await
+                    .expect("raw insert")
+                    .rows_affected()
+            };
+        }
+        let n = match self {
+            Pool::Pg(p) => run!(p),
+            Pool::My(p) => run!(p),
+            Pool::Lite(p) => run!(p),
+        };
+        n == 1
+    }
+}
+
+const COLUMNS: &str =
+    "namespace, id, state, fingerprint, token, attempts, failures, lease_until, expires_at, created_at, updated_at, history";
+
+/// The baseline statement: one insert-if-absent of a whole record row.
+fn raw_insert_sql(backend: Backend, table: &str) -> String {
+    match backend {
+        Backend::Postgres => format!(
+            "INSERT INTO {table} ({COLUMNS}) VALUES ($1, $2, 'completed', $3, $4, 1, 0, $5, $6, $7, $8, '') ON CONFLICT DO NOTHING"
+        ),
+        Backend::MySql => format!(
+            "INSERT IGNORE INTO {table} ({COLUMNS}) VALUES (?, ?, 'completed', ?, ?, 1, 0, ?, ?, ?, ?, '')"
+        ),
+        Backend::Sqlite => format!(
+            "INSERT INTO {table} ({COLUMNS}) VALUES (?, ?, 'completed', ?, ?, 1, 0, ?, ?, ?, ?, '') ON CONFLICT DO NOTHING"
+        ),
+    }
+}
+
+/// A pool, a guard on a store in the fresh table `table` (created), and a store in
+/// `{table}_raw` (created, for the baseline). `drop_sql` removes both.
+struct SqlBench {
+    backend: Backend,
+    pool: Pool,
+    guard: WebhookGuard,
+    table: String,
+    raw_table: String,
+    sqlite_path: Option<std::path::PathBuf>,
+}
+
+const SQL_POOL: u32 = 16;
+const SQL_TASKS: usize = 16;
+
+fn sql_var(backend: Backend) -> &'static str {
+    match backend {
+        Backend::Postgres => "WEBHOOK_GUARD_POSTGRES_URL",
+        Backend::MySql => "WEBHOOK_GUARD_MYSQL_URL",
+        Backend::Sqlite => "",
+    }
+}
+
+async fn sql_bench(backend: Backend, url: &str) -> SqlBench {
+    use webhook_guard::store::{MySqlStore, PostgresStore, SqliteStore};
+    let table = fresh_name();
+    let raw_table = format!("{table}_raw");
+    let mut sqlite_path = None;
+    let (pool, guard) = match backend {
+        Backend::Postgres => {
+            let pool = sqlx::postgres::PgPoolOptions::new()
+                .max_connections(SQL_POOL)
+                .connect(url)
+                .await
+                .expect("postgres");
+            let store = PostgresStore::with_table(pool.clone(), &table).unwrap();
+            store.migrate().await.expect("migrate");
+            let raw = PostgresStore::with_table(pool.clone(), &raw_table).unwrap();
+            raw.migrate().await.expect("migrate");
+            (Pool::Pg(pool), guard_on(store))
+        }
+        Backend::MySql => {
+            let pool = sqlx::mysql::MySqlPoolOptions::new()
+                .max_connections(SQL_POOL)
+                .connect(url)
+                .await
+                .expect("mysql");
+            let store = MySqlStore::new(pool.clone()).with_table(&table).unwrap();
+            store.migrate().await.expect("migrate");
+            let raw = MySqlStore::new(pool.clone())
+                .with_table(&raw_table)
+                .unwrap();
+            raw.migrate().await.expect("migrate");
+            (Pool::My(pool), guard_on(store))
+        }
+        Backend::Sqlite => {
+            let path = std::env::temp_dir().join(format!("{table}.db"));
+            // The store's own pool and settings (`SqliteStore::open`).
+            let store = SqliteStore::open(&path).await.expect("sqlite");
+            let pool = store.pool().clone();
+            let store = SqliteStore::with_table(pool.clone(), &table).unwrap();
+            store.migrate().await.expect("migrate");
+            let raw = SqliteStore::with_table(pool.clone(), &raw_table).unwrap();
+            raw.migrate().await.expect("migrate");
+            sqlite_path = Some(path);
+            (Pool::Lite(pool), guard_on(store))
+        }
+    };
+    SqlBench {
+        backend,
+        pool,
+        guard,
+        table,
+        raw_table,
+        sqlite_path,
+    }
+}
+
+impl SqlBench {
+    async fn drop_tables(&self) {
+        if let Some(path) = &self.sqlite_path {
+            if let Pool::Lite(p) = &self.pool {
+                p.close().await;
+            }
+            for ext in ["", "-wal", "-shm"] {
+                let mut p = path.clone().into_os_string();
+                p.push(ext);
+                let _ = std::fs::remove_file(p);
+            }
+            return;
+        }
+        for t in [&self.table, &self.raw_table] {
+            for suffix in ["", "_inbox", "_objects"] {
+                self.pool
+                    .exec(&format!("DROP TABLE IF EXISTS {t}{suffix}"))
+                    .await;
+            }
+        }
+    }
+}
+
+fn sql_url(ctx: &Ctx, backend: Backend) -> Result<String, Skip> {
+    match backend {
+        Backend::Sqlite => Ok(String::new()),
+        b => ctx.server(sql_var(b)),
+    }
+}
+
+/// Guard cycles/s, 16 tasks on a pool of 16, vs raw insert-if-absent statements/s
+/// of a whole record row, 16 tasks, same pool.
+fn sql_cycle_tput(ctx: &Ctx, backend: Backend) -> Result<Report, Skip> {
+    let url = sql_url(ctx, backend)?;
+    let rt = runtime();
+    let dur = round_time(ctx);
+    let bench = rt.block_on(sql_bench(backend, &url));
+    let insert = Arc::new(raw_insert_sql(backend, &bench.raw_table));
+    let (g, b) = interleave_tput(
+        ctx,
+        &rt,
+        |first| {
+            let guard = bench.guard.clone();
+            tput(SQL_TASKS, dur, first, move |i| {
+                let guard = guard.clone();
+                async move { guard_cycle(&guard, "evt_", i).await }
+            })
+        },
+        |first| {
+            let (pool, insert) = (bench.pool.clone(), insert.clone());
+            tput(SQL_TASKS, dur, first, move |i| {
+                let (pool, insert) = (pool.clone(), insert.clone());
+                async move { pool.insert(&insert, &format!("evt_{i:020}")).await }
+            })
+        },
+    );
+    rt.block_on(bench.drop_tables());
+    let pool = if backend == Backend::Sqlite {
+        "the store's own pool (SqliteStore::open, 4 connections)".to_owned()
+    } else {
+        format!("pool of {SQL_POOL}")
+    };
+    Ok(tput_report(
+        g,
+        b,
+        match backend {
+            Backend::MySql => "INSERT IGNORE",
+            _ => "INSERT .. ON CONFLICT DO NOTHING",
+        },
+        format!(
+            "{SQL_TASKS} tasks, {pool}, {:.1} s rounds; a cycle commits twice, an insert once",
+            dur.as_secs_f64()
+        ),
+    ))
+}
+
+fn postgres_cycle_tput(ctx: &Ctx) -> Result<Report, Skip> {
+    sql_cycle_tput(ctx, Backend::Postgres)
+}
+fn mysql_cycle_tput(ctx: &Ctx) -> Result<Report, Skip> {
+    sql_cycle_tput(ctx, Backend::MySql)
+}
+fn sqlite_cycle_tput(ctx: &Ctx) -> Result<Report, Skip> {
+    sql_cycle_tput(ctx, Backend::Sqlite)
+}
+
+/// Inserts `n` records that expired long ago (`expires_at` = 1 ms), in chunks.
+async fn bulk_insert_expired(bench: &SqlBench, n: usize) {
+    const CHUNK: usize = 100_000;
+    let t = &bench.table;
+    for start in (0..n).step_by(CHUNK) {
+        let k = CHUNK.min(n - start);
+        let sql = match bench.backend {
+            Backend::Postgres => format!(
+                "INSERT INTO {t} ({COLUMNS}) SELECT 'default', 'old_' || g, 'completed', \
+                 decode(repeat('00', 32), 'hex'), 0, 1, 0, 0, 1, 0, 0, '' \
+                 FROM generate_series({start}, {}) g",
+                start + k - 1
+            ),
+            Backend::MySql => {
+                let digits = "(SELECT 0 d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4 \
+                              UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9)";
+                format!(
+                    "INSERT INTO {t} ({COLUMNS}) SELECT 'default', CONCAT('old_', {start} + n), 'completed', \
+                     UNHEX(REPEAT('00', 32)), 0, 1, 0, 0, 1, 0, 0, '' FROM \
+                     (SELECT a.d + 10 * b.d + 100 * c.d + 1000 * e.d + 10000 * f.d AS n \
+                      FROM {digits} a, {digits} b, {digits} c, {digits} e, {digits} f) s WHERE n < {k}"
+                )
+            }
+            Backend::Sqlite => format!(
+                "WITH RECURSIVE s(n) AS (SELECT {start} UNION ALL SELECT n + 1 FROM s WHERE n < {}) \
+                 INSERT INTO {t} ({COLUMNS}) SELECT 'default', 'old_' || n, 'completed', zeroblob(32), \
+                 0, 1, 0, 0, 1, 0, 0, '' FROM s",
+                start + k - 1
+            ),
+        };
+        bench.pool.exec(&sql).await;
+    }
+}
+
+/// One timed claim (`WebhookGuard::begin`) of a fresh id, then its completion.
+async fn timed_claim(guard: &WebhookGuard, i: u64) -> u64 {
+    let id = format!("evt_{i:020}");
+    let headers = [(ID_HEADER, id.as_str())];
+    let t = Instant::now();
+    let begin = guard.begin(&headers, BODY).await;
+    let ns = t.elapsed().as_nanos() as u64;
+    match begin {
+        webhook_guard::Begin::Claimed(c) => {
+            c.complete().await;
+        }
+        _ => panic!("fresh id {id} not claimed"),
+    }
+    ns
+}
+
+/// p99 claim latency while `purge_expired` (batches of 1,000) removes `n` expired
+/// records vs p99 claim latency idle, on the same store and table.
+fn sql_sweep(ctx: &Ctx, backend: Backend) -> Result<Report, Skip> {
+    const PURGE_BATCH: usize = 1000;
+    let url = sql_url(ctx, backend)?;
+    let n = ctx.n(1_000_000);
+    let rt = runtime();
+    let bench = rt.block_on(sql_bench(backend, &url));
+    let t = Instant::now();
+    rt.block_on(bulk_insert_expired(&bench, n));
+    let insert_s = t.elapsed().as_secs_f64();
+    let (idle, busy, samples, purge_s, purged) = rt.block_on(async {
+        let guard = &bench.guard;
+        let mut i = 0u64;
+        // Warm-up, then idle for about as long as a short purge.
+        for _ in 0..50 {
+            timed_claim(guard, i).await;
+            i += 1;
+        }
+        let mut lat = Vec::new();
+        let t = Instant::now();
+        while lat.len() < 200 || (t.elapsed() < Duration::from_secs(3) && lat.len() < 20_000) {
+            lat.push(timed_claim(guard, i).await);
+            i += 1;
+        }
+        let idle = p99(&mut lat);
+        let store = guard.store().clone();
+        let purger = tokio::spawn(async move {
+            let t = Instant::now();
+            let now = Utc::now();
+            let mut total = 0;
+            loop {
+                let k = store.purge_expired(now, PURGE_BATCH).await.expect("purge");
+                total += k;
+                if k == 0 {
+                    break;
+                }
+            }
+            (t.elapsed().as_secs_f64(), total)
+        });
+        let mut lat = Vec::new();
+        while !purger.is_finished() {
+            lat.push(timed_claim(guard, i).await);
+            i += 1;
+        }
+        let (purge_s, purged) = purger.await.expect("purger");
+        let samples = lat.len();
+        (idle, p99(&mut lat), samples, purge_s, purged)
+    });
+    rt.block_on(bench.drop_tables());
+    assert!(purged >= n as u64, "purged {purged} of {n}");
+    Ok(Report {
+        ratio: busy / idle,
+        guard: Figure { what: "p99 claim during purge", value: busy / 1e3, unit: "µs" },
+        baseline: Figure { what: "p99 claim idle", value: idle / 1e3, unit: "µs" },
+        notes: vec![format!(
+            "purge of {n} expired records (batches of {PURGE_BATCH}): {purge_s:.1} s ({:.0} records/s); \
+             {samples} claims sampled during it; bulk insert took {insert_s:.1} s",
+            n as f64 / purge_s
+        )],
+    })
+}
+
+fn sweep_claim_p99_sqlite(ctx: &Ctx) -> Result<Report, Skip> {
+    sql_sweep(ctx, Backend::Sqlite)
+}
+fn sweep_claim_p99_postgres(ctx: &Ctx) -> Result<Report, Skip> {
+    sql_sweep(ctx, Backend::Postgres)
+}
+fn sweep_claim_p99_mysql(ctx: &Ctx) -> Result<Report, Skip> {
+    sql_sweep(ctx, Backend::MySql)
+}
+
+// ---------------------------------------------------------------------------
+// End to end: axum over loopback HTTP.
+// ---------------------------------------------------------------------------
+
+const HTTP_CONNECTIONS: usize = 32;
+
+/// A Stripe-shaped body with id `evt_{i}`.
+fn stripe_body(i: u64) -> String {
+    format!(
+        r#"{{"id":"evt_{i:020}","object":"event","type":"charge.succeeded","created":1700000000,"livemode":false,"data":{{"object":{{"id":"ch_3NDEXAMPLE","object":"charge","amount":2000,"currency":"usd","status":"succeeded"}}}}}}"#
+    )
+}
+
+/// One signed HTTP/1.1 keep-alive request for event `i`.
+fn stripe_request(stripe: &webhook_guard::verify::Stripe, i: u64) -> Vec<u8> {
+    let body = stripe_body(i);
+    let sig = stripe.sign(body.as_bytes(), Utc::now().timestamp());
+    format!(
+        "POST /webhooks HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n\
+         stripe-signature: {sig}\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+/// Reads one response on a keep-alive connection; its status.
+async fn read_response(
+    r: &mut tokio::io::BufReader<tokio::net::tcp::OwnedReadHalf>,
+    line: &mut String,
+) -> u16 {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt};
+    line.clear();
+    r.read_line(line).await.expect("status line");
+    let status: u16 = line
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("status");
+    let mut len = 0usize;
+    loop {
+        line.clear();
+        r.read_line(line).await.expect("header");
+        if line == "\r\n" {
+            break;
+        }
+        if let Some((k, v)) = line.split_once(':') {
+            if k.eq_ignore_ascii_case("content-length") {
+                len = v.trim().parse().expect("content-length");
+            }
+        }
+    }
+    let mut body = vec![0; len];
+    r.read_exact(&mut body).await.expect("body");
+    status
+}
+
+/// Requests/s of 32 keep-alive connections sending signed Stripe deliveries with
+/// fresh ids to `addr` for `dur`.
+async fn http_load(
+    addr: std::net::SocketAddr,
+    stripe: Arc<webhook_guard::verify::Stripe>,
+    dur: Duration,
+    first: u64,
+) -> (f64, u64) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use tokio::io::AsyncWriteExt;
+    let next = Arc::new(AtomicU64::new(first));
+    let mut conns = Vec::new();
+    for _ in 0..HTTP_CONNECTIONS {
+        let s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        s.set_nodelay(true).unwrap();
+        conns.push(s);
+    }
+    let t = Instant::now();
+    let handles: Vec<_> = conns
+        .into_iter()
+        .map(|s| {
+            let (next, stripe) = (next.clone(), stripe.clone());
+            tokio::spawn(async move {
+                let (r, mut w) = s.into_split();
+                let mut r = tokio::io::BufReader::new(r);
+                let mut line = String::new();
+                let mut done = 0u64;
+                while t.elapsed() < dur {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    w.write_all(&stripe_request(&stripe, i))
+                        .await
+                        .expect("write");
+                    let status = read_response(&mut r, &mut line).await;
+                    assert_eq!(status, 200, "delivery {i}");
+                    done += 1;
+                }
+                done
+            })
+        })
+        .collect();
+    let mut done = 0;
+    for h in handles {
+        done += h.await.expect("connection");
+    }
+    (
+        done as f64 / t.elapsed().as_secs_f64(),
+        next.load(Ordering::Relaxed),
+    )
+}
+
+/// Requests/s through an axum route guarded with the Stripe preset on
+/// `MemoryStore` vs the same route that reads the body and answers 200 without
+/// verifying or storing, 32 keep-alive connections over loopback, client and
+/// server on one 2-worker runtime.
+fn axum_e2e_tput(ctx: &Ctx) -> Result<Report, Skip> {
+    use axum::routing::post;
+    use webhook_guard::integrations::axum::guarded;
+    use webhook_guard::verify::Stripe;
+
+    let rt = runtime();
+    let stripe = Arc::new(Stripe::new([VERIFY_SECRET]).expect("secret"));
+    let dur = round_time(ctx);
+    let (guarded_addr, plain_addr) = rt.block_on(async {
+        let guard = WebhookGuard::builder()
+            .store(MemoryStore::new())
+            .verifier(Stripe::new([VERIFY_SECRET]).expect("secret"))
+            .build()
+            .expect("guard");
+        let guarded_app = axum::Router::new().route(
+            "/webhooks",
+            guarded(guard, |_event: webhook_guard::OwnedEvent| async {
+                Ok::<(), HandlerError>(())
+            }),
+        );
+        let plain_app = axum::Router::new().route(
+            "/webhooks",
+            post(|body: bytes::Bytes| async move {
+                black_box(body);
+                axum::http::StatusCode::OK
+            }),
+        );
+        let mut addrs = Vec::new();
+        for app in [guarded_app, plain_app] {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                .await
+                .expect("bind");
+            addrs.push(listener.local_addr().unwrap());
+            tokio::spawn(async move { axum::serve(listener, app).await.expect("serve") });
+        }
+        (addrs[0], addrs[1])
+    });
+    let (g, b) = interleave_tput(
+        ctx,
+        &rt,
+        |first| http_load(guarded_addr, stripe.clone(), dur, first),
+        |first| http_load(plain_addr, stripe.clone(), dur, first),
+    );
+    Ok(Report {
+        ratio: g / b,
+        guard: Figure {
+            what: "guarded route",
+            value: g,
+            unit: "req/s",
+        },
+        baseline: Figure {
+            what: "plain route",
+            value: b,
+            unit: "req/s",
+        },
+        notes: vec![format!(
+            "{HTTP_CONNECTIONS} keep-alive connections, {:.1} s rounds, ~220-byte Stripe bodies; \
+             client signing and server share 2 workers",
+            dur.as_secs_f64()
+        )],
+    })
 }
