@@ -1,5 +1,6 @@
 //! Reading one field out of a raw JSON body without building or re-serializing it.
 
+use std::cell::RefCell;
 use std::fmt;
 
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
@@ -37,7 +38,7 @@ pub enum FieldError {
 pub fn field(body: &[u8], path: &[&str]) -> Result<String, FieldError> {
     let joined = || path.join(".");
     let mut de = serde_json::Deserializer::from_slice(body);
-    let found = PathSeed { path }
+    let found = PathSeed { path, stop: None }
         .deserialize(&mut de)
         .map_err(|e| FieldError::InvalidJson(e.to_string()))?;
     de.end()
@@ -49,6 +50,39 @@ pub fn field(body: &[u8], path: &[&str]) -> Result<String, FieldError> {
     }
 }
 
+/// Like [`field`], but stops reading as soon as the value is found: the rest of the
+/// body is not checked to be valid JSON. For bodies whose integrity is already
+/// established — a verified signature — where the id usually comes first (Stripe's
+/// `id`), so the cost of finding it does not grow with the body.
+///
+/// ```
+/// let body = br#"{"id":"evt_1","data":{"big":"..."}}"#;
+/// assert_eq!(webhook_guard::json::first_field(body, &["id"]).unwrap(), "evt_1");
+/// ```
+///
+/// # Errors
+/// As [`field`], for the part of the body read before the value was found.
+pub fn first_field(body: &[u8], path: &[&str]) -> Result<String, FieldError> {
+    let stop = RefCell::new(None);
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let read = PathSeed {
+        path,
+        stop: Some(&stop),
+    }
+    .deserialize(&mut de);
+    if let Some(v) = stop.into_inner() {
+        return Ok(v);
+    }
+    let found = read.map_err(|e| FieldError::InvalidJson(e.to_string()))?;
+    de.end()
+        .map_err(|e| FieldError::InvalidJson(e.to_string()))?;
+    match found {
+        Found::Value(v) if !v.is_empty() => Ok(v),
+        Found::Value(_) | Found::Missing => Err(FieldError::Missing(path.join("."))),
+        Found::NotScalar => Err(FieldError::NotScalar(path.join("."))),
+    }
+}
+
 enum Found {
     Value(String),
     Missing,
@@ -57,7 +91,12 @@ enum Found {
 
 struct PathSeed<'p> {
     path: &'p [&'p str],
+    /// Where to leave the value when reading stops as soon as it is found.
+    stop: Option<&'p RefCell<Option<String>>>,
 }
+
+/// The error message that carries "found, stop reading" out of serde.
+const STOPPED: &str = "webhook-guard: field found";
 
 impl<'de> DeserializeSeed<'de> for PathSeed<'_> {
     type Value = Found;
@@ -84,7 +123,16 @@ impl<'de> Visitor<'de> for PathSeed<'_> {
         let mut found = Found::Missing;
         while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
             if matches!(found, Found::Missing) && key == *head {
-                found = map.next_value_seed(PathSeed { path: rest })?;
+                found = map.next_value_seed(PathSeed {
+                    path: rest,
+                    stop: self.stop,
+                })?;
+                if let (Some(stop), Found::Value(v)) = (self.stop, &mut found) {
+                    if !v.is_empty() {
+                        *stop.borrow_mut() = Some(std::mem::take(v));
+                        return Err(de::Error::custom(STOPPED));
+                    }
+                }
             } else {
                 map.next_value_seed(Skip)?;
             }
@@ -214,6 +262,35 @@ mod tests {
             Err(FieldError::Missing("a.id".into()))
         );
         assert_eq!(field(body, &["n"]), Err(FieldError::NotScalar("n".into())));
+    }
+
+    #[test]
+    fn first_field_stops_at_the_value_and_agrees_with_field() {
+        let body = br#"{"id":"evt_1","data":{"object":{"id":"ch_9"}},"n":5}"#;
+        for path in [
+            &["id"][..],
+            &["data", "object", "id"],
+            &["n"],
+            &["missing"],
+            &["data"],
+        ] {
+            assert_eq!(first_field(body, path), field(body, path), "{path:?}");
+        }
+        // The tail after the value is not read: a verified body's id is found even if
+        // something after it is broken; before the value, errors are reported.
+        assert_eq!(
+            first_field(br#"{"id":"evt_2", oops"#, &["id"]).unwrap(),
+            "evt_2"
+        );
+        assert!(field(br#"{"id":"evt_2", oops"#, &["id"]).is_err());
+        assert!(matches!(
+            first_field(br#"{oops "id":"x"}"#, &["id"]),
+            Err(FieldError::InvalidJson(_))
+        ));
+        assert_eq!(
+            first_field(br#"{"id":"","id":"b"}"#, &["id"]),
+            Err(FieldError::Missing("id".into()))
+        );
     }
 
     #[test]

@@ -141,7 +141,8 @@ pub(crate) fn id_header(headers: &dyn Headers, names: &[&str]) -> Option<String>
 
 /// A JSON body field, if the body is JSON and has it.
 pub(crate) fn body_field(body: &[u8], name: &str) -> Option<String> {
-    crate::json::field(body, &[name]).ok()
+    // Called only once the signature over the body has matched: stop at the field.
+    crate::json::first_field(body, &[name]).ok()
 }
 
 /// Decodes exactly 64 hex digits (either case) into 32 bytes.
