@@ -96,15 +96,9 @@ async fn crash_child() {
     unreachable!("the handler never returns");
 }
 
-async fn killed_holder(backend: Backend) {
-    let Some((store, cleanup)) = backends::store(backend, 2, None).await else {
-        return;
-    };
-    let (role, target) = match &cleanup {
-        backends::Cleanup::File(path) => ("sqlite", path.display().to_string()),
-        backends::Cleanup::Table { table, .. } => ("postgres", table.clone()),
-        other => panic!("{other:?}"),
-    };
+/// Runs this test binary's `crash_child` in `role` on `target`, waits until it
+/// prints `marker`, and kills it with SIGKILL (no destructor, no release runs).
+async fn sigkill_child_once(role: &str, target: &str, marker: &'static str) {
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
@@ -114,24 +108,65 @@ async fn killed_holder(backend: Backend) {
             "1",
         ])
         .env("WG_CRASH_ROLE", role)
-        .env("WG_CRASH_TARGET", &target)
+        .env("WG_CRASH_TARGET", target)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
         .unwrap();
     let stdout = child.stdout.take().unwrap();
-    let claimed = tokio::task::spawn_blocking(move || {
+    let reached = tokio::task::spawn_blocking(move || {
         BufReader::new(stdout)
             .lines()
             .map_while(Result::ok)
-            .any(|l| l.trim_end().ends_with("CLAIMED"))
+            .any(|l| l.trim_end().ends_with(marker))
     })
     .await
     .unwrap();
-    assert!(claimed, "the child claimed before being killed");
+    assert!(reached, "the child printed {marker} before being killed");
     child.kill().unwrap(); // SIGKILL
     let status = child.wait().unwrap();
     assert!(!status.success(), "killed, not finished: {status:?}");
+}
+
+/// A new worker on `guard`'s inbox: nothing is leased again within the 60 s lease of
+/// the dead one; right after it, the event is processed, exactly once.
+async fn finish_after_the_lease(guard: &WebhookGuard, clock: &ManualClock) {
+    let done = Arc::new(AtomicUsize::new(0));
+    let second = {
+        let done = done.clone();
+        guard
+            .worker(move |_event| {
+                let done = done.clone();
+                async move {
+                    done.fetch_add(1, Ordering::SeqCst);
+                    Ok(())
+                }
+            })
+            .unwrap()
+            .lease(LEASE)
+    };
+    clock.advance(TimeDelta::seconds(30));
+    assert_eq!(
+        second.run_once().await.unwrap(),
+        0,
+        "nothing leased within the lease"
+    );
+    clock.advance(TimeDelta::seconds(31));
+    assert_eq!(second.run_once().await.unwrap(), 1);
+    assert_eq!(second.run_once().await.unwrap(), 0);
+    assert_eq!(done.load(Ordering::SeqCst), 1, "finished exactly once");
+}
+
+async fn killed_holder(backend: Backend) {
+    let Some((store, cleanup)) = backends::store(backend, 2, None).await else {
+        return;
+    };
+    let (role, target) = match &cleanup {
+        backends::Cleanup::File(path) => ("sqlite", path.display().to_string()),
+        backends::Cleanup::Table { table, .. } => ("postgres", table.clone()),
+        other => panic!("{other:?}"),
+    };
+    sigkill_child_once(role, &target, "CLAIMED").await;
 
     let clock = ManualClock::new(start());
     let guard = guard(store, &clock);
@@ -220,35 +255,7 @@ async fn a_worker_killed_with_sigkill_is_finished_by_another_after_the_lease() {
         .await;
     assert_eq!(o.kind(), OutcomeKind::Accepted);
 
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "crash_child",
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ])
-        .env("WG_CRASH_ROLE", "inbox-sqlite")
-        .env("WG_CRASH_TARGET", path.display().to_string())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let leased = tokio::task::spawn_blocking(move || {
-        BufReader::new(stdout)
-            .lines()
-            .map_while(Result::ok)
-            .any(|l| l.trim_end().ends_with("LEASED"))
-    })
-    .await
-    .unwrap();
-    assert!(
-        leased,
-        "the child's worker leased the event before being killed"
-    );
-    child.kill().unwrap(); // SIGKILL
-    assert!(!child.wait().unwrap().success());
+    sigkill_child_once("inbox-sqlite", &path.display().to_string(), "LEASED").await;
 
     let key = webhook_guard::store::Key::new("default", "evt_crash");
     let ev = store.get_event(key).await.unwrap().unwrap();
@@ -257,27 +264,7 @@ async fn a_worker_killed_with_sigkill_is_finished_by_another_after_the_lease() {
         webhook_guard::inbox::InboxState::Running,
         "the dead worker's lease"
     );
-    let done = Arc::new(AtomicUsize::new(0));
-    let second = {
-        let done = done.clone();
-        guard
-            .worker(move |_event| {
-                let done = done.clone();
-                async move {
-                    done.fetch_add(1, Ordering::SeqCst);
-                    Ok(())
-                }
-            })
-            .unwrap()
-            .lease(LEASE)
-    };
-    // Within the lease nothing is leased again.
-    clock.advance(TimeDelta::seconds(30));
-    assert_eq!(second.run_once().await.unwrap(), 0);
-    clock.advance(TimeDelta::seconds(31));
-    assert_eq!(second.run_once().await.unwrap(), 1);
-    assert_eq!(second.run_once().await.unwrap(), 0);
-    assert_eq!(done.load(Ordering::SeqCst), 1, "finished exactly once");
+    finish_after_the_lease(&guard, &clock).await;
     let ev = store.get_event(key).await.unwrap().unwrap();
     assert_eq!(ev.state, webhook_guard::inbox::InboxState::Done);
     assert_eq!(ev.attempts, 2);
@@ -326,27 +313,7 @@ async fn a_worker_killed_mid_handler_is_finished_by_another_after_the_lease() {
     entered.notified().await;
     blocked.abort(); // the worker dies holding the event
 
-    let done = Arc::new(AtomicUsize::new(0));
-    let second = {
-        let done = done.clone();
-        guard
-            .worker(move |_event| {
-                let done = done.clone();
-                async move {
-                    done.fetch_add(1, Ordering::SeqCst);
-                    Ok(())
-                }
-            })
-            .unwrap()
-            .lease(LEASE)
-    };
-    // Within the lease nothing is leased again.
-    clock.advance(TimeDelta::seconds(30));
-    assert_eq!(second.run_once().await.unwrap(), 0);
-    clock.advance(TimeDelta::seconds(31));
-    assert_eq!(second.run_once().await.unwrap(), 1);
-    assert_eq!(second.run_once().await.unwrap(), 0);
-    assert_eq!(done.load(Ordering::SeqCst), 1, "finished exactly once");
+    finish_after_the_lease(&guard, &clock).await;
     let key = webhook_guard::store::Key::new("default", "evt_crash");
     let ev = webhook_guard::inbox::InboxStore::get_event(&store, key)
         .await
