@@ -23,8 +23,7 @@ use webhook_guard::inbox::InboxEvent;
 use webhook_guard::store::postgres::sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use webhook_guard::store::postgres::sqlx::{self, Row};
 use webhook_guard::store::{
-    Claim, ClaimRequest, Fence, FencingToken, Fingerprint, Finish, Key, PostgresStore,
-    ProcessedStore, RecordState, Recorded,
+    Claim, ClaimRequest, FencingToken, Fingerprint, Key, PostgresStore, ProcessedStore, Recorded,
 };
 use webhook_guard::verify::NoVerification;
 use webhook_guard::{conformance, EventId, HandlerError, OutcomeKind, StoreError, WebhookGuard};
@@ -236,54 +235,7 @@ async fn an_expired_lease_is_taken_over_and_the_stale_token_refused() {
     let Some(db) = db().await else { return };
     let store = db.store(4).await;
     store.migrate().await.expect("migrate");
-    let t0 = ms(Utc::now());
-    let at = |s: i64| t0 + TimeDelta::seconds(s);
-    let key = Key::new("takeover", "evt_1");
-    let request = |token: u64, now: i64| ClaimRequest {
-        key,
-        fingerprint: Fingerprint::of(b"body"),
-        token: FencingToken(token),
-        now: at(now),
-        lease_until: at(now + 30),
-        expires_at: at(now + 3600),
-    };
-    let (old, new) = (FencingToken(u64::MAX - 1), FencingToken(42));
-    assert!(matches!(
-        store.claim(&request(old.0, 0)).await.unwrap(),
-        Claim::Acquired(_)
-    ));
-    assert!(
-        matches!(store.claim(&request(new.0, 29)).await.unwrap(), Claim::Existing(r) if r.token == old),
-        "the lease still holds at 29 s"
-    );
-    let Claim::Acquired(rec) = store.claim(&request(new.0, 30)).await.unwrap() else {
-        panic!("the lease ran out at 30 s: the claim must take over");
-    };
-    assert_eq!((rec.attempts, rec.failures), (2, 1));
-    assert_eq!(rec.token, new);
-    assert_eq!(rec.lease_until, at(60));
-    assert_eq!(rec.created_at, t0);
-    let done = Finish {
-        state: RecordState::Completed,
-        failures: 1,
-        history: &[],
-        now: at(31),
-        expires_at: at(3631),
-    };
-    assert_eq!(
-        store.renew(key, old, at(90), at(3700)).await.unwrap(),
-        Fence::LeaseLost,
-        "the stale holder cannot renew"
-    );
-    assert_eq!(
-        store.finish(key, old, &done).await.unwrap(),
-        Fence::LeaseLost,
-        "the stale holder cannot finish"
-    );
-    assert_eq!(store.finish(key, new, &done).await.unwrap(), Fence::Applied);
-    let rec = store.get(key).await.unwrap().unwrap();
-    assert_eq!(rec.state, RecordState::Completed);
-    assert_eq!(rec.token, new);
+    support::an_expired_lease_is_taken_over_and_the_stale_token_refused(&store).await;
     db.drop_table().await;
 }
 
