@@ -134,7 +134,12 @@ pub enum OpenError {
 /// ```
 /// use webhook_guard::store::{Backend, StoreUrl};
 ///
+/// let url: StoreUrl = "memory:".parse().unwrap();
+/// assert_eq!(url.backend(), Backend::Memory);
+/// // A scheme whose store this build lacks names the feature to turn on.
+/// # #[cfg(feature = "sqlite")]
 /// let url: StoreUrl = "sqlite:///var/lib/app/webhooks.db".parse().unwrap();
+/// # #[cfg(feature = "sqlite")]
 /// assert_eq!(url.backend(), Backend::Sqlite);
 /// assert!("carrier-pigeon://coop".parse::<StoreUrl>().is_err());
 /// ```
