@@ -154,70 +154,7 @@ async fn two_guards_run_each_event_once() {
     let second = MySqlStore::new(pool(&url, 8).await)
         .with_table(first.table())
         .unwrap();
-    let guard = |store: MySqlStore| {
-        WebhookGuard::builder()
-            .store(store)
-            .verifier(NoVerification)
-            .event_id(EventId::header("x-id"))
-            .namespace("test")
-            .build()
-            .unwrap()
-    };
-    let guards = Arc::new([guard(first.clone()), guard(second)]);
-    let runs = Arc::new(AtomicUsize::new(0));
-    let start = Instant::now();
-    // Eight tokio tasks on the multi-thread runtime, 125 concurrent deliveries each.
-    // (On this branch `WebhookGuard::handle` borrows `&dyn Headers`, which is not
-    // `Sync`, so its future is not `Send`: each task drives its deliveries with
-    // `block_on` on a blocking thread of the runtime.)
-    let rt = tokio::runtime::Handle::current();
-    let tasks: Vec<JoinHandle<Vec<Outcome>>> = (0..8)
-        .map(|t| {
-            let guards = guards.clone();
-            let runs = runs.clone();
-            let rt = rt.clone();
-            tokio::task::spawn_blocking(move || {
-                let deliveries = (0..125).map(|k| {
-                    let i = t * 125 + k;
-                    let guard = guards[i % 2].clone();
-                    let runs = runs.clone();
-                    async move {
-                        let id = format!("evt_{}", i % 10);
-                        let headers = [("x-id", id.as_str())];
-                        guard
-                            .handle(&headers, b"{\"same\":\"body\"}", |_event| async move {
-                                runs.fetch_add(1, Ordering::SeqCst);
-                                tokio::time::sleep(Duration::from_millis(20)).await;
-                                Ok(())
-                            })
-                            .await
-                    }
-                });
-                rt.block_on(futures_util::future::join_all(deliveries))
-            })
-        })
-        .collect();
-    let (mut processed, mut duplicate, mut in_progress) = (0, 0, 0);
-    for task in tasks {
-        for outcome in task.await.unwrap() {
-            match outcome {
-                Outcome::Processed { .. } => processed += 1,
-                Outcome::Duplicate { .. } => duplicate += 1,
-                Outcome::InProgress { .. } => in_progress += 1,
-                other => panic!("unexpected outcome {other:?}"),
-            }
-        }
-    }
-    eprintln!(
-        "1000 deliveries in {:?}: {processed} processed, {duplicate} duplicate, {in_progress} in progress",
-        start.elapsed()
-    );
-    assert_eq!(
-        runs.load(Ordering::SeqCst),
-        10,
-        "the handler ran once per id"
-    );
-    assert_eq!(processed, 10);
+    support::two_replicas_run_each_handler_exactly_once(first.clone(), second).await;
     for i in 0..10 {
         let rec = first
             .get(Key::new("test", &format!("evt_{i}")))
@@ -714,7 +651,7 @@ async fn throughput_against_raw_upserts() {
             let guard = guard.clone();
             let counter = counter.clone();
             let rt = rt.clone();
-            // Not `Send` on this branch (see `two_guards_run_each_event_once`).
+            // Each worker drives its own sequential loop on a blocking thread.
             tokio::task::spawn_blocking(move || {
                 rt.block_on(async move {
                     let mut i = 0u64;

@@ -9,8 +9,6 @@ mod support;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, TimeDelta, Utc};
@@ -21,8 +19,7 @@ use webhook_guard::store::sqlite::sqlx::{self, Connection, Row};
 use webhook_guard::store::{
     Claim, ClaimRequest, FencingToken, Fingerprint, Key, ProcessedStore, Recorded, SqliteStore,
 };
-use webhook_guard::verify::NoVerification;
-use webhook_guard::{conformance, EventId, HandlerError, OutcomeKind, StoreError, WebhookGuard};
+use webhook_guard::{conformance, HandlerError, StoreError};
 
 fn unique(prefix: &str) -> String {
     format!("{prefix}_{:016x}", FencingToken::random().0)
@@ -205,50 +202,7 @@ async fn two_replicas_run_each_handler_exactly_once() {
     let db = Db::new();
     let (a, b) = (db.store(4).await, db.store(4).await);
     a.migrate().await.expect("migrate");
-    let guard = |store: SqliteStore| {
-        WebhookGuard::builder()
-            .store(store)
-            .verifier(NoVerification)
-            .event_id(EventId::header("x-id"))
-            .namespace("test")
-            .build()
-            .expect("valid guard")
-    };
-    let guards = [guard(a.clone()), guard(b)];
-    let runs = Arc::new(AtomicUsize::new(0));
-    let started = Instant::now();
-    let mut tasks = JoinSet::new();
-    for i in 0..1000usize {
-        let guard = guards[i % 2].clone();
-        let runs = runs.clone();
-        tasks.spawn(async move {
-            let id = format!("evt_{}", i % 10);
-            let headers = [("x-id", id.as_str())];
-            let body = format!("{{\"id\":\"{id}\"}}");
-            guard
-                .handle(&headers, body.as_bytes(), |_event| async move {
-                    runs.fetch_add(1, Ordering::SeqCst);
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                    Ok(())
-                })
-                .await
-                .kind()
-        });
-    }
-    let mut processed = 0;
-    while let Some(kind) = tasks.join_next().await {
-        match kind.expect("task") {
-            OutcomeKind::Processed => processed += 1,
-            OutcomeKind::Duplicate | OutcomeKind::InProgress => {}
-            other => panic!("unexpected outcome {other:?}"),
-        }
-    }
-    eprintln!(
-        "1,000 deliveries over 10 ids, two replicas: {:?}",
-        started.elapsed()
-    );
-    assert_eq!(runs.load(Ordering::SeqCst), 10, "each handler ran once");
-    assert_eq!(processed, 10);
+    support::two_replicas_run_each_handler_exactly_once(a.clone(), b).await;
     assert_eq!(db.count(a.pool(), "state = 'completed'").await, 10);
     a.pool().close().await;
 }

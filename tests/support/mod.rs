@@ -81,5 +81,62 @@ pub async fn an_expired_lease_is_taken_over_and_the_stale_token_refused(
     assert_eq!(rec.token, new);
 }
 
+/// Two guards on two stores sharing one backend (two replicas) take 1,000 concurrent
+/// deliveries of 10 ids: each handler runs exactly once, every delivery is answered
+/// `Processed`, `Duplicate` or `InProgress`.
+pub async fn two_replicas_run_each_handler_exactly_once(
+    a: impl webhook_guard::ProcessedStore,
+    b: impl webhook_guard::ProcessedStore,
+) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use webhook_guard::{verify::NoVerification, EventId, OutcomeKind, WebhookGuard};
+
+    let guard = |store| {
+        WebhookGuard::builder()
+            .shared_store(store)
+            .verifier(NoVerification)
+            .event_id(EventId::header("x-id"))
+            .namespace("test")
+            .build()
+            .expect("valid guard")
+    };
+    let guards = [guard(Arc::new(a)), guard(Arc::new(b))];
+    let runs = Arc::new(AtomicUsize::new(0));
+    let started = std::time::Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..1000usize {
+        let guard = guards[i % 2].clone();
+        let runs = runs.clone();
+        tasks.spawn(async move {
+            let id = format!("evt_{}", i % 10);
+            let headers = [("x-id", id.as_str())];
+            let body = format!("{{\"id\":\"{id}\"}}");
+            guard
+                .handle(&headers, body.as_bytes(), |_event| async move {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                    Ok(())
+                })
+                .await
+                .kind()
+        });
+    }
+    let mut processed = 0;
+    while let Some(kind) = tasks.join_next().await {
+        match kind.expect("task") {
+            OutcomeKind::Processed => processed += 1,
+            OutcomeKind::Duplicate | OutcomeKind::InProgress => {}
+            other => panic!("unexpected outcome {other:?}"),
+        }
+    }
+    eprintln!(
+        "1,000 deliveries over 10 ids, two replicas: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 10, "each handler ran once");
+    assert_eq!(processed, 10);
+}
+
 pub mod backends;
 pub mod proxy;
