@@ -615,8 +615,21 @@ impl ClaimState {
             Ok(Freshness::Fresh) => return None,
             Ok(Freshness::Stale { newest }) => newest,
             Err(error) => {
-                let released = self.fail_retryable(&[], error.to_string()).await;
-                tracing::debug!(id = %self.id, outcome = %released.kind(), "ordering store failed");
+                // Our outage, not the handler's failure: release the claim without
+                // counting a failure towards escalation.
+                let release = Finish {
+                    state: RecordState::Failed,
+                    failures: self.record.failures,
+                    history: &self.record.history,
+                    now,
+                    expires_at: now + self.guard.inner.retention_delta,
+                };
+                if let Err(e) = store(&self.guard.inner)
+                    .finish(self.key(), self.token, &release)
+                    .await
+                {
+                    tracing::warn!(id = %self.id, error = %e, "could not release a claim");
+                }
                 return Some(Outcome::StoreUnavailable {
                     id: Some(self.id.clone()),
                     error,

@@ -525,3 +525,76 @@ async fn a_worker_killed_at_any_store_call_loses_nothing() {
         assert_eq!(total, 5 + expected_reruns, "die_at {die_at}: {runs:?}");
     }
 }
+
+#[tokio::test]
+async fn an_ordering_store_outage_is_503_and_counts_no_handler_failure() {
+    #[derive(Debug)]
+    struct Down;
+    #[async_trait]
+    impl OrderingStore for Down {
+        async fn observe(
+            &self,
+            _: ObjectKey<'_>,
+            _: DateTime<Utc>,
+            _: DateTime<Utc>,
+        ) -> Result<webhook_guard::ordering::Freshness, webhook_guard::StoreError> {
+            Err(webhook_guard::StoreError::unavailable(
+                "ordering store down",
+            ))
+        }
+        async fn settle_object(
+            &self,
+            _: ObjectKey<'_>,
+            _: DateTime<Utc>,
+            _: ObjectStatus,
+            _: DateTime<Utc>,
+        ) -> Result<(), webhook_guard::StoreError> {
+            Ok(())
+        }
+        async fn get_object(
+            &self,
+            _: ObjectKey<'_>,
+        ) -> Result<Option<webhook_guard::ordering::ObjectRecord>, webhook_guard::StoreError>
+        {
+            Ok(None)
+        }
+        async fn failed_objects(
+            &self,
+            _: &str,
+            _: DateTime<Utc>,
+            _: usize,
+        ) -> Result<Vec<webhook_guard::ordering::ObjectRecord>, webhook_guard::StoreError> {
+            Ok(Vec::new())
+        }
+    }
+    let store = MemoryStore::new();
+    let guard = WebhookGuard::builder()
+        .store(store.clone())
+        .ordering(Arc::new(Down))
+        .verifier(NoVerification)
+        .event_id(EventId::json_field(["id"]))
+        .event_meta(MetaExtractor::json(&["type"], &["created"], &["object"]))
+        .build()
+        .unwrap();
+    let b = body("o1", "charge.succeeded", "ch_o", 10);
+    for _ in 0..6 {
+        let outcome = guard
+            .handle(&[("a", "b")], &b, |_| async { panic!("must not run") })
+            .await;
+        assert!(
+            matches!(outcome, Outcome::StoreUnavailable { .. }),
+            "{outcome:?}"
+        );
+        assert_eq!(guard.answer(&outcome).status, 503);
+    }
+    let record = guard.inspect("o1").await.unwrap().unwrap();
+    assert_eq!(
+        record.failures, 0,
+        "an outage of ours is not the handler's failure"
+    );
+    assert_eq!(
+        record.state,
+        webhook_guard::RecordState::Failed,
+        "the claim was released"
+    );
+}
