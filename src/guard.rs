@@ -1070,6 +1070,17 @@ impl WebhookGuard {
         headers: &dyn Headers,
         body: &[u8],
     ) -> Result<VerifiedDelivery, Rejection> {
+        self.verify_at(headers, body, self.inner.clock.now())
+    }
+
+    /// [`WebhookGuard::verify`] at `now`, the delivery's arrival: the flow reads the
+    /// clock once and uses the time for the signature's tolerance and the claim.
+    fn verify_at(
+        &self,
+        headers: &dyn Headers,
+        body: &[u8],
+        now: DateTime<Utc>,
+    ) -> Result<VerifiedDelivery, Rejection> {
         let inner = &self.inner;
         if body.len() > inner.max_body {
             return Err(Rejection::BodyTooLarge {
@@ -1077,7 +1088,7 @@ impl WebhookGuard {
                 limit: inner.max_body,
             });
         }
-        let verified = inner.verifier.verify(headers, body, inner.clock.now())?;
+        let verified = inner.verifier.verify(headers, body, now)?;
         let signed_at = verified.signed_at;
         let id = inner.event_id.extract(headers, body, verified)?;
         check_id(&id)?;
@@ -1103,8 +1114,9 @@ impl WebhookGuard {
         body: &'a [u8],
     ) -> impl Future<Output = Begin<'a>> + Send + use<'s, 'a> {
         let started = Instant::now();
-        let verified = self.verify(headers, body);
-        self.begin_verified(verified, body, started)
+        let now = self.inner.clock.now();
+        let verified = self.verify_at(headers, body, now);
+        self.begin_verified(verified, body, started, now)
     }
 
     async fn begin_verified<'a>(
@@ -1112,11 +1124,12 @@ impl WebhookGuard {
         verified: Result<VerifiedDelivery, Rejection>,
         body: &'a [u8],
         started: Instant,
+        now: DateTime<Utc>,
     ) -> Begin<'a> {
         let begin = match verified {
             Ok(delivery) => {
                 tracing::Span::current().record("webhook.event_id", delivery.id.as_str());
-                self.claim(delivery, body, started).await
+                self.claim(delivery, body, started, now).await
             }
             Err(r) => Begin::Done(Outcome::Rejected(r)),
         };
@@ -1131,10 +1144,10 @@ impl WebhookGuard {
         delivery: VerifiedDelivery,
         body: &'a [u8],
         started: Instant,
+        now: DateTime<Utc>,
     ) -> Begin<'a> {
         let VerifiedDelivery { id, meta, .. } = delivery;
         let inner = &self.inner;
-        let now = inner.clock.now();
         let fingerprint = if inner.fingerprint {
             Fingerprint::of(body)
         } else {
@@ -1248,9 +1261,10 @@ impl WebhookGuard {
     {
         let span = self.delivery_span();
         let started = Instant::now();
-        let verified = span.in_scope(|| self.verify(headers, body));
+        let now = self.inner.clock.now();
+        let verified = span.in_scope(|| self.verify_at(headers, body, now));
         async move {
-            let begin = self.begin_verified(verified, body, started).await;
+            let begin = self.begin_verified(verified, body, started, now).await;
             run_claimed(begin, handler).await
         }
         .instrument(span)
@@ -1297,10 +1311,11 @@ impl WebhookGuard {
     {
         let span = self.delivery_span();
         let started = Instant::now();
-        let verified = span.in_scope(|| self.verify(headers, &body));
+        let now = self.inner.clock.now();
+        let verified = span.in_scope(|| self.verify_at(headers, &body, now));
         async move {
             let shared = body.clone();
-            let begin = self.begin_verified(verified, &body, started).await;
+            let begin = self.begin_verified(verified, &body, started, now).await;
             run_claimed(begin, move |event| {
                 handler(OwnedEvent {
                     body: shared,
@@ -1481,7 +1496,8 @@ impl WebhookGuard {
         headers: &dyn Headers,
         body: &'a [u8],
     ) -> impl Future<Output = Outcome> + Send + use<'s, 'a> {
-        let verified = self.verify(headers, body);
+        let now = self.inner.clock.now();
+        let verified = self.verify_at(headers, body, now);
         async move {
             let delivery = match verified {
                 Ok(d) => d,
@@ -1495,7 +1511,6 @@ impl WebhookGuard {
                     error: StoreError::backend("no inbox configured on this guard"),
                 };
             };
-            let now = inner.clock.now();
             let fingerprint = Fingerprint::of(body);
             let key = Key::new(&inner.namespace, &delivery.id);
             let event = NewEvent {
