@@ -121,22 +121,25 @@ impl fmt::Debug for Fingerprint {
 pub struct FencingToken(pub u64);
 
 impl FencingToken {
-    /// A fresh random token (not cryptographic, but unpredictable and unique with
-    /// overwhelming probability).
+    /// A fresh random token: not cryptographic, but unique with overwhelming
+    /// probability.
     pub fn random() -> Self {
-        // Per thread, so threads claiming at once share no cache line; every
-        // thread's `RandomState` keys are random, so their sequences differ.
+        // A SplitMix64 sequence per thread, seeded from the process's random hash
+        // keys: threads claiming at once share no cache line, no two threads start
+        // at the same point, and each thread's sequence repeats only after 2^64 tokens.
         thread_local! {
-            static COUNTER: Cell<u64> = const { Cell::new(0) };
+            static STATE: Cell<u64> = Cell::new(
+                std::collections::hash_map::RandomState::new().build_hasher().finish(),
+            );
         }
-        let n = COUNTER.with(|c| {
-            let n = c.get();
-            c.set(n.wrapping_add(1));
-            n
+        let mut z = STATE.with(|s| {
+            let z = s.get().wrapping_add(0x9e37_79b9_7f4a_7c15);
+            s.set(z);
+            z
         });
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u64(n);
-        Self(h.finish())
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        Self(z ^ (z >> 31))
     }
 
     /// The token as the signed 64-bit integer SQL columns hold (same bits).
@@ -563,3 +566,31 @@ macro_rules! forward_store {
 
 forward_store!(Arc<T>);
 forward_store!(Box<T>);
+
+#[cfg(test)]
+mod tests {
+    use super::FencingToken;
+    use std::collections::HashSet;
+
+    #[test]
+    fn tokens_from_several_threads_are_all_distinct() {
+        let per_thread = 50_000;
+        let tokens: Vec<Vec<u64>> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..4)
+                .map(|_| {
+                    s.spawn(move || {
+                        (0..per_thread)
+                            .map(|_| FencingToken::random().0)
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let all: HashSet<u64> = tokens.iter().flatten().copied().collect();
+        assert_eq!(all.len(), 4 * per_thread);
+        // Consecutive tokens of one thread are not a counter.
+        let t = &tokens[0];
+        assert!(t.windows(2).all(|w| w[1].wrapping_sub(w[0]) != 1));
+    }
+}
