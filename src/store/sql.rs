@@ -18,7 +18,9 @@ pub const DEFAULT_TABLE: &str = "webhook_guard_records";
 
 /// How a store purges expired rows: how many rows one statement removes at most,
 /// and how long the purge rests after each full statement, so that claims running
-/// meanwhile find the database (its locks, its log, its CPU) free most of the time.
+/// meanwhile find the database (its write lock, its log, its CPU) free about half of
+/// the time or more, and wait for at most one small statement. The rest follows the
+/// last full statement of a call too: the sweeper calls again right away.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct PurgePace {
     /// Rows per statement (each statement is its own short transaction).
@@ -28,7 +30,8 @@ pub(crate) struct PurgePace {
 }
 
 impl PurgePace {
-    /// Rests after a full statement that took `took`.
+    /// Rests after a full statement that took `took` (on tokio; a build without the
+    /// `tokio` feature, possible with `postgres` alone, does not rest).
     pub(crate) async fn rest_after(self, took: std::time::Duration) {
         let pause = took.mul_f64(self.rest);
         #[cfg(feature = "tokio")]
