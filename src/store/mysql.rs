@@ -44,9 +44,17 @@ use crate::ordering::{Freshness, ObjectKey, ObjectRecord, ObjectStatus, Ordering
 /// The schema for the default table name; [`MySqlStore::schema_sql`] renames it.
 const SCHEMA: &str = include_str!("mysql.sql");
 
-/// How many rows one purge statement removes at most, so that it holds its row
-/// locks for a few milliseconds only.
+/// How many rows one statement of `purge_settled` removes at most, so that it
+/// holds its row locks for a few milliseconds only.
 const PURGE_BATCH: usize = 500;
+
+/// Purge statements of 200 rows, each followed by a rest as long as it took: a
+/// purge of a large backlog takes at most about half of the server's time, its
+/// redo log and its buffer pool, and claims meanwhile keep their latency.
+const PURGE_PACE: shared::PurgePace = shared::PurgePace {
+    rows: 200,
+    rest: 1.0,
+};
 
 /// How often a statement is run again after InnoDB chose it as a deadlock victim
 /// (the statement was rolled back whole, so running it again is safe).
@@ -92,6 +100,10 @@ pub use super::sql::InvalidTableName;
 ///   `BIGINT` of [`FencingToken::as_i64`] (all 64 bits kept).
 /// - `by_expiry` keeps [`purge_expired`](ProcessedStore::purge_expired) a range scan
 ///   and `by_lease` keeps [`stuck`](ProcessedStore::stuck) one, at any table size.
+///   A purge deletes at most 200 rows per statement, oldest first, under `READ
+///   COMMITTED` (it locks only the rows it deletes, no gaps), and rests after each
+///   statement as long as it took, so that a large backlog leaves the server free
+///   about half of the time and claims keep their latency.
 ///
 /// # How a claim works
 ///
@@ -834,26 +846,11 @@ impl ProcessedStore for MySqlStore {
 
     async fn purge_expired(&self, now: DateTime<Utc>, limit: usize) -> Result<u64, StoreError> {
         let now = millis(now);
-        let mut removed = 0u64;
-        let mut left = limit;
-        while left > 0 {
-            let batch = left.min(PURGE_BATCH);
-            let done = retry_deadlocks(|| {
-                sqlx::query(&self.sql.purge)
-                    .bind(now)
-                    .bind(now)
-                    .bind(batch as u64)
-                    .execute(&self.pool)
-            })
-            .await?;
-            let n = done.rows_affected();
-            removed += n;
-            left -= (n as usize).min(left);
-            if n < batch as u64 {
-                break;
-            }
-        }
-        Ok(removed)
+        // Small statements, a rest after each (see `PurgePace`).
+        shared::purge_in_batches(limit, PURGE_PACE, |n| async move {
+            retry_deadlocks(|| self.purge_once(now, n)).await
+        })
+        .await
     }
 
     async fn stuck(&self, now: DateTime<Utc>, limit: usize) -> Result<Vec<Record>, StoreError> {
@@ -1024,6 +1021,22 @@ impl MySqlStore {
         } else {
             Recorded::Conflict
         })
+    }
+
+    /// One purge statement of up to `n` rows, under `READ COMMITTED`: InnoDB then
+    /// locks only the rows it deletes, never the gaps of the `by_expiry` range it
+    /// walks, so a claim inserting next to them never waits for the purge.
+    async fn purge_once(&self, now: i64, n: usize) -> Result<u64, sqlx::Error> {
+        let mut conn = self.pool.acquire().await?;
+        sqlx::Executor::execute(&mut *conn, "SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+            .await?;
+        let done = sqlx::query(&self.sql.purge)
+            .bind(now)
+            .bind(now)
+            .bind(n as u64)
+            .execute(&mut *conn)
+            .await?;
+        Ok(done.rows_affected())
     }
 
     /// One lease transaction, under `READ COMMITTED` (no gap locks): pick due rows

@@ -16,9 +16,32 @@ use crate::ordering::{ObjectRecord, ObjectStatus};
 /// The table the SQL stores use unless told otherwise.
 pub const DEFAULT_TABLE: &str = "webhook_guard_records";
 
-/// How many rows one purge statement removes at most, so that it holds its locks
-/// (row locks on PostgreSQL, the write lock on SQLite) only briefly.
-pub(crate) const PURGE_BATCH: usize = 1000;
+/// How a store purges expired rows: how many rows one statement removes at most,
+/// and how long the purge rests after each full statement, so that claims running
+/// meanwhile find the database (its write lock, its log, its CPU) free about half of
+/// the time or more, and wait for at most one small statement. The rest follows the
+/// last full statement of a call too: the sweeper calls again right away.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PurgePace {
+    /// Rows per statement (each statement is its own short transaction).
+    pub(crate) rows: usize,
+    /// The rest after a full statement, as a multiple of the time it took.
+    pub(crate) rest: f64,
+}
+
+impl PurgePace {
+    /// Rests after a full statement that took `took` (on tokio; a build without the
+    /// `tokio` feature, possible with `postgres` alone, does not rest).
+    pub(crate) async fn rest_after(self, took: std::time::Duration) {
+        let pause = took.mul_f64(self.rest);
+        #[cfg(feature = "tokio")]
+        if !pause.is_zero() {
+            tokio::time::sleep(pause).await;
+        }
+        #[cfg(not(feature = "tokio"))]
+        let _ = pause;
+    }
+}
 
 /// A table name refused by a SQL store: it must match `[A-Za-z_][A-Za-z0-9_]{0,62}`.
 ///
@@ -314,9 +337,21 @@ pub(crate) fn vanished(key: Key<'_>) -> StoreError {
     ))
 }
 
-/// Runs `batch(n)` with `n <= PURGE_BATCH` until `limit` rows are gone or a batch
-/// comes back short. Every batch is its own short statement (autocommit).
-pub(crate) async fn purge_in_batches<F, Fut>(limit: usize, mut batch: F) -> Result<u64, StoreError>
+/// How the inbox purges its settled events: statements of up to 1,000 rows, back
+/// to back.
+pub(crate) const SETTLED_PURGE: PurgePace = PurgePace {
+    rows: 1000,
+    rest: 0.0,
+};
+
+/// Runs `batch(n)` with `n <= pace.rows` until `limit` rows are gone or a batch
+/// comes back short. Every batch is its own short statement (autocommit); after
+/// each full one the purge rests (see [`PurgePace`]).
+pub(crate) async fn purge_in_batches<F, Fut>(
+    limit: usize,
+    pace: PurgePace,
+    mut batch: F,
+) -> Result<u64, StoreError>
 where
     F: FnMut(usize) -> Fut,
     Fut: std::future::Future<Output = Result<u64, StoreError>>,
@@ -324,13 +359,15 @@ where
     let mut removed = 0u64;
     let mut left = limit;
     while left > 0 {
-        let n = left.min(PURGE_BATCH);
+        let n = left.min(pace.rows.max(1));
+        let started = std::time::Instant::now();
         let done = batch(n).await?;
         removed += done;
         left -= usize::try_from(done).unwrap_or(n).min(n);
         if done < n as u64 {
             break;
         }
+        pace.rest_after(started.elapsed()).await;
     }
     Ok(removed)
 }
@@ -618,13 +655,30 @@ impl Statements {
             "DELETE FROM {t} WHERE namespace = $1 AND id = $2 \
                  AND NOT (state = 'in_progress' AND lease_until > $3)"
         );
-        let (pick, picked, locking) = dialect.pick();
-        let purge = format!(
-            "DELETE FROM {t} WHERE {pick} IN (\
-                 SELECT {picked} FROM {t} \
-                 WHERE expires_at <= $1 AND NOT (state = 'in_progress' AND lease_until > $1) \
-                 LIMIT $2{locking})"
-        );
+        // Oldest first, through the `expires_at` index (the `ORDER BY` keeps the planner
+        // on it even when most of the table is expired: a sequential scan would walk
+        // the dead rows of earlier batches again and again).
+        let due = "expires_at <= $1 AND NOT (state = 'in_progress' AND lease_until > $1)";
+        let purge = match dialect {
+            // The picked rows are locked (`SKIP LOCKED`: a row a claim holds is left
+            // for the next purge), then deleted by their physical address, which a
+            // locked row keeps until the statement ends: no second lookup through
+            // the primary key. `set_config(…, true)` turns `synchronous_commit` off
+            // for this statement's own transaction only: its commit does not wait
+            // for a WAL flush. A purge lost in a crash is redone by the next one, and
+            // every later synchronous commit (a claim's) flushes it anyway.
+            Dialect::Postgres => format!(
+                "DELETE FROM {t} WHERE ctid = ANY(ARRAY(\
+                     SELECT ctid FROM {t} WHERE {due} \
+                     ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)) \
+                 AND (SELECT set_config('synchronous_commit', 'off', true)) IS NOT NULL"
+            ),
+            // One writer at a time: nothing to lock.
+            Dialect::Sqlite => format!(
+                "DELETE FROM {t} WHERE rowid IN (\
+                     SELECT rowid FROM {t} WHERE {due} ORDER BY expires_at LIMIT $2)"
+            ),
+        };
         let stuck = format!(
             "SELECT namespace, id, {COLUMNS} FROM {t} \
              WHERE state = 'in_progress' AND lease_until <= $1 \

@@ -202,8 +202,9 @@ macro_rules! sql_store_impls {
                     now: DateTime<Utc>,
                     limit: usize,
                 ) -> Result<u64, StoreError> {
-                    // The gate is taken per batch, so claims waiting for it go first.
-                    purge_in_batches(limit, |n| async move {
+                    // Small statements, a rest after each (see `PurgePace`); the gate
+                    // is taken per statement, so claims waiting for it go first.
+                    purge_in_batches(limit, Self::PURGE_PACE, |n| async move {
                         let _gate = self.write_gate().await;
                         ::sqlx::query(&self.sql.purge)
                             .bind(millis(now))
@@ -367,7 +368,7 @@ macro_rules! sql_store_impls {
                     now: DateTime<Utc>,
                     limit: usize,
                 ) -> Result<u64, StoreError> {
-                    purge_in_batches(limit, |n| async move {
+                    purge_in_batches(limit, sql::SETTLED_PURGE, |n| async move {
                         let _gate = self.write_gate().await;
                         ::sqlx::query(&self.sql.queue.purge)
                             .bind(millis(now))

@@ -76,8 +76,9 @@
 //! the 64-bit fencing token bit for bit; the fingerprint is the 32-byte SHA-256 of
 //! the body. The claim is one `INSERT … ON CONFLICT (namespace, id) DO UPDATE … WHERE
 //! … RETURNING` statement on the primary key. The `expires_at` index lets a purge
-//! read only the rows that are due, at most 1,000 per statement, so the write lock is
-//! held for milliseconds at a time; the partial index on running claims keeps
+//! read only the rows that are due, at most 100 per statement, so the write lock is
+//! held for well under a millisecond at a time, and the purge rests after each
+//! statement as long as it took, so claims find the writer free; the partial index on running claims keeps
 //! [`stuck`] instant at any table size.
 //!
 //! # Inbox, ordering guard and transactional mode
@@ -317,11 +318,20 @@ impl SqliteStore {
 }
 
 impl SqliteStore {
-    /// Taken around every write statement (per batch for purges, so claims waiting
-    /// for it go first).
+    /// Taken around every write statement (per statement for purges, so claims
+    /// waiting for it go first).
     async fn write_gate(&self) -> MutexGuard<'_, ()> {
         self.writes.lock().await
     }
+
+    /// Purge statements of 100 rows (each holds the write gate and the file's write
+    /// lock for well under a millisecond on a local disk), each followed by a rest
+    /// as long as it took: a claim waits for at most one such statement, and the
+    /// purge leaves the writer free about half of the time.
+    const PURGE_PACE: super::sql::PurgePace = super::sql::PurgePace {
+        rows: 100,
+        rest: 1.0,
+    };
 }
 
 sql_store_impls!(SqliteStore, SqliteConnection, err);
