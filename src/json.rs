@@ -160,8 +160,14 @@ pub(crate) fn fields<P: AsRef<str>, const N: usize>(
             field(body, &path).ok()
         });
     }
-    let mut de = serde_json::Deserializer::from_slice(body);
     let live = (0..N).fold(0u8, |mask, i| mask | 1 << i);
+    if let Some(found) = Plain::scan(body, &paths, live) {
+        return found.map(|f| match f {
+            Leaf::Value(v) if !v.is_empty() => std::str::from_utf8(v).ok().map(str::to_owned),
+            _ => None,
+        });
+    }
+    let mut de = serde_json::Deserializer::from_slice(body);
     let found = MultiSeed::<P, N> {
         paths: &paths,
         live,
@@ -178,6 +184,250 @@ pub(crate) fn fields<P: AsRef<str>, const N: usize>(
         Found::Value(v) if !v.is_empty() => Some(v),
         _ => None,
     })
+}
+
+/// What a path answers at one value, as [`Found`], borrowing the body (a string's
+/// raw bytes, valid UTF-8 since the whole body is).
+#[derive(Clone, Copy)]
+enum Leaf<'b> {
+    Value(&'b [u8]),
+    Missing,
+    NotScalar,
+}
+
+/// Deepest nesting [`Plain`] reads; serde_json's limit is 128.
+const PLAIN_MAX_NESTING: usize = 100;
+
+/// [`fields`] without serde, for the documents webhooks send: valid UTF-8, strings
+/// without escapes or control characters, integers of at most 18 digits written
+/// canonically (`0`, `-7`, `1700000000`: never `-0`, leading zeros, fractions or
+/// exponents), nesting up to 100 levels. It answers what [`MultiSeed`] answers, and
+/// gives up (`None`) on anything else: another number, an escape, broken syntax,
+/// deeper nesting. Then [`fields`] asks serde_json, which decides. So a document
+/// this reader takes is one serde_json takes too, with the same values (a canonical
+/// integer's `to_string` is its text).
+struct Plain<'b> {
+    body: &'b [u8],
+    at: usize,
+}
+
+impl<'b> Plain<'b> {
+    fn scan<P: AsRef<str>, const N: usize>(
+        body: &'b [u8],
+        paths: &[&[P]; N],
+        live: u8,
+    ) -> Option<[Leaf<'b>; N]> {
+        // One check for every string in the body: a string of a valid UTF-8 document
+        // lies between two ASCII quotes, so it is valid UTF-8 too.
+        std::str::from_utf8(body).ok()?;
+        let mut reader = Plain { body, at: 0 };
+        reader.skip_whitespace();
+        let found = reader.value(paths, live, 0, 0)?;
+        reader.skip_whitespace();
+        (reader.at == body.len()).then_some(found)
+    }
+
+    fn peek(&self) -> Option<u8> {
+        self.body.get(self.at).copied()
+    }
+
+    fn skip_whitespace(&mut self) {
+        self.at = skip_whitespace(self.body, self.at);
+    }
+
+    fn eat(&mut self, byte: u8) -> Option<()> {
+        (self.peek()? == byte).then(|| self.at += 1)
+    }
+
+    /// A string without escapes or control characters, raw.
+    fn string(&mut self) -> Option<&'b [u8]> {
+        let (raw, next) = plain_string(self.body, self.at)?;
+        self.at = next;
+        Some(raw)
+    }
+
+    /// A canonical integer of at most 18 digits, as written.
+    fn integer(&mut self) -> Option<&'b [u8]> {
+        let start = self.at;
+        let negative = self.peek() == Some(b'-');
+        if negative {
+            self.at += 1;
+        }
+        let digits = self.body[self.at..]
+            .iter()
+            .take_while(|b| b.is_ascii_digit())
+            .count();
+        let first = self.peek()?;
+        if digits == 0 || digits > 18 || (first == b'0' && (digits > 1 || negative)) {
+            return None;
+        }
+        self.at += digits;
+        if matches!(self.peek(), Some(b'.' | b'e' | b'E')) {
+            return None;
+        }
+        Some(&self.body[start..self.at])
+    }
+
+    fn literal(&mut self, word: &[u8]) -> Option<()> {
+        self.body[self.at..]
+            .starts_with(word)
+            .then(|| self.at += word.len())
+    }
+
+    /// Reads one value; `live` holds the paths that lead here, having matched their
+    /// first `depth` keys.
+    fn value<P: AsRef<str>, const N: usize>(
+        &mut self,
+        paths: &[&[P]; N],
+        live: u8,
+        depth: usize,
+        nesting: usize,
+    ) -> Option<[Leaf<'b>; N]> {
+        if live == 0 {
+            self.skip(nesting)?;
+            return Some([Leaf::Missing; N]);
+        }
+        let ends_here = |leaf: Leaf<'b>| {
+            std::array::from_fn(|i| {
+                if live & (1 << i) != 0 && paths[i].len() == depth {
+                    leaf
+                } else {
+                    Leaf::Missing
+                }
+            })
+        };
+        match self.peek()? {
+            b'{' => self.object(paths, live, depth, nesting + 1),
+            b'[' => {
+                self.array(nesting + 1)?;
+                Some(ends_here(Leaf::NotScalar))
+            }
+            b'"' => self.string().map(|s| ends_here(Leaf::Value(s))),
+            b'-' | b'0'..=b'9' => self.integer().map(|s| ends_here(Leaf::Value(s))),
+            b't' => self.literal(b"true").map(|()| ends_here(Leaf::NotScalar)),
+            b'f' => self.literal(b"false").map(|()| ends_here(Leaf::NotScalar)),
+            b'n' => self.literal(b"null").map(|()| [Leaf::Missing; N]),
+            _ => None,
+        }
+    }
+
+    /// Reads one value that no path wants.
+    fn skip(&mut self, nesting: usize) -> Option<()> {
+        match self.peek()? {
+            b'{' => self.skip_object(nesting + 1),
+            b'[' => self.array(nesting + 1),
+            b'"' => self.string().map(drop),
+            b'-' | b'0'..=b'9' => self.integer().map(drop),
+            b't' => self.literal(b"true"),
+            b'f' => self.literal(b"false"),
+            b'n' => self.literal(b"null"),
+            _ => None,
+        }
+    }
+
+    fn skip_object(&mut self, nesting: usize) -> Option<()> {
+        if nesting > PLAIN_MAX_NESTING {
+            return None;
+        }
+        self.eat(b'{')?;
+        self.skip_whitespace();
+        if self.eat(b'}').is_some() {
+            return Some(());
+        }
+        loop {
+            self.string()?;
+            self.skip_whitespace();
+            self.eat(b':')?;
+            self.skip_whitespace();
+            self.skip(nesting)?;
+            self.skip_whitespace();
+            if self.eat(b'}').is_some() {
+                return Some(());
+            }
+            self.eat(b',')?;
+            self.skip_whitespace();
+        }
+    }
+
+    fn array(&mut self, nesting: usize) -> Option<()> {
+        if nesting > PLAIN_MAX_NESTING {
+            return None;
+        }
+        self.eat(b'[')?;
+        self.skip_whitespace();
+        if self.eat(b']').is_some() {
+            return Some(());
+        }
+        loop {
+            self.skip(nesting)?;
+            self.skip_whitespace();
+            if self.eat(b']').is_some() {
+                return Some(());
+            }
+            self.eat(b',')?;
+            self.skip_whitespace();
+        }
+    }
+
+    fn object<P: AsRef<str>, const N: usize>(
+        &mut self,
+        paths: &[&[P]; N],
+        live: u8,
+        depth: usize,
+        nesting: usize,
+    ) -> Option<[Leaf<'b>; N]> {
+        if nesting > PLAIN_MAX_NESTING {
+            return None;
+        }
+        self.eat(b'{')?;
+        // As MultiSeed: paths ending at an object answer NotScalar.
+        let mut found: [Leaf<'b>; N] = std::array::from_fn(|i| {
+            if live & (1 << i) != 0 && paths[i].len() == depth {
+                Leaf::NotScalar
+            } else {
+                Leaf::Missing
+            }
+        });
+        let deeper = (0..N)
+            .filter(|&i| live & (1 << i) != 0 && paths[i].len() > depth)
+            .fold(0u8, |mask, i| mask | 1 << i);
+        self.skip_whitespace();
+        if self.eat(b'}').is_some() {
+            return Some(found);
+        }
+        loop {
+            let key = self.string()?;
+            self.skip_whitespace();
+            self.eat(b':')?;
+            self.skip_whitespace();
+            // As MultiSeed: a path takes the first key that gives it an answer.
+            let mut wanted = 0u8;
+            for (i, leaf) in found.iter().enumerate() {
+                if deeper & (1 << i) != 0
+                    && matches!(leaf, Leaf::Missing)
+                    && paths[i][depth].as_ref().as_bytes() == key
+                {
+                    wanted |= 1 << i;
+                }
+            }
+            if wanted == 0 {
+                self.skip(nesting)?;
+            } else {
+                let sub = self.value(paths, wanted, depth + 1, nesting)?;
+                for i in 0..N {
+                    if wanted & (1 << i) != 0 {
+                        found[i] = sub[i];
+                    }
+                }
+            }
+            self.skip_whitespace();
+            if self.eat(b'}').is_some() {
+                return Some(found);
+            }
+            self.eat(b',')?;
+            self.skip_whitespace();
+        }
+    }
 }
 
 /// [`PathSeed`] for several paths at once. `live` holds the paths that lead to the
@@ -569,6 +819,14 @@ mod tests {
             Just(&b"1e400"[..]),
             Just(&b"true"[..]),
             Just(&b"null"[..]),
+            Just(&b"-0"[..]),
+            Just(&b"0"[..]),
+            Just(&b"01"[..]),
+            Just(&b"-"[..]),
+            Just(&b"123456789012345678901"[..]),
+            Just(&b"tru"[..]),
+            Just(&br#""\u00e9""#[..]),
+            Just(&b"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[["[..]),
         ];
         let shaped = (
             proptest::collection::vec(piece.clone(), 0..6),
@@ -595,6 +853,11 @@ mod tests {
                 Just(r#""data":{"object":[1,{"id":"x"}]}"#),
                 Just(r#""data":{"object":"s"}"#),
                 Just(r#""x":[[],{},"é"]"#),
+                Just(r#""created":-12"#),
+                Just(r#""created":0"#),
+                Just(r#""type":"\u00e9""#),
+                Just(r#""data":{"object":{"id":"ch_3","n":[true,false,null,-1]}}"#),
+                Just(r#""data" : { "object" : { "id" : 42 } }"#),
             ],
             0..6,
         )
@@ -618,6 +881,32 @@ mod tests {
         }
 
         #[test]
+        fn the_plain_reader_answers_what_serde_answers(body in body_strategy()) {
+            let paths: [&[&str]; 5] = [
+                &["type"],
+                &["created"],
+                &["data", "object", "id"],
+                &["id"],
+                &["data"],
+            ];
+            if let Some(plain) = Plain::scan(&body, &paths, 0b11111) {
+                let mut de = serde_json::Deserializer::from_slice(&body);
+                let serde = MultiSeed::<&str, 5> { paths: &paths, live: 0b11111, depth: 0 }
+                    .deserialize(&mut de)
+                    .expect("serde takes what the plain reader takes");
+                de.end().expect("serde takes what the plain reader takes");
+                for (plain, serde) in plain.iter().zip(&serde) {
+                    let same = match (plain, serde) {
+                        (Leaf::Value(a), Found::Value(b)) => *a == b.as_bytes(),
+                        (Leaf::Missing, Found::Missing) | (Leaf::NotScalar, Found::NotScalar) => true,
+                        _ => false,
+                    };
+                    proptest::prop_assert!(same, "{:?}", String::from_utf8_lossy(&body));
+                }
+            }
+        }
+
+        #[test]
         fn first_field_fast_path_answers_what_serde_answers(body in body_strategy()) {
             for path in [&["id"][..], &["data", "object", "id"], &["type"]] {
                 proptest::prop_assert_eq!(
@@ -626,6 +915,32 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn the_plain_reader_takes_webhook_bodies_and_leaves_the_rest_to_serde() {
+        let paths: [&[&str]; 2] = [&["type"], &["data", "object", "id"]];
+        let body = br#" {"id":"evt_1","type":"charge.succeeded","created":1700000000,"livemode":false,"data":{"object":{"id":"ch_9","amount":-5,"x":[1,{"a":null}]}}} "#;
+        assert!(Plain::scan(body, &paths, 0b11).is_some());
+        for other in [
+            &br#"{"type":"a\nb"}"#[..],
+            br#"{"n":1.5}"#,
+            br#"{"n":1e3}"#,
+            br#"{"n":-0}"#,
+            br#"{"n":01}"#,
+            br#"{"n":1234567890123456789}"#,
+            br#"{"a":1,}"#,
+            br#"{"a":1} x"#,
+            b"{\"a\":\"\xff\"}",
+        ] {
+            assert!(Plain::scan(other, &paths, 0b11).is_none(), "{other:?}");
+        }
+        let deep = format!("{}{}", "[".repeat(101), "]".repeat(101));
+        assert!(Plain::scan(deep.as_bytes(), &paths, 0b11).is_none());
+        assert_eq!(
+            fields(deep.as_bytes(), paths),
+            paths.map(|p| field(deep.as_bytes(), p).ok())
+        );
     }
 
     #[test]
