@@ -150,22 +150,35 @@ const MAX_PATHS: usize = 8;
 /// `field(body, paths[i]).ok()`, the same answer (the whole body is checked to be
 /// valid JSON, as [`field`] does), for a third of the cost of three calls. With more
 /// than 8 paths, it calls [`field`] for each.
+#[cfg_attr(not(test), allow(dead_code))]
 pub(crate) fn fields<P: AsRef<str>, const N: usize>(
     body: &[u8],
     paths: [&[P]; N],
 ) -> [Option<String>; N] {
+    fields_with(body, paths, |values| values.map(|v| v.map(str::to_owned)))
+}
+
+/// [`fields`], handing the answers to `read` as borrowed strings (taken from the
+/// body itself when it needs no unescaping), so a caller that only parses a value
+/// does not allocate it.
+pub(crate) fn fields_with<P: AsRef<str>, R, const N: usize>(
+    body: &[u8],
+    paths: [&[P]; N],
+    read: impl FnOnce([Option<&str>; N]) -> R,
+) -> R {
     if N > MAX_PATHS {
-        return paths.map(|path| {
+        let owned = paths.map(|path| {
             let path: Vec<&str> = path.iter().map(AsRef::as_ref).collect();
             field(body, &path).ok()
         });
+        return read(std::array::from_fn(|i| owned[i].as_deref()));
     }
     let live = (0..N).fold(0u8, |mask, i| mask | 1 << i);
     if let Some(found) = Plain::scan(body, &paths, live) {
-        return found.map(|f| match f {
-            Leaf::Value(v) if !v.is_empty() => std::str::from_utf8(v).ok().map(str::to_owned),
+        return read(found.map(|f| match f {
+            Leaf::Value(v) if !v.is_empty() => std::str::from_utf8(v).ok(),
             _ => None,
-        });
+        }));
     }
     let mut de = serde_json::Deserializer::from_slice(body);
     let found = MultiSeed::<P, N> {
@@ -174,16 +187,13 @@ pub(crate) fn fields<P: AsRef<str>, const N: usize>(
         depth: 0,
     }
     .deserialize(&mut de);
-    let Ok(mut found) = found else {
-        return [const { None }; N];
-    };
-    if de.end().is_err() {
-        return [const { None }; N];
+    match found {
+        Ok(found) if de.end().is_ok() => read(std::array::from_fn(|i| match &found[i] {
+            Found::Value(v) if !v.is_empty() => Some(v.as_str()),
+            _ => None,
+        })),
+        _ => read([None; N]),
     }
-    std::array::from_fn(|i| match std::mem::replace(&mut found[i], Found::Missing) {
-        Found::Value(v) if !v.is_empty() => Some(v),
-        _ => None,
-    })
 }
 
 /// What a path answers at one value, as [`Found`], borrowing the body (a string's

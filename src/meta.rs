@@ -102,15 +102,16 @@ impl MetaExtractor {
             [event_type, created_at, object].map(|p| p.iter().map(|s| (*s).to_owned()).collect());
         Self(Arc::new(move |body: &[u8]| {
             // One pass for the three paths: each answer is `json::field(body, path).ok()`.
-            let [event_type, created_at, object] =
-                json::fields(body, [&paths[0][..], &paths[1][..], &paths[2][..]]);
-            // An empty path reads nothing.
-            let read = |i: usize, value: Option<String>| value.filter(|_| !paths[i].is_empty());
-            EventMeta::new(
-                read(0, event_type),
-                read(1, created_at).as_deref().and_then(parse_time),
-                read(2, object),
-            )
+            let all = [&paths[0][..], &paths[1][..], &paths[2][..]];
+            json::fields_with(body, all, |[event_type, created_at, object]| {
+                // An empty path reads nothing.
+                let read = |i: usize| !paths[i].is_empty();
+                EventMeta::new(
+                    event_type.filter(|_| read(0)).map(str::to_owned),
+                    created_at.filter(|_| read(1)).and_then(parse_time),
+                    object.filter(|_| read(2)).map(str::to_owned),
+                )
+            })
         }))
     }
 
