@@ -138,9 +138,10 @@ impl GuardResponse {
         // serde_json writes below, without going through a serializer.
         let plain = |s: &str| !s.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20);
         if plain(outcome) && plain(reason) && id.is_none_or(plain) {
-            let mut body = String::with_capacity(
-                40 + outcome.len() + reason.len() + id.map_or(0, |id| id.len() + 8),
-            );
+            // The exact length: a `String` whose capacity is its length becomes a
+            // response body (`Bytes`) without another allocation.
+            let len = 26 + outcome.len() + reason.len() + id.map_or(0, |id| 8 + id.len());
+            let mut body = String::with_capacity(len);
             body.push_str(r#"{"outcome":""#);
             body.push_str(outcome);
             body.push_str(r#"","reason":""#);
@@ -150,6 +151,7 @@ impl GuardResponse {
                 body.push_str(id);
             }
             body.push_str(r#""}"#);
+            debug_assert_eq!(body.len(), len);
             return body;
         }
         serde_body(outcome, reason, id)
