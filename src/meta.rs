@@ -101,17 +101,17 @@ impl MetaExtractor {
         let paths: [Vec<String>; 3] =
             [event_type, created_at, object].map(|p| p.iter().map(|s| (*s).to_owned()).collect());
         Self(Arc::new(move |body: &[u8]| {
-            let read = |path: &Vec<String>| {
-                let path: Vec<&str> = path.iter().map(String::as_str).collect();
-                (!path.is_empty())
-                    .then(|| json::field(body, &path).ok())
-                    .flatten()
-            };
-            EventMeta::new(
-                read(&paths[0]),
-                read(&paths[1]).as_deref().and_then(parse_time),
-                read(&paths[2]),
-            )
+            // One pass for the three paths: each answer is `json::field(body, path).ok()`.
+            let all = [&paths[0][..], &paths[1][..], &paths[2][..]];
+            json::fields_with(body, all, |[event_type, created_at, object]| {
+                // An empty path reads nothing.
+                let read = |i: usize| !paths[i].is_empty();
+                EventMeta::new(
+                    event_type.filter(|_| read(0)).map(str::to_owned),
+                    created_at.filter(|_| read(1)).and_then(parse_time),
+                    object.filter(|_| read(2)).map(str::to_owned),
+                )
+            })
         }))
     }
 

@@ -120,11 +120,17 @@ where
     F: FnOnce(OwnedEvent) -> Fut,
     Fut: Future<Output = Result<(), HandlerError>>,
 {
-    let (parts, body) = request.into_parts();
-    let bytes = match read_body(guard, &parts.headers, body).await {
-        Ok(bytes) => bytes,
-        Err(response) => return response,
+    // `handle_owned` reads the headers before its future first runs: the request's
+    // parts go out of scope before the delivery is awaited, so this future does not
+    // carry them alongside it (axum boxes it per request; smaller is cheaper).
+    let delivery = {
+        let (parts, body) = request.into_parts();
+        let bytes = match read_body(guard, &parts.headers, body).await {
+            Ok(bytes) => bytes,
+            Err(response) => return response,
+        };
+        guard.handle_owned(&parts.headers, bytes, handler)
     };
-    let outcome = guard.handle_owned(&parts.headers, bytes, handler).await;
+    let outcome = delivery.await;
     guard.respond(outcome)
 }

@@ -131,19 +131,30 @@ impl GuardResponse {
     /// The JSON body: `{"outcome": kind, "reason": code, "id": event id}`, the id
     /// left out when there is none.
     pub fn body(&self) -> String {
-        #[derive(serde::Serialize)]
-        struct Body<'a> {
-            outcome: &'static str,
-            reason: &'static str,
-            #[serde(skip_serializing_if = "Option::is_none")]
-            id: Option<&'a str>,
+        let (outcome, reason) = (self.kind_str(), self.answer.reason);
+        let id = self.outcome.as_ref().and_then(Outcome::id);
+        // The kind and reason are fixed ASCII words. When the id needs no escaping
+        // either (the usual case), the body is written directly: byte for byte what
+        // serde_json writes below, without going through a serializer.
+        let plain = |s: &str| !s.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20);
+        if plain(outcome) && plain(reason) && id.is_none_or(plain) {
+            // The exact length: a `String` whose capacity is its length becomes a
+            // response body (`Bytes`) without another allocation.
+            let len = 26 + outcome.len() + reason.len() + id.map_or(0, |id| 8 + id.len());
+            let mut body = String::with_capacity(len);
+            body.push_str(r#"{"outcome":""#);
+            body.push_str(outcome);
+            body.push_str(r#"","reason":""#);
+            body.push_str(reason);
+            if let Some(id) = id {
+                body.push_str(r#"","id":""#);
+                body.push_str(id);
+            }
+            body.push_str(r#""}"#);
+            debug_assert_eq!(body.len(), len);
+            return body;
         }
-        let body = Body {
-            outcome: self.kind_str(),
-            reason: self.answer.reason,
-            id: self.outcome.as_ref().and_then(Outcome::id),
-        };
-        serde_json::to_string(&body).expect("a struct of strings serializes")
+        serde_body(outcome, reason, id)
     }
 
     /// An [`http::Response`] with the status, `Retry-After`, `Content-Type:
@@ -162,6 +173,23 @@ impl GuardResponse {
         }
         response
     }
+}
+
+/// [`GuardResponse::body`] through serde_json, for ids that need escaping.
+fn serde_body(outcome: &str, reason: &str, id: Option<&str>) -> String {
+    #[derive(serde::Serialize)]
+    struct Body<'a> {
+        outcome: &'a str,
+        reason: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        id: Option<&'a str>,
+    }
+    let body = Body {
+        outcome,
+        reason,
+        id,
+    };
+    serde_json::to_string(&body).expect("a struct of strings serializes")
 }
 
 impl From<Outcome> for GuardResponse {
@@ -275,5 +303,50 @@ where
             tracing::debug!(namespace = guard.namespace(), "webhook body unreadable");
             Err(GuardResponse::unreadable())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_body_is_what_serde_json_writes() {
+        let ids = [
+            "evt_1",
+            "",
+            "a\"b",
+            "back\\slash",
+            "tab\there",
+            "nul\u{0}",
+            "\u{1f}",
+            "é日本\u{7f}",
+            "</script>",
+        ];
+        for id in ids {
+            for outcome in [
+                Outcome::Processed { id: id.into() },
+                Outcome::Conflict { id: id.into() },
+            ] {
+                let response = GuardResponse::with_default_answer(outcome);
+                let want = serde_body(
+                    response.kind_str(),
+                    response.answer.reason,
+                    response.outcome.as_ref().and_then(Outcome::id),
+                );
+                assert_eq!(response.body(), want, "{id:?}");
+                let parsed: serde_json::Value = serde_json::from_str(&response.body()).unwrap();
+                assert_eq!(parsed["id"], id);
+            }
+        }
+        let unreadable = GuardResponse::unreadable();
+        assert_eq!(
+            unreadable.body(),
+            serde_body("rejected", "body_unreadable", None)
+        );
+        assert_eq!(
+            unreadable.body(),
+            r#"{"outcome":"rejected","reason":"body_unreadable"}"#
+        );
     }
 }

@@ -91,10 +91,25 @@ pub struct StripeHeader<'a> {
 /// [`VerifyError::NoUsableSignature`] when no `v1` entry decodes.
 #[doc(hidden)]
 pub fn parse_header(value: &[u8]) -> Result<StripeHeader<'_>, VerifyError> {
+    let mut v1 = [[0u8; 32]; common::MAX_ENTRIES];
+    let (timestamp, count) = parse(value, &mut v1)?;
+    Ok(StripeHeader {
+        timestamp,
+        v1: v1[..count].to_vec(),
+    })
+}
+
+/// [`parse_header`], writing the decoded `v1` signatures into `v1` (the header has
+/// at most [`common::MAX_ENTRIES`] entries, so verifying allocates nothing): the
+/// timestamp's digits and how many signatures were decoded.
+fn parse<'a>(
+    value: &'a [u8],
+    v1: &mut [[u8; 32]; common::MAX_ENTRIES],
+) -> Result<(&'a [u8], usize), VerifyError> {
     common::check_len(value, HEADER)?;
     common::check_entries(value, b',', HEADER)?;
     let mut timestamp = None;
-    let mut v1 = Vec::new();
+    let mut count = 0;
     for entry in value.split(|&b| b == b',') {
         let (key, val) = common::split_pair(entry)
             .ok_or_else(|| common::malformed(HEADER, "entry is not key=value"))?;
@@ -109,16 +124,22 @@ pub fn parse_header(value: &[u8]) -> Result<StripeHeader<'_>, VerifyError> {
                 timestamp = Some(val);
             }
             // An unreadable v1 next to a readable one is ignored, as Stripe's SDKs do.
-            b"v1" => v1.extend(common::hex32(val)),
+            // (`check_entries` leaves at most MAX_ENTRIES entries.)
+            b"v1" => {
+                if let Some(tag) = common::hex32(val) {
+                    v1[count] = tag;
+                    count += 1;
+                }
+            }
             // v0 (test-mode fake) and unknown schemes: ignored, never a downgrade path.
             _ => {}
         }
     }
     let timestamp = timestamp.ok_or_else(|| common::malformed(HEADER, "no timestamp"))?;
-    if v1.is_empty() {
+    if count == 0 {
         return Err(VerifyError::NoUsableSignature);
     }
-    Ok(StripeHeader { timestamp, v1 })
+    Ok((timestamp, count))
 }
 
 impl Verifier for Stripe {
@@ -129,12 +150,10 @@ impl Verifier for Stripe {
         now: DateTime<Utc>,
     ) -> Result<Verified, VerifyError> {
         let value = common::bounded_header(headers, HEADER)?;
-        let parsed = parse_header(value)?;
-        let signed_at = parse_unix_seconds(parsed.timestamp, HEADER)?;
-        if !self
-            .keys
-            .any_match(&[parsed.timestamp, b".", body], &parsed.v1)
-        {
+        let mut v1 = [[0u8; 32]; common::MAX_ENTRIES];
+        let (timestamp, count) = parse(value, &mut v1)?;
+        let signed_at = parse_unix_seconds(timestamp, HEADER)?;
+        if !self.keys.any_match(&[timestamp, b".", body], &v1[..count]) {
             return Err(VerifyError::NoMatch);
         }
         check_tolerance(signed_at, now, self.tolerance)?;
