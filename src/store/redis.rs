@@ -202,6 +202,13 @@ pub enum RedisStoreError {
         #[source]
         source: RedisError,
     },
+    /// The server is older than Redis 7.0, whose `SET` takes `NX` and `GET` together
+    /// (every claim needs it).
+    #[error("Redis {version} is too old: the store needs Redis 7.0 or later (or Valkey)")]
+    UnsupportedVersion {
+        /// The `redis_version` the server reported.
+        version: String,
+    },
 }
 
 impl RedisStoreError {
@@ -389,7 +396,9 @@ impl RedisStoreBuilder {
         let manager = ConnectionManager::new_with_config(client, config)
             .await
             .map_err(connect)?;
-        self.build(manager)
+        let store = self.build(manager)?;
+        store.check_version().await?;
+        Ok(store)
     }
 
     /// Connects to the Redis Cluster that `nodes` belong to (one or more seed
@@ -412,7 +421,9 @@ impl RedisStoreBuilder {
             .build()
             .map_err(connect)?;
         let connection = client.get_async_connection().await.map_err(connect)?;
-        self.build(connection)
+        let store = self.build(connection)?;
+        store.check_version().await?;
+        Ok(store)
     }
 
     /// A store on a connection the host built.
@@ -673,6 +684,24 @@ pub(crate) fn text(v: &Value) -> Option<&str> {
     }
 }
 
+/// The `redis_version` in the text of `INFO server`, and whether it is 7.0 or later.
+fn server_version(info: &str) -> Option<(&str, bool)> {
+    let version = info
+        .lines()
+        .find_map(|line| line.strip_prefix("redis_version:"))?
+        .trim();
+    let major: u32 = version.split('.').next()?.parse().ok()?;
+    Some((version, major >= 7))
+}
+
+/// The version in an `INFO server` text if it is older than 7.0.
+fn too_old(info: &str) -> Option<String> {
+    match server_version(info) {
+        Some((version, false)) => Some(version.to_owned()),
+        _ => None,
+    }
+}
+
 /// Whether a claim may change `record` (the contract's replace and take-over cases),
 /// so that the claim script must decide; otherwise the claim answers it unchanged.
 fn may_claim(record: &Record, request: &ClaimRequest<'_>) -> bool {
@@ -685,6 +714,33 @@ fn may_claim(record: &Record, request: &ClaimRequest<'_>) -> bool {
 }
 
 impl RedisStore {
+    /// Refuses a server older than Redis 7.0 (see
+    /// [`RedisStoreError::UnsupportedVersion`]). A server whose `INFO` does not say
+    /// (a proxy, say) is let through.
+    async fn check_version(&self) -> Result<(), RedisStoreError> {
+        let info: Value = self
+            .inner
+            .connection
+            .query(::redis::cmd("INFO").arg("server"))
+            .await
+            .map_err(|source| RedisStoreError::Connect { source })?;
+        // A cluster answers one text per primary.
+        let mut texts = vec![&info];
+        let mut old = None;
+        while let Some(v) = texts.pop() {
+            match v {
+                Value::Map(pairs) => texts.extend(pairs.iter().map(|(_, v)| v)),
+                Value::Array(items) => texts.extend(items),
+                Value::VerbatimString { text, .. } => old = old.or(too_old(text)),
+                v => old = old.or(text(v).and_then(too_old)),
+            }
+        }
+        match old {
+            Some(version) => Err(RedisStoreError::UnsupportedVersion { version }),
+            None => Ok(()),
+        }
+    }
+
     /// Files part of a shard's overlong claim log (see [`TIDY`]). A failure is only
     /// logged: the claim it follows stands, and the next claim tries again.
     async fn tidy(&self, keys: &ShardKeys, now: i64) {
@@ -1268,5 +1324,28 @@ impl ProcessedStore for RedisStore {
             }
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{server_version, too_old};
+
+    #[test]
+    fn the_server_version_is_read_from_info() {
+        let info = "# Server\r\nredis_version:7.0.15\r\nredis_mode:standalone\r\n";
+        assert_eq!(server_version(info), Some(("7.0.15", true)));
+        assert_eq!(too_old(info), None);
+        assert_eq!(
+            too_old("redis_version:6.2.14\r\n").as_deref(),
+            Some("6.2.14")
+        );
+        assert_eq!(
+            server_version("redis_version:10.0.0"),
+            Some(("10.0.0", true))
+        );
+        // Nothing to go by: let it through.
+        assert_eq!(too_old("# Server\r\n"), None);
+        assert_eq!(too_old("redis_version:unknown"), None);
     }
 }
