@@ -30,16 +30,13 @@ pub(crate) struct PurgePace {
 }
 
 impl PurgePace {
-    /// Rests after a full statement that took `took` (on tokio; a build without the
-    /// `tokio` feature, possible with `postgres` alone, does not rest).
+    /// Rests after a full statement that took `took` (every SQL store runs on tokio,
+    /// as sqlx does here).
     pub(crate) async fn rest_after(self, took: std::time::Duration) {
         let pause = took.mul_f64(self.rest);
-        #[cfg(feature = "tokio")]
         if !pause.is_zero() {
             tokio::time::sleep(pause).await;
         }
-        #[cfg(not(feature = "tokio"))]
-        let _ = pause;
     }
 }
 
