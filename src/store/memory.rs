@@ -11,8 +11,8 @@ use chrono::{DateTime, Utc};
 use hashbrown::HashTable;
 
 use super::{
-    Claim, ClaimRequest, Deleted, FailureNote, Fence, FencingToken, Fingerprint, Finish, Key,
-    ProcessedStore, Record, RecordState, StoreError,
+    Claim, ClaimRequest, Decision, Deleted, FailureNote, Fence, FencingToken, Fingerprint, Finish,
+    Key, ProcessedStore, Record, RecordState, StoreError,
 };
 
 /// How many expired records one purge removes per lock hold, so claims wait little.
@@ -365,26 +365,32 @@ impl Shard {
         };
         let mut core = self.nodes[i].core;
         let was_in_progress = core.state == RecordState::InProgress;
-        if core.expires_at <= now && !core.lease_live(now) {
-            if core.has_history {
-                self.history.remove(k);
+        match req.decide(
+            core.state,
+            core.fingerprint,
+            core.lease_until,
+            core.expires_at,
+        ) {
+            Decision::Replace => {
+                if core.has_history {
+                    self.history.remove(k);
+                }
+                core = fresh;
             }
-            core = fresh;
-        } else if core.fingerprint == req.fingerprint
-            && (core.state == RecordState::Failed
-                || (core.state == RecordState::InProgress && core.lease_until <= now))
-        {
-            if core.state == RecordState::InProgress {
-                core.failures = core.failures.saturating_add(1);
+            Decision::TakeOver => {
+                if core.state == RecordState::InProgress {
+                    core.failures = core.failures.saturating_add(1);
+                }
+                core.state = RecordState::InProgress;
+                core.token = req.token;
+                core.attempts = core.attempts.saturating_add(1);
+                core.lease_until = fresh.lease_until;
+                core.expires_at = core.expires_at.max(fresh.expires_at);
+                core.updated_at = now;
             }
-            core.state = RecordState::InProgress;
-            core.token = req.token;
-            core.attempts = core.attempts.saturating_add(1);
-            core.lease_until = fresh.lease_until;
-            core.expires_at = core.expires_at.max(fresh.expires_at);
-            core.updated_at = now;
-        } else {
-            return Claim::Existing(core.record(req.key, self.history_of(k, &core)));
+            Decision::Keep => {
+                return Claim::Existing(core.record(req.key, self.history_of(k, &core)));
+            }
         }
         self.nodes[i].core = core;
         if !was_in_progress {

@@ -328,6 +328,42 @@ pub struct ClaimRequest<'a> {
     pub expires_at: DateTime<Utc>,
 }
 
+/// What a claim does to a record it finds: the decision of the contract on
+/// [`ProcessedStore::claim`], for stores that decide in Rust.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Decision {
+    /// The record expired (and no live lease holds it): store a fresh one.
+    Replace,
+    /// Failed, or abandoned by a holder whose lease ran out, with the same body: take
+    /// it over (a run-out lease also counts a failure).
+    TakeOver,
+    /// Anything else: answer the record unchanged.
+    Keep,
+}
+
+impl ClaimRequest<'_> {
+    /// The contract's decision on a record in `state`, with `fingerprint`, whose
+    /// lease ends at `lease_until` and which expires at `expires_at`.
+    pub(crate) fn decide(
+        &self,
+        state: RecordState,
+        fingerprint: Fingerprint,
+        lease_until: DateTime<Utc>,
+        expires_at: DateTime<Utc>,
+    ) -> Decision {
+        let live = state == RecordState::InProgress && lease_until > self.now;
+        if expires_at <= self.now && !live {
+            Decision::Replace
+        } else if fingerprint == self.fingerprint
+            && (state == RecordState::Failed || (state == RecordState::InProgress && !live))
+        {
+            Decision::TakeOver
+        } else {
+            Decision::Keep
+        }
+    }
+}
+
 /// The answer to a claim.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Claim {

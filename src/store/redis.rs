@@ -156,8 +156,8 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use super::{
-    decode_history, encode_history, Claim, ClaimRequest, Deleted, Fence, FencingToken, Fingerprint,
-    Finish, Key, ProcessedStore, Record, RecordState, StoreError,
+    decode_history, encode_history, Claim, ClaimRequest, Decision, Deleted, Fence, FencingToken,
+    Fingerprint, Finish, Key, ProcessedStore, Record, RecordState, StoreError,
 };
 
 /// The `redis` crate this store is built on, for building connections by hand.
@@ -702,17 +702,6 @@ fn too_old(info: &str) -> Option<String> {
     }
 }
 
-/// Whether a claim may change `record` (the contract's replace and take-over cases),
-/// so that the claim script must decide; otherwise the claim answers it unchanged.
-fn may_claim(record: &Record, request: &ClaimRequest<'_>) -> bool {
-    let now = request.now;
-    let live = record.state == RecordState::InProgress && record.lease_until > now;
-    (record.expires_at <= now && !live)
-        || (record.fingerprint == request.fingerprint
-            && (record.state == RecordState::Failed
-                || (record.state == RecordState::InProgress && !live)))
-}
-
 impl RedisStore {
     /// Refuses a server older than Redis 7.0 (see
     /// [`RedisStoreError::UnsupportedVersion`]). A server whose `INFO` does not say
@@ -1114,7 +1103,13 @@ impl ProcessedStore for RedisStore {
             return Ok(acquired());
         };
         let existing = record(request.key, &stored)?;
-        if !may_claim(&existing, request) {
+        let decision = request.decide(
+            existing.state,
+            existing.fingerprint,
+            existing.lease_until,
+            existing.expires_at,
+        );
+        if decision == Decision::Keep {
             return Ok(Claim::Existing(existing));
         }
 
