@@ -143,24 +143,15 @@ fn plain_string(body: &[u8], at: usize) -> Option<(&[u8], usize)> {
     (rest[end] == b'"').then(|| (&rest[..end], at + 1 + end + 1))
 }
 
-/// Most paths [`fields`] reads in one pass.
+/// Most paths [`fields_with`] reads in one pass.
 const MAX_PATHS: usize = 8;
 
-/// Reads several paths in **one** pass over `body`: entry `i` is
-/// `field(body, paths[i]).ok()`, the same answer (the whole body is checked to be
-/// valid JSON, as [`field`] does), for a third of the cost of three calls. With more
+/// Reads several paths in **one** pass over `body` and hands the answers to `read`:
+/// entry `i` is `field(body, paths[i]).ok()`, the same answer (the whole body is
+/// checked to be valid JSON, as [`field`] does), for a third of the cost of three
+/// calls. The answers are borrowed (from the body itself when they need no
+/// unescaping), so a caller that only parses a value does not allocate it. With more
 /// than 8 paths, it calls [`field`] for each.
-#[cfg_attr(not(test), allow(dead_code))]
-pub(crate) fn fields<P: AsRef<str>, const N: usize>(
-    body: &[u8],
-    paths: [&[P]; N],
-) -> [Option<String>; N] {
-    fields_with(body, paths, |values| values.map(|v| v.map(str::to_owned)))
-}
-
-/// [`fields`], handing the answers to `read` as borrowed strings (taken from the
-/// body itself when it needs no unescaping), so a caller that only parses a value
-/// does not allocate it.
 pub(crate) fn fields_with<P: AsRef<str>, R, const N: usize>(
     body: &[u8],
     paths: [&[P]; N],
@@ -208,12 +199,12 @@ enum Leaf<'b> {
 /// Deepest nesting [`Plain`] reads; serde_json's limit is 128.
 const PLAIN_MAX_NESTING: usize = 100;
 
-/// [`fields`] without serde, for the documents webhooks send: valid UTF-8, strings
+/// [`fields_with`] without serde, for the documents webhooks send: valid UTF-8, strings
 /// without escapes or control characters, integers of at most 18 digits written
 /// canonically (`0`, `-7`, `1700000000`: never `-0`, leading zeros, fractions or
 /// exponents), nesting up to 100 levels. It answers what [`MultiSeed`] answers, and
 /// gives up (`None`) on anything else: another number, an escape, broken syntax,
-/// deeper nesting. Then [`fields`] asks serde_json, which decides. So a document
+/// deeper nesting. Then [`fields_with`] asks serde_json, which decides. So a document
 /// this reader takes is one serde_json takes too, with the same values (a canonical
 /// integer's `to_string` is its text).
 struct Plain<'b> {
@@ -754,6 +745,11 @@ impl PathSeed<'_> {
 
 #[cfg(test)]
 mod tests {
+    /// [`fields_with`](super::fields_with) with owned answers, to compare.
+    fn fields<P: AsRef<str>, const N: usize>(body: &[u8], paths: [&[P]; N]) -> [Option<String>; N] {
+        super::fields_with(body, paths, |values| values.map(|v| v.map(str::to_owned)))
+    }
+
     use super::*;
 
     #[test]
