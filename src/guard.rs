@@ -1103,8 +1103,9 @@ impl WebhookGuard {
     /// Verifies the delivery and claims its id. Returns [`Begin::Claimed`] when this
     /// delivery must run the work, or [`Begin::Done`] with the outcome to answer.
     ///
-    /// The headers are read before the returned future first runs, so they need not
-    /// outlive it (nor be `Sync`). The event id and attempt are recorded on the current
+    /// The headers are read and the clock is read (once, for the signature's tolerance
+    /// and the claim's lease) before the returned future first runs, so the headers
+    /// need not outlive it (nor be `Sync`); await it promptly. The event id and attempt are recorded on the current
     /// span when it is a delivery span (as in [`WebhookGuard::handle`]); an outcome
     /// answered here, and the one [`Claimed::complete`] or [`Claimed::fail`] returns,
     /// is logged and reported to [`Hooks::on_outcome`].
@@ -1233,8 +1234,9 @@ impl WebhookGuard {
     /// A handler that panics is treated as a retryable failure; the panic does not
     /// reach the caller.
     ///
-    /// The headers are read before the returned future first runs, so they need not
-    /// outlive it; the future is `Send` when the handler's future is. The whole
+    /// The headers and the clock are read before the returned future first runs, so
+    /// the headers need not outlive it; the future is `Send` when the handler's
+    /// future is. The whole
     /// delivery, handler included, runs in a `webhook_delivery` tracing span (see
     /// [`WebhookGuard::delivery_span`]); its outcome is logged once at the end and
     /// reported to [`Hooks::on_outcome`]. Neither the body nor any secret is logged.

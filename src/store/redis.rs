@@ -854,9 +854,10 @@ return 0
 ";
 
 /// Above this many entries a shard's claim log is filed into its due index by the
-/// claim that finds it so ([`TIDY`]), [`LOG_BATCH`] at a time, and as many due entries are tidied (gone
-/// records dropped, finished ones re-filed at their expiry): with retention by key TTL,
-/// neither grows without bound even when no sweeper runs.
+/// claim that finds it so ([`TIDY`]), [`LOG_BATCH`] at a time, and as many due
+/// entries are tidied (gone records dropped, finished ones re-filed at their
+/// expiry): with retention by key TTL, neither grows without bound even when no
+/// sweeper runs.
 const LOG_HIGH: usize = 1024;
 /// See [`LOG_HIGH`].
 const LOG_BATCH: usize = 256;

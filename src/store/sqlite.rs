@@ -78,8 +78,8 @@
 //! … RETURNING` statement on the primary key. The `expires_at` index lets a purge
 //! read only the rows that are due, at most 100 per statement, so the write lock is
 //! held for well under a millisecond at a time, and the purge rests after each
-//! statement as long as it took, so claims find the writer free; the partial index on running claims keeps
-//! [`stuck`] instant at any table size.
+//! statement as long as it took, so claims find the writer free; the partial index
+//! on running claims keeps [`stuck`] instant at any table size.
 //!
 //! # Inbox, ordering guard and transactional mode
 //!
