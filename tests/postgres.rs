@@ -228,54 +228,7 @@ async fn purges_100k_expired_records_while_claims_continue() {
         .unwrap();
     eprintln!("bulk insert of 101,100 rows: {:?}", started.elapsed());
 
-    let started = Instant::now();
-    let purger = {
-        let store = store.clone();
-        tokio::spawn(async move {
-            let mut total = 0;
-            let mut batches = 0;
-            loop {
-                let n = store.purge_expired(now, 5_000).await.expect("purge");
-                total += n;
-                batches += 1;
-                if n == 0 {
-                    return (total, batches);
-                }
-            }
-        })
-    };
-    let mut claimers = JoinSet::new();
-    for task in 0..8 {
-        let store = store.clone();
-        claimers.spawn(async move {
-            let mut slowest = Duration::ZERO;
-            for i in 0..250 {
-                let id = format!("live-{task}-{i}");
-                let request = ClaimRequest {
-                    key: Key::new("purge", &id),
-                    fingerprint: Fingerprint::of(id.as_bytes()),
-                    token: FencingToken::random(),
-                    now,
-                    lease_until: now + TimeDelta::minutes(5),
-                    expires_at: now + TimeDelta::hours(72),
-                };
-                let t = Instant::now();
-                let claim = store.claim(&request).await.expect("claim during purge");
-                slowest = slowest.max(t.elapsed());
-                assert!(matches!(claim, Claim::Acquired(_)), "{id} is fresh");
-            }
-            slowest
-        });
-    }
-    let mut slowest = Duration::ZERO;
-    while let Some(s) = claimers.join_next().await {
-        slowest = slowest.max(s.expect("claimer"));
-    }
-    let (purged, batches) = purger.await.expect("purger");
-    eprintln!(
-        "purged {purged} rows in {batches} calls while 2,000 claims ran: {:?} (slowest claim {slowest:?})",
-        started.elapsed()
-    );
+    let (purged, _) = support::purge_beside_claims(store.clone(), now, 8).await;
     assert_eq!(purged, 100_000);
     assert_eq!(db.count("id LIKE 'old-%'").await, 0, "all expired gone");
     assert_eq!(db.count("id LIKE 'keep-%'").await, 1_000, "unexpired kept");

@@ -248,49 +248,7 @@ async fn purges_100k_expired_records_while_claims_continue() {
     }
     eprintln!("bulk insert of 101,100 rows: {:?}", started.elapsed());
 
-    let started = Instant::now();
-    let purger = {
-        let store = store.clone();
-        tokio::spawn(async move {
-            let mut total = 0;
-            let mut calls = 0;
-            loop {
-                let n = store.purge_expired(now, 5_000).await.expect("purge");
-                total += n;
-                calls += 1;
-                if n == 0 {
-                    return (total, calls);
-                }
-            }
-        })
-    };
-    let mut claimers = JoinSet::new();
-    for task in 0..4 {
-        let store = store.clone();
-        claimers.spawn(async move {
-            let mut slowest = Duration::ZERO;
-            for i in 0..250 {
-                let id = format!("live-{task}-{i}");
-                let t = Instant::now();
-                let claim = store
-                    .claim(&request(Key::new("purge", &id), now))
-                    .await
-                    .expect("claim during purge");
-                slowest = slowest.max(t.elapsed());
-                assert!(matches!(claim, Claim::Acquired(_)), "{id} is fresh");
-            }
-            slowest
-        });
-    }
-    let mut slowest = Duration::ZERO;
-    while let Some(s) = claimers.join_next().await {
-        slowest = slowest.max(s.expect("claimer"));
-    }
-    let (purged, calls) = purger.await.expect("purger");
-    eprintln!(
-        "purged {purged} rows in {calls} calls while 1,000 claims ran: {:?} (slowest claim {slowest:?})",
-        started.elapsed()
-    );
+    let (purged, _) = support::purge_beside_claims(store.clone(), now, 4).await;
     assert_eq!(purged, 100_000);
     let pool = store.pool();
     assert_eq!(

@@ -138,5 +138,74 @@ pub async fn two_replicas_run_each_handler_exactly_once(
     assert_eq!(processed, 10);
 }
 
+/// Loops `purge_expired(now, 5_000)` on one task until it removes nothing, while
+/// `tasks` tasks each claim 250 fresh ids `live-<task>-<i>` in namespace `purge`,
+/// every one of which must be acquired: the same phase on every SQL backend. Answers
+/// how many records the purge removed, and in how many calls.
+pub async fn purge_beside_claims<S>(
+    store: S,
+    now: chrono::DateTime<chrono::Utc>,
+    tasks: usize,
+) -> (u64, u64)
+where
+    S: webhook_guard::ProcessedStore + Clone,
+{
+    use std::time::{Duration, Instant};
+
+    use chrono::TimeDelta;
+    use tokio::task::JoinSet;
+    use webhook_guard::store::{Claim, ClaimRequest, FencingToken, Fingerprint, Key};
+
+    let started = Instant::now();
+    let purger = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            let (mut total, mut calls) = (0, 0);
+            loop {
+                let n = store.purge_expired(now, 5_000).await.expect("purge");
+                total += n;
+                calls += 1;
+                if n == 0 {
+                    return (total, calls);
+                }
+            }
+        })
+    };
+    let mut claimers = JoinSet::new();
+    for task in 0..tasks {
+        let store = store.clone();
+        claimers.spawn(async move {
+            let mut slowest = Duration::ZERO;
+            for i in 0..250 {
+                let id = format!("live-{task}-{i}");
+                let request = ClaimRequest {
+                    key: Key::new("purge", &id),
+                    fingerprint: Fingerprint::of(id.as_bytes()),
+                    token: FencingToken::random(),
+                    now,
+                    lease_until: now + TimeDelta::minutes(5),
+                    expires_at: now + TimeDelta::hours(72),
+                };
+                let t = Instant::now();
+                let claim = store.claim(&request).await.expect("claim during purge");
+                slowest = slowest.max(t.elapsed());
+                assert!(matches!(claim, Claim::Acquired(_)), "{id} is fresh");
+            }
+            slowest
+        });
+    }
+    let mut slowest = Duration::ZERO;
+    while let Some(s) = claimers.join_next().await {
+        slowest = slowest.max(s.expect("claimer"));
+    }
+    let (purged, calls) = purger.await.expect("purger");
+    eprintln!(
+        "purged {purged} rows in {calls} calls while {} claims ran: {:?} (slowest claim {slowest:?})",
+        tasks * 250,
+        started.elapsed()
+    );
+    (purged, calls)
+}
+
 pub mod backends;
 pub mod proxy;
