@@ -685,6 +685,21 @@ mod tests {
             (shard.in_progress, shard.next_due),
             (0, DateTime::<Utc>::MAX_UTC)
         );
+        let slots = shard.nodes.len();
+        drop(shard);
+
+        // New records take the freed slots: the slab does not grow.
+        for id in ["c", "d"] {
+            let req = request(id, later);
+            assert!(matches!(
+                ready(store.claim(&req)).unwrap(),
+                Claim::Acquired(_)
+            ));
+            assert_eq!(ready(store.get(req.key)).unwrap().unwrap().id, id);
+        }
+        let shard = lock(&store.inner.shards[0]);
+        assert_eq!(shard.nodes.len(), slots, "freed slots are reused");
+        assert_eq!(shard.free.len(), slots - 2);
     }
 
     /// Keys too long to sit inside the record live on the heap and work the same.
