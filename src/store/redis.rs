@@ -426,7 +426,9 @@ impl RedisStoreBuilder {
         Ok(store)
     }
 
-    /// A store on a connection the host built.
+    /// A store on a connection the host built. Unlike [`connect`](Self::connect), it
+    /// asks the server nothing, so it does not check for Redis 7.0 or later: on an
+    /// older server every claim fails with a syntax error.
     ///
     /// # Errors
     /// [`RedisStoreError`] for a bad prefix or shard count.
