@@ -1149,3 +1149,102 @@ async fn without_a_sweeper_the_claim_log_and_index_stay_bounded() {
     );
     cleanup(&url, &prefix).await;
 }
+
+/// Claims and finishes of concurrent deliveries travel to the server in shared
+/// pipelines, yet each gets its own answer: one winner per id, a lost fence and a
+/// corrupt record answered for their own entries only. A server that lost its
+/// scripts gets them again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batched_claims_and_finishes_each_get_their_own_answer() {
+    let Some(_) = url() else { return };
+    const PORT: u16 = 7198;
+    let mut servers = Servers::new("batches");
+    servers.start(PORT, &[]);
+    let url = format!("redis://127.0.0.1:{PORT}");
+    let prefix = random_prefix("batches");
+    let store = store(&url, &prefix).await;
+    let now = ms(Utc::now());
+    let request = |id: &'static str| ClaimRequest {
+        key: Key::new("test", id),
+        fingerprint: Fingerprint::of(id.as_bytes()),
+        token: FencingToken::random(),
+        now,
+        lease_until: now + TimeDelta::seconds(30),
+        expires_at: now + TimeDelta::hours(1),
+    };
+    let ids: Vec<&'static str> = (0..200)
+        .map(|i| &*Box::leak(format!("evt_{i}").into_boxed_str()))
+        .collect();
+
+    // Every id claimed twice at once: 400 claims in flight together.
+    let requests: Vec<ClaimRequest<'_>> = ids.iter().chain(&ids).map(|id| request(id)).collect();
+    let claims = join_all(requests.iter().map(|r| store.claim(r))).await;
+    let mut winners = std::collections::HashMap::new();
+    for (r, claim) in requests.iter().zip(claims) {
+        match claim.unwrap() {
+            Claim::Acquired(rec) => {
+                assert_eq!(rec.token, r.token);
+                assert!(
+                    winners.insert(r.key.id, r.token).is_none(),
+                    "two winners for {}",
+                    r.key.id
+                );
+            }
+            Claim::Existing(rec) => assert_eq!(rec.state, RecordState::InProgress),
+        }
+    }
+    assert_eq!(winners.len(), ids.len(), "every id has one winner");
+
+    // The server forgets its scripts; one record is corrupted behind the store's back.
+    let client = redis::Client::open(url.as_str()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let corrupt_key = record_keys(&url, &prefix)
+        .await
+        .into_iter()
+        .find(|k| k.ends_with("\0evt_7"))
+        .expect("the record of evt_7");
+    let _: () = redis::cmd("SET")
+        .arg(&corrupt_key)
+        .arg(format!("in_progress|{}|not a record", winners["evt_7"].0))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+
+    // All finishes at once, evt_3's with a stale token.
+    let done = Finish {
+        state: RecordState::Completed,
+        failures: 0,
+        history: &[],
+        now,
+        expires_at: now + TimeDelta::hours(1),
+    };
+    let finishes = join_all(ids.iter().map(|id| {
+        let token = if *id == "evt_3" {
+            FencingToken(winners[id].0 ^ 1)
+        } else {
+            winners[id]
+        };
+        store.finish(Key::new("test", id), token, &done)
+    }))
+    .await;
+    for (id, fence) in ids.iter().zip(finishes) {
+        match *id {
+            "evt_3" => assert_eq!(fence.unwrap(), Fence::LeaseLost),
+            "evt_7" => assert!(fence.is_err(), "a corrupt record is an error"),
+            _ => assert_eq!(fence.unwrap(), Fence::Applied, "{id}"),
+        }
+    }
+    for id in &ids {
+        let rec = store.get(Key::new("test", id)).await;
+        match *id {
+            "evt_3" => assert_eq!(rec.unwrap().unwrap().state, RecordState::InProgress),
+            "evt_7" => assert!(rec.is_err()),
+            _ => assert_eq!(rec.unwrap().unwrap().state, RecordState::Completed),
+        }
+    }
+}

@@ -2,19 +2,25 @@
 //! one round trip.
 //!
 //! [`RedisStore`] keeps every record in one Redis string. A claim is one round trip
-//! of native commands: a `MULTI` transaction holding `SET NX GET PX` (which stores a
-//! new id, or answers the stored record of a known one) and an `RPUSH` of the id to
-//! its shard's claim log. Only a claim that may change a known record — take over an
-//! expired lease or a failed record, or replace a record expired by the caller's
-//! clock — runs a Lua script (`EVALSHA`, loaded once per server), which decides
-//! again atomically. Every other change of the [`ProcessedStore`] contract is one
-//! such script: a finish reads the record, checks the fence and rewrites it. This
+//! of native commands: `SET NX GET PX` (which stores a new id, or answers the
+//! stored record of a known one) and an `RPUSH` of the id to its shard's claim log.
+//! Only a claim that may change a known record — take over an expired lease or a
+//! failed record, or replace a record expired by the caller's clock — runs a Lua
+//! script (`EVALSHA`, loaded once per server), which decides again atomically. A
+//! finish is one run of a Lua script that reads the record, checks the fence and
+//! rewrites it; so is every other change of the [`ProcessedStore`] contract. This
 //! needs Redis 7.0 or later (Valkey 7.2 or later), where `SET` takes `NX` and `GET`
-//! together. It talks
-//! to a standalone server through a [`ConnectionManager`]
-//! or to a Redis Cluster through a
-//! [`ClusterConnection`]: one multiplexed
-//! connection (per node) that reconnects by itself.
+//! together. It talks to a standalone server through a [`ConnectionManager`] or to
+//! a Redis Cluster through a [`ClusterConnection`]: one multiplexed connection (per
+//! node) that reconnects by itself.
+//!
+//! Claims and finishes of concurrent deliveries share round trips: one task per
+//! store sends whatever has queued up as one pipeline (at most 256 of them, two
+//! pipelines on the wire at once), with one `RPUSH` per shard and one run of the
+//! finish script for all of its finishes. A delivery alone is sent at once; under
+//! load the server reads, parses and starts Lua once per batch instead of once per
+//! delivery. A Redis Cluster gets one pipeline per shard. The task starts with the
+//! first claim, on the tokio runtime it runs on, and ends with the store.
 //!
 //! The driver is re-exported as [`webhook_guard::store::redis::redis`](redis), so a
 //! host can build its own connection with the very version this crate uses.
@@ -69,16 +75,16 @@
 //!
 //! # Speed
 //!
-//! A processed delivery costs two round trips, a duplicate one. The claim runs no
-//! Lua: `SET NX GET PX` costs the server what a bare `SET NX PX` does, plus an
-//! `RPUSH` and the transaction around them (about 1.5 µs of server time in all,
-//! measured with `INFO commandstats`). A duplicate's log entry is filed again,
-//! harmlessly. Filing the claim log in the sorted set waits for a sweep or for the
-//! log to fill, and is then done in batches. The fenced finish is the one Lua
-//! script per delivery, kept short (no helper functions, plain string slicing):
-//! Redis before 8.4 has no native compare-and-set, and running a script costs a few
-//! µs of server time, so a guard cycle costs the server several times what one bare
-//! `SET` does. `benches/README.md` has the measured figures.
+//! A processed delivery costs two round trips, a duplicate one, each shared with
+//! the other deliveries of its batch. The claim runs no Lua: `SET NX GET PX` costs
+//! the server what a bare `SET NX PX` does, plus its share of one `RPUSH` per shard
+//! and batch. A duplicate's log entry is filed again, harmlessly. Filing the claim
+//! log in the sorted set waits for a sweep or for the log to fill, and is then done
+//! in batches. The fenced finish is the one Lua script per batch, kept short (no
+//! helper functions, plain string slicing): Redis before 8.4 has no native
+//! compare-and-set, and a script's `GET`, string work and `SET` cost the server a
+//! few µs per record, so a guard cycle costs the server several times what one
+//! bare `SET` does. `benches/README.md` has the measured figures.
 //!
 //! # The inbox: one hash tag per namespace
 //!
@@ -142,7 +148,7 @@
 //! same store value works again once the server is back.
 
 use std::fmt;
-use std::sync::{Arc, LazyLock};
+use std::sync::{Arc, LazyLock, OnceLock};
 use std::time::Duration;
 
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -162,6 +168,8 @@ use super::{
 
 /// The `redis` crate this store is built on, for building connections by hand.
 pub use ::redis;
+
+mod batch;
 
 /// The key prefix of a store built without [`RedisStoreBuilder::prefix`].
 pub const DEFAULT_PREFIX: &str = "webhook-guard";
@@ -443,6 +451,7 @@ impl RedisStoreBuilder {
         Ok(RedisStore {
             inner: Arc::new(Inner {
                 keys,
+                batcher: OnceLock::new(),
                 connection: connection.into(),
                 prefix: self.prefix,
                 shards: self.shards,
@@ -507,7 +516,9 @@ struct Inner {
     /// Inbox namespaces already added to the registry by this process.
     inboxes: std::sync::Mutex<std::collections::HashSet<String>>,
     /// The keys of every shard, by shard number.
-    keys: Vec<ShardKeys>,
+    keys: Arc<[ShardKeys]>,
+    /// The task sending claims and finishes in batches, started by the first one.
+    batcher: OnceLock<batch::Batcher>,
 }
 
 impl fmt::Debug for RedisStore {
@@ -588,14 +599,27 @@ impl RedisStore {
         &self.inner.keys[usize::from(shard)]
     }
 
+    fn batcher(&self) -> &batch::Batcher {
+        self.inner.batcher.get_or_init(|| {
+            batch::Batcher::start(self.inner.connection.clone(), self.inner.keys.clone())
+        })
+    }
+
     /// The record key, the shard's keys, and the record's member in its index.
     fn locate(&self, key: Key<'_>) -> (String, &ShardKeys, String) {
-        let keys = self.keys(self.shard_of(key));
+        let (rec, shard, member) = self.locate_shard(key);
+        (rec, self.keys(shard), member)
+    }
+
+    /// [`locate`](Self::locate), with the shard's number.
+    fn locate_shard(&self, key: Key<'_>) -> (String, u16, String) {
+        let shard = self.shard_of(key);
+        let records = &self.keys(shard).records;
         let member = member(key);
-        let mut rec = String::with_capacity(keys.records.len() + member.len());
-        rec.push_str(&keys.records);
+        let mut rec = String::with_capacity(records.len() + member.len());
+        rec.push_str(records);
         rec.push_str(&member);
-        (rec, keys, member)
+        (rec, shard, member)
     }
 }
 
@@ -732,19 +756,6 @@ impl RedisStore {
         }
     }
 
-    /// Files part of a shard's overlong claim log (see [`TIDY`]). A failure is only
-    /// logged: the claim it follows stands, and the next claim tries again.
-    async fn tidy(&self, keys: &ShardKeys, now: i64) {
-        let mut inv = Eval::new(&SCRIPTS.tidy, 2);
-        inv.key(&keys.log)
-            .key(&keys.due)
-            .arg(&keys.records)
-            .arg(now);
-        if let Err(e) = self.inner.connection.eval::<i64>(&inv).await {
-            tracing::debug!(error = %e, "redis store: filing the claim log failed");
-        }
-    }
-
     /// Moves a shard's claim log into its due index, 256 entries per script. Stops
     /// after a million entries, so a flood of claims cannot keep a scan going.
     async fn drain(&self, keys: &ShardKeys) -> Result<(), StoreError> {
@@ -765,6 +776,19 @@ impl RedisStore {
             }
         }
         Ok(())
+    }
+}
+
+/// Files part of a shard's overlong claim log (see [`TIDY`]). A failure is only
+/// logged: the claims it follows stand, and the next batch tries again.
+async fn tidy(connection: &RedisConnection, keys: &ShardKeys, now: i64) {
+    let mut inv = Eval::new(&SCRIPTS.tidy, 2);
+    inv.key(&keys.log)
+        .key(&keys.due)
+        .arg(&keys.records)
+        .arg(now);
+    if let Err(e) = connection.eval::<i64>(&inv).await {
+        tracing::debug!(error = %e, "redis store: filing the claim log failed");
     }
 }
 
@@ -913,21 +937,33 @@ end
 return {2, v}
 ";
 
-/// Finish: KEYS record, due; ARGV the fence prefix `in_progress|<token>|`, the
-/// new record's head `<state>|<token>|`, its tail `<failures>|<expires_at>|<now>|<history>`,
-/// its TTL, expires_at, member. Answers 1 (applied) or 0 (lease lost). Keeps the
-/// fields `f|a|l|c` after the fence prefix as they are. The index entry stays at
-/// the lease's end (at or before the new expiry, where purge and stuck re-file it)
-/// unless the new expiry is earlier. Without the prelude: every line here is paid
-/// by every processed delivery.
+/// Finish, for a batch of records: KEYS record and due of each; ARGV six per
+/// record: the fence prefix `in_progress|<token>|`, the new record's head
+/// `<state>|<token>|`, its tail `<failures>|<expires_at>|<now>|<history>`, its TTL,
+/// expires_at, member. Answers one code per record: 1 (applied), 0 (lease lost) or
+/// -1 (corrupt). Keeps the fields `f|a|l|c` after the fence prefix as they are. The
+/// index entry stays at the lease's end (at or before the new expiry, where purge
+/// and stuck re-file it) unless the new expiry is earlier. Without the prelude:
+/// every line here is paid by every processed delivery.
 const FINISH: &str = r"
-local v = redis.call('GET', KEYS[1])
-if not v or string.sub(v, 1, #ARGV[1]) ~= ARGV[1] then return 0 end
-local fa, l, c = string.match(v, '^([^|]*|[^|]*|)([^|]*)|([^|]*)|', #ARGV[1] + 1)
-if not c then return redis.error_reply('webhook-guard: corrupt record') end
-redis.call('SET', KEYS[1], ARGV[2] .. fa .. l .. '|' .. c .. '|' .. ARGV[3], 'PX', ARGV[4])
-if tonumber(ARGV[5]) < tonumber(l) then redis.call('ZADD', KEYS[2], ARGV[5], ARGV[6]) end
-return 1
+local out = {}
+for i = 1, #KEYS / 2 do
+  local k, a = 2 * i - 1, 6 * i - 6
+  local v, fence = redis.call('GET', KEYS[k]), ARGV[a + 1]
+  if not v or string.sub(v, 1, #fence) ~= fence then
+    out[i] = 0
+  else
+    local fa, l, c = string.match(v, '^([^|]*|[^|]*|)([^|]*)|([^|]*)|', #fence + 1)
+    if not c then
+      out[i] = -1
+    else
+      redis.call('SET', KEYS[k], ARGV[a + 2] .. fa .. l .. '|' .. c .. '|' .. ARGV[a + 3], 'PX', ARGV[a + 4])
+      if tonumber(ARGV[a + 5]) < tonumber(l) then redis.call('ZADD', KEYS[k + 1], ARGV[a + 5], ARGV[a + 6]) end
+      out[i] = 1
+    end
+  end
+end
+return out
 ";
 
 /// Renew: KEYS record, due; ARGV member, token, lease_until, expires_at. No `now`
@@ -1053,7 +1089,8 @@ static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
 #[async_trait]
 impl ProcessedStore for RedisStore {
     async fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
-        let (rec, keys, member) = self.locate(request.key);
+        let (rec, shard, member) = self.locate_shard(request.key);
+        let keys = self.keys(shard);
         let now = millis(request.now);
         let lease = millis(request.lease_until);
         let expires = millis(request.expires_at);
@@ -1079,29 +1116,20 @@ impl ProcessedStore for RedisStore {
 
         // One round trip for a new id and for a duplicate: a native `SET NX GET`
         // stores a new id or answers the record, and the claim log learns the member
-        // in the same transaction (a duplicate's entry is filed again, harmlessly).
-        let mut pipe = ::redis::pipe();
-        pipe.atomic()
-            .cmd("SET")
-            .arg(&rec)
-            .arg(&fresh)
-            .arg("NX")
-            .arg("GET")
-            .arg("PX")
-            .arg(fresh_ttl)
-            .cmd("RPUSH")
-            .arg(&keys.log)
-            .arg(&member);
-        let (stored, logged): (Option<String>, usize) = self
-            .inner
-            .connection
-            .query_pipe(&pipe)
+        // in the same pipeline (a duplicate's entry is filed again, harmlessly),
+        // sent with the other claims and finishes of its batch.
+        let stored = self
+            .batcher()
+            .claim(batch::ClaimJob {
+                shard,
+                rec: rec.clone(),
+                member: member.clone(),
+                fresh: fresh.clone(),
+                ttl: fresh_ttl,
+                now,
+            })
             .await
             .map_err(store_error)?;
-
-        if logged > LOG_HIGH {
-            self.tidy(keys, now).await;
-        }
         let Some(stored) = stored else {
             return Ok(acquired());
         };
@@ -1153,7 +1181,7 @@ impl ProcessedStore for RedisStore {
         token: FencingToken,
         finish: &Finish<'_>,
     ) -> Result<Fence, StoreError> {
-        let (rec, keys, member) = self.locate(key);
+        let (rec, shard, member) = self.locate_shard(key);
         let history = if finish.history.is_empty() {
             String::new()
         } else {
@@ -1162,26 +1190,25 @@ impl ProcessedStore for RedisStore {
         let token = token.0;
         let (now, expires) = (millis(finish.now), millis(finish.expires_at));
         let state = finish.state.as_str();
-        let mut inv = Eval::new(&SCRIPTS.finish, 2);
-        inv.key(&rec)
-            .key(&keys.due)
-            .arg(format!("in_progress|{token}|"))
-            .arg(format!("{state}|{token}|"))
-            .arg(format!("{}|{expires}|{now}|{history}", finish.failures))
-            .arg(ttl(expires, now))
-            .arg(expires)
-            .arg(&member);
-        let applied: i64 = self
-            .inner
-            .connection
-            .eval(&inv)
+        let finished = self
+            .batcher()
+            .finish(batch::FinishJob {
+                shard,
+                rec,
+                member,
+                fence: format!("in_progress|{token}|"),
+                head: format!("{state}|{token}|"),
+                tail: format!("{}|{expires}|{now}|{history}", finish.failures),
+                ttl: ttl(expires, now),
+                expires,
+            })
             .await
             .map_err(store_error)?;
-        Ok(if applied == 1 {
-            Fence::Applied
-        } else {
-            Fence::LeaseLost
-        })
+        match finished {
+            batch::Finished::Applied => Ok(Fence::Applied),
+            batch::Finished::LeaseLost => Ok(Fence::LeaseLost),
+            batch::Finished::Corrupt => Err(corrupt("record")),
+        }
     }
 
     async fn renew(

@@ -1,0 +1,292 @@
+//! Claims and finishes of concurrent deliveries, sent to the server together.
+//!
+//! Every claim's `SET NX GET` and every fenced finish goes through one task per
+//! store, which takes whatever has queued up (at most [`MAX_BATCH`]) and sends it as
+//! one pipeline: the claims' log entries as one `RPUSH` per shard, their `SET`s, and
+//! all finishes as one run of the finish script. With [`IN_FLIGHT`] batches on the
+//! wire at once, the next batch gathers while the server answers. One delivery
+//! alone is a batch of one, sent at once; under load the server reads, parses and
+//! answers one request, and starts Lua once, for a whole batch instead of for each
+//! delivery, which is most of what a delivery costs it.
+//!
+//! A Redis Cluster gets one pipeline per shard (a pipeline or script stays in one
+//! slot there); a standalone server one per batch.
+//!
+//! A caller that stops waiting leaves its job to run: the claim or finish is applied
+//! or not, as when a reply is lost on the wire.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use ::redis::{ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
+use tokio::sync::{mpsc, oneshot, Semaphore};
+
+use super::{Eval, RedisConnection, ShardKeys, LOG_HIGH, SCRIPTS};
+
+/// The most jobs one batch takes.
+pub(super) const MAX_BATCH: usize = 256;
+/// How many batches may await their answers at once.
+const IN_FLIGHT: usize = 2;
+
+/// A fresh claim: `SET rec fresh NX GET PX ttl`, and the member logged in its
+/// shard's claim log.
+pub(super) struct ClaimJob {
+    pub(super) shard: u16,
+    pub(super) rec: String,
+    pub(super) member: String,
+    pub(super) fresh: String,
+    pub(super) ttl: i64,
+    pub(super) now: i64,
+}
+
+/// A fenced finish: the arguments of one entry of the finish script (see
+/// [`FINISH`](super::FINISH)).
+pub(super) struct FinishJob {
+    pub(super) shard: u16,
+    pub(super) rec: String,
+    pub(super) member: String,
+    pub(super) fence: String,
+    pub(super) head: String,
+    pub(super) tail: String,
+    pub(super) ttl: i64,
+    pub(super) expires: i64,
+}
+
+/// What the finish script answers for one entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Finished {
+    Applied,
+    LeaseLost,
+    Corrupt,
+}
+
+enum Job {
+    Claim(ClaimJob, oneshot::Sender<RedisResult<Option<String>>>),
+    Finish(FinishJob, oneshot::Sender<RedisResult<Finished>>),
+}
+
+impl Job {
+    fn shard(&self) -> u16 {
+        match self {
+            Job::Claim(j, _) => j.shard,
+            Job::Finish(j, _) => j.shard,
+        }
+    }
+}
+
+/// The sending side of a store's batching task; the task ends when this is dropped.
+pub(super) struct Batcher {
+    tx: mpsc::UnboundedSender<Job>,
+}
+
+/// The error a job answers when the batching task is gone (its runtime shut down).
+fn task_gone() -> RedisError {
+    RedisError::from((
+        ErrorKind::Io,
+        "webhook-guard: the Redis store's batching task has stopped (was its runtime shut down?)",
+    ))
+}
+
+impl Batcher {
+    /// Starts the task on the current tokio runtime.
+    pub(super) fn start(connection: RedisConnection, keys: Arc<[ShardKeys]>) -> Self {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let per_shard = matches!(connection, RedisConnection::Cluster(_));
+        tokio::spawn(run(
+            rx,
+            Sender {
+                connection,
+                keys,
+                per_shard,
+            },
+        ));
+        Self { tx }
+    }
+
+    /// Claims through the next batch: the record stored before (`None`: stored now).
+    pub(super) async fn claim(&self, job: ClaimJob) -> RedisResult<Option<String>> {
+        let (reply, answer) = oneshot::channel();
+        self.tx
+            .send(Job::Claim(job, reply))
+            .map_err(|_| task_gone())?;
+        answer.await.unwrap_or_else(|_| Err(task_gone()))
+    }
+
+    /// Finishes through the next batch.
+    pub(super) async fn finish(&self, job: FinishJob) -> RedisResult<Finished> {
+        let (reply, answer) = oneshot::channel();
+        self.tx
+            .send(Job::Finish(job, reply))
+            .map_err(|_| task_gone())?;
+        answer.await.unwrap_or_else(|_| Err(task_gone()))
+    }
+}
+
+/// What every batch needs: the connection and the shards' keys.
+#[derive(Clone)]
+struct Sender {
+    connection: RedisConnection,
+    keys: Arc<[ShardKeys]>,
+    /// One pipeline per shard (a cluster) rather than per batch.
+    per_shard: bool,
+}
+
+async fn run(mut rx: mpsc::UnboundedReceiver<Job>, sender: Sender) {
+    let slots = Arc::new(Semaphore::new(IN_FLIGHT));
+    let mut jobs = Vec::with_capacity(MAX_BATCH);
+    loop {
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        if rx.recv_many(&mut jobs, MAX_BATCH).await == 0 {
+            return; // the store is gone
+        }
+        let slot = Arc::new(slot);
+        for group in sender.groups(std::mem::take(&mut jobs)) {
+            let (sender, slot) = (sender.clone(), slot.clone());
+            tokio::spawn(async move {
+                sender.send(group).await;
+                drop(slot);
+            });
+        }
+        jobs.reserve(MAX_BATCH);
+    }
+}
+
+impl Sender {
+    /// The batch split into the pipelines it is sent as.
+    fn groups(&self, jobs: Vec<Job>) -> Vec<Vec<Job>> {
+        if !self.per_shard {
+            return vec![jobs];
+        }
+        let mut by_shard: BTreeMap<u16, Vec<Job>> = BTreeMap::new();
+        for job in jobs {
+            by_shard.entry(job.shard()).or_default().push(job);
+        }
+        by_shard.into_values().collect()
+    }
+
+    /// Sends one pipeline and answers each job; then files overlong claim logs.
+    async fn send(&self, jobs: Vec<Job>) {
+        let mut claims = Vec::new();
+        let mut finishes = Vec::new();
+        for job in jobs {
+            match job {
+                Job::Claim(j, r) => claims.push((j, r)),
+                Job::Finish(j, r) => finishes.push((j, r)),
+            }
+        }
+
+        // The claim logs first: an entry whose `SET` never ran is dropped later,
+        // while a record missing from its log would never be found by `stuck`.
+        let mut logs: BTreeMap<u16, (Vec<&str>, i64)> = BTreeMap::new();
+        for (j, _) in &claims {
+            let (members, now) = logs.entry(j.shard).or_default();
+            members.push(&j.member);
+            *now = (*now).max(j.now);
+        }
+        let mut pipe = ::redis::pipe();
+        pipe.ignore_errors();
+        for (shard, (members, _)) in &logs {
+            pipe.cmd("RPUSH")
+                .arg(&self.keys[usize::from(*shard)].log)
+                .arg(members);
+        }
+        for (j, _) in &claims {
+            pipe.cmd("SET")
+                .arg(&j.rec)
+                .arg(&j.fresh)
+                .arg("NX")
+                .arg("GET")
+                .arg("PX")
+                .arg(j.ttl);
+        }
+        let logs: Vec<(u16, i64)> = logs.into_iter().map(|(s, (_, now))| (s, now)).collect();
+        let finish = (!finishes.is_empty()).then(|| finish_script(&self.keys, &finishes));
+        if let Some(inv) = &finish {
+            pipe.add_command(inv.cmd.clone());
+        }
+
+        let answers: Vec<RedisResult<Value>> = match self
+            .connection
+            .query_pipe::<Vec<RedisResult<Value>>>(&pipe)
+            .await
+        {
+            Ok(answers) if answers.len() == pipe.len() => answers,
+            Ok(_) => {
+                let e = RedisError::from((ErrorKind::Parse, "unexpected pipeline answer"));
+                return fail(claims, finishes, &e);
+            }
+            Err(e) => return fail(claims, finishes, &e),
+        };
+        let mut answers = answers.into_iter();
+        let logged: Vec<RedisResult<Value>> = answers.by_ref().take(logs.len()).collect();
+        for ((_, reply), answer) in claims.into_iter().zip(answers.by_ref()) {
+            let _ = reply.send(answer.and_then(|v| Ok(::redis::from_redis_value(v)?)));
+        }
+        if let Some(inv) = finish {
+            let mut answer = answers.next().unwrap_or(Ok(Value::Nil));
+            if matches!(&answer, Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript))
+            {
+                // The server lost its scripts (a restart, `SCRIPT FLUSH`): the script
+                // did not run; `eval` loads it and runs it again.
+                answer = self.connection.eval(&inv).await;
+            }
+            answer_finishes(finishes, answer);
+        }
+
+        for ((shard, now), n) in logs.into_iter().zip(logged) {
+            if matches!(n, Ok(Value::Int(n)) if n > LOG_HIGH as i64) {
+                super::tidy(&self.connection, &self.keys[usize::from(shard)], now).await;
+            }
+        }
+    }
+}
+
+type Claims = Vec<(ClaimJob, oneshot::Sender<RedisResult<Option<String>>>)>;
+type Finishes = Vec<(FinishJob, oneshot::Sender<RedisResult<Finished>>)>;
+
+/// One run of the finish script for every finish of the pipeline.
+fn finish_script<'s>(keys: &[ShardKeys], finishes: &Finishes) -> Eval<'s> {
+    let mut inv = Eval::new(&SCRIPTS.finish, 2 * finishes.len());
+    for (j, _) in finishes {
+        inv.key(&j.rec).key(&keys[usize::from(j.shard)].due);
+    }
+    for (j, _) in finishes {
+        inv.arg(&j.fence)
+            .arg(&j.head)
+            .arg(&j.tail)
+            .arg(j.ttl)
+            .arg(j.expires)
+            .arg(&j.member);
+    }
+    inv
+}
+
+fn answer_finishes(finishes: Finishes, answer: RedisResult<Value>) {
+    let codes = match answer {
+        Ok(Value::Array(codes)) if codes.len() == finishes.len() => codes,
+        Ok(_) => {
+            let e = RedisError::from((ErrorKind::Parse, "unexpected finish answer"));
+            return fail(Vec::new(), finishes, &e);
+        }
+        Err(e) => return fail(Vec::new(), finishes, &e),
+    };
+    for ((_, reply), code) in finishes.into_iter().zip(codes) {
+        let _ = reply.send(Ok(match code {
+            Value::Int(1) => Finished::Applied,
+            Value::Int(0) => Finished::LeaseLost,
+            _ => Finished::Corrupt,
+        }));
+    }
+}
+
+/// Answers every job with `e`.
+fn fail(claims: Claims, finishes: Finishes, e: &RedisError) {
+    for (_, reply) in claims {
+        let _ = reply.send(Err(e.clone()));
+    }
+    for (_, reply) in finishes {
+        let _ = reply.send(Err(e.clone()));
+    }
+}
