@@ -31,6 +31,30 @@ use tracing::Instrument as _;
 
 /// The default lease: how long a claim holds before another delivery may take over.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(5 * 60);
+/// The current span, or `None` when no tracing subscriber was ever set (so there
+/// is no span to record on, and looking one up would cost a thread-local access).
+fn current_span() -> Option<tracing::Span> {
+    tracing::dispatcher::has_been_set().then(tracing::Span::current)
+}
+
+/// Records `value` as `field` on the current span (a no-op on a span without it).
+fn record_on_span(field: &str, value: impl tracing::Value) {
+    if let Some(span) = current_span() {
+        span.record(field, value);
+    }
+}
+
+/// `span`, or no span at all when no subscriber takes it: entering a disabled span
+/// at every poll still costs (with tracing's `log` feature, a `log` level check at
+/// each enter and exit), for nothing a subscriber sees.
+fn enterable(span: tracing::Span) -> tracing::Span {
+    if span.is_disabled() {
+        tracing::Span::none()
+    } else {
+        span
+    }
+}
+
 /// The default retention: Stripe's 72-hour retry window (Jamm's schedule spans 54 h 38 min).
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(72 * 3600);
 /// The default number of failures after which an id is escalated (seed: about 5).
@@ -110,11 +134,17 @@ fn check_id(id: &str) -> Result<(), Rejection> {
         Err(Rejection::InvalidId("empty"))
     } else if id.len() > MAX_ID_LEN {
         Err(Rejection::InvalidId("longer than 255 bytes"))
-    } else if id.chars().any(char::is_control) {
+    } else if has_control(id) {
         Err(Rejection::InvalidId("contains control characters"))
     } else {
         Ok(())
     }
+}
+
+/// Whether `id` holds a control character: printable ASCII (almost every id) is
+/// told without decoding.
+fn has_control(id: &str) -> bool {
+    !id.bytes().all(|b| (0x20..0x7f).contains(&b)) && id.chars().any(char::is_control)
 }
 
 /// How to answer a delivery that finds another delivery of its id in progress.
@@ -1129,7 +1159,7 @@ impl WebhookGuard {
     ) -> Begin<'a> {
         let begin = match verified {
             Ok(delivery) => {
-                tracing::Span::current().record("webhook.event_id", delivery.id.as_str());
+                record_on_span("webhook.event_id", delivery.id.as_str());
                 self.claim(delivery, body, started, now).await
             }
             Err(r) => Begin::Done(Outcome::Rejected(r)),
@@ -1166,7 +1196,7 @@ impl WebhookGuard {
         let record = match store(inner).claim(&request).await {
             Ok(Claim::Acquired(record)) => record,
             Ok(Claim::Existing(record)) => {
-                tracing::Span::current().record("webhook.attempt", record.attempts);
+                record_on_span("webhook.attempt", record.attempts);
                 return Begin::Done(self.existing(id, record, fingerprint, now));
             }
             Err(error) => {
@@ -1177,7 +1207,7 @@ impl WebhookGuard {
             }
         };
         inner.hooks.on_claim(key, record.attempts);
-        tracing::Span::current().record("webhook.attempt", record.attempts);
+        record_on_span("webhook.attempt", record.attempts);
         let state = Arc::new(ClaimState {
             guard: self.clone(),
             token: request.token,
@@ -1261,7 +1291,7 @@ impl WebhookGuard {
         F: FnOnce(Event<'a>) -> Fut,
         Fut: Future<Output = Result<(), HandlerError>>,
     {
-        let span = self.delivery_span();
+        let span = enterable(self.delivery_span());
         let started = Instant::now();
         let now = self.inner.clock.now();
         let verified = span.in_scope(|| self.verify_at(headers, body, now));
@@ -1311,7 +1341,7 @@ impl WebhookGuard {
         F: FnOnce(OwnedEvent) -> Fut,
         Fut: Future<Output = Result<(), HandlerError>>,
     {
-        let span = self.delivery_span();
+        let span = enterable(self.delivery_span());
         let started = Instant::now();
         let now = self.inner.clock.now();
         let verified = span.in_scope(|| self.verify_at(headers, &body, now));
@@ -1366,9 +1396,10 @@ impl WebhookGuard {
         let elapsed = started.elapsed();
         let kind = outcome.kind();
         let elapsed_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
-        let span = tracing::Span::current();
-        span.record("webhook.outcome", kind.as_str());
-        span.record("webhook.elapsed_ms", elapsed_ms);
+        if let Some(span) = current_span() {
+            span.record("webhook.outcome", kind.as_str());
+            span.record("webhook.elapsed_ms", elapsed_ms);
+        }
         let namespace = self.inner.namespace.as_str();
         let id = outcome.id().unwrap_or("");
         match kind {
@@ -1662,6 +1693,21 @@ where
             claimed
                 .fail(HandlerError::retryable(format!("handler panicked: {msg}")))
                 .await
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::has_control;
+
+    #[test]
+    fn control_characters_are_found_in_ascii_and_beyond() {
+        for id in ["evt_1NDEXAMPLE", "a b~!", "évènement", "事件-1", ""] {
+            assert!(!has_control(id), "{id:?}");
+        }
+        for id in ["evt\t1", "evt\r\n", "\x7f", "evt\u{85}", "é\u{9f}", "\0"] {
+            assert!(has_control(id), "{id:?}");
         }
     }
 }

@@ -1,0 +1,140 @@
+//! The delivery span as a tracing subscriber sees it: one `webhook_delivery` span per
+//! delivery, its fields recorded as the flow learns them, and the outcome event
+//! logged inside it.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tracing::field::{Field, Visit};
+use tracing::span::{Attributes, Id, Record};
+use tracing_core::span::Current;
+use tracing::{Event, Metadata, Subscriber};
+use webhook_guard::verify::NoVerification;
+use webhook_guard::{EventId, HandlerError, MemoryStore, Outcome, WebhookGuard};
+
+/// Spans (name and fields by id), the entered stack, and events with the span
+/// they were logged in.
+#[derive(Default)]
+struct Recorder {
+    next: AtomicU64,
+    spans: Mutex<HashMap<u64, (&'static Metadata<'static>, Fields)>>,
+    stack: Mutex<Vec<u64>>,
+    events: Mutex<Vec<(Option<u64>, Fields)>>,
+}
+
+type Fields = HashMap<String, String>;
+
+struct Collect<'a>(&'a mut Fields);
+
+impl Visit for Collect<'_> {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.0.insert(field.name().to_owned(), value.to_owned());
+    }
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        self.0.insert(field.name().to_owned(), format!("{value:?}"));
+    }
+}
+
+/// The subscriber: a handle on the recorder the test reads afterwards.
+struct Shared(Arc<Recorder>);
+
+impl std::ops::Deref for Shared {
+    type Target = Recorder;
+    fn deref(&self) -> &Recorder {
+        &self.0
+    }
+}
+
+impl Subscriber for Shared {
+    fn enabled(&self, _: &Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, span: &Attributes<'_>) -> Id {
+        let id = self.next.fetch_add(1, Ordering::SeqCst) + 1;
+        let mut fields = Fields::new();
+        span.record(&mut Collect(&mut fields));
+        let meta = span.metadata();
+        self.spans.lock().unwrap().insert(id, (meta, fields));
+        Id::from_u64(id)
+    }
+    fn record(&self, span: &Id, values: &Record<'_>) {
+        let mut spans = self.spans.lock().unwrap();
+        let (_, fields) = spans.get_mut(&span.into_u64()).expect("a known span");
+        values.record(&mut Collect(fields));
+    }
+    fn record_follows_from(&self, _: &Id, _: &Id) {}
+    fn event(&self, event: &Event<'_>) {
+        let mut fields = Fields::new();
+        event.record(&mut Collect(&mut fields));
+        let current = self.stack.lock().unwrap().last().copied();
+        self.events.lock().unwrap().push((current, fields));
+    }
+    fn current_span(&self) -> Current {
+        match self.stack.lock().unwrap().last() {
+            Some(&id) => Current::new(Id::from_u64(id), self.spans.lock().unwrap()[&id].0),
+            None => Current::none(),
+        }
+    }
+    fn enter(&self, span: &Id) {
+        self.stack.lock().unwrap().push(span.into_u64());
+    }
+    fn exit(&self, span: &Id) {
+        let popped = self.stack.lock().unwrap().pop();
+        assert_eq!(popped, Some(span.into_u64()), "spans exit in order");
+    }
+}
+
+#[test]
+fn each_delivery_runs_in_its_span_and_records_what_the_flow_learns() {
+    let recorder = Arc::new(Recorder::default());
+    let _default = tracing::subscriber::set_default(Shared(recorder.clone()));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let guard = WebhookGuard::builder()
+        .store(MemoryStore::new())
+        .verifier(NoVerification)
+        .event_id(EventId::header("x-id"))
+        .namespace("shop")
+        .build()
+        .unwrap();
+    let headers = [("x-id", "evt_1")];
+    let deliver = || {
+        runtime.block_on(guard.handle(&headers, b"{}", |_| async {
+            tracing::info!("in the handler");
+            Ok::<(), HandlerError>(())
+        }))
+    };
+    assert!(matches!(deliver(), Outcome::Processed { .. }));
+    assert!(matches!(deliver(), Outcome::Duplicate { .. }));
+
+    let spans = recorder.spans.lock().unwrap();
+    let mut deliveries: Vec<(&u64, &Fields)> = spans
+        .iter()
+        .filter(|(_, (meta, _))| meta.name() == "webhook_delivery")
+        .map(|(id, (_, fields))| (id, fields))
+        .collect();
+    deliveries.sort_by_key(|(id, _)| **id);
+    assert_eq!(deliveries.len(), 2, "one span per delivery");
+    for ((_, fields), outcome) in deliveries.iter().zip(["processed", "duplicate"]) {
+        assert_eq!(fields["webhook.namespace"], "shop");
+        assert_eq!(fields["webhook.event_id"], "evt_1");
+        assert_eq!(fields["webhook.attempt"], "1");
+        assert_eq!(fields["webhook.outcome"], outcome);
+        assert!(fields.contains_key("webhook.elapsed_ms"));
+    }
+
+    let events = recorder.events.lock().unwrap();
+    let in_span = |id: u64, message: &str| {
+        events
+            .iter()
+            .any(|(span, fields)| *span == Some(id) && fields["message"] == message)
+    };
+    let (&first, &second) = (deliveries[0].0, deliveries[1].0);
+    assert!(in_span(first, "in the handler"), "the handler runs in the span");
+    assert!(in_span(first, "webhook delivery"), "the outcome is logged in it");
+    assert!(in_span(second, "webhook delivery"));
+    assert!(recorder.stack.lock().unwrap().is_empty(), "every span exited");
+}
