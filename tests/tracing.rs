@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
-use tracing_core::span::Current;
 use tracing::{Event, Metadata, Subscriber};
+use tracing_core::span::Current;
 use webhook_guard::verify::NoVerification;
 use webhook_guard::{EventId, HandlerError, MemoryStore, Outcome, WebhookGuard};
 
@@ -133,8 +133,17 @@ fn each_delivery_runs_in_its_span_and_records_what_the_flow_learns() {
             .any(|(span, fields)| *span == Some(id) && fields["message"] == message)
     };
     let (&first, &second) = (deliveries[0].0, deliveries[1].0);
-    assert!(in_span(first, "in the handler"), "the handler runs in the span");
-    assert!(in_span(first, "webhook delivery"), "the outcome is logged in it");
+    assert!(
+        in_span(first, "in the handler"),
+        "the handler runs in the span"
+    );
+    assert!(
+        in_span(first, "webhook delivery"),
+        "the outcome is logged in it"
+    );
     assert!(in_span(second, "webhook delivery"));
-    assert!(recorder.stack.lock().unwrap().is_empty(), "every span exited");
+    assert!(
+        recorder.stack.lock().unwrap().is_empty(),
+        "every span exited"
+    );
 }

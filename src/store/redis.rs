@@ -2,9 +2,9 @@
 //! one round trip.
 //!
 //! [`RedisStore`] keeps every record in one Redis string. A claim is one round trip
-//! of native commands: `SET NX GET PX` (which stores a new id, or answers the
-//! stored record of a known one) and an `RPUSH` of the id to its shard's claim log.
-//! Only a claim that may change a known record — take over an expired lease or a
+//! of native commands in one transaction: `SET NX GET PX` (which stores a new id,
+//! or answers the stored record of a known one) and a `ZADD NX` of the id to its
+//! shard's due index. Only a claim that may change a known record — take over an expired lease or a
 //! failed record, or replace a record expired by the caller's clock — runs a Lua
 //! script (`EVALSHA`, loaded once per server), which decides again atomically. A
 //! finish is one run of a Lua script that reads the record, checks the fence and
@@ -16,8 +16,8 @@
 //!
 //! Claims and finishes of concurrent deliveries share round trips: one task per
 //! store sends whatever has queued up as one pipeline (at most 256 of them, two
-//! pipelines on the wire at once), with one `RPUSH` per shard and one run of the
-//! finish script for all of its finishes. A delivery alone is sent at once; under
+//! pipelines on the wire at once): one `MULTI` holding one `ZADD NX` per shard and
+//! the claims' `SET`s, then one run of the finish script for all of its finishes. A delivery alone is sent at once; under
 //! load the server reads, parses and starts Lua once per batch instead of once per
 //! delivery. A Redis Cluster gets one pipeline per shard. The task starts with the
 //! first claim, on the tokio runtime it runs on, and ends with the store.
@@ -29,7 +29,7 @@
 //!
 //! Records of a store are spread over a fixed number of *shards* (default
 //! [`DEFAULT_SHARDS`]); a record's shard is a stable hash (FNV-1a) of its namespace
-//! and id. Shard `n` owns three kinds of keys, under one hash tag so that a script
+//! and id. Shard `n` owns two kinds of keys, under one hash tag so that a script
 //! touching a record and its shard's index stays in one cluster slot:
 //!
 //! - `{<prefix>:<n>}:r:<namespace>\0<id>` — the record: a string
@@ -38,14 +38,10 @@
 //! - `{<prefix>:<n>}:due` — a sorted set of the shard's records (member
 //!   `<namespace>\0<id>`) scored at or before the time each needs attention: the
 //!   end of its lease (to find [stuck](ProcessedStore::stuck) claims) or its expiry
-//!   (to [purge](ProcessedStore::purge_expired) it). Entries scored too early are
-//!   re-filed when a purge or a stuck scan meets them;
-//! - `{<prefix>:<n>}:log` — the claim log: a list of the members of records
-//!   claimed afresh since the last scan. A fresh claim appends to it (`RPUSH`, O(1))
-//!   instead of filing the record in `due` (`ZADD`, O(log n), the costlier half of
-//!   a fresh claim); [`stuck`](ProcessedStore::stuck) and
-//!   [`purge_expired`](ProcessedStore::purge_expired) first move the shard's log
-//!   into `due`, 256 entries per script, filing each record by its state then.
+//!   (to [purge](ProcessedStore::purge_expired) it). A claim files a new record at
+//!   the end of its lease; a finish leaves the entry there unless the expiry is
+//!   earlier. Entries scored too early are re-filed when a purge, a stuck scan or
+//!   a tidy (below) meets them.
 //!
 //! The trade-off: a shard's load lands on the node that serves its slot, so one
 //! store spreads over at most `shards` slots (16 by default — enough for a few
@@ -67,20 +63,19 @@
 //! `now` through the `due` index: it removes records expired by then, in batches of
 //! at most 256 per script, and clears the index entries of records the TTL already
 //! dropped (those count as removed). **No sweeper is needed**: the records expire by
-//! TTL, and the index tidies itself — once a shard's claim log passes 1,024 entries,
-//! the claim that finds it so files 256 of them in `due` and drops as many `due`
-//! entries whose record is gone (finished ones are re-filed at their expiry), so
-//! neither grows without bound. Running the [`Sweeper`](crate::Sweeper) anyway
+//! TTL, and the index tidies itself — each time a process has filed 256 new
+//! records in a shard's index, it looks at as many of the shard's due entries,
+//! drops those whose record is gone and re-files finished ones at their expiry, so
+//! the index does not grow without bound. Running the [`Sweeper`](crate::Sweeper) anyway
 //! reports stuck claims and keeps the index smaller.
 //!
 //! # Speed
 //!
 //! A processed delivery costs two round trips, a duplicate one, each shared with
 //! the other deliveries of its batch. The claim runs no Lua: `SET NX GET PX` costs
-//! the server what a bare `SET NX PX` does, plus its share of one `RPUSH` per shard
-//! and batch. A duplicate's log entry is filed again, harmlessly. Filing the claim
-//! log in the sorted set waits for a sweep or for the log to fill, and is then done
-//! in batches. The fenced finish is the one Lua script per batch, kept short (no
+//! the server what a bare `SET NX PX` does, plus filing the record in the sorted set
+//! (one `ZADD NX` per shard and batch; a duplicate's entry stays as it is) and its
+//! share of the transaction. The fenced finish is the one Lua script per batch, kept short (no
 //! helper functions, plain string slicing): Redis before 8.4 has no native
 //! compare-and-set, and a script's `GET`, string work and `SET` cost the server a
 //! few µs per record, so a guard cycle costs the server several times what one
@@ -629,8 +624,6 @@ struct ShardKeys {
     records: String,
     /// The due index, a sorted set.
     due: String,
-    /// The claim log: a list of the members of new records, not yet in `due`.
-    log: String,
 }
 
 impl ShardKeys {
@@ -638,7 +631,6 @@ impl ShardKeys {
         Self {
             records: format!("{tag}:r:"),
             due: format!("{tag}:due"),
-            log: format!("{tag}:log"),
         }
     }
 }
@@ -755,40 +747,15 @@ impl RedisStore {
             None => Ok(()),
         }
     }
-
-    /// Moves a shard's claim log into its due index, 256 entries per script. Stops
-    /// after a million entries, so a flood of claims cannot keep a scan going.
-    async fn drain(&self, keys: &ShardKeys) -> Result<(), StoreError> {
-        for _ in 0..(1 << 20) / BATCH {
-            let mut inv = Eval::new(&SCRIPTS.drain, 2);
-            inv.key(&keys.log)
-                .key(&keys.due)
-                .arg(BATCH)
-                .arg(&keys.records);
-            let moved: usize = self
-                .inner
-                .connection
-                .eval(&inv)
-                .await
-                .map_err(store_error)?;
-            if moved < BATCH {
-                break;
-            }
-        }
-        Ok(())
-    }
 }
 
-/// Files part of a shard's overlong claim log (see [`TIDY`]). A failure is only
-/// logged: the claims it follows stand, and the next batch tries again.
+/// Tidies part of a shard's due index (see [`TIDY`]). A failure is only logged:
+/// the claims it follows stand, and a later batch tries again.
 async fn tidy(connection: &RedisConnection, keys: &ShardKeys, now: i64) {
-    let mut inv = Eval::new(&SCRIPTS.tidy, 2);
-    inv.key(&keys.log)
-        .key(&keys.due)
-        .arg(&keys.records)
-        .arg(now);
+    let mut inv = Eval::new(&SCRIPTS.tidy, 1);
+    inv.key(&keys.due).arg(&keys.records).arg(now);
     if let Err(e) = connection.eval::<i64>(&inv).await {
-        tracing::debug!(error = %e, "redis store: filing the claim log failed");
+        tracing::debug!(error = %e, "redis store: tidying the due index failed");
     }
 }
 
@@ -824,7 +791,6 @@ fn stored_record(key: Key<'_>, v: &Value) -> Result<Record, StoreError> {
 }
 
 struct Scripts {
-    drain: Script,
     claim: Script,
     tidy: Script,
     finish: Script,
@@ -847,69 +813,36 @@ end
 
 /// The claim script, for the rare claim that must decide on a known record (see
 /// [`RedisStore::claim`]): its first lines store the id if the record vanished since
-/// the claim's `SET NX GET`; KEYS record, log, due; ARGV the fresh record, its TTL,
+/// the claim's `SET NX GET`; KEYS record, due; ARGV the fresh record, its TTL,
 /// member, fingerprint, token, now, lease_until, expires_at. Answers 0 (stored: the
 /// caller knows the record).
 const CLAIM_HEAD: &str = r"
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  redis.call('RPUSH', KEYS[2], ARGV[3])
+  redis.call('ZADD', KEYS[2], ARGV[7], ARGV[3])
   return 0
 end
 ";
 
-/// Files [`LOG_BATCH`] entries of a shard's claim log in its due index and tidies as
-/// many due entries (drops those whose record is gone, re-files finished ones at
-/// their expiry): KEYS log, due; ARGV record key prefix, now. Run by a claim that
-/// finds the log longer than [`LOG_HIGH`].
+/// Tidies [`TIDY_BATCH`] entries of a shard's due index that are due: drops those
+/// whose record is gone (dropped by its TTL) and re-files finished ones at their
+/// expiry. KEYS due; ARGV record key prefix, now.
 const TIDY: &str = r"
-for _, m in ipairs(redis.call('LPOP', KEYS[1], LOG_BATCH)) do
-  local v = redis.call('GET', ARGV[1] .. m)
-  if v then
-    redis.call('ZADD', KEYS[2], string.match(v, '^[^|]*|[^|]*|[^|]*|[^|]*|([^|]*)|'), m)
-  end
-end
-for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[2], 'LIMIT', 0, LOG_BATCH)) do
+for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[2], 'LIMIT', 0, TIDY_BATCH)) do
   local v = redis.call('GET', ARGV[1] .. m)
   if not v then
-    redis.call('ZREM', KEYS[2], m)
+    redis.call('ZREM', KEYS[1], m)
   elseif string.sub(v, 1, 12) ~= 'in_progress|' then
-    redis.call('ZADD', KEYS[2], string.match(v, '^[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|([^|]*)|'), m)
+    redis.call('ZADD', KEYS[1], string.match(v, '^[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|([^|]*)|'), m)
   end
 end
 return 0
 ";
 
-/// Above this many entries a shard's claim log is filed into its due index by the
-/// claim that finds it so ([`TIDY`]), [`LOG_BATCH`] at a time, and as many due
-/// entries are tidied (gone records dropped, finished ones re-filed at their
-/// expiry): with retention by key TTL, neither grows without bound even when no
-/// sweeper runs.
-const LOG_HIGH: usize = 1024;
-/// See [`LOG_HIGH`].
-const LOG_BATCH: usize = 256;
-
-/// Moves up to ARGV[1] entries of a shard's claim log into its due index: KEYS log,
-/// due; ARGV limit, record key prefix. Answers how many it took off the log. Each
-/// record still there is filed at the end of its lease (in progress) or at its
-/// expiry; an unreadable one at 0, where purge removes it.
-const DRAIN: &str = r"
-local ms = redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)
-for _, m in ipairs(ms) do
-  local v = redis.call('GET', ARGV[2] .. m)
-  if v then
-    local s, t, f, a, l, c, x, e = parse(v)
-    if s == 'in_progress' then
-      redis.call('ZADD', KEYS[2], l, m)
-    elseif s then
-      redis.call('ZADD', KEYS[2], e, m)
-    else
-      redis.call('ZADD', KEYS[2], 0, m)
-    end
-  end
-end
-if #ms > 0 then redis.call('LTRIM', KEYS[1], #ms, -1) end
-return #ms
-";
+/// Each time a process has filed this many new records in a shard's due index, it
+/// tidies as many of the shard's due entries ([`TIDY`]): gone records dropped,
+/// finished ones re-filed at their expiry. With retention by key TTL, the index so
+/// stays bounded even when no sweeper runs.
+const TIDY_BATCH: u32 = 256;
 
 /// The rest of the claim script, deciding on a known record in the same round trip:
 /// an expired record is replaced (0), a failed or abandoned one with the same
@@ -923,7 +856,7 @@ local ln, en = tonumber(l), tonumber(e)
 local live = s == 'in_progress' and ln > now
 if en <= now and not live then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  redis.call('RPUSH', KEYS[2], ARGV[3])
+  redis.call('ZADD', KEYS[2], ARGV[7], ARGV[3])
   return 0
 end
 if f == ARGV[4] and (s == 'failed' or (s == 'in_progress' and not live)) then
@@ -931,7 +864,7 @@ if f == ARGV[4] and (s == 'failed' or (s == 'in_progress' and not live)) then
   if tonumber(ARGV[8]) > en then e = ARGV[8] end
   local nv = table.concat({'in_progress', ARGV[5], f, tonumber(a) + 1, ARGV[7], c, x, e, ARGV[6], h}, '|')
   redis.call('SET', KEYS[1], nv, 'PX', ttl(math.max(tonumber(e), tonumber(ARGV[7])), now))
-  redis.call('ZADD', KEYS[3], ARGV[7], ARGV[3])
+  redis.call('ZADD', KEYS[2], ARGV[7], ARGV[3])
   return {1, nv}
 end
 return {2, v}
@@ -1075,9 +1008,8 @@ return out
 static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
     let script = |body: &str| Script::new(&format!("{PRELUDE}{body}"));
     Scripts {
-        drain: script(DRAIN),
         claim: Script::new(&format!("{CLAIM_HEAD}{PRELUDE}{CLAIM_DECIDE}")),
-        tidy: Script::new(&TIDY.replace("LOG_BATCH", &LOG_BATCH.to_string())),
+        tidy: Script::new(&TIDY.replace("TIDY_BATCH", &TIDY_BATCH.to_string())),
         finish: Script::new(FINISH),
         renew: script(RENEW),
         delete: script(DELETE),
@@ -1115,8 +1047,8 @@ impl ProcessedStore for RedisStore {
         };
 
         // One round trip for a new id and for a duplicate: a native `SET NX GET`
-        // stores a new id or answers the record, and the claim log learns the member
-        // in the same pipeline (a duplicate's entry is filed again, harmlessly),
+        // stores a new id or answers the record, and the due index learns the member
+        // in the same transaction (`ZADD NX`: a duplicate's entry stays as it is),
         // sent with the other claims and finishes of its batch.
         let stored = self
             .batcher()
@@ -1126,6 +1058,7 @@ impl ProcessedStore for RedisStore {
                 member: member.clone(),
                 fresh: fresh.clone(),
                 ttl: fresh_ttl,
+                lease,
                 now,
             })
             .await
@@ -1146,9 +1079,8 @@ impl ProcessedStore for RedisStore {
 
         // A known record this claim may replace or take over: the script decides
         // again, atomically (the record may have changed since).
-        let mut inv = Eval::new(&SCRIPTS.claim, 3);
+        let mut inv = Eval::new(&SCRIPTS.claim, 2);
         inv.key(&rec)
-            .key(&keys.log)
             .key(&keys.due)
             .arg(&fresh)
             .arg(fresh_ttl)
@@ -1275,7 +1207,6 @@ impl ProcessedStore for RedisStore {
         let mut removed = 0;
         for shard in 0..self.inner.shards {
             let keys = self.keys(shard);
-            self.drain(keys).await?;
             let mut offset = 0;
             loop {
                 let want = (limit - removed).min(BATCH);
@@ -1309,7 +1240,6 @@ impl ProcessedStore for RedisStore {
         let mut out = Vec::new();
         for shard in 0..self.inner.shards {
             let keys = self.keys(shard);
-            self.drain(keys).await?;
             let mut offset = 0;
             loop {
                 let want = (limit - out.len()).min(BATCH);

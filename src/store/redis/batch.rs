@@ -2,8 +2,9 @@
 //!
 //! Every claim's `SET NX GET` and every fenced finish goes through one task per
 //! store, which takes whatever has queued up (at most [`MAX_BATCH`]) and sends it as
-//! one pipeline: the claims' log entries as one `RPUSH` per shard, their `SET`s, and
-//! all finishes as one run of the finish script. With [`IN_FLIGHT`] batches on the
+//! one pipeline: one transaction (`MULTI`) holding the claims' index entries as one
+//! `ZADD NX` per shard and their `SET`s, then all finishes as one run of the finish
+//! script. With [`IN_FLIGHT`] batches on the
 //! wire at once, the next batch gathers while the server answers. One delivery
 //! alone is a batch of one, sent at once; under load the server reads, parses and
 //! answers one request, and starts Lua once, for a whole batch instead of for each
@@ -16,26 +17,28 @@
 //! or not, as when a reply is lost on the wire.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use ::redis::{ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
-use super::{Eval, RedisConnection, ShardKeys, LOG_HIGH, SCRIPTS};
+use super::{Eval, RedisConnection, ShardKeys, SCRIPTS, TIDY_BATCH};
 
 /// The most jobs one batch takes.
 pub(super) const MAX_BATCH: usize = 256;
 /// How many batches may await their answers at once.
 const IN_FLIGHT: usize = 2;
 
-/// A fresh claim: `SET rec fresh NX GET PX ttl`, and the member logged in its
-/// shard's claim log.
+/// A fresh claim: `SET rec fresh NX GET PX ttl`, and the member filed in its
+/// shard's due index at `lease` unless it is there already.
 pub(super) struct ClaimJob {
     pub(super) shard: u16,
     pub(super) rec: String,
     pub(super) member: String,
     pub(super) fresh: String,
     pub(super) ttl: i64,
+    pub(super) lease: i64,
     pub(super) now: i64,
 }
 
@@ -92,11 +95,13 @@ impl Batcher {
     pub(super) fn start(connection: RedisConnection, keys: Arc<[ShardKeys]>) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
         let per_shard = matches!(connection, RedisConnection::Cluster(_));
+        let filed = keys.iter().map(|_| AtomicU32::new(0)).collect();
         tokio::spawn(run(
             rx,
             Sender {
                 connection,
                 keys,
+                filed,
                 per_shard,
             },
         ));
@@ -127,6 +132,9 @@ impl Batcher {
 struct Sender {
     connection: RedisConnection,
     keys: Arc<[ShardKeys]>,
+    /// Per shard, how many new index entries this process filed since it last
+    /// tidied the shard's index.
+    filed: Arc<[AtomicU32]>,
     /// One pipeline per shard (a cluster) rather than per batch.
     per_shard: bool,
 }
@@ -177,52 +185,72 @@ impl Sender {
             }
         }
 
-        // The claim logs first: an entry whose `SET` never ran is dropped later,
-        // while a record missing from its log would never be found by `stuck`.
-        let mut logs: BTreeMap<u16, (Vec<&str>, i64)> = BTreeMap::new();
+        // The claims in one transaction, so that no tidy runs between a record's
+        // index entry and its `SET` (and finds the entry of a record not yet there).
+        let mut entries: BTreeMap<u16, (Vec<(i64, &str)>, i64)> = BTreeMap::new();
         for (j, _) in &claims {
-            let (members, now) = logs.entry(j.shard).or_default();
-            members.push(&j.member);
+            let (members, now) = entries.entry(j.shard).or_default();
+            members.push((j.lease, &j.member));
             *now = (*now).max(j.now);
         }
         let mut pipe = ::redis::pipe();
         pipe.ignore_errors();
-        for (shard, (members, _)) in &logs {
-            pipe.cmd("RPUSH")
-                .arg(&self.keys[usize::from(*shard)].log)
-                .arg(members);
+        if !claims.is_empty() {
+            pipe.cmd("MULTI");
+            for (shard, (members, _)) in &entries {
+                pipe.cmd("ZADD")
+                    .arg(&self.keys[usize::from(*shard)].due)
+                    .arg("NX")
+                    .arg(members);
+            }
+            for (j, _) in &claims {
+                pipe.cmd("SET")
+                    .arg(&j.rec)
+                    .arg(&j.fresh)
+                    .arg("NX")
+                    .arg("GET")
+                    .arg("PX")
+                    .arg(j.ttl);
+            }
+            pipe.cmd("EXEC");
         }
-        for (j, _) in &claims {
-            pipe.cmd("SET")
-                .arg(&j.rec)
-                .arg(&j.fresh)
-                .arg("NX")
-                .arg("GET")
-                .arg("PX")
-                .arg(j.ttl);
-        }
-        let logs: Vec<(u16, i64)> = logs.into_iter().map(|(s, (_, now))| (s, now)).collect();
+        let entries: Vec<(u16, i64)> = entries.into_iter().map(|(s, (_, now))| (s, now)).collect();
         let finish = (!finishes.is_empty()).then(|| finish_script(&self.keys, &finishes));
         if let Some(inv) = &finish {
             pipe.add_command(inv.cmd.clone());
         }
 
-        let answers: Vec<RedisResult<Value>> = match self
+        let answers = match self
             .connection
             .query_pipe::<Vec<RedisResult<Value>>>(&pipe)
             .await
         {
             Ok(answers) if answers.len() == pipe.len() => answers,
-            Ok(_) => {
-                let e = RedisError::from((ErrorKind::Parse, "unexpected pipeline answer"));
-                return fail(claims, finishes, &e);
-            }
+            Ok(_) => return fail(claims, finishes, &unexpected("pipeline")),
             Err(e) => return fail(claims, finishes, &e),
         };
         let mut answers = answers.into_iter();
-        let logged: Vec<RedisResult<Value>> = answers.by_ref().take(logs.len()).collect();
-        for ((_, reply), answer) in claims.into_iter().zip(answers.by_ref()) {
-            let _ = reply.send(answer.and_then(|v| Ok(::redis::from_redis_value(v)?)));
+        let mut added = Vec::new();
+        if !claims.is_empty() {
+            // `MULTI`, then one `QUEUED` per command, then what `EXEC` answers.
+            let exec = answers.by_ref().nth(1 + entries.len() + claims.len());
+            match exec {
+                Some(Ok(Value::Array(results)))
+                    if results.len() == entries.len() + claims.len() =>
+                {
+                    let mut results = results.into_iter();
+                    added.extend(results.by_ref().take(entries.len()));
+                    for ((_, reply), result) in claims.into_iter().zip(results) {
+                        let answer = match result {
+                            Value::ServerError(e) => Err(e.into()),
+                            v => ::redis::from_redis_value(v).map_err(Into::into),
+                        };
+                        let _ = reply.send(answer);
+                    }
+                }
+                Some(Err(e)) => fail(claims, Vec::new(), &e),
+                _ => fail(claims, Vec::new(), &unexpected("transaction")),
+            }
         }
         if let Some(inv) = finish {
             let mut answer = answers.next().unwrap_or(Ok(Value::Nil));
@@ -235,12 +263,26 @@ impl Sender {
             answer_finishes(finishes, answer);
         }
 
-        for ((shard, now), n) in logs.into_iter().zip(logged) {
-            if matches!(n, Ok(Value::Int(n)) if n > LOG_HIGH as i64) {
+        for ((shard, now), n) in entries.into_iter().zip(added) {
+            let Value::Int(n) = n else { continue };
+            let filed = &self.filed[usize::from(shard)];
+            let n = u32::try_from(n).unwrap_or(0);
+            // Whoever takes a full count off the counter tidies, once per count.
+            if filed.fetch_add(n, Ordering::Relaxed) + n >= TIDY_BATCH
+                && filed.swap(0, Ordering::Relaxed) >= TIDY_BATCH
+            {
                 super::tidy(&self.connection, &self.keys[usize::from(shard)], now).await;
             }
         }
     }
+}
+
+fn unexpected(what: &str) -> RedisError {
+    RedisError::from((
+        ErrorKind::Parse,
+        "webhook-guard: unexpected answer",
+        what.to_owned(),
+    ))
 }
 
 type Claims = Vec<(ClaimJob, oneshot::Sender<RedisResult<Option<String>>>)>;
@@ -266,10 +308,7 @@ fn finish_script<'s>(keys: &[ShardKeys], finishes: &Finishes) -> Eval<'s> {
 fn answer_finishes(finishes: Finishes, answer: RedisResult<Value>) {
     let codes = match answer {
         Ok(Value::Array(codes)) if codes.len() == finishes.len() => codes,
-        Ok(_) => {
-            let e = RedisError::from((ErrorKind::Parse, "unexpected finish answer"));
-            return fail(Vec::new(), finishes, &e);
-        }
+        Ok(_) => return fail(Vec::new(), finishes, &unexpected("finish")),
         Err(e) => return fail(Vec::new(), finishes, &e),
     };
     for ((_, reply), code) in finishes.into_iter().zip(codes) {
