@@ -187,7 +187,9 @@ impl Sender {
 
         // The claims in one transaction, so that no tidy runs between a record's
         // index entry and its `SET` (and finds the entry of a record not yet there).
-        let mut entries: BTreeMap<u16, (Vec<(i64, &str)>, i64)> = BTreeMap::new();
+        // Per shard: the new index entries (score, member), and the latest `now`.
+        type Entries<'j> = (Vec<(i64, &'j str)>, i64);
+        let mut entries: BTreeMap<u16, Entries<'_>> = BTreeMap::new();
         for (j, _) in &claims {
             let (members, now) = entries.entry(j.shard).or_default();
             members.push((j.lease, &j.member));
