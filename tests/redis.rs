@@ -1239,3 +1239,53 @@ async fn batched_claims_and_finishes_each_get_their_own_answer() {
         }
     }
 }
+
+/// A store outlives the runtime it was first used on (a store kept in a `static`
+/// and shared by tests that each run their own runtime): the next runtime gets a
+/// new batching task.
+#[test]
+fn a_store_works_on_after_the_runtime_it_started_on_shut_down() {
+    let Some(url) = url() else { return };
+    let prefix = random_prefix("runtimes");
+    let runtime = || {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let first = runtime();
+    let store = first.block_on(store(&url, &prefix));
+    let now = ms(Utc::now());
+    let request = |id| ClaimRequest {
+        key: Key::new("test", id),
+        fingerprint: Fingerprint::of(b"{}"),
+        token: FencingToken::random(),
+        now,
+        lease_until: now + TimeDelta::seconds(30),
+        expires_at: now + TimeDelta::hours(1),
+    };
+    let claimed = first.block_on(store.claim(&request("evt_1"))).unwrap();
+    assert!(matches!(claimed, Claim::Acquired(_)));
+    drop(first);
+
+    let second = runtime();
+    second.block_on(async {
+        // The connection died with the first runtime: a request may find it
+        // broken (unavailable) while it reconnects on this one.
+        let mut claimed = store.claim(&request("evt_2")).await;
+        for _ in 0..50 {
+            match &claimed {
+                Err(e) if e.is_unavailable() => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    claimed = store.claim(&request("evt_2")).await;
+                }
+                _ => break,
+            }
+        }
+        assert!(matches!(claimed.unwrap(), Claim::Acquired(_)));
+        let again = store.claim(&request("evt_1")).await.unwrap();
+        assert!(matches!(again, Claim::Existing(_)));
+        cleanup(&url, &prefix).await;
+    });
+}

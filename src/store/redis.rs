@@ -20,7 +20,8 @@
 //! the claims' `SET`s, then one run of the finish script for all of its finishes. A delivery alone is sent at once; under
 //! load the server reads, parses and starts Lua once per batch instead of once per
 //! delivery. A Redis Cluster gets one pipeline per shard. The task starts with the
-//! first claim, on the tokio runtime it runs on, and ends with the store.
+//! first claim, on the tokio runtime it runs on, and ends with the store; if that
+//! runtime shuts down first, the next claim or finish starts it again on its own.
 //!
 //! The driver is re-exported as [`webhook_guard::store::redis::redis`](redis), so a
 //! host can build its own connection with the very version this crate uses.
@@ -143,7 +144,7 @@
 //! same store value works again once the server is back.
 
 use std::fmt;
-use std::sync::{Arc, LazyLock, OnceLock};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -446,7 +447,7 @@ impl RedisStoreBuilder {
         Ok(RedisStore {
             inner: Arc::new(Inner {
                 keys,
-                batcher: OnceLock::new(),
+                batcher: Mutex::new(None),
                 connection: connection.into(),
                 prefix: self.prefix,
                 shards: self.shards,
@@ -512,8 +513,9 @@ struct Inner {
     inboxes: std::sync::Mutex<std::collections::HashSet<String>>,
     /// The keys of every shard, by shard number.
     keys: Arc<[ShardKeys]>,
-    /// The task sending claims and finishes in batches, started by the first one.
-    batcher: OnceLock<batch::Batcher>,
+    /// The task sending claims and finishes in batches, started by the first one
+    /// (and again when the runtime it ran on has shut down).
+    batcher: Mutex<Option<batch::Batcher>>,
 }
 
 impl fmt::Debug for RedisStore {
@@ -594,10 +596,23 @@ impl RedisStore {
         &self.inner.keys[usize::from(shard)]
     }
 
-    fn batcher(&self) -> &batch::Batcher {
-        self.inner.batcher.get_or_init(|| {
-            batch::Batcher::start(self.inner.connection.clone(), self.inner.keys.clone())
-        })
+    /// The batching task's handle, started on the current runtime when there is
+    /// none or its runtime has shut down.
+    fn batcher(&self) -> batch::Batcher {
+        let mut slot = self
+            .inner
+            .batcher
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match &*slot {
+            Some(batcher) if !batcher.is_closed() => batcher.clone(),
+            _ => {
+                let inner = &self.inner;
+                let batcher = batch::Batcher::start(inner.connection.clone(), inner.keys.clone());
+                *slot = Some(batcher.clone());
+                batcher
+            }
+        }
     }
 
     /// The record key, the shard's keys, and the record's member in its index.

@@ -77,7 +77,9 @@ impl Job {
     }
 }
 
-/// The sending side of a store's batching task; the task ends when this is dropped.
+/// The sending side of a store's batching task; the task ends when every clone is
+/// dropped.
+#[derive(Clone)]
 pub(super) struct Batcher {
     tx: mpsc::UnboundedSender<Job>,
 }
@@ -106,6 +108,11 @@ impl Batcher {
             },
         ));
         Self { tx }
+    }
+
+    /// Whether the task has stopped (its runtime shut down).
+    pub(super) fn is_closed(&self) -> bool {
+        self.tx.is_closed()
     }
 
     /// Claims through the next batch: the record stored before (`None`: stored now).
