@@ -4,11 +4,10 @@
 //! store, which takes whatever has queued up (at most [`MAX_BATCH`]) and sends it as
 //! one pipeline: one transaction (`MULTI`) holding the claims' index entries as one
 //! `ZADD NX` per shard and their `SET`s, then all finishes as one run of the finish
-//! script. With [`IN_FLIGHT`] batches on the
-//! wire at once, the next batch gathers while the server answers. One delivery
-//! alone is a batch of one, sent at once; under load the server reads, parses and
-//! answers one request, and starts Lua once, for a whole batch instead of for each
-//! delivery, which is most of what a delivery costs it.
+//! script. With [`IN_FLIGHT`] batches on the wire at once, the next batch gathers
+//! while the server answers. One delivery alone is a batch of one, sent at once;
+//! under load the server reads, parses and answers one request, and starts Lua once,
+//! for a whole batch instead of for each delivery.
 //!
 //! A Redis Cluster gets one pipeline per shard (a pipeline or script stays in one
 //! slot there); a standalone server one per batch.
@@ -26,7 +25,7 @@ use tokio::sync::{mpsc, oneshot, Semaphore};
 use super::{Eval, RedisConnection, ShardKeys, SCRIPTS, TIDY_BATCH};
 
 /// The most jobs one batch takes.
-pub(super) const MAX_BATCH: usize = 256;
+const MAX_BATCH: usize = 256;
 /// How many batches may await their answers at once.
 const IN_FLIGHT: usize = 2;
 
@@ -148,7 +147,7 @@ struct Sender {
 
 async fn run(mut rx: mpsc::UnboundedReceiver<Job>, sender: Sender) {
     let slots = Arc::new(Semaphore::new(IN_FLIGHT));
-    let mut jobs = Vec::with_capacity(MAX_BATCH);
+    let mut jobs = Vec::new();
     loop {
         let Ok(slot) = slots.clone().acquire_owned().await else {
             return;
@@ -164,7 +163,6 @@ async fn run(mut rx: mpsc::UnboundedReceiver<Job>, sender: Sender) {
                 drop(slot);
             });
         }
-        jobs.reserve(MAX_BATCH);
     }
 }
 
@@ -181,7 +179,8 @@ impl Sender {
         by_shard.into_values().collect()
     }
 
-    /// Sends one pipeline and answers each job; then files overlong claim logs.
+    /// Sends one pipeline and answers each job; then tidies the index of a shard
+    /// that has had [`TIDY_BATCH`] new entries since its last tidy.
     async fn send(&self, jobs: Vec<Job>) {
         let mut claims = Vec::new();
         let mut finishes = Vec::new();
