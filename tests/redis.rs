@@ -1148,7 +1148,7 @@ async fn without_a_sweeper_the_due_index_stays_bounded() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn batched_claims_and_finishes_each_get_their_own_answer() {
     let Some(_) = url() else { return };
-    const PORT: u16 = 7198;
+    const PORT: u16 = 7197;
     let mut servers = Servers::new("batches");
     servers.start(PORT, &[]);
     let url = format!("redis://127.0.0.1:{PORT}");
