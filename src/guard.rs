@@ -31,30 +31,6 @@ use tracing::Instrument as _;
 
 /// The default lease: how long a claim holds before another delivery may take over.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(5 * 60);
-/// The current span, or `None` when no tracing subscriber was ever set (so there
-/// is no span to record on, and looking one up would cost a thread-local access).
-fn current_span() -> Option<tracing::Span> {
-    tracing::dispatcher::has_been_set().then(tracing::Span::current)
-}
-
-/// Records `value` as `field` on the current span (a no-op on a span without it).
-fn record_on_span(field: &str, value: impl tracing::Value) {
-    if let Some(span) = current_span() {
-        span.record(field, value);
-    }
-}
-
-/// `span`, or no span at all when no subscriber takes it: entering a disabled span
-/// at every poll still costs (with tracing's `log` feature, a `log` level check at
-/// each enter and exit), for nothing a subscriber sees.
-fn enterable(span: tracing::Span) -> tracing::Span {
-    if span.is_disabled() {
-        tracing::Span::none()
-    } else {
-        span
-    }
-}
-
 /// The default retention: Stripe's 72-hour retry window (Jamm's schedule spans 54 h 38 min).
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(72 * 3600);
 /// The default number of failures after which an id is escalated (seed: about 5).
@@ -126,6 +102,30 @@ impl fmt::Debug for EventId {
             Self::JsonField(p) => f.debug_tuple("JsonField").field(p).finish(),
             Self::Custom(_) => f.write_str("Custom(..)"),
         }
+    }
+}
+
+/// The current span, or `None` when no tracing subscriber was ever set (so there
+/// is no span to record on, and looking one up would cost a thread-local access).
+fn current_span() -> Option<tracing::Span> {
+    tracing::dispatcher::has_been_set().then(tracing::Span::current)
+}
+
+/// Records `value` as `field` on the current span (a no-op on a span without it).
+fn record_on_span(field: &str, value: impl tracing::Value) {
+    if let Some(span) = current_span() {
+        span.record(field, value);
+    }
+}
+
+/// `span`, or no span at all when no subscriber takes it: entering a disabled span
+/// at every poll still costs (with tracing's `log` feature, a `log` level check at
+/// each enter and exit), for nothing a subscriber sees.
+pub(crate) fn enterable(span: tracing::Span) -> tracing::Span {
+    if span.is_disabled() {
+        tracing::Span::none()
+    } else {
+        span
     }
 }
 

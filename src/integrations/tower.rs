@@ -134,7 +134,7 @@ where
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
         let guard = self.guard.clone();
-        let span = guard.delivery_span();
+        let span = crate::guard::enterable(guard.delivery_span());
         Box::pin(tracing::Instrument::instrument(
             guarded_call(guard, inner, request),
             span,
