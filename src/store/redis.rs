@@ -801,6 +801,20 @@ fn record(key: Key<'_>, stored: &str) -> Result<Record, StoreError> {
     ))
 }
 
+/// The stored form of the record a fresh `claim` creates (see [`record`]), and its
+/// TTL: until its expiry or the end of its lease, whichever is later.
+fn fresh_record(request: &ClaimRequest<'_>) -> (String, i64) {
+    let now = millis(request.now);
+    let lease = millis(request.lease_until);
+    let expires = millis(request.expires_at);
+    let fingerprint = request.fingerprint.to_hex();
+    let token = request.token.0;
+    (
+        format!("in_progress|{token}|{fingerprint}|1|{lease}|{now}|0|{expires}|{now}|"),
+        ttl(expires.max(lease), now),
+    )
+}
+
 fn stored_record(key: Key<'_>, v: &Value) -> Result<Record, StoreError> {
     record(key, text(v).ok_or_else(|| corrupt("not text"))?)
 }
@@ -1037,14 +1051,12 @@ static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
 impl ProcessedStore for RedisStore {
     async fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
         let (rec, shard, member) = self.locate_shard(request.key);
-        let keys = self.keys(shard);
-        let now = millis(request.now);
-        let lease = millis(request.lease_until);
-        let expires = millis(request.expires_at);
-        let fingerprint = request.fingerprint.to_hex();
-        let token = request.token.0;
-        let fresh = format!("in_progress|{token}|{fingerprint}|1|{lease}|{now}|0|{expires}|{now}|");
-        let fresh_ttl = ttl(expires.max(lease), now);
+        let (now, lease, expires) = (
+            millis(request.now),
+            millis(request.lease_until),
+            millis(request.expires_at),
+        );
+        let (fresh, fresh_ttl) = fresh_record(request);
         let acquired = || {
             Claim::Acquired(Record::new(
                 request.key,
@@ -1069,9 +1081,9 @@ impl ProcessedStore for RedisStore {
             .batcher()
             .claim(batch::ClaimJob {
                 shard,
-                rec: rec.clone(),
-                member: member.clone(),
-                fresh: fresh.clone(),
+                rec,
+                member,
+                fresh,
                 ttl: fresh_ttl,
                 lease,
                 now,
@@ -1093,15 +1105,18 @@ impl ProcessedStore for RedisStore {
         }
 
         // A known record this claim may replace or take over: the script decides
-        // again, atomically (the record may have changed since).
+        // again, atomically (the record may have changed since). Rare, so the keys
+        // and the fresh record, moved into the batch, are built again.
+        let (rec, shard, member) = self.locate_shard(request.key);
+        let (fresh, fresh_ttl) = fresh_record(request);
         let mut inv = Eval::new(&SCRIPTS.claim, 2);
         inv.key(&rec)
-            .key(&keys.due)
+            .key(&self.keys(shard).due)
             .arg(&fresh)
             .arg(fresh_ttl)
             .arg(&member)
-            .arg(fingerprint)
-            .arg(token)
+            .arg(request.fingerprint.to_hex())
+            .arg(request.token.0)
             .arg(now)
             .arg(lease)
             .arg(expires);
