@@ -4,24 +4,26 @@
 //! [`RedisStore`] keeps every record in one Redis string. A claim is one round trip
 //! of native commands in one transaction: `SET NX GET PX` (which stores a new id,
 //! or answers the stored record of a known one) and a `ZADD NX` of the id to its
-//! shard's due index. Only a claim that may change a known record — take over an expired lease or a
-//! failed record, or replace a record expired by the caller's clock — runs a Lua
-//! script (`EVALSHA`, loaded once per server), which decides again atomically. A
-//! finish is one run of a Lua script that reads the record, checks the fence and
-//! rewrites it; so is every other change of the [`ProcessedStore`] contract. This
-//! needs Redis 7.0 or later (Valkey 7.2 or later), where `SET` takes `NX` and `GET`
-//! together. It talks to a standalone server through a [`ConnectionManager`] or to
-//! a Redis Cluster through a [`ClusterConnection`]: one multiplexed connection (per
-//! node) that reconnects by itself.
+//! shard's due index. Only a claim that may change a known record — take over an
+//! expired lease or a failed record, or replace a record expired by the caller's
+//! clock — runs a Lua script (`EVALSHA`, loaded once per server), which decides
+//! again atomically. A finish is one run of a Lua script that reads the record,
+//! checks the fence and rewrites it; so is every other change of the
+//! [`ProcessedStore`] contract. This needs Redis 7.0 or later (Valkey 7.2 or
+//! later), where `SET` takes `NX` and `GET` together. It talks to a standalone
+//! server through a [`ConnectionManager`] or to a Redis Cluster through a
+//! [`ClusterConnection`]: one multiplexed connection (per node) that reconnects by
+//! itself.
 //!
 //! Claims and finishes of concurrent deliveries share round trips: one task per
 //! store sends whatever has queued up as one pipeline (at most 256 of them, two
 //! pipelines on the wire at once): one `MULTI` holding one `ZADD NX` per shard and
-//! the claims' `SET`s, then one run of the finish script for all of its finishes. A delivery alone is sent at once; under
-//! load the server reads, parses and starts Lua once per batch instead of once per
-//! delivery. A Redis Cluster gets one pipeline per shard. The task starts with the
-//! first claim, on the tokio runtime it runs on, and ends with the store; if that
-//! runtime shuts down first, the next claim or finish starts it again on its own.
+//! the claims' `SET`s, then one run of the finish script for all of its finishes. A
+//! delivery alone is sent at once; under load the server reads, parses and starts
+//! Lua once per batch instead of once per delivery. A Redis Cluster gets one
+//! pipeline per shard. The task starts with the first claim, on the tokio runtime
+//! it runs on, and ends with the store; if that runtime shuts down first, the next
+//! claim or finish starts it again on its own.
 //!
 //! The driver is re-exported as [`webhook_guard::store::redis::redis`](redis), so a
 //! host can build its own connection with the very version this crate uses.
@@ -63,24 +65,24 @@
 //! [`purge_expired`](ProcessedStore::purge_expired) honours the contract for any
 //! `now` through the `due` index: it removes records expired by then, in batches of
 //! at most 256 per script, and clears the index entries of records the TTL already
-//! dropped (those count as removed). **No sweeper is needed**: the records expire by
-//! TTL, and the index tidies itself — each time a process has filed 256 new
+//! dropped (those count as removed). **No sweeper is needed**: the records expire
+//! by TTL, and the index tidies itself — each time a process has filed 256 new
 //! records in a shard's index, it looks at as many of the shard's due entries,
 //! drops those whose record is gone and re-files finished ones at their expiry, so
-//! the index does not grow without bound. Running the [`Sweeper`](crate::Sweeper) anyway
-//! reports stuck claims and keeps the index smaller.
+//! the index does not grow without bound. Running the [`Sweeper`](crate::Sweeper)
+//! anyway reports stuck claims and keeps the index smaller.
 //!
 //! # Speed
 //!
 //! A processed delivery costs two round trips, a duplicate one, each shared with
 //! the other deliveries of its batch. The claim runs no Lua: `SET NX GET PX` costs
-//! the server what a bare `SET NX PX` does, plus filing the record in the sorted set
-//! (one `ZADD NX` per shard and batch; a duplicate's entry stays as it is) and its
-//! share of the transaction. The fenced finish is the one Lua script per batch, kept short (no
-//! helper functions, plain string slicing): Redis before 8.4 has no native
-//! compare-and-set, and a script's `GET`, string work and `SET` cost the server a
-//! few µs per record, so a guard cycle costs the server several times what one
-//! bare `SET` does. `benches/README.md` has the measured figures.
+//! the server what a bare `SET NX PX` does, plus filing the record in the sorted
+//! set (one `ZADD NX` per shard and batch; a duplicate's entry stays as it is) and
+//! its share of the transaction. The fenced finish is the one Lua script per batch,
+//! kept short (no helper functions, plain string slicing): Redis before 8.4 has no
+//! native compare-and-set, and a script's `GET`, string work and `SET` cost the
+//! server a few µs per record, so a guard cycle costs the server several times what
+//! one bare `SET` does. `benches/README.md` has the measured figures.
 //!
 //! # The inbox: one hash tag per namespace
 //!
