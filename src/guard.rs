@@ -624,6 +624,18 @@ struct ClaimState {
 }
 
 impl ClaimState {
+    /// The finish that ends this claim in `state` at `now`, keeping its failure
+    /// count and history.
+    fn finish_as(&self, state: RecordState, now: DateTime<Utc>) -> Finish<'_> {
+        Finish {
+            state,
+            failures: self.record.failures,
+            history: &self.record.history,
+            now,
+            expires_at: now + self.guard.inner.retention_delta,
+        }
+    }
+
     fn object_key(&self) -> Option<(ObjectKey<'_>, DateTime<Utc>)> {
         let object = self.meta.object.as_deref()?;
         let created_at = self.meta.created_at?;
@@ -647,13 +659,7 @@ impl ClaimState {
             Err(error) => {
                 // Our outage, not the handler's failure: release the claim without
                 // counting a failure towards escalation.
-                let release = Finish {
-                    state: RecordState::Failed,
-                    failures: self.record.failures,
-                    history: &self.record.history,
-                    now,
-                    expires_at: now + self.guard.inner.retention_delta,
-                };
+                let release = self.finish_as(RecordState::Failed, now);
                 if let Err(e) = store(&self.guard.inner)
                     .finish(self.key(), self.token, &release)
                     .await
@@ -666,13 +672,7 @@ impl ClaimState {
                 });
             }
         };
-        let finish = Finish {
-            state: RecordState::Completed,
-            failures: self.record.failures,
-            history: &self.record.history,
-            now,
-            expires_at: now + self.guard.inner.retention_delta,
-        };
+        let finish = self.finish_as(RecordState::Completed, now);
         let finished = store(&self.guard.inner)
             .finish(self.key(), self.token, &finish)
             .await;
@@ -783,13 +783,7 @@ impl<'a> Claimed<'a> {
         let handler_elapsed = state.claimed_at.elapsed();
         let inner = &state.guard.inner;
         let now = inner.clock.now();
-        let finish = Finish {
-            state: RecordState::Completed,
-            failures: state.record.failures,
-            history: &state.record.history,
-            now,
-            expires_at: now + inner.retention_delta,
-        };
+        let finish = state.finish_as(RecordState::Completed, now);
         let result = store(inner).finish(state.key(), state.token, &finish).await;
         let outcome = match result {
             Ok(Fence::Applied) => {
@@ -851,13 +845,7 @@ impl ClaimState {
                         return;
                     }
                     let now = inner.clock.now();
-                    let finish = Finish {
-                        state: RecordState::Completed,
-                        failures: self.record.failures,
-                        history: &self.record.history,
-                        now,
-                        expires_at: now + inner.retention_delta,
-                    };
+                    let finish = self.finish_as(RecordState::Completed, now);
                     match inner.store.finish(self.key(), self.token, &finish).await {
                         Ok(Fence::Applied) => {
                             tracing::info!(id = %self.id, "completion recorded late");
