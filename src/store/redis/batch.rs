@@ -95,7 +95,6 @@ impl Batcher {
     /// Starts the task on the current tokio runtime.
     pub(super) fn start(connection: RedisConnection, keys: Arc<[ShardKeys]>) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
-        let per_shard = matches!(connection, RedisConnection::Cluster(_));
         let filed = keys.iter().map(|_| AtomicU32::new(0)).collect();
         tokio::spawn(run(
             rx,
@@ -103,7 +102,6 @@ impl Batcher {
                 connection,
                 keys,
                 filed,
-                per_shard,
             },
         ));
         Self { tx }
@@ -141,8 +139,6 @@ struct Sender {
     /// Per shard, how many new index entries this process filed since it last
     /// tidied the shard's index.
     filed: Arc<[AtomicU32]>,
-    /// One pipeline per shard (a cluster) rather than per batch.
-    per_shard: bool,
 }
 
 async fn run(mut rx: mpsc::UnboundedReceiver<Job>, sender: Sender) {
@@ -167,9 +163,10 @@ async fn run(mut rx: mpsc::UnboundedReceiver<Job>, sender: Sender) {
 }
 
 impl Sender {
-    /// The batch split into the pipelines it is sent as.
+    /// The batch split into the pipelines it is sent as: one per shard on a
+    /// cluster, where a pipeline and a script stay in one slot.
     fn groups(&self, jobs: Vec<Job>) -> Vec<Vec<Job>> {
-        if !self.per_shard {
+        if !matches!(self.connection, RedisConnection::Cluster(_)) {
             return vec![jobs];
         }
         let mut by_shard: BTreeMap<u16, Vec<Job>> = BTreeMap::new();
