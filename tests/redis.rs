@@ -1,7 +1,7 @@
 //! The Redis store on live servers: the shared server from `WEBHOOK_GUARD_REDIS_URL`,
 //! plus throwaway `redis-server` processes this file starts itself (a 3-node cluster
-//! on ports 7101-7103 and a single server on 7199), which need `redis-server` and
-//! `redis-cli` on the `PATH`.
+//! on ports 7101-7103 and single servers on 7196-7199), which need `redis-server`
+//! and `redis-cli` on the `PATH`.
 
 mod support;
 
@@ -1288,4 +1288,157 @@ fn a_store_works_on_after_the_runtime_it_started_on_shut_down() {
         assert!(matches!(again, Claim::Existing(_)));
         cleanup(&url, &prefix).await;
     });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_whose_caller_left_before_its_batch_was_sent_is_not_made() {
+    let Some(_) = url() else { return };
+    const PORT: u16 = 7196;
+    let mut servers = Servers::new("left");
+    servers.start(PORT, &[]);
+    let url = format!("redis://127.0.0.1:{PORT}");
+    let store = store(&url, &random_prefix("left")).await;
+    let now = ms(Utc::now());
+    let request = move |id: &'static str| ClaimRequest {
+        key: Key::new("test", id),
+        fingerprint: Fingerprint::of(b"{}"),
+        token: FencingToken::random(),
+        now,
+        lease_until: now + TimeDelta::seconds(30),
+        expires_at: now + TimeDelta::hours(1),
+    };
+    let claim = |id: &'static str| {
+        let (store, request) = (store.clone(), request(id));
+        tokio::spawn(async move { store.claim(&request).await })
+    };
+    // A first claim starts the batching task.
+    assert!(matches!(
+        claim("evt_warm").await.unwrap().unwrap(),
+        Claim::Acquired(_)
+    ));
+
+    // The server holds writes back: two batches wait on the wire, and a third
+    // claim queues behind them; its caller gives up before it is sent.
+    cli(PORT, &["client", "pause", "5000", "write"]);
+    let first = claim("evt_a");
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let second = claim("evt_b");
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let third = request("evt_c");
+    let gave_up = tokio::time::timeout(Duration::from_millis(200), store.claim(&third));
+    assert!(
+        gave_up.await.is_err(),
+        "the third claim waits behind two batches"
+    );
+    cli(PORT, &["client", "unpause"]);
+    for waited in [first, second] {
+        assert!(matches!(waited.await.unwrap().unwrap(), Claim::Acquired(_)));
+    }
+
+    // The abandoned claim was not made: the sender's retry gets the id at once.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let key = Key::new("test", "evt_c");
+    assert_eq!(store.get(key).await.unwrap(), None, "no orphan claim");
+    assert!(matches!(
+        claim("evt_c").await.unwrap().unwrap(),
+        Claim::Acquired(_)
+    ));
+}
+
+#[test]
+fn a_store_whose_first_runtime_is_not_driven_any_more_answers_in_bounded_time() {
+    let Some(url) = url() else { return };
+    let prefix = random_prefix("undriven");
+    let now = ms(Utc::now());
+    let request = |id| ClaimRequest {
+        key: Key::new("test", id),
+        fingerprint: Fingerprint::of(b"{}"),
+        token: FencingToken::random(),
+        now,
+        lease_until: now + TimeDelta::seconds(30),
+        expires_at: now + TimeDelta::hours(1),
+    };
+    // The first claim starts the batching task on a current-thread runtime, which
+    // runs its tasks only while something blocks on it, and then nothing does.
+    let first = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let store = first.block_on(async {
+        RedisStore::builder()
+            .prefix(&prefix)
+            .response_timeout(Duration::from_millis(300))
+            .connect(url.as_str())
+            .await
+            .expect("connect to Redis")
+    });
+    let claimed = first.block_on(store.claim(&request("evt_1"))).unwrap();
+    assert!(matches!(claimed, Claim::Acquired(_)));
+
+    let second = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    second.block_on(async {
+        let claimed = tokio::time::timeout(Duration::from_secs(20), store.claim(&request("evt_2")))
+            .await
+            .expect("a claim must not wait forever");
+        assert!(
+            matches!(&claimed, Err(e) if e.is_unavailable()),
+            "{claimed:?}"
+        );
+    });
+
+    // Once the first runtime is gone, the store works on the second one.
+    drop(first);
+    second.block_on(async {
+        let mut claimed = store.claim(&request("evt_2")).await;
+        for _ in 0..50 {
+            match &claimed {
+                Err(e) if e.is_unavailable() => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    claimed = store.claim(&request("evt_2")).await;
+                }
+                _ => break,
+            }
+        }
+        assert!(matches!(claimed.unwrap(), Claim::Acquired(_)));
+        cleanup(&url, &prefix).await;
+    });
+}
+
+#[tokio::test]
+async fn a_claim_that_meets_its_own_write_again_is_granted() {
+    let Some(url) = url() else { return };
+    let prefix = random_prefix("own");
+    let store = store(&url, &prefix).await;
+    let now = ms(Utc::now());
+    let request = ClaimRequest {
+        key: Key::new("test", "evt_own"),
+        fingerprint: Fingerprint::of(b"{}"),
+        token: FencingToken::random(),
+        now,
+        lease_until: now + TimeDelta::seconds(30),
+        expires_at: now + TimeDelta::hours(1),
+    };
+    // The same round trip run twice (as a cluster connection may, after a
+    // redirect or a lost reply): the second run finds the first one's record.
+    let Claim::Acquired(first) = store.claim(&request).await.unwrap() else {
+        panic!("fresh claim")
+    };
+    match store.claim(&request).await.unwrap() {
+        Claim::Acquired(again) => assert_eq!(again, first),
+        other => panic!("a claim's own record answered {other:?}"),
+    }
+    // Another claim of the id still finds it taken.
+    let other = ClaimRequest {
+        token: FencingToken::random(),
+        ..request
+    };
+    assert!(matches!(
+        store.claim(&other).await.unwrap(),
+        Claim::Existing(_)
+    ));
+    cleanup(&url, &prefix).await;
 }

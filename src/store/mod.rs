@@ -486,7 +486,9 @@ impl StoreError {
 ///   `attempts + 1`, `updated_at = now`, and when the old lease expired also
 ///   `failures + 1`; answer `Acquired`. In every other case (terminal state, live
 ///   lease, different fingerprint) change nothing and answer [`Claim::Existing`] with
-///   the record.
+///   the record. A claim repeated with the same token (the guard never repeats
+///   one; a driver may send a round trip again whose first run was applied) may be
+///   answered `Acquired` with the record it made.
 /// - **finish**: if the record exists, is `InProgress` and carries `token`, set its
 ///   state, failures, history, expiry and `updated_at` from the [`Finish`] and answer
 ///   [`Fence::Applied`]; otherwise change nothing and answer [`Fence::LeaseLost`]. A

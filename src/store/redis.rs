@@ -25,6 +25,13 @@
 //! it runs on, and ends with the store; if that runtime shuts down first, the next
 //! claim or finish starts it again on its own.
 //!
+//! A claim or finish waits for its answer at most twice the
+//! [response timeout](RedisStoreBuilder::response_timeout) (its batch's turn, then
+//! its round trip) and then answers [`StoreError::Unavailable`]; the store then
+//! starts a new task, in case the runtime of the old one is no longer driven. A
+//! claim whose caller stopped waiting before its batch was sent is not made (nobody
+//! would run its handler or release its lease); a finish is sent all the same.
+//!
 //! The driver is re-exported as [`webhook_guard::store::redis::redis`](redis), so a
 //! host can build its own connection with the very version this crate uses.
 //!
@@ -51,6 +58,12 @@
 //! nodes; raise it for a larger cluster), while `stuck` and `purge_expired` visit
 //! every shard (one round trip per shard and batch). Every process sharing a prefix
 //! must use the same shard count: change it only together with the prefix.
+//!
+//! A cluster connection sends a pipeline again after a redirect or a lost reply,
+//! and its first run may already have been applied. A claim that meets its own
+//! record (`InProgress` with its token) is answered as granted; a finish that meets
+//! its own result answers [`LeaseLost`](crate::store::Fence::LeaseLost), so the
+//! delivery is reported as not recorded although its record is finished.
 //!
 //! # Retention
 //!
@@ -373,7 +386,9 @@ impl RedisStoreBuilder {
 
     /// How long a command may wait for its answer before the store answers
     /// [`StoreError::Unavailable`] (default [`DEFAULT_RESPONSE_TIMEOUT`]). Used by
-    /// [`connect`](Self::connect) and [`connect_cluster`](Self::connect_cluster).
+    /// [`connect`](Self::connect) and [`connect_cluster`](Self::connect_cluster);
+    /// claims and finishes, which wait for their batch's turn first, wait at most
+    /// twice as long (with [`build`](Self::build) too).
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
         self.response_timeout = timeout;
         self
@@ -450,6 +465,7 @@ impl RedisStoreBuilder {
             inner: Arc::new(Inner {
                 keys,
                 batcher: Mutex::new(None),
+                response_timeout: self.response_timeout,
                 connection: connection.into(),
                 prefix: self.prefix,
                 shards: self.shards,
@@ -518,6 +534,8 @@ struct Inner {
     /// The task sending claims and finishes in batches, started by the first one
     /// (and again when the runtime it ran on has shut down).
     batcher: Mutex<Option<batch::Batcher>>,
+    /// How long a command may wait for its answer; a batched one waits twice that.
+    response_timeout: Duration,
 }
 
 impl fmt::Debug for RedisStore {
@@ -599,7 +617,7 @@ impl RedisStore {
     }
 
     /// The batching task's handle, started on the current runtime when there is
-    /// none or its runtime has shut down.
+    /// none, its runtime has shut down, or a caller waited too long for it.
     fn batcher(&self) -> batch::Batcher {
         let mut slot = self
             .inner
@@ -610,7 +628,11 @@ impl RedisStore {
             Some(batcher) if !batcher.is_closed() => batcher.clone(),
             _ => {
                 let inner = &self.inner;
-                let batcher = batch::Batcher::start(inner.connection.clone(), inner.keys.clone());
+                let batcher = batch::Batcher::start(
+                    inner.connection.clone(),
+                    inner.keys.clone(),
+                    inner.response_timeout,
+                );
                 *slot = Some(batcher.clone());
                 batcher
             }
@@ -801,6 +823,15 @@ fn record(key: Key<'_>, stored: &str) -> Result<Record, StoreError> {
         time(num(u, "updated_at")?),
         decode_history(h)?,
     ))
+}
+
+/// Whether `existing` is this very claim's own write, read back: `InProgress` with
+/// the request's token. Tokens are random per claim, so only a repeated run of the
+/// same round trip (a Redis Cluster connection sends a pipeline again after a
+/// redirect or a lost reply, and the first run may have applied) meets one; the
+/// claim was granted, so it is answered as granted.
+fn own_claim(existing: &Record, request: &ClaimRequest<'_>) -> bool {
+    existing.state == RecordState::InProgress && existing.token == request.token
 }
 
 /// The stored form of the record a fresh `claim` creates (see [`record`]), and its
@@ -1096,6 +1127,9 @@ impl ProcessedStore for RedisStore {
             return Ok(acquired());
         };
         let existing = record(request.key, &stored)?;
+        if own_claim(&existing, request) {
+            return Ok(Claim::Acquired(existing));
+        }
         let decision = request.decide(
             existing.state,
             existing.fingerprint,
@@ -1132,7 +1166,14 @@ impl ProcessedStore for RedisStore {
             Value::Int(0) => Ok(acquired()),
             Value::Array(v) => match v.as_slice() {
                 [Value::Int(1), r] => Ok(Claim::Acquired(stored_record(request.key, r)?)),
-                [Value::Int(2), r] => Ok(Claim::Existing(stored_record(request.key, r)?)),
+                [Value::Int(2), r] => {
+                    let existing = stored_record(request.key, r)?;
+                    Ok(if own_claim(&existing, request) {
+                        Claim::Acquired(existing)
+                    } else {
+                        Claim::Existing(existing)
+                    })
+                }
                 _ => Err(corrupt("unexpected claim answer")),
             },
             _ => Err(corrupt("unexpected claim answer")),

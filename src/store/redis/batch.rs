@@ -12,12 +12,18 @@
 //! A Redis Cluster gets one pipeline per shard (a pipeline or script stays in one
 //! slot there); a standalone server one per batch.
 //!
-//! A caller that stops waiting leaves its job to run: the claim or finish is applied
-//! or not, as when a reply is lost on the wire.
+//! A claim whose caller stopped waiting before its batch was sent is dropped, not
+//! sent: nobody would run its handler or release its lease. A finish is sent all
+//! the same (its handler ran). A caller waits for its answer at most twice the
+//! store's response timeout (its batch's turn, then its round trip), then answers an
+//! I/O error (the store's `Unavailable`); its job may still be applied later, as
+//! when a reply is lost on the wire. Such a wait also marks the task as stalled, so
+//! that the store starts a new one: the runtime it runs on may no longer be driven.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use ::redis::{ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
 use tokio::sync::{mpsc, oneshot, Semaphore};
@@ -81,6 +87,10 @@ impl Job {
 #[derive(Clone)]
 pub(super) struct Batcher {
     tx: mpsc::UnboundedSender<Job>,
+    /// The longest a caller waits for its answer.
+    wait: Duration,
+    /// Set when a caller waited that long: the task may not be running at all.
+    stalled: Arc<AtomicBool>,
 }
 
 /// The error a job answers when the batching task is gone (its runtime shut down).
@@ -91,9 +101,23 @@ fn task_gone() -> RedisError {
     ))
 }
 
+/// The error a job answers when its caller waited too long for it.
+fn waited_too_long(wait: Duration) -> RedisError {
+    RedisError::from((
+        ErrorKind::Io,
+        "webhook-guard: no answer from the Redis store's batch in time",
+        format!("waited {} ms", wait.as_millis()),
+    ))
+}
+
 impl Batcher {
-    /// Starts the task on the current tokio runtime.
-    pub(super) fn start(connection: RedisConnection, keys: Arc<[ShardKeys]>) -> Self {
+    /// Starts the task on the current tokio runtime; a caller waits at most
+    /// `response_timeout` twice (its batch's turn, then its round trip).
+    pub(super) fn start(
+        connection: RedisConnection,
+        keys: Arc<[ShardKeys]>,
+        response_timeout: Duration,
+    ) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
         let filed = keys.iter().map(|_| AtomicU32::new(0)).collect();
         tokio::spawn(run(
@@ -104,12 +128,17 @@ impl Batcher {
                 filed,
             },
         ));
-        Self { tx }
+        Self {
+            tx,
+            wait: response_timeout.saturating_mul(2),
+            stalled: Arc::default(),
+        }
     }
 
-    /// Whether the task has stopped (its runtime shut down).
+    /// Whether the task has stopped (its runtime shut down) or a caller waited too
+    /// long for it: either way the store starts a new one.
     pub(super) fn is_closed(&self) -> bool {
-        self.tx.is_closed()
+        self.tx.is_closed() || self.stalled.load(Ordering::Relaxed)
     }
 
     /// Claims through the next batch: the record stored before (`None`: stored now).
@@ -118,7 +147,7 @@ impl Batcher {
         self.tx
             .send(Job::Claim(job, reply))
             .map_err(|_| task_gone())?;
-        answer.await.unwrap_or_else(|_| Err(task_gone()))
+        self.answer(answer).await
     }
 
     /// Finishes through the next batch.
@@ -127,7 +156,18 @@ impl Batcher {
         self.tx
             .send(Job::Finish(job, reply))
             .map_err(|_| task_gone())?;
-        answer.await.unwrap_or_else(|_| Err(task_gone()))
+        self.answer(answer).await
+    }
+
+    /// The job's answer, or an error once the caller has waited `wait`.
+    async fn answer<T>(&self, answer: oneshot::Receiver<RedisResult<T>>) -> RedisResult<T> {
+        match tokio::time::timeout(self.wait, answer).await {
+            Ok(answer) => answer.unwrap_or_else(|_| Err(task_gone())),
+            Err(_) => {
+                self.stalled.store(true, Ordering::Relaxed);
+                Err(waited_too_long(self.wait))
+            }
+        }
     }
 }
 
@@ -183,9 +223,15 @@ impl Sender {
         let mut finishes = Vec::new();
         for job in jobs {
             match job {
+                // The caller is gone: nobody would run the handler or release the
+                // lease, so the claim is not made.
+                Job::Claim(_, r) if r.is_closed() => {}
                 Job::Claim(j, r) => claims.push((j, r)),
                 Job::Finish(j, r) => finishes.push((j, r)),
             }
+        }
+        if claims.is_empty() && finishes.is_empty() {
+            return;
         }
 
         // The claims in one transaction, so that no tidy runs between a record's
