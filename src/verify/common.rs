@@ -133,7 +133,14 @@ pub(crate) fn malformed(header: &'static str, reason: &'static str) -> VerifyErr
 pub(crate) fn id_header(headers: &dyn Headers, names: &[&str]) -> Option<String> {
     names
         .iter()
-        .find_map(|n| headers.get_str(n))
+        .find_map(|n| headers.get_bytes(n))
+        .and_then(id_value)
+}
+
+/// A header value as an event id: UTF-8, trimmed, not empty.
+pub(crate) fn id_value(value: &[u8]) -> Option<String> {
+    std::str::from_utf8(value)
+        .ok()
         .map(str::trim)
         .filter(|id| !id.is_empty())
         .map(str::to_owned)

@@ -297,12 +297,13 @@ impl Verifier for StandardWebhooks {
         body: &[u8],
         now: DateTime<Utc>,
     ) -> Result<Verified, VerifyError> {
-        let names = if headers.get_bytes(STANDARD.signature).is_some() {
-            &STANDARD
-        } else if headers.get_bytes(SVIX.signature).is_some() {
-            &SVIX
-        } else {
-            return Err(VerifyError::MissingHeader(STANDARD.signature.into()));
+        // Each header is read once: the signature header also tells the spelling.
+        let (names, signatures) = match headers.get_bytes(STANDARD.signature) {
+            Some(value) => (&STANDARD, value),
+            None => match headers.get_bytes(SVIX.signature) {
+                Some(value) => (&SVIX, value),
+                None => return Err(VerifyError::MissingHeader(STANDARD.signature.into())),
+            },
         };
         let id = common::bounded_header(headers, names.id)?;
         if id.is_empty() {
@@ -310,7 +311,8 @@ impl Verifier for StandardWebhooks {
         }
         let ts = common::bounded_header(headers, names.timestamp)?;
         let signed_at = parse_unix_seconds(ts, names.timestamp)?;
-        let sigs = parse_signatures(common::bounded_header(headers, names.signature)?)?;
+        common::check_len(signatures, names.signature)?;
+        let sigs = parse_signatures(signatures)?;
         let hmac_ok = self.keys.any_match(&[id, b".", ts, b".", body], &sigs.v1);
         #[cfg(feature = "ed25519")]
         let ok = hmac_ok || self.ed25519_matches(id, ts, body, &sigs.v1a);
@@ -321,7 +323,7 @@ impl Verifier for StandardWebhooks {
         }
         check_tolerance(signed_at, now, self.tolerance)?;
         Ok(Verified {
-            event_id: common::id_header(headers, &[names.id]),
+            event_id: common::id_value(id),
             signed_at: Some(signed_at),
         })
     }
