@@ -872,3 +872,86 @@ async fn killing_the_worker_at_every_step_never_loses_or_double_applies_an_event
     );
     drop_table(&store).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn record_in_leaves_a_live_claim_alone_and_takes_over_an_abandoned_one() {
+    let Some(url) = url() else { return };
+    let store = fresh_store(&url, 4).await;
+    let (fp, now) = (Fingerprint::of(b"a"), now());
+    let record = |key, fp, at: DateTime<Utc>| {
+        let store = store.clone();
+        async move {
+            let mut tx = store.pool().begin().await.unwrap();
+            let recorded = store
+                .record_in(&mut tx, key, fp, at, at + TimeDelta::hours(1))
+                .await
+                .unwrap();
+            tx.commit().await.unwrap();
+            recorded
+        }
+    };
+    // A delivery run by the guard holds the id: the transaction must not skip the
+    // effect as if it were done (the holder may still fail).
+    let key = Key::new("txn", "held");
+    let claimed = store.claim(&request(key, b"a", now, 30)).await.unwrap();
+    assert!(matches!(claimed, Claim::Acquired(_)));
+    assert_eq!(record(key, fp, now).await, Recorded::InProgress);
+    assert_eq!(
+        record(key, Fingerprint::of(b"b"), now).await,
+        Recorded::Conflict
+    );
+    // The holder vanished: once its lease ran out, the transaction takes the id
+    // over and counts the lost lease, as a claim would.
+    let later = now + TimeDelta::seconds(31);
+    assert_eq!(record(key, fp, later).await, Recorded::First);
+    let rec = store.get(key).await.unwrap().unwrap();
+    assert_eq!(
+        (rec.state, rec.attempts, rec.failures),
+        (RecordState::Completed, 2, 1)
+    );
+    assert_eq!(record(key, fp, later).await, Recorded::Duplicate);
+    drop_table(&store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_purge_statement_leaves_no_isolation_level_behind_in_the_pool() {
+    let Some(url) = url() else { return };
+    // One connection, and a store whose table does not exist: its purge sets the
+    // next transaction's isolation level, then fails.
+    let pooled = pool(&url, 1).await;
+    let store = MySqlStore::new(pooled.clone())
+        .with_table(&random_table())
+        .unwrap();
+    assert!(store.purge_expired(Utc::now(), 10).await.is_err());
+
+    // The next transaction on that pool runs at the server's default, repeatable
+    // read: a row another session changes after the first read keeps its value.
+    let other = pool(&url, 1).await;
+    let table = random_table();
+    other
+        .execute(format!("CREATE TABLE {table} (k INT PRIMARY KEY, v INT) ENGINE=InnoDB").as_str())
+        .await
+        .unwrap();
+    other
+        .execute(format!("INSERT INTO {table} VALUES (1, 1)").as_str())
+        .await
+        .unwrap();
+    let read = format!("SELECT v FROM {table} WHERE k = 1");
+    let mut tx = pooled.begin().await.unwrap();
+    let first: i32 = sqlx::query_scalar(&read).fetch_one(&mut *tx).await.unwrap();
+    other
+        .execute(format!("UPDATE {table} SET v = 2 WHERE k = 1").as_str())
+        .await
+        .unwrap();
+    let second: i32 = sqlx::query_scalar(&read).fetch_one(&mut *tx).await.unwrap();
+    tx.rollback().await.unwrap();
+    other
+        .execute(format!("DROP TABLE {table}").as_str())
+        .await
+        .unwrap();
+    assert_eq!(
+        (first, second),
+        (1, 1),
+        "the transaction ran at read committed"
+    );
+}

@@ -17,7 +17,8 @@ use webhook_guard::inbox::InboxEvent;
 use webhook_guard::store::sqlite::sqlx::sqlite::{SqlitePool, SqlitePoolOptions};
 use webhook_guard::store::sqlite::sqlx::{self, Connection, Row};
 use webhook_guard::store::{
-    Claim, ClaimRequest, FencingToken, Fingerprint, Key, ProcessedStore, Recorded, SqliteStore,
+    Claim, ClaimRequest, FencingToken, Fingerprint, Key, ProcessedStore, RecordState, Recorded,
+    SqliteStore,
 };
 use webhook_guard::{conformance, HandlerError, StoreError};
 
@@ -444,5 +445,57 @@ async fn killing_the_worker_at_every_step_never_loses_or_double_applies_an_event
         "killed at each of {points} store calls, then recovered: {:?}",
         started.elapsed()
     );
+    store.pool().close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn record_in_leaves_a_live_claim_alone_and_takes_over_an_abandoned_one() {
+    let db = Db::new();
+    let store = db.store(4).await;
+    store.migrate().await.expect("migrate");
+    let fp = Fingerprint::of(b"a");
+    let now = DateTime::from_timestamp_millis(Utc::now().timestamp_millis()).unwrap();
+    let record = |key, fp, at: DateTime<Utc>| {
+        let store = store.clone();
+        async move {
+            let mut tx = store.pool().begin().await.unwrap();
+            let recorded = store
+                .record_in(&mut tx, key, fp, at, at + TimeDelta::hours(1))
+                .await
+                .unwrap();
+            tx.commit().await.unwrap();
+            recorded
+        }
+    };
+    // A delivery run by the guard holds the id: the transaction must not skip the
+    // effect as if it were done (the holder may still fail).
+    let key = Key::new("txn", "held");
+    let request = ClaimRequest {
+        key,
+        fingerprint: fp,
+        token: FencingToken::random(),
+        now,
+        lease_until: now + TimeDelta::seconds(30),
+        expires_at: now + TimeDelta::hours(1),
+    };
+    assert!(matches!(
+        store.claim(&request).await.unwrap(),
+        Claim::Acquired(_)
+    ));
+    assert_eq!(record(key, fp, now).await, Recorded::InProgress);
+    assert_eq!(
+        record(key, Fingerprint::of(b"b"), now).await,
+        Recorded::Conflict
+    );
+    // The holder vanished: once its lease ran out, the transaction takes the id
+    // over and counts the lost lease, as a claim would.
+    let later = now + TimeDelta::seconds(31);
+    assert_eq!(record(key, fp, later).await, Recorded::First);
+    let rec = store.get(key).await.unwrap().unwrap();
+    assert_eq!(
+        (rec.state, rec.attempts, rec.failures),
+        (RecordState::Completed, 2, 1)
+    );
+    assert_eq!(record(key, fp, later).await, Recorded::Duplicate);
     store.pool().close().await;
 }

@@ -362,6 +362,16 @@ impl ClaimRequest<'_> {
             Decision::Keep
         }
     }
+
+    /// [`ClaimRequest::decide`] on `record`.
+    pub(crate) fn decide_on(&self, record: &Record) -> Decision {
+        self.decide(
+            record.state,
+            record.fingerprint,
+            record.lease_until,
+            record.expires_at,
+        )
+    }
 }
 
 /// The answer to a claim.
@@ -399,8 +409,9 @@ pub enum Fence {
 }
 
 /// The answer of a SQL store's transactional `record_in`: whether the host's own
-/// transaction is the first to record the id (run the effect, then commit both) or the
-/// id was already recorded (skip the effect).
+/// transaction is the first to record the id (run the effect, then commit both), the
+/// id was already recorded (skip the effect), or a delivery is processing it now
+/// (skip the effect and answer a retry).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Recorded {
@@ -410,6 +421,10 @@ pub enum Recorded {
     Duplicate,
     /// The id is recorded with a different body fingerprint: skip and alert.
     Conflict,
+    /// A delivery holds the id under a live lease (the guard's claim, outside any
+    /// transaction) and has not finished: skip the effect and answer a retry (503),
+    /// as the guard does for [`Outcome::InProgress`](crate::Outcome::InProgress).
+    InProgress,
 }
 
 /// The answer to [`ProcessedStore::delete`].

@@ -35,8 +35,8 @@ use super::sql::{
     self as shared, millis, time, RawEvent, RawObject, TableName, EVENT_COLUMNS, OBJECT_COLUMNS,
 };
 use super::{
-    decode_history, encode_history, Claim, ClaimRequest, Deleted, Fence, FencingToken, Fingerprint,
-    Finish, Key, ProcessedStore, Record, RecordState, Recorded, StoreError,
+    decode_history, encode_history, Claim, ClaimRequest, Decision, Deleted, Fence, FencingToken,
+    Fingerprint, Finish, Key, ProcessedStore, Record, RecordState, Recorded, StoreError,
 };
 use crate::inbox::{Enqueued, InboxEvent, InboxStore, NewEvent, Settle};
 use crate::ordering::{Freshness, ObjectKey, ObjectRecord, ObjectStatus, OrderingStore};
@@ -64,7 +64,8 @@ const PURGE_PACE: shared::PurgePace = shared::PurgePace {
 const DEADLOCK_RETRIES: usize = 5;
 
 /// How often a claim or delete starts over when the record it just saw vanished
-/// (purged or deleted by another process) before it could be read back.
+/// (purged or deleted by another process) before it could be read back, or (a
+/// claim) changed into one it may take over or replace (its holder failed).
 const VANISHED_RETRIES: usize = 3;
 
 /// The claim's outcome codes, set with `LAST_INSERT_ID(code)` by the duplicate-key
@@ -345,7 +346,8 @@ ON DUPLICATE KEY UPDATE \
 token = IF(LAST_INSERT_ID(IF({fresh}, 2, IF({take}, 3, 1))) = 1, token, :token), \
 attempts = IF(LAST_INSERT_ID() = 2, 1, \
 IF(LAST_INSERT_ID() = 3, LEAST(attempts, 4294967294) + 1, attempts)), \
-failures = IF(LAST_INSERT_ID() = 2, 0, failures), \
+failures = IF(LAST_INSERT_ID() = 2, 0, \
+IF(LAST_INSERT_ID() = 3 AND state = 'in_progress', LEAST(failures, 4294967294) + 1, failures)), \
 history = IF(LAST_INSERT_ID() = 2, '', history), \
 created_at = IF(LAST_INSERT_ID() = 2, :now, created_at), \
 updated_at = IF(LAST_INSERT_ID() = 1, updated_at, :now), \
@@ -405,7 +407,7 @@ impl QueueSql {
                     .replace("{table}", table),
             ),
             recorded: format!(
-                "SELECT fingerprint FROM {table} WHERE namespace = ? AND id = ? FOR UPDATE"
+                "SELECT fingerprint, state FROM {table} WHERE namespace = ? AND id = ? FOR UPDATE"
             ),
             inbox,
             objects,
@@ -754,12 +756,14 @@ impl ProcessedStore for MySqlStore {
                 Some(record) if record.token == request.token => {
                     return Ok(Claim::Acquired(record))
                 }
+                // Its holder failed since, or it expired: claim again.
+                Some(record) if request.decide_on(&record) != Decision::Keep => continue,
                 Some(record) => return Ok(Claim::Existing(record)),
                 None => continue, // purged or deleted since: claim again
             }
         }
         Err(StoreError::backend(format!(
-            "the record of {} vanished {VANISHED_RETRIES} times during a claim",
+            "the record of {} vanished or changed {VANISHED_RETRIES} times during a claim",
             request.key
         )))
     }
@@ -850,9 +854,18 @@ impl ProcessedStore for MySqlStore {
 
     async fn purge_expired(&self, now: DateTime<Utc>, limit: usize) -> Result<u64, StoreError> {
         let now = millis(now);
-        // Small statements, a rest after each (see `PurgePace`).
-        shared::purge_in_batches(limit, PURGE_PACE, |n| async move {
-            retry_deadlocks(|| self.purge_once(now, n)).await
+        // Small statements, a rest after each (see `PurgePace`). Each statement runs
+        // in a task of its own, to completion even if the caller's future is dropped:
+        // the one-shot isolation level set before it must not stay pending on a
+        // pooled connection, for the next borrower's transaction (a host's
+        // `record_in`, say) to run under it.
+        shared::purge_in_batches(limit, PURGE_PACE, |n| {
+            let store = self.clone();
+            async move {
+                tokio::spawn(async move { retry_deadlocks(|| store.purge_once(now, n)).await })
+                    .await
+                    .map_err(StoreError::backend)?
+            }
         })
         .await
     }
@@ -943,6 +956,8 @@ impl MySqlStore {
     /// - [`Recorded::Duplicate`]: another transaction recorded it (same body
     ///   fingerprint): skip the effect.
     /// - [`Recorded::Conflict`]: the id is recorded with a different fingerprint.
+    /// - [`Recorded::InProgress`]: a delivery run by the guard holds the id under a
+    ///   live lease and has not finished: skip the effect and answer a retry (503).
     ///
     /// An expired record is replaced, and a record that failed or whose holder's lease
     /// ran out (same fingerprint) is taken over, as a claim would. A concurrent
@@ -1011,20 +1026,16 @@ impl MySqlStore {
             CODE_UNCHANGED => {}
             code => return Err(StoreError::Corrupt(format!("record answered code {code}"))),
         }
-        let stored: Option<Vec<u8>> = sqlx::query_scalar(&q.recorded)
+        let stored: Option<(Vec<u8>, Vec<u8>)> = sqlx::query_as(&q.recorded)
             .bind(key.namespace)
             .bind(key.id)
             .fetch_optional(&mut *conn)
             .await
             .map_err(map_err)?;
-        let stored = stored.ok_or_else(|| {
+        let (stored, state) = stored.ok_or_else(|| {
             StoreError::backend(format!("the record of {key} vanished during record_in"))
         })?;
-        Ok(if shared::fingerprint(&stored, &key)? == fingerprint {
-            Recorded::Duplicate
-        } else {
-            Recorded::Conflict
-        })
+        shared::recorded(&stored, &state, fingerprint, key)
     }
 
     /// One purge statement of up to `n` rows, under `READ COMMITTED`: InnoDB then
@@ -1039,8 +1050,16 @@ impl MySqlStore {
             .bind(now)
             .bind(n as u64)
             .execute(&mut *conn)
-            .await?;
-        Ok(done.rows_affected())
+            .await;
+        match done {
+            Ok(done) => Ok(done.rows_affected()),
+            Err(e) => {
+                // The level may still be pending for the connection's next
+                // transaction: close it rather than return it to the pool.
+                let _ = conn.close().await;
+                Err(e)
+            }
+        }
     }
 
     /// One lease transaction, under `READ COMMITTED` (no gap locks): pick due rows

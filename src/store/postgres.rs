@@ -269,6 +269,8 @@ impl PostgresStore {
     /// - [`Recorded::Duplicate`]: another transaction recorded it (same body
     ///   fingerprint): skip the effect.
     /// - [`Recorded::Conflict`]: the id is recorded with a different fingerprint.
+    /// - [`Recorded::InProgress`]: a delivery run by the guard holds the id under a
+    ///   live lease and has not finished: skip the effect and answer a retry (503).
     ///
     /// An expired record is replaced, and a record that failed or whose holder's lease
     /// ran out (same fingerprint) is taken over, as a claim would. A concurrent

@@ -1130,13 +1130,7 @@ impl ProcessedStore for RedisStore {
         if own_claim(&existing, request) {
             return Ok(Claim::Acquired(existing));
         }
-        let decision = request.decide(
-            existing.state,
-            existing.fingerprint,
-            existing.lease_until,
-            existing.expires_at,
-        );
-        if decision == Decision::Keep {
+        if request.decide_on(&existing) == Decision::Keep {
             return Ok(Claim::Existing(existing));
         }
 

@@ -8,7 +8,7 @@ use std::fmt;
 use chrono::{DateTime, Utc};
 
 use super::{decode_history, encode_history, FailureNote, FencingToken, Fingerprint, Key, Record};
-use super::{RecordState, StoreError};
+use super::{RecordState, Recorded, StoreError};
 use crate::inbox::{InboxEvent, InboxState};
 use crate::meta::EventMeta;
 use crate::ordering::{ObjectRecord, ObjectStatus};
@@ -326,8 +326,27 @@ pub(crate) fn map_error(
     }
 }
 
-/// A record that vanished between a refused claim and the read that follows it,
-/// three times in a row (a purge or delete racing with the claim).
+/// The answer of a transactional record refused by the stored record with
+/// `stored` fingerprint in `state`: a refused record is either finished or held by
+/// a live lease (an expired, failed or abandoned one is taken over).
+pub(crate) fn recorded(
+    stored: &[u8],
+    state: &[u8],
+    fp: Fingerprint,
+    key: Key<'_>,
+) -> Result<Recorded, StoreError> {
+    Ok(if fingerprint(stored, &key)? != fp {
+        Recorded::Conflict
+    } else if state == RecordState::InProgress.as_str().as_bytes() {
+        Recorded::InProgress
+    } else {
+        Recorded::Duplicate
+    })
+}
+
+/// A record that vanished or changed between a refused claim and the read that
+/// follows it, three times in a row (a purge, delete or finish racing with the
+/// claim).
 pub(crate) fn vanished(key: Key<'_>) -> StoreError {
     StoreError::backend(format!(
         "{key}: the record changed under three claim attempts in a row"
@@ -860,7 +879,8 @@ impl QueueSql {
              ON CONFLICT (namespace, id) DO UPDATE SET \
                  state = 'completed', fingerprint = excluded.fingerprint, token = excluded.token, \
                  attempts = CASE WHEN {expired} THEN 1 ELSE r.attempts + 1 END, \
-                 failures = CASE WHEN {expired} THEN 0 ELSE r.failures END, \
+                 failures = CASE WHEN {expired} THEN 0 \
+                     WHEN r.state = 'in_progress' THEN r.failures + 1 ELSE r.failures END, \
                  lease_until = excluded.lease_until, \
                  expires_at = CASE WHEN {expired} OR r.expires_at < excluded.expires_at \
                      THEN excluded.expires_at ELSE r.expires_at END, \
@@ -873,7 +893,7 @@ impl QueueSql {
              RETURNING state"
         );
         let recorded =
-            format!("SELECT fingerprint FROM {records} WHERE namespace = $1 AND id = $2");
+            format!("SELECT fingerprint, state FROM {records} WHERE namespace = $1 AND id = $2");
         let mut sql = Self {
             schema,
             enqueue,

@@ -26,8 +26,8 @@ macro_rules! sql_store_impls {
                 RawObject, RawRecord, SqlRow,
             };
             use $crate::store::{
-                Claim, ClaimRequest, Deleted, Fence, FencingToken, Fingerprint, Finish, Key,
-                ProcessedStore, Record, RecordState, Recorded, StoreError,
+                Claim, ClaimRequest, Decision, Deleted, Fence, FencingToken, Fingerprint, Finish,
+                Key, ProcessedStore, Record, RecordState, Recorded, StoreError,
             };
 
             fn record(row: &impl SqlRow, key: Key<'_>) -> Result<Record, StoreError> {
@@ -66,18 +66,14 @@ macro_rules! sql_store_impls {
                     if inserted.is_some() {
                         return Ok(Recorded::First);
                     }
-                    let stored: Option<Vec<u8>> = ::sqlx::query_scalar(&q.recorded)
+                    let stored: Option<(Vec<u8>, String)> = ::sqlx::query_as(&q.recorded)
                         .bind(key.namespace)
                         .bind(key.id)
                         .fetch_optional(&mut *conn)
                         .await
                         .map_err($err)?;
-                    let stored = stored.ok_or_else(|| vanished(key))?;
-                    Ok(if sql::fingerprint(&stored, &key)? == fingerprint {
-                        Recorded::Duplicate
-                    } else {
-                        Recorded::Conflict
-                    })
+                    let (stored, state) = stored.ok_or_else(|| vanished(key))?;
+                    sql::recorded(&stored, state.as_bytes(), fingerprint, key)
                 }
             }
 
@@ -87,7 +83,8 @@ macro_rules! sql_store_impls {
                     let key = request.key;
                     // Winning path: one statement. Losing path: the claim changed nothing,
                     // so read the record; if it vanished in between (purged or deleted),
-                    // claim again.
+                    // or changed into one this claim may take over or replace (its
+                    // holder failed meanwhile), claim again.
                     for _ in 0..3 {
                         let row = {
                             let _gate = self.write_gate().await;
@@ -107,7 +104,9 @@ macro_rules! sql_store_impls {
                             return Ok(Claim::Acquired(record(&row, key)?));
                         }
                         if let Some(existing) = self.get(key).await? {
-                            return Ok(Claim::Existing(existing));
+                            if request.decide_on(&existing) == Decision::Keep {
+                                return Ok(Claim::Existing(existing));
+                            }
                         }
                     }
                     Err(vanished(key))
