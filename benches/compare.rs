@@ -1050,7 +1050,7 @@ fn fresh_name() -> String {
 
 /// How long one throughput round runs, scaled (at least 0.3 s).
 fn round_time(ctx: &Ctx) -> Duration {
-    Duration::from_secs_f64((1.5 * ctx.scale).clamp(0.3, 1.5))
+    Duration::from_secs_f64((2.0 * ctx.scale).clamp(0.3, 2.0))
 }
 
 /// Operations per second of `tasks` tasks each calling `op(i)` with fresh `i` from a
