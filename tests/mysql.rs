@@ -877,7 +877,6 @@ async fn killing_the_worker_at_every_step_never_loses_or_double_applies_an_event
 async fn record_in_leaves_a_live_claim_alone_and_takes_over_an_abandoned_one() {
     let Some(url) = url() else { return };
     let store = fresh_store(&url, 4).await;
-    let (fp, now) = (Fingerprint::of(b"a"), now());
     let record = |key, fp, at: DateTime<Utc>| {
         let store = store.clone();
         async move {
@@ -890,26 +889,8 @@ async fn record_in_leaves_a_live_claim_alone_and_takes_over_an_abandoned_one() {
             recorded
         }
     };
-    // A delivery run by the guard holds the id: the transaction must not skip the
-    // effect as if it were done (the holder may still fail).
-    let key = Key::new("txn", "held");
-    let claimed = store.claim(&request(key, b"a", now, 30)).await.unwrap();
-    assert!(matches!(claimed, Claim::Acquired(_)));
-    assert_eq!(record(key, fp, now).await, Recorded::InProgress);
-    assert_eq!(
-        record(key, Fingerprint::of(b"b"), now).await,
-        Recorded::Conflict
-    );
-    // The holder vanished: once its lease ran out, the transaction takes the id
-    // over and counts the lost lease, as a claim would.
-    let later = now + TimeDelta::seconds(31);
-    assert_eq!(record(key, fp, later).await, Recorded::First);
-    let rec = store.get(key).await.unwrap().unwrap();
-    assert_eq!(
-        (rec.state, rec.attempts, rec.failures),
-        (RecordState::Completed, 2, 1)
-    );
-    assert_eq!(record(key, fp, later).await, Recorded::Duplicate);
+    support::record_in_leaves_a_live_claim_alone_and_takes_over_an_abandoned_one(&store, record)
+        .await;
     drop_table(&store).await;
 }
 

@@ -1243,6 +1243,22 @@ async fn batched_claims_and_finishes_each_get_their_own_answer() {
 /// A store outlives the runtime it was first used on (a store kept in a `static`
 /// and shared by tests that each run their own runtime): the next runtime gets a
 /// new batching task.
+/// Claims `request` on a store whose connection belonged to a runtime that is
+/// gone: requests may find it broken (unavailable) while it reconnects on this one.
+async fn claim_once_reconnected(store: &RedisStore, request: &ClaimRequest<'_>) -> Claim {
+    let mut claimed = store.claim(request).await;
+    for _ in 0..50 {
+        match &claimed {
+            Err(e) if e.is_unavailable() => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                claimed = store.claim(request).await;
+            }
+            _ => break,
+        }
+    }
+    claimed.expect("the store reconnects")
+}
+
 #[test]
 fn a_store_works_on_after_the_runtime_it_started_on_shut_down() {
     let Some(url) = url() else { return };
@@ -1271,19 +1287,8 @@ fn a_store_works_on_after_the_runtime_it_started_on_shut_down() {
 
     let second = runtime();
     second.block_on(async {
-        // The connection died with the first runtime: a request may find it
-        // broken (unavailable) while it reconnects on this one.
-        let mut claimed = store.claim(&request("evt_2")).await;
-        for _ in 0..50 {
-            match &claimed {
-                Err(e) if e.is_unavailable() => {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    claimed = store.claim(&request("evt_2")).await;
-                }
-                _ => break,
-            }
-        }
-        assert!(matches!(claimed.unwrap(), Claim::Acquired(_)));
+        let claimed = claim_once_reconnected(&store, &request("evt_2")).await;
+        assert!(matches!(claimed, Claim::Acquired(_)));
         let again = store.claim(&request("evt_1")).await.unwrap();
         assert!(matches!(again, Claim::Existing(_)));
         cleanup(&url, &prefix).await;
@@ -1393,17 +1398,8 @@ fn a_store_whose_first_runtime_is_not_driven_any_more_answers_in_bounded_time() 
     // Once the first runtime is gone, the store works on the second one.
     drop(first);
     second.block_on(async {
-        let mut claimed = store.claim(&request("evt_2")).await;
-        for _ in 0..50 {
-            match &claimed {
-                Err(e) if e.is_unavailable() => {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    claimed = store.claim(&request("evt_2")).await;
-                }
-                _ => break,
-            }
-        }
-        assert!(matches!(claimed.unwrap(), Claim::Acquired(_)));
+        let claimed = claim_once_reconnected(&store, &request("evt_2")).await;
+        assert!(matches!(claimed, Claim::Acquired(_)));
         cleanup(&url, &prefix).await;
     });
 }

@@ -17,8 +17,7 @@ use webhook_guard::inbox::InboxEvent;
 use webhook_guard::store::sqlite::sqlx::sqlite::{SqlitePool, SqlitePoolOptions};
 use webhook_guard::store::sqlite::sqlx::{self, Connection, Row};
 use webhook_guard::store::{
-    Claim, ClaimRequest, FencingToken, Fingerprint, Key, ProcessedStore, RecordState, Recorded,
-    SqliteStore,
+    Claim, ClaimRequest, FencingToken, Fingerprint, Key, ProcessedStore, Recorded, SqliteStore,
 };
 use webhook_guard::{conformance, HandlerError, StoreError};
 
@@ -453,8 +452,6 @@ async fn record_in_leaves_a_live_claim_alone_and_takes_over_an_abandoned_one() {
     let db = Db::new();
     let store = db.store(4).await;
     store.migrate().await.expect("migrate");
-    let fp = Fingerprint::of(b"a");
-    let now = DateTime::from_timestamp_millis(Utc::now().timestamp_millis()).unwrap();
     let record = |key, fp, at: DateTime<Utc>| {
         let store = store.clone();
         async move {
@@ -467,35 +464,7 @@ async fn record_in_leaves_a_live_claim_alone_and_takes_over_an_abandoned_one() {
             recorded
         }
     };
-    // A delivery run by the guard holds the id: the transaction must not skip the
-    // effect as if it were done (the holder may still fail).
-    let key = Key::new("txn", "held");
-    let request = ClaimRequest {
-        key,
-        fingerprint: fp,
-        token: FencingToken::random(),
-        now,
-        lease_until: now + TimeDelta::seconds(30),
-        expires_at: now + TimeDelta::hours(1),
-    };
-    assert!(matches!(
-        store.claim(&request).await.unwrap(),
-        Claim::Acquired(_)
-    ));
-    assert_eq!(record(key, fp, now).await, Recorded::InProgress);
-    assert_eq!(
-        record(key, Fingerprint::of(b"b"), now).await,
-        Recorded::Conflict
-    );
-    // The holder vanished: once its lease ran out, the transaction takes the id
-    // over and counts the lost lease, as a claim would.
-    let later = now + TimeDelta::seconds(31);
-    assert_eq!(record(key, fp, later).await, Recorded::First);
-    let rec = store.get(key).await.unwrap().unwrap();
-    assert_eq!(
-        (rec.state, rec.attempts, rec.failures),
-        (RecordState::Completed, 2, 1)
-    );
-    assert_eq!(record(key, fp, later).await, Recorded::Duplicate);
+    support::record_in_leaves_a_live_claim_alone_and_takes_over_an_abandoned_one(&store, record)
+        .await;
     store.pool().close().await;
 }

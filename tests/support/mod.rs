@@ -209,3 +209,54 @@ where
 
 pub mod backends;
 pub mod proxy;
+
+/// `record_in` beside a delivery run by the guard, the same check on every SQL
+/// backend: while the delivery's lease is live the transaction must not skip the
+/// effect as if it were done (the holder may still fail); once the lease ran out it
+/// takes the id over and counts the lost lease, as a claim would. `record(key,
+/// fingerprint, at)` runs `record_in` at `at` in a transaction of its own and
+/// commits it.
+pub async fn record_in_leaves_a_live_claim_alone_and_takes_over_an_abandoned_one<F, Fut>(
+    store: &dyn webhook_guard::ProcessedStore,
+    record: F,
+) where
+    F: Fn(
+        webhook_guard::store::Key<'static>,
+        webhook_guard::store::Fingerprint,
+        chrono::DateTime<chrono::Utc>,
+    ) -> Fut,
+    Fut: std::future::Future<Output = webhook_guard::store::Recorded>,
+{
+    use chrono::{DateTime, TimeDelta, Utc};
+    use webhook_guard::store::{
+        Claim, ClaimRequest, FencingToken, Fingerprint, Key, RecordState, Recorded,
+    };
+    let fp = Fingerprint::of(b"a");
+    let now = DateTime::from_timestamp_millis(Utc::now().timestamp_millis()).unwrap();
+    let key = Key::new("txn", "held");
+    let request = ClaimRequest {
+        key,
+        fingerprint: fp,
+        token: FencingToken::random(),
+        now,
+        lease_until: now + TimeDelta::seconds(30),
+        expires_at: now + TimeDelta::hours(1),
+    };
+    assert!(matches!(
+        store.claim(&request).await.unwrap(),
+        Claim::Acquired(_)
+    ));
+    assert_eq!(record(key, fp, now).await, Recorded::InProgress);
+    assert_eq!(
+        record(key, Fingerprint::of(b"b"), now).await,
+        Recorded::Conflict
+    );
+    let later = now + TimeDelta::seconds(31);
+    assert_eq!(record(key, fp, later).await, Recorded::First);
+    let rec = store.get(key).await.unwrap().unwrap();
+    assert_eq!(
+        (rec.state, rec.attempts, rec.failures),
+        (RecordState::Completed, 2, 1)
+    );
+    assert_eq!(record(key, fp, later).await, Recorded::Duplicate);
+}
