@@ -1243,6 +1243,19 @@ async fn batched_claims_and_finishes_each_get_their_own_answer() {
 /// A store outlives the runtime it was first used on (a store kept in a `static`
 /// and shared by tests that each run their own runtime): the next runtime gets a
 /// new batching task.
+/// A claim of `id` in namespace `test` at `now`: a 30 s lease, an hour's retention,
+/// a fresh token.
+fn fresh_request(id: &'static str, now: DateTime<Utc>) -> ClaimRequest<'static> {
+    ClaimRequest {
+        key: Key::new("test", id),
+        fingerprint: Fingerprint::of(b"{}"),
+        token: FencingToken::random(),
+        now,
+        lease_until: now + TimeDelta::seconds(30),
+        expires_at: now + TimeDelta::hours(1),
+    }
+}
+
 /// Claims `request` on a store whose connection belonged to a runtime that is
 /// gone: requests may find it broken (unavailable) while it reconnects on this one.
 async fn claim_once_reconnected(store: &RedisStore, request: &ClaimRequest<'_>) -> Claim {
@@ -1273,14 +1286,7 @@ fn a_store_works_on_after_the_runtime_it_started_on_shut_down() {
     let first = runtime();
     let store = first.block_on(store(&url, &prefix));
     let now = ms(Utc::now());
-    let request = |id| ClaimRequest {
-        key: Key::new("test", id),
-        fingerprint: Fingerprint::of(b"{}"),
-        token: FencingToken::random(),
-        now,
-        lease_until: now + TimeDelta::seconds(30),
-        expires_at: now + TimeDelta::hours(1),
-    };
+    let request = move |id| fresh_request(id, now);
     let claimed = first.block_on(store.claim(&request("evt_1"))).unwrap();
     assert!(matches!(claimed, Claim::Acquired(_)));
     drop(first);
@@ -1304,14 +1310,7 @@ async fn a_claim_whose_caller_left_before_its_batch_was_sent_is_not_made() {
     let url = format!("redis://127.0.0.1:{PORT}");
     let store = store(&url, &random_prefix("left")).await;
     let now = ms(Utc::now());
-    let request = move |id: &'static str| ClaimRequest {
-        key: Key::new("test", id),
-        fingerprint: Fingerprint::of(b"{}"),
-        token: FencingToken::random(),
-        now,
-        lease_until: now + TimeDelta::seconds(30),
-        expires_at: now + TimeDelta::hours(1),
-    };
+    let request = move |id| fresh_request(id, now);
     let claim = |id: &'static str| {
         let (store, request) = (store.clone(), request(id));
         tokio::spawn(async move { store.claim(&request).await })
@@ -1355,14 +1354,7 @@ fn a_store_whose_first_runtime_is_not_driven_any_more_answers_in_bounded_time() 
     let Some(url) = url() else { return };
     let prefix = random_prefix("undriven");
     let now = ms(Utc::now());
-    let request = |id| ClaimRequest {
-        key: Key::new("test", id),
-        fingerprint: Fingerprint::of(b"{}"),
-        token: FencingToken::random(),
-        now,
-        lease_until: now + TimeDelta::seconds(30),
-        expires_at: now + TimeDelta::hours(1),
-    };
+    let request = move |id| fresh_request(id, now);
     // The first claim starts the batching task on a current-thread runtime, which
     // runs its tasks only while something blocks on it, and then nothing does.
     let first = tokio::runtime::Builder::new_current_thread()
@@ -1409,15 +1401,7 @@ async fn a_claim_that_meets_its_own_write_again_is_granted() {
     let Some(url) = url() else { return };
     let prefix = random_prefix("own");
     let store = store(&url, &prefix).await;
-    let now = ms(Utc::now());
-    let request = ClaimRequest {
-        key: Key::new("test", "evt_own"),
-        fingerprint: Fingerprint::of(b"{}"),
-        token: FencingToken::random(),
-        now,
-        lease_until: now + TimeDelta::seconds(30),
-        expires_at: now + TimeDelta::hours(1),
-    };
+    let request = fresh_request("evt_own", ms(Utc::now()));
     // The same round trip run twice (as a cluster connection may, after a
     // redirect or a lost reply): the second run finds the first one's record.
     let Claim::Acquired(first) = store.claim(&request).await.unwrap() else {
