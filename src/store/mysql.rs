@@ -48,16 +48,15 @@ const SCHEMA: &str = include_str!("mysql.sql");
 /// holds its row locks for a few milliseconds only.
 const PURGE_BATCH: usize = 500;
 
-/// Purge statements of 100 rows, each followed by a rest one and a half times as
-/// long as it took: a purge of a large backlog takes at most two fifths of the
-/// server's time,
-/// and so of its redo log and buffer pool, and claims meanwhile keep most of their
+/// Purge statements of 100 rows, each followed by a rest four times as long as it
+/// took: a purge of a large backlog takes at most a fifth of the server's time, and
+/// so of its redo log and buffer pool, and claims meanwhile keep most of their
 /// latency. A longer rest protects them more and purges more slowly; how much each
 /// pace costs depends on the server's disk and redo log (`benches/README.md` has
 /// the measured trade-off).
 const PURGE_PACE: shared::PurgePace = shared::PurgePace {
     rows: 100,
-    rest: 1.5,
+    rest: 4.0,
 };
 
 /// How often a statement is run again after InnoDB chose it as a deadlock victim
@@ -107,7 +106,7 @@ pub use super::sql::InvalidTableName;
 ///   and `by_lease` keeps [`stuck`](ProcessedStore::stuck) one, at any table size.
 ///   A purge deletes at most 100 rows per statement, oldest first, under `READ
 ///   COMMITTED` (it locks only the rows it deletes, no gaps), and rests after each
-///   statement one and a half times as long as it took, so that a large backlog leaves the
+///   statement four times as long as it took, so that a large backlog leaves the
 ///   server free most of the time and claims keep their latency (a purge of
 ///   1,000,000 rows takes minutes, far more than webhooks need).
 ///
