@@ -27,10 +27,12 @@ const MIN_SHARDS: usize = 1024;
 /// ([`OrderingStore`](crate::ordering::OrderingStore)).
 ///
 /// Records are spread over many small lock-striped shards. Each shard keeps its
-/// records in a slab (fields and, up to 46 bytes, the key, side by side) and a hash
-/// table of slab indices; failure notes, which most records never have, are kept
-/// apart. A purged record's slot is reused by the next new one, so once the store
-/// has grown, neither claims nor purges call the allocator (and the memory of
+/// records in a slab (fields, the key's hash and, up to 46 bytes, the key, side by
+/// side), which grows 32 records at a time and never moves one, and a hash table of
+/// slab indices, which grows without hashing any key again; failure notes, which
+/// most records never have, are kept apart. A purged record's slot is reused by the
+/// next new one, so once the store has grown, neither claims nor purges call the
+/// allocator (and the memory of
 /// purged records is kept for reuse, not returned). `benches/README.md` has the
 /// measured bytes per record. Each shard knows the earliest time any of its
 /// records may be purged, so a purge skips shards with nothing due and walks the
@@ -69,7 +71,7 @@ struct Shard {
     /// taken by the next new record, so claims and purges do not call the allocator
     /// once the store has grown (a purge on one thread would otherwise free memory
     /// that claims on another thread are allocating from).
-    nodes: Vec<Node>,
+    nodes: Slab,
     /// Slots of `nodes` that hold no record.
     free: Vec<u32>,
     /// The failure notes of the records that have some (`Core::has_history`).
@@ -84,7 +86,7 @@ impl Default for Shard {
     fn default() -> Self {
         Self {
             table: HashTable::new(),
-            nodes: Vec::new(),
+            nodes: Slab::default(),
             free: Vec::new(),
             history: HashMap::new(),
             next_due: DateTime::<Utc>::MAX_UTC,
@@ -93,11 +95,84 @@ impl Default for Shard {
     }
 }
 
-/// One record: its fixed-size fields and its map key, side by side in the slab.
+/// One record: its fixed-size fields, the hash of its key and the key itself, side
+/// by side in the slab.
 #[derive(Debug)]
 struct Node {
     core: Core,
+    /// The hash the shard's table files the record under, kept so that growing the
+    /// table does not hash every key again.
+    hash: u64,
     key: MapKey,
+}
+
+impl Node {
+    /// What a slot holds before its first record.
+    const VACANT: Self = Self {
+        core: Core {
+            fingerprint: Fingerprint([0; 32]),
+            token: FencingToken(0),
+            lease_until: DateTime::<Utc>::MIN_UTC,
+            expires_at: DateTime::<Utc>::MIN_UTC,
+            created_at: DateTime::<Utc>::MIN_UTC,
+            updated_at: DateTime::<Utc>::MIN_UTC,
+            attempts: 0,
+            failures: 0,
+            state: RecordState::Completed,
+            has_history: false,
+        },
+        hash: 0,
+        key: MapKey::EMPTY,
+    };
+}
+
+/// Slots per slab chunk.
+const CHUNK: usize = 32;
+
+/// A shard's records, in chunks of [`CHUNK`] slots: the slab grows a chunk at a
+/// time and never moves a record, so growing copies nothing (a `Vec` would copy
+/// every record each time it doubled, and keep up to half its capacity unused).
+#[derive(Debug, Default)]
+struct Slab {
+    chunks: Vec<Box<[Node]>>,
+    /// Slots handed out so far (records and free slots).
+    len: usize,
+}
+
+impl Slab {
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Puts `node` in a new slot; the slot's index.
+    fn push(&mut self, node: Node) -> u32 {
+        let i = self.len;
+        if i == self.chunks.len() * CHUNK {
+            self.chunks.push(
+                std::iter::repeat_with(|| Node::VACANT)
+                    .take(CHUNK)
+                    .collect(),
+            );
+        }
+        self.chunks[i / CHUNK][i % CHUNK] = node;
+        self.len += 1;
+        u32::try_from(i).expect("fewer than 2^32 records per shard")
+    }
+}
+
+impl std::ops::Index<usize> for Slab {
+    type Output = Node;
+
+    fn index(&self, i: usize) -> &Node {
+        &self.chunks[i / CHUNK][i % CHUNK]
+    }
+}
+
+impl std::ops::IndexMut<usize> for Slab {
+    fn index_mut(&mut self, i: usize) -> &mut Node {
+        &mut self.chunks[i / CHUNK][i % CHUNK]
+    }
 }
 
 /// Keys up to this long (namespace, NUL, id) are kept inside the record itself.
@@ -303,9 +378,10 @@ impl Shard {
     }
 
     /// Stores a new record under `k` (hash `h`), in a free slot if there is one.
-    fn insert(&mut self, h: u64, k: &str, core: Core, hasher: &RandomState) {
+    fn insert(&mut self, h: u64, k: &str, core: Core) {
         let node = Node {
             core,
+            hash: h,
             key: MapKey::new(k),
         };
         let i = match self.free.pop() {
@@ -313,20 +389,16 @@ impl Shard {
                 self.nodes[i as usize] = node;
                 i
             }
-            None => {
-                self.nodes.push(node);
-                u32::try_from(self.nodes.len() - 1).expect("fewer than 2^32 records per shard")
-            }
+            None => self.nodes.push(node),
         };
         let nodes = &self.nodes;
-        self.table
-            .insert_unique(h, i, |&j| hasher.hash_one(nodes[j as usize].key.as_bytes()));
+        self.table.insert_unique(h, i, |&j| nodes[j as usize].hash);
     }
 
     /// Takes the record in slot `i` out of the counters and the history table and
     /// frees its slot (its table entry is already gone).
     fn release(
-        nodes: &mut [Node],
+        nodes: &mut Slab,
         free: &mut Vec<u32>,
         history: &mut HashMap<Box<str>, Box<[FailureNote]>>,
         in_progress: &mut usize,
@@ -343,7 +415,7 @@ impl Shard {
         free.push(i);
     }
 
-    fn claim(&mut self, h: u64, k: &str, req: &ClaimRequest<'_>, hasher: &RandomState) -> Claim {
+    fn claim(&mut self, h: u64, k: &str, req: &ClaimRequest<'_>) -> Claim {
         let now = req.now;
         let fresh = Core {
             state: RecordState::InProgress,
@@ -358,7 +430,7 @@ impl Shard {
             has_history: false,
         };
         let Some(i) = self.find(h, k) else {
-            self.insert(h, k, fresh, hasher);
+            self.insert(h, k, fresh);
             self.in_progress += 1;
             self.next_due = self.next_due.min(fresh.due());
             return Claim::Acquired(fresh.record(req.key, &[]));
@@ -437,7 +509,7 @@ impl ProcessedStore for MemoryStore {
     async fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
         Ok(with_key(request.key, |k| {
             let (h, mut shard) = self.shard(k);
-            shard.claim(h, k, request, &self.inner.hasher)
+            shard.claim(h, k, request)
         }))
     }
 
@@ -700,6 +772,46 @@ mod tests {
         let shard = lock(&store.inner.shards[0]);
         assert_eq!(shard.nodes.len(), slots, "freed slots are reused");
         assert_eq!(shard.free.len(), slots - 2);
+    }
+
+    /// A shard that grows over many slab chunks and table resizes (which file each
+    /// record again under its kept hash) still finds every record, with its own
+    /// fields, and refills freed slots before it grows again.
+    #[test]
+    fn records_stay_found_while_a_shard_grows() {
+        let store = MemoryStore::with_shards(1);
+        let t0 = DateTime::from_timestamp(1_700_000_000, 0).unwrap();
+        let ids: Vec<String> = (0..1000).map(|i| format!("evt_{i}")).collect();
+        for (i, id) in ids.iter().enumerate() {
+            let mut req = request(id, t0);
+            req.expires_at = t0 + TimeDelta::seconds(i64::try_from(i).unwrap() + 1);
+            assert!(matches!(
+                ready(store.claim(&req)).unwrap(),
+                Claim::Acquired(_)
+            ));
+        }
+        let check = |ids: &[String]| {
+            for id in ids {
+                let rec = ready(store.get(Key::new("ns", id))).unwrap();
+                assert_eq!(rec.map(|r| r.id), Some(id.clone()));
+            }
+        };
+        check(&ids);
+        assert_eq!(store.len(), 1000);
+        // The first 500 expire and are purged; 500 new ids take their slots.
+        let purged = ready(store.purge_expired(t0 + TimeDelta::seconds(500), 10_000));
+        assert_eq!(purged.unwrap(), 500);
+        let later: Vec<String> = (1000..1500).map(|i| format!("evt_{i}")).collect();
+        for id in &later {
+            ready(store.claim(&request(id, t0))).unwrap();
+        }
+        check(&ids[500..]);
+        check(&later);
+        for id in &ids[..500] {
+            assert!(ready(store.get(Key::new("ns", id))).unwrap().is_none());
+        }
+        let shard = lock(&store.inner.shards[0]);
+        assert_eq!((shard.nodes.len(), shard.free.len()), (1000, 0));
     }
 
     /// Keys too long to sit inside the record live on the heap and work the same.
