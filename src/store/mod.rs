@@ -364,6 +364,12 @@ impl ClaimRequest<'_> {
     }
 
     /// [`ClaimRequest::decide`] on `record`.
+    #[cfg(any(
+        feature = "mysql",
+        feature = "postgres",
+        feature = "sqlite",
+        feature = "redis"
+    ))]
     pub(crate) fn decide_on(&self, record: &Record) -> Decision {
         self.decide(
             record.state,
