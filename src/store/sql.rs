@@ -19,7 +19,7 @@ pub const DEFAULT_TABLE: &str = "webhook_guard_records";
 /// How a store purges expired rows: how many rows one statement removes at most,
 /// and how long the purge rests after each full statement, so that claims running
 /// meanwhile find the database (its write lock, its log, its CPU) free about half of
-/// the time or more, and wait for at most one small statement. The rest follows the
+/// the time or more, and wait for at most one statement. The rest follows the
 /// last full statement of a call too: the sweeper calls again right away.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct PurgePace {
