@@ -28,11 +28,11 @@ const MIN_SHARDS: usize = 1024;
 ///
 /// Records are spread over many small lock-striped shards. Each shard keeps its
 /// records in a slab (fields, the key's hash and, up to 46 bytes, the key, side by
-/// side), which grows 32 records at a time and never moves one, and a hash table of
-/// slab indices, which grows without hashing any key again; failure notes, which
-/// most records never have, are kept apart. A purged record's slot is reused by the
-/// next new one, so once the store has grown, neither claims nor purges call the
-/// allocator (and the memory of
+/// side, 160 bytes a record), which grows 8 records at a time and never moves one,
+/// and a hash table of slab indices, which grows without hashing any key again;
+/// failure notes, which most records never have, are kept apart. A purged record's
+/// slot is reused by the next new one, so once the store has grown, neither claims
+/// nor purges call the allocator (and the memory of
 /// purged records is kept for reuse, not returned). `benches/README.md` has the
 /// measured bytes per record. Each shard knows the earliest time any of its
 /// records may be purged, so a purge skips shards with nothing due and walks the
@@ -126,8 +126,9 @@ impl Node {
     };
 }
 
-/// Slots per slab chunk.
-const CHUNK: usize = 32;
+/// Slots per slab chunk: small, so that a shard holding a few records keeps little
+/// memory (1,280 bytes per chunk).
+const CHUNK: usize = 8;
 
 /// A shard's records, in chunks of [`CHUNK`] slots: the slab grows a chunk at a
 /// time and never moves a record, so growing copies nothing (a `Vec` would copy
@@ -810,8 +811,20 @@ mod tests {
         for id in &ids[..500] {
             assert!(ready(store.get(Key::new("ns", id))).unwrap().is_none());
         }
-        let shard = lock(&store.inner.shards[0]);
-        assert_eq!((shard.nodes.len(), shard.free.len()), (1000, 0));
+        {
+            let shard = lock(&store.inner.shards[0]);
+            assert_eq!((shard.nodes.len(), shard.free.len()), (1000, 0));
+        }
+        // Enough new ids to resize the table again, which files the records of the
+        // reused slots under the hashes kept there.
+        let more: Vec<String> = (1500..4000).map(|i| format!("evt_{i}")).collect();
+        for id in &more {
+            ready(store.claim(&request(id, t0))).unwrap();
+        }
+        check(&ids[500..]);
+        check(&later);
+        check(&more);
+        assert_eq!(store.len(), 3500);
     }
 
     /// Keys too long to sit inside the record live on the heap and work the same.

@@ -48,18 +48,18 @@ const SCHEMA: &str = include_str!("mysql.sql");
 /// holds its row locks for a few milliseconds only.
 const PURGE_BATCH: usize = 500;
 
-/// Purge statements of 1,000 rows, each followed by a rest four times as long as
-/// it took: a purge of a large backlog takes at most a fifth of the server's time,
+/// Purge statements of 1,000 rows, each followed by a rest six times as long as it
+/// took: a purge of a large backlog takes at most a seventh of the server's time,
 /// and so of its redo log and buffer pool, and claims meanwhile keep most of their
 /// latency. InnoDB pays a fixed cost of a few milliseconds per statement (and the
 /// claims meet one commit per statement), so fewer, larger statements purge faster
 /// and disturb claims less than many small ones: on MariaDB, statements of 100 rows
-/// at the same rest took over twice as long and left a higher p99. A longer rest
-/// protects claims more and purges more slowly (`benches/README.md` has the
-/// measured trade-off).
+/// took over twice as long at the same rest and left the claims a higher p99. A
+/// longer rest protects claims more and purges more slowly (`benches/README.md` has
+/// the measured trade-off).
 const PURGE_PACE: shared::PurgePace = shared::PurgePace {
     rows: 1_000,
-    rest: 4.0,
+    rest: 6.0,
 };
 
 /// How often a statement is run again after InnoDB chose it as a deadlock victim
@@ -109,7 +109,7 @@ pub use super::sql::InvalidTableName;
 ///   and `by_lease` keeps [`stuck`](ProcessedStore::stuck) one, at any table size.
 ///   A purge deletes at most 1,000 rows per statement, oldest first, under `READ
 ///   COMMITTED` (it locks only the rows it deletes, no gaps), and rests after each
-///   statement four times as long as it took, so that a large backlog leaves the
+///   statement six times as long as it took, so that a large backlog leaves the
 ///   server free most of the time and claims keep their latency (a purge of
 ///   1,000,000 rows takes a minute or more: far faster than webhooks arrive).
 ///
@@ -857,7 +857,7 @@ impl ProcessedStore for MySqlStore {
 
     async fn purge_expired(&self, now: DateTime<Utc>, limit: usize) -> Result<u64, StoreError> {
         let now = millis(now);
-        // Small statements, a rest after each (see `PurgePace`). Each statement runs
+        // Paced statements, a rest after each (see `PurgePace`). Each statement runs
         // in a task of its own, to completion even if the caller's future is dropped:
         // the one-shot isolation level set before it must not stay pending on a
         // pooled connection, for the next borrower's transaction (a host's
