@@ -32,12 +32,12 @@ const MIN_SHARDS: usize = 1024;
 /// and a hash table of slab indices, which grows without hashing any key again;
 /// failure notes, which most records never have, are kept apart. A purged record's
 /// slot is reused by the next new one, so once the store has grown, neither claims
-/// nor purges call the allocator (and the memory of
-/// purged records is kept for reuse, not returned). `benches/README.md` has the
-/// measured bytes per record. Each shard knows the earliest time any of its
-/// records may be purged, so a purge skips shards with nothing due and walks the
-/// others in small batches. Nothing survives a restart and nothing is shared between
-/// processes: use a durable store when the host runs more than one replica.
+/// nor purges call the allocator (and the memory of purged records is kept for
+/// reuse, not returned). `benches/README.md` has the measured bytes per record.
+/// Each shard knows the earliest time any of its records may be purged, so a purge
+/// skips shards with nothing due and walks the others in small batches. Nothing
+/// survives a restart and nothing is shared between processes: use a durable store
+/// when the host runs more than one replica.
 #[derive(Clone)]
 pub struct MemoryStore {
     inner: Arc<Inner>,
