@@ -71,9 +71,12 @@ fn deliver(guard: &WebhookGuard, id: &str) -> Outcome {
 /// the id read from the header (the outcome carries it), the boxed future of each of
 /// the two store calls (`async_trait`), the `Record` the claim answers (namespace and
 /// id strings), and the claim shared with the handler's `Event`. The stored record
-/// takes a slot of its shard's slab (its key inline): no allocation once the slab
-/// has grown.
+/// takes a slot of its shard's slab (its key inline): no allocation while the slab
+/// has a free slot.
 const PROCESSED_MAX: u64 = 6;
+/// New records per slab chunk: a store that is still growing also allocates one
+/// chunk per this many new records.
+const SLAB_CHUNK: u64 = 8;
 /// Allocations per duplicate, as measured: the id, the boxed claim future, and the
 /// `Record` the claim answers (namespace and id strings).
 const DUPLICATE_MAX: u64 = 4;
@@ -86,18 +89,26 @@ fn hot_path_allocations_are_bounded() {
         .event_id(EventId::header("x-event-id"))
         .build()
         .unwrap();
-    // Warm-up: grow the shard's table and slab past the ids below, so no growth is
-    // counted.
+    // Warm-up: grow the shard's table past the ids below (no resize is counted), and
+    // leave free slots in the slab's last chunk (slots 1001..1008), so the single
+    // deliveries measured first count the hot path alone.
     let ids: Vec<String> = (0..2000).map(|i| format!("evt_{i:026}")).collect();
-    for id in &ids[..1000] {
+    for id in &ids[..1001] {
         deliver(&guard, id);
     }
 
-    let (outcome, processed) = allocations(|| deliver(&guard, &ids[1000]));
+    let (outcome, processed) = allocations(|| deliver(&guard, &ids[1001]));
     assert!(matches!(outcome, Outcome::Processed { .. }), "{outcome:?}");
-    let (outcome, duplicate) = allocations(|| deliver(&guard, &ids[1000]));
+    let (outcome, duplicate) = allocations(|| deliver(&guard, &ids[1001]));
     assert!(matches!(outcome, Outcome::Duplicate { .. }), "{outcome:?}");
-    println!("allocations: processed {processed}, duplicate {duplicate}");
+    // Then a run of 64 new ids: the slab grows by 8 chunks meanwhile.
+    let run = &ids[1002..1066];
+    let ((), growing) = allocations(|| {
+        for id in run {
+            assert!(matches!(deliver(&guard, id), Outcome::Processed { .. }));
+        }
+    });
+    println!("allocations: processed {processed}, duplicate {duplicate}, {growing} for 64 new ids");
 
     assert!(
         processed <= PROCESSED_MAX,
@@ -106,5 +117,11 @@ fn hot_path_allocations_are_bounded() {
     assert!(
         duplicate <= DUPLICATE_MAX,
         "a duplicate allocated {duplicate} times (bound {DUPLICATE_MAX})"
+    );
+    // The slab's list of chunks (126 long before the run) doubles once meanwhile.
+    let bound = 64 * PROCESSED_MAX + 64 / SLAB_CHUNK + 1;
+    assert!(
+        growing <= bound,
+        "64 new ids on a growing store allocated {growing} times (bound {bound})"
     );
 }
