@@ -90,7 +90,7 @@ fn hot_path_allocations_are_bounded() {
         .build()
         .unwrap();
     // Warm-up: grow the shard's table past the ids below (no resize is counted), and
-    // leave free slots in the slab's last chunk (slots 1001 to 1007), so the single
+    // leave unused slots in the slab's last chunk (slots 1001 to 1007), so the single
     // deliveries measured first count the hot path alone.
     let ids: Vec<String> = (0..2000).map(|i| format!("evt_{i:026}")).collect();
     for id in &ids[..1001] {

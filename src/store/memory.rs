@@ -72,7 +72,7 @@ struct Shard {
     /// once the store has grown (a purge on one thread would otherwise free memory
     /// that claims on another thread are allocating from).
     nodes: Slab,
-    /// Slots of `nodes` that hold no record.
+    /// Slots of `nodes` handed out earlier that hold no record now.
     free: Vec<u32>,
     /// The failure notes of the records that have some (`Core::has_history`).
     history: HashMap<Box<str>, Box<[FailureNote]>>,
