@@ -1240,9 +1240,6 @@ async fn batched_claims_and_finishes_each_get_their_own_answer() {
     }
 }
 
-/// A store outlives the runtime it was first used on (a store kept in a `static`
-/// and shared by tests that each run their own runtime): the next runtime gets a
-/// new batching task.
 /// A claim of `id` in namespace `test` at `now`: a 30 s lease, an hour's retention,
 /// a fresh token.
 fn fresh_request(id: &'static str, now: DateTime<Utc>) -> ClaimRequest<'static> {
@@ -1272,6 +1269,9 @@ async fn claim_once_reconnected(store: &RedisStore, request: &ClaimRequest<'_>) 
     claimed.expect("the store reconnects")
 }
 
+/// A store outlives the runtime it was first used on (a store kept in a `static`
+/// and shared by tests that each run their own runtime): the next runtime gets a
+/// new batching task.
 #[test]
 fn a_store_works_on_after_the_runtime_it_started_on_shut_down() {
     let Some(url) = url() else { return };
