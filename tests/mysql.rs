@@ -877,20 +877,11 @@ async fn killing_the_worker_at_every_step_never_loses_or_double_applies_an_event
 async fn record_in_leaves_a_live_claim_alone_and_takes_over_an_abandoned_one() {
     let Some(url) = url() else { return };
     let store = fresh_store(&url, 4).await;
-    let record = |key, fp, at: DateTime<Utc>| {
-        let store = store.clone();
-        async move {
-            let mut tx = store.pool().begin().await.unwrap();
-            let recorded = store
-                .record_in(&mut tx, key, fp, at, at + TimeDelta::hours(1))
-                .await
-                .unwrap();
-            tx.commit().await.unwrap();
-            recorded
-        }
-    };
-    support::record_in_leaves_a_live_claim_alone_and_takes_over_an_abandoned_one(&store, record)
-        .await;
+    support::record_in_leaves_a_live_claim_alone_and_takes_over_an_abandoned_one(
+        &store,
+        support::record_in_committed!(store),
+    )
+    .await;
     drop_table(&store).await;
 }
 

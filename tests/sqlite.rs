@@ -452,19 +452,10 @@ async fn record_in_leaves_a_live_claim_alone_and_takes_over_an_abandoned_one() {
     let db = Db::new();
     let store = db.store(4).await;
     store.migrate().await.expect("migrate");
-    let record = |key, fp, at: DateTime<Utc>| {
-        let store = store.clone();
-        async move {
-            let mut tx = store.pool().begin().await.unwrap();
-            let recorded = store
-                .record_in(&mut tx, key, fp, at, at + TimeDelta::hours(1))
-                .await
-                .unwrap();
-            tx.commit().await.unwrap();
-            recorded
-        }
-    };
-    support::record_in_leaves_a_live_claim_alone_and_takes_over_an_abandoned_one(&store, record)
-        .await;
+    support::record_in_leaves_a_live_claim_alone_and_takes_over_an_abandoned_one(
+        &store,
+        support::record_in_committed!(store),
+    )
+    .await;
     store.pool().close().await;
 }

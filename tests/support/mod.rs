@@ -210,6 +210,31 @@ where
 pub mod backends;
 pub mod proxy;
 
+/// The `record` function of
+/// [`record_in_leaves_a_live_claim_alone_and_takes_over_an_abandoned_one`] for the
+/// SQL store `$store` (each store's `record_in` takes its own transaction type, so
+/// this is a macro): one `record_in` at `at`, in a transaction of its own, committed.
+#[allow(unused_macros)]
+macro_rules! record_in_committed {
+    ($store:expr) => {{
+        let store = $store.clone();
+        move |key, fp, at: chrono::DateTime<chrono::Utc>| {
+            let store = store.clone();
+            async move {
+                let mut tx = store.pool().begin().await.unwrap();
+                let recorded = store
+                    .record_in(&mut tx, key, fp, at, at + chrono::TimeDelta::hours(1))
+                    .await
+                    .unwrap();
+                tx.commit().await.unwrap();
+                recorded
+            }
+        }
+    }};
+}
+#[allow(unused_imports)]
+pub(crate) use record_in_committed;
+
 /// `record_in` beside a delivery run by the guard, the same check on every SQL
 /// backend: while the delivery's lease is live the transaction must not skip the
 /// effect as if it were done (the holder may still fail); once the lease ran out it
