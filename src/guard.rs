@@ -1099,6 +1099,23 @@ impl WebhookGuard {
         body: &[u8],
         now: DateTime<Utc>,
     ) -> Result<VerifiedDelivery, Rejection> {
+        let (id, signed_at) = self.verify_id_at(headers, body, now)?;
+        Ok(VerifiedDelivery {
+            id,
+            signed_at,
+            meta: self.inner.meta.extract(body),
+        })
+    }
+
+    /// The checks of [`WebhookGuard::verify_at`]: the event id and the signed time.
+    /// The flow reads the metadata only once it has claimed the id, so that a
+    /// duplicate costs no scan of the body for it.
+    fn verify_id_at(
+        &self,
+        headers: &dyn Headers,
+        body: &[u8],
+        now: DateTime<Utc>,
+    ) -> Result<(String, Option<DateTime<Utc>>), Rejection> {
         let inner = &self.inner;
         if body.len() > inner.max_body {
             return Err(Rejection::BodyTooLarge {
@@ -1110,12 +1127,7 @@ impl WebhookGuard {
         let signed_at = verified.signed_at;
         let id = inner.event_id.extract(headers, body, verified)?;
         check_id(&id)?;
-        let meta = inner.meta.extract(body);
-        Ok(VerifiedDelivery {
-            id,
-            signed_at,
-            meta,
-        })
+        Ok((id, signed_at))
     }
 
     /// Verifies the delivery and claims its id. Returns [`Begin::Claimed`] when this
@@ -1134,21 +1146,21 @@ impl WebhookGuard {
     ) -> impl Future<Output = Begin<'a>> + Send + use<'s, 'a> {
         let started = Instant::now();
         let now = self.inner.clock.now();
-        let verified = self.verify_at(headers, body, now);
+        let verified = self.verify_id_at(headers, body, now);
         self.begin_verified(verified, body, started, now)
     }
 
     async fn begin_verified<'a>(
         &self,
-        verified: Result<VerifiedDelivery, Rejection>,
+        verified: Result<(String, Option<DateTime<Utc>>), Rejection>,
         body: &'a [u8],
         started: Instant,
         now: DateTime<Utc>,
     ) -> Begin<'a> {
         let begin = match verified {
-            Ok(delivery) => {
-                record_on_span("webhook.event_id", delivery.id.as_str());
-                self.claim(delivery, body, started, now).await
+            Ok((id, _)) => {
+                record_on_span("webhook.event_id", id.as_str());
+                self.claim(id, body, started, now).await
             }
             Err(r) => Begin::Done(Outcome::Rejected(r)),
         };
@@ -1160,12 +1172,11 @@ impl WebhookGuard {
 
     async fn claim<'a>(
         &self,
-        delivery: VerifiedDelivery,
+        id: String,
         body: &'a [u8],
         started: Instant,
         now: DateTime<Utc>,
     ) -> Begin<'a> {
-        let VerifiedDelivery { id, meta, .. } = delivery;
         let inner = &self.inner;
         let fingerprint = if inner.fingerprint {
             Fingerprint::of(body)
@@ -1201,7 +1212,7 @@ impl WebhookGuard {
             token: request.token,
             id,
             record,
-            meta,
+            meta: inner.meta.extract(body),
             started,
             claimed_at: Instant::now(),
         });
@@ -1267,8 +1278,9 @@ impl WebhookGuard {
     /// the store is still growing, one more per 8 new records, plus now and then a
     /// shard's chunk list or table doubling) and a duplicate 4 times
     /// (`tests/allocations.rs` holds these bounds); the body is
-    /// hashed once (SHA-256) for conflict detection. `benches/README.md` has measured
-    /// figures.
+    /// hashed once (SHA-256) for conflict detection, and read for the event's
+    /// metadata only by a delivery that claims its id (a duplicate skips that scan).
+    /// `benches/README.md` has measured figures.
     ///
     /// [`MemoryStore`]: crate::MemoryStore
     pub fn handle<'s, 'a, F, Fut>(
@@ -1284,7 +1296,7 @@ impl WebhookGuard {
         let span = enterable(self.delivery_span());
         let started = Instant::now();
         let now = self.inner.clock.now();
-        let verified = span.in_scope(|| self.verify_at(headers, body, now));
+        let verified = span.in_scope(|| self.verify_id_at(headers, body, now));
         async move {
             let begin = self.begin_verified(verified, body, started, now).await;
             run_claimed(begin, handler).await
@@ -1334,7 +1346,7 @@ impl WebhookGuard {
         let span = enterable(self.delivery_span());
         let started = Instant::now();
         let now = self.inner.clock.now();
-        let verified = span.in_scope(|| self.verify_at(headers, &body, now));
+        let verified = span.in_scope(|| self.verify_id_at(headers, &body, now));
         async move {
             let shared = body.clone();
             let begin = self.begin_verified(verified, &body, started, now).await;

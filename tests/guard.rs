@@ -8,6 +8,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, TimeDelta, TimeZone, Utc};
 use webhook_guard::hooks::Escalation;
+use webhook_guard::meta::{EventMeta, MetaExtractor};
 use webhook_guard::store::{
     Claim, ClaimRequest, Deleted, Fence, FencingToken, Finish, Key, StoreError,
 };
@@ -129,6 +130,52 @@ async fn first_delivery_is_processed_and_a_retry_is_a_duplicate() {
     let record = s.guard.inspect("evt_1").await.unwrap().unwrap();
     assert_eq!(record.state, RecordState::Completed);
     assert_eq!(record.attempts, 1);
+}
+
+/// The metadata (type, created_at, object) is read from the body only by a delivery
+/// that claimed its id: a duplicate, a conflict, a delivery whose id is in progress
+/// elsewhere and a rejected one answer without scanning the body for it.
+#[tokio::test]
+async fn only_a_delivery_that_claims_its_id_reads_the_metadata() {
+    let reads = Arc::new(AtomicUsize::new(0));
+    let counter = reads.clone();
+    let guard = WebhookGuard::builder()
+        .store(MemoryStore::new())
+        .verifier(NoVerification)
+        .event_id(EventId::header("x-id"))
+        .event_meta(MetaExtractor::custom(move |_| {
+            counter.fetch_add(1, Ordering::SeqCst);
+            EventMeta::default()
+        }))
+        .build()
+        .unwrap();
+    let reads = || reads.load(Ordering::SeqCst);
+
+    let outcome = ok_run(&guard, "evt_1", b"{}").await;
+    assert!(matches!(outcome, Outcome::Processed { .. }), "{outcome:?}");
+    assert_eq!(reads(), 1);
+    let outcome = ok_run(&guard, "evt_1", b"{}").await;
+    assert!(matches!(outcome, Outcome::Duplicate { .. }), "{outcome:?}");
+    let outcome = ok_run(&guard, "evt_1", br#"{"other":1}"#).await;
+    assert!(matches!(outcome, Outcome::Conflict { .. }), "{outcome:?}");
+    let outcome = guard
+        .handle(&[("x-other", "evt_1")], b"{}", |_| async { Ok(()) })
+        .await;
+    assert!(matches!(outcome, Outcome::Rejected(_)), "{outcome:?}");
+    assert_eq!(reads(), 1, "no claim, no metadata");
+
+    let Begin::Claimed(held) = guard.begin(&[("x-id", "evt_2")], b"{}").await else {
+        panic!("first delivery must win the claim");
+    };
+    assert_eq!(reads(), 2);
+    let outcome = ok_run(&guard, "evt_2", b"{}").await;
+    assert!(matches!(outcome, Outcome::InProgress { .. }), "{outcome:?}");
+    assert_eq!(reads(), 2);
+    assert!(matches!(held.complete().await, Outcome::Processed { .. }));
+
+    // `verify` answers the metadata itself.
+    guard.verify(&[("x-id", "evt_3")], b"{}").unwrap();
+    assert_eq!(reads(), 3);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
