@@ -1186,6 +1186,20 @@ const REDIS_TASKS: usize = 64;
 
 /// Guard cycles/s on `RedisStore`, 64 tasks, vs raw `SET k v NX PX` round trips/s on
 /// a `ConnectionManager` of the same `redis` crate, 64 tasks.
+/// `SET key value NX PX 600000`, one round trip: whether it stored the key.
+async fn set_nx_px(conn: &mut redis::aio::ConnectionManager, key: &str, value: &[u8]) -> bool {
+    let set: Option<String> = redis::cmd("SET")
+        .arg(key)
+        .arg(value)
+        .arg("NX")
+        .arg("PX")
+        .arg(600_000)
+        .query_async(conn)
+        .await
+        .expect("SET");
+    set.is_some()
+}
+
 /// One throughput round of one side: (ops/s, next free index).
 type RoundFuture = std::pin::Pin<Box<dyn Future<Output = (f64, u64)>>>;
 
@@ -1221,18 +1235,7 @@ fn redis_cycle_tput(ctx: &Ctx) -> Result<Report, Skip> {
         let (conn, raw_prefix) = (conn.clone(), raw_prefix.clone());
         Box::pin(tput(REDIS_TASKS, dur, first, move |i| {
             let (mut conn, key) = (conn.clone(), format!("{raw_prefix}evt_{i:020}"));
-            async move {
-                let set: Option<String> = redis::cmd("SET")
-                    .arg(key)
-                    .arg(&BODY[..32])
-                    .arg("NX")
-                    .arg("PX")
-                    .arg(600_000)
-                    .query_async(&mut conn)
-                    .await
-                    .expect("SET");
-                set.is_some()
-            }
+            async move { set_nx_px(&mut conn, &key, &BODY[..32]).await }
         }))
     };
     // The reference: the least a fenced cycle asks of the server, sent the plain way
@@ -1251,24 +1254,17 @@ fn redis_cycle_tput(ctx: &Ctx) -> Result<Report, Skip> {
             let key = format!("{raw_prefix}evt_{i:020}");
             let fence = format!("in_progress|{i:016x}|");
             async move {
-                let claimed: Option<String> = redis::cmd("SET")
-                    .arg(&key)
-                    .arg(format!("{fence}{}", FINGERPRINT_HEX))
-                    .arg("NX")
-                    .arg("PX")
-                    .arg(600_000)
-                    .query_async(&mut conn)
-                    .await
-                    .expect("SET");
+                let record = format!("{fence}{FINGERPRINT_HEX}");
+                let claimed = set_nx_px(&mut conn, &key, record.as_bytes()).await;
                 let done: i64 = fenced
                     .key(&key)
                     .arg(&fence)
-                    .arg(format!("completed|{i:016x}|{}", FINGERPRINT_HEX))
+                    .arg(format!("completed|{i:016x}|{FINGERPRINT_HEX}"))
                     .arg(600_000)
                     .invoke_async(&mut conn)
                     .await
                     .expect("EVALSHA");
-                claimed.is_some() && done == 1
+                claimed && done == 1
             }
         }))
     };
