@@ -272,6 +272,10 @@ impl WebhookGuardBuilder {
     /// Where the event's type, creation time and target object are in the body
     /// (default: where the verifier's provider puts them — Stripe and Jamm presets
     /// know — else nowhere). The ordering guard, the inbox and reconciliation use it.
+    /// [`WebhookGuard::handle`] and [`WebhookGuard::begin`] read it only once a
+    /// delivery has claimed its id: duplicates, conflicts and rejected deliveries are
+    /// not scanned for it. [`WebhookGuard::accept`] reads it for every verified
+    /// delivery (the inbox stores it with the event).
     pub fn event_meta(mut self, meta: MetaExtractor) -> Self {
         self.meta = Some(meta);
         self
