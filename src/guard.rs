@@ -272,10 +272,12 @@ impl WebhookGuardBuilder {
     /// Where the event's type, creation time and target object are in the body
     /// (default: where the verifier's provider puts them — Stripe and Jamm presets
     /// know — else nowhere). The ordering guard, the inbox and reconciliation use it.
-    /// [`WebhookGuard::handle`] and [`WebhookGuard::begin`] read it only once a
-    /// delivery has claimed its id: duplicates, conflicts and rejected deliveries are
-    /// not scanned for it. [`WebhookGuard::accept`] reads it for every verified
-    /// delivery (the inbox stores it with the event).
+    /// [`WebhookGuard::handle`], [`WebhookGuard::handle_owned`] and
+    /// [`WebhookGuard::begin`] (and the framework integrations, built on them) read
+    /// it only once a delivery has claimed its id: duplicates, conflicts and
+    /// deliveries in progress elsewhere are not scanned for it.
+    /// [`WebhookGuard::accept`] reads it for every verified delivery (the inbox
+    /// stores it with the event).
     pub fn event_meta(mut self, meta: MetaExtractor) -> Self {
         self.meta = Some(meta);
         self
@@ -1211,15 +1213,28 @@ impl WebhookGuard {
         };
         inner.hooks.on_claim(key, record.attempts);
         record_on_span("webhook.attempt", record.attempts);
+        // The metadata is read now that this delivery holds the claim. A custom
+        // extractor that panics fails the delivery as a panicking handler would:
+        // the claim is released (retryable), not left to run out its lease.
+        let mut panicked = None;
         let state = Arc::new(ClaimState {
             guard: self.clone(),
             token: request.token,
             id,
             record,
-            meta: inner.meta.extract(body),
+            meta: std::panic::catch_unwind(AssertUnwindSafe(|| inner.meta.extract(body)))
+                .unwrap_or_else(|panic| {
+                    panicked = Some(panic_message(&*panic).to_owned());
+                    EventMeta::default()
+                }),
             started,
             claimed_at: Instant::now(),
         });
+        if let Some(msg) = panicked {
+            let error = format!("metadata extractor panicked: {msg}");
+            // Boxed: a rare path, kept out of every delivery's future.
+            return Begin::Done(Box::pin(state.fail_retryable(body, error)).await);
+        }
         if state.record.failures >= inner.escalate_after {
             // Earlier holders crashed or hung until their leases ran out: stop here.
             let history = state.history_with(now, "lease expired".into());

@@ -148,7 +148,14 @@ impl MetaExtractor {
         })
     }
 
-    /// Any function of the body.
+    /// Any function of the body. The guard calls it once a delivery has claimed its
+    /// id; if it panics there, the delivery fails as it would had its handler
+    /// panicked (retryable, the claim released). [`WebhookGuard::verify`] and
+    /// [`WebhookGuard::accept`] call it before touching the store, and let a panic
+    /// through.
+    ///
+    /// [`WebhookGuard::verify`]: crate::WebhookGuard::verify
+    /// [`WebhookGuard::accept`]: crate::WebhookGuard::accept
     pub fn custom(f: impl Fn(&[u8]) -> EventMeta + Send + Sync + 'static) -> Self {
         Self(Arc::new(f))
     }

@@ -132,11 +132,9 @@ async fn first_delivery_is_processed_and_a_retry_is_a_duplicate() {
     assert_eq!(record.attempts, 1);
 }
 
-/// The metadata (type, created_at, object) is read from the body only by a delivery
-/// that claimed its id: a duplicate, a conflict, a delivery whose id is in progress
-/// elsewhere and a rejected one answer without scanning the body for it.
-#[tokio::test]
-async fn only_a_delivery_that_claims_its_id_reads_the_metadata() {
+/// A guard whose metadata extractor counts its calls (and panics on the calls whose
+/// numbers `panic_on` holds).
+fn counting_meta_guard(panic_on: &'static [usize]) -> (WebhookGuard, Arc<AtomicUsize>) {
     let reads = Arc::new(AtomicUsize::new(0));
     let counter = reads.clone();
     let guard = WebhookGuard::builder()
@@ -144,38 +142,78 @@ async fn only_a_delivery_that_claims_its_id_reads_the_metadata() {
         .verifier(NoVerification)
         .event_id(EventId::header("x-id"))
         .event_meta(MetaExtractor::custom(move |_| {
-            counter.fetch_add(1, Ordering::SeqCst);
+            let call = counter.fetch_add(1, Ordering::SeqCst) + 1;
+            assert!(
+                !panic_on.contains(&call),
+                "metadata extractor call {call} fails"
+            );
             EventMeta::default()
         }))
         .build()
         .unwrap();
+    (guard, reads)
+}
+
+/// The metadata (type, created_at, object) is read from the body only by a delivery
+/// that claimed its id: a duplicate, a conflict and a delivery whose id is in
+/// progress elsewhere answer without scanning the body for it.
+#[tokio::test]
+async fn only_a_delivery_that_claims_its_id_reads_the_metadata() {
+    let (guard, reads) = counting_meta_guard(&[]);
     let reads = || reads.load(Ordering::SeqCst);
 
     let outcome = ok_run(&guard, "evt_1", b"{}").await;
     assert!(matches!(outcome, Outcome::Processed { .. }), "{outcome:?}");
-    assert_eq!(reads(), 1);
+    assert_eq!(reads(), 1, "the first delivery reads it");
     let outcome = ok_run(&guard, "evt_1", b"{}").await;
     assert!(matches!(outcome, Outcome::Duplicate { .. }), "{outcome:?}");
+    assert_eq!(reads(), 1, "a duplicate does not");
     let outcome = ok_run(&guard, "evt_1", br#"{"other":1}"#).await;
     assert!(matches!(outcome, Outcome::Conflict { .. }), "{outcome:?}");
-    let outcome = guard
-        .handle(&[("x-other", "evt_1")], b"{}", |_| async { Ok(()) })
-        .await;
-    assert!(matches!(outcome, Outcome::Rejected(_)), "{outcome:?}");
-    assert_eq!(reads(), 1, "no claim, no metadata");
+    assert_eq!(reads(), 1, "a conflict does not");
 
     let Begin::Claimed(held) = guard.begin(&[("x-id", "evt_2")], b"{}").await else {
         panic!("first delivery must win the claim");
     };
-    assert_eq!(reads(), 2);
+    assert_eq!(reads(), 2, "a claim by `begin` reads it");
     let outcome = ok_run(&guard, "evt_2", b"{}").await;
     assert!(matches!(outcome, Outcome::InProgress { .. }), "{outcome:?}");
-    assert_eq!(reads(), 2);
+    assert_eq!(reads(), 2, "a delivery in progress elsewhere does not");
     assert!(matches!(held.complete().await, Outcome::Processed { .. }));
 
     // `verify` answers the metadata itself.
     guard.verify(&[("x-id", "evt_3")], b"{}").unwrap();
     assert_eq!(reads(), 3);
+}
+
+/// A metadata extractor that panics fails the delivery as a panicking handler does:
+/// the handler does not run, the claim is released as a retryable failure (not left
+/// to run out its lease) and the next delivery of the id is claimed at once.
+#[tokio::test]
+async fn a_panicking_metadata_extractor_releases_the_claim() {
+    let (guard, reads) = counting_meta_guard(&[1]);
+    let ran = AtomicUsize::new(0);
+    let outcome = guard
+        .handle(&[("x-id", "evt_meta")], b"{}", |_| {
+            ran.fetch_add(1, Ordering::SeqCst);
+            async { Ok(()) }
+        })
+        .await;
+    let Outcome::RetryableFailure {
+        error, failures, ..
+    } = &outcome
+    else {
+        panic!("expected RetryableFailure, got {outcome:?}");
+    };
+    assert_eq!(*failures, 1);
+    assert!(error.contains("metadata extractor call 1 fails"), "{error}");
+    assert_eq!(ran.load(Ordering::SeqCst), 0, "the handler must not run");
+    let record = guard.inspect("evt_meta").await.unwrap().unwrap();
+    assert_eq!((record.state, record.failures), (RecordState::Failed, 1));
+
+    let outcome = ok_run(&guard, "evt_meta", b"{}").await;
+    assert!(matches!(outcome, Outcome::Processed { .. }), "{outcome:?}");
+    assert_eq!(reads.load(Ordering::SeqCst), 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
