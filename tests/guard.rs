@@ -87,6 +87,19 @@ fn setup() -> Setup {
     }
 }
 
+/// Asserts that `outcome` is the first retryable failure of its id, with an error
+/// that mentions `needle`.
+fn assert_first_retryable_failure(outcome: &Outcome, needle: &str) {
+    let Outcome::RetryableFailure {
+        error, failures, ..
+    } = outcome
+    else {
+        panic!("expected RetryableFailure, got {outcome:?}");
+    };
+    assert_eq!(*failures, 1);
+    assert!(error.contains(needle), "{error}");
+}
+
 async fn ok_run(guard: &WebhookGuard, id: &str, body: &[u8]) -> Outcome {
     guard
         .handle(&[("x-id", id)], body, |_| async { Ok(()) })
@@ -199,14 +212,7 @@ async fn a_panicking_metadata_extractor_releases_the_claim() {
             async { Ok(()) }
         })
         .await;
-    let Outcome::RetryableFailure {
-        error, failures, ..
-    } = &outcome
-    else {
-        panic!("expected RetryableFailure, got {outcome:?}");
-    };
-    assert_eq!(*failures, 1);
-    assert!(error.contains("metadata extractor call 1 fails"), "{error}");
+    assert_first_retryable_failure(&outcome, "metadata extractor call 1 fails");
     assert_eq!(ran.load(Ordering::SeqCst), 0, "the handler must not run");
     let record = guard.inspect("evt_meta").await.unwrap().unwrap();
     assert_eq!((record.state, record.failures), (RecordState::Failed, 1));
@@ -399,14 +405,7 @@ async fn a_panicking_handler_releases_its_claim() {
             panic!("boom");
         })
         .await;
-    let Outcome::RetryableFailure {
-        error, failures, ..
-    } = &outcome
-    else {
-        panic!("expected RetryableFailure, got {outcome:?}");
-    };
-    assert_eq!(*failures, 1);
-    assert!(error.contains("boom"), "{error}");
+    assert_first_retryable_failure(&outcome, "boom");
     assert_eq!(s.guard.answer(&outcome).status, 500);
     // No lease expiry needed: the claim was released.
     assert!(matches!(
