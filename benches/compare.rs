@@ -1109,23 +1109,49 @@ fn interleave_tput<G, B, GF, BF>(
 where
     G: Fn(u64) -> GF,
     B: Fn(u64) -> BF,
-    GF: Future<Output = (f64, u64)>,
-    BF: Future<Output = (f64, u64)>,
+    GF: Future<Output = (f64, u64)> + 'static,
+    BF: Future<Output = (f64, u64)> + 'static,
 {
-    let next = std::cell::Cell::new(0u64);
-    ctx.interleave(
+    let m = interleave_tput_sides(
+        ctx,
+        rt,
         ctx.rounds.min(5),
-        || {
-            let (v, n) = rt.block_on(guard(next.get()));
-            next.set(n);
-            v
-        },
-        || {
-            let (v, n) = rt.block_on(baseline(next.get()));
-            next.set(n);
-            v
-        },
-    )
+        &[&|first| Box::pin(guard(first)), &|first| {
+            Box::pin(baseline(first))
+        }],
+    );
+    (m[0], m[1])
+}
+
+/// One throughput round of one side: (ops/s, next free index).
+type RoundFuture = std::pin::Pin<Box<dyn Future<Output = (f64, u64)>>>;
+
+/// [`interleave_tput`] for any number of sides ([`Ctx::interleave_sides`]): each
+/// round of a side starts at the index the round before it stopped at, so no two
+/// rounds use the same ids. The median ops/s of each side.
+fn interleave_tput_sides(
+    ctx: &Ctx,
+    rt: &tokio::runtime::Runtime,
+    rounds: usize,
+    sides: &[&dyn Fn(u64) -> RoundFuture],
+) -> Vec<f64> {
+    let next = std::cell::Cell::new(0u64);
+    let mut runs: Vec<_> = sides
+        .iter()
+        .map(|side| {
+            let next = &next;
+            move || {
+                let (v, n) = rt.block_on(side(next.get()));
+                next.set(n);
+                v
+            }
+        })
+        .collect();
+    let mut runs: Vec<&mut dyn FnMut() -> f64> = runs
+        .iter_mut()
+        .map(|run| run as &mut dyn FnMut() -> f64)
+        .collect();
+    ctx.interleave_sides(rounds, &mut runs)
 }
 
 fn tput_report(g: f64, b: f64, base_what: &'static str, note: String) -> Report {
@@ -1198,9 +1224,6 @@ async fn set_nx_px(conn: &mut redis::aio::ConnectionManager, key: &str, value: &
     set.is_some()
 }
 
-/// One throughput round of one side: (ops/s, next free index).
-type RoundFuture = std::pin::Pin<Box<dyn Future<Output = (f64, u64)>>>;
-
 /// Guard cycles/s on `RedisStore`, 64 tasks, vs raw `SET k v NX PX` round trips/s on
 /// a `ConnectionManager` of the same `redis` crate, 64 tasks; a third side, the
 /// reference cycle, runs in the same rounds.
@@ -1219,12 +1242,6 @@ fn redis_cycle_tput(ctx: &Ctx) -> Result<Report, Skip> {
         (guard, conn)
     });
     let raw_prefix = format!("{prefix}_raw:");
-    let next = std::cell::Cell::new(0u64);
-    let run = |side: &dyn Fn(u64) -> RoundFuture| {
-        let (v, n) = rt.block_on(side(next.get()));
-        next.set(n);
-        v
-    };
     let guard_side = |first| -> RoundFuture {
         let guard = guard.clone();
         Box::pin(tput(REDIS_TASKS, dur, first, move |i| {
@@ -1271,14 +1288,7 @@ fn redis_cycle_tput(ctx: &Ctx) -> Result<Report, Skip> {
     };
     // Rounds in whole turns of three, so that each side goes first equally often.
     let rounds = (ctx.rounds.min(6) / 3).max(1) * 3;
-    let m = ctx.interleave_sides(
-        rounds,
-        &mut [
-            &mut || run(&guard_side),
-            &mut || run(&set_side),
-            &mut || run(&reference_side),
-        ],
-    );
+    let m = interleave_tput_sides(ctx, &rt, rounds, &[&guard_side, &set_side, &reference_side]);
     let (g, b, r) = (m[0], m[1], m[2]);
     rt.block_on(async {
         redis_cleanup(&url, &format!("{{{prefix}:*")).await;
