@@ -10,7 +10,12 @@
 //! | `redis://…`, `rediss://…` | [`RedisStore`](super::RedisStore) (standalone) | `redis` |
 //!
 //! The URL is handed to the driver as written (`mariadb://` is read as `mysql://`),
-//! so the driver's own parameters (`sslmode`, a Redis database number, …) work.
+//! so the driver's own parameters (`sslmode`, a Redis database number, SQLite's
+//! `mode=ro|rw|rwc`, …) work. A SQLite path is percent-decoded, as the driver does
+//! (`%3F` for a `?` in a file name). An in-memory SQLite database (`sqlite::memory:`,
+//! `mode=memory`) is refused: every pooled connection would open its own, and its
+//! records would vanish with the connection that held them; `memory:` is the
+//! in-process store.
 //! `rediss://` needs the `redis` crate built with one of its TLS features. Opening
 //! does not create tables: call [`OpenedStore::migrate`] (idempotent) at start-up or
 //! from a deployment step (`webhook-guard migrate`).
@@ -181,11 +186,19 @@ impl FromStr for StoreUrl {
         let (backend, target) = match scheme.as_str() {
             "memory" => (Backend::Memory, String::new()),
             "sqlite" => {
-                let path = rest.strip_prefix("//").unwrap_or(rest);
+                let target = rest.strip_prefix("//").unwrap_or(rest);
+                let (path, query) = target.split_once('?').unwrap_or((target, ""));
                 if path.is_empty() {
                     return Err(OpenError::InvalidUrl("sqlite: needs a file path"));
                 }
-                (Backend::Sqlite, path.to_owned())
+                // Each pooled connection would open a database of its own, and
+                // the records would vanish with the connection that held them.
+                if path == ":memory:" || query_param(query, "mode") == Some("memory") {
+                    return Err(OpenError::InvalidUrl(
+                        "sqlite: an in-memory database is not a store; use memory:",
+                    ));
+                }
+                (Backend::Sqlite, target.to_owned())
             }
             "postgres" | "postgresql" => (Backend::Postgres, url.to_owned()),
             "mysql" => (Backend::MySql, url.to_owned()),
@@ -222,6 +235,14 @@ impl FromStr for StoreUrl {
             create_if_missing: true,
         })
     }
+}
+
+/// The value of `key` in a URL query (`a=1&b=2`), as written.
+fn query_param<'q>(query: &'q str, key: &str) -> Option<&'q str> {
+    query
+        .split('&')
+        .filter_map(|pair| pair.split_once('='))
+        .find_map(|(k, v)| (k == key).then_some(v))
 }
 
 impl StoreUrl {
@@ -292,8 +313,18 @@ impl StoreUrl {
     #[cfg(feature = "sqlite")]
     async fn open_sqlite(&self) -> Result<OpenedStore, OpenError> {
         use super::sqlite::{self, SqliteStore};
-        let options =
-            SqliteStore::connect_options(&self.target).create_if_missing(self.create_if_missing);
+        // The driver reads the path (percent-decoded) and its parameters.
+        let parsed = sqlx::sqlite::SqliteConnectOptions::from_str(&self.target).map_err(|_| {
+            OpenError::InvalidUrl(
+                "sqlite: unknown parameter; the driver takes mode=ro|rw|rwc, \
+                 cache=shared|private, immutable and vfs",
+            )
+        })?;
+        let mut options = SqliteStore::tune(parsed);
+        let query = self.target.split_once('?').map_or("", |(_, q)| q);
+        if query_param(query, "mode").is_none() {
+            options = options.create_if_missing(self.create_if_missing);
+        }
         let pool = sqlx::sqlite::SqlitePoolOptions::new()
             .max_connections(4)
             .acquire_timeout(std::time::Duration::from_secs(5))
@@ -497,6 +528,18 @@ mod tests {
             assert_eq!(p("sqlite://a.db").unwrap().target, "a.db");
             assert_eq!(p("sqlite:///tmp/a.db").unwrap().target, "/tmp/a.db");
             assert_eq!(p("SQLITE:a.db").unwrap().target, "a.db");
+            assert_eq!(p("sqlite:a.db?mode=ro").unwrap().target, "a.db?mode=ro");
+        }
+        for memory in [
+            "sqlite::memory:",
+            "sqlite://:memory:",
+            "sqlite::memory:?cache=shared",
+            "sqlite:a.db?mode=memory",
+        ] {
+            assert!(
+                matches!(p(memory), Err(OpenError::InvalidUrl(m)) if m.contains("memory:")),
+                "{memory}"
+            );
         }
         #[cfg(feature = "mysql")]
         assert_eq!(p("mariadb://h/db").unwrap().target, "mysql://h/db");
@@ -514,6 +557,51 @@ mod tests {
             assert_eq!(url.backend(), Backend::Postgres);
             assert!(!format!("{url:?}").contains("hunter2"));
         }
+    }
+
+    #[cfg(feature = "sqlite")]
+    #[tokio::test]
+    async fn sqlite_urls_reach_the_driver_with_their_parameters() {
+        let dir = std::env::temp_dir();
+        let stem = format!(
+            "wg-open-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        )
+        .replace(|c: char| !c.is_ascii_alphanumeric() && c != '-', "");
+        let remove = |path: &std::path::Path| {
+            for suffix in ["", "-wal", "-shm"] {
+                let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+            }
+        };
+
+        // The path is percent-decoded, as the driver reads it.
+        let spaced = dir.join(format!("{stem} a.db"));
+        let opened = open(&format!("sqlite:{}/{stem}%20a.db", dir.display()))
+            .await
+            .unwrap();
+        assert!(spaced.exists());
+        opened.migrate().await.unwrap();
+        drop(opened);
+        remove(&spaced);
+
+        // `mode=ro` is the driver's: a missing file is not created.
+        let missing = dir.join(format!("{stem}-missing.db"));
+        let err = open(&format!("sqlite:{}?mode=ro", missing.display()))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, OpenError::Store(_)), "{err}");
+        assert!(!missing.exists());
+
+        // A parameter the driver does not know is a bad URL.
+        let err = open(&format!("sqlite:{}?colour=blue", missing.display()))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, OpenError::InvalidUrl(m) if m.contains("mode=")),
+            "{err}"
+        );
+        assert!(!missing.exists());
     }
 
     #[tokio::test]

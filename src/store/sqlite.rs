@@ -195,9 +195,13 @@ impl SqliteStore {
     /// commits on power loss (never on a process crash) for fewer fsyncs; a lost
     /// `completed` record would let a retry run its handler again.
     pub fn connect_options(path: impl AsRef<Path>) -> SqliteConnectOptions {
-        SqliteConnectOptions::new()
-            .filename(path)
-            .create_if_missing(true)
+        Self::tune(SqliteConnectOptions::new().filename(path)).create_if_missing(true)
+    }
+
+    /// `options` with the journal, durability and busy timeout of
+    /// [`SqliteStore::connect_options`].
+    pub(crate) fn tune(options: SqliteConnectOptions) -> SqliteConnectOptions {
+        options
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Full)
             .busy_timeout(BUSY_TIMEOUT)
@@ -281,6 +285,8 @@ impl SqliteStore {
     /// applied exactly once. Make `record_in` the transaction's first statement (or
     /// begin it with `BEGIN IMMEDIATE`): a transaction that read first and writes
     /// later can fail with `SQLITE_BUSY` at once instead of waiting.
+    /// Whatever it answers, the write lock is held until the transaction ends: on
+    /// anything but `First`, end it at once.
     ///
     /// ```no_run
     /// # async fn demo(store: webhook_guard::store::SqliteStore, body: &[u8])
