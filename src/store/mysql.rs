@@ -366,8 +366,9 @@ impl QueueSql {
         let name = TableName::new(table).expect("validated by MySqlStore::with_table");
         let inbox = name.derived("inbox").as_str().to_owned();
         let objects = name.derived("objects").as_str().to_owned();
-        let i = &inbox;
-        let o = &objects;
+        let i = &quote(&inbox);
+        let o = &quote(&objects);
+        let table = &quote(table);
         let fence = "WHERE namespace = ? AND id = ? AND state = 'running' AND token = ?";
         let object_key = "namespace = ? AND object = ? AND family = ?";
         Self {
@@ -488,7 +489,8 @@ fn compile(template: &str) -> (String, Vec<Param>) {
 }
 
 impl Sql {
-    fn new(table: &str) -> Self {
+    fn new(name: &str) -> Self {
+        let table = &quote(name);
         let template = CLAIM_TEMPLATE
             .replace("{fresh}", FRESH)
             .replace("{take}", TAKE)
@@ -520,7 +522,7 @@ impl Sql {
                 "SELECT {COLUMNS} FROM {table} WHERE state = 'in_progress' \
                  AND lease_until <= ? ORDER BY lease_until LIMIT ?"
             ),
-            queue: QueueSql::new(table),
+            queue: QueueSql::new(name),
         }
     }
 }
@@ -634,11 +636,17 @@ fn schema_for(table: &str) -> String {
     let default = MySqlStore::DEFAULT_TABLE;
     SCHEMA
         .trim_end()
-        .replace(&format!("{default}_inbox "), "{inbox} ")
-        .replace(&format!("{default}_objects "), "{objects} ")
-        .replacen(default, table, 1)
-        .replace("{inbox}", name.derived("inbox").as_str())
-        .replace("{objects}", name.derived("objects").as_str())
+        .replace(&quote(&format!("{default}_inbox")), "{inbox}")
+        .replace(&quote(&format!("{default}_objects")), "{objects}")
+        .replacen(&quote(default), &quote(table), 1)
+        .replace("{inbox}", &quote(name.derived("inbox").as_str()))
+        .replace("{objects}", &quote(name.derived("objects").as_str()))
+}
+
+/// A table name in backticks, so that reserved words (`order`, `key`) work too. The
+/// name is validated (letters, digits and `_`), so it holds no backtick.
+fn quote(table: &str) -> String {
+    format!("`{table}`")
 }
 
 fn fresh_record(req: &ClaimRequest<'_>) -> Record {

@@ -1,4 +1,4 @@
-CREATE TABLE IF NOT EXISTS webhook_guard_records (
+CREATE TABLE IF NOT EXISTS `webhook_guard_records` (
     namespace   VARBINARY(64)  NOT NULL,
     id          VARBINARY(255) NOT NULL,
     state       VARCHAR(17) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
@@ -15,7 +15,7 @@ CREATE TABLE IF NOT EXISTS webhook_guard_records (
     KEY by_expiry (expires_at),
     KEY by_lease (state, lease_until)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
-CREATE TABLE IF NOT EXISTS webhook_guard_records_inbox (
+CREATE TABLE IF NOT EXISTS `webhook_guard_records_inbox` (
     namespace       VARBINARY(64)  NOT NULL,
     id              VARBINARY(255) NOT NULL,
     fingerprint     BINARY(32)     NOT NULL,
@@ -38,7 +38,7 @@ CREATE TABLE IF NOT EXISTS webhook_guard_records_inbox (
     KEY by_due (namespace, due_at),
     KEY by_settled (due_at, expires_at)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
-CREATE TABLE IF NOT EXISTS webhook_guard_records_objects (
+CREATE TABLE IF NOT EXISTS `webhook_guard_records_objects` (
     namespace  VARBINARY(64)  NOT NULL,
     object     VARBINARY(255) NOT NULL,
     family     VARBINARY(255) NOT NULL,
