@@ -536,14 +536,25 @@ impl MySqlStore {
         Self::build(pool, Self::DEFAULT_TABLE)
     }
 
-    /// Connects a pool with sqlx's defaults to `url`
-    /// (`mysql://user:password@host:3306/database`) and returns a store on it.
+    /// Connects a pool of up to 16 connections to `url`
+    /// (`mysql://user:password@host:3306/database`), waiting at most 5 s for a free
+    /// connection so that an unreachable server answers 503 quickly, and returns a
+    /// store on it with the default table. Does not create the table: see
+    /// [`MySqlStore::migrate`].
+    ///
+    /// For other pool settings, build the [`MySqlPool`] yourself and use
+    /// [`MySqlStore::new`].
     ///
     /// # Errors
     /// [`StoreError::Unavailable`] when the server cannot be reached,
     /// [`StoreError::Backend`] for a bad URL or refused credentials.
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
-        let pool = MySqlPool::connect(url).await.map_err(map_err)?;
+        let pool = sqlx::mysql::MySqlPoolOptions::new()
+            .max_connections(16)
+            .acquire_timeout(std::time::Duration::from_secs(5))
+            .connect(url)
+            .await
+            .map_err(map_err)?;
         Ok(Self::new(pool))
     }
 
