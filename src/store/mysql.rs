@@ -988,6 +988,12 @@ impl MySqlStore {
     /// after a commit it answers `Duplicate`, after a rollback `First`. So whatever
     /// instruction the process dies at, the effect is applied exactly once.
     ///
+    /// Whatever it answers, the transaction now holds the record's row lock until it
+    /// ends, even when it recorded nothing. On anything but `First`, end the
+    /// transaction at once: meanwhile a delivery the guard runs for the same id
+    /// cannot finish or renew its claim, and a retry of it waits instead of being
+    /// answered.
+    ///
     /// InnoDB may end a transaction as a deadlock victim (error 1213, a
     /// [`StoreError::Backend`] whose source is the [`sqlx::Error`]): it was rolled
     /// back whole, effect included, so run the whole transaction again.

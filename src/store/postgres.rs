@@ -281,6 +281,12 @@ impl PostgresStore {
     /// `SERIALIZABLE` the waiting transaction fails with a serialization error
     /// instead, to be run again.
     ///
+    /// Whatever it answers, the transaction now holds the record's row lock until it
+    /// ends, even when it recorded nothing. On anything but `First`, end the
+    /// transaction at once: meanwhile a delivery the guard runs for the same id
+    /// cannot finish or renew its claim, and a retry of it waits instead of being
+    /// answered.
+    ///
     /// Do not drop the transaction's futures half-way (a `select!`, a timeout, an
     /// aborted task): sqlx 0.8's `begin` is not cancellation-safe, and a future
     /// dropped while `BEGIN` is in flight returns its connection to the pool inside a
