@@ -50,8 +50,8 @@
 //!   end of its lease (to find [stuck](ProcessedStore::stuck) claims) or its expiry
 //!   (to [purge](ProcessedStore::purge_expired) it). A claim files a new record at
 //!   the end of its lease; a finish leaves the entry there unless the expiry is
-//!   earlier. Entries scored too early are re-filed when a purge, a stuck scan or
-//!   a tidy (below) meets them.
+//!   earlier. Entries scored too early are re-filed when a purge or a stuck scan
+//!   meets them, and so are finished records when a tidy (below) does.
 //!
 //! The trade-off: a shard's load lands on the node that serves its slot, so one
 //! store spreads over at most `shards` slots (16 by default — enough for a few
@@ -82,8 +82,18 @@
 //! by TTL, and the index tidies itself — each time a process has filed 256 new
 //! records in a shard's index, it looks at as many of the shard's due entries,
 //! drops those whose record is gone and re-files finished ones at their expiry, so
-//! the index does not grow without bound. Running the [`Sweeper`](crate::Sweeper)
-//! anyway reports stuck claims and keeps the index smaller.
+//! the index does not grow without bound. A tidy leaves a stuck claim's entry where
+//! it is (the stuck scan reports it) until the record's TTL drops the record, so
+//! while 256 or more stuck claims of one shard are due, its tidies make no
+//! progress and its index grows by the records filed meanwhile. Running the
+//! [`Sweeper`](crate::Sweeper) anyway reports stuck claims and keeps the index
+//! smaller.
+//!
+//! Run the server with `maxmemory-policy noeviction` (Redis's default), or give
+//! the store a server of its own: every record key has a TTL, so under a
+//! `volatile-*` or `allkeys-*` policy, memory pressure can evict records before
+//! their expiry, a claim in progress included, and a retry would then run its
+//! handler again.
 //!
 //! # Speed
 //!
@@ -136,6 +146,16 @@
 //! `purge_settled` honours the contract for any `now` through the `settled` index,
 //! and clears the entries of events the TTL already dropped (they count as purged).
 //! Unsettled events never expire.
+//!
+//! On a Redis Cluster, a script the connection sends again after a lost reply may
+//! run twice (as for the dedup records above). The inbox's scripts do not detect
+//! their own earlier run: an enqueue run twice answers that the event exists (the
+//! delivery is acknowledged all the same); a settle run twice answers
+//! [`LeaseLost`](crate::store::Fence::LeaseLost) for an event it did settle; and a
+//! lease run twice hands out the next due events under the same tokens, while the
+//! events of its first run, which no worker received, are leased again only once
+//! their lease has run out, each with one attempt spent. The connection to a
+//! standalone server sends no script twice.
 //!
 //! # The ordering guard: sharded like the dedup records
 //!
