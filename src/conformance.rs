@@ -30,6 +30,7 @@ pub async fn run_all(store: &dyn ProcessedStore) {
     finish_is_fenced(store).await;
     failed_record_is_reclaimed(store).await;
     expired_lease_is_taken_over(store).await;
+    lease_is_live_to_its_end(store).await;
     different_body_is_not_taken_over(store).await;
     expired_record_is_claimed_afresh(store).await;
     renew_is_fenced(store).await;
@@ -326,6 +327,28 @@ pub async fn expired_lease_is_taken_over(store: &dyn ProcessedStore) {
             .await
             .unwrap(),
         Fence::Applied
+    );
+}
+
+/// A lease is live to its very end, even one that ends between two milliseconds:
+/// a store that keeps times in milliseconds rounds the end of a lease up, never
+/// down, so that no claim takes it over early.
+pub async fn lease_is_live_to_its_end(store: &dyn ProcessedStore) {
+    let f = Fixture::new();
+    let at = |us: i64| f.now + TimeDelta::microseconds(us);
+    let claim_at = |us: i64, lease_until| ClaimRequest {
+        now: at(us),
+        lease_until,
+        ..f.request("edge", b"b", 0)
+    };
+    acquired(claim(store, &claim_at(0, at(700))).await, "fresh claim");
+    existing(
+        claim(store, &claim_at(300, at(60_000_000))).await,
+        "a claim 0.4 ms before the lease ends (in its last millisecond)",
+    );
+    acquired(
+        claim(store, &claim_at(1_000, at(60_000_000))).await,
+        "a claim 0.3 ms after the lease ended",
     );
 }
 

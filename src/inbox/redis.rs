@@ -422,7 +422,7 @@ impl InboxStore for RedisStore {
             let mut inv = Eval::new(&SCRIPTS.lease, 1);
             inv.key(&keys.due)
                 .arg(millis(now))
-                .arg(millis(lease_until))
+                .arg(crate::store::lease_millis(lease_until))
                 .arg(&keys.events);
             for _ in 0..want {
                 inv.arg(FencingToken::random().0);
@@ -486,7 +486,7 @@ impl InboxStore for RedisStore {
             .key(&keys.due)
             .arg(key.id)
             .arg(token.0)
-            .arg(millis(lease_until));
+            .arg(crate::store::lease_millis(lease_until));
         let applied: i64 = self.connection().eval(&inv).await.map_err(store_error)?;
         Ok(fence(applied))
     }

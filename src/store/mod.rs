@@ -653,3 +653,22 @@ mod tests {
         assert!(t.windows(2).all(|w| w[1].wrapping_sub(w[0]) != 1));
     }
 }
+
+/// The end of a lease in whole milliseconds, rounded up, for stores that keep
+/// times in milliseconds: a lease kept to the millisecond below could be taken over
+/// up to a millisecond before it ends (the store compares it with `now` in
+/// milliseconds too); one rounded up never is.
+#[cfg(any(
+    feature = "postgres",
+    feature = "sqlite",
+    feature = "mysql",
+    feature = "redis"
+))]
+pub(crate) fn lease_millis(t: DateTime<Utc>) -> i64 {
+    let ms = t.timestamp_millis();
+    if t.timestamp_subsec_nanos() % 1_000_000 == 0 {
+        ms
+    } else {
+        ms + 1
+    }
+}

@@ -32,7 +32,8 @@ use sqlx::{Connection, Row};
 pub use sqlx;
 
 use super::sql::{
-    self as shared, millis, time, RawEvent, RawObject, TableName, EVENT_COLUMNS, OBJECT_COLUMNS,
+    self as shared, lease_millis, millis, time, RawEvent, RawObject, TableName, EVENT_COLUMNS,
+    OBJECT_COLUMNS,
 };
 use super::{
     decode_history, encode_history, Claim, ClaimRequest, Decision, Deleted, Fence, FencingToken,
@@ -618,7 +619,7 @@ impl MySqlStore {
             fp: &req.fingerprint.0,
             token: req.token.as_i64(),
             now: millis(req.now),
-            lease: millis(req.lease_until),
+            lease: lease_millis(req.lease_until),
             exp: millis(req.expires_at),
             ..Values::default()
         };
@@ -827,7 +828,7 @@ impl ProcessedStore for MySqlStore {
     ) -> Result<Fence, StoreError> {
         let done = retry_deadlocks(|| {
             sqlx::query(&self.sql.renew)
-                .bind(millis(lease_until))
+                .bind(lease_millis(lease_until))
                 .bind(millis(expires_at))
                 .bind(key.namespace)
                 .bind(key.id)
@@ -1198,7 +1199,7 @@ impl InboxStore for MySqlStore {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        let (now, until) = (millis(now), millis(lease_until));
+        let (now, until) = (millis(now), lease_millis(lease_until));
         // The transaction runs in its own task, to completion even if the caller's
         // future is dropped: sqlx 0.8's `begin` is not cancellation-safe (a future
         // dropped while `BEGIN` is in flight returns its connection to the pool
@@ -1259,7 +1260,7 @@ impl InboxStore for MySqlStore {
         token: FencingToken,
         lease_until: DateTime<Utc>,
     ) -> Result<Fence, StoreError> {
-        let until = millis(lease_until);
+        let until = lease_millis(lease_until);
         let done = retry_deadlocks(|| {
             sqlx::query(&self.sql.queue.renew)
                 .bind(until)

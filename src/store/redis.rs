@@ -858,7 +858,7 @@ fn own_claim(existing: &Record, request: &ClaimRequest<'_>) -> bool {
 /// TTL: until its expiry or the end of its lease, whichever is later.
 fn fresh_record(request: &ClaimRequest<'_>) -> (String, i64) {
     let now = millis(request.now);
-    let lease = millis(request.lease_until);
+    let lease = super::lease_millis(request.lease_until);
     let expires = millis(request.expires_at);
     let fingerprint = request.fingerprint.to_hex();
     let token = request.token.0;
@@ -1106,7 +1106,7 @@ impl ProcessedStore for RedisStore {
         let (rec, shard, member) = self.locate_shard(request.key);
         let (now, lease, expires) = (
             millis(request.now),
-            millis(request.lease_until),
+            super::lease_millis(request.lease_until),
             millis(request.expires_at),
         );
         let (fresh, fresh_ttl) = fresh_record(request);
@@ -1243,7 +1243,7 @@ impl ProcessedStore for RedisStore {
             .key(&keys.due)
             .arg(&member)
             .arg(token.0)
-            .arg(millis(lease_until))
+            .arg(super::lease_millis(lease_until))
             .arg(millis(expires_at));
         let applied: i64 = self
             .inner

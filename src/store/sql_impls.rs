@@ -93,7 +93,7 @@ macro_rules! sql_store_impls {
                                 .bind(key.id)
                                 .bind(&request.fingerprint.0[..])
                                 .bind(request.token.as_i64())
-                                .bind(millis(request.lease_until))
+                                .bind(sql::lease_millis(request.lease_until))
                                 .bind(millis(request.expires_at))
                                 .bind(millis(request.now))
                                 .fetch_optional(&self.pool)
@@ -146,7 +146,7 @@ macro_rules! sql_store_impls {
                         .bind(key.namespace)
                         .bind(key.id)
                         .bind(token.as_i64())
-                        .bind(millis(lease_until))
+                        .bind(sql::lease_millis(lease_until))
                         .bind(millis(expires_at))
                         .execute(&self.pool)
                         .await
@@ -302,7 +302,7 @@ macro_rules! sql_store_impls {
                         .bind(namespace)
                         .bind(millis(now))
                         .bind(FencingToken::random().as_i64())
-                        .bind(millis(lease_until))
+                        .bind(sql::lease_millis(lease_until))
                         .bind(sql::limit(limit))
                         .fetch_all(&self.pool)
                         .await
@@ -345,7 +345,7 @@ macro_rules! sql_store_impls {
                         .bind(key.namespace)
                         .bind(key.id)
                         .bind(token.as_i64())
-                        .bind(millis(lease_until))
+                        .bind(sql::lease_millis(lease_until))
                         .execute(&self.pool)
                         .await
                         .map_err($err)?;
