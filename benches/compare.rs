@@ -63,6 +63,11 @@ const COMPARISONS: &[Comparison] = &[
         memory_cycle_vs_idempotent_tput,
     ),
     Comparison::new(
+        "memory_cycle_vs_klauthed_tput",
+        Peer,
+        memory_cycle_vs_klauthed_tput,
+    ),
+    Comparison::new(
         "sweep_claim_p99_memory",
         AtMost(5.0),
         sweep_claim_p99_memory,
@@ -80,6 +85,11 @@ const COMPARISONS: &[Comparison] = &[
         "redis_cycle_vs_idempotent_tput",
         AtLeast(2.0),
         redis_cycle_vs_idempotent_tput,
+    ),
+    Comparison::new(
+        "redis_cycle_vs_klauthed_tput",
+        Peer,
+        redis_cycle_vs_klauthed_tput,
     ),
     Comparison::new("postgres_cycle_tput", AtLeast(0.42), postgres_cycle_tput),
     Comparison::new("mysql_cycle_tput", AtLeast(0.42), mysql_cycle_tput),
@@ -122,15 +132,20 @@ impl Comparison {
 enum Target {
     AtMost(f64),
     AtLeast(f64),
+    /// A peer crate measured for the record: the issue sets no target.
+    Peer,
 }
-use Target::{AtLeast, AtMost};
+use Target::{AtLeast, AtMost, Peer};
 
 impl Target {
-    fn met(self, ratio: f64) -> bool {
-        match self {
+    /// The target and whether `ratio` meets it, as the table prints them.
+    fn verdict(self, ratio: f64) -> String {
+        let met = match self {
             AtMost(t) => ratio <= t,
             AtLeast(t) => ratio >= t,
-        }
+            Peer => return "no target: a peer".into(),
+        };
+        format!("target {self}, {}", if met { "met" } else { "MISSED" })
     }
 }
 
@@ -139,6 +154,7 @@ impl std::fmt::Display for Target {
         match self {
             AtMost(t) => write!(f, "<= {t}"),
             AtLeast(t) => write!(f, ">= {t}"),
+            Peer => write!(f, "none"),
         }
     }
 }
@@ -321,13 +337,11 @@ fn main() {
         let t = Instant::now();
         match (c.run)(&ctx) {
             Ok(report) => {
-                let met = c.target.met(report.ratio);
                 println!(
-                    "{:<34} ratio {:>7.3} (target {}, {})  {}  |  {}  [{:.1} s]",
+                    "{:<34} ratio {:>7.3} ({})  {}  |  {}  [{:.1} s]",
                     c.name,
                     report.ratio,
-                    c.target,
-                    if met { "met" } else { "MISSED" },
+                    c.target.verdict(report.ratio),
                     report.guard,
                     report.baseline,
                     t.elapsed().as_secs_f64()
@@ -556,6 +570,46 @@ fn memory_cycle_2t_tput(ctx: &Ctx) -> Result<Report, Skip> {
     })
 }
 
+/// Tasks per side of the in-memory peer comparisons.
+const MEMORY_TASKS: usize = 64;
+
+/// Cycles/s of one round on `rt`: [`MEMORY_TASKS`] tasks, task `k` running
+/// `task(state, range)` over its share of `n` items.
+fn memory_tasks_round<S, Fut>(
+    rt: &tokio::runtime::Runtime,
+    n: usize,
+    state: S,
+    task: impl Fn(S, std::ops::Range<usize>) -> Fut,
+) -> f64
+where
+    S: Clone,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let chunk = n.div_ceil(MEMORY_TASKS);
+    rt.block_on(async {
+        let t = Instant::now();
+        let tasks: Vec<_> = (0..MEMORY_TASKS)
+            .map(|k| tokio::spawn(task(state.clone(), k * chunk..((k + 1) * chunk).min(n))))
+            .collect();
+        for task in tasks {
+            task.await.expect("task");
+        }
+        n as f64 / t.elapsed().as_secs_f64()
+    })
+}
+
+/// One guard round of the in-memory peer comparisons: cycles/s on a fresh
+/// `MemoryStore`, every id new.
+fn memory_guard_round(rt: &tokio::runtime::Runtime, ids: &Arc<Vec<String>>) -> f64 {
+    let state = (guard_on(MemoryStore::new()), ids.clone());
+    memory_tasks_round(rt, ids.len(), state, |(guard, ids), range| async move {
+        for id in &ids[range] {
+            let outcome = cycle(&guard, id).await;
+            debug_assert!(matches!(outcome, Outcome::Processed { .. }));
+        }
+    })
+}
+
 /// Guard cycles/s on `MemoryStore` with 64 tasks vs the `idempotent` crate 0.3's
 /// `MemoryStore` claim + complete with 64 tasks, on the same 2-worker runtime.
 fn memory_cycle_vs_idempotent_tput(ctx: &Ctx) -> Result<Report, Skip> {
@@ -563,79 +617,88 @@ fn memory_cycle_vs_idempotent_tput(ctx: &Ctx) -> Result<Report, Skip> {
     use idempotent::store::{IdempotencyStore, InsertResult};
     use idempotent::{CachedResponse, IdempotencyEntry, IdempotencyKey, Metadata};
 
-    const TASKS: usize = 64;
     let n = ctx.n(200_000);
     let ids = Arc::new(ids(0, n));
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let chunk = n.div_ceil(TASKS);
-
-    let guard_round = || {
-        rt.block_on(async {
-            let guard = guard_on(MemoryStore::new());
-            let t = Instant::now();
-            let tasks: Vec<_> = (0..TASKS)
-                .map(|k| {
-                    let (guard, ids) = (guard.clone(), ids.clone());
-                    tokio::spawn(async move {
-                        for id in ids.iter().skip(k * chunk).take(chunk) {
-                            let outcome = cycle(&guard, id).await;
-                            debug_assert!(matches!(outcome, Outcome::Processed { .. }));
-                        }
-                    })
-                })
-                .collect();
-            for task in tasks {
-                task.await.expect("task");
-            }
-            n as f64 / t.elapsed().as_secs_f64()
-        })
-    };
+    let rt = runtime();
     let idempotent_round = || {
-        rt.block_on(async {
-            let store = Arc::new(idempotent::store::memory::MemoryStore::new(
-                1024,
-                Duration::from_secs(3600),
-            ));
-            let ttl = Duration::from_secs(72 * 3600);
-            let t = Instant::now();
-            let tasks: Vec<_> = (0..TASKS)
-                .map(|k| {
-                    let (store, ids) = (store.clone(), ids.clone());
-                    tokio::spawn(async move {
-                        for id in ids.iter().skip(k * chunk).take(chunk) {
-                            let key = IdempotencyKey::new(id.as_str()).expect("key");
-                            let fp = DefaultFingerprintStrategy.compute("POST /webhooks", BODY);
-                            let entry = IdempotencyEntry::new(fp, ttl);
-                            let claim = store.try_insert(&key, entry.clone()).await;
-                            let Ok(InsertResult::Claimed { fencing_token }) = claim else {
-                                panic!("fresh key not claimed");
-                            };
-                            black_box(()); // the no-op handler
-                            let response = CachedResponse {
-                                status_code: 200,
-                                metadata: Metadata::default(),
-                                body: bytes::Bytes::new(),
-                            };
-                            store
-                                .complete(&key, entry.complete(response), fencing_token)
-                                .await
-                                .expect("complete");
-                        }
-                    })
-                })
-                .collect();
-            for task in tasks {
-                task.await.expect("task");
-            }
-            n as f64 / t.elapsed().as_secs_f64()
-        })
+        // Its store starts a cleanup task on the runtime it is made in.
+        let _in_runtime = rt.enter();
+        let store = Arc::new(idempotent::store::memory::MemoryStore::new(
+            1024,
+            Duration::from_secs(3600),
+        ));
+        memory_tasks_round(
+            &rt,
+            n,
+            (store, ids.clone()),
+            |(store, ids), range| async move {
+                let ttl = Duration::from_secs(72 * 3600);
+                for id in &ids[range] {
+                    let key = IdempotencyKey::new(id.as_str()).expect("key");
+                    let fp = DefaultFingerprintStrategy.compute("POST /webhooks", BODY);
+                    let entry = IdempotencyEntry::new(fp, ttl);
+                    let claim = store.try_insert(&key, entry.clone()).await;
+                    let Ok(InsertResult::Claimed { fencing_token }) = claim else {
+                        panic!("fresh key not claimed");
+                    };
+                    black_box(()); // the no-op handler
+                    let response = CachedResponse {
+                        status_code: 200,
+                        metadata: Metadata::default(),
+                        body: bytes::Bytes::new(),
+                    };
+                    store
+                        .complete(&key, entry.complete(response), fencing_token)
+                        .await
+                        .expect("complete");
+                }
+            },
+        )
     };
-    let (g, b) = ctx.interleave(ctx.rounds, guard_round, idempotent_round);
-    Ok(Report {
+    let (g, b) = ctx.interleave(
+        ctx.rounds,
+        || memory_guard_round(&rt, &ids),
+        idempotent_round,
+    );
+    Ok(memory_peer_report(g, b, "idempotent 0.3", n))
+}
+
+/// Guard cycles/s on `MemoryStore` with 64 tasks vs the `klauthed-data` crate 1.0's
+/// `InMemoryIdempotencyStore` `begin` + `complete` with 64 tasks (one map behind one
+/// mutex, no fingerprint, no fencing, no expiry), on the same 2-worker runtime.
+fn memory_cycle_vs_klauthed_tput(ctx: &Ctx) -> Result<Report, Skip> {
+    use klauthed_data::idempotency::{
+        IdempotencyStore, InMemoryIdempotencyStore, Outcome as KOutcome,
+    };
+
+    let n = ctx.n(200_000);
+    let ids = Arc::new(ids(0, n));
+    let rt = runtime();
+    let klauthed_round = || {
+        let store = Arc::new(InMemoryIdempotencyStore::new());
+        memory_tasks_round(
+            &rt,
+            n,
+            (store, ids.clone()),
+            |(store, ids), range| async move {
+                for id in &ids[range] {
+                    let begun = store.begin(id).await.expect("begin");
+                    assert_eq!(begun, KOutcome::New, "fresh key not claimed");
+                    black_box(()); // the no-op handler
+                    store
+                        .complete(id, serde_json::Value::Null)
+                        .await
+                        .expect("complete");
+                }
+            },
+        )
+    };
+    let (g, b) = ctx.interleave(ctx.rounds, || memory_guard_round(&rt, &ids), klauthed_round);
+    Ok(memory_peer_report(g, b, "klauthed-data 1.0", n))
+}
+
+fn memory_peer_report(g: f64, b: f64, peer: &'static str, n: usize) -> Report {
+    Report {
         ratio: g / b,
         guard: Figure {
             what: "guard",
@@ -643,14 +706,14 @@ fn memory_cycle_vs_idempotent_tput(ctx: &Ctx) -> Result<Report, Skip> {
             unit: "cycles/s",
         },
         baseline: Figure {
-            what: "idempotent 0.3",
+            what: peer,
             value: b,
             unit: "cycles/s",
         },
         notes: vec![format!(
-            "{n} cycles per round, {TASKS} tasks, 2 tokio workers"
+            "{n} cycles per round, {MEMORY_TASKS} tasks, 2 tokio workers"
         )],
-    })
+    }
 }
 
 /// p99 claim latency while a concurrent loop purges 1,000,000 expired records vs
@@ -1373,6 +1436,67 @@ fn redis_cycle_vs_idempotent_tput(ctx: &Ctx) -> Result<Report, Skip> {
         g,
         b,
         "idempotent 0.3 ValkeyStore",
+        format!(
+            "{REDIS_TASKS} tasks each side, {:.1} s rounds",
+            dur.as_secs_f64()
+        ),
+    ))
+}
+
+/// Guard cycles/s on Redis vs the `klauthed-data` crate 1.0's
+/// `RedisIdempotencyStore` `begin` + `complete`, 64 tasks each: a `SET NX PX` of a
+/// JSON record, then a `GET` and a `SET` (three round trips, no fencing).
+fn redis_cycle_vs_klauthed_tput(ctx: &Ctx) -> Result<Report, Skip> {
+    use klauthed_data::idempotency::redis::RedisIdempotencyStore;
+    use klauthed_data::idempotency::{IdempotencyStore, Outcome as KOutcome};
+
+    let url = ctx.server("WEBHOOK_GUARD_REDIS_URL")?;
+    let rt = runtime();
+    let prefix = fresh_name();
+    let peer_prefix = format!("{prefix}_klauthed");
+    let dur = round_time(ctx);
+    let (guard, peer) = rt.block_on(async {
+        let guard = guard_on(redis_store(&url, &prefix).await);
+        let client = redis::Client::open(url.as_str()).unwrap();
+        let conn = client.get_connection_manager().await.expect("connect");
+        (
+            guard,
+            Arc::new(RedisIdempotencyStore::with_ttl_ms(conn, 600_000)),
+        )
+    });
+    let peer_keys = Arc::new(format!("{peer_prefix}:evt_"));
+    let (g, b) = interleave_tput(
+        ctx,
+        &rt,
+        |first| {
+            let guard = guard.clone();
+            tput(REDIS_TASKS, dur, first, move |i| {
+                let guard = guard.clone();
+                async move { guard_cycle(&guard, "evt_", i).await }
+            })
+        },
+        |first| {
+            let (peer, peer_keys) = (peer.clone(), peer_keys.clone());
+            tput(REDIS_TASKS, dur, first, move |i| {
+                let (peer, key) = (peer.clone(), format!("{peer_keys}{i:020}"));
+                async move {
+                    if peer.begin(&key).await.ok() != Some(KOutcome::New) {
+                        return false;
+                    }
+                    black_box(()); // the no-op handler
+                    peer.complete(&key, serde_json::Value::Null).await.is_ok()
+                }
+            })
+        },
+    );
+    rt.block_on(async {
+        redis_cleanup(&url, &format!("{{{prefix}:*")).await;
+        redis_cleanup(&url, &format!("{peer_prefix}:*")).await;
+    });
+    Ok(tput_report(
+        g,
+        b,
+        "klauthed-data 1.0 RedisIdempotencyStore",
         format!(
             "{REDIS_TASKS} tasks each side, {:.1} s rounds",
             dur.as_secs_f64()
