@@ -626,6 +626,25 @@ macro_rules! forward_store {
 forward_store!(Arc<T>);
 forward_store!(Box<T>);
 
+/// The end of a lease in whole milliseconds, rounded up, for stores that keep
+/// times in milliseconds: a lease kept to the millisecond below could be taken over
+/// up to a millisecond before it ends (the store compares it with `now` in
+/// milliseconds too); one rounded up never is.
+#[cfg(any(
+    feature = "postgres",
+    feature = "sqlite",
+    feature = "mysql",
+    feature = "redis"
+))]
+pub(crate) fn lease_millis(t: DateTime<Utc>) -> i64 {
+    let ms = t.timestamp_millis();
+    if t.timestamp_subsec_nanos().is_multiple_of(1_000_000) {
+        ms
+    } else {
+        ms + 1
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::FencingToken;
@@ -651,24 +670,5 @@ mod tests {
         // Consecutive tokens of one thread are not a counter.
         let t = &tokens[0];
         assert!(t.windows(2).all(|w| w[1].wrapping_sub(w[0]) != 1));
-    }
-}
-
-/// The end of a lease in whole milliseconds, rounded up, for stores that keep
-/// times in milliseconds: a lease kept to the millisecond below could be taken over
-/// up to a millisecond before it ends (the store compares it with `now` in
-/// milliseconds too); one rounded up never is.
-#[cfg(any(
-    feature = "postgres",
-    feature = "sqlite",
-    feature = "mysql",
-    feature = "redis"
-))]
-pub(crate) fn lease_millis(t: DateTime<Utc>) -> i64 {
-    let ms = t.timestamp_millis();
-    if t.timestamp_subsec_nanos() % 1_000_000 == 0 {
-        ms
-    } else {
-        ms + 1
     }
 }
