@@ -790,7 +790,12 @@ impl<'a> Claimed<'a> {
         let inner = &state.guard.inner;
         let now = inner.clock.now();
         let finish = state.finish_as(RecordState::Completed, now);
+        // Dropped while the store records the success (the sender hung up, a
+        // timeout), this future leaves the recording to the background, or a
+        // redelivery after the lease would run the handler again.
+        let pending = RecordOnDrop(Some(state.clone()));
         let result = store(inner).finish(state.key(), state.token, &finish).await;
+        pending.disarm();
         let outcome = match result {
             Ok(Fence::Applied) => {
                 state.settle_object(ObjectStatus::Applied).await;
@@ -830,6 +835,67 @@ impl<'a> Claimed<'a> {
     }
 }
 
+/// Armed while a delivery awaits its claim or its ordering check, before a
+/// [`Claimed`] exists: if the delivery's future is dropped there, a claim the store
+/// granted is released in the background (with the `tokio` feature and a runtime),
+/// fenced by its token and without counting a failure, since no handler ran.
+#[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+struct ReleaseOnDrop<'g> {
+    guard: &'g WebhookGuard,
+    id: &'g str,
+    token: FencingToken,
+    armed: bool,
+}
+
+impl<'g> ReleaseOnDrop<'g> {
+    fn arm(guard: &'g WebhookGuard, id: &'g str, token: FencingToken) -> Self {
+        Self {
+            guard,
+            id,
+            token,
+            armed: true,
+        }
+    }
+
+    fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for ReleaseOnDrop<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        tracing::warn!(id = %self.id, "delivery dropped while claiming; releasing the claim in the background");
+        #[cfg(feature = "tokio")]
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let (guard, id, token) = (self.guard.clone(), self.id.to_owned(), self.token);
+            rt.spawn(async move { guard.release_unrun(&id, token).await });
+        }
+    }
+}
+
+/// Armed while [`Claimed::complete`] awaits the store: if the delivery's future is
+/// dropped there, the handler's success is recorded in the background
+/// ([`ClaimState::record_completion_later`]).
+struct RecordOnDrop(Option<Arc<ClaimState>>);
+
+impl RecordOnDrop {
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for RecordOnDrop {
+    fn drop(&mut self) {
+        if let Some(state) = self.0.take() {
+            tracing::warn!(id = %state.id, "delivery dropped while recording its success; recording it in the background");
+            state.record_completion_later();
+        }
+    }
+}
+
 impl ClaimState {
     /// After the store failed to record a successful run: keeps trying in the
     /// background (with the `tokio` feature and a runtime), fenced by this claim's
@@ -859,7 +925,9 @@ impl ClaimState {
                             return;
                         }
                         Ok(Fence::LeaseLost) => {
-                            tracing::warn!(id = %self.id, "completion not recorded: lease lost");
+                            // Taken over, or finished already (by a request the
+                            // store applied although its answer was lost).
+                            tracing::warn!(id = %self.id, "completion not recorded late: the claim is no longer held");
                             return;
                         }
                         Err(e) => {
@@ -1198,7 +1266,13 @@ impl WebhookGuard {
             lease_until: now + inner.lease_delta,
             expires_at: now + inner.retention_delta,
         };
-        let record = match store(inner).claim(&request).await {
+        // No `Claimed` exists yet to release the claim if this future is dropped
+        // while the store answers (a claim the store granted would hold its lease
+        // until it ran out, and count as a failure).
+        let release = ReleaseOnDrop::arm(self, &id, request.token);
+        let claimed = store(inner).claim(&request).await;
+        release.disarm();
+        let record = match claimed {
             Ok(Claim::Acquired(record)) => record,
             Ok(Claim::Existing(record)) => {
                 record_on_span("webhook.attempt", record.attempts);
@@ -1241,7 +1315,10 @@ impl WebhookGuard {
             let failures = state.record.failures;
             return Begin::Done(state.escalate(body, failures, &history, now).await);
         }
-        if let Some(outcome) = state.check_order(now).await {
+        let release = ReleaseOnDrop::arm(self, &state.id, state.token);
+        let order = state.check_order(now).await;
+        release.disarm();
+        if let Some(outcome) = order {
             return Begin::Done(outcome);
         }
         Begin::Claimed(Claimed {
@@ -1674,6 +1751,34 @@ impl WebhookGuard {
         Ok(report)
     }
 
+    /// Releases the claim `token` holds on `id`, if the store granted it, as a
+    /// failed attempt that does not count towards escalation (its handler never
+    /// ran): the record's failures and history stay as they are.
+    #[cfg(feature = "tokio")]
+    async fn release_unrun(&self, id: &str, token: FencingToken) {
+        let inner = &self.inner;
+        let key = Key::new(&inner.namespace, id);
+        let record = match store(inner).get(key).await {
+            Ok(Some(r)) if r.state == RecordState::InProgress && r.token == token => r,
+            Ok(_) => return, // never granted, or no longer ours
+            Err(e) => {
+                tracing::warn!(%id, error = %e, "could not release a claim; its lease will run out");
+                return;
+            }
+        };
+        let now = inner.clock.now();
+        let release = Finish {
+            state: RecordState::Failed,
+            failures: record.failures,
+            history: &record.history,
+            now,
+            expires_at: now + inner.retention_delta,
+        };
+        if let Err(e) = store(inner).finish(key, token, &release).await {
+            tracing::warn!(%id, error = %e, "could not release a claim; its lease will run out");
+        }
+    }
+
     fn spawn_reconcile(&self, request: ReconcileRequest) {
         let Some(reconciler) = self.inner.reconciler.clone() else {
             return;
@@ -1705,7 +1810,10 @@ where
         Begin::Claimed(c) => c,
         Begin::Done(outcome) => return outcome,
     };
-    let result = catch_unwind(handler(claimed.event())).await;
+    // The handler is called inside `catch_unwind` too: a closure may panic before
+    // it returns its future.
+    let event = claimed.event();
+    let result = catch_unwind(async move { handler(event).await }).await;
     match result {
         Ok(Ok(())) => claimed.complete().await,
         Ok(Err(e)) => claimed.fail(e).await,

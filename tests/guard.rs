@@ -415,6 +415,24 @@ async fn a_panicking_handler_releases_its_claim() {
 }
 
 #[tokio::test]
+async fn a_handler_that_panics_before_returning_its_future_releases_its_claim() {
+    let s = setup();
+    let outcome = s
+        .guard
+        .handle(
+            &[("x-id", "evt_early")],
+            b"{}",
+            |_| -> std::future::Ready<Result<(), HandlerError>> { panic!("no future yet") },
+        )
+        .await;
+    assert_first_retryable_failure(&outcome, "no future yet");
+    assert!(matches!(
+        ok_run(&s.guard, "evt_early", b"{}").await,
+        Outcome::Processed { .. }
+    ));
+}
+
+#[tokio::test]
 async fn a_dropped_claim_is_released_in_the_background() {
     let s = setup();
     let headers = [("x-id", "evt_drop")];
@@ -577,6 +595,18 @@ struct Flaky {
     inner: MemoryStore,
     down: std::sync::atomic::AtomicBool,
     finish_down: std::sync::atomic::AtomicBool,
+    /// While set, a claim is made, then its answer waits (as when the server
+    /// applied it and the reply is slow).
+    claim_stall: std::sync::atomic::AtomicBool,
+    /// While set, a finish waits before it is made.
+    finish_stall: std::sync::atomic::AtomicBool,
+}
+
+/// Waits while `flag` is set.
+async fn stall(flag: &std::sync::atomic::AtomicBool) {
+    while flag.load(Ordering::SeqCst) {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
 }
 
 impl Flaky {
@@ -596,7 +626,9 @@ impl Flaky {
 impl ProcessedStore for Flaky {
     async fn claim(&self, r: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
         self.check(&self.down)?;
-        self.inner.claim(r).await
+        let claim = self.inner.claim(r).await;
+        stall(&self.claim_stall).await;
+        claim
     }
     async fn finish(
         &self,
@@ -606,6 +638,7 @@ impl ProcessedStore for Flaky {
     ) -> Result<Fence, StoreError> {
         self.check(&self.down)?;
         self.check(&self.finish_down)?;
+        stall(&self.finish_stall).await;
         self.inner.finish(k, t, f).await
     }
     async fn renew(
@@ -679,6 +712,80 @@ async fn a_store_outage_answers_503_runs_nothing_and_loses_nothing() {
     store.finish_down.store(false, Ordering::SeqCst);
     let stuck = guard.stuck(10).await.unwrap();
     assert!(stuck.is_empty(), "the lease is still live");
+}
+
+/// A guard on a `Flaky` store, with the id in `x-id`.
+fn flaky_guard(store: &Arc<Flaky>) -> WebhookGuard {
+    WebhookGuard::builder()
+        .shared_store(store.clone())
+        .verifier(NoVerification)
+        .event_id(EventId::header("x-id"))
+        .build()
+        .unwrap()
+}
+
+/// Waits (up to 5 s) until the record of `id` is in `state`; the record.
+async fn record_in_state(guard: &WebhookGuard, id: &str, state: RecordState) -> Record {
+    for _ in 0..500 {
+        if let Some(r) = guard.inspect(id).await.unwrap() {
+            if r.state == state {
+                return r;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!(
+        "{id} never reached {state:?}: {:?}",
+        guard.inspect(id).await
+    );
+}
+
+#[tokio::test]
+async fn a_delivery_dropped_while_recording_its_success_is_recorded_in_the_background() {
+    let store = Arc::new(Flaky::default());
+    let guard = flaky_guard(&store);
+    let runs = Arc::new(AtomicUsize::new(0));
+    let run = || {
+        let runs = runs.clone();
+        guard.handle(&[("x-id", "evt_cut")], b"{}", move |_| async move {
+            runs.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        })
+    };
+    // The handler succeeds; the sender hangs up while the store records it.
+    store.finish_stall.store(true, Ordering::SeqCst);
+    let cut = tokio::time::timeout(Duration::from_millis(50), run()).await;
+    assert!(
+        cut.is_err(),
+        "the delivery must still be recording: {cut:?}"
+    );
+    store.finish_stall.store(false, Ordering::SeqCst);
+    record_in_state(&guard, "evt_cut", RecordState::Completed).await;
+    // A redelivery is a duplicate: the handler ran once.
+    assert!(matches!(run().await, Outcome::Duplicate { .. }));
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_delivery_dropped_while_claiming_releases_the_claim_uncounted() {
+    let store = Arc::new(Flaky::default());
+    let guard = flaky_guard(&store);
+    // The store grants the claim, and the sender hangs up before the answer.
+    store.claim_stall.store(true, Ordering::SeqCst);
+    let cut =
+        tokio::time::timeout(Duration::from_millis(50), ok_run(&guard, "evt_gone", b"{}")).await;
+    assert!(cut.is_err(), "the delivery must still be claiming: {cut:?}");
+    store.claim_stall.store(false, Ordering::SeqCst);
+    // Released at once (the lease is minutes long), and not counted as a failure:
+    // the handler never ran.
+    let released = record_in_state(&guard, "evt_gone", RecordState::Failed).await;
+    assert_eq!(released.failures, 0);
+    assert!(matches!(
+        ok_run(&guard, "evt_gone", b"{}").await,
+        Outcome::Processed { .. }
+    ));
+    let done = guard.inspect("evt_gone").await.unwrap().unwrap();
+    assert_eq!((done.attempts, done.failures), (2, 0));
 }
 
 #[tokio::test]
