@@ -7,7 +7,8 @@
 //!   a route handler that reads the raw body, runs the guard and hands your code the
 //!   verified event.
 //! - [`tower`] (feature `tower`): [`WebhookGuardLayer`](tower::WebhookGuardLayer), which
-//!   guards any tower or hyper service without changing its signature.
+//!   guards any tower service whose request body can be built from `Bytes` (axum's
+//!   `Body`, for one) without changing its signature.
 //!
 //! For any other framework (actix-web, rocket, warp, ...), call
 //! [`WebhookGuard::handle`] with the request's headers and raw body, then answer
@@ -20,10 +21,12 @@
 //! streamed body is refused as soon as it passes the limit, without buffering the
 //! rest. Either way the delivery is answered as the guard's
 //! [`Outcome::Rejected`] with [`Rejection::BodyTooLarge`](crate::Rejection::BodyTooLarge) — **400** by default, with
-//! reason `body_too_large` (override it with
+//! reason `body_too_large`. Its `size` is the declared `Content-Length`, or
+//! `limit + 1` for a streamed body. (A status set with
 //! [`WebhookGuardBuilder::status`](crate::WebhookGuardBuilder::status) for
-//! [`OutcomeKind::Rejected`] to answer 413). Its `size` is the declared
-//! `Content-Length`, or `limit + 1` for a streamed body.
+//! [`OutcomeKind::Rejected`] applies to every rejection, a bad signature's 401
+//! included: to answer 413 for this one alone, map that outcome yourself with
+//! [`WebhookGuard::handle`] and [`WebhookGuard::answer`].)
 
 use std::fmt;
 

@@ -1,5 +1,6 @@
-//! A tower [`Layer`] that guards any tower-based service (axum routes, hyper
-//! services) without changing its handler.
+//! A tower [`Layer`] that guards any tower-based service whose request body can be
+//! built from `Bytes` (axum routes; a hyper service once its `Incoming` body is
+//! mapped, since `Incoming` cannot be) without changing its handler.
 //!
 //! For each request, [`WebhookGuardService`]:
 //!
