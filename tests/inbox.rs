@@ -459,6 +459,55 @@ impl InboxStore for DiesAt {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_longer_than_the_lease_keeps_its_event() {
+    let s = setup();
+    let lease = Duration::from_millis(300); // renewed every 100 ms while the handler runs
+    let runs = Arc::new(AtomicUsize::new(0));
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let started = Arc::new(tokio::sync::Notify::new());
+    let worker = {
+        let (runs, gate, started) = (runs.clone(), gate.clone(), started.clone());
+        s.guard
+            .worker(move |_e: InboxEvent| {
+                let (runs, gate, started) = (runs.clone(), gate.clone(), started.clone());
+                async move {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    started.notify_one();
+                    gate.notified().await;
+                    Ok(())
+                }
+            })
+            .unwrap()
+            .lease(lease)
+    };
+    accept(&s.guard, &body("evt_long", "x.y", "o", 1)).await;
+    let first = tokio::spawn({
+        let worker = worker.clone();
+        async move { worker.run_once().await }
+    });
+    started.notified().await;
+    // Twice the lease passes on the store's clock while the handler runs; the
+    // worker renews the lease meanwhile, so another worker finds nothing due.
+    for _ in 0..3 {
+        s.clock.advance(TimeDelta::milliseconds(200));
+        tokio::time::sleep(Duration::from_millis(400)).await;
+    }
+    // (Bounded: a worker that did lease it would wait in the handler.)
+    let second = tokio::time::timeout(Duration::from_secs(2), worker.run_once()).await;
+    assert_eq!(second.ok().map(Result::unwrap), Some(0), "the event is still leased");
+    gate.notify_one();
+    assert_eq!(first.await.unwrap().unwrap(), 1);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    let event = s
+        .store
+        .get_event(Key::new("inbox-test", "evt_long"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(event.state, InboxState::Done);
+}
+
 #[tokio::test]
 async fn a_worker_killed_at_any_store_call_loses_nothing() {
     // Kill points: 0 = before the lease, 1 = after the handler ran but before settle

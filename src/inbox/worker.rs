@@ -99,7 +99,11 @@ impl RetryPolicy {
 ///
 /// Several workers, in one process or many, can share one inbox: each event is leased
 /// to one of them at a time; a dead worker's lease runs out and the event is leased
-/// again.
+/// again. While a handler runs, its worker renews the lease every third of the
+/// lease, so a handler may run longer than the lease; if a renewal finds the lease
+/// lost (the store's clock ran past it while renewals failed), the handler's future
+/// is dropped and the reconciler asked. A handler that hangs therefore holds its
+/// event until [`Worker::handler_timeout`] stops it: set one.
 #[derive(Clone)]
 pub struct Worker {
     inner: Arc<Inner>,
@@ -181,7 +185,9 @@ impl Worker {
         self.with(|i| i.concurrency = n.max(1))
     }
 
-    /// How long a lease holds before another worker may take the event.
+    /// How long a lease holds before another worker may take the event, unless the
+    /// worker holding it renews it (it does, every third of the lease, while the
+    /// handler runs).
     #[must_use]
     pub fn lease(self, lease: Duration) -> Self {
         self.with(|i| i.lease = lease)
@@ -309,6 +315,8 @@ enum Ran {
     Ok,
     Failed(HandlerError),
     TimedOut,
+    /// The lease could not be renewed: another worker may hold the event now.
+    LeaseLost,
 }
 
 impl Inner {
@@ -348,6 +356,10 @@ impl Inner {
                     .await;
             }
             Ran::Failed(HandlerError::Retryable(e)) => self.fail(&event, e.to_string()).await,
+            Ran::LeaseLost => {
+                tracing::warn!(id = %event.id, "inbox lease lost while the handler ran; handler stopped");
+                self.reconcile(&event, ReconcileReason::LeaseLost).await;
+            }
         }
     }
 
@@ -376,13 +388,16 @@ impl Inner {
     }
 
     async fn run(&self, event: &InboxEvent) -> Ran {
-        let run = catch_unwind(self.handler.handle(event));
+        let run = self.renewing(event, catch_unwind(self.handler.handle(event)));
         let result = match self.timeout {
             Some(limit) => match tokio::time::timeout(limit, run).await {
                 Ok(r) => r,
                 Err(_) => return Ran::TimedOut,
             },
             None => run.await,
+        };
+        let Some(result) = result else {
+            return Ran::LeaseLost;
         };
         match result {
             Ok(Ok(())) => Ran::Ok,
@@ -391,6 +406,33 @@ impl Inner {
                 "handler panicked: {}",
                 panic_message(&*panic)
             ))),
+        }
+    }
+
+    /// Runs `work` while renewing the event's lease every third of the lease, so a
+    /// handler that runs longer than the lease keeps the event (no other worker
+    /// runs it meanwhile). `None`, with `work` dropped, when the store answers that
+    /// the lease is lost; a store error only waits for the next renewal.
+    async fn renewing<T>(&self, event: &InboxEvent, work: impl Future<Output = T>) -> Option<T> {
+        let mut work = std::pin::pin!(work);
+        let every = (self.lease / 3).max(Duration::from_millis(1));
+        loop {
+            tokio::select! {
+                done = &mut work => return Some(done),
+                () = tokio::time::sleep(every) => {}
+            }
+            let until = self.clock.now() + delta(self.lease);
+            match self
+                .inbox
+                .renew_event(event.key(), event.token, until)
+                .await
+            {
+                Ok(Fence::Applied) => {}
+                Ok(Fence::LeaseLost) => return None,
+                Err(e) => {
+                    tracing::warn!(id = %event.id, error = %e, "could not renew an inbox lease; will retry");
+                }
+            }
         }
     }
 
