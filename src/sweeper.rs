@@ -102,8 +102,12 @@ impl Sweeper {
     /// tick. A store error is logged and the sweeper goes on.
     #[cfg(feature = "tokio")]
     #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+    ///
+    /// Dropping the returned handle lets the sweeper run on, detached (as dropping a
+    /// tokio `JoinHandle` does); keep the handle to stop it.
+    #[must_use = "keep the handle to stop the sweeper (dropping it leaves it running)"]
     pub fn spawn(self) -> SweeperHandle {
-        let (stop, mut stopped) = tokio::sync::watch::channel(false);
+        let (stop, mut stopped) = stop_signal();
         let task = tokio::spawn(async move {
             let mut ticks = tokio::time::interval(self.interval);
             ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -111,7 +115,7 @@ impl Sweeper {
             loop {
                 tokio::select! {
                     _ = ticks.tick() => {}
-                    _ = stopped.changed() => return,
+                    () = stopped.requested() => return,
                 }
                 match self.sweep().await {
                     Ok(r) if r.purged > 0 || r.stuck > 0 => {
@@ -123,6 +127,44 @@ impl Sweeper {
             }
         });
         SweeperHandle { stop, task }
+    }
+}
+
+/// The sending end of a spawned task's stop signal, and the task's end.
+#[cfg(feature = "tokio")]
+pub(crate) fn stop_signal() -> (tokio::sync::watch::Sender<bool>, Stopped) {
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    (
+        tx,
+        Stopped {
+            rx,
+            detached: false,
+        },
+    )
+}
+
+/// What a spawned loop waits on to stop. A dropped handle detaches the loop: it
+/// never stops it (it did once, silently, the next time the loop waited).
+#[cfg(feature = "tokio")]
+pub(crate) struct Stopped {
+    rx: tokio::sync::watch::Receiver<bool>,
+    detached: bool,
+}
+
+#[cfg(feature = "tokio")]
+impl Stopped {
+    /// Whether a stop was requested.
+    pub(crate) fn is_requested(&self) -> bool {
+        *self.rx.borrow()
+    }
+
+    /// Resolves when a stop is requested; never, once the handle is dropped.
+    pub(crate) async fn requested(&mut self) {
+        if !self.detached && self.rx.changed().await.is_ok() {
+            return;
+        }
+        self.detached = true;
+        std::future::pending().await
     }
 }
 

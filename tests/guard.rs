@@ -863,6 +863,27 @@ async fn the_spawned_sweeper_skips_the_first_tick_survives_errors_and_stops() {
     handle.shutdown().await;
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_sweeper_whose_handle_is_dropped_runs_on() {
+    #[derive(Debug, Default)]
+    struct Count(AtomicUsize);
+    impl Hooks for Count {
+        fn on_sweep(&self, _: &webhook_guard::SweepReport) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    let count = Arc::new(Count::default());
+    let sweeper = webhook_guard::Sweeper::new(
+        Arc::new(MemoryStore::new()),
+        Arc::new(webhook_guard::SystemClock),
+        count.clone(),
+    )
+    .interval(Duration::from_secs(10));
+    drop(sweeper.spawn());
+    tokio::time::sleep(Duration::from_secs(25)).await;
+    assert_eq!(count.0.load(Ordering::SeqCst), 2, "two sweeps after the drop");
+}
+
 #[tokio::test]
 async fn forget_allows_reprocessing_but_not_under_a_live_lease() {
     let s = setup();

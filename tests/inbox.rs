@@ -508,6 +508,27 @@ async fn a_handler_longer_than_the_lease_keeps_its_event() {
     assert_eq!(event.state, InboxState::Done);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_whose_handle_is_dropped_runs_on() {
+    let s = setup();
+    let worker = s
+        .guard
+        .worker(|_e: InboxEvent| async { Ok(()) })
+        .unwrap()
+        .poll_interval(Duration::from_millis(10));
+    drop(worker.spawn());
+    tokio::time::sleep(Duration::from_millis(100)).await; // idle polls meanwhile
+    accept(&s.guard, &body("evt_later", "x.y", "o", 1)).await;
+    let key = Key::new("inbox-test", "evt_later");
+    for _ in 0..500 {
+        if s.store.get_event(key).await.unwrap().unwrap().state == InboxState::Done {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the detached worker stopped");
+}
+
 #[tokio::test]
 async fn a_worker_killed_at_any_store_call_loses_nothing() {
     // Kill points: 0 = before the lease, 1 = after the handler ran but before settle

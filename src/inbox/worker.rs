@@ -273,12 +273,16 @@ impl Worker {
     /// Runs until stopped: processes due events, waits `poll_interval` when there are
     /// none, purges settled events past retention once a minute, and logs and goes on
     /// after a store error. [`WorkerHandle::shutdown`] lets the batch in flight finish.
+    ///
+    /// Dropping the returned handle lets the worker run on, detached (as dropping a
+    /// tokio `JoinHandle` does); keep the handle to stop it.
+    #[must_use = "keep the handle to stop the worker (dropping it leaves it running)"]
     pub fn spawn(self) -> WorkerHandle {
-        let (stop, mut stopped) = tokio::sync::watch::channel(false);
+        let (stop, mut stopped) = crate::sweeper::stop_signal();
         let task = tokio::spawn(async move {
             let mut last_purge: Option<DateTime<Utc>> = None;
             loop {
-                if *stopped.borrow() {
+                if stopped.is_requested() {
                     return;
                 }
                 let idle = match self.run_once().await {
@@ -298,7 +302,7 @@ impl Worker {
                 if idle {
                     tokio::select! {
                         _ = tokio::time::sleep(self.inner.poll) => {}
-                        _ = stopped.changed() => return,
+                        () = stopped.requested() => return,
                     }
                 }
             }
