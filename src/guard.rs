@@ -1707,7 +1707,9 @@ impl WebhookGuard {
     /// reconciler; without them it finds nothing.
     ///
     /// # Errors
-    /// The ordering store's error.
+    /// The ordering store's error when listing the objects. One that cannot be
+    /// marked applied after the reconciler ran is logged, and the batch goes on (it
+    /// is found again next time).
     pub async fn reconcile_stale(
         &self,
         older_than: Duration,
@@ -1718,7 +1720,10 @@ impl WebhookGuard {
             return Ok(ReconcileReport::default());
         };
         let now = inner.clock.now();
-        let before = now - TimeDelta::from_std(older_than).unwrap_or(TimeDelta::MAX);
+        let before = TimeDelta::from_std(older_than)
+            .ok()
+            .and_then(|d| now.checked_sub_signed(d))
+            .unwrap_or(DateTime::<Utc>::MIN_UTC);
         let failed = ordering
             .failed_objects(&inner.namespace, before, limit)
             .await?;
@@ -1737,11 +1742,16 @@ impl WebhookGuard {
             );
             match reconciler.reconcile(&request).await {
                 Ok(()) => {
-                    let now = inner.clock.now();
-                    ordering
-                        .settle_object(object.key(), object.newest, ObjectStatus::Applied, now)
-                        .await?;
+                    // The reconciler has run: count it and go on with the batch
+                    // even if its object cannot be marked now (it is found again).
                     report.reconciled += 1;
+                    let now = inner.clock.now();
+                    if let Err(e) = ordering
+                        .settle_object(object.key(), object.newest, ObjectStatus::Applied, now)
+                        .await
+                    {
+                        tracing::warn!(object = %object.object, error = %e, "could not mark a reconciled object applied");
+                    }
                 }
                 Err(e) => {
                     tracing::warn!(object = %object.object, error = %e, "reconciliation failed")

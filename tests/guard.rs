@@ -881,7 +881,11 @@ async fn a_sweeper_whose_handle_is_dropped_runs_on() {
     .interval(Duration::from_secs(10));
     drop(sweeper.spawn());
     tokio::time::sleep(Duration::from_secs(25)).await;
-    assert_eq!(count.0.load(Ordering::SeqCst), 2, "two sweeps after the drop");
+    assert_eq!(
+        count.0.load(Ordering::SeqCst),
+        2,
+        "two sweeps after the drop"
+    );
 }
 
 #[tokio::test]

@@ -15,7 +15,7 @@ use webhook_guard::reconcile::{ReconcileReason, ReconcileRequest, Reconciler};
 use webhook_guard::store::{BoxError, Key};
 use webhook_guard::verify::NoVerification;
 use webhook_guard::{
-    EventId, HandlerError, Hooks, ManualClock, MemoryStore, Outcome, WebhookGuard,
+    Clock, EventId, HandlerError, Hooks, ManualClock, MemoryStore, Outcome, WebhookGuard,
 };
 
 fn start() -> DateTime<Utc> {
@@ -266,6 +266,72 @@ async fn the_last_attempt_dead_letters_once_and_reconciles() {
 }
 
 #[tokio::test]
+async fn an_event_whose_runs_never_finish_is_dead_lettered() {
+    let s = setup();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let worker = {
+        let runs = runs.clone();
+        s.guard
+            .worker(move |_e: InboxEvent| {
+                runs.fetch_add(1, Ordering::SeqCst);
+                async { Ok(()) }
+            })
+            .unwrap()
+            .retry_policy(RetryPolicy::exponential(
+                3,
+                Duration::from_secs(1),
+                Duration::from_secs(1),
+            ))
+    };
+    accept(&s.guard, &body("evt_crash", "charge.succeeded", "ch_c", 1)).await;
+    // Three workers lease it and die before they settle (a poison event that
+    // crashes its process): each lease counts an attempt.
+    for _ in 0..3 {
+        let now = s.clock.now();
+        let leased = s
+            .store
+            .lease("inbox-test", now, now + TimeDelta::seconds(30), 10)
+            .await
+            .unwrap();
+        assert_eq!(leased.len(), 1);
+        s.clock.advance(TimeDelta::seconds(31));
+    }
+    assert_eq!(worker.run_once().await.unwrap(), 1);
+    let e = s
+        .store
+        .get_event(Key::new("inbox-test", "evt_crash"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((e.state, e.attempts), (InboxState::Dead, 4));
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "not run a fourth time");
+    assert_eq!(*s.hooks.dead.lock().unwrap(), vec!["evt_crash".to_owned()]);
+}
+
+#[tokio::test]
+async fn durations_beyond_chronos_range_are_a_century() {
+    let s = setup();
+    let worker = s
+        .guard
+        .worker(|_e: InboxEvent| async { Ok(()) })
+        .unwrap()
+        .lease(Duration::MAX)
+        .retention(Duration::MAX);
+    accept(&s.guard, &body("evt_forever", "x.y", "o", 1)).await;
+    assert_eq!(worker.run_once().await.unwrap(), 1);
+    let e = s
+        .store
+        .get_event(Key::new("inbox-test", "evt_forever"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(e.state, InboxState::Done);
+    assert!(e.expires_at > s.clock.now() + TimeDelta::days(36_000));
+    let report = s.guard.reconcile_stale(Duration::MAX, 10).await.unwrap();
+    assert_eq!(report.found, 0);
+}
+
+#[tokio::test]
 async fn out_of_order_deliveries_end_in_the_newest_state() {
     let s = setup();
     let state: Arc<Mutex<HashMap<String, String>>> = Arc::default();
@@ -495,7 +561,11 @@ async fn a_handler_longer_than_the_lease_keeps_its_event() {
     }
     // (Bounded: a worker that did lease it would wait in the handler.)
     let second = tokio::time::timeout(Duration::from_secs(2), worker.run_once()).await;
-    assert_eq!(second.ok().map(Result::unwrap), Some(0), "the event is still leased");
+    assert_eq!(
+        second.ok().map(Result::unwrap),
+        Some(0),
+        "the event is still leased"
+    );
     gate.notify_one();
     assert_eq!(first.await.unwrap().unwrap(), 1);
     assert_eq!(runs.load(Ordering::SeqCst), 1);

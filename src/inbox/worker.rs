@@ -39,7 +39,9 @@ where
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RetryPolicy {
-    /// Attempts before the event is dead-lettered (at least 1).
+    /// Attempts before the event is dead-lettered (at least 1). Runs that never
+    /// settle (the process died, the lease was lost) count too: an event leased
+    /// more often than this is dead-lettered instead of being run again.
     pub max_attempts: u32,
     /// The delay after the first failure; it doubles with each attempt.
     pub base: Duration,
@@ -211,7 +213,8 @@ impl Worker {
         self.with(|i| i.timeout = Some(timeout))
     }
 
-    /// How long settled events are kept (the dedup horizon of `accept`).
+    /// How long settled events are kept (the dedup horizon of `accept`); at most a
+    /// century (longer counts as a century).
     #[must_use]
     pub fn retention(self, retention: Duration) -> Self {
         self.with(|i| i.retention = retention)
@@ -311,8 +314,11 @@ impl Worker {
     }
 }
 
+/// `d` as a `TimeDelta`, at most a century: a time past chrono's range (a lease or
+/// retention of `Duration::MAX`, say) would panic when added to `now`.
 fn delta(d: Duration) -> TimeDelta {
-    TimeDelta::from_std(d).unwrap_or(TimeDelta::MAX)
+    const CENTURY: TimeDelta = TimeDelta::days(36_525);
+    TimeDelta::from_std(d).map_or(CENTURY, |d| d.min(CENTURY))
 }
 
 enum Ran {
@@ -333,6 +339,14 @@ impl Inner {
             }
             return;
         }
+        if event.attempts > self.policy.max_attempts {
+            // Its last `max_attempts` runs ended without a settle (the process died
+            // or the lease was lost each time): stop here, as after the last failure.
+            let error = "no attempt finished: the handler crashed or lost its lease";
+            self.dead(&event, error, ReconcileReason::DeadLettered)
+                .await;
+            return;
+        }
         let ran = self.run(&event).await;
         match ran {
             Ran::Ok => {
@@ -343,13 +357,16 @@ impl Inner {
             Ran::TimedOut => {
                 let reconciled = self.reconcile(&event, ReconcileReason::TimedOut).await;
                 if reconciled {
-                    self.settle(
-                        &event,
-                        InboxState::Done,
-                        Some("handler timed out; reconciled"),
-                    )
-                    .await;
-                    self.settle_object(&event, ObjectStatus::Applied).await;
+                    let settled = self
+                        .settle(
+                            &event,
+                            InboxState::Done,
+                            Some("handler timed out; reconciled"),
+                        )
+                        .await;
+                    if settled {
+                        self.settle_object(&event, ObjectStatus::Applied).await;
+                    }
                 } else {
                     self.fail(&event, "handler timed out".into()).await;
                 }
