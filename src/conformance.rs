@@ -1026,18 +1026,24 @@ pub mod ordering {
         };
         let _ = store.observe(key, at(10), at(10)).await.unwrap();
         let _ = store.observe(key, at(20), at(20)).await.unwrap();
-        store
-            .settle_object(key, at(10), ObjectStatus::Failed, at(21))
-            .await
-            .unwrap();
+        assert!(
+            !store
+                .settle_object(key, at(10), ObjectStatus::Failed, at(21))
+                .await
+                .unwrap(),
+            "settling an older event answers false"
+        );
         assert_eq!(
             store.get_object(key).await.unwrap().unwrap().status,
             ObjectStatus::Pending
         );
-        store
-            .settle_object(key, at(20), ObjectStatus::Failed, at(22))
-            .await
-            .unwrap();
+        assert!(
+            store
+                .settle_object(key, at(20), ObjectStatus::Failed, at(22))
+                .await
+                .unwrap(),
+            "settling the newest event answers true"
+        );
         assert_eq!(
             store.get_object(key).await.unwrap().unwrap().status,
             ObjectStatus::Failed
@@ -1056,10 +1062,21 @@ pub mod ordering {
             (failed[0].object.as_str(), failed[0].family.as_str()),
             ("cus-1", "customer")
         );
-        store
+        assert!(store
             .settle_object(key, at(20), ObjectStatus::Applied, at(23))
             .await
-            .unwrap();
+            .unwrap());
+        let unknown = ObjectKey {
+            object: "cus-never-seen",
+            ..key
+        };
+        assert!(
+            !store
+                .settle_object(unknown, at(20), ObjectStatus::Applied, at(23))
+                .await
+                .unwrap(),
+            "settling an object never observed answers false"
+        );
         assert!(store
             .failed_objects(&ns, at(100), 10)
             .await

@@ -692,15 +692,21 @@ impl ClaimState {
         })
     }
 
-    async fn settle_object(&self, status: ObjectStatus) {
+    /// Settles the event's object; `false` only when the ordering store answers that
+    /// a newer event of the object was seen since.
+    async fn settle_object(&self, status: ObjectStatus) -> bool {
         let (Some(ordering), Some((key, created_at))) =
             (&self.guard.inner.ordering, self.object_key())
         else {
-            return;
+            return true;
         };
         let now = self.guard.inner.clock.now();
-        if let Err(e) = ordering.settle_object(key, created_at, status, now).await {
-            tracing::warn!(id = %self.id, error = %e, "could not settle object state");
+        match ordering.settle_object(key, created_at, status, now).await {
+            Ok(settled) => settled,
+            Err(e) => {
+                tracing::warn!(id = %self.id, error = %e, "could not settle object state");
+                true
+            }
         }
     }
 
@@ -798,7 +804,10 @@ impl<'a> Claimed<'a> {
         pending.disarm();
         let outcome = match result {
             Ok(Fence::Applied) => {
-                state.settle_object(ObjectStatus::Applied).await;
+                if !state.settle_object(ObjectStatus::Applied).await {
+                    // A newer event of the object was seen while the handler ran.
+                    state.reconcile(ReconcileReason::Overtaken);
+                }
                 let (guard, attempts, started) =
                     (state.guard.clone(), state.record.attempts, state.started);
                 // The handler's `Event` is gone by now: the id moves out, uncopied.

@@ -132,7 +132,8 @@ impl ObjectRecord {
 ///   `Pending` and `updated_at = now` and answer [`Freshness::Fresh`]; otherwise
 ///   change nothing and answer [`Freshness::Stale`] with the stored newest.
 /// - **settle_object**: if the stored newest equals `created_at`, set the status and
-///   `updated_at`; otherwise (a newer event came since) change nothing.
+///   `updated_at` and answer `true`; otherwise (a newer event came since, or there
+///   is no record) change nothing and answer `false`.
 /// - **get_object**: the record or `None`.
 /// - **failed_objects**: up to `limit` records of `namespace` with status `Failed` and
 ///   `updated_at <= before`.
@@ -146,14 +147,15 @@ pub trait OrderingStore: fmt::Debug + Send + Sync + 'static {
         now: DateTime<Utc>,
     ) -> Result<Freshness, StoreError>;
 
-    /// Settles the newest event of `key`, if it is still the one created at `created_at`.
+    /// Settles the newest event of `key`, if it is still the one created at
+    /// `created_at`: whether it was (`false` when a newer event came since).
     async fn settle_object(
         &self,
         key: ObjectKey<'_>,
         created_at: DateTime<Utc>,
         status: ObjectStatus,
         now: DateTime<Utc>,
-    ) -> Result<(), StoreError>;
+    ) -> Result<bool, StoreError>;
 
     /// The record under `key`.
     async fn get_object(&self, key: ObjectKey<'_>) -> Result<Option<ObjectRecord>, StoreError>;
@@ -185,7 +187,7 @@ impl<T: OrderingStore + ?Sized> OrderingStore for std::sync::Arc<T> {
         created_at: DateTime<Utc>,
         status: ObjectStatus,
         now: DateTime<Utc>,
-    ) -> Result<(), StoreError> {
+    ) -> Result<bool, StoreError> {
         (**self).settle_object(key, created_at, status, now).await
     }
 

@@ -30,6 +30,10 @@ pub enum ReconcileReason {
     LeaseLost,
     /// A periodic sweep found an object whose last event ended in failure.
     StaleFailure,
+    /// The handler succeeded, but a newer event for the object was seen while it
+    /// ran (the ordering guard checks before a handler runs): the object may hold
+    /// this older event's state.
+    Overtaken,
 }
 
 impl ReconcileReason {
@@ -42,6 +46,7 @@ impl ReconcileReason {
             Self::TimedOut => "timed_out",
             Self::LeaseLost => "lease_lost",
             Self::StaleFailure => "stale_failure",
+            Self::Overtaken => "overtaken",
         }
     }
 }

@@ -331,6 +331,98 @@ async fn durations_beyond_chronos_range_are_a_century() {
     assert_eq!(report.found, 0);
 }
 
+/// Waits (up to 5 s) until the reconciler was asked about `object` for `reason`.
+async fn reconciled(api: &Api, object: &str, reason: ReconcileReason) {
+    for _ in 0..500 {
+        let calls = api.calls.lock().unwrap().clone();
+        if calls.contains(&(Some(object.to_owned()), reason)) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!(
+        "no {reason:?} reconciliation of {object}: {:?}",
+        api.calls.lock().unwrap()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_overtaken_while_its_handler_ran_reconciles_its_object() {
+    let s = setup();
+    let (gate, started) = (
+        Arc::new(tokio::sync::Notify::new()),
+        Arc::new(tokio::sync::Notify::new()),
+    );
+    let worker = {
+        let (gate, started) = (gate.clone(), started.clone());
+        s.guard
+            .worker(move |e: InboxEvent| {
+                let (gate, started) = (gate.clone(), started.clone());
+                async move {
+                    if e.id == "evt_old" {
+                        started.notify_one(); // the object has been observed
+                        gate.notified().await; // until the newer event is done
+                    }
+                    Ok(())
+                }
+            })
+            .unwrap()
+            .concurrency(1)
+    };
+    accept(&s.guard, &body("evt_old", "customer.updated", "cus_o", 10)).await;
+    let slow = tokio::spawn({
+        let worker = worker.clone();
+        async move { worker.run_once().await }
+    });
+    started.notified().await;
+    // A newer event of the object arrives and is processed while the old one runs.
+    accept(&s.guard, &body("evt_new", "customer.updated", "cus_o", 20)).await;
+    assert_eq!(worker.run_once().await.unwrap(), 1);
+    let newer = Key::new("inbox-test", "evt_new");
+    assert_eq!(
+        s.store.get_event(newer).await.unwrap().unwrap().state,
+        InboxState::Done
+    );
+    gate.notify_one();
+    assert_eq!(slow.await.unwrap().unwrap(), 1);
+    reconciled(&s.api, "cus_o", ReconcileReason::Overtaken).await;
+
+    // The same in the direct mode.
+    let (gate, started) = (
+        Arc::new(tokio::sync::Notify::new()),
+        Arc::new(tokio::sync::Notify::new()),
+    );
+    let old = body("evt_old2", "customer.updated", "cus_d", 10);
+    let slow = tokio::spawn({
+        let (guard, gate, started) = (s.guard.clone(), gate.clone(), started.clone());
+        async move {
+            guard
+                .handle(
+                    &[("content-type", "application/json")],
+                    &old,
+                    |_| async move {
+                        started.notify_one(); // the object has been observed
+                        gate.notified().await;
+                        Ok(())
+                    },
+                )
+                .await
+        }
+    });
+    started.notified().await;
+    let new = body("evt_new2", "customer.updated", "cus_d", 20);
+    let outcome = s
+        .guard
+        .handle(&[("content-type", "application/json")], &new, |_| async {
+            Ok(())
+        })
+        .await;
+    assert!(matches!(outcome, Outcome::Processed { .. }), "{outcome:?}");
+    gate.notify_one();
+    assert!(matches!(slow.await.unwrap(), Outcome::Processed { .. }));
+    reconciled(&s.api, "cus_d", ReconcileReason::Overtaken).await;
+}
+
 #[tokio::test]
 async fn out_of_order_deliveries_end_in_the_newest_state() {
     let s = setup();
@@ -688,8 +780,8 @@ async fn an_ordering_store_outage_is_503_and_counts_no_handler_failure() {
             _: DateTime<Utc>,
             _: ObjectStatus,
             _: DateTime<Utc>,
-        ) -> Result<(), webhook_guard::StoreError> {
-            Ok(())
+        ) -> Result<bool, webhook_guard::StoreError> {
+            Ok(true)
         }
         async fn get_object(
             &self,

@@ -215,22 +215,23 @@ impl OrderingStore for MemoryStore {
         created_at: DateTime<Utc>,
         status: ObjectStatus,
         now: DateTime<Utc>,
-    ) -> Result<(), StoreError> {
+    ) -> Result<bool, StoreError> {
         let mut ledger = lock(self.ledger());
         let k = (
             key.namespace.to_owned(),
             key.object.to_owned(),
             key.family.to_owned(),
         );
-        if let Some(r) = ledger
+        let Some(r) = ledger
             .objects
             .get_mut(&k)
             .filter(|r| r.newest == created_at)
-        {
-            r.status = status;
-            r.updated_at = now;
-        }
-        Ok(())
+        else {
+            return Ok(false);
+        };
+        r.status = status;
+        r.updated_at = now;
+        Ok(true)
     }
 
     async fn get_object(&self, key: ObjectKey<'_>) -> Result<Option<ObjectRecord>, StoreError> {

@@ -567,7 +567,7 @@ impl OrderingStore for RedisStore {
         created_at: DateTime<Utc>,
         status: ObjectStatus,
         now: DateTime<Utc>,
-    ) -> Result<(), StoreError> {
+    ) -> Result<bool, StoreError> {
         let (record, failed, member) = self.object_keys(key);
         let mut inv = Eval::new(&SCRIPTS.settle_object, 2);
         inv.key(record)
@@ -576,8 +576,8 @@ impl OrderingStore for RedisStore {
             .arg(status.as_str())
             .arg(millis(now))
             .arg(member);
-        let _: i64 = self.connection().eval(&inv).await.map_err(store_error)?;
-        Ok(())
+        let settled: i64 = self.connection().eval(&inv).await.map_err(store_error)?;
+        Ok(settled == 1)
     }
 
     async fn get_object(&self, key: ObjectKey<'_>) -> Result<Option<ObjectRecord>, StoreError> {

@@ -350,8 +350,11 @@ impl Inner {
         let ran = self.run(&event).await;
         match ran {
             Ran::Ok => {
-                if self.settle(&event, InboxState::Done, None).await {
-                    self.settle_object(&event, ObjectStatus::Applied).await;
+                if self.settle(&event, InboxState::Done, None).await
+                    && !self.settle_object(&event, ObjectStatus::Applied).await
+                {
+                    // A newer event of the object was seen while this one ran.
+                    self.reconcile(&event, ReconcileReason::Overtaken).await;
                 }
             }
             Ran::TimedOut => {
@@ -524,11 +527,14 @@ impl Inner {
         }
     }
 
-    async fn settle_object(&self, event: &InboxEvent, status: ObjectStatus) {
+    /// Settles the event's object; `false` only when the ordering store answers that
+    /// a newer event of the object was seen since (not on an error, nor without an
+    /// ordering store or object).
+    async fn settle_object(&self, event: &InboxEvent, status: ObjectStatus) -> bool {
         let (Some(ordering), Some(object), Some(created_at)) =
             (&self.ordering, &event.meta.object, event.meta.created_at)
         else {
-            return;
+            return true;
         };
         let family = event.meta.family.as_deref().unwrap_or("");
         let key = ObjectKey {
@@ -536,11 +542,15 @@ impl Inner {
             object,
             family,
         };
-        if let Err(e) = ordering
+        match ordering
             .settle_object(key, created_at, status, self.clock.now())
             .await
         {
-            tracing::warn!(id = %event.id, error = %e, "could not settle object state");
+            Ok(settled) => settled,
+            Err(e) => {
+                tracing::warn!(id = %event.id, error = %e, "could not settle object state");
+                true
+            }
         }
     }
 

@@ -1355,8 +1355,8 @@ impl OrderingStore for MySqlStore {
         created_at: DateTime<Utc>,
         status: ObjectStatus,
         now: DateTime<Utc>,
-    ) -> Result<(), StoreError> {
-        retry_deadlocks(|| {
+    ) -> Result<bool, StoreError> {
+        let done = retry_deadlocks(|| {
             sqlx::query(&self.sql.queue.settle_object)
                 .bind(status.as_str())
                 .bind(millis(now))
@@ -1367,7 +1367,7 @@ impl OrderingStore for MySqlStore {
                 .execute(&self.pool)
         })
         .await?;
-        Ok(())
+        Ok(done.rows_affected() == 1)
     }
 
     async fn get_object(&self, key: ObjectKey<'_>) -> Result<Option<ObjectRecord>, StoreError> {

@@ -425,9 +425,9 @@ macro_rules! sql_store_impls {
                     created_at: DateTime<Utc>,
                     status: ObjectStatus,
                     now: DateTime<Utc>,
-                ) -> Result<(), StoreError> {
+                ) -> Result<bool, StoreError> {
                     let _gate = self.write_gate().await;
-                    ::sqlx::query(&self.sql.queue.settle_object)
+                    let done = ::sqlx::query(&self.sql.queue.settle_object)
                         .bind(key.namespace)
                         .bind(key.object)
                         .bind(key.family)
@@ -437,7 +437,7 @@ macro_rules! sql_store_impls {
                         .execute(&self.pool)
                         .await
                         .map_err($err)?;
-                    Ok(())
+                    Ok(done.rows_affected() == 1)
                 }
 
                 async fn get_object(
