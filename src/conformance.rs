@@ -646,6 +646,7 @@ pub mod inbox {
         lease_is_exclusive_and_fenced(store).await;
         retries_wait_until_due(store).await;
         dead_workers_lose_their_lease(store).await;
+        a_lease_is_held_to_its_end(store).await;
         settled_events_are_purged(store).await;
     }
 
@@ -841,6 +842,33 @@ pub mod inbox {
         assert_ne!(again[0].token, e.token, "a new lease gets a new token");
         assert_eq!(again[0].last_error.as_deref(), Some("boom"));
         assert_eq!(again[0].payload, b"p");
+    }
+
+    /// A lease is held to its very end, even one that ends between two
+    /// milliseconds: an inbox that keeps milliseconds rounds its end up.
+    pub async fn a_lease_is_held_to_its_end(store: &dyn InboxStore) {
+        let f = Fixture::new();
+        let us = |n: i64| f.now + TimeDelta::microseconds(n);
+        f.enqueue(store, "edge", b"p", 0).await;
+        let leased = store.lease(&f.namespace, us(0), us(700), 10).await.unwrap();
+        assert_eq!(leased.len(), 1, "due");
+        assert!(
+            store
+                .lease(&f.namespace, us(300), us(60_000_000), 10)
+                .await
+                .unwrap()
+                .is_empty(),
+            "0.4 ms before the lease ends, in its last millisecond"
+        );
+        assert_eq!(
+            store
+                .lease(&f.namespace, us(1_000), us(60_000_000), 10)
+                .await
+                .unwrap()
+                .len(),
+            1,
+            "0.3 ms after the lease ended"
+        );
     }
 
     /// A `Running` event whose lease ran out is leased again; the old token is stale.

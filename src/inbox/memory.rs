@@ -34,7 +34,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 fn due_at(e: &InboxEvent) -> Option<i64> {
     match e.state {
         InboxState::Pending => Some(e.next_attempt_at.timestamp_millis()),
-        InboxState::Running => Some(e.lease_until.timestamp_millis()),
+        // Rounded up: a lease is never due before it ends.
+        InboxState::Running => Some(crate::store::lease_millis(e.lease_until)),
         _ => None,
     }
 }
