@@ -1438,7 +1438,7 @@ mod tests {
     #[test]
     fn schema_names_the_table_once() {
         let sql = schema_for("my_records");
-        assert!(sql.starts_with("CREATE TABLE IF NOT EXISTS my_records ("));
+        assert!(sql.starts_with("CREATE TABLE IF NOT EXISTS `my_records` ("));
         assert!(!sql.contains(MySqlStore::DEFAULT_TABLE));
         assert!(sql.contains("PRIMARY KEY (namespace, id)"));
         assert!(sql.contains("KEY by_expiry (expires_at)"));
@@ -1456,16 +1456,16 @@ mod tests {
             assert_eq!(text.matches('?').count(), params.len(), "{text}");
             assert!(!text.contains(':') && !text.contains('{'), "{text}");
         }
-        assert!(q.enqueue.0.starts_with("INSERT INTO t_inbox "));
-        assert!(q.observe.0.starts_with("INSERT INTO t_objects "));
-        assert!(q.record.0.starts_with("INSERT INTO t "));
+        assert!(q.enqueue.0.starts_with("INSERT INTO `t_inbox` "));
+        assert!(q.observe.0.starts_with("INSERT INTO `t_objects` "));
+        assert!(q.record.0.starts_with("INSERT INTO `t` "));
     }
 
     #[test]
     fn schema_names_the_inbox_and_ordering_tables() {
         let sql = schema_for("my_records");
-        assert!(sql.contains("CREATE TABLE IF NOT EXISTS my_records_inbox ("));
-        assert!(sql.contains("CREATE TABLE IF NOT EXISTS my_records_objects ("));
+        assert!(sql.contains("CREATE TABLE IF NOT EXISTS `my_records_inbox` ("));
+        assert!(sql.contains("CREATE TABLE IF NOT EXISTS `my_records_objects` ("));
         assert!(sql.contains("KEY by_due (namespace, due_at)"));
         assert!(sql.contains("KEY by_status (namespace, status, updated_at)"));
         let long = "a".repeat(63);
