@@ -799,7 +799,7 @@ impl<'a> Claimed<'a> {
         // Dropped while the store records the success (the sender hung up, a
         // timeout), this future leaves the recording to the background, or a
         // redelivery after the lease would run the handler again.
-        let pending = RecordOnDrop(Some(state.clone()));
+        let pending = RecordOnDrop(Some(&state));
         let result = store(inner).finish(state.key(), state.token, &finish).await;
         pending.disarm();
         let outcome = match result {
@@ -888,19 +888,19 @@ impl Drop for ReleaseOnDrop<'_> {
 /// Armed while [`Claimed::complete`] awaits the store: if the delivery's future is
 /// dropped there, the handler's success is recorded in the background
 /// ([`ClaimState::record_completion_later`]).
-struct RecordOnDrop(Option<Arc<ClaimState>>);
+struct RecordOnDrop<'s>(Option<&'s Arc<ClaimState>>);
 
-impl RecordOnDrop {
+impl RecordOnDrop<'_> {
     fn disarm(mut self) {
         self.0 = None;
     }
 }
 
-impl Drop for RecordOnDrop {
+impl Drop for RecordOnDrop<'_> {
     fn drop(&mut self) {
         if let Some(state) = self.0.take() {
             tracing::warn!(id = %state.id, "delivery dropped while recording its success; recording it in the background");
-            state.record_completion_later();
+            state.clone().record_completion_later();
         }
     }
 }
