@@ -1371,13 +1371,23 @@ fn redis_cycle_tput(ctx: &Ctx) -> Result<Report, Skip> {
     Ok(report)
 }
 
-/// Guard cycles/s on Redis vs the `idempotent` crate 0.3's `ValkeyStore`
-/// `try_insert` + `complete`, 64 tasks each.
-fn redis_cycle_vs_idempotent_tput(ctx: &Ctx) -> Result<Report, Skip> {
-    use idempotent::fingerprint::{DefaultFingerprintStrategy, FingerprintStrategy};
-    use idempotent::store::{IdempotencyStore, InsertResult};
-    use idempotent::{CachedResponse, IdempotencyEntry, IdempotencyKey, Metadata};
-
+/// Guard cycles/s on Redis against a peer crate's claim + complete on the same
+/// server, 64 tasks each. `connect(url, prefix)` builds the peer, its keys starting
+/// with `prefix`; `cycle(peer, i)` claims and completes fresh key `i` and says
+/// whether both succeeded.
+fn redis_vs_peer<P, C, CF, F, Fut>(
+    ctx: &Ctx,
+    peer_name: &'static str,
+    connect: C,
+    cycle: F,
+) -> Result<Report, Skip>
+where
+    P: Send + Sync + 'static,
+    C: FnOnce(String, String) -> CF,
+    CF: Future<Output = P>,
+    F: Fn(Arc<P>, u64) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = bool> + Send + 'static,
+{
     let url = ctx.server("WEBHOOK_GUARD_REDIS_URL")?;
     let rt = runtime();
     let prefix = fresh_name();
@@ -1385,13 +1395,9 @@ fn redis_cycle_vs_idempotent_tput(ctx: &Ctx) -> Result<Report, Skip> {
     let dur = round_time(ctx);
     let (guard, peer) = rt.block_on(async {
         let guard = guard_on(redis_store(&url, &prefix).await);
-        let client = redis::Client::open(url.as_str()).unwrap();
-        let peer = idempotent::store::valkey::ValkeyStore::with_prefix(client, Some(&peer_prefix))
-            .await
-            .expect("valkey store");
+        let peer = connect(url.clone(), peer_prefix.clone()).await;
         (guard, Arc::new(peer))
     });
-    let ttl = Duration::from_secs(600);
     let (g, b) = interleave_tput(
         ctx,
         &rt,
@@ -1403,44 +1409,62 @@ fn redis_cycle_vs_idempotent_tput(ctx: &Ctx) -> Result<Report, Skip> {
             })
         },
         |first| {
-            let peer = peer.clone();
-            tput(REDIS_TASKS, dur, first, move |i| {
-                let peer = peer.clone();
-                async move {
-                    let key = IdempotencyKey::new(format!("evt_{i:020}")).expect("key");
-                    let fp = DefaultFingerprintStrategy.compute("POST /webhooks", BODY);
-                    let entry = IdempotencyEntry::new(fp, ttl);
-                    let Ok(InsertResult::Claimed { fencing_token }) =
-                        peer.try_insert(&key, entry.clone()).await
-                    else {
-                        return false;
-                    };
-                    black_box(()); // the no-op handler
-                    let response = CachedResponse {
-                        status_code: 200,
-                        metadata: Metadata::default(),
-                        body: bytes::Bytes::new(),
-                    };
-                    peer.complete(&key, entry.complete(response), fencing_token)
-                        .await
-                        .is_ok()
-                }
-            })
+            let (peer, cycle) = (peer.clone(), cycle.clone());
+            tput(REDIS_TASKS, dur, first, move |i| cycle(peer.clone(), i))
         },
     );
     rt.block_on(async {
         redis_cleanup(&url, &format!("{{{prefix}:*")).await;
-        redis_cleanup(&url, &format!("{peer_prefix}-*")).await;
+        redis_cleanup(&url, &format!("{peer_prefix}*")).await;
     });
     Ok(tput_report(
         g,
         b,
-        "idempotent 0.3 ValkeyStore",
+        peer_name,
         format!(
             "{REDIS_TASKS} tasks each side, {:.1} s rounds",
             dur.as_secs_f64()
         ),
     ))
+}
+
+/// Guard cycles/s on Redis vs the `idempotent` crate 0.3's `ValkeyStore`
+/// `try_insert` + `complete`, 64 tasks each.
+fn redis_cycle_vs_idempotent_tput(ctx: &Ctx) -> Result<Report, Skip> {
+    use idempotent::fingerprint::{DefaultFingerprintStrategy, FingerprintStrategy};
+    use idempotent::store::valkey::ValkeyStore;
+    use idempotent::store::{IdempotencyStore, InsertResult};
+    use idempotent::{CachedResponse, IdempotencyEntry, IdempotencyKey, Metadata};
+
+    redis_vs_peer(
+        ctx,
+        "idempotent 0.3 ValkeyStore",
+        |url, prefix| async move {
+            let client = redis::Client::open(url.as_str()).unwrap();
+            ValkeyStore::with_prefix(client, Some(&prefix))
+                .await
+                .expect("valkey store")
+        },
+        |peer: Arc<ValkeyStore>, i| async move {
+            let key = IdempotencyKey::new(format!("evt_{i:020}")).expect("key");
+            let fp = DefaultFingerprintStrategy.compute("POST /webhooks", BODY);
+            let entry = IdempotencyEntry::new(fp, Duration::from_secs(600));
+            let Ok(InsertResult::Claimed { fencing_token }) =
+                peer.try_insert(&key, entry.clone()).await
+            else {
+                return false;
+            };
+            black_box(()); // the no-op handler
+            let response = CachedResponse {
+                status_code: 200,
+                metadata: Metadata::default(),
+                body: bytes::Bytes::new(),
+            };
+            peer.complete(&key, entry.complete(response), fencing_token)
+                .await
+                .is_ok()
+        },
+    )
 }
 
 /// Guard cycles/s on Redis vs the `klauthed-data` crate 1.0's
@@ -1450,58 +1474,27 @@ fn redis_cycle_vs_klauthed_tput(ctx: &Ctx) -> Result<Report, Skip> {
     use klauthed_data::idempotency::redis::RedisIdempotencyStore;
     use klauthed_data::idempotency::{IdempotencyStore, Outcome as KOutcome};
 
-    let url = ctx.server("WEBHOOK_GUARD_REDIS_URL")?;
-    let rt = runtime();
-    let prefix = fresh_name();
-    let peer_prefix = format!("{prefix}_klauthed");
-    let dur = round_time(ctx);
-    let (guard, peer) = rt.block_on(async {
-        let guard = guard_on(redis_store(&url, &prefix).await);
-        let client = redis::Client::open(url.as_str()).unwrap();
-        let conn = client.get_connection_manager().await.expect("connect");
-        (
-            guard,
-            Arc::new(RedisIdempotencyStore::with_ttl_ms(conn, 600_000)),
-        )
-    });
-    let peer_keys = Arc::new(format!("{peer_prefix}:evt_"));
-    let (g, b) = interleave_tput(
+    redis_vs_peer(
         ctx,
-        &rt,
-        |first| {
-            let guard = guard.clone();
-            tput(REDIS_TASKS, dur, first, move |i| {
-                let guard = guard.clone();
-                async move { guard_cycle(&guard, "evt_", i).await }
-            })
-        },
-        |first| {
-            let (peer, peer_keys) = (peer.clone(), peer_keys.clone());
-            tput(REDIS_TASKS, dur, first, move |i| {
-                let (peer, key) = (peer.clone(), format!("{peer_keys}{i:020}"));
-                async move {
-                    if peer.begin(&key).await.ok() != Some(KOutcome::New) {
-                        return false;
-                    }
-                    black_box(()); // the no-op handler
-                    peer.complete(&key, serde_json::Value::Null).await.is_ok()
-                }
-            })
-        },
-    );
-    rt.block_on(async {
-        redis_cleanup(&url, &format!("{{{prefix}:*")).await;
-        redis_cleanup(&url, &format!("{peer_prefix}:*")).await;
-    });
-    Ok(tput_report(
-        g,
-        b,
         "klauthed-data 1.0 RedisIdempotencyStore",
-        format!(
-            "{REDIS_TASKS} tasks each side, {:.1} s rounds",
-            dur.as_secs_f64()
-        ),
-    ))
+        |url, prefix| async move {
+            let client = redis::Client::open(url.as_str()).unwrap();
+            let conn = client.get_connection_manager().await.expect("connect");
+            (
+                RedisIdempotencyStore::with_ttl_ms(conn, 600_000),
+                format!("{prefix}:evt_"),
+            )
+        },
+        |peer: Arc<(RedisIdempotencyStore, String)>, i| async move {
+            let (store, keys) = &*peer;
+            let key = format!("{keys}{i:020}");
+            if store.begin(&key).await.ok() != Some(KOutcome::New) {
+                return false;
+            }
+            black_box(()); // the no-op handler
+            store.complete(&key, serde_json::Value::Null).await.is_ok()
+        },
+    )
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
