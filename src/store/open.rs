@@ -330,11 +330,9 @@ impl StoreUrl {
             .acquire_timeout(std::time::Duration::from_secs(5))
             .connect_with(options)
             .await
-            .map_err(|e| match e {
-                // "unable to open database file": the path is wrong or missing.
-                sqlx::Error::Database(_) => StoreError::unavailable(e),
-                e => sqlite::err(e),
-            })?;
+            // A file that cannot be opened is `Unavailable`, one that is not an
+            // SQLite database a `Backend` error, as for `SqliteStore::open`.
+            .map_err(sqlite::err)?;
         let store = match &self.table {
             Some(t) => {
                 SqliteStore::with_table(pool, t).map_err(|_| OpenError::InvalidTable(t.clone()))?
@@ -592,6 +590,25 @@ mod tests {
             .unwrap_err();
         assert!(matches!(err, OpenError::Store(_)), "{err}");
         assert!(!missing.exists());
+
+        // A file that is not an SQLite database is the backend's error; a file that
+        // cannot be opened, the store being unavailable.
+        let junk = dir.join(format!("{stem}-junk.db"));
+        std::fs::write(&junk, vec![b'x'; 4096]).unwrap();
+        let err = match open(&format!("sqlite:{}", junk.display())).await {
+            Ok(opened) => opened.migrate().await.map(drop).unwrap_err(),
+            Err(OpenError::Store(e)) => e,
+            Err(e) => panic!("{e}"),
+        };
+        assert!(!err.is_unavailable(), "{err}");
+        remove(&junk);
+        let err = open(&format!("sqlite:{}/no/such/dir/a.db", dir.display()))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, OpenError::Store(e) if e.is_unavailable()),
+            "{err}"
+        );
 
         // A parameter the driver does not know is a bad URL.
         let err = open(&format!("sqlite:{}?colour=blue", missing.display()))
