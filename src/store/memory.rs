@@ -4,6 +4,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fmt;
 use std::hash::{BuildHasher, RandomState};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
@@ -57,6 +58,8 @@ struct Inner {
     /// pick its shard, and the shard's table is searched with the whole hash.
     hasher: RandomState,
     shards: Box<[Mutex<Shard>]>,
+    /// The shard the next purge starts at.
+    purge_from: AtomicUsize,
     queue: Mutex<crate::inbox::memory::Queue>,
     ledger: Mutex<crate::inbox::memory::Ledger>,
 }
@@ -314,6 +317,7 @@ impl MemoryStore {
             inner: Arc::new(Inner {
                 hasher: RandomState::new(),
                 shards: (0..n).map(|_| Mutex::default()).collect(),
+                purge_from: AtomicUsize::new(0),
                 queue: Mutex::default(),
                 ledger: Mutex::default(),
             }),
@@ -604,11 +608,19 @@ impl ProcessedStore for MemoryStore {
     }
 
     async fn purge_expired(&self, now: DateTime<Utc>, limit: usize) -> Result<u64, StoreError> {
+        // Each call starts at the shard after the one where the last call's limit
+        // ran out, so records that keep expiring in some shards do not leave the
+        // others unpurged.
+        let shards = &self.inner.shards;
+        let first = self.inner.purge_from.load(Ordering::Relaxed) % shards.len();
         let mut removed = 0;
-        for shard in self.inner.shards.iter() {
+        for k in 0..shards.len() {
+            let i = (first + k) % shards.len();
+            let shard = &shards[i];
             loop {
                 let left = limit - removed;
                 if left == 0 {
+                    self.inner.purge_from.store(i + 1, Ordering::Relaxed);
                     return Ok(removed as u64);
                 }
                 let n = lock(shard).purge(now, left.min(PURGE_CHUNK));
@@ -688,6 +700,48 @@ mod tests {
             lease_until: now + TimeDelta::seconds(60),
             expires_at: now + TimeDelta::seconds(3600),
         }
+    }
+
+    /// A purge whose limit runs out goes on, next time, after where it stopped: records
+    /// that keep expiring in the first shards do not starve the later ones.
+    #[test]
+    fn purges_go_round_the_shards() {
+        let store = MemoryStore::with_shards(2);
+        let t0 = DateTime::from_timestamp(1_700_000_000, 0).unwrap();
+        let shard_of = |id: &str| {
+            let h = store.inner.hasher.hash_one(format!("ns\0{id}").as_bytes());
+            (h >> 32) as usize & 1
+        };
+        let ids = |shard: usize, n: usize, tag: &str| -> Vec<String> {
+            (0..)
+                .map(|i| format!("{tag}{i}"))
+                .filter(|id| shard_of(id) == shard)
+                .take(n)
+                .collect()
+        };
+        let expired = |id: &str| {
+            let mut r = request(id, t0);
+            r.lease_until = t0;
+            r.expires_at = t0 + TimeDelta::seconds(1);
+            ready(store.claim(&r)).unwrap();
+        };
+        let later = t0 + TimeDelta::seconds(10);
+        let starved = ids(1, 10, "late-");
+        for id in &starved {
+            expired(id);
+        }
+        // Each round, 5 more expire in shard 0, and a purge may remove 5.
+        for round in 0..20 {
+            for id in ids(0, 5, &format!("r{round}-")) {
+                expired(&id);
+            }
+            ready(store.purge_expired(later, 5)).unwrap();
+        }
+        let left = starved
+            .iter()
+            .filter(|id| ready(store.get(Key::new("ns", id))).unwrap().is_some())
+            .count();
+        assert_eq!(left, 0, "shard 1 was purged too");
     }
 
     /// The side table of failure notes and the per-shard counters follow every change.
