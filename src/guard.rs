@@ -642,9 +642,13 @@ impl ClaimState {
         }
     }
 
+    /// The event's object and `created_at`, when it takes part in ordering.
     fn object_key(&self) -> Option<(ObjectKey<'_>, DateTime<Utc>)> {
         let object = self.meta.object.as_deref()?;
         let created_at = self.meta.created_at?;
+        if !crate::ordering::orderable(created_at, self.guard.inner.clock.now()) {
+            return None;
+        }
         let key = ObjectKey {
             namespace: &self.guard.inner.namespace,
             object,

@@ -124,6 +124,23 @@ impl ObjectRecord {
     }
 }
 
+/// How far past `now` an event's `created_at` may lie and still take part in
+/// ordering: 5 minutes of clock skew between the provider and this host. One further
+/// ahead (a provider's bug, a test fixture, a unit mistaken for another, or a
+/// `created_at` the signature does not cover, rewritten by whoever replays a
+/// genuine body) would make every later event of its object stale until that time:
+/// such an event is processed unordered, with a warning.
+pub const MAX_CLOCK_SKEW: chrono::TimeDelta = chrono::TimeDelta::minutes(5);
+
+/// Whether `created_at` may take part in ordering at `now` (see [`MAX_CLOCK_SKEW`]).
+pub(crate) fn orderable(created_at: DateTime<Utc>, now: DateTime<Utc>) -> bool {
+    let ok = created_at <= now + MAX_CLOCK_SKEW;
+    if !ok {
+        tracing::warn!(%created_at, %now, "event created in the future beyond the allowed skew: not ordered");
+    }
+    ok
+}
+
 /// Keeps the newest `created_at` per object and family.
 ///
 /// # Contract

@@ -424,6 +424,35 @@ async fn an_event_overtaken_while_its_handler_ran_reconciles_its_object() {
 }
 
 #[tokio::test]
+async fn an_event_from_the_far_future_does_not_freeze_its_object() {
+    let s = setup();
+    let now = start().timestamp();
+    let run = |b: Vec<u8>| {
+        let guard = s.guard.clone();
+        async move {
+            guard
+                .handle(&[("content-type", "application/json")], &b, |_| async {
+                    Ok(())
+                })
+                .await
+        }
+    };
+    // A year ahead (a provider's bug, or an unsigned `created_at` rewritten by a
+    // replayer): processed, but not ordered.
+    let future = body("evt_future", "charge.updated", "ch_f", now + 365 * 86_400);
+    assert!(matches!(run(future).await, Outcome::Processed { .. }));
+    // The object's genuine events go on being applied.
+    let genuine = body("evt_genuine", "charge.updated", "ch_f", now - 60);
+    let outcome = run(genuine).await;
+    assert!(matches!(outcome, Outcome::Processed { .. }), "{outcome:?}");
+    // Within the allowed skew, an event is ordered as usual.
+    let ahead = body("evt_ahead", "charge.updated", "ch_f", now + 60);
+    assert!(matches!(run(ahead).await, Outcome::Processed { .. }));
+    let older = body("evt_older", "charge.updated", "ch_f", now - 30);
+    assert!(matches!(run(older).await, Outcome::Stale { .. }));
+}
+
+#[tokio::test]
 async fn out_of_order_deliveries_end_in_the_newest_state() {
     let s = setup();
     let state: Arc<Mutex<HashMap<String, String>>> = Arc::default();

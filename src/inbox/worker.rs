@@ -387,19 +387,26 @@ impl Inner {
         }
     }
 
+    /// The event's object and `created_at`, when it takes part in ordering.
+    fn object_key<'e>(&self, event: &'e InboxEvent) -> Option<(ObjectKey<'e>, DateTime<Utc>)> {
+        let object = event.meta.object.as_deref()?;
+        let created_at = event.meta.created_at?;
+        if !crate::ordering::orderable(created_at, self.clock.now()) {
+            return None;
+        }
+        let key = ObjectKey {
+            namespace: &event.namespace,
+            object,
+            family: event.meta.family.as_deref().unwrap_or(""),
+        };
+        Some((key, created_at))
+    }
+
     /// `None` to go on; `Some(true)` when the event is stale; `Some(false)` when the
     /// ordering store failed and the event was put back.
     async fn check_order(&self, event: &InboxEvent) -> Option<bool> {
         let ordering = self.ordering.as_ref()?;
-        let (Some(object), Some(created_at)) = (&event.meta.object, event.meta.created_at) else {
-            return None;
-        };
-        let family = event.meta.family.as_deref().unwrap_or("");
-        let key = ObjectKey {
-            namespace: &event.namespace,
-            object,
-            family,
-        };
+        let (key, created_at) = self.object_key(event)?;
         match ordering.observe(key, created_at, self.clock.now()).await {
             Ok(Freshness::Fresh) => None,
             Ok(Freshness::Stale { .. }) => Some(true),
@@ -531,16 +538,9 @@ impl Inner {
     /// a newer event of the object was seen since (not on an error, nor without an
     /// ordering store or object).
     async fn settle_object(&self, event: &InboxEvent, status: ObjectStatus) -> bool {
-        let (Some(ordering), Some(object), Some(created_at)) =
-            (&self.ordering, &event.meta.object, event.meta.created_at)
+        let (Some(ordering), Some((key, created_at))) = (&self.ordering, self.object_key(event))
         else {
             return true;
-        };
-        let family = event.meta.family.as_deref().unwrap_or("");
-        let key = ObjectKey {
-            namespace: &event.namespace,
-            object,
-            family,
         };
         match ordering
             .settle_object(key, created_at, status, self.clock.now())
