@@ -256,7 +256,8 @@ impl GenericHmac {
         self
     }
 
-    /// A header holding the event id, when the template has no `{id:...}`.
+    /// A header holding the event id, when the template has no `{id:...}` (a signed
+    /// id in the template always wins).
     #[must_use]
     pub fn id_header(mut self, name: impl Into<Cow<'static, str>>) -> Self {
         self.id_header = Some(name.into());
@@ -389,7 +390,8 @@ impl Verifier for GenericHmac {
         if let Some(at) = signed_at {
             check_tolerance(at, now, self.tolerance)?;
         }
-        let id_name = self.id_header.as_deref().or(self.template.id_header());
+        // The signed id first: an unsigned header could be replaced by a replayer.
+        let id_name = self.template.id_header().or(self.id_header.as_deref());
         Ok(Verified {
             event_id: id_name.and_then(|n| common::id_header(headers, &[n])),
             signed_at,
@@ -496,6 +498,26 @@ mod tests {
             v.verify(&h, b"{}", at(100)),
             Err(VerifyError::MissingHeader("ts".into()))
         );
+    }
+
+    #[test]
+    fn the_signed_id_wins_over_an_id_header() {
+        let template: Template = "{id:X-Id}.{body}".parse().unwrap();
+        let v = GenericHmac::new("sig", ["k"])
+            .unwrap()
+            .template(template.clone())
+            .id_header("X-Delivery");
+        let mut h = vec![("X-Id", "signed-1".to_owned())];
+        let sig = GenericHmac::new("sig", ["k"])
+            .unwrap()
+            .template(template)
+            .sign(&h, b"{}")
+            .unwrap();
+        h.push(("sig", sig));
+        // A replayer sets a fresh, unsigned delivery header: the id stays the signed one.
+        h.push(("X-Delivery", "fresh-2".to_owned()));
+        let verified = v.verify(&h, b"{}", at(100)).unwrap();
+        assert_eq!(verified.event_id.as_deref(), Some("signed-1"));
     }
 
     #[test]

@@ -18,8 +18,10 @@ const DELIVERY: &str = "X-GitHub-Delivery";
 ///   `X-Hub-Signature-256`. The legacy SHA-1 `X-Hub-Signature` header is never
 ///   used: a delivery carrying only that one is refused as missing
 ///   `X-Hub-Signature-256`.
-/// - No timestamp is signed, so there is no replay window: rely on the guard's
-///   deduplication by delivery id.
+/// - No timestamp is signed, so there is no replay window, and the delivery id is
+///   not signed either: deduplication stops a delivery resent under the same id,
+///   not a captured body resent under a new `X-GitHub-Delivery` (see "Known limits"
+///   in `SECURITY.md`).
 /// - Event id: the `X-GitHub-Delivery` header. Retry window: GitHub does not retry
 ///   automatically, but deliveries of the past 3 days can be redelivered with the
 ///   same delivery id, so 3 days.

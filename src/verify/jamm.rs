@@ -27,9 +27,13 @@ const PREFIX: &str = "sha256=";
 ///
 /// Only `content` is authenticated: `id`, `event_type` and `created_at` are not.
 /// The event id the guard deduplicates on is the unauthenticated `id`; a forger
-/// without the secret can only replay a genuine `content` under another id, which
-/// the signature cannot prevent. Nothing signed carries a time, so there is no
-/// replay window beyond deduplication.
+/// without the secret can replay a genuine `content` under another id, and with
+/// another `event_type` or `created_at`, which the signature cannot prevent.
+/// Nothing signed carries a time, so there is no replay window beyond
+/// deduplication. With an ordering store, a rewritten `created_at` counts only up
+/// to [`MAX_CLOCK_SKEW`](crate::ordering::MAX_CLOCK_SKEW) ahead of the clock, so
+/// such a replay can hold back the object's genuine events (answered as stale) for
+/// at most that long; reconcile critical state through Jamm's API.
 ///
 /// Jamm publishes no test vector; this preset is tested by round trips and against a
 /// pretty-printed body.
