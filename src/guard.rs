@@ -699,9 +699,10 @@ impl ClaimState {
     /// Settles the event's object; `false` only when the ordering store answers that
     /// a newer event of the object was seen since.
     async fn settle_object(&self, status: ObjectStatus) -> bool {
-        let (Some(ordering), Some((key, created_at))) =
-            (&self.guard.inner.ordering, self.object_key())
-        else {
+        let Some(ordering) = &self.guard.inner.ordering else {
+            return true;
+        };
+        let Some((key, created_at)) = self.object_key() else {
             return true;
         };
         let now = self.guard.inner.clock.now();

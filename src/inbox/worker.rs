@@ -538,8 +538,10 @@ impl Inner {
     /// a newer event of the object was seen since (not on an error, nor without an
     /// ordering store or object).
     async fn settle_object(&self, event: &InboxEvent, status: ObjectStatus) -> bool {
-        let (Some(ordering), Some((key, created_at))) = (&self.ordering, self.object_key(event))
-        else {
+        let Some(ordering) = &self.ordering else {
+            return true;
+        };
+        let Some((key, created_at)) = self.object_key(event) else {
             return true;
         };
         match ordering
