@@ -205,6 +205,17 @@ pub enum ConfigError {
         /// The configured lease.
         lease: Duration,
     },
+    /// Retention must outlast a replay the signature still accepts.
+    #[error(
+        "retention ({retention:?}) is shorter than twice the verifier's tolerance \
+         ({tolerance:?}): a replay could outlive its id"
+    )]
+    RetentionBelowTolerance {
+        /// The configured retention.
+        retention: Duration,
+        /// The verifier's tolerance for signed timestamps.
+        tolerance: Duration,
+    },
     /// A duration is zero or too large to represent.
     #[error("{0} must be positive and below 100 years")]
     BadDuration(&'static str),
@@ -398,6 +409,16 @@ impl WebhookGuardBuilder {
                 retention,
                 lease: self.lease,
             });
+        }
+        if let Some(tolerance) = verifier.tolerance() {
+            // A signed time may lie a tolerance ahead of the clock and be accepted
+            // until a tolerance behind it.
+            if retention < tolerance.saturating_mul(2) {
+                return Err(ConfigError::RetentionBelowTolerance {
+                    retention,
+                    tolerance,
+                });
+            }
         }
         if self.escalate_after == 0 {
             return Err(ConfigError::ZeroEscalation);

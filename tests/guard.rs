@@ -935,6 +935,32 @@ fn the_builder_refuses_nonsense_with_typed_errors() {
     assert_eq!(err(base().namespace("")), ConfigError::BadNamespace);
     assert_eq!(err(base().namespace("a\0b")), ConfigError::BadNamespace);
     assert_eq!(err(base().max_body(0)), ConfigError::ZeroBodyLimit);
+    // A replay the signature still accepts must find its id remembered.
+    let stripe = |tolerance| {
+        webhook_guard::verify::Stripe::new(["whsec_test"])
+            .unwrap()
+            .tolerance(tolerance)
+    };
+    let week = Duration::from_secs(7 * 86_400);
+    assert_eq!(
+        err(base().verifier(stripe(week))),
+        ConfigError::RetentionBelowTolerance {
+            retention: Duration::from_secs(72 * 3600),
+            tolerance: week,
+        }
+    );
+    assert!(matches!(
+        err(base()
+            .verifier(stripe(Duration::from_secs(300)))
+            .lease(Duration::from_secs(30))
+            .retention(Duration::from_secs(60))),
+        ConfigError::RetentionBelowTolerance { .. }
+    ));
+    assert!(base()
+        .verifier(stripe(week))
+        .retention(2 * week)
+        .build()
+        .is_ok());
     let guard = base().build().unwrap();
     assert_eq!(guard.retention(), Duration::from_secs(72 * 3600));
     assert_eq!(guard.lease(), Duration::from_secs(300));

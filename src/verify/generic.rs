@@ -398,6 +398,11 @@ impl Verifier for GenericHmac {
         })
     }
 
+    fn tolerance(&self) -> Option<Duration> {
+        let signs_a_time = (self.template.parts.iter()).any(|p| matches!(p, Part::Timestamp(_)));
+        signs_a_time.then_some(self.tolerance)
+    }
+
     fn retry_window(&self) -> Option<Duration> {
         self.retry_window
     }

@@ -89,6 +89,13 @@ pub trait Verifier: fmt::Debug + Send + Sync + 'static {
         None
     }
 
+    /// How far from `now` a signed timestamp may lie and still verify, for a scheme
+    /// that signs one. The guard refuses a retention shorter than twice this: a
+    /// replay the signature still accepts must find its id remembered.
+    fn tolerance(&self) -> Option<Duration> {
+        None
+    }
+
     /// Whether the provider re-signs a retry with a different body (for example a
     /// fresh timestamp inside it). The guard then does not answer a changed body
     /// under a known id as a conflict, unless told to.
@@ -117,6 +124,10 @@ impl<V: Verifier + ?Sized> Verifier for Box<V> {
         (**self).retry_window()
     }
 
+    fn tolerance(&self) -> Option<Duration> {
+        (**self).tolerance()
+    }
+
     fn body_changes_on_retry(&self) -> bool {
         (**self).body_changes_on_retry()
     }
@@ -138,6 +149,10 @@ impl<V: Verifier + ?Sized> Verifier for std::sync::Arc<V> {
 
     fn retry_window(&self) -> Option<Duration> {
         (**self).retry_window()
+    }
+
+    fn tolerance(&self) -> Option<Duration> {
+        (**self).tolerance()
     }
 
     fn body_changes_on_retry(&self) -> bool {

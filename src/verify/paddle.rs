@@ -139,6 +139,10 @@ impl Verifier for Paddle {
         })
     }
 
+    fn tolerance(&self) -> Option<Duration> {
+        Some(self.tolerance)
+    }
+
     fn retry_window(&self) -> Option<Duration> {
         Some(Self::RETRY_WINDOW)
     }

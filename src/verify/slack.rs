@@ -106,6 +106,10 @@ impl Verifier for Slack {
         })
     }
 
+    fn tolerance(&self) -> Option<Duration> {
+        Some(self.tolerance)
+    }
+
     fn retry_window(&self) -> Option<Duration> {
         Some(Self::RETRY_WINDOW)
     }

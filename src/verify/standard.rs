@@ -328,6 +328,10 @@ impl Verifier for StandardWebhooks {
         })
     }
 
+    fn tolerance(&self) -> Option<Duration> {
+        Some(self.tolerance)
+    }
+
     fn retry_window(&self) -> Option<Duration> {
         Some(Self::RETRY_WINDOW)
     }

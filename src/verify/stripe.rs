@@ -167,6 +167,10 @@ impl Verifier for Stripe {
         Some(crate::meta::MetaExtractor::stripe())
     }
 
+    fn tolerance(&self) -> Option<Duration> {
+        Some(self.tolerance)
+    }
+
     fn retry_window(&self) -> Option<Duration> {
         Some(Self::RETRY_WINDOW)
     }
