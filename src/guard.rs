@@ -459,8 +459,7 @@ impl WebhookGuardBuilder {
 }
 
 fn delta(d: Duration, what: &'static str) -> Result<TimeDelta, ConfigError> {
-    const CENTURY: Duration = Duration::from_secs(100 * 365 * 86_400);
-    if d.is_zero() || d > CENTURY {
+    if d.is_zero() || d > crate::CENTURY {
         return Err(ConfigError::BadDuration(what));
     }
     TimeDelta::from_std(d).map_err(|_| ConfigError::BadDuration(what))

@@ -155,6 +155,10 @@ pub use store::{MemoryStore, ProcessedStore, Record, RecordState, StoreError};
 pub use sweeper::SweeperHandle;
 pub use sweeper::{SweepReport, Sweeper};
 
+/// The longest lease, retention or interval the crate takes: longer ones would
+/// reach past what chrono can represent when added to a time.
+pub(crate) const CENTURY: std::time::Duration = std::time::Duration::from_secs(100 * 365 * 86_400);
+
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;

@@ -317,8 +317,8 @@ impl Worker {
 /// `d` as a `TimeDelta`, at most a century: a time past chrono's range (a lease or
 /// retention of `Duration::MAX`, say) would panic when added to `now`.
 fn delta(d: Duration) -> TimeDelta {
-    const CENTURY: TimeDelta = TimeDelta::days(36_525);
-    TimeDelta::from_std(d).map_or(CENTURY, |d| d.min(CENTURY))
+    let century = TimeDelta::from_std(crate::CENTURY).expect("a century fits");
+    TimeDelta::from_std(d).map_or(century, |d| d.min(century))
 }
 
 enum Ran {

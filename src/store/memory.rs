@@ -345,9 +345,13 @@ impl MemoryStore {
     /// The hash of map key `k`, and its shard, locked.
     fn shard(&self, k: &str) -> (u64, MutexGuard<'_, Shard>) {
         let h = self.inner.hasher.hash_one(k.as_bytes());
-        // The table uses the low bits (bucket) and the top 7 (tag): shard by others.
-        let i = (h >> 32) as usize & (self.inner.shards.len() - 1);
-        (h, lock(&self.inner.shards[i]))
+        (h, lock(&self.inner.shards[self.shard_index(h)]))
+    }
+
+    /// The shard of hash `h`. The table uses the low bits (bucket) and the top 7
+    /// (tag): shard by others.
+    fn shard_index(&self, h: u64) -> usize {
+        (h >> 32) as usize & (self.inner.shards.len() - 1)
     }
 }
 
@@ -670,8 +674,7 @@ mod tests {
             let mut load = vec![0u32; 1024];
             for i in 0..100_000u32 {
                 let key = format!("stripe\0evt_{i:0width$}");
-                let h = store.inner.hasher.hash_one(key.as_bytes());
-                load[(h >> 32) as usize & 1023] += 1;
+                load[store.shard_index(store.inner.hasher.hash_one(key.as_bytes()))] += 1;
             }
             let mean = 100_000 / 1024;
             let (min, max) = (load.iter().min().unwrap(), load.iter().max().unwrap());
@@ -709,8 +712,12 @@ mod tests {
         let store = MemoryStore::with_shards(2);
         let t0 = DateTime::from_timestamp(1_700_000_000, 0).unwrap();
         let shard_of = |id: &str| {
-            let h = store.inner.hasher.hash_one(format!("ns\0{id}").as_bytes());
-            (h >> 32) as usize & 1
+            store.shard_index(
+                store
+                    .inner
+                    .hasher
+                    .hash_one(map_key(Key::new("ns", id)).as_bytes()),
+            )
         };
         let ids = |shard: usize, n: usize, tag: &str| -> Vec<String> {
             (0..)
