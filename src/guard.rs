@@ -643,6 +643,9 @@ struct ClaimState {
     token: FencingToken,
     record: Record,
     meta: EventMeta,
+    /// Whether the event takes part in ordering: an ordering store is set and the
+    /// event has an object and a plausible `created_at` (decided at arrival).
+    ordered: bool,
     /// When the delivery began (before verification).
     started: Instant,
     /// When the claim was won: the handler's clock starts here.
@@ -664,11 +667,11 @@ impl ClaimState {
 
     /// The event's object and `created_at`, when it takes part in ordering.
     fn object_key(&self) -> Option<(ObjectKey<'_>, DateTime<Utc>)> {
-        let object = self.meta.object.as_deref()?;
-        let created_at = self.meta.created_at?;
-        if !crate::ordering::orderable(created_at, self.guard.inner.clock.now()) {
+        if !self.ordered {
             return None;
         }
+        let object = self.meta.object.as_deref()?;
+        let created_at = self.meta.created_at?;
         let key = ObjectKey {
             namespace: &self.guard.inner.namespace,
             object,
@@ -1325,16 +1328,26 @@ impl WebhookGuard {
         // extractor that panics fails the delivery as a panicking handler would:
         // the claim is released (retryable), not left to run out its lease.
         let mut panicked = None;
+        let meta = std::panic::catch_unwind(AssertUnwindSafe(|| inner.meta.extract(body)))
+            .unwrap_or_else(|panic| {
+                panicked = Some(panic_message(&*panic).to_owned());
+                EventMeta::default()
+            });
+        let ordered = match (&inner.ordering, &meta.object, meta.created_at) {
+            (Some(_), Some(_), Some(at)) if crate::ordering::orderable(at, now) => true,
+            (Some(_), Some(_), Some(at)) => {
+                crate::ordering::warn_unordered(&id, at);
+                false
+            }
+            _ => false,
+        };
         let state = Arc::new(ClaimState {
             guard: self.clone(),
             token: request.token,
             id,
             record,
-            meta: std::panic::catch_unwind(AssertUnwindSafe(|| inner.meta.extract(body)))
-                .unwrap_or_else(|panic| {
-                    panicked = Some(panic_message(&*panic).to_owned());
-                    EventMeta::default()
-                }),
+            meta,
+            ordered,
             started,
             claimed_at: Instant::now(),
         });

@@ -132,13 +132,16 @@ impl ObjectRecord {
 /// such an event is processed unordered, with a warning.
 pub const MAX_CLOCK_SKEW: chrono::TimeDelta = chrono::TimeDelta::minutes(5);
 
-/// Whether `created_at` may take part in ordering at `now` (see [`MAX_CLOCK_SKEW`]).
-pub(crate) fn orderable(created_at: DateTime<Utc>, now: DateTime<Utc>) -> bool {
-    let ok = created_at <= now + MAX_CLOCK_SKEW;
-    if !ok {
-        tracing::warn!(%created_at, %now, "event created in the future beyond the allowed skew: not ordered");
-    }
-    ok
+/// Whether an event created at `created_at` and received at `received` takes part in
+/// ordering (see [`MAX_CLOCK_SKEW`]). Decided by the arrival, not the clock, so that
+/// an event's ordering check and its settle agree.
+pub(crate) fn orderable(created_at: DateTime<Utc>, received: DateTime<Utc>) -> bool {
+    created_at <= received + MAX_CLOCK_SKEW
+}
+
+/// Logs an event left unordered by [`orderable`].
+pub(crate) fn warn_unordered(id: &str, created_at: DateTime<Utc>) {
+    tracing::warn!(%id, %created_at, "event created in the future beyond the allowed skew: not ordered");
 }
 
 /// Keeps the newest `created_at` per object and family.

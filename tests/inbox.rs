@@ -450,6 +450,36 @@ async fn an_event_from_the_far_future_does_not_freeze_its_object() {
     assert!(matches!(run(ahead).await, Outcome::Processed { .. }));
     let older = body("evt_older", "charge.updated", "ch_f", now - 30);
     assert!(matches!(run(older).await, Outcome::Stale { .. }));
+
+    // The same through the inbox: the worker decides by the event's arrival.
+    let worker = s.guard.worker(|_e: InboxEvent| async { Ok(()) }).unwrap();
+    accept(
+        &s.guard,
+        &body("evt_future_i", "charge.updated", "ch_i", now + 365 * 86_400),
+    )
+    .await;
+    accept(
+        &s.guard,
+        &body("evt_genuine_i", "charge.updated", "ch_i", now - 60),
+    )
+    .await;
+    while worker.run_once().await.unwrap() > 0 {}
+    for id in ["evt_future_i", "evt_genuine_i"] {
+        let e = s
+            .store
+            .get_event(Key::new("inbox-test", id))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(e.state, InboxState::Done, "{id} applied, not skipped");
+    }
+    assert!(s
+        .hooks
+        .stale
+        .lock()
+        .unwrap()
+        .iter()
+        .all(|id| !id.ends_with("_i")));
 }
 
 #[tokio::test]

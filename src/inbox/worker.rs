@@ -387,11 +387,12 @@ impl Inner {
         }
     }
 
-    /// The event's object and `created_at`, when it takes part in ordering.
+    /// The event's object and `created_at`, when it takes part in ordering (decided
+    /// by its arrival time, so that its check and its settle agree).
     fn object_key<'e>(&self, event: &'e InboxEvent) -> Option<(ObjectKey<'e>, DateTime<Utc>)> {
         let object = event.meta.object.as_deref()?;
         let created_at = event.meta.created_at?;
-        if !crate::ordering::orderable(created_at, self.clock.now()) {
+        if !crate::ordering::orderable(created_at, event.received_at) {
             return None;
         }
         let key = ObjectKey {
@@ -406,7 +407,18 @@ impl Inner {
     /// ordering store failed and the event was put back.
     async fn check_order(&self, event: &InboxEvent) -> Option<bool> {
         let ordering = self.ordering.as_ref()?;
-        let (key, created_at) = self.object_key(event)?;
+        let Some((key, created_at)) = self.object_key(event) else {
+            if let Some(at) = event
+                .meta
+                .created_at
+                .filter(|_| event.meta.object.is_some())
+            {
+                if !crate::ordering::orderable(at, event.received_at) {
+                    crate::ordering::warn_unordered(&event.id, at);
+                }
+            }
+            return None;
+        };
         match ordering.observe(key, created_at, self.clock.now()).await {
             Ok(Freshness::Fresh) => None,
             Ok(Freshness::Stale { .. }) => Some(true),
