@@ -274,7 +274,9 @@ impl WebhookGuardBuilder {
     }
 
     /// The reconciler, called (in the background) when an id is escalated or fails
-    /// permanently, and by [`WebhookGuard::reconcile_stale`].
+    /// permanently, when a handler succeeded but its lease was taken over meanwhile
+    /// or a newer event of its object was seen while it ran, and by
+    /// [`WebhookGuard::reconcile_stale`].
     pub fn reconciler(mut self, reconciler: Arc<dyn Reconciler>) -> Self {
         self.reconciler = Some(reconciler);
         self
@@ -847,7 +849,11 @@ impl<'a> Claimed<'a> {
                 guard.report(&outcome, Some(attempts), started, Some(handler_elapsed));
                 return outcome;
             }
-            Ok(Fence::LeaseLost) => state.unrecorded(Unrecorded::LeaseLost),
+            Ok(Fence::LeaseLost) => {
+                // The delivery that took the lease over may run the handler again.
+                state.reconcile(ReconcileReason::LeaseLost);
+                state.unrecorded(Unrecorded::LeaseLost)
+            }
             Err(e) => {
                 state.clone().record_completion_later();
                 state.unrecorded(Unrecorded::Store(e))
@@ -1020,14 +1026,31 @@ impl ClaimState {
         };
         // Whatever the store says, the sender must retry: a release that did not
         // apply leaves the lease to run out, and the next claim counts it.
-        if let Err(e) = store(inner).finish(self.key(), self.token, &finish).await {
-            tracing::warn!(id = %self.id, error = %e, "could not release a failed claim");
+        match store(inner).finish(self.key(), self.token, &finish).await {
+            Ok(Fence::Applied) => {}
+            Ok(Fence::LeaseLost) => return self.lease_lost_before(&error, "failure"),
+            Err(e) => {
+                tracing::warn!(id = %self.id, error = %e, "could not release a failed claim");
+            }
         }
         inner.hooks.on_failure(self.key(), failures, &error);
         Outcome::RetryableFailure {
             id: self.id.clone(),
             failures,
             error,
+        }
+    }
+
+    /// A failure that could not be recorded because another delivery took the
+    /// lease over while the handler ran: the id is that delivery's now, so this one
+    /// counts nothing, calls no hook and settles nothing; the sender retries, and
+    /// the retry meets the other delivery's record.
+    fn lease_lost_before(&self, error: &str, what: &str) -> Outcome {
+        tracing::warn!(id = %self.id, %error, "lease lost before the {what} was recorded");
+        Outcome::RetryableFailure {
+            id: self.id.clone(),
+            failures: self.record.failures,
+            error: format!("lease lost before the {what} was recorded: {error}"),
         }
     }
 
@@ -1042,8 +1065,12 @@ impl ClaimState {
             now,
             expires_at: now + inner.retention_delta,
         };
-        if let Err(e) = store(inner).finish(self.key(), self.token, &finish).await {
-            tracing::warn!(id = %self.id, error = %e, "could not record a permanent failure");
+        match store(inner).finish(self.key(), self.token, &finish).await {
+            Ok(Fence::Applied) => {}
+            Ok(Fence::LeaseLost) => return self.lease_lost_before(&error, "permanent failure"),
+            Err(e) => {
+                tracing::warn!(id = %self.id, error = %e, "could not record a permanent failure");
+            }
         }
         inner.hooks.on_permanent_failure(self.key(), &error);
         self.settle_object(ObjectStatus::Failed).await;
@@ -1674,51 +1701,66 @@ impl WebhookGuard {
         headers: &dyn Headers,
         body: &'a [u8],
     ) -> impl Future<Output = Outcome> + Send + use<'s, 'a> {
+        let span = enterable(self.delivery_span());
+        let started = Instant::now();
         let now = self.inner.clock.now();
-        let verified = self.verify_at(headers, body, now);
+        let verified = span.in_scope(|| self.verify_at(headers, body, now));
         async move {
-            let delivery = match verified {
-                Ok(d) => d,
-                Err(r) => return Outcome::Rejected(r),
+            let outcome = self.enqueue(verified, body, now).await;
+            self.report(&outcome, None, started, None);
+            outcome
+        }
+        .instrument(span)
+    }
+
+    async fn enqueue(
+        &self,
+        verified: Result<VerifiedDelivery, Rejection>,
+        body: &[u8],
+        now: DateTime<Utc>,
+    ) -> Outcome {
+        let delivery = match verified {
+            Ok(d) => d,
+            Err(r) => return Outcome::Rejected(r),
+        };
+        record_on_span("webhook.event_id", delivery.id.as_str());
+        let inner = &self.inner;
+        let Some(inbox) = &inner.inbox else {
+            tracing::error!("accept called on a guard without an inbox");
+            return Outcome::StoreUnavailable {
+                id: Some(delivery.id),
+                error: StoreError::backend("no inbox configured on this guard"),
             };
-            let inner = &self.inner;
-            let Some(inbox) = &inner.inbox else {
-                tracing::error!("accept called on a guard without an inbox");
-                return Outcome::StoreUnavailable {
-                    id: Some(delivery.id),
-                    error: StoreError::backend("no inbox configured on this guard"),
-                };
-            };
-            let fingerprint = Fingerprint::of(body);
-            let key = Key::new(&inner.namespace, &delivery.id);
-            let event = NewEvent {
-                key,
-                fingerprint,
-                meta: &delivery.meta,
-                payload: body,
-                now,
-                expires_at: now + inner.retention_delta,
-            };
-            match inbox.enqueue(&event).await {
-                Ok(Enqueued::Inserted) => Outcome::Accepted {
-                    id: delivery.id,
-                    new: true,
-                },
-                Ok(Enqueued::Existing { fingerprint: f, .. })
-                    if inner.fingerprint && f != fingerprint =>
-                {
-                    inner.hooks.on_conflict(key);
-                    Outcome::Conflict { id: delivery.id }
-                }
-                Ok(Enqueued::Existing { .. }) => Outcome::Accepted {
-                    id: delivery.id,
-                    new: false,
-                },
-                Err(error) => Outcome::StoreUnavailable {
-                    id: Some(delivery.id),
-                    error,
-                },
+        };
+        let fingerprint = Fingerprint::of(body);
+        let key = Key::new(&inner.namespace, &delivery.id);
+        let event = NewEvent {
+            key,
+            fingerprint,
+            meta: &delivery.meta,
+            payload: body,
+            now,
+            expires_at: now + inner.retention_delta,
+        };
+        match inbox.enqueue(&event).await {
+            Ok(Enqueued::Inserted) => Outcome::Accepted {
+                id: delivery.id,
+                new: true,
+            },
+            Ok(Enqueued::Existing { fingerprint: f, .. })
+                if inner.fingerprint && f != fingerprint =>
+            {
+                inner.hooks.on_conflict(key);
+                Outcome::Conflict { id: delivery.id }
             }
+            Ok(Enqueued::Existing { .. }) => Outcome::Accepted {
+                id: delivery.id,
+                new: false,
+            },
+            Err(error) => Outcome::StoreUnavailable {
+                id: Some(delivery.id),
+                error,
+            },
         }
     }
 

@@ -48,7 +48,8 @@ pub enum Outcome {
     RetryableFailure {
         /// The event id.
         id: String,
-        /// Failures counted for the id so far, this one included.
+        /// Failures counted for the id so far, this one included (unless another
+        /// delivery took the lease over before it could be counted).
         failures: u32,
         /// The handler's error.
         error: String,
@@ -96,7 +97,9 @@ pub enum Outcome {
         /// The `created_at` of the newest event seen for the object.
         newest: chrono::DateTime<chrono::Utc>,
     },
-    /// The store could not be reached or failed. Nothing ran. Answer 503: the sender
+    /// The store could not be reached or failed. Nothing ran, unless the store
+    /// failed while escalating an id whose handler had just failed again (its lease
+    /// then runs out, and the next delivery counts it). Answer 503: the sender
     /// retries and nothing is lost.
     StoreUnavailable {
         /// The event id, when it was known.

@@ -1065,3 +1065,114 @@ async fn the_stripe_preset_feeds_the_ordering_guard_by_itself() {
         .await;
     assert!(matches!(older, Outcome::Stale { .. }), "{older:?}");
 }
+
+/// A failure recorded after another delivery took the lease over must change
+/// nothing: not the record, not the object's ordering status, and no hook fires.
+#[tokio::test]
+async fn a_failure_after_a_lost_lease_changes_nothing() {
+    use webhook_guard::ordering::{ObjectKey, ObjectStatus, OrderingStore};
+    let clock = ManualClock::new(start());
+    let hooks = Arc::new(Recorder::default());
+    let store = MemoryStore::new();
+    let guard = WebhookGuard::builder()
+        .store(store.clone())
+        .ordering(Arc::new(store.clone()))
+        .event_meta(MetaExtractor::stripe())
+        .verifier(NoVerification)
+        .event_id(EventId::header("x-id"))
+        .clock(clock.clone())
+        .hooks(hooks.clone())
+        .lease(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let created = start().timestamp() - 10;
+    let body = format!(
+        r#"{{"id":"evt_1","type":"invoice.paid","created":{created},"data":{{"object":{{"id":"in_1"}}}}}}"#
+    );
+    let headers = [("x-id", "evt_1")];
+    let object = ObjectKey {
+        namespace: guard.namespace(),
+        object: "in_1",
+        family: "invoice",
+    };
+    for permanent in [true, false] {
+        let Begin::Claimed(slow) = guard.begin(&headers, body.as_bytes()).await else {
+            panic!("the first delivery claims the id");
+        };
+        clock.advance(TimeDelta::seconds(61));
+        let Begin::Claimed(fast) = guard.begin(&headers, body.as_bytes()).await else {
+            panic!("an expired lease is taken over");
+        };
+        assert!(matches!(fast.complete().await, Outcome::Processed { .. }));
+        let error = match permanent {
+            true => HandlerError::permanent("bad payload"),
+            false => HandlerError::retryable("timeout"),
+        };
+        let late = slow.fail(error).await;
+        let Outcome::RetryableFailure { error, .. } = &late else {
+            panic!("a fenced-out failure is answered as retryable: {late:?}");
+        };
+        assert!(error.contains("lease lost"), "{error}");
+        let record = guard.inspect("evt_1").await.unwrap().unwrap();
+        assert_eq!(
+            record.state,
+            RecordState::Completed,
+            "the winner's record stays"
+        );
+        let status = store.get_object(object).await.unwrap().unwrap().status;
+        assert_eq!(status, ObjectStatus::Applied, "the object stays applied");
+        assert_eq!(hooks.permanent.load(Ordering::SeqCst), 0);
+        assert_eq!(hooks.failures.load(Ordering::SeqCst), 0);
+        assert!(guard.forget("evt_1").await.unwrap() == webhook_guard::store::Deleted::Removed);
+    }
+}
+
+/// Sends every request's reason down a channel.
+#[derive(Debug)]
+struct Reasons(tokio::sync::mpsc::UnboundedSender<webhook_guard::reconcile::ReconcileReason>);
+
+#[async_trait]
+impl webhook_guard::reconcile::Reconciler for Reasons {
+    async fn reconcile(
+        &self,
+        request: &webhook_guard::reconcile::ReconcileRequest,
+    ) -> Result<(), webhook_guard::store::BoxError> {
+        let _ = self.0.send(request.reason);
+        Ok(())
+    }
+}
+
+/// A handler that succeeded after its lease was taken over may have run twice: the
+/// reconciler is asked to check.
+#[tokio::test]
+async fn a_success_after_a_lost_lease_is_reconciled() {
+    use webhook_guard::reconcile::ReconcileReason;
+    let clock = ManualClock::new(start());
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let guard = WebhookGuard::builder()
+        .store(MemoryStore::new())
+        .reconciler(Arc::new(Reasons(tx)))
+        .verifier(NoVerification)
+        .event_id(EventId::header("x-id"))
+        .clock(clock.clone())
+        .lease(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let headers = [("x-id", "evt_1")];
+    let Begin::Claimed(slow) = guard.begin(&headers, b"{}").await else {
+        panic!("the first delivery claims the id");
+    };
+    clock.advance(TimeDelta::seconds(61));
+    let Begin::Claimed(fast) = guard.begin(&headers, b"{}").await else {
+        panic!("an expired lease is taken over");
+    };
+    assert!(matches!(fast.complete().await, Outcome::Processed { .. }));
+    assert!(
+        rx.try_recv().is_err(),
+        "a recorded success needs no reconciling"
+    );
+    let late = slow.complete().await;
+    assert!(matches!(late, Outcome::Unrecorded { .. }), "{late:?}");
+    let reason = tokio::time::timeout(Duration::from_secs(5), rx.recv()).await;
+    assert_eq!(reason.unwrap(), Some(ReconcileReason::LeaseLost));
+}

@@ -15,7 +15,8 @@ use webhook_guard::reconcile::{ReconcileReason, ReconcileRequest, Reconciler};
 use webhook_guard::store::{BoxError, Key};
 use webhook_guard::verify::NoVerification;
 use webhook_guard::{
-    Clock, EventId, HandlerError, Hooks, ManualClock, MemoryStore, Outcome, WebhookGuard,
+    Clock, EventId, HandlerError, Hooks, ManualClock, MemoryStore, Outcome, OutcomeKind,
+    WebhookGuard,
 };
 
 fn start() -> DateTime<Utc> {
@@ -26,6 +27,7 @@ fn start() -> DateTime<Utc> {
 struct Seen {
     dead: Mutex<Vec<String>>,
     stale: Mutex<Vec<String>>,
+    outcomes: Mutex<Vec<OutcomeKind>>,
 }
 
 impl Hooks for Seen {
@@ -34,6 +36,9 @@ impl Hooks for Seen {
     }
     fn on_stale(&self, key: Key<'_>, _: &EventMeta) {
         self.stale.lock().unwrap().push(key.id.to_owned());
+    }
+    fn on_outcome(&self, report: &webhook_guard::hooks::DeliveryReport<'_>) {
+        self.outcomes.lock().unwrap().push(report.outcome.kind());
     }
 }
 
@@ -112,6 +117,18 @@ async fn accept_stores_once_and_answers_200_at_once() {
     assert!(matches!(again, Outcome::Accepted { new: false, .. }));
     let other = accept(&s.guard, &body("evt_1", "charge.failed", "ch_1", 100)).await;
     assert!(matches!(other, Outcome::Conflict { .. }));
+    let no_id = accept(&s.guard, b"{}").await;
+    assert!(matches!(no_id, Outcome::Rejected(_)), "{no_id:?}");
+    assert_eq!(
+        *s.hooks.outcomes.lock().unwrap(),
+        [
+            OutcomeKind::Accepted,
+            OutcomeKind::Accepted,
+            OutcomeKind::Conflict,
+            OutcomeKind::Rejected
+        ],
+        "every accepted delivery reaches the outcome hook"
+    );
     let stored = s
         .store
         .get_event(Key::new("inbox-test", "evt_1"))
