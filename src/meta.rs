@@ -7,7 +7,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use chrono::{DateTime, Datelike as _, Utc};
+use chrono::{DateTime, Datelike as _, Timelike as _, Utc};
 
 use crate::json;
 
@@ -17,7 +17,8 @@ use crate::json;
 pub struct EventMeta {
     /// The provider's event type, such as `charge.succeeded`.
     pub event_type: Option<String>,
-    /// When the provider created the event.
+    /// When the provider created the event ([`MetaExtractor::extract`] keeps it to the
+    /// millisecond).
     pub created_at: Option<DateTime<Utc>>,
     /// The id of the object the event is about, such as `trx-123` or `ch_123`.
     pub object: Option<String>,
@@ -166,9 +167,21 @@ impl MetaExtractor {
     }
 
     /// Reads the metadata of `body`. Missing or unreadable fields are `None`.
+    ///
+    /// `created_at` comes out in whole milliseconds (finer digits dropped), the
+    /// precision every durable store keeps, so that the ordering guard compares two
+    /// events the same way on every store.
     pub fn extract(&self, body: &[u8]) -> EventMeta {
-        (self.0)(body)
+        let mut meta = (self.0)(body);
+        meta.created_at = meta.created_at.map(whole_millis);
+        meta
     }
+}
+
+/// `t` without its digits below the millisecond.
+fn whole_millis(t: DateTime<Utc>) -> DateTime<Utc> {
+    t.with_nanosecond(t.nanosecond() / 1_000_000 * 1_000_000)
+        .unwrap_or(t)
 }
 
 impl Default for MetaExtractor {
@@ -220,6 +233,22 @@ mod tests {
         assert_eq!(default_family("EVENT_TYPE_CHARGE_SUCCESS"), "CHARGE");
         assert_eq!(default_family("EVENT_TYPE_REFUND_SUCCEEDED"), "REFUND");
         assert_eq!(default_family("ping"), "ping");
+    }
+
+    #[test]
+    fn created_at_is_kept_to_the_millisecond() {
+        let extractor = MetaExtractor::json(&["type"], &["occurred_at"], &["id"]);
+        let at = |text: &str| {
+            let body = format!(r#"{{"type":"a.b","id":"o_1","occurred_at":"{text}"}}"#);
+            extractor.extract(body.as_bytes()).created_at.unwrap()
+        };
+        // Paddle-style microseconds: both fall in one millisecond, as a durable
+        // store sees them.
+        let later = at("2026-01-01T10:18:49.621900Z");
+        let earlier = at("2026-01-01T10:18:49.621100Z");
+        assert_eq!(later, earlier);
+        assert_eq!(later.timestamp_subsec_nanos(), 621_000_000);
+        assert_eq!(at("2026-01-01T10:18:49Z").timestamp_subsec_nanos(), 0);
     }
 
     #[test]
