@@ -99,7 +99,8 @@ impl Sweeper {
     }
 
     /// Runs [`Sweeper::sweep`] every interval on tokio, skipping the immediate first
-    /// tick. A store error is logged and the sweeper goes on.
+    /// tick. A store error, or a panic in the store or a hook, is logged and the
+    /// sweeper goes on.
     #[cfg(feature = "tokio")]
     #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
     ///
@@ -114,15 +115,24 @@ impl Sweeper {
             ticks.tick().await;
             loop {
                 tokio::select! {
-                    _ = ticks.tick() => {}
+                    // A stop requested while a tick is due too ends the loop first.
+                    biased;
                     () = stopped.requested() => return,
+                    _ = ticks.tick() => {}
                 }
-                match self.sweep().await {
-                    Ok(r) if r.purged > 0 || r.stuck > 0 => {
+                // A panicking hook or store must not end the sweeps for good.
+                match crate::guard::catch_unwind(self.sweep()).await {
+                    Ok(Ok(r)) if r.purged > 0 || r.stuck > 0 => {
                         tracing::info!(purged = r.purged, stuck = r.stuck, "webhook-guard sweep");
                     }
-                    Ok(_) => {}
-                    Err(e) => tracing::warn!(error = %e, "webhook-guard sweep failed; will retry"),
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => {
+                        tracing::warn!(error = %e, "webhook-guard sweep failed; will retry")
+                    }
+                    Err(panic) => tracing::error!(
+                        panic = crate::guard::panic_message(&*panic),
+                        "webhook-guard sweep panicked; will retry"
+                    ),
                 }
             }
         });

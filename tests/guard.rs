@@ -864,6 +864,34 @@ async fn the_spawned_sweeper_skips_the_first_tick_survives_errors_and_stops() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_panicking_sweep_hook_does_not_end_the_sweeper() {
+    #[derive(Debug, Default)]
+    struct PanicsOnce(AtomicUsize);
+    impl Hooks for PanicsOnce {
+        fn on_sweep(&self, _: &webhook_guard::SweepReport) {
+            if self.0.fetch_add(1, Ordering::SeqCst) == 0 {
+                panic!("a hook bug");
+            }
+        }
+    }
+    let hooks = Arc::new(PanicsOnce::default());
+    let handle = webhook_guard::Sweeper::new(
+        Arc::new(MemoryStore::new()),
+        Arc::new(webhook_guard::SystemClock),
+        hooks.clone(),
+    )
+    .interval(Duration::from_secs(10))
+    .spawn();
+    tokio::time::sleep(Duration::from_secs(35)).await;
+    assert_eq!(
+        hooks.0.load(Ordering::SeqCst),
+        3,
+        "the sweeps after a panicking one still run"
+    );
+    handle.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_sweeper_whose_handle_is_dropped_runs_on() {
     #[derive(Debug, Default)]
     struct Count(AtomicUsize);
