@@ -539,10 +539,20 @@ pub enum Begin<'a> {
 
 /// The event handed to a handler. It borrows the body for `'a` and shares the claim,
 /// so a handler can be any closure returning an `async move` block.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Event<'a> {
     body: &'a [u8],
     claim: Arc<ClaimState>,
+}
+
+impl fmt::Debug for Event<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Event")
+            .field("id", &self.claim.id)
+            .field("attempt", &self.claim.record.attempts)
+            .field("body", &crate::BodyLen(self.body.len()))
+            .finish()
+    }
 }
 
 impl<'a> Event<'a> {
@@ -582,10 +592,20 @@ impl<'a> Event<'a> {
 /// framework integrations hand to a handler, so its future can be `'static`.
 ///
 /// Cloning is cheap (the body is a [`Bytes`], the claim is shared).
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct OwnedEvent {
     body: Bytes,
     claim: Arc<ClaimState>,
+}
+
+impl fmt::Debug for OwnedEvent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OwnedEvent")
+            .field("id", &self.claim.id)
+            .field("attempt", &self.claim.record.attempts)
+            .field("body", &crate::BodyLen(self.body.len()))
+            .finish()
+    }
 }
 
 impl OwnedEvent {
@@ -775,11 +795,19 @@ impl ClaimState {
 /// A won claim. Finish it with [`Claimed::complete`] or [`Claimed::fail`]; dropping
 /// it unfinished releases the claim as a failed attempt (in the background, with the
 /// `tokio` feature and a runtime; otherwise the lease simply runs out).
-#[derive(Debug)]
 #[must_use = "a claim must be completed or failed"]
 pub struct Claimed<'a> {
     state: Option<Arc<ClaimState>>,
     body: &'a [u8],
+}
+
+impl fmt::Debug for Claimed<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Claimed")
+            .field("id", &self.state.as_ref().map(|s| s.id.as_str()))
+            .field("body", &crate::BodyLen(self.body.len()))
+            .finish()
+    }
 }
 
 impl<'a> Claimed<'a> {

@@ -9,8 +9,7 @@ use crate::outcome::{Outcome, Unrecorded};
 use crate::store::{FailureNote, Key, Record};
 use crate::sweeper::SweepReport;
 
-/// What the escalation hook is told.
-#[derive(Debug)]
+/// What the escalation hook is told. Its `Debug` shows the body's length only.
 #[non_exhaustive]
 pub struct Escalation<'a> {
     /// The escalated id.
@@ -21,6 +20,17 @@ pub struct Escalation<'a> {
     pub failures: u32,
     /// The latest failures, oldest first.
     pub history: &'a [FailureNote],
+}
+
+impl fmt::Debug for Escalation<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Escalation")
+            .field("key", &self.key)
+            .field("body", &crate::BodyLen(self.body.len()))
+            .field("failures", &self.failures)
+            .field("history", &self.history)
+            .finish()
+    }
 }
 
 /// What the outcome hook is told at the end of every delivery.
@@ -148,5 +158,23 @@ impl<H: Hooks + ?Sized> Hooks for std::sync::Arc<H> {
     }
     fn on_outcome(&self, report: &DeliveryReport<'_>) {
         (**self).on_outcome(report);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_escalation_shows_its_body_length_only() {
+        let escalation = Escalation {
+            key: Key::new("ns", "evt_1"),
+            body: b"PAYLOAD-MARKER",
+            failures: 5,
+            history: &[],
+        };
+        let text = format!("{escalation:?}");
+        assert!(!text.contains("PAYLOAD-MARKER"), "{text}");
+        assert!(text.contains("<14 bytes>"), "{text}");
     }
 }

@@ -157,6 +157,16 @@ pub use sweeper::{SweepReport, Sweeper};
 
 /// The longest lease, retention or interval the crate takes: longer ones would
 /// reach past what chrono can represent when added to a time.
+/// A body in `Debug` output: its length only, since a payload may hold personal
+/// data that must not reach logs.
+pub(crate) struct BodyLen(pub(crate) usize);
+
+impl std::fmt::Debug for BodyLen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "<{} bytes>", self.0)
+    }
+}
+
 pub(crate) const CENTURY: std::time::Duration = std::time::Duration::from_secs(100 * 365 * 86_400);
 
 #[cfg(doctest)]

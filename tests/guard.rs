@@ -1204,3 +1204,38 @@ async fn a_success_after_a_lost_lease_is_reconciled() {
     let reason = tokio::time::timeout(Duration::from_secs(5), rx.recv()).await;
     assert_eq!(reason.unwrap(), Some(ReconcileReason::LeaseLost));
 }
+
+/// A payload may hold personal data: `Debug` of anything carrying a body shows its
+/// length, never its bytes.
+#[tokio::test]
+async fn debug_output_never_shows_a_body() {
+    use webhook_guard::inbox::{InboxEvent, NewEvent};
+    let s = setup();
+    let body = br#"{"card_holder":"PAYLOAD-MARKER"}"#;
+    let Begin::Claimed(claimed) = s.guard.begin(&[("x-id", "evt_dbg")], body).await else {
+        panic!("the first delivery claims the id");
+    };
+    let meta = EventMeta::default();
+    let new = NewEvent {
+        key: Key::new("ns", "evt_dbg"),
+        fingerprint: webhook_guard::store::Fingerprint::of(body),
+        meta: &meta,
+        payload: body,
+        now: start(),
+        expires_at: start(),
+    };
+    let shown = [
+        format!("{claimed:?}"),
+        format!("{:?}", claimed.event()),
+        format!("{new:?}"),
+        format!("{:?}", InboxEvent::accepted(&new)),
+    ];
+    for text in &shown {
+        assert!(!text.contains("PAYLOAD-MARKER"), "{text}");
+        assert!(text.contains(&format!("<{} bytes>", body.len())), "{text}");
+    }
+    assert!(matches!(
+        claimed.complete().await,
+        Outcome::Processed { .. }
+    ));
+}

@@ -77,8 +77,8 @@ impl fmt::Display for InboxState {
     }
 }
 
-/// A stored event.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A stored event. Its `Debug` shows the payload's length only.
+#[derive(Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct InboxEvent {
     /// The namespace.
@@ -111,6 +111,27 @@ pub struct InboxEvent {
     pub expires_at: DateTime<Utc>,
 }
 
+impl fmt::Debug for InboxEvent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("InboxEvent")
+            .field("namespace", &self.namespace)
+            .field("id", &self.id)
+            .field("fingerprint", &self.fingerprint)
+            .field("meta", &self.meta)
+            .field("payload", &crate::BodyLen(self.payload.len()))
+            .field("state", &self.state)
+            .field("attempts", &self.attempts)
+            .field("token", &self.token)
+            .field("lease_until", &self.lease_until)
+            .field("next_attempt_at", &self.next_attempt_at)
+            .field("last_error", &self.last_error)
+            .field("received_at", &self.received_at)
+            .field("updated_at", &self.updated_at)
+            .field("expires_at", &self.expires_at)
+            .finish()
+    }
+}
+
 impl InboxEvent {
     /// The event's key.
     pub fn key(&self) -> Key<'_> {
@@ -138,8 +159,9 @@ impl InboxEvent {
     }
 }
 
-/// An event to store: see [`InboxStore::enqueue`].
-#[derive(Debug, Clone, Copy)]
+/// An event to store: see [`InboxStore::enqueue`]. Its `Debug` shows the payload's
+/// length only.
+#[derive(Clone, Copy)]
 pub struct NewEvent<'a> {
     /// The event's key.
     pub key: Key<'a>,
@@ -153,6 +175,19 @@ pub struct NewEvent<'a> {
     pub now: DateTime<Utc>,
     /// The dedup horizon: the id is remembered at least until then.
     pub expires_at: DateTime<Utc>,
+}
+
+impl fmt::Debug for NewEvent<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NewEvent")
+            .field("key", &self.key)
+            .field("fingerprint", &self.fingerprint)
+            .field("meta", &self.meta)
+            .field("payload", &crate::BodyLen(self.payload.len()))
+            .field("now", &self.now)
+            .field("expires_at", &self.expires_at)
+            .finish()
+    }
 }
 
 /// The answer to [`InboxStore::enqueue`].
