@@ -377,7 +377,10 @@ impl WebhookGuardBuilder {
 
     /// Whether to answer [`Outcome::Conflict`] when an id comes back with another body
     /// (compared by SHA-256). Default: on, unless the verifier says its provider
-    /// changes the body between retries (Linear).
+    /// changes the body between retries (Linear). Off, the body is not hashed and the
+    /// record keeps [`Fingerprint::UNKNOWN`](crate::store::Fingerprint::UNKNOWN).
+    /// Guards of either setting may share a store: a fingerprint one of them did
+    /// not compare is never a conflict, and a failed event is run again by either.
     pub fn detect_conflicts(mut self, on: bool) -> Self {
         self.fingerprint = Some(on);
         self
@@ -1347,10 +1350,10 @@ impl WebhookGuard {
         let fingerprint = if inner.fingerprint {
             Fingerprint::of(body)
         } else {
-            Fingerprint::default()
+            Fingerprint::UNKNOWN
         };
         let key = Key::new(&inner.namespace, &id);
-        let request = ClaimRequest {
+        let mut request = ClaimRequest {
             key,
             fingerprint,
             token: FencingToken::random(),
@@ -1358,12 +1361,24 @@ impl WebhookGuard {
             lease_until: now + inner.lease_delta,
             expires_at: now + inner.retention_delta,
         };
-        // No `Claimed` exists yet to release the claim if this future is dropped
-        // while the store answers (a claim the store granted would hold its lease
-        // until it ran out, and count as a failure).
-        let release = ReleaseOnDrop::arm(self, &id, request.token);
-        let claimed = store(inner).claim(&request).await;
-        release.disarm();
+        let claimed = loop {
+            // No `Claimed` exists yet to release the claim if this future is dropped
+            // while the store answers (a claim the store granted would hold its
+            // lease until it ran out, and count as a failure).
+            let release = ReleaseOnDrop::arm(self, &id, request.token);
+            let claimed = store(inner).claim(&request).await;
+            release.disarm();
+            match claimed {
+                Ok(Claim::Existing(record))
+                    if request.fingerprint == fingerprint
+                        && self.adopts(&record, fingerprint, now) =>
+                {
+                    // Once: the store now sees the fingerprint it keeps.
+                    request.fingerprint = record.fingerprint;
+                }
+                claimed => break claimed,
+            }
+        };
         let record = match claimed {
             Ok(Claim::Acquired(record)) => record,
             Ok(Claim::Existing(record)) => {
@@ -1429,6 +1444,30 @@ impl WebhookGuard {
         })
     }
 
+    /// Whether a claim refused only because `record` carries another fingerprint
+    /// should be made again with the record's own: when one of the two fingerprints
+    /// is not compared — this guard detects no conflicts, or the record was made by
+    /// one that did not ([`Fingerprint::UNKNOWN`]) — and the record could otherwise
+    /// be taken over (failed, or its lease ran out). Guards of both settings may
+    /// share a store (a rolling deploy), and an unfinished event must not be
+    /// answered as a duplicate.
+    fn adopts(&self, record: &Record, fingerprint: Fingerprint, now: DateTime<Utc>) -> bool {
+        let unfinished = match record.state {
+            RecordState::Failed => true,
+            RecordState::InProgress => record.lease_until <= now,
+            _ => false,
+        };
+        unfinished
+            && record.fingerprint != fingerprint
+            && !self.compares(record.fingerprint, fingerprint)
+    }
+
+    /// Whether two fingerprints are compared for conflicts: both known, and this
+    /// guard detects conflicts.
+    fn compares(&self, stored: Fingerprint, ours: Fingerprint) -> bool {
+        self.inner.fingerprint && stored != Fingerprint::UNKNOWN && ours != Fingerprint::UNKNOWN
+    }
+
     fn existing(
         &self,
         id: String,
@@ -1437,7 +1476,7 @@ impl WebhookGuard {
         now: DateTime<Utc>,
     ) -> Outcome {
         let hooks = &self.inner.hooks;
-        if self.inner.fingerprint && record.fingerprint != fingerprint {
+        if self.compares(record.fingerprint, fingerprint) && record.fingerprint != fingerprint {
             hooks.on_conflict(record.key());
             return Outcome::Conflict { id };
         }

@@ -1239,3 +1239,49 @@ async fn debug_output_never_shows_a_body() {
         Outcome::Processed { .. }
     ));
 }
+
+/// Guards that detect conflicts and guards that do not may share a store (a rolling
+/// deploy that turns detection off or on): a failed event is run again by either,
+/// and a finished one is a duplicate for both, never a conflict.
+#[tokio::test]
+async fn guards_with_and_without_conflict_detection_share_a_store() {
+    let store = MemoryStore::new();
+    let guard = |detect: bool| {
+        WebhookGuard::builder()
+            .store(store.clone())
+            .verifier(NoVerification)
+            .event_id(EventId::header("x-id"))
+            .detect_conflicts(detect)
+            .build()
+            .unwrap()
+    };
+    let (on, off) = (guard(true), guard(false));
+    for (first, second) in [(&on, &off), (&off, &on)] {
+        let id = if std::ptr::eq(first, &on) {
+            "evt_on_first"
+        } else {
+            "evt_off_first"
+        };
+        let failed = first
+            .handle(&[("x-id", id)], b"{}", |_| async {
+                Err(HandlerError::retryable("downstream down"))
+            })
+            .await;
+        assert!(
+            matches!(failed, Outcome::RetryableFailure { .. }),
+            "{failed:?}"
+        );
+        let retried = ok_run(second, id, b"{}").await;
+        assert!(
+            matches!(retried, Outcome::Processed { .. }),
+            "a failed event runs again under the other setting: {retried:?}"
+        );
+        for guard in [first, second] {
+            let again = ok_run(guard, id, b"{}").await;
+            assert!(matches!(again, Outcome::Duplicate { .. }), "{again:?}");
+        }
+    }
+    // A body that really differs is still a conflict where both fingerprints are known.
+    let conflict = ok_run(&on, "evt_on_first", b"{\"other\":1}").await;
+    assert!(matches!(conflict, Outcome::Conflict { .. }), "{conflict:?}");
+}

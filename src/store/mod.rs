@@ -88,6 +88,9 @@ impl fmt::Display for Key<'_> {
 pub struct Fingerprint(pub [u8; 32]);
 
 impl Fingerprint {
+    /// What a guard that detects no conflicts stores: all zeros, never compared.
+    pub const UNKNOWN: Self = Self([0; 32]);
+
     /// The fingerprint of `body`.
     pub fn of(body: &[u8]) -> Self {
         Self(Sha256::digest(body).into())
