@@ -53,9 +53,14 @@ impl ManualClock {
         self.micros.store(at.timestamp_micros(), Ordering::SeqCst);
     }
 
-    /// Moves the clock forward (or back, for a negative delta) by `by`.
+    /// Moves the clock forward (or back, for a negative delta) by `by`, saturating
+    /// at the ends of time.
     pub fn advance(&self, by: TimeDelta) {
-        let by = by.num_microseconds().unwrap_or(i64::MAX);
+        let by = by.num_microseconds().unwrap_or(if by < TimeDelta::zero() {
+            i64::MIN
+        } else {
+            i64::MAX
+        });
         self.micros
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |m| {
                 Some(m.saturating_add(by))
@@ -74,7 +79,28 @@ impl fmt::Debug for ManualClock {
 
 impl Clock for ManualClock {
     fn now(&self) -> DateTime<Utc> {
-        DateTime::from_timestamp_micros(self.micros.load(Ordering::SeqCst))
-            .unwrap_or(DateTime::<Utc>::MAX_UTC)
+        let micros = self.micros.load(Ordering::SeqCst);
+        DateTime::from_timestamp_micros(micros).unwrap_or(if micros < 0 {
+            DateTime::<Utc>::MIN_UTC
+        } else {
+            DateTime::<Utc>::MAX_UTC
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn advance_saturates_both_ways() {
+        let start = DateTime::from_timestamp(1_700_000_000, 0).unwrap();
+        let clock = ManualClock::new(start);
+        clock.advance(TimeDelta::days(-200_000_000));
+        assert!(clock.now() < start);
+        assert_eq!(clock.now(), DateTime::<Utc>::MIN_UTC);
+        clock.set(start);
+        clock.advance(TimeDelta::days(200_000_000));
+        assert_eq!(clock.now(), DateTime::<Utc>::MAX_UTC);
     }
 }

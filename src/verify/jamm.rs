@@ -31,9 +31,14 @@ const PREFIX: &str = "sha256=";
 /// another `event_type` or `created_at`, which the signature cannot prevent.
 /// Nothing signed carries a time, so there is no replay window beyond
 /// deduplication. With an ordering store, a rewritten `created_at` counts only up
-/// to [`MAX_CLOCK_SKEW`](crate::ordering::MAX_CLOCK_SKEW) ahead of the clock, so
-/// such a replay can hold back the object's genuine events (answered as stale) for
-/// at most that long; reconcile critical state through Jamm's API.
+/// to [`MAX_CLOCK_SKEW`](crate::ordering::MAX_CLOCK_SKEW) ahead of the clock; but a
+/// forger who replays again every few minutes, each time under a new id, keeps the
+/// object's newest time ahead of Jamm's genuine events, which are then answered
+/// stale (200, not retried) for as long as the replays go on, while the replayed
+/// old `content` is applied. Where forged deliveries are a concern, order Jamm
+/// events by a time the handler can trust (a custom
+/// [`MetaExtractor`](crate::meta::MetaExtractor) without `created_at` turns the
+/// ordering off), and reconcile critical state through Jamm's API.
 ///
 /// Jamm publishes no test vector; this preset is tested by round trips and against a
 /// pretty-printed body.
@@ -45,7 +50,7 @@ const PREFIX: &str = "sha256=";
 /// use webhook_guard::verify::{Jamm, Verifier};
 ///
 /// let jamm = Jamm::new(["client_secret"]).unwrap();
-/// let body = jamm.envelope("mwh-1", "charge.succeeded", r#"{"charge":{"id":"trx-1"}}"#, "2024-01-01T00:00:00Z");
+/// let body = jamm.envelope("mwh-1", "EVENT_TYPE_CHARGE_SUCCESS", r#"{"charge":{"id":"trx-1"}}"#, "2024-01-01T00:00:00Z");
 /// let verified = jamm.verify(&[("", ""); 0], body.as_bytes(), chrono::Utc::now()).unwrap();
 /// assert_eq!(verified.event_id.as_deref(), Some("mwh-1"));
 /// ```

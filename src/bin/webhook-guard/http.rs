@@ -148,14 +148,13 @@ fn split_host_port(authority: &str) -> Result<(&str, u16), String> {
 }
 
 fn has_head(raw: &[u8]) -> bool {
-    raw.windows(4).any(|w| w == b"\r\n\r\n")
+    find(raw, b"\r\n\r\n").is_some()
 }
 
 fn parse(raw: &[u8]) -> Result<Reply, String> {
-    let text = String::from_utf8_lossy(raw);
-    let (head, body) = text
-        .split_once("\r\n\r\n")
-        .ok_or("the connection closed before a complete answer")?;
+    let end = find(raw, b"\r\n\r\n").ok_or("the connection closed before a complete answer")?;
+    let head = String::from_utf8_lossy(&raw[..end]);
+    let body = &raw[end + 4..];
     let mut lines = head.split("\r\n");
     let status_line = lines.next().unwrap_or_default();
     let mut parts = status_line.splitn(3, ' ');
@@ -175,22 +174,34 @@ fn parse(raw: &[u8]) -> Result<Reply, String> {
         status,
         reason: reason.unwrap_or_default().to_owned(),
         body: if chunked {
-            dechunk(body)
+            String::from_utf8_lossy(&dechunk(body)).into_owned()
         } else {
-            body.to_owned()
+            String::from_utf8_lossy(body).into_owned()
         },
     })
 }
 
-fn dechunk(mut rest: &str) -> String {
-    let mut out = String::new();
-    while let Some((size, after)) = rest.split_once("\r\n") {
-        let size = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+/// The bytes of a chunked body, up to the last chunk or the first malformed one.
+fn dechunk(mut rest: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    while let Some(eol) = find(rest, b"\r\n") {
+        let size = std::str::from_utf8(&rest[..eol])
+            .ok()
+            .and_then(|s| usize::from_str_radix(s.trim(), 16).ok())
+            .unwrap_or(0);
+        let after = &rest[eol + 2..];
         if size == 0 || size > after.len() {
             break;
         }
-        out.push_str(&after[..size]);
-        rest = after[size..].trim_start_matches("\r\n");
+        out.extend_from_slice(&after[..size]);
+        rest = &after[size..];
+        while let Some(next) = rest.strip_prefix(b"\r\n") {
+            rest = next;
+        }
     }
     out
 }
@@ -211,6 +222,29 @@ mod tests {
         assert_eq!((r.status, r.body.as_str()), (409, "abc"));
         assert!(parse(b"HTTP/1.1 200 OK\r\n").is_err());
         assert!(parse(b"SSH-2.0\r\n\r\n").is_err());
+    }
+
+    #[test]
+    fn chunks_may_split_characters() {
+        let r = parse(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\n\xc3\r\n1\r\n\xa9\r\n0\r\n\r\n")
+            .unwrap();
+        assert_eq!(r.body, "\u{e9}");
+        let r = parse(
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n\xc3\xa9\r\n0\r\n\r\n",
+        )
+        .unwrap();
+        assert_eq!(r.body, "\u{e9}");
+        let r =
+            parse(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n\xffa\r\n0\r\n\r\n")
+                .unwrap();
+        assert_eq!(r.body, "\u{fffd}a");
+        let r =
+            parse(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\nzz\r\nb\r\n")
+                .unwrap();
+        assert_eq!(r.body, "a");
+        let r = parse(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n9\r\n\xc3\xa9\r\n")
+            .unwrap();
+        assert_eq!(r.body, "");
     }
 
     #[test]

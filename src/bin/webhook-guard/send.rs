@@ -225,7 +225,7 @@ impl Signer {
                     None => r#"{"charge":{"id":"trx-test","status":"SUCCESS","amount":2000,"currency":"JPY"}}"#
                         .to_owned(),
                 };
-                jamm.envelope(&id, "charge_success", content.trim(), &rfc)
+                jamm.envelope(&id, "EVENT_TYPE_CHARGE_SUCCESS", content.trim(), &rfc)
                     .into_bytes()
             }
             (_, Some(body)) => body,
@@ -523,6 +523,16 @@ mod tests {
         assert_eq!(parse_compress("0.5s/h").unwrap(), 7200.0);
         assert!(parse_compress("0").is_err());
         assert!(parse_compress("fast").is_err());
+    }
+
+    #[test]
+    fn jamm_sample_has_its_target_object() {
+        let signer = Signer::new(Provider::Jamm, "secret").unwrap();
+        let event = signer.event(None, None).unwrap();
+        let meta = webhook_guard::meta::MetaExtractor::jamm().extract(&event.body);
+        assert_eq!(meta.object.as_deref(), Some("trx-test"));
+        assert_eq!(meta.family.as_deref(), Some("charge"));
+        assert!(meta.created_at.is_some());
     }
 
     #[test]
