@@ -1,5 +1,5 @@
 //! The ordering guard: per target object and event family, remember the newest
-//! `created_at` applied, and hold back an older event that arrives late.
+//! `created_at` seen, and hold back an older event that arrives late.
 //!
 //! Providers retry for hours, so a `charge.pending` can arrive after the
 //! `charge.succeeded` that followed it. Applying it would overwrite newer state. The
@@ -7,6 +7,13 @@
 //! for its object and family is [`Freshness::Stale`] and is skipped (answered 2xx)
 //! or handed to the stale hook. Keys are object ids (`trx-…`, `cus-…`, `ch_…`),
 //! never webhook ids.
+//!
+//! Two limits, by design: events of one object with the *same* `created_at`
+//! (Stripe's `created` is in whole seconds) are all fresh, so among them the last
+//! to be applied wins whatever their order; and an object's record is never
+//! deleted by any store (one small entry per object and family, for the life of
+//! the store), so the ledger grows with the number of objects, not with
+//! retention.
 
 use std::fmt;
 
