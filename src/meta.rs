@@ -180,8 +180,10 @@ impl MetaExtractor {
 
 /// `t` without its digits below the millisecond.
 fn whole_millis(t: DateTime<Utc>) -> DateTime<Utc> {
-    t.with_nanosecond(t.nanosecond() / 1_000_000 * 1_000_000)
-        .unwrap_or(t)
+    match t.nanosecond() % 1_000_000 {
+        0 => t,
+        below => t.with_nanosecond(t.nanosecond() - below).unwrap_or(t),
+    }
 }
 
 impl Default for MetaExtractor {
