@@ -1326,26 +1326,28 @@ impl WebhookGuard {
         started: Instant,
         now: DateTime<Utc>,
     ) -> Begin<'a> {
-        let begin = match verified {
+        let (begin, attempt) = match verified {
             Ok((id, _)) => {
                 record_on_span("webhook.event_id", id.as_str());
                 self.claim(id, body, started, now).await
             }
-            Err(r) => Begin::Done(Outcome::Rejected(r)),
+            Err(r) => (Begin::Done(Outcome::Rejected(r)), None),
         };
         if let Begin::Done(outcome) = &begin {
-            self.report(outcome, None, started, None);
+            self.report(outcome, attempt, started, None);
         }
         begin
     }
 
+    /// Claims the id: what to do, and the attempt when this delivery won the claim
+    /// but there is nothing to run (stale, escalated at claim, extractor panic).
     async fn claim<'a>(
         &self,
         id: String,
         body: &'a [u8],
         started: Instant,
         now: DateTime<Utc>,
-    ) -> Begin<'a> {
+    ) -> (Begin<'a>, Option<u32>) {
         let inner = &self.inner;
         let fingerprint = if inner.fingerprint {
             Fingerprint::of(body)
@@ -1383,13 +1385,17 @@ impl WebhookGuard {
             Ok(Claim::Acquired(record)) => record,
             Ok(Claim::Existing(record)) => {
                 record_on_span("webhook.attempt", record.attempts);
-                return Begin::Done(self.existing(id, record, fingerprint, now));
+                return (
+                    Begin::Done(self.existing(id, record, fingerprint, now)),
+                    None,
+                );
             }
             Err(error) => {
-                return Begin::Done(Outcome::StoreUnavailable {
+                let outcome = Outcome::StoreUnavailable {
                     id: Some(id),
                     error,
-                })
+                };
+                return (Begin::Done(outcome), None);
             }
         };
         inner.hooks.on_claim(key, record.attempts);
@@ -1424,24 +1430,27 @@ impl WebhookGuard {
         if let Some(msg) = panicked {
             let error = format!("metadata extractor panicked: {msg}");
             // Boxed: a rare path, kept out of every delivery's future.
-            return Begin::Done(Box::pin(state.fail_retryable(body, error)).await);
+            let outcome = Box::pin(state.fail_retryable(body, error)).await;
+            return (Begin::Done(outcome), Some(state.record.attempts));
         }
         if state.record.failures >= inner.escalate_after {
             // Earlier holders crashed or hung until their leases ran out: stop here.
             let history = state.history_with(now, "lease expired".into());
             let failures = state.record.failures;
-            return Begin::Done(state.escalate(body, failures, &history, now).await);
+            let outcome = state.escalate(body, failures, &history, now).await;
+            return (Begin::Done(outcome), Some(state.record.attempts));
         }
         let release = ReleaseOnDrop::arm(self, &state.id, state.token);
         let order = state.check_order(now).await;
         release.disarm();
         if let Some(outcome) = order {
-            return Begin::Done(outcome);
+            return (Begin::Done(outcome), Some(state.record.attempts));
         }
-        Begin::Claimed(Claimed {
+        let claimed = Claimed {
             state: Some(state),
             body,
-        })
+        };
+        (Begin::Claimed(claimed), None)
     }
 
     /// Whether a claim refused only because `record` carries another fingerprint

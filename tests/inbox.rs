@@ -28,6 +28,7 @@ struct Seen {
     dead: Mutex<Vec<String>>,
     stale: Mutex<Vec<String>>,
     outcomes: Mutex<Vec<OutcomeKind>>,
+    attempts: Mutex<Vec<Option<u32>>>,
 }
 
 impl Hooks for Seen {
@@ -39,6 +40,7 @@ impl Hooks for Seen {
     }
     fn on_outcome(&self, report: &webhook_guard::hooks::DeliveryReport<'_>) {
         self.outcomes.lock().unwrap().push(report.outcome.kind());
+        self.attempts.lock().unwrap().push(report.attempt);
     }
 }
 
@@ -569,6 +571,11 @@ async fn the_direct_mode_ordering_guard_answers_stale() {
     assert!(
         matches!(again, Outcome::Duplicate { .. }),
         "a stale id is remembered: {again:?}"
+    );
+    assert_eq!(
+        *s.hooks.attempts.lock().unwrap(),
+        [Some(1), Some(1), None],
+        "a stale delivery won its claim: its attempt is reported; a duplicate has none"
     );
 }
 
