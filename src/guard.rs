@@ -900,10 +900,15 @@ impl<'a> Claimed<'a> {
         let body = self.body;
         let state = self.take();
         let handler_elapsed = state.claimed_at.elapsed();
-        let outcome = match error {
-            HandlerError::Retryable(e) => state.fail_retryable(body, e.to_string()).await,
-            HandlerError::Permanent(e) => state.fail_permanent(e.to_string()).await,
+        let failure = match error {
+            HandlerError::Retryable(e) => Failure::Retryable(e.to_string()),
+            HandlerError::Permanent(e) => Failure::Permanent(e.to_string()),
         };
+        // Dropped while the store records the failure, this future leaves the
+        // recording to the background, or the claim would hold its lease to the end.
+        let pending = RecordFailureOnDrop(Some((&state, &failure)));
+        let outcome = state.record_failure(body, failure.clone()).await;
+        pending.disarm();
         state.report(&outcome, handler_elapsed);
         outcome
     }
@@ -947,6 +952,43 @@ impl Drop for ReleaseOnDrop<'_> {
             let (guard, id, token) = (self.guard.clone(), self.id.to_owned(), self.token);
             rt.spawn(async move { guard.release_unrun(&id, token).await });
         }
+    }
+}
+
+/// A handler's failure, as the guard records it.
+#[derive(Debug, Clone)]
+enum Failure {
+    Retryable(String),
+    Permanent(String),
+}
+
+/// Armed while [`Claimed::fail`] awaits the store: if the delivery's future is
+/// dropped there, the failure is recorded in the background (with the `tokio`
+/// feature and a runtime), fenced by the claim's token.
+struct RecordFailureOnDrop<'s>(Option<(&'s Arc<ClaimState>, &'s Failure)>);
+
+impl RecordFailureOnDrop<'_> {
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for RecordFailureOnDrop<'_> {
+    fn drop(&mut self) {
+        let Some((state, failure)) = self.0.take() else {
+            return;
+        };
+        tracing::warn!(id = %state.id, "delivery dropped while recording its failure; recording it in the background");
+        #[cfg(feature = "tokio")]
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let (state, failure) = (state.clone(), failure.clone());
+            rt.spawn(async move {
+                let outcome = state.record_failure(&[], failure).await;
+                state.report(&outcome, state.claimed_at.elapsed());
+            });
+        }
+        #[cfg(not(feature = "tokio"))]
+        let _ = failure;
     }
 }
 
@@ -1038,6 +1080,13 @@ impl ClaimState {
         }
         history.push(FailureNote { at: now, error });
         history
+    }
+
+    async fn record_failure(&self, body: &[u8], failure: Failure) -> Outcome {
+        match failure {
+            Failure::Retryable(error) => self.fail_retryable(body, error).await,
+            Failure::Permanent(error) => self.fail_permanent(error).await,
+        }
     }
 
     async fn fail_retryable(&self, body: &[u8], error: String) -> Outcome {

@@ -767,6 +767,36 @@ async fn a_delivery_dropped_while_recording_its_success_is_recorded_in_the_backg
 }
 
 #[tokio::test]
+async fn a_delivery_dropped_while_recording_its_failure_is_recorded_in_the_background() {
+    let store = Arc::new(Flaky::default());
+    let guard = flaky_guard(&store);
+    for (id, permanent, state) in [
+        ("evt_retry", false, RecordState::Failed),
+        ("evt_perm", true, RecordState::PermanentFailure),
+    ] {
+        let run = guard.handle(&[("x-id", id)], b"{}", move |_| async move {
+            Err(match permanent {
+                true => HandlerError::permanent("bad payload"),
+                false => HandlerError::retryable("downstream down"),
+            })
+        });
+        // The handler fails; the sender hangs up while the store records it.
+        store.finish_stall.store(true, Ordering::SeqCst);
+        let cut = tokio::time::timeout(Duration::from_millis(50), run).await;
+        assert!(
+            cut.is_err(),
+            "the delivery must still be recording: {cut:?}"
+        );
+        store.finish_stall.store(false, Ordering::SeqCst);
+        // Recorded at once, not left to the end of the (minutes long) lease.
+        let record = record_in_state(&guard, id, state).await;
+        assert_eq!(record.failures, 1);
+    }
+    let retried = ok_run(&guard, "evt_retry", b"{}").await;
+    assert!(matches!(retried, Outcome::Processed { .. }), "{retried:?}");
+}
+
+#[tokio::test]
 async fn a_delivery_dropped_while_claiming_releases_the_claim_uncounted() {
     let store = Arc::new(Flaky::default());
     let guard = flaky_guard(&store);
