@@ -1464,6 +1464,10 @@ impl WebhookGuard {
                 crate::ordering::warn_unordered(&id, at);
                 false
             }
+            (Some(_), Some(_), None) => {
+                crate::ordering::warn_undated(&id);
+                false
+            }
             _ => false,
         };
         let state = Arc::new(ClaimState {

@@ -151,6 +151,12 @@ pub(crate) fn warn_unordered(id: &str, created_at: DateTime<Utc>) {
     tracing::warn!(%id, %created_at, "event created in the future beyond the allowed skew: not ordered");
 }
 
+/// Logs an event about an object whose `created_at` could not be read (missing, or in
+/// a form the extractor does not know): it is processed, but not ordered.
+pub(crate) fn warn_undated(id: &str) {
+    tracing::warn!(%id, "event has an object but no readable created_at: not ordered");
+}
+
 /// Keeps the newest `created_at` per object and family.
 ///
 /// # Contract

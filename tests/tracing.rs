@@ -147,3 +147,51 @@ fn each_delivery_runs_in_its_span_and_records_what_the_flow_learns() {
         "every span exited"
     );
 }
+
+/// An event about an object whose `created_at` cannot be read is processed without
+/// ordering, and says so.
+#[test]
+fn an_undated_event_is_processed_unordered_with_a_warning() {
+    let recorder = Arc::new(Recorder::default());
+    let _default = tracing::subscriber::set_default(Shared(recorder.clone()));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let store = MemoryStore::new();
+    let guard = WebhookGuard::builder()
+        .store(store.clone())
+        .ordering(Arc::new(store))
+        .event_meta(webhook_guard::meta::MetaExtractor::stripe())
+        .verifier(NoVerification)
+        .event_id(EventId::header("x-id"))
+        .build()
+        .unwrap();
+    let deliver = |id: &str, created: &str| {
+        let body = format!(
+            r#"{{"type":"charge.updated","created":{created},"data":{{"object":{{"id":"ch_1"}}}}}}"#
+        );
+        runtime.block_on(guard.handle(&[("x-id", id)], body.as_bytes(), |_| async {
+            Ok::<(), HandlerError>(())
+        }))
+    };
+    let undated = "event has an object but no readable created_at: not ordered";
+    let warned = |id: &str| {
+        recorder.events.lock().unwrap().iter().any(|(_, fields)| {
+            fields.get("message").map(String::as_str) == Some(undated)
+                && fields.get("id").map(String::as_str) == Some(id)
+        })
+    };
+    assert!(matches!(
+        deliver("evt_dated", "1700000000"),
+        Outcome::Processed { .. }
+    ));
+    assert!(!warned("evt_dated"));
+    assert!(matches!(
+        deliver("evt_float", "1700000000.5"),
+        Outcome::Processed { .. }
+    ));
+    assert!(
+        warned("evt_float"),
+        "a float created_at is not read: the event says so"
+    );
+}

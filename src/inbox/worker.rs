@@ -408,14 +408,12 @@ impl Inner {
     async fn check_order(&self, event: &InboxEvent) -> Option<bool> {
         let ordering = self.ordering.as_ref()?;
         let Some((key, created_at)) = self.object_key(event) else {
-            if let Some(at) = event
-                .meta
-                .created_at
-                .filter(|_| event.meta.object.is_some())
-            {
-                if !crate::ordering::orderable(at, event.received_at) {
+            match (&event.meta.object, event.meta.created_at) {
+                (Some(_), Some(at)) if !crate::ordering::orderable(at, event.received_at) => {
                     crate::ordering::warn_unordered(&event.id, at);
                 }
+                (Some(_), None) => crate::ordering::warn_undated(&event.id),
+                _ => {}
             }
             return None;
         };
