@@ -792,6 +792,12 @@ pub mod inbox {
         );
         assert_eq!(
             store.settle_event(e.key(), e.token, &done).await.unwrap(),
+            Fence::Applied,
+            "the same settle made again (a resend) finds its own change"
+        );
+        let later = f.settle(InboxState::Pending, 4, 4);
+        assert_eq!(
+            store.settle_event(e.key(), e.token, &later).await.unwrap(),
             Fence::LeaseLost,
             "settled once"
         );

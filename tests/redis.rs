@@ -1422,3 +1422,56 @@ async fn a_claim_that_meets_its_own_write_again_is_granted() {
     ));
     cleanup(&url, &prefix).await;
 }
+
+#[tokio::test]
+async fn a_settle_that_meets_its_own_change_again_is_applied() {
+    use webhook_guard::inbox::{Enqueued, NewEvent, Settle};
+    let Some(url) = url() else { return };
+    let prefix = random_prefix("settle-own");
+    let store = store(&url, &prefix).await;
+    let now = ms(Utc::now());
+    let meta = webhook_guard::meta::EventMeta::default();
+    let key = Key::new("ns", "evt_1");
+    let new = NewEvent {
+        key,
+        fingerprint: Fingerprint::of(b"{}"),
+        meta: &meta,
+        payload: b"{}",
+        now,
+        expires_at: now + TimeDelta::hours(1),
+    };
+    assert_eq!(store.enqueue(&new).await.unwrap(), Enqueued::Inserted);
+    let until = now + TimeDelta::minutes(5);
+    let leased = store.lease("ns", now, until, 1).await.unwrap();
+    let token = leased[0].token;
+    let retry = Settle {
+        state: InboxState::Pending,
+        next_attempt_at: now + TimeDelta::minutes(1),
+        error: Some("timeout"),
+        now: now + TimeDelta::seconds(1),
+        expires_at: now + TimeDelta::hours(1),
+    };
+    // The same script run twice (as a cluster connection may, after a lost
+    // reply): the second run finds its own change.
+    for run in ["first", "again"] {
+        let fence = store.settle_event(key, token, &retry).await.unwrap();
+        assert_eq!(fence, Fence::Applied, "{run}");
+    }
+    // Another holder's token, or a settle with other contents, is still refused.
+    let other = store
+        .settle_event(key, FencingToken::random(), &retry)
+        .await;
+    assert_eq!(other.unwrap(), Fence::LeaseLost);
+    let done = Settle {
+        state: InboxState::Done,
+        error: None,
+        ..retry
+    };
+    assert_eq!(
+        store.settle_event(key, token, &done).await.unwrap(),
+        Fence::LeaseLost
+    );
+    let event = store.get_event(key).await.unwrap().unwrap();
+    assert_eq!((event.state, event.attempts), (InboxState::Pending, 1));
+    cleanup(&url, &prefix).await;
+}

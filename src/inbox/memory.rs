@@ -139,7 +139,14 @@ impl InboxStore for MemoryStore {
         token: FencingToken,
         settle: &Settle<'_>,
     ) -> Result<Fence, StoreError> {
-        Ok(lock(self.queue()).fenced(key, token, |e| {
+        let mut queue = lock(self.queue());
+        let k = (key.namespace.to_owned(), key.id.to_owned());
+        if let Some(e) = queue.events.get(&k) {
+            if super::settled_already(e, token, settle) {
+                return Ok(Fence::Applied);
+            }
+        }
+        Ok(queue.fenced(key, token, |e| {
             e.state = settle.state;
             e.next_attempt_at = settle.next_attempt_at;
             if let Some(error) = settle.error {

@@ -219,6 +219,18 @@ pub struct Settle<'a> {
     pub expires_at: DateTime<Utc>,
 }
 
+/// Whether `event` already holds `settle` made under `token`: the same settle made
+/// again (times compared to the millisecond, as the durable stores keep them).
+pub(crate) fn settled_already(
+    event: &InboxEvent,
+    token: FencingToken,
+    settle: &Settle<'_>,
+) -> bool {
+    event.token == token
+        && event.state == settle.state
+        && event.updated_at.timestamp_millis() == settle.now.timestamp_millis()
+}
+
 /// A durable queue of accepted events, deduplicated by key.
 ///
 /// # Contract
@@ -234,7 +246,10 @@ pub struct Settle<'a> {
 ///   concurrent leases never return the same event.
 /// - **settle_event**: if the event is `Running` with `token`, set state,
 ///   `next_attempt_at`, `last_error` (when given), `updated_at` and `expires_at`, and
-///   answer [`Fence::Applied`]; otherwise [`Fence::LeaseLost`].
+///   answer [`Fence::Applied`]. If it already carries `token`, the settle's state and
+///   `updated_at = now` (to the millisecond) — the same settle made again, as a
+///   transport may resend it after a lost reply — change nothing and answer
+///   `Applied`. Otherwise [`Fence::LeaseLost`].
 /// - **renew_event**: the same fence; sets `lease_until`.
 /// - **get_event**: the event or `None`.
 /// - **purge_settled**: removes up to `limit` settled events with `expires_at <= now`.

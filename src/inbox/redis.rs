@@ -23,6 +23,8 @@ struct InboxKeys {
     events: String,
     due: String,
     settled: String,
+    /// The prefix of a lease's receipt: `{…}:lease:`, then the lease's first token.
+    receipts: String,
 }
 
 impl RedisStore {
@@ -32,7 +34,44 @@ impl RedisStore {
             events: format!("{tag}:e:"),
             due: format!("{tag}:due"),
             settled: format!("{tag}:settled"),
+            receipts: format!("{tag}:lease:"),
         }
+    }
+
+    /// One run of the lease script, handing out events under `tokens` (one per event
+    /// wanted).
+    async fn lease_batch(
+        &self,
+        namespace: &str,
+        keys: &InboxKeys,
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+        tokens: &[u64],
+    ) -> Result<Vec<InboxEvent>, StoreError> {
+        let first = tokens.first().copied().unwrap_or_default();
+        let mut inv = Eval::new(&SCRIPTS.lease, 2);
+        inv.key(&keys.due)
+            .key(format!("{}{first}", keys.receipts))
+            .arg(millis(now))
+            .arg(crate::store::lease_millis(lease_until))
+            .arg(&keys.events);
+        for token in tokens {
+            inv.arg(*token);
+        }
+        let answer: Value = self.connection().eval(&inv).await.map_err(store_error)?;
+        let answer = array(answer)?;
+        let mut out = Vec::with_capacity(answer.len() / 2);
+        for pair in answer.chunks(2) {
+            let [id, fields] = pair else {
+                return Err(corrupt("unexpected lease answer"));
+            };
+            let id = text(id).ok_or_else(|| corrupt("event id"))?;
+            let Value::Array(fields) = fields else {
+                return Err(corrupt("unexpected lease answer"));
+            };
+            out.push(event(Key::new(namespace, id), fields)?);
+        }
+        Ok(out)
     }
 
     fn inbox_registry(&self) -> String {
@@ -117,13 +156,28 @@ redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
 return 1
 ";
 
-/// Lease: KEYS due; ARGV now, lease_until, event key prefix, then one fresh token per
-/// event wanted. Answers id, event hash, id, event hash, … Each taken event is
-/// re-scored at `lease_until`; index entries of events that are gone or settled are
-/// dropped.
+/// Lease: KEYS due, receipt; ARGV now, lease_until, event key prefix, then one fresh
+/// token per event wanted. Answers id, event hash, id, event hash, … Each taken event
+/// is re-scored at `lease_until`; index entries of events that are gone or settled
+/// are dropped. The ids taken are kept in the receipt (named after the first token)
+/// for as long as the lease, so the same script run again (a cluster connection resends
+/// after a lost reply) answers the events of its first run that it still holds,
+/// instead of leasing others.
 const LEASE: &str = r"
 local limit = #ARGV - 3
 local out, n, seen = {}, 0, {}
+local taken = redis.call('LRANGE', KEYS[2], 0, -1)
+if #taken > 0 then
+  for i, id in ipairs(taken) do
+    local k = ARGV[3] .. id
+    local cur = redis.call('HMGET', k, 's', 't')
+    if cur[1] == 'running' and cur[2] == ARGV[3 + i] then
+      out[#out + 1] = id
+      out[#out + 1] = redis.call('HGETALL', k)
+    end
+  end
+  return out
+end
 while n < limit do
   local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, limit - n)
   local progressed = false
@@ -147,14 +201,20 @@ while n < limit do
   end
   if not progressed then break end
 end
+if n > 0 then
+  for i = 1, #out, 2 do redis.call('RPUSH', KEYS[2], out[i]) end
+  redis.call('PEXPIRE', KEYS[2], math.max(1, tonumber(ARGV[2]) - tonumber(ARGV[1])))
+end
 return out
 ";
 
 /// Settle: KEYS event, due, settled; ARGV id, token, state, next_attempt_at, now,
 /// expires_at, TTL (ms) for a settled state, and the error if any. Answers 1
-/// (applied) or 0 (lease lost).
+/// (applied) or 0 (lease lost). Run again (a cluster connection resends after a lost
+/// reply), it finds its own change (state, token and time) and answers 1 again.
 const SETTLE: &str = r"
-local cur = redis.call('HMGET', KEYS[1], 's', 't', 'l')
+local cur = redis.call('HMGET', KEYS[1], 's', 't', 'l', 'u')
+if cur[1] == ARGV[3] and cur[2] == ARGV[2] and cur[4] == ARGV[5] then return 1 end
 if cur[1] ~= 'running' or cur[2] ~= ARGV[2] then return 0 end
 redis.call('HSET', KEYS[1], 's', ARGV[3], 'n', ARGV[4], 'u', ARGV[5], 'x', ARGV[6])
 if ARGV[8] then redis.call('HSET', KEYS[1], 'e', ARGV[8]) end
@@ -419,27 +479,12 @@ impl InboxStore for RedisStore {
         let mut out = Vec::new();
         while out.len() < limit {
             let want = (limit - out.len()).min(BATCH);
-            let mut inv = Eval::new(&SCRIPTS.lease, 1);
-            inv.key(&keys.due)
-                .arg(millis(now))
-                .arg(crate::store::lease_millis(lease_until))
-                .arg(&keys.events);
-            for _ in 0..want {
-                inv.arg(FencingToken::random().0);
-            }
-            let answer: Value = self.connection().eval(&inv).await.map_err(store_error)?;
-            let answer = array(answer)?;
-            let got = answer.len() / 2;
-            for pair in answer.chunks(2) {
-                let [id, fields] = pair else {
-                    return Err(corrupt("unexpected lease answer"));
-                };
-                let id = text(id).ok_or_else(|| corrupt("event id"))?;
-                let Value::Array(fields) = fields else {
-                    return Err(corrupt("unexpected lease answer"));
-                };
-                out.push(event(Key::new(namespace, id), fields)?);
-            }
+            let tokens: Vec<u64> = (0..want).map(|_| FencingToken::random().0).collect();
+            let batch = self
+                .lease_batch(namespace, &keys, now, lease_until, &tokens)
+                .await?;
+            let got = batch.len();
+            out.extend(batch);
             if got < want {
                 break;
             }
@@ -653,6 +698,77 @@ impl OrderingStore for RedisStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A lease script run twice with the same tokens (as a cluster connection
+    /// resends it after a lost reply) answers its first run's events again, and
+    /// leases nothing else.
+    #[tokio::test]
+    async fn a_lease_run_again_answers_its_own_events() {
+        let Some(url) = std::env::var("WEBHOOK_GUARD_REDIS_URL")
+            .ok()
+            .filter(|u| !u.is_empty())
+        else {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "WEBHOOK_GUARD_REDIS_URL is not set: CI requires every backend's server"
+            );
+            eprintln!("SKIPPED: WEBHOOK_GUARD_REDIS_URL is not set");
+            return;
+        };
+        let prefix = format!("wg-test-receipt-{:016x}", FencingToken::random().0);
+        let store = RedisStore::builder()
+            .prefix(&prefix)
+            .connect(url.as_str())
+            .await
+            .expect("connect to Redis");
+        let now = DateTime::from_timestamp_millis(Utc::now().timestamp_millis()).unwrap();
+        let meta = EventMeta::default();
+        for id in ["evt_1", "evt_2", "evt_3"] {
+            let new = NewEvent {
+                key: Key::new("ns", id),
+                fingerprint: Fingerprint::of(id.as_bytes()),
+                meta: &meta,
+                payload: id.as_bytes(),
+                now,
+                expires_at: now + chrono::TimeDelta::hours(1),
+            };
+            assert_eq!(store.enqueue(&new).await.unwrap(), Enqueued::Inserted);
+        }
+        let keys = store.inbox_keys("ns");
+        let until = now + chrono::TimeDelta::minutes(5);
+        let tokens = [11, 12];
+        let first = store
+            .lease_batch("ns", &keys, now, until, &tokens)
+            .await
+            .unwrap();
+        let again = store
+            .lease_batch("ns", &keys, now, until, &tokens)
+            .await
+            .unwrap();
+        let ids = |events: &[InboxEvent]| -> Vec<(String, u64)> {
+            events.iter().map(|e| (e.id.clone(), e.token.0)).collect()
+        };
+        assert_eq!(first.len(), 2);
+        assert_eq!(ids(&again), ids(&first), "the first run's events, again");
+        assert_eq!(again.iter().map(|e| e.attempts).max(), Some(1));
+        // The third event is still there for the next lease.
+        let next = store.lease("ns", now, until, 10).await.unwrap();
+        assert_eq!(next.len(), 1);
+        assert!(!ids(&first).iter().any(|(id, _)| *id == next[0].id));
+
+        let pattern = format!("*{prefix}*");
+        let stored: Vec<String> = store
+            .connection()
+            .query(::redis::cmd("KEYS").arg(&pattern))
+            .await
+            .unwrap();
+        assert!(stored.iter().any(|k| k.contains(":lease:11")), "{stored:?}");
+        let _: i64 = store
+            .connection()
+            .query(::redis::cmd("DEL").arg(&stored))
+            .await
+            .unwrap();
+    }
 
     #[test]
     fn object_members_split_unambiguously() {

@@ -1251,6 +1251,13 @@ impl InboxStore for MySqlStore {
                 .execute(&self.pool)
         })
         .await?;
+        if done.rows_affected() == 0 {
+            // The same settle made again (its answer was lost)?
+            let event = self.get_event(key).await?;
+            if event.is_some_and(|e| crate::inbox::settled_already(&e, token, settle)) {
+                return Ok(Fence::Applied);
+            }
+        }
         Ok(fence(&done))
     }
 

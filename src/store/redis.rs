@@ -126,7 +126,9 @@
 //!   A lease re-scores what it takes at `lease_until`, so the event of a worker that
 //!   died is due again when its lease runs out: nothing else has to notice the crash;
 //! - `{…}:settled` — a sorted set of the settled events scored by `expires_at`, for
-//!   [`purge_settled`](crate::inbox::InboxStore::purge_settled).
+//!   [`purge_settled`](crate::inbox::InboxStore::purge_settled);
+//! - `{…}:lease:<token>` — the ids one lease took, a list that expires with the
+//!   lease (see below).
 //!
 //! and `{<prefix>:inboxes}`, a set of the namespaces that ever held an event, which
 //! `purge_settled` visits. A process adds a namespace to it before its first enqueue
@@ -148,14 +150,14 @@
 //! Unsettled events never expire.
 //!
 //! On a Redis Cluster, a script the connection sends again after a lost reply may
-//! run twice (as for the dedup records above). The inbox's scripts do not detect
-//! their own earlier run: an enqueue run twice answers that the event exists (the
-//! delivery is acknowledged all the same); a settle run twice answers
-//! [`LeaseLost`](crate::store::Fence::LeaseLost) for an event it did settle; and a
-//! lease run twice hands out the next due events under the same tokens, while the
-//! events of its first run, which no worker received, are leased again only once
-//! their lease has run out, each with one attempt spent. The connection to a
-//! standalone server sends no script twice.
+//! run twice (as for the dedup records above). A settle run twice finds its own
+//! change (state, token and time) and answers applied again. A lease keeps the ids
+//! it took in a receipt, `{…}:lease:<its first token>`, a list that expires with
+//! the lease: run twice, it answers the events of its first run it still holds
+//! instead of leasing others (which would leave those, received by no worker, to
+//! wait out their lease with an attempt spent). An enqueue run twice answers that
+//! the event exists, and the delivery is acknowledged all the same. The connection
+//! to a standalone server sends no script twice.
 //!
 //! # The ordering guard: sharded like the dedup records
 //!

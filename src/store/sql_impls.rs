@@ -331,6 +331,13 @@ macro_rules! sql_store_impls {
                         .execute(&self.pool)
                         .await
                         .map_err($err)?;
+                    if done.rows_affected() == 0 {
+                        // The same settle made again (its answer was lost)?
+                        let event = self.get_event(key).await?;
+                        if event.is_some_and(|e| crate::inbox::settled_already(&e, token, settle)) {
+                            return Ok(Fence::Applied);
+                        }
+                    }
                     Ok(fence(done.rows_affected()))
                 }
 
