@@ -686,7 +686,7 @@ impl ClaimState {
             failures: self.record.failures,
             history: &self.record.history,
             now,
-            expires_at: now + self.guard.inner.retention_delta,
+            expires_at: crate::later(now, self.guard.inner.retention_delta),
         }
     }
 
@@ -784,8 +784,8 @@ impl ClaimState {
             .renew(
                 self.key(),
                 self.token,
-                now + inner.lease_delta,
-                now + inner.retention_delta,
+                crate::later(now, inner.lease_delta),
+                crate::later(now, inner.retention_delta),
             )
             .await?;
         match fence {
@@ -1102,7 +1102,7 @@ impl ClaimState {
             failures,
             history: &history,
             now,
-            expires_at: now + inner.retention_delta,
+            expires_at: crate::later(now, inner.retention_delta),
         };
         // Whatever the store says, the sender must retry: a release that did not
         // apply leaves the lease to run out, and the next claim counts it.
@@ -1143,7 +1143,7 @@ impl ClaimState {
             failures: self.record.failures.saturating_add(1),
             history: &history,
             now,
-            expires_at: now + inner.retention_delta,
+            expires_at: crate::later(now, inner.retention_delta),
         };
         match store(inner).finish(self.key(), self.token, &finish).await {
             Ok(Fence::Applied) => {}
@@ -1174,7 +1174,7 @@ impl ClaimState {
             failures,
             history,
             now,
-            expires_at: now + inner.retention_delta,
+            expires_at: crate::later(now, inner.retention_delta),
         };
         match store(inner).finish(self.key(), self.token, &finish).await {
             Ok(Fence::Applied) => {
@@ -1409,8 +1409,8 @@ impl WebhookGuard {
             fingerprint,
             token: FencingToken::random(),
             now,
-            lease_until: now + inner.lease_delta,
-            expires_at: now + inner.retention_delta,
+            lease_until: crate::later(now, inner.lease_delta),
+            expires_at: crate::later(now, inner.retention_delta),
         };
         let claimed = loop {
             // No `Claimed` exists yet to release the claim if this future is dropped
@@ -1869,7 +1869,7 @@ impl WebhookGuard {
             meta: &delivery.meta,
             payload: body,
             now,
-            expires_at: now + inner.retention_delta,
+            expires_at: crate::later(now, inner.retention_delta),
         };
         match inbox.enqueue(&event).await {
             Ok(Enqueued::Inserted) => Outcome::Accepted {
@@ -2000,7 +2000,7 @@ impl WebhookGuard {
             failures: record.failures,
             history: &record.history,
             now,
-            expires_at: now + inner.retention_delta,
+            expires_at: crate::later(now, inner.retention_delta),
         };
         if let Err(e) = store(inner).finish(key, token, &release).await {
             tracing::warn!(%id, error = %e, "could not release a claim; its lease will run out");

@@ -167,6 +167,17 @@ impl std::fmt::Debug for BodyLen {
     }
 }
 
+/// `t + by`, or the end of time where that would pass it: a clock at the end of
+/// chrono's range (a test clock advanced by `TimeDelta::MAX`, say) must not make a
+/// delivery panic.
+pub(crate) fn later(
+    t: chrono::DateTime<chrono::Utc>,
+    by: chrono::TimeDelta,
+) -> chrono::DateTime<chrono::Utc> {
+    t.checked_add_signed(by)
+        .unwrap_or(chrono::DateTime::<chrono::Utc>::MAX_UTC)
+}
+
 pub(crate) const CENTURY: std::time::Duration = std::time::Duration::from_secs(100 * 365 * 86_400);
 
 #[cfg(doctest)]

@@ -143,7 +143,7 @@ pub const MAX_CLOCK_SKEW: chrono::TimeDelta = chrono::TimeDelta::minutes(5);
 /// ordering (see [`MAX_CLOCK_SKEW`]). Decided by the arrival, not the clock, so that
 /// an event's ordering check and its settle agree.
 pub(crate) fn orderable(created_at: DateTime<Utc>, received: DateTime<Utc>) -> bool {
-    created_at <= received + MAX_CLOCK_SKEW
+    created_at <= crate::later(received, MAX_CLOCK_SKEW)
 }
 
 /// Logs an event left unordered by [`orderable`].

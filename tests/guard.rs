@@ -1315,3 +1315,19 @@ async fn guards_with_and_without_conflict_detection_share_a_store() {
     let conflict = ok_run(&on, "evt_on_first", b"{\"other\":1}").await;
     assert!(matches!(conflict, Outcome::Conflict { .. }), "{conflict:?}");
 }
+
+/// A clock at the end of chrono's range (a test clock advanced by `TimeDelta::MAX`)
+/// saturates the times the guard computes instead of panicking.
+#[tokio::test]
+async fn a_clock_at_the_end_of_time_does_not_panic() {
+    let s = setup();
+    s.clock.advance(TimeDelta::MAX);
+    assert_eq!(webhook_guard::Clock::now(&s.clock), DateTime::<Utc>::MAX_UTC);
+    let first = ok_run(&s.guard, "evt_end", b"{}").await;
+    assert!(matches!(first, Outcome::Processed { .. }), "{first:?}");
+    // Nothing outlives the end of time: the record expired as it was made.
+    let again = ok_run(&s.guard, "evt_end", b"{}").await;
+    assert!(matches!(again, Outcome::Processed { .. }), "{again:?}");
+    let failed = failing_run(&s.guard, "evt_end_fail").await;
+    assert!(matches!(failed, Outcome::RetryableFailure { .. }), "{failed:?}");
+}

@@ -254,7 +254,7 @@ impl Worker {
     pub async fn run_once(&self) -> Result<usize, StoreError> {
         let i = &self.inner;
         let now = i.clock.now();
-        let lease_until = now + delta(i.lease);
+        let lease_until = crate::later(now, delta(i.lease));
         let events = i
             .inbox
             .lease(&i.namespace, now, lease_until, i.concurrency)
@@ -462,7 +462,7 @@ impl Inner {
                 done = &mut work => return Some(done),
                 () = tokio::time::sleep(every) => {}
             }
-            let until = self.clock.now() + delta(self.lease);
+            let until = crate::later(self.clock.now(), delta(self.lease));
             match self
                 .inbox
                 .renew_event(event.key(), event.token, until)
@@ -489,7 +489,7 @@ impl Inner {
 
     async fn retry_later(&self, event: &InboxEvent, error: &str) {
         let now = self.clock.now();
-        let next = now + delta(self.policy.delay(event.attempts));
+        let next = crate::later(now, delta(self.policy.delay(event.attempts)));
         self.settle_at(event, InboxState::Pending, Some(error), next)
             .await;
     }
@@ -524,7 +524,7 @@ impl Inner {
             next_attempt_at,
             error,
             now,
-            expires_at: now + delta(self.retention),
+            expires_at: crate::later(now, delta(self.retention)),
         };
         match self
             .inbox
