@@ -904,11 +904,29 @@ impl<'a> Claimed<'a> {
             HandlerError::Retryable(e) => Failure::Retryable(e.to_string()),
             HandlerError::Permanent(e) => Failure::Permanent(e.to_string()),
         };
-        // Dropped while the store records the failure, this future leaves the
-        // recording to the background, or the claim would hold its lease to the end.
-        let pending = RecordFailureOnDrop(Some((&state, &failure)));
-        let outcome = state.record_failure(body, failure.clone()).await;
-        pending.disarm();
+        // Where a runtime runs, the failure is recorded on a task of its own, so a
+        // delivery dropped meanwhile (the sender hung up, a timeout) still records
+        // it, calls its hooks, settles its object and reports, once; otherwise its
+        // claim would hold the lease to the end.
+        #[cfg(feature = "tokio")]
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let (id, failures, body) = (state.id.clone(), state.record.failures, body.to_vec());
+            let task = rt.spawn(async move {
+                let outcome = state.record_failure(&body, failure).await;
+                state.report(&outcome, handler_elapsed);
+                outcome
+            });
+            return match task.await {
+                Ok(outcome) => outcome,
+                Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                Err(_) => Outcome::RetryableFailure {
+                    id,
+                    failures,
+                    error: "the runtime shut down while the failure was recorded".into(),
+                },
+            };
+        }
+        let outcome = state.record_failure(body, failure).await;
         state.report(&outcome, handler_elapsed);
         outcome
     }
@@ -956,40 +974,10 @@ impl Drop for ReleaseOnDrop<'_> {
 }
 
 /// A handler's failure, as the guard records it.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 enum Failure {
     Retryable(String),
     Permanent(String),
-}
-
-/// Armed while [`Claimed::fail`] awaits the store: if the delivery's future is
-/// dropped there, the failure is recorded in the background (with the `tokio`
-/// feature and a runtime), fenced by the claim's token.
-struct RecordFailureOnDrop<'s>(Option<(&'s Arc<ClaimState>, &'s Failure)>);
-
-impl RecordFailureOnDrop<'_> {
-    fn disarm(mut self) {
-        self.0 = None;
-    }
-}
-
-impl Drop for RecordFailureOnDrop<'_> {
-    fn drop(&mut self) {
-        let Some((state, failure)) = self.0.take() else {
-            return;
-        };
-        tracing::warn!(id = %state.id, "delivery dropped while recording its failure; recording it in the background");
-        #[cfg(feature = "tokio")]
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            let (state, failure) = (state.clone(), failure.clone());
-            rt.spawn(async move {
-                let outcome = state.record_failure(&[], failure).await;
-                state.report(&outcome, state.claimed_at.elapsed());
-            });
-        }
-        #[cfg(not(feature = "tokio"))]
-        let _ = failure;
-    }
 }
 
 /// Armed while [`Claimed::complete`] awaits the store: if the delivery's future is
@@ -1192,11 +1180,10 @@ impl ClaimState {
                 }
             }
             // Someone else holds the id now; they will see the count.
-            Ok(Fence::LeaseLost) => Outcome::RetryableFailure {
-                id: self.id.clone(),
-                failures,
-                error: "lease lost before escalation".into(),
-            },
+            Ok(Fence::LeaseLost) => {
+                let error = history.last().map_or("", |note| note.error.as_str());
+                self.lease_lost_before(error, "escalation")
+            }
             Err(error) => Outcome::StoreUnavailable {
                 id: Some(self.id.clone()),
                 error,
@@ -1212,10 +1199,12 @@ impl Drop for Claimed<'_> {
         };
         #[cfg(feature = "tokio")]
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            // Copied: an escalation this failure reaches shows the body to its hook.
+            let body = self.body.to_vec();
             rt.spawn(async move {
                 let id = state.id.clone();
                 let outcome = state
-                    .fail_retryable(&[], "claim dropped unfinished".into())
+                    .fail_retryable(&body, "claim dropped unfinished".into())
                     .await;
                 state.report(&outcome, state.claimed_at.elapsed());
                 tracing::debug!(%id, outcome = %outcome.kind(), "released a dropped claim");

@@ -14,7 +14,7 @@ use crate::sweeper::SweepReport;
 pub struct Escalation<'a> {
     /// The escalated id.
     pub key: Key<'a>,
-    /// The body of the delivery that escalated (empty when a dropped claim escalated).
+    /// The body of the delivery that escalated.
     pub body: &'a [u8],
     /// How many times the id failed.
     pub failures: u32,

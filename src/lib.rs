@@ -155,8 +155,6 @@ pub use store::{MemoryStore, ProcessedStore, Record, RecordState, StoreError};
 pub use sweeper::SweeperHandle;
 pub use sweeper::{SweepReport, Sweeper};
 
-/// The longest lease, retention or interval the crate takes: longer ones would
-/// reach past what chrono can represent when added to a time.
 /// A body in `Debug` output: its length only, since a payload may hold personal
 /// data that must not reach logs.
 pub(crate) struct BodyLen(pub(crate) usize);
@@ -178,6 +176,8 @@ pub(crate) fn later(
         .unwrap_or(chrono::DateTime::<chrono::Utc>::MAX_UTC)
 }
 
+/// The longest lease, retention or interval the crate takes: longer ones would
+/// reach past what chrono can represent when added to a time.
 pub(crate) const CENTURY: std::time::Duration = std::time::Duration::from_secs(100 * 365 * 86_400);
 
 #[cfg(doctest)]

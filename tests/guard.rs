@@ -600,6 +600,8 @@ struct Flaky {
     claim_stall: std::sync::atomic::AtomicBool,
     /// While set, a finish waits before it is made.
     finish_stall: std::sync::atomic::AtomicBool,
+    /// While set, a finish is made, then its answer waits.
+    answer_stall: std::sync::atomic::AtomicBool,
 }
 
 /// Waits while `flag` is set.
@@ -639,7 +641,9 @@ impl ProcessedStore for Flaky {
         self.check(&self.down)?;
         self.check(&self.finish_down)?;
         stall(&self.finish_stall).await;
-        self.inner.finish(k, t, f).await
+        let fence = self.inner.finish(k, t, f).await;
+        stall(&self.answer_stall).await;
+        fence
     }
     async fn renew(
         &self,
@@ -794,6 +798,41 @@ async fn a_delivery_dropped_while_recording_its_failure_is_recorded_in_the_backg
     }
     let retried = ok_run(&guard, "evt_retry", b"{}").await;
     assert!(matches!(retried, Outcome::Processed { .. }), "{retried:?}");
+}
+
+/// The store records a permanent failure, and the sender hangs up before its
+/// answer: the hooks, the object's settle and the report still happen, once.
+#[tokio::test]
+async fn a_failure_recorded_as_the_sender_hangs_up_still_calls_its_hooks() {
+    let store = Arc::new(Flaky::default());
+    let hooks = Arc::new(Recorder::default());
+    let guard = WebhookGuard::builder()
+        .shared_store(store.clone())
+        .verifier(NoVerification)
+        .event_id(EventId::header("x-id"))
+        .hooks(hooks.clone())
+        .build()
+        .unwrap();
+    store.answer_stall.store(true, Ordering::SeqCst);
+    let run = guard.handle(&[("x-id", "evt_perm")], b"{}", |_| async {
+        Err(HandlerError::permanent("bad payload"))
+    });
+    let cut = tokio::time::timeout(Duration::from_millis(50), run).await;
+    assert!(cut.is_err(), "the delivery must still be waiting: {cut:?}");
+    record_in_state(&guard, "evt_perm", RecordState::PermanentFailure).await;
+    assert_eq!(
+        hooks.permanent.load(Ordering::SeqCst),
+        0,
+        "not before the answer"
+    );
+    store.answer_stall.store(false, Ordering::SeqCst);
+    for _ in 0..500 {
+        if hooks.permanent.load(Ordering::SeqCst) > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(hooks.permanent.load(Ordering::SeqCst), 1);
 }
 
 #[tokio::test]
@@ -1322,12 +1361,18 @@ async fn guards_with_and_without_conflict_detection_share_a_store() {
 async fn a_clock_at_the_end_of_time_does_not_panic() {
     let s = setup();
     s.clock.advance(TimeDelta::MAX);
-    assert_eq!(webhook_guard::Clock::now(&s.clock), DateTime::<Utc>::MAX_UTC);
+    assert_eq!(
+        webhook_guard::Clock::now(&s.clock),
+        DateTime::<Utc>::MAX_UTC
+    );
     let first = ok_run(&s.guard, "evt_end", b"{}").await;
     assert!(matches!(first, Outcome::Processed { .. }), "{first:?}");
     // Nothing outlives the end of time: the record expired as it was made.
     let again = ok_run(&s.guard, "evt_end", b"{}").await;
     assert!(matches!(again, Outcome::Processed { .. }), "{again:?}");
     let failed = failing_run(&s.guard, "evt_end_fail").await;
-    assert!(matches!(failed, Outcome::RetryableFailure { .. }), "{failed:?}");
+    assert!(
+        matches!(failed, Outcome::RetryableFailure { .. }),
+        "{failed:?}"
+    );
 }

@@ -226,7 +226,8 @@ pub(crate) fn settled_already(
     token: FencingToken,
     settle: &Settle<'_>,
 ) -> bool {
-    event.token == token
+    settle.state != InboxState::Running
+        && event.token == token
         && event.state == settle.state
         && event.updated_at.timestamp_millis() == settle.now.timestamp_millis()
 }
@@ -246,10 +247,10 @@ pub(crate) fn settled_already(
 ///   concurrent leases never return the same event.
 /// - **settle_event**: if the event is `Running` with `token`, set state,
 ///   `next_attempt_at`, `last_error` (when given), `updated_at` and `expires_at`, and
-///   answer [`Fence::Applied`]. If it already carries `token`, the settle's state and
-///   `updated_at = now` (to the millisecond) — the same settle made again, as a
-///   transport may resend it after a lost reply — change nothing and answer
-///   `Applied`. Otherwise [`Fence::LeaseLost`].
+///   answer [`Fence::Applied`]. If it already carries `token`, the settle's state
+///   (other than `Running`) and `updated_at = now` (to the millisecond) — the same
+///   settle made again, as a transport may resend it after a lost reply — change
+///   nothing and answer `Applied`. Otherwise [`Fence::LeaseLost`].
 /// - **renew_event**: the same fence; sets `lease_until`.
 /// - **get_event**: the event or `None`.
 /// - **purge_settled**: removes up to `limit` settled events with `expires_at <= now`.

@@ -214,7 +214,7 @@ return out
 /// reply), it finds its own change (state, token and time) and answers 1 again.
 const SETTLE: &str = r"
 local cur = redis.call('HMGET', KEYS[1], 's', 't', 'l', 'u')
-if cur[1] == ARGV[3] and cur[2] == ARGV[2] and cur[4] == ARGV[5] then return 1 end
+if ARGV[3] ~= 'running' and cur[1] == ARGV[3] and cur[2] == ARGV[2] and cur[4] == ARGV[5] then return 1 end
 if cur[1] ~= 'running' or cur[2] ~= ARGV[2] then return 0 end
 redis.call('HSET', KEYS[1], 's', ARGV[3], 'n', ARGV[4], 'u', ARGV[5], 'x', ARGV[6])
 if ARGV[8] then redis.call('HSET', KEYS[1], 'e', ARGV[8]) end

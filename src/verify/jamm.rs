@@ -35,10 +35,9 @@ const PREFIX: &str = "sha256=";
 /// forger who replays again every few minutes, each time under a new id, keeps the
 /// object's newest time ahead of Jamm's genuine events, which are then answered
 /// stale (200, not retried) for as long as the replays go on, while the replayed
-/// old `content` is applied. Where forged deliveries are a concern, order Jamm
-/// events by a time the handler can trust (a custom
-/// [`MetaExtractor`](crate::meta::MetaExtractor) without `created_at` turns the
-/// ordering off), and reconcile critical state through Jamm's API.
+/// old `content` is applied. Where forged deliveries are a concern, leave the
+/// ordering guard off for Jamm (no `.ordering(..)` on its guard) and order by a time
+/// the handler can trust, and reconcile critical state through Jamm's API.
 ///
 /// Jamm publishes no test vector; this preset is tested by round trips and against a
 /// pretty-printed body.
