@@ -1364,28 +1364,30 @@ impl WebhookGuard {
         started: Instant,
         now: DateTime<Utc>,
     ) -> Begin<'a> {
-        let (begin, attempt) = match verified {
+        match verified {
             Ok((id, _)) => {
                 record_on_span("webhook.event_id", id.as_str());
                 self.claim(id, body, started, now).await
             }
-            Err(r) => (Begin::Done(Outcome::Rejected(r)), None),
-        };
-        if let Begin::Done(outcome) = &begin {
-            self.report(outcome, attempt, started, None);
+            Err(r) => self.done(Outcome::Rejected(r), None, started),
         }
-        begin
     }
 
-    /// Claims the id: what to do, and the attempt when this delivery won the claim
-    /// but there is nothing to run (stale, escalated at claim, extractor panic).
+    /// Reports `outcome`, reached before any handler ran, with the attempt when this
+    /// delivery won the claim (stale, escalated at claim, extractor panic).
+    fn done<'a>(&self, outcome: Outcome, attempt: Option<u32>, started: Instant) -> Begin<'a> {
+        self.report(&outcome, attempt, started, None);
+        Begin::Done(outcome)
+    }
+
+    /// Claims the id: the claim to run, or the outcome to answer (reported).
     async fn claim<'a>(
         &self,
         id: String,
         body: &'a [u8],
         started: Instant,
         now: DateTime<Utc>,
-    ) -> (Begin<'a>, Option<u32>) {
+    ) -> Begin<'a> {
         let inner = &self.inner;
         let fingerprint = if inner.fingerprint {
             Fingerprint::of(body)
@@ -1423,17 +1425,15 @@ impl WebhookGuard {
             Ok(Claim::Acquired(record)) => record,
             Ok(Claim::Existing(record)) => {
                 record_on_span("webhook.attempt", record.attempts);
-                return (
-                    Begin::Done(self.existing(id, record, fingerprint, now)),
-                    None,
-                );
+                let outcome = self.existing(id, record, fingerprint, now);
+                return self.done(outcome, None, started);
             }
             Err(error) => {
                 let outcome = Outcome::StoreUnavailable {
                     id: Some(id),
                     error,
                 };
-                return (Begin::Done(outcome), None);
+                return self.done(outcome, None, started);
             }
         };
         inner.hooks.on_claim(key, record.attempts);
@@ -1473,26 +1473,26 @@ impl WebhookGuard {
             let error = format!("metadata extractor panicked: {msg}");
             // Boxed: a rare path, kept out of every delivery's future.
             let outcome = Box::pin(state.fail_retryable(body, error)).await;
-            return (Begin::Done(outcome), Some(state.record.attempts));
+            return self.done(outcome, Some(state.record.attempts), started);
         }
         if state.record.failures >= inner.escalate_after {
             // Earlier holders crashed or hung until their leases ran out: stop here.
             let history = state.history_with(now, "lease expired".into());
             let failures = state.record.failures;
             let outcome = state.escalate(body, failures, &history, now).await;
-            return (Begin::Done(outcome), Some(state.record.attempts));
+            return self.done(outcome, Some(state.record.attempts), started);
         }
         let release = ReleaseOnDrop::arm(self, &state.id, state.token);
         let order = state.check_order(now).await;
         release.disarm();
         if let Some(outcome) = order {
-            return (Begin::Done(outcome), Some(state.record.attempts));
+            return self.done(outcome, Some(state.record.attempts), started);
         }
         let claimed = Claimed {
             state: Some(state),
             body,
         };
-        (Begin::Claimed(claimed), None)
+        Begin::Claimed(claimed)
     }
 
     /// Whether a claim refused only because `record` carries another fingerprint

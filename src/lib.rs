@@ -168,6 +168,7 @@ impl std::fmt::Debug for BodyLen {
 /// `t + by`, or the end of time where that would pass it: a clock at the end of
 /// chrono's range (a test clock advanced by `TimeDelta::MAX`, say) must not make a
 /// delivery panic.
+#[inline]
 pub(crate) fn later(
     t: chrono::DateTime<chrono::Utc>,
     by: chrono::TimeDelta,
