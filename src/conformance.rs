@@ -978,6 +978,7 @@ pub mod ordering {
     pub async fn run_all(store: &dyn OrderingStore) {
         newest_wins(store).await;
         settle_applies_to_the_newest_only(store).await;
+        events_created_at_the_same_time_settle_once(store).await;
         concurrent_observations_keep_the_newest(store).await;
     }
 
@@ -1096,10 +1097,20 @@ pub mod ordering {
             (failed[0].object.as_str(), failed[0].family.as_str()),
             ("cus-1", "customer")
         );
-        assert!(store
-            .settle_object(key, at(20), ObjectStatus::Applied, at(23))
-            .await
-            .unwrap());
+        assert!(
+            store
+                .mark_object(key, at(20), ObjectStatus::Applied, at(23))
+                .await
+                .unwrap(),
+            "a reconciled object is marked applied"
+        );
+        assert!(
+            !store
+                .mark_object(key, at(10), ObjectStatus::Applied, at(23))
+                .await
+                .unwrap(),
+            "marking an older event answers false"
+        );
         let unknown = ObjectKey {
             object: "cus-never-seen",
             ..key
@@ -1116,6 +1127,84 @@ pub mod ordering {
             .await
             .unwrap()
             .is_empty());
+    }
+
+    /// Events created at the same time are all fresh, but only the first to settle
+    /// settles the object: the others answer false (their order is unknown), and a
+    /// failure among them is kept.
+    pub async fn events_created_at_the_same_time_settle_once(store: &dyn OrderingStore) {
+        let (ns, now) = base();
+        let at = |s| now + TimeDelta::seconds(s);
+        let key = ObjectKey {
+            namespace: &ns,
+            object: "in_1",
+            family: "invoice",
+        };
+        for (event, seen) in [("finalized", 1), ("paid", 2)] {
+            assert_eq!(
+                store.observe(key, at(0), at(seen)).await.unwrap(),
+                Freshness::Fresh,
+                "{event}: a tie is fresh"
+            );
+        }
+        let r = store.get_object(key).await.unwrap().unwrap();
+        assert_eq!(
+            (r.status, r.updated_at),
+            (ObjectStatus::Pending, at(1)),
+            "a tie changes nothing"
+        );
+        assert!(store
+            .settle_object(key, at(0), ObjectStatus::Applied, at(3))
+            .await
+            .unwrap());
+        assert!(
+            !store
+                .settle_object(key, at(0), ObjectStatus::Applied, at(4))
+                .await
+                .unwrap(),
+            "the second event of the same time to settle answers false"
+        );
+        let r = store.get_object(key).await.unwrap().unwrap();
+        assert_eq!((r.status, r.updated_at), (ObjectStatus::Applied, at(3)));
+        assert_eq!(
+            store.observe(key, at(0), at(5)).await.unwrap(),
+            Freshness::Fresh,
+            "a retry after a settle is fresh"
+        );
+        assert_eq!(
+            store.get_object(key).await.unwrap().unwrap().status,
+            ObjectStatus::Applied,
+            "and leaves the settled status"
+        );
+        assert!(
+            !store
+                .settle_object(key, at(0), ObjectStatus::Failed, at(6))
+                .await
+                .unwrap(),
+            "a later failure of the same time answers false"
+        );
+        let r = store.get_object(key).await.unwrap().unwrap();
+        assert_eq!(
+            (r.status, r.updated_at),
+            (ObjectStatus::Failed, at(6)),
+            "but is kept"
+        );
+        assert_eq!(store.failed_objects(&ns, at(6), 10).await.unwrap().len(), 1);
+        assert!(store
+            .mark_object(key, at(0), ObjectStatus::Applied, at(7))
+            .await
+            .unwrap());
+        assert_eq!(
+            store.observe(key, at(1), at(8)).await.unwrap(),
+            Freshness::Fresh
+        );
+        assert!(
+            store
+                .settle_object(key, at(1), ObjectStatus::Applied, at(9))
+                .await
+                .unwrap(),
+            "a newer event settles afresh"
+        );
     }
 
     /// Concurrent observations of one object end with the newest recorded.

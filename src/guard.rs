@@ -866,7 +866,8 @@ impl<'a> Claimed<'a> {
         let outcome = match result {
             Ok(Fence::Applied) => {
                 if !state.settle_object(ObjectStatus::Applied).await {
-                    // A newer event of the object was seen while the handler ran.
+                    // A newer event of the object was seen while the handler ran, or
+                    // another one created at the same time settled it first.
                     state.reconcile(ReconcileReason::Overtaken);
                 }
                 let (guard, attempts, started) =
@@ -1954,7 +1955,7 @@ impl WebhookGuard {
                     report.reconciled += 1;
                     let now = inner.clock.now();
                     if let Err(e) = ordering
-                        .settle_object(object.key(), object.newest, ObjectStatus::Applied, now)
+                        .mark_object(object.key(), object.newest, ObjectStatus::Applied, now)
                         .await
                     {
                         tracing::warn!(object = %object.object, error = %e, "could not mark a reconciled object applied");

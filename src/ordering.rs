@@ -8,12 +8,13 @@
 //! or handed to the stale hook. Keys are object ids (`trx-…`, `cus-…`, `ch_…`),
 //! never webhook ids.
 //!
-//! Two limits, by design: events of one object with the *same* `created_at`
-//! (Stripe's `created` is in whole seconds) are all fresh, so among them the last
-//! to be applied wins whatever their order; and an object's record is never
-//! deleted by any store (one small entry per object and family, for the life of
-//! the store), so the ledger grows with the number of objects, not with
-//! retention.
+//! Events of one object with the *same* `created_at` (Stripe's `created` is in
+//! whole seconds) cannot be ordered by it: each is fresh, but only the first of
+//! them to settle settles the object; a later one, applied too, is answered as
+//! overtaken, and the guard asks the reconciler to read the object's state from the
+//! provider. An object's record is never deleted by any store (one small entry per
+//! object and family, for the life of the store), so the ledger grows with the
+//! number of objects, not with retention.
 
 use std::fmt;
 
@@ -160,13 +161,23 @@ pub(crate) fn warn_undated(id: &str) {
 /// Keeps the newest `created_at` per object and family.
 ///
 /// # Contract
-/// - **observe**: atomically, if there is no record for the key or `created_at` is at
-///   or after the stored newest, store `created_at` as the newest with status
-///   `Pending` and `updated_at = now` and answer [`Freshness::Fresh`]; otherwise
-///   change nothing and answer [`Freshness::Stale`] with the stored newest.
-/// - **settle_object**: if the stored newest equals `created_at`, set the status and
-///   `updated_at` and answer `true`; otherwise (a newer event came since, or there
-///   is no record) change nothing and answer `false`.
+/// - **observe**: atomically, if there is no record for the key or `created_at` is
+///   after the stored newest, store `created_at` as the newest with status `Pending`
+///   and `updated_at = now` and answer [`Freshness::Fresh`]; if it equals the stored
+///   newest (a retry, or another event created at the same time), change nothing and
+///   answer `Fresh`; otherwise change nothing and answer [`Freshness::Stale`] with
+///   the stored newest.
+/// - **settle_object**: if the stored newest equals `created_at` and its status is
+///   `Pending`, set the status and `updated_at` and answer `true`. If the newest
+///   equals `created_at` but was settled already — by another event created at the
+///   same time, whose order against this one nobody knows — answer `false`, and
+///   set the status to `Failed` (with `updated_at`) when `status` is `Failed`, so a
+///   failure is never hidden. Otherwise (a newer event came since, or there is no
+///   record) change nothing and answer `false`.
+/// - **mark_object**: if the stored newest equals `created_at`, set the status and
+///   `updated_at`, whatever the status was, and answer `true` (after the object was
+///   reconciled through the provider's API); otherwise change nothing and answer
+///   `false`.
 /// - **get_object**: the record or `None`.
 /// - **failed_objects**: up to `limit` records of `namespace` with status `Failed` and
 ///   `updated_at <= before`.
@@ -181,8 +192,20 @@ pub trait OrderingStore: fmt::Debug + Send + Sync + 'static {
     ) -> Result<Freshness, StoreError>;
 
     /// Settles the newest event of `key`, if it is still the one created at
-    /// `created_at`: whether it was (`false` when a newer event came since).
+    /// `created_at` and nothing settled it yet: whether it was (`false` when a newer
+    /// event came since, or another event created at the same time was settled
+    /// first).
     async fn settle_object(
+        &self,
+        key: ObjectKey<'_>,
+        created_at: DateTime<Utc>,
+        status: ObjectStatus,
+        now: DateTime<Utc>,
+    ) -> Result<bool, StoreError>;
+
+    /// Sets the status of `key` after it was reconciled, if its newest event is still
+    /// the one created at `created_at`.
+    async fn mark_object(
         &self,
         key: ObjectKey<'_>,
         created_at: DateTime<Utc>,
@@ -222,6 +245,16 @@ impl<T: OrderingStore + ?Sized> OrderingStore for std::sync::Arc<T> {
         now: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
         (**self).settle_object(key, created_at, status, now).await
+    }
+
+    async fn mark_object(
+        &self,
+        key: ObjectKey<'_>,
+        created_at: DateTime<Utc>,
+        status: ObjectStatus,
+        now: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        (**self).mark_object(key, created_at, status, now).await
     }
 
     async fn get_object(&self, key: ObjectKey<'_>) -> Result<Option<ObjectRecord>, StoreError> {

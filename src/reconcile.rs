@@ -31,8 +31,9 @@ pub enum ReconcileReason {
     /// A periodic sweep found an object whose last event ended in failure.
     StaleFailure,
     /// The handler succeeded, but a newer event for the object was seen while it
-    /// ran (the ordering guard checks before a handler runs): the object may hold
-    /// this older event's state.
+    /// ran (the ordering guard checks before a handler runs), or another event
+    /// created at the same time was settled first: the object may hold the older
+    /// event's state.
     Overtaken,
 }
 

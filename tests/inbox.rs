@@ -866,6 +866,15 @@ async fn an_ordering_store_outage_is_503_and_counts_no_handler_failure() {
         ) -> Result<bool, webhook_guard::StoreError> {
             Ok(true)
         }
+        async fn mark_object(
+            &self,
+            _: ObjectKey<'_>,
+            _: DateTime<Utc>,
+            _: ObjectStatus,
+            _: DateTime<Utc>,
+        ) -> Result<bool, webhook_guard::StoreError> {
+            Ok(true)
+        }
         async fn get_object(
             &self,
             _: ObjectKey<'_>,
@@ -912,4 +921,41 @@ async fn an_ordering_store_outage_is_503_and_counts_no_handler_failure() {
         webhook_guard::RecordState::Failed,
         "the claim was released"
     );
+}
+
+/// Two events of one object created in the same second (Stripe's `created` has
+/// whole seconds): the one applied second cannot know it is the newer, so its object
+/// is reconciled; a retry of one event after its failure is not a tie with another.
+#[tokio::test]
+async fn the_second_of_two_events_created_at_the_same_time_is_reconciled() {
+    let s = setup();
+    let first = body("evt_fin", "invoice.finalized", "in_1", 100);
+    let failed = s
+        .guard
+        .handle(&[("a", "b")], &first, |_| async {
+            Err(HandlerError::retryable("downstream down"))
+        })
+        .await;
+    assert!(
+        matches!(failed, Outcome::RetryableFailure { .. }),
+        "{failed:?}"
+    );
+    let retried = s
+        .guard
+        .handle(&[("a", "b")], &first, |_| async { Ok(()) })
+        .await;
+    assert!(matches!(retried, Outcome::Processed { .. }), "{retried:?}");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(
+        s.api.calls.lock().unwrap().is_empty(),
+        "a retry of the same event is no tie"
+    );
+    let second = body("evt_paid", "invoice.paid", "in_1", 100);
+    let applied = s
+        .guard
+        .handle(&[("a", "b")], &second, |_| async { Ok(()) })
+        .await;
+    assert!(matches!(applied, Outcome::Processed { .. }), "{applied:?}");
+    reconciled(&s.api, "in_1", ReconcileReason::Overtaken).await;
+    assert_eq!(s.api.calls.lock().unwrap().len(), 1);
 }

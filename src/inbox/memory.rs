@@ -203,6 +203,8 @@ impl OrderingStore for MemoryStore {
         );
         match ledger.objects.get_mut(&k) {
             Some(r) if created_at < r.newest => Ok(Freshness::Stale { newest: r.newest }),
+            // A retry, or another event created at the same time: settled first wins.
+            Some(r) if created_at == r.newest => Ok(Freshness::Fresh),
             Some(r) => {
                 r.newest = created_at;
                 r.status = ObjectStatus::Pending;
@@ -218,6 +220,34 @@ impl OrderingStore for MemoryStore {
     }
 
     async fn settle_object(
+        &self,
+        key: ObjectKey<'_>,
+        created_at: DateTime<Utc>,
+        status: ObjectStatus,
+        now: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        let mut ledger = lock(self.ledger());
+        let k = (
+            key.namespace.to_owned(),
+            key.object.to_owned(),
+            key.family.to_owned(),
+        );
+        let Some(r) = ledger
+            .objects
+            .get_mut(&k)
+            .filter(|r| r.newest == created_at)
+        else {
+            return Ok(false);
+        };
+        let first = r.status == ObjectStatus::Pending;
+        if first || status == ObjectStatus::Failed {
+            r.status = status;
+            r.updated_at = now;
+        }
+        Ok(first)
+    }
+
+    async fn mark_object(
         &self,
         key: ObjectKey<'_>,
         created_at: DateTime<Utc>,

@@ -74,6 +74,28 @@ impl RedisStore {
         Ok(out)
     }
 
+    /// Runs the settle script: `mode` is `settle` or `mark`.
+    async fn object_status(
+        &self,
+        key: ObjectKey<'_>,
+        created_at: DateTime<Utc>,
+        status: ObjectStatus,
+        now: DateTime<Utc>,
+        mode: &str,
+    ) -> Result<bool, StoreError> {
+        let (record, failed, member) = self.object_keys(key);
+        let mut inv = Eval::new(&SCRIPTS.settle_object, 2);
+        inv.key(record)
+            .key(failed)
+            .arg(millis(created_at))
+            .arg(status.as_str())
+            .arg(millis(now))
+            .arg(member)
+            .arg(mode);
+        let settled: i64 = self.connection().eval(&inv).await.map_err(store_error)?;
+        Ok(settled == 1)
+    }
+
     fn inbox_registry(&self) -> String {
         format!("{{{}:inboxes}}", self.prefix())
     }
@@ -267,26 +289,34 @@ return {removed, #ids}
 ";
 
 /// Observe: KEYS record, failed; ARGV created_at, now, member. Answers nil (fresh)
-/// or the stored newest (stale).
+/// or the stored newest (stale). A tie with the stored newest is fresh and changes
+/// nothing.
 const OBSERVE: &str = r"
 local cur = redis.call('HMGET', KEYS[1], 'n', 's')
 if cur[1] and tonumber(ARGV[1]) < tonumber(cur[1]) then return tonumber(cur[1]) end
+if cur[1] and tonumber(ARGV[1]) == tonumber(cur[1]) then return false end
 redis.call('HSET', KEYS[1], 'n', ARGV[1], 's', 'pending', 'u', ARGV[2])
 if cur[2] == 'failed' then redis.call('ZREM', KEYS[2], ARGV[3]) end
 return false
 ";
 
-/// Settle an object: KEYS record, failed; ARGV created_at, status, now, member.
+/// Settle an object: KEYS record, failed; ARGV created_at, status, now, member, and
+/// `mark` to set the status whatever it was. Answers 1 when it set it as the first
+/// settle (or a mark); 0 otherwise, having set `failed` over a status another event
+/// of the same time settled first.
 const SETTLE_OBJECT: &str = r"
 local cur = redis.call('HMGET', KEYS[1], 'n', 's')
 if cur[1] ~= ARGV[1] then return 0 end
+local first = cur[2] == 'pending' or ARGV[5] == 'mark'
+if not first and ARGV[2] ~= 'failed' then return 0 end
 redis.call('HSET', KEYS[1], 's', ARGV[2], 'u', ARGV[3])
 if ARGV[2] == 'failed' then
   redis.call('ZADD', KEYS[2], ARGV[3], ARGV[4])
 elseif cur[2] == 'failed' then
   redis.call('ZREM', KEYS[2], ARGV[4])
 end
-return 1
+if first then return 1 end
+return 0
 ";
 
 /// Failed records of one shard and namespace: KEYS failed; ARGV before, limit,
@@ -613,16 +643,19 @@ impl OrderingStore for RedisStore {
         status: ObjectStatus,
         now: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
-        let (record, failed, member) = self.object_keys(key);
-        let mut inv = Eval::new(&SCRIPTS.settle_object, 2);
-        inv.key(record)
-            .key(failed)
-            .arg(millis(created_at))
-            .arg(status.as_str())
-            .arg(millis(now))
-            .arg(member);
-        let settled: i64 = self.connection().eval(&inv).await.map_err(store_error)?;
-        Ok(settled == 1)
+        self.object_status(key, created_at, status, now, "settle")
+            .await
+    }
+
+    async fn mark_object(
+        &self,
+        key: ObjectKey<'_>,
+        created_at: DateTime<Utc>,
+        status: ObjectStatus,
+        now: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        self.object_status(key, created_at, status, now, "mark")
+            .await
     }
 
     async fn get_object(&self, key: ObjectKey<'_>) -> Result<Option<ObjectRecord>, StoreError> {

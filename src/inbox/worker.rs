@@ -353,7 +353,8 @@ impl Inner {
                 if self.settle(&event, InboxState::Done, None).await
                     && !self.settle_object(&event, ObjectStatus::Applied).await
                 {
-                    // A newer event of the object was seen while this one ran.
+                    // A newer event of the object was seen while this one ran, or
+                    // another one created at the same time settled it first.
                     self.reconcile(&event, ReconcileReason::Overtaken).await;
                 }
             }
@@ -368,7 +369,7 @@ impl Inner {
                         )
                         .await;
                     if settled {
-                        self.settle_object(&event, ObjectStatus::Applied).await;
+                        self.mark_reconciled(&event).await;
                     }
                 } else {
                     self.fail(&event, "handler timed out".into()).await;
@@ -501,7 +502,7 @@ impl Inner {
         self.hooks.on_dead_letter(event, error);
         self.settle_object(event, ObjectStatus::Failed).await;
         if self.reconcile(event, reason).await {
-            self.settle_object(event, ObjectStatus::Applied).await;
+            self.mark_reconciled(event).await;
         }
     }
 
@@ -548,16 +549,28 @@ impl Inner {
     /// a newer event of the object was seen since (not on an error, nor without an
     /// ordering store or object).
     async fn settle_object(&self, event: &InboxEvent, status: ObjectStatus) -> bool {
+        self.object_status(event, status, false).await
+    }
+
+    /// Marks the event's object `Applied` after the reconciler read it from the
+    /// provider, whatever its status was.
+    async fn mark_reconciled(&self, event: &InboxEvent) {
+        self.object_status(event, ObjectStatus::Applied, true).await;
+    }
+
+    async fn object_status(&self, event: &InboxEvent, status: ObjectStatus, mark: bool) -> bool {
         let Some(ordering) = &self.ordering else {
             return true;
         };
         let Some((key, created_at)) = self.object_key(event) else {
             return true;
         };
-        match ordering
-            .settle_object(key, created_at, status, self.clock.now())
-            .await
-        {
+        let now = self.clock.now();
+        let done = match mark {
+            false => ordering.settle_object(key, created_at, status, now).await,
+            true => ordering.mark_object(key, created_at, status, now).await,
+        };
+        match done {
             Ok(settled) => settled,
             Err(e) => {
                 tracing::warn!(id = %event.id, error = %e, "could not settle object state");

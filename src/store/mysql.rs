@@ -168,8 +168,8 @@ pub use super::sql::InvalidTableName;
 ///   token = ?`; `purge_settled` deletes through `by_settled (due_at, expires_at)` in
 ///   batches of 500.
 /// - `observe` is the same decide-once upsert on `(namespace, object, family)`:
-///   stored when `created_at` is at or after the stored newest, else read back as
-///   `Stale`. Objects and families are `VARBINARY(255)`.
+///   stored when `created_at` is after the stored newest, fresh and unchanged when it
+///   equals it, else read back as `Stale`. Objects and families are `VARBINARY(255)`.
 /// - [`MySqlStore::record_in`] records an id inside the caller's transaction, so that
 ///   a handler's effect in this database and its dedup record commit together.
 ///
@@ -298,6 +298,7 @@ struct QueueSql {
     observe: (String, Vec<Param>),
     newest: String,
     settle_object: String,
+    mark_object: String,
     get_object: String,
     failed: String,
     record: (String, Vec<Param>),
@@ -330,13 +331,15 @@ updated_at = IF(LAST_INSERT_ID() = 2, :now, updated_at), \
 expires_at = IF(LAST_INSERT_ID() = 2, :exp, expires_at), \
 due_at = IF(LAST_INSERT_ID() = 2, :now, due_at)";
 
-/// Records the newest `created_at` of an object: 2 when it is at or after the stored
-/// one (stored), 1 otherwise (nothing changes).
+/// Records the newest `created_at` of an object: 2 when it is after the stored one
+/// (stored), 3 when it equals it (a tie: nothing changes, fresh), 1 otherwise
+/// (nothing changes, stale).
 const OBSERVE_TEMPLATE: &str = "INSERT INTO {objects} \
 (namespace, object, family, newest, status, updated_at) \
 VALUES (:ns, :object, :family, :created, 'pending', :now) \
 ON DUPLICATE KEY UPDATE \
-newest = IF(LAST_INSERT_ID(IF(:created >= newest, 2, 1)) = 2, :created, newest), \
+newest = IF(LAST_INSERT_ID(IF(:created > newest, 2, IF(:created = newest, 3, 1))) = 2, \
+:created, newest), \
 status = IF(LAST_INSERT_ID() = 2, 'pending', status), \
 updated_at = IF(LAST_INSERT_ID() = 2, :now, updated_at)";
 
@@ -398,6 +401,10 @@ impl QueueSql {
             observe: compile(&OBSERVE_TEMPLATE.replace("{objects}", o)),
             newest: format!("SELECT newest FROM {o} WHERE {object_key}"),
             settle_object: format!(
+                "UPDATE {o} SET status = ?, updated_at = ? \
+                 WHERE {object_key} AND newest = ? AND status = 'pending'"
+            ),
+            mark_object: format!(
                 "UPDATE {o} SET status = ?, updated_at = ? WHERE {object_key} AND newest = ?"
             ),
             get_object: format!("SELECT {OBJECT_COLUMNS} FROM {o} WHERE {object_key}"),
@@ -627,6 +634,29 @@ impl MySqlStore {
             bind(&self.sql.claim, &self.sql.claim_params, values).execute(&self.pool)
         })
         .await
+    }
+
+    /// Runs `sql`, an `UPDATE` of an object's status: whether it changed a row.
+    async fn object_update(
+        &self,
+        sql: &str,
+        key: ObjectKey<'_>,
+        created_at: DateTime<Utc>,
+        status: ObjectStatus,
+        now: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        let done = retry_deadlocks(|| {
+            sqlx::query(sql)
+                .bind(status.as_str())
+                .bind(millis(now))
+                .bind(key.namespace)
+                .bind(key.object)
+                .bind(key.family)
+                .bind(millis(created_at))
+                .execute(&self.pool)
+        })
+        .await?;
+        Ok(done.rows_affected() == 1)
     }
 
     async fn fetch(&self, key: Key<'_>) -> Result<Option<Record>, StoreError> {
@@ -1337,7 +1367,8 @@ impl OrderingStore for MySqlStore {
         let done = retry_deadlocks(|| bind(&q.observe.0, &q.observe.1, values).execute(&self.pool))
             .await?;
         match done.last_insert_id() {
-            0 | CODE_FRESH => return Ok(Freshness::Fresh),
+            // 3: a retry, or another event created at the same time.
+            0 | CODE_FRESH | CODE_TAKEOVER => return Ok(Freshness::Fresh),
             CODE_UNCHANGED => {}
             code => return Err(StoreError::Corrupt(format!("observe answered code {code}"))),
         }
@@ -1363,18 +1394,29 @@ impl OrderingStore for MySqlStore {
         status: ObjectStatus,
         now: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
-        let done = retry_deadlocks(|| {
-            sqlx::query(&self.sql.queue.settle_object)
-                .bind(status.as_str())
-                .bind(millis(now))
-                .bind(key.namespace)
-                .bind(key.object)
-                .bind(key.family)
-                .bind(millis(created_at))
-                .execute(&self.pool)
-        })
-        .await?;
-        Ok(done.rows_affected() == 1)
+        if self
+            .object_update(&self.sql.queue.settle_object, key, created_at, status, now)
+            .await?
+        {
+            return Ok(true);
+        }
+        if status == ObjectStatus::Failed {
+            // Settled first by another event created at the same time: a failure is
+            // never hidden.
+            self.mark_object(key, created_at, status, now).await?;
+        }
+        Ok(false)
+    }
+
+    async fn mark_object(
+        &self,
+        key: ObjectKey<'_>,
+        created_at: DateTime<Utc>,
+        status: ObjectStatus,
+        now: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        self.object_update(&self.sql.queue.mark_object, key, created_at, status, now)
+            .await
     }
 
     async fn get_object(&self, key: ObjectKey<'_>) -> Result<Option<ObjectRecord>, StoreError> {

@@ -746,6 +746,7 @@ pub(crate) struct QueueSql {
     pub(crate) observe: String,
     pub(crate) newest: String,
     pub(crate) settle_object: String,
+    pub(crate) mark_object: String,
     pub(crate) get_object: String,
     pub(crate) failed: String,
     pub(crate) record: String,
@@ -856,13 +857,14 @@ impl QueueSql {
              VALUES ($1, $2, $3, $4, 'pending', $5) \
              ON CONFLICT (namespace, object, family) DO UPDATE SET \
                  newest = excluded.newest, status = 'pending', updated_at = excluded.updated_at \
-             WHERE excluded.newest >= o.newest \
+             WHERE excluded.newest > o.newest \
              RETURNING newest"
         );
         let newest = format!("SELECT newest FROM {o} WHERE {object_key}");
-        let settle_object = format!(
+        let mark_object = format!(
             "UPDATE {o} SET status = $5, updated_at = $6 WHERE {object_key} AND newest = $4"
         );
+        let settle_object = format!("{mark_object} AND status = 'pending'");
         let get_object = format!("SELECT {OBJECT_COLUMNS} FROM {o} WHERE {object_key}");
         let failed = format!(
             "SELECT {OBJECT_COLUMNS} FROM {o} \
@@ -908,6 +910,7 @@ impl QueueSql {
             observe,
             newest,
             settle_object,
+            mark_object,
             get_object,
             failed,
             record,
@@ -919,7 +922,7 @@ impl QueueSql {
         sql
     }
 
-    fn statements_mut(&mut self) -> [&mut String; 14] {
+    fn statements_mut(&mut self) -> [&mut String; 15] {
         [
             &mut self.enqueue,
             &mut self.existing,
@@ -931,6 +934,7 @@ impl QueueSql {
             &mut self.observe,
             &mut self.newest,
             &mut self.settle_object,
+            &mut self.mark_object,
             &mut self.get_object,
             &mut self.failed,
             &mut self.record,

@@ -75,6 +75,28 @@ macro_rules! sql_store_impls {
                     let (stored, state) = stored.ok_or_else(|| vanished(key))?;
                     sql::recorded(&stored, state.as_bytes(), fingerprint, key)
                 }
+
+                /// Sets the status of an object whose newest is `created_at` (the
+                /// caller holds the write gate).
+                async fn mark(
+                    &self,
+                    key: ObjectKey<'_>,
+                    created_at: DateTime<Utc>,
+                    status: ObjectStatus,
+                    now: DateTime<Utc>,
+                ) -> Result<bool, StoreError> {
+                    let done = ::sqlx::query(&self.sql.queue.mark_object)
+                        .bind(key.namespace)
+                        .bind(key.object)
+                        .bind(key.family)
+                        .bind(millis(created_at))
+                        .bind(status.as_str())
+                        .bind(millis(now))
+                        .execute(&self.pool)
+                        .await
+                        .map_err($err)?;
+                    Ok(done.rows_affected() == 1)
+                }
             }
 
             #[::async_trait::async_trait]
@@ -412,8 +434,8 @@ macro_rules! sql_store_impls {
                     if fresh.is_some() {
                         return Ok(Freshness::Fresh);
                     }
-                    // Refused: a newer event is stored (records are never deleted, and
-                    // the newest only grows), so this read finds it.
+                    // Not stored: an event as new or newer is (records are never
+                    // deleted, and the newest only grows), so this read finds it.
                     let newest: i64 = ::sqlx::query_scalar(&q.newest)
                         .bind(key.namespace)
                         .bind(key.object)
@@ -421,6 +443,10 @@ macro_rules! sql_store_impls {
                         .fetch_one(&self.pool)
                         .await
                         .map_err($err)?;
+                    if newest == millis(created_at) {
+                        // A retry, or another event created at the same time.
+                        return Ok(Freshness::Fresh);
+                    }
                     Ok(Freshness::Stale {
                         newest: sql::time(newest),
                     })
@@ -444,7 +470,26 @@ macro_rules! sql_store_impls {
                         .execute(&self.pool)
                         .await
                         .map_err($err)?;
-                    Ok(done.rows_affected() == 1)
+                    if done.rows_affected() == 1 {
+                        return Ok(true);
+                    }
+                    if status == ObjectStatus::Failed {
+                        // Settled first by another event created at the same time: a
+                        // failure is never hidden.
+                        self.mark(key, created_at, status, now).await?;
+                    }
+                    Ok(false)
+                }
+
+                async fn mark_object(
+                    &self,
+                    key: ObjectKey<'_>,
+                    created_at: DateTime<Utc>,
+                    status: ObjectStatus,
+                    now: DateTime<Utc>,
+                ) -> Result<bool, StoreError> {
+                    let _gate = self.write_gate().await;
+                    self.mark(key, created_at, status, now).await
                 }
 
                 async fn get_object(

@@ -90,7 +90,8 @@
 //! due_at LIMIT ?) RETURNING …` (SQLite runs one writer at a time, so two leases never
 //! share an event); `due_at` is `NULL` once an event is settled, so the partial index
 //! `…_inbox_due` holds only the events still to run. `observe` is `INSERT … ON
-//! CONFLICT DO UPDATE … WHERE excluded.newest >= o.newest RETURNING newest`.
+//! CONFLICT DO UPDATE … WHERE excluded.newest > o.newest RETURNING newest` (a tie
+//! with the stored newest is fresh).
 //! [`SqliteStore::record_in`] records an id inside the caller's transaction, so that
 //! a handler's effect in this database file and its dedup record commit together.
 //!
