@@ -865,11 +865,11 @@ impl<'a> Claimed<'a> {
         pending.disarm();
         let outcome = match result {
             Ok(Fence::Applied) => {
-                if !state.settle_object(ObjectStatus::Applied).await {
-                    // A newer event of the object was seen while the handler ran, or
-                    // another one created at the same time settled it first.
-                    state.reconcile(ReconcileReason::Overtaken);
-                }
+                // Dropped while settling the object, this future leaves the settle to
+                // the background.
+                let pending = SettleOnDrop(Some(&state));
+                state.settle_applied().await;
+                pending.disarm();
                 let (guard, attempts, started) =
                     (state.guard.clone(), state.record.attempts, state.started);
                 // The handler's `Event` is gone by now: the id moves out, uncopied.
@@ -981,6 +981,32 @@ enum Failure {
     Permanent(String),
 }
 
+/// Armed while [`Claimed::complete`] settles the object of a recorded success: if
+/// the delivery's future is dropped there, the settle runs in the background (with
+/// the `tokio` feature and a runtime).
+struct SettleOnDrop<'s>(Option<&'s Arc<ClaimState>>);
+
+impl SettleOnDrop<'_> {
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for SettleOnDrop<'_> {
+    fn drop(&mut self) {
+        let Some(state) = self.0.take() else {
+            return;
+        };
+        #[cfg(feature = "tokio")]
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let state = state.clone();
+            rt.spawn(async move { state.settle_applied().await });
+        }
+        #[cfg(not(feature = "tokio"))]
+        let _ = state;
+    }
+}
+
 /// Armed while [`Claimed::complete`] awaits the store: if the delivery's future is
 /// dropped there, the handler's success is recorded in the background
 /// ([`ClaimState::record_completion_later`]).
@@ -1026,13 +1052,21 @@ impl ClaimState {
                     match inner.store.finish(self.key(), self.token, &finish).await {
                         Ok(Fence::Applied) => {
                             tracing::info!(id = %self.id, "completion recorded late");
-                            self.settle_object(ObjectStatus::Applied).await;
+                            self.settle_applied().await;
                             return;
                         }
                         Ok(Fence::LeaseLost) => {
-                            // Taken over, or finished already (by a request the
-                            // store applied although its answer was lost).
-                            tracing::warn!(id = %self.id, "completion not recorded late: the claim is no longer held");
+                            // Taken over, or finished already: by the request whose
+                            // answer was lost, if the record carries this claim's token.
+                            let own = inner.store.get(self.key()).await.ok().flatten();
+                            if own.is_some_and(|r| {
+                                r.token == self.token && r.state == RecordState::Completed
+                            }) {
+                                tracing::info!(id = %self.id, "completion was recorded, its answer lost");
+                                self.settle_applied().await;
+                            } else {
+                                tracing::warn!(id = %self.id, "completion not recorded late: the claim is no longer held");
+                            }
                             return;
                         }
                         Err(e) => {
@@ -1042,6 +1076,15 @@ impl ClaimState {
                     }
                 }
             });
+        }
+    }
+
+    /// Settles the object of a success; when a newer event of the object was seen
+    /// while the handler ran, or another one created at the same time settled it
+    /// first, asks the reconciler.
+    async fn settle_applied(&self) {
+        if !self.settle_object(ObjectStatus::Applied).await {
+            self.reconcile(ReconcileReason::Overtaken);
         }
     }
 

@@ -1376,3 +1376,103 @@ async fn a_clock_at_the_end_of_time_does_not_panic() {
         "{failed:?}"
     );
 }
+
+/// An ordering store whose settles wait while `stall` is set.
+#[derive(Debug, Default)]
+struct SlowOrdering {
+    inner: MemoryStore,
+    stall: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait]
+impl webhook_guard::ordering::OrderingStore for SlowOrdering {
+    async fn observe(
+        &self,
+        key: webhook_guard::ordering::ObjectKey<'_>,
+        created_at: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<webhook_guard::ordering::Freshness, StoreError> {
+        self.inner.observe(key, created_at, now).await
+    }
+    async fn settle_object(
+        &self,
+        key: webhook_guard::ordering::ObjectKey<'_>,
+        created_at: DateTime<Utc>,
+        status: webhook_guard::ordering::ObjectStatus,
+        now: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        stall(&self.stall).await;
+        self.inner.settle_object(key, created_at, status, now).await
+    }
+    async fn mark_object(
+        &self,
+        key: webhook_guard::ordering::ObjectKey<'_>,
+        created_at: DateTime<Utc>,
+        status: webhook_guard::ordering::ObjectStatus,
+        now: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        self.inner.mark_object(key, created_at, status, now).await
+    }
+    async fn get_object(
+        &self,
+        key: webhook_guard::ordering::ObjectKey<'_>,
+    ) -> Result<Option<webhook_guard::ordering::ObjectRecord>, StoreError> {
+        self.inner.get_object(key).await
+    }
+    async fn failed_objects(
+        &self,
+        namespace: &str,
+        before: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<webhook_guard::ordering::ObjectRecord>, StoreError> {
+        self.inner.failed_objects(namespace, before, limit).await
+    }
+}
+
+/// A success whose delivery is dropped after the store recorded it still settles its
+/// object: while the object is settled, or while the record's answer is on its way.
+#[tokio::test]
+async fn a_success_dropped_after_its_record_still_settles_its_object() {
+    use webhook_guard::ordering::{ObjectKey, ObjectStatus, OrderingStore};
+    let store = Arc::new(Flaky::default());
+    let ordering = Arc::new(SlowOrdering::default());
+    let guard = WebhookGuard::builder()
+        .shared_store(store.clone())
+        .ordering(ordering.clone())
+        .event_meta(MetaExtractor::json(&["type"], &["created"], &["object"]))
+        .verifier(NoVerification)
+        .event_id(EventId::header("x-id"))
+        .build()
+        .unwrap();
+    let created = Utc::now().timestamp() - 10;
+    for (id, object, flag) in [
+        ("evt_settle", "ch_settle", &ordering.stall),
+        ("evt_answer", "ch_answer", &store.answer_stall),
+    ] {
+        let body =
+            format!(r#"{{"type":"charge.succeeded","created":{created},"object":"{object}"}}"#);
+        flag.store(true, Ordering::SeqCst);
+        let cut = tokio::time::timeout(
+            Duration::from_millis(50),
+            ok_run(&guard, id, body.as_bytes()),
+        )
+        .await;
+        assert!(cut.is_err(), "{id}: the delivery must still be waiting");
+        flag.store(false, Ordering::SeqCst);
+        record_in_state(&guard, id, RecordState::Completed).await;
+        let key = ObjectKey {
+            namespace: guard.namespace(),
+            object,
+            family: "charge",
+        };
+        let mut status = None;
+        for _ in 0..500 {
+            status = ordering.get_object(key).await.unwrap().map(|r| r.status);
+            if status == Some(ObjectStatus::Applied) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(status, Some(ObjectStatus::Applied), "{id}");
+    }
+}
