@@ -122,7 +122,7 @@ impl Reconciler for Api {
         let now = self.clock.now();
         self.ordering.observe(key, changed_at, now).await?;
         self.ordering
-            .settle_object(key, changed_at, ObjectStatus::Applied, now)
+            .mark_object(key, changed_at, ObjectStatus::Applied, now)
             .await?;
         self.local
             .charges

@@ -745,7 +745,8 @@ impl ClaimState {
     }
 
     /// Settles the event's object; `false` only when the ordering store answers that
-    /// a newer event of the object was seen since.
+    /// a newer event of the object was seen since, or that another one created at
+    /// the same time settled it first.
     async fn settle_object(&self, status: ObjectStatus) -> bool {
         let Some(ordering) = &self.guard.inner.ordering else {
             return true;

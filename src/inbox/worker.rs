@@ -546,8 +546,9 @@ impl Inner {
     }
 
     /// Settles the event's object; `false` only when the ordering store answers that
-    /// a newer event of the object was seen since (not on an error, nor without an
-    /// ordering store or object).
+    /// a newer event of the object was seen since, or that another one created at
+    /// the same time settled it first (not on an error, nor without an ordering
+    /// store or object).
     async fn settle_object(&self, event: &InboxEvent, status: ObjectStatus) -> bool {
         self.object_status(event, status, false).await
     }

@@ -107,7 +107,7 @@
 //! - `observe` is a compare-and-set on the primary key: `INSERT … ON CONFLICT DO
 //!   UPDATE … WHERE excluded.newest > o.newest RETURNING newest`; a refused event
 //!   reads the stored newest (a tie with it is fresh). `settle_object` updates only
-//!   a `pending` status. `failed_objects` reads the `…_objects_status` index.
+//!   a `pending` status, except that `failed` is written over a settled one. `failed_objects` reads the `…_objects_status` index.
 //! - [`PostgresStore::record_in`] records an id inside the caller's transaction, so
 //!   that a handler's effect in this database and its dedup record commit together.
 //!

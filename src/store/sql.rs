@@ -1006,6 +1006,7 @@ mod tests {
                 &q.observe,
                 &q.newest,
                 &q.settle_object,
+                &q.mark_object,
                 &q.get_object,
                 &q.failed,
             ] {
