@@ -60,7 +60,9 @@
 //! | [`Escalated`](Outcome::Escalated) | 200 + escalation hook | yes (or crashed) | stops; you reconcile via the API |
 //! | [`PermanentFailure`](Outcome::PermanentFailure) | 200 + alert hook | yes | stops |
 //! | [`Unrecorded`](Outcome::Unrecorded) | 200 + alert hook | yes | stops; the store missed the result |
-//! | [`StoreUnavailable`](Outcome::StoreUnavailable) | 503 | no | retries; nothing lost |
+//! | [`StoreUnavailable`](Outcome::StoreUnavailable) | 503 + `Retry-After` | no | retries; nothing lost |
+//! | [`Accepted`](Outcome::Accepted) | 200 | later (inbox mode) | stops |
+//! | [`Stale`](Outcome::Stale) | 200 + stale hook | no | stops |
 //!
 //! Escalation is the seed advice "escalate before the provider gives up": after
 //! `escalate_after` failed deliveries of one id (default 5), the guard answers 200,
@@ -87,23 +89,26 @@
 //!
 //! # Cargo features
 //!
-//! - `tokio` (default): the background sweeper ([`Sweeper::spawn`]) and releasing a
-//!   dropped claim in the background.
+//! - `tokio` (default): the background sweeper ([`Sweeper::spawn`]), the inbox
+//!   `Worker`, and releasing a dropped claim in the background.
 //! - `conformance`: the `conformance` module, a suite for store implementations.
 //! - `axum`: axum 0.8 integration ([`integrations::axum`]): outcomes as responses
 //!   and `guarded(guard, handler)` routes.
-//! - `tower`: [`integrations::tower::WebhookGuardLayer`], guarding any tower or
-//!   hyper service.
+//! - `tower`: [`integrations::tower::WebhookGuardLayer`], guarding any tower service
+//!   whose request body can be built from `Bytes` (a hyper service after mapping
+//!   its `Incoming` body).
 //! - `metrics`: metrics through the `metrics` facade (module `metrics`: metric names,
 //!   [`Hooks`] that record them, a timing store wrapper).
 //! - `mysql`: `store::MySqlStore`, on MySQL 8 or MariaDB through sqlx.
-//! - `redis`: `store::RedisStore`, on Redis or Redis Cluster (one Lua script per
-//!   claim; the driver is re-exported as `store::redis::redis`).
+//! - `redis`: `store::RedisStore`, on Redis or Redis Cluster (a claim is one round
+//!   trip of native commands, `SET NX GET`; Lua scripts for take-overs and finishes;
+//!   the driver is re-exported as `store::redis::redis`).
 //! - `ed25519`: Standard Webhooks' asymmetric `v1a` signatures.
 //! - `postgres`: `store::PostgresStore`, a durable store shared by
 //!   every replica, on sqlx (re-exported as `store::postgres::sqlx`).
 //! - `sqlite`: `store::SqliteStore`, the embedded durable store (one
 //!   file, no server), on sqlx with a bundled libsqlite3.
+//! - `cli`: the `webhook-guard` operator tool (a binary).
 //!
 //! # Observability
 //!
