@@ -5,9 +5,9 @@ use std::borrow::Cow;
 use std::fmt;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::pin::pin;
+use std::pin::{pin, Pin};
 use std::sync::Arc;
-use std::task::Poll;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -861,16 +861,25 @@ impl<'a> Claimed<'a> {
         // Dropped while the store records the success (the sender hung up, a
         // timeout), this future leaves the recording to the background, or a
         // redelivery after the lease would run the handler again.
-        let pending = RecordOnDrop(Some(&state));
+        let pending = RecordOnDrop(Some(&state), handler_elapsed);
         let result = store(inner).finish(state.key(), state.token, &finish).await;
         pending.disarm();
         let outcome = match result {
+            Ok(Fence::Applied) if state.ordered => {
+                // The object's settle, the reconcile it may ask for and the report
+                // finish even if the delivery is dropped meanwhile. Boxed: only for
+                // an event that takes part in ordering.
+                return Detachable::new(async move {
+                    state.settle_applied().await;
+                    let outcome = Outcome::Processed {
+                        id: state.id.clone(),
+                    };
+                    state.report(&outcome, handler_elapsed);
+                    outcome
+                })
+                .await;
+            }
             Ok(Fence::Applied) => {
-                // Dropped while settling the object, this future leaves the settle to
-                // the background.
-                let pending = SettleOnDrop(Some(&state));
-                state.settle_applied().await;
-                pending.disarm();
                 let (guard, attempts, started) =
                     (state.guard.clone(), state.record.attempts, state.started);
                 // The handler's `Event` is gone by now: the id moves out, uncopied.
@@ -888,7 +897,8 @@ impl<'a> Claimed<'a> {
                 state.unrecorded(Unrecorded::LeaseLost)
             }
             Err(e) => {
-                state.clone().record_completion_later();
+                // Reported here; the background recording reports nothing more.
+                state.clone().record_completion_later(None);
                 state.unrecorded(Unrecorded::Store(e))
             }
         };
@@ -906,31 +916,17 @@ impl<'a> Claimed<'a> {
             HandlerError::Retryable(e) => Failure::Retryable(e.to_string()),
             HandlerError::Permanent(e) => Failure::Permanent(e.to_string()),
         };
-        // Where a runtime runs, the failure is recorded on a task of its own, so a
-        // delivery dropped meanwhile (the sender hung up, a timeout) still records
-        // it, calls its hooks, settles its object and reports, once; otherwise its
-        // claim would hold the lease to the end.
-        #[cfg(feature = "tokio")]
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            let (id, failures, body) = (state.id.clone(), state.record.failures, body.to_vec());
-            let task = rt.spawn(async move {
-                let outcome = state.record_failure(&body, failure).await;
-                state.report(&outcome, handler_elapsed);
-                outcome
-            });
-            return match task.await {
-                Ok(outcome) => outcome,
-                Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-                Err(_) => Outcome::RetryableFailure {
-                    id,
-                    failures,
-                    error: "the runtime shut down while the failure was recorded".into(),
-                },
-            };
-        }
-        let outcome = state.record_failure(body, failure).await;
-        state.report(&outcome, handler_elapsed);
-        outcome
+        // The recording, its hooks, the object's settle and the report finish even if
+        // the delivery is dropped meanwhile (the sender hung up, a timeout); otherwise
+        // the claim would hold its lease to the end. The body is copied for that
+        // (an escalation shows it to its hook): a failure's cost, not a success's.
+        let body = body.to_vec();
+        Detachable::new(async move {
+            let outcome = state.record_failure(&body, failure).await;
+            state.report(&outcome, handler_elapsed);
+            outcome
+        })
+        .await
     }
 }
 
@@ -982,36 +978,53 @@ enum Failure {
     Permanent(String),
 }
 
-/// Armed while [`Claimed::complete`] settles the object of a recorded success: if
-/// the delivery's future is dropped there, the settle runs in the background (with
-/// the `tokio` feature and a runtime).
-struct SettleOnDrop<'s>(Option<&'s Arc<ClaimState>>);
+/// Work that must finish even if the delivery's future is dropped: polled in place,
+/// inside the delivery's span, and spawned (with the `tokio` feature and a runtime)
+/// if dropped unfinished, so it is never run twice nor left half done.
+struct Detachable<T: Send + 'static>(Option<Pin<Box<dyn Future<Output = T> + Send>>>);
 
-impl SettleOnDrop<'_> {
-    fn disarm(mut self) {
-        self.0 = None;
+impl<T: Send + 'static> Detachable<T> {
+    fn new(work: impl Future<Output = T> + Send + 'static) -> Self {
+        Self(Some(Box::pin(work.instrument(tracing::Span::current()))))
     }
 }
 
-impl Drop for SettleOnDrop<'_> {
+impl<T: Send + 'static> Future for Detachable<T> {
+    type Output = T;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
+        let work = self
+            .0
+            .as_mut()
+            .expect("a Detachable is not polled after it finished");
+        let out = std::task::ready!(work.as_mut().poll(cx));
+        self.0 = None;
+        Poll::Ready(out)
+    }
+}
+
+impl<T: Send + 'static> Drop for Detachable<T> {
     fn drop(&mut self) {
-        let Some(state) = self.0.take() else {
+        let Some(work) = self.0.take() else {
             return;
         };
         #[cfg(feature = "tokio")]
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            let state = state.clone();
-            rt.spawn(async move { state.settle_applied().await });
+            tracing::debug!("delivery dropped mid-way; finishing its work in the background");
+            rt.spawn(async move {
+                work.await;
+            });
+            return;
         }
-        #[cfg(not(feature = "tokio"))]
-        let _ = state;
+        tracing::warn!("delivery dropped mid-way without a runtime; its unfinished work is lost");
+        drop(work);
     }
 }
 
 /// Armed while [`Claimed::complete`] awaits the store: if the delivery's future is
 /// dropped there, the handler's success is recorded in the background
 /// ([`ClaimState::record_completion_later`]).
-struct RecordOnDrop<'s>(Option<&'s Arc<ClaimState>>);
+struct RecordOnDrop<'s>(Option<&'s Arc<ClaimState>>, Duration);
 
 impl RecordOnDrop<'_> {
     fn disarm(mut self) {
@@ -1023,7 +1036,7 @@ impl Drop for RecordOnDrop<'_> {
     fn drop(&mut self) {
         if let Some(state) = self.0.take() {
             tracing::warn!(id = %state.id, "delivery dropped while recording its success; recording it in the background");
-            state.clone().record_completion_later();
+            state.clone().record_completion_later(Some(self.1));
         }
     }
 }
@@ -1035,48 +1048,75 @@ impl ClaimState {
     /// recorded, the fence refuses it, or the lease (at least a minute) has passed.
     /// Without this, a store that comes back leaves the record `InProgress`, and a
     /// redelivery after the lease runs the handler a second time.
-    fn record_completion_later(self: Arc<Self>) {
+    ///
+    /// `report` is the handler's time when the delivery was dropped before reporting:
+    /// the final outcome (processed, or unrecorded) is then reported here.
+    fn record_completion_later(self: Arc<Self>, report: Option<Duration>) {
         #[cfg(feature = "tokio")]
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(async move {
-                let inner = &self.guard.inner;
-                let deadline = Instant::now() + inner.lease.max(Duration::from_secs(60));
-                let mut wait = Duration::from_millis(50);
-                loop {
-                    tokio::time::sleep(wait).await;
-                    if Instant::now() >= deadline {
-                        tracing::warn!(id = %self.id, "completion still not recorded; giving up");
-                        return;
-                    }
-                    let now = inner.clock.now();
-                    let finish = self.finish_as(RecordState::Completed, now);
-                    match inner.store.finish(self.key(), self.token, &finish).await {
-                        Ok(Fence::Applied) => {
-                            tracing::info!(id = %self.id, "completion recorded late");
-                            self.settle_applied().await;
-                            return;
-                        }
-                        Ok(Fence::LeaseLost) => {
-                            // Taken over, or finished already: by the request whose
-                            // answer was lost, if the record carries this claim's token.
-                            let own = inner.store.get(self.key()).await.ok().flatten();
-                            if own.is_some_and(|r| {
-                                r.token == self.token && r.state == RecordState::Completed
-                            }) {
-                                tracing::info!(id = %self.id, "completion was recorded, its answer lost");
-                                self.settle_applied().await;
-                            } else {
-                                tracing::warn!(id = %self.id, "completion not recorded late: the claim is no longer held");
-                            }
-                            return;
-                        }
-                        Err(e) => {
-                            tracing::debug!(id = %self.id, error = %e, "recording the completion again");
-                            wait = (wait * 2).min(Duration::from_secs(1));
-                        }
+            let span = tracing::Span::current();
+            rt.spawn(
+                async move {
+                    let outcome = self.record_completion().await;
+                    if let Some(handler) = report {
+                        self.report(&outcome, handler);
                     }
                 }
-            });
+                .instrument(span),
+            );
+        }
+        #[cfg(not(feature = "tokio"))]
+        let _ = report;
+    }
+
+    /// The loop of [`ClaimState::record_completion_later`]: the outcome it ends in.
+    #[cfg(feature = "tokio")]
+    async fn record_completion(&self) -> Outcome {
+        let inner = &self.guard.inner;
+        // Tokio's clock, as the waits: a paused test clock must not spin this loop.
+        let deadline = tokio::time::Instant::now() + inner.lease.max(Duration::from_secs(60));
+        let mut wait = Duration::from_millis(50);
+        loop {
+            tokio::time::sleep(wait).await;
+            if tokio::time::Instant::now() >= deadline {
+                tracing::warn!(id = %self.id, "completion still not recorded; giving up");
+                let error = StoreError::unavailable("completion not recorded before the deadline");
+                return self.unrecorded(Unrecorded::Store(error));
+            }
+            let now = inner.clock.now();
+            let finish = self.finish_as(RecordState::Completed, now);
+            let fence = inner.store.finish(self.key(), self.token, &finish).await;
+            let own = match fence {
+                Ok(Fence::Applied) => true,
+                // Taken over, or finished already: by the request whose answer was
+                // lost, if the record carries this claim's token.
+                Ok(Fence::LeaseLost) => match inner.store.get(self.key()).await {
+                    Ok(record) => record.is_some_and(|r| {
+                        r.token == self.token && r.state == RecordState::Completed
+                    }),
+                    Err(e) => {
+                        tracing::debug!(id = %self.id, error = %e, "reading the record again");
+                        wait = (wait * 2).min(Duration::from_secs(1));
+                        continue;
+                    }
+                },
+                Err(e) => {
+                    tracing::debug!(id = %self.id, error = %e, "recording the completion again");
+                    wait = (wait * 2).min(Duration::from_secs(1));
+                    continue;
+                }
+            };
+            if !own {
+                // The delivery that took the lease over may run the handler again.
+                tracing::warn!(id = %self.id, "completion not recorded late: the claim is no longer held");
+                self.reconcile(ReconcileReason::LeaseLost);
+                return self.unrecorded(Unrecorded::LeaseLost);
+            }
+            tracing::info!(id = %self.id, "completion recorded late");
+            self.settle_applied().await;
+            return Outcome::Processed {
+                id: self.id.clone(),
+            };
         }
     }
 

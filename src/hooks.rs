@@ -50,8 +50,9 @@ pub struct DeliveryReport<'a> {
 }
 
 /// Callbacks on what the guard does. Every method has a no-op default; implement the
-/// ones you need. They run on the delivery's task: keep them quick, and spawn
-/// anything slow (an API call to reconcile, a page to the on-call).
+/// ones you need. They run on the delivery's task (on a background task for the
+/// work of a delivery dropped mid-way, or a claim dropped unfinished): keep them
+/// quick, and spawn anything slow (an API call to reconcile, a page to the on-call).
 ///
 /// Hooks never receive secrets.
 pub trait Hooks: fmt::Debug + Send + Sync + 'static {

@@ -32,6 +32,7 @@ struct Recorder {
     duplicates: AtomicUsize,
     failures: AtomicUsize,
     claims: AtomicUsize,
+    processed: AtomicUsize,
 }
 
 impl Hooks for Recorder {
@@ -59,6 +60,11 @@ impl Hooks for Recorder {
     }
     fn on_unrecorded(&self, _: Key<'_>, _: &webhook_guard::outcome::Unrecorded) {
         self.unrecorded.fetch_add(1, Ordering::SeqCst);
+    }
+    fn on_outcome(&self, report: &webhook_guard::hooks::DeliveryReport<'_>) {
+        if report.outcome.kind() == OutcomeKind::Processed {
+            self.processed.fetch_add(1, Ordering::SeqCst);
+        }
     }
 }
 
@@ -1436,8 +1442,10 @@ async fn a_success_dropped_after_its_record_still_settles_its_object() {
     use webhook_guard::ordering::{ObjectKey, ObjectStatus, OrderingStore};
     let store = Arc::new(Flaky::default());
     let ordering = Arc::new(SlowOrdering::default());
+    let hooks = Arc::new(Recorder::default());
     let guard = WebhookGuard::builder()
         .shared_store(store.clone())
+        .hooks(hooks.clone())
         .ordering(ordering.clone())
         .event_meta(MetaExtractor::json(&["type"], &["created"], &["object"]))
         .verifier(NoVerification)
@@ -1475,4 +1483,41 @@ async fn a_success_dropped_after_its_record_still_settles_its_object() {
         }
         assert_eq!(status, Some(ObjectStatus::Applied), "{id}");
     }
+    for _ in 0..500 {
+        if hooks.processed.load(Ordering::SeqCst) == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        hooks.processed.load(Ordering::SeqCst),
+        2,
+        "both dropped successes are reported, once"
+    );
+}
+
+/// Inside a tokio runtime that nobody drives (entered, but polled by another
+/// executor), a failing delivery still finishes: its failure is recorded in its
+/// own future, not on a task only the runtime could run.
+#[test]
+fn a_failure_finishes_where_the_runtime_is_not_driven() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let _entered = runtime.enter();
+    let s = setup();
+    let mut delivery = std::pin::pin!(failing_run(&s.guard, "evt_undriven"));
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    let outcome =
+        (0..1000).find_map(
+            |_| match std::future::Future::poll(delivery.as_mut(), &mut cx) {
+                std::task::Poll::Ready(outcome) => Some(outcome),
+                std::task::Poll::Pending => None,
+            },
+        );
+    assert!(
+        matches!(outcome, Some(Outcome::RetryableFailure { .. })),
+        "{outcome:?}"
+    );
 }

@@ -195,3 +195,33 @@ fn an_undated_event_is_processed_unordered_with_a_warning() {
         "a float created_at is not read: the event says so"
     );
 }
+
+/// A failing delivery's outcome is recorded on its span too (the failure is recorded
+/// in the delivery's own future, in its span).
+#[test]
+fn a_failure_is_reported_in_its_delivery_span() {
+    let recorder = Arc::new(Recorder::default());
+    let _default = tracing::subscriber::set_default(Shared(recorder.clone()));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let guard = WebhookGuard::builder()
+        .store(MemoryStore::new())
+        .verifier(NoVerification)
+        .event_id(EventId::header("x-id"))
+        .build()
+        .unwrap();
+    let outcome = runtime.block_on(guard.handle(&[("x-id", "evt_f")], b"{}", |_| async {
+        Err::<(), _>(HandlerError::retryable("downstream down"))
+    }));
+    assert!(matches!(outcome, Outcome::RetryableFailure { .. }));
+    let spans = recorder.spans.lock().unwrap();
+    let (_, fields) = spans
+        .values()
+        .find(|(meta, _)| meta.name() == "webhook_delivery")
+        .expect("a delivery span");
+    assert_eq!(
+        fields.get("webhook.outcome").map(String::as_str),
+        Some("retryable_failure")
+    );
+}
