@@ -187,6 +187,40 @@ impl InboxStore for MemoryStore {
     }
 }
 
+impl MemoryStore {
+    /// Sets the status of the object under `key` if its newest is `created_at` and
+    /// `decide(current status)` says to (`.0`); answers `decide`'s `.1`, or `false`
+    /// without such a record.
+    fn set_object_status(
+        &self,
+        key: ObjectKey<'_>,
+        created_at: DateTime<Utc>,
+        decide: impl FnOnce(ObjectStatus) -> (bool, bool),
+        status: ObjectStatus,
+        now: DateTime<Utc>,
+    ) -> bool {
+        let mut ledger = lock(self.ledger());
+        let k = (
+            key.namespace.to_owned(),
+            key.object.to_owned(),
+            key.family.to_owned(),
+        );
+        let Some(r) = ledger
+            .objects
+            .get_mut(&k)
+            .filter(|r| r.newest == created_at)
+        else {
+            return false;
+        };
+        let (set, answer) = decide(r.status);
+        if set {
+            r.status = status;
+            r.updated_at = now;
+        }
+        answer
+    }
+}
+
 #[async_trait]
 impl OrderingStore for MemoryStore {
     async fn observe(
@@ -226,25 +260,17 @@ impl OrderingStore for MemoryStore {
         status: ObjectStatus,
         now: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
-        let mut ledger = lock(self.ledger());
-        let k = (
-            key.namespace.to_owned(),
-            key.object.to_owned(),
-            key.family.to_owned(),
-        );
-        let Some(r) = ledger
-            .objects
-            .get_mut(&k)
-            .filter(|r| r.newest == created_at)
-        else {
-            return Ok(false);
-        };
-        let first = r.status == ObjectStatus::Pending;
-        if first || status == ObjectStatus::Failed {
-            r.status = status;
-            r.updated_at = now;
-        }
-        Ok(first)
+        Ok(self.set_object_status(
+            key,
+            created_at,
+            |current| {
+                // The first settle of this time sets it; a later one only a failure.
+                let first = current == ObjectStatus::Pending;
+                (first || status == ObjectStatus::Failed, first)
+            },
+            status,
+            now,
+        ))
     }
 
     async fn mark_object(
@@ -254,22 +280,7 @@ impl OrderingStore for MemoryStore {
         status: ObjectStatus,
         now: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
-        let mut ledger = lock(self.ledger());
-        let k = (
-            key.namespace.to_owned(),
-            key.object.to_owned(),
-            key.family.to_owned(),
-        );
-        let Some(r) = ledger
-            .objects
-            .get_mut(&k)
-            .filter(|r| r.newest == created_at)
-        else {
-            return Ok(false);
-        };
-        r.status = status;
-        r.updated_at = now;
-        Ok(true)
+        Ok(self.set_object_status(key, created_at, |_| (true, true), status, now))
     }
 
     async fn get_object(&self, key: ObjectKey<'_>) -> Result<Option<ObjectRecord>, StoreError> {

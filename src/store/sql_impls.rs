@@ -76,16 +76,18 @@ macro_rules! sql_store_impls {
                     sql::recorded(&stored, state.as_bytes(), fingerprint, key)
                 }
 
-                /// Sets the status of an object whose newest is `created_at` (the
-                /// caller holds the write gate).
-                async fn mark(
+                /// Runs `sql`, an `UPDATE` of the status of an object whose newest is
+                /// `created_at`: whether it changed a row (the caller holds the write
+                /// gate).
+                async fn object_update(
                     &self,
+                    sql: &str,
                     key: ObjectKey<'_>,
                     created_at: DateTime<Utc>,
                     status: ObjectStatus,
                     now: DateTime<Utc>,
                 ) -> Result<bool, StoreError> {
-                    let done = ::sqlx::query(&self.sql.queue.mark_object)
+                    let done = ::sqlx::query(sql)
                         .bind(key.namespace)
                         .bind(key.object)
                         .bind(key.family)
@@ -460,23 +462,18 @@ macro_rules! sql_store_impls {
                     now: DateTime<Utc>,
                 ) -> Result<bool, StoreError> {
                     let _gate = self.write_gate().await;
-                    let done = ::sqlx::query(&self.sql.queue.settle_object)
-                        .bind(key.namespace)
-                        .bind(key.object)
-                        .bind(key.family)
-                        .bind(millis(created_at))
-                        .bind(status.as_str())
-                        .bind(millis(now))
-                        .execute(&self.pool)
-                        .await
-                        .map_err($err)?;
-                    if done.rows_affected() == 1 {
+                    let q = &self.sql.queue;
+                    if self
+                        .object_update(&q.settle_object, key, created_at, status, now)
+                        .await?
+                    {
                         return Ok(true);
                     }
                     if status == ObjectStatus::Failed {
                         // Settled first by another event created at the same time: a
                         // failure is never hidden.
-                        self.mark(key, created_at, status, now).await?;
+                        self.object_update(&q.mark_object, key, created_at, status, now)
+                            .await?;
                     }
                     Ok(false)
                 }
@@ -489,7 +486,8 @@ macro_rules! sql_store_impls {
                     now: DateTime<Utc>,
                 ) -> Result<bool, StoreError> {
                     let _gate = self.write_gate().await;
-                    self.mark(key, created_at, status, now).await
+                    let sql = &self.sql.queue.mark_object;
+                    self.object_update(sql, key, created_at, status, now).await
                 }
 
                 async fn get_object(
