@@ -1554,18 +1554,31 @@ impl WebhookGuard {
             started,
             claimed_at: Instant::now(),
         });
+        // The two rare early ends below are boxed (kept out of every delivery's
+        // future) and detachable: they finish, hooks and report included, even if
+        // the delivery is dropped meanwhile.
+        let attempt = Some(state.record.attempts);
         if let Some(msg) = panicked {
             let error = format!("metadata extractor panicked: {msg}");
-            // Boxed: a rare path, kept out of every delivery's future.
-            let outcome = Box::pin(state.fail_retryable(body, error)).await;
-            return self.done(outcome, Some(state.record.attempts), started);
+            let (state, body) = (state.clone(), body.to_vec());
+            let outcome = Detachable::new(async move {
+                let outcome = state.fail_retryable(&body, error).await;
+                state.guard.report(&outcome, attempt, started, None);
+                outcome
+            });
+            return Begin::Done(outcome.await);
         }
         if state.record.failures >= inner.escalate_after {
             // Earlier holders crashed or hung until their leases ran out: stop here.
             let history = state.history_with(now, "lease expired".into());
             let failures = state.record.failures;
-            let outcome = state.escalate(body, failures, &history, now).await;
-            return self.done(outcome, Some(state.record.attempts), started);
+            let (state, body) = (state.clone(), body.to_vec());
+            let outcome = Detachable::new(async move {
+                let outcome = state.escalate(&body, failures, &history, now).await;
+                state.guard.report(&outcome, attempt, started, None);
+                outcome
+            });
+            return Begin::Done(outcome.await);
         }
         let release = ReleaseOnDrop::arm(self, &state.id, state.token);
         let order = state.check_order(now).await;

@@ -1521,3 +1521,37 @@ fn a_failure_finishes_where_the_runtime_is_not_driven() {
         "{outcome:?}"
     );
 }
+
+/// A delivery that escalates at its claim (earlier holders crashed) and is dropped
+/// while the escalation is recorded still escalates the id, calling the hook once.
+#[tokio::test]
+async fn an_escalation_at_claim_finishes_when_its_delivery_is_dropped() {
+    let store = Arc::new(Flaky::default());
+    let clock = ManualClock::new(start());
+    let hooks = Arc::new(Recorder::default());
+    let guard = WebhookGuard::builder()
+        .shared_store(store.clone())
+        .verifier(NoVerification)
+        .event_id(EventId::header("x-id"))
+        .clock(clock.clone())
+        .hooks(hooks.clone())
+        .lease(Duration::from_secs(60))
+        .escalate_after(2)
+        .build()
+        .unwrap();
+    let headers = [("x-id", "evt_crashy")];
+    // Two holders crash: their claims are never finished, their leases run out.
+    for _ in 0..2 {
+        let Begin::Claimed(claimed) = guard.begin(&headers, b"{}").await else {
+            panic!("the claim is won after the lease ran out");
+        };
+        std::mem::forget(claimed);
+        clock.advance(TimeDelta::seconds(61));
+    }
+    store.finish_stall.store(true, Ordering::SeqCst);
+    let cut = tokio::time::timeout(Duration::from_millis(50), guard.begin(&headers, b"{}")).await;
+    assert!(cut.is_err(), "the delivery must still be escalating");
+    store.finish_stall.store(false, Ordering::SeqCst);
+    record_in_state(&guard, "evt_crashy", RecordState::Escalated).await;
+    assert_eq!(hooks.escalations.lock().unwrap().len(), 1);
+}
