@@ -1057,8 +1057,15 @@ impl ClaimState {
             let span = tracing::Span::current();
             rt.spawn(
                 async move {
-                    let outcome = self.record_completion().await;
+                    let unrecorded = self.record_completion().await;
+                    // A delivery that reported already called its hooks: once only.
                     if let Some(handler) = report {
+                        let outcome = match unrecorded {
+                            None => Outcome::Processed {
+                                id: self.id.clone(),
+                            },
+                            Some(reason) => self.unrecorded(reason),
+                        };
                         self.report(&outcome, handler);
                     }
                 }
@@ -1069,9 +1076,10 @@ impl ClaimState {
         let _ = report;
     }
 
-    /// The loop of [`ClaimState::record_completion_later`]: the outcome it ends in.
+    /// The loop of [`ClaimState::record_completion_later`]: `None` once recorded,
+    /// else why not.
     #[cfg(feature = "tokio")]
-    async fn record_completion(&self) -> Outcome {
+    async fn record_completion(&self) -> Option<Unrecorded> {
         let inner = &self.guard.inner;
         // Tokio's clock, as the waits: a paused test clock must not spin this loop.
         let deadline = tokio::time::Instant::now() + inner.lease.max(Duration::from_secs(60));
@@ -1081,7 +1089,7 @@ impl ClaimState {
             if tokio::time::Instant::now() >= deadline {
                 tracing::warn!(id = %self.id, "completion still not recorded; giving up");
                 let error = StoreError::unavailable("completion not recorded before the deadline");
-                return self.unrecorded(Unrecorded::Store(error));
+                return Some(Unrecorded::Store(error));
             }
             let now = inner.clock.now();
             let finish = self.finish_as(RecordState::Completed, now);
@@ -1110,13 +1118,11 @@ impl ClaimState {
                 // The delivery that took the lease over may run the handler again.
                 tracing::warn!(id = %self.id, "completion not recorded late: the claim is no longer held");
                 self.reconcile(ReconcileReason::LeaseLost);
-                return self.unrecorded(Unrecorded::LeaseLost);
+                return Some(Unrecorded::LeaseLost);
             }
             tracing::info!(id = %self.id, "completion recorded late");
             self.settle_applied().await;
-            return Outcome::Processed {
-                id: self.id.clone(),
-            };
+            return None;
         }
     }
 

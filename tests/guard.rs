@@ -1555,3 +1555,24 @@ async fn an_escalation_at_claim_finishes_when_its_delivery_is_dropped() {
     record_in_state(&guard, "evt_crashy", RecordState::Escalated).await;
     assert_eq!(hooks.escalations.lock().unwrap().len(), 1);
 }
+
+/// A success the store fails to record is reported unrecorded once: the background
+/// recording that then gives up calls no hook a second time.
+#[tokio::test(start_paused = true)]
+async fn an_unrecorded_success_calls_its_hook_once() {
+    let store = Arc::new(Flaky::default());
+    let hooks = Arc::new(Recorder::default());
+    let guard = WebhookGuard::builder()
+        .shared_store(store.clone())
+        .verifier(NoVerification)
+        .event_id(EventId::header("x-id"))
+        .hooks(hooks.clone())
+        .build()
+        .unwrap();
+    store.finish_down.store(true, Ordering::SeqCst);
+    let outcome = ok_run(&guard, "evt_unrecorded", b"{}").await;
+    assert!(matches!(outcome, Outcome::Unrecorded { .. }), "{outcome:?}");
+    // Past the background recording's deadline (the lease, 5 minutes).
+    tokio::time::sleep(Duration::from_secs(600)).await;
+    assert_eq!(hooks.unrecorded.load(Ordering::SeqCst), 1);
+}
