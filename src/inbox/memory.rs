@@ -140,13 +140,7 @@ impl InboxStore for MemoryStore {
         settle: &Settle<'_>,
     ) -> Result<Fence, StoreError> {
         let mut queue = lock(self.queue());
-        let k = (key.namespace.to_owned(), key.id.to_owned());
-        if let Some(e) = queue.events.get(&k) {
-            if super::settled_already(e, token, settle) {
-                return Ok(Fence::Applied);
-            }
-        }
-        Ok(queue.fenced(key, token, |e| {
+        let fence = queue.fenced(key, token, |e| {
             e.state = settle.state;
             e.next_attempt_at = settle.next_attempt_at;
             if let Some(error) = settle.error {
@@ -154,7 +148,19 @@ impl InboxStore for MemoryStore {
             }
             e.updated_at = settle.now;
             e.expires_at = settle.expires_at;
-        }))
+        });
+        if fence == Fence::LeaseLost {
+            // The same settle made again (its answer was lost) finds its own change.
+            let k = (key.namespace.to_owned(), key.id.to_owned());
+            if queue
+                .events
+                .get(&k)
+                .is_some_and(|e| super::settled_already(e, token, settle))
+            {
+                return Ok(Fence::Applied);
+            }
+        }
+        Ok(fence)
     }
 
     async fn renew_event(
