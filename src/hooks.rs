@@ -176,6 +176,9 @@ mod tests {
         };
         let text = format!("{escalation:?}");
         assert!(!text.contains("PAYLOAD-MARKER"), "{text}");
+        // A derived `Debug` prints the bytes as numbers, not as text.
+        let as_bytes = format!("{:?}", &b"PAYLOAD-MARKER"[..]);
+        assert!(!text.contains(&as_bytes[1..as_bytes.len() - 1]), "{text}");
         assert!(text.contains("<14 bytes>"), "{text}");
     }
 }
