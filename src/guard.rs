@@ -933,7 +933,8 @@ impl<'a> Claimed<'a> {
 /// Armed while a delivery awaits its claim or its ordering check, before a
 /// [`Claimed`] exists: if the delivery's future is dropped there, a claim the store
 /// granted is released in the background (with the `tokio` feature and a runtime),
-/// fenced by its token and without counting a failure, since no handler ran.
+/// fenced by its token and without counting a failure, since no handler ran. A
+/// claim still in flight is waited for until its lease would have run out.
 #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
 struct ReleaseOnDrop<'g> {
     guard: &'g WebhookGuard,
@@ -2076,27 +2077,48 @@ impl WebhookGuard {
     /// failed attempt that does not count towards escalation (its handler never
     /// ran): the record's failures and history stay as they are.
     #[cfg(feature = "tokio")]
+    /// Releases a claim whose delivery was dropped before its handler ran: fenced by
+    /// `token`, without counting a failure. The claim may still be in flight when the
+    /// delivery is dropped (sent and not yet applied: a statement waiting for a row
+    /// lock, a batch not yet answered), so a record that does not carry `token` is
+    /// looked for again, at doubling intervals, until the claim's lease would have run
+    /// out anyway (after that, a later delivery takes it over).
+    #[cfg(feature = "tokio")]
     async fn release_unrun(&self, id: &str, token: FencingToken) {
         let inner = &self.inner;
         let key = Key::new(&inner.namespace, id);
-        let record = match store(inner).get(key).await {
-            Ok(Some(r)) if r.state == RecordState::InProgress && r.token == token => r,
-            Ok(_) => return, // never granted, or no longer ours
-            Err(e) => {
-                tracing::warn!(%id, error = %e, "could not release a claim; its lease will run out");
+        // Tokio's clock, as the waits: a paused test clock must not spin this loop.
+        let deadline = tokio::time::Instant::now() + inner.lease;
+        let mut wait = Duration::from_millis(25);
+        loop {
+            match store(inner).get(key).await {
+                Ok(Some(record))
+                    if record.state == RecordState::InProgress && record.token == token =>
+                {
+                    let now = inner.clock.now();
+                    let release = Finish {
+                        state: RecordState::Failed,
+                        failures: record.failures,
+                        history: &record.history,
+                        now,
+                        expires_at: crate::later(now, inner.retention_delta),
+                    };
+                    match store(inner).finish(key, token, &release).await {
+                        // Released, or taken over meanwhile: nothing left to do.
+                        Ok(_) => return,
+                        Err(e) => tracing::debug!(%id, error = %e, "releasing the claim again"),
+                    }
+                }
+                // Not granted (yet, or ever), or no longer held.
+                Ok(_) => {}
+                Err(e) => tracing::debug!(%id, error = %e, "looking for the claim again"),
+            }
+            if tokio::time::Instant::now() + wait >= deadline {
+                tracing::debug!(%id, "no claim to release; a late one runs out its lease");
                 return;
             }
-        };
-        let now = inner.clock.now();
-        let release = Finish {
-            state: RecordState::Failed,
-            failures: record.failures,
-            history: &record.history,
-            now,
-            expires_at: crate::later(now, inner.retention_delta),
-        };
-        if let Err(e) = store(inner).finish(key, token, &release).await {
-            tracing::warn!(%id, error = %e, "could not release a claim; its lease will run out");
+            tokio::time::sleep(wait).await;
+            wait *= 2;
         }
     }
 

@@ -604,6 +604,9 @@ struct Flaky {
     /// While set, a claim is made, then its answer waits (as when the server
     /// applied it and the reply is slow).
     claim_stall: std::sync::atomic::AtomicBool,
+    /// While set, a claim is made 100 ms after it is sent, whatever becomes of its
+    /// caller meanwhile (as a statement the server applies late, behind a lock).
+    claim_late: std::sync::atomic::AtomicBool,
     /// While set, a finish waits before it is made.
     finish_stall: std::sync::atomic::AtomicBool,
     /// While set, a finish is made, then its answer waits.
@@ -634,6 +637,29 @@ impl Flaky {
 impl ProcessedStore for Flaky {
     async fn claim(&self, r: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
         self.check(&self.down)?;
+        if self.claim_late.load(Ordering::SeqCst) {
+            let (store, namespace, id, r) = (
+                self.inner.clone(),
+                r.key.namespace.to_owned(),
+                r.key.id.to_owned(),
+                *r,
+            );
+            let (fingerprint, token, now) = (r.fingerprint, r.token, r.now);
+            let (lease_until, expires_at) = (r.lease_until, r.expires_at);
+            let landed = tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                let request = ClaimRequest {
+                    key: Key::new(&namespace, &id),
+                    fingerprint,
+                    token,
+                    now,
+                    lease_until,
+                    expires_at,
+                };
+                store.claim(&request).await
+            });
+            return landed.await.expect("the late claim ran");
+        }
         let claim = self.inner.claim(r).await;
         stall(&self.claim_stall).await;
         claim
@@ -861,6 +887,29 @@ async fn a_delivery_dropped_while_claiming_releases_the_claim_uncounted() {
     ));
     let done = guard.inspect("evt_gone").await.unwrap().unwrap();
     assert_eq!((done.attempts, done.failures), (2, 0));
+}
+
+/// A claim still in flight when its delivery is dropped (the store applies it
+/// later) is released once it lands, not left to run out its lease.
+#[tokio::test]
+async fn a_claim_that_lands_after_its_delivery_was_dropped_is_released() {
+    let store = Arc::new(Flaky::default());
+    let guard = flaky_guard(&store);
+    store.claim_late.store(true, Ordering::SeqCst);
+    let cut =
+        tokio::time::timeout(Duration::from_millis(20), ok_run(&guard, "evt_late", b"{}")).await;
+    assert!(cut.is_err(), "the delivery must still be claiming: {cut:?}");
+    assert!(
+        guard.inspect("evt_late").await.unwrap().is_none(),
+        "the claim has not landed yet"
+    );
+    store.claim_late.store(false, Ordering::SeqCst);
+    let released = record_in_state(&guard, "evt_late", RecordState::Failed).await;
+    assert_eq!((released.attempts, released.failures), (1, 0));
+    assert!(matches!(
+        ok_run(&guard, "evt_late", b"{}").await,
+        Outcome::Processed { .. }
+    ));
 }
 
 #[tokio::test]
