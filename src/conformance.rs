@@ -32,6 +32,7 @@ pub async fn run_all(store: &dyn ProcessedStore) {
     expired_lease_is_taken_over(store).await;
     lease_is_live_to_its_end(store).await;
     different_body_is_not_taken_over(store).await;
+    unknown_fingerprint_matches_any(store).await;
     expired_record_is_claimed_afresh(store).await;
     renew_is_fenced(store).await;
     record_round_trips(store).await;
@@ -383,6 +384,77 @@ pub async fn different_body_is_not_taken_over(store: &dyn ProcessedStore) {
         claim(store, &f.request("conflict", b"one", 3)).await,
         "same body, failed record",
     );
+}
+
+/// [`Fingerprint::UNKNOWN`] (kept by a guard that detects no conflicts) is never
+/// compared: a failed or abandoned record is taken over whichever side's
+/// fingerprint is unknown, and keeps the known one.
+pub async fn unknown_fingerprint_matches_any(store: &dyn ProcessedStore) {
+    let f = Fixture::new();
+    let unknown = |id: &'static str, at| ClaimRequest {
+        fingerprint: Fingerprint::UNKNOWN,
+        ..f.request(id, b"", at)
+    };
+    let first = f.request("known", b"one", 0);
+    acquired(claim(store, &first).await, "fresh claim");
+    existing(
+        claim(store, &unknown("known", 1)).await,
+        "an unknown fingerprint, live lease",
+    );
+    let fail = f.finish(RecordState::Failed, 1, &[], 1);
+    let _ = store.finish(f.key("known"), first.token, &fail).await;
+    let rec = acquired(
+        claim(store, &unknown("known", 2)).await,
+        "an unknown fingerprint, failed record",
+    );
+    assert_eq!(
+        rec.fingerprint,
+        Fingerprint::of(b"one"),
+        "a record taken over keeps its known fingerprint"
+    );
+    assert_eq!((rec.attempts, rec.failures), (2, 1));
+    existing(
+        claim(store, &f.request("known", b"two", 63)).await,
+        "another body is still refused after the unknown holder's lease ran out",
+    );
+    acquired(
+        claim(store, &f.request("known", b"one", 64)).await,
+        "the known body takes over the unknown holder's run-out lease",
+    );
+
+    let first = unknown("unknown", 0);
+    acquired(
+        claim(store, &first).await,
+        "fresh claim, unknown fingerprint",
+    );
+    existing(
+        claim(store, &f.request("unknown", b"two", 1)).await,
+        "a known fingerprint, live lease",
+    );
+    let late = f.request("unknown", b"two", 60);
+    let rec = acquired(
+        claim(store, &late).await,
+        "a known fingerprint, the unknown holder's lease ran out",
+    );
+    assert_eq!(
+        rec.fingerprint,
+        Fingerprint::of(b"two"),
+        "a record taken over takes the known fingerprint"
+    );
+    assert_eq!((rec.attempts, rec.failures), (2, 1));
+    let done = f.finish(RecordState::Completed, 1, &[], 61);
+    assert_eq!(
+        store
+            .finish(f.key("unknown"), late.token, &done)
+            .await
+            .unwrap(),
+        Fence::Applied
+    );
+    let rec = existing(
+        claim(store, &unknown("unknown", 62)).await,
+        "an unknown fingerprint, completed record",
+    );
+    assert_eq!(rec.fingerprint, Fingerprint::of(b"two"));
 }
 
 /// A record past its expiry is claimed as if new.

@@ -1487,7 +1487,7 @@ impl WebhookGuard {
             Fingerprint::UNKNOWN
         };
         let key = Key::new(&inner.namespace, &id);
-        let mut request = ClaimRequest {
+        let request = ClaimRequest {
             key,
             fingerprint,
             token: FencingToken::random(),
@@ -1495,24 +1495,12 @@ impl WebhookGuard {
             lease_until: crate::later(now, inner.lease_delta),
             expires_at: crate::later(now, inner.retention_delta),
         };
-        let claimed = loop {
-            // No `Claimed` exists yet to release the claim if this future is dropped
-            // while the store answers (a claim the store granted would hold its
-            // lease until it ran out, and count as a failure).
-            let release = ReleaseOnDrop::arm(self, &id, request.token);
-            let claimed = store(inner).claim(&request).await;
-            release.disarm();
-            match claimed {
-                Ok(Claim::Existing(record))
-                    if request.fingerprint == fingerprint
-                        && self.adopts(&record, fingerprint, now) =>
-                {
-                    // Once: the store now sees the fingerprint it keeps.
-                    request.fingerprint = record.fingerprint;
-                }
-                claimed => break claimed,
-            }
-        };
+        // No `Claimed` exists yet to release the claim if this future is dropped
+        // while the store answers (a claim the store granted would hold its lease
+        // until it ran out, and count as a failure).
+        let release = ReleaseOnDrop::arm(self, &id, request.token);
+        let claimed = store(inner).claim(&request).await;
+        release.disarm();
         let record = match claimed {
             Ok(Claim::Acquired(record)) => record,
             Ok(Claim::Existing(record)) => {
@@ -1600,30 +1588,6 @@ impl WebhookGuard {
         Begin::Claimed(claimed)
     }
 
-    /// Whether a claim refused only because `record` carries another fingerprint
-    /// should be made again with the record's own: when one of the two fingerprints
-    /// is not compared — this guard detects no conflicts, or the record was made by
-    /// one that did not ([`Fingerprint::UNKNOWN`]) — and the record could otherwise
-    /// be taken over (failed, or its lease ran out). Guards of both settings may
-    /// share a store (a rolling deploy), and an unfinished event must not be
-    /// answered as a duplicate.
-    fn adopts(&self, record: &Record, fingerprint: Fingerprint, now: DateTime<Utc>) -> bool {
-        let unfinished = match record.state {
-            RecordState::Failed => true,
-            RecordState::InProgress => record.lease_until <= now,
-            _ => false,
-        };
-        unfinished
-            && record.fingerprint != fingerprint
-            && !self.compares(record.fingerprint, fingerprint)
-    }
-
-    /// Whether two fingerprints are compared for conflicts: both known, and this
-    /// guard detects conflicts.
-    fn compares(&self, stored: Fingerprint, ours: Fingerprint) -> bool {
-        self.inner.fingerprint && stored != Fingerprint::UNKNOWN && ours != Fingerprint::UNKNOWN
-    }
-
     fn existing(
         &self,
         id: String,
@@ -1632,7 +1596,7 @@ impl WebhookGuard {
         now: DateTime<Utc>,
     ) -> Outcome {
         let hooks = &self.inner.hooks;
-        if self.compares(record.fingerprint, fingerprint) && record.fingerprint != fingerprint {
+        if !record.fingerprint.matches(&fingerprint) {
             hooks.on_conflict(record.key());
             return Outcome::Conflict { id };
         }

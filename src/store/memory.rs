@@ -462,6 +462,9 @@ impl Shard {
                 if core.state == RecordState::InProgress {
                     core.failures = core.failures.saturating_add(1);
                 }
+                if core.fingerprint == Fingerprint::UNKNOWN {
+                    core.fingerprint = req.fingerprint;
+                }
                 core.state = RecordState::InProgress;
                 core.token = req.token;
                 core.attempts = core.attempts.saturating_add(1);

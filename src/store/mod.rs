@@ -96,6 +96,13 @@ impl Fingerprint {
         Self(Sha256::digest(body).into())
     }
 
+    /// Whether two fingerprints may be of the same body: equal, or either one
+    /// [`Fingerprint::UNKNOWN`] (never compared). This is the test of the
+    /// [`ProcessedStore`] contract.
+    pub fn matches(&self, other: &Self) -> bool {
+        self == other || *self == Self::UNKNOWN || *other == Self::UNKNOWN
+    }
+
     /// Lowercase hex, as the SQL and Redis stores keep it.
     pub fn to_hex(&self) -> String {
         hex::encode(self.0)
@@ -337,8 +344,8 @@ pub struct ClaimRequest<'a> {
 pub(crate) enum Decision {
     /// The record expired (and no live lease holds it): store a fresh one.
     Replace,
-    /// Failed, or abandoned by a holder whose lease ran out, with the same body: take
-    /// it over (a run-out lease also counts a failure).
+    /// Failed, or abandoned by a holder whose lease ran out, with a matching
+    /// fingerprint: take it over (a run-out lease also counts a failure).
     TakeOver,
     /// Anything else: answer the record unchanged.
     Keep,
@@ -357,7 +364,7 @@ impl ClaimRequest<'_> {
         let live = state == RecordState::InProgress && lease_until > self.now;
         if expires_at <= self.now && !live {
             Decision::Replace
-        } else if fingerprint == self.fingerprint
+        } else if fingerprint.matches(&self.fingerprint)
             && (state == RecordState::Failed || (state == RecordState::InProgress && !live))
         {
             Decision::TakeOver
@@ -504,13 +511,15 @@ impl StoreError {
 ///   record has expired (`expires_at <= now`), insert a fresh one: `InProgress`,
 ///   the request's token, fingerprint, lease and expiry, `attempts = 1`,
 ///   `failures = 0`, empty history, `created_at = updated_at = now`, and answer
-///   [`Claim::Acquired`]. Otherwise, if the record has the request's fingerprint and
-///   is either `Failed`, or `InProgress` with `lease_until <= now` (a crashed or hung
-///   holder), take it over: set `InProgress`, the new token, lease and expiry,
-///   `attempts + 1`, `updated_at = now`, and when the old lease expired also
-///   `failures + 1`; answer `Acquired`. In every other case (terminal state, live
-///   lease, different fingerprint) change nothing and answer [`Claim::Existing`] with
-///   the record. A claim repeated with the same token (the guard never repeats
+///   [`Claim::Acquired`]. Otherwise, if the record's fingerprint
+///   [matches](Fingerprint::matches) the request's (equal, or either one
+///   [`Fingerprint::UNKNOWN`]) and the record is either `Failed`, or `InProgress`
+///   with `lease_until <= now` (a crashed or hung holder), take it over: set
+///   `InProgress`, the new token, lease and expiry, `attempts + 1`, `updated_at =
+///   now`, the request's fingerprint if the record's was `UNKNOWN` (a known one is
+///   kept), and when the old lease expired also `failures + 1`; answer `Acquired`.
+///   In every other case (terminal state, live lease, different known fingerprint)
+///   change nothing and answer [`Claim::Existing`] with the record. A claim repeated with the same token (the guard never repeats
 ///   one; a driver may send a round trip again whose first run was applied) may be
 ///   answered `Acquired` with the record it made.
 /// - **finish**: if the record exists, is `InProgress` and carries `token`, set its

@@ -126,8 +126,8 @@ pub use super::sql::InvalidTableName;
 /// - on a duplicate key, the first assignment computes the decision **once**, from
 ///   the row as it was, and stores it with `LAST_INSERT_ID(code)`: 2 when the
 ///   record expired (it is overwritten with fresh values, again one round trip),
-///   3 when a `Failed` record or an `InProgress` record whose lease ran out has the
-///   same fingerprint (taken over: attempts + 1, failures + 1 for a lost lease,
+///   3 when a `Failed` record or an `InProgress` record whose lease ran out has a
+///   matching fingerprint (taken over, keeping a known fingerprint: attempts + 1, failures + 1 for a lost lease,
 ///   expiry raised), 1 otherwise (nothing changes). Every later assignment reads
 ///   the code back with `LAST_INSERT_ID()` instead of re-reading columns that the
 ///   same statement may already have changed, so the result is the same whether
@@ -225,6 +225,8 @@ enum Param {
     Object,
     Family,
     Payload,
+    /// [`Fingerprint::UNKNOWN`], never compared.
+    Unknown,
 }
 
 /// The values a statement compiled by [`compile`] may bind, by [`Param`].
@@ -261,6 +263,7 @@ fn bind<'q>(sql: &'q str, params: &[Param], v: Values<'q>) -> Query<'q, MySql, M
             Param::Object => query.bind(v.object),
             Param::Family => query.bind(v.family),
             Param::Payload => query.bind(v.payload),
+            Param::Unknown => query.bind(&Fingerprint::UNKNOWN.0[..]),
         };
     }
     query
@@ -344,7 +347,7 @@ status = IF(LAST_INSERT_ID() = 2, 'pending', status), \
 updated_at = IF(LAST_INSERT_ID() = 2, :now, updated_at)";
 
 /// The transactional mode's record: a `completed` row, replacing an expired record
-/// (2) or taking over a failed one or one whose lease ran out, same body (3);
+/// (2) or taking over a failed one or one whose lease ran out, matching fingerprint (3);
 /// otherwise nothing changes (1).
 const RECORD_TEMPLATE: &str = "INSERT INTO {table} \
 (namespace, id, state, fingerprint, token, attempts, failures, \
@@ -362,7 +365,8 @@ updated_at = IF(LAST_INSERT_ID() = 1, updated_at, :now), \
 expires_at = IF(LAST_INSERT_ID() = 2, :exp, \
 IF(LAST_INSERT_ID() = 3, GREATEST(expires_at, :exp), expires_at)), \
 lease_until = IF(LAST_INSERT_ID() = 1, lease_until, :now), \
-fingerprint = IF(LAST_INSERT_ID() = 1, fingerprint, :fp), \
+fingerprint = IF(LAST_INSERT_ID() = 1 OR (LAST_INSERT_ID() = 3 AND fingerprint <> :unknown), \
+fingerprint, :fp), \
 state = IF(LAST_INSERT_ID() = 1, state, 'completed')";
 
 impl QueueSql {
@@ -447,19 +451,22 @@ updated_at = IF(LAST_INSERT_ID() = 1, updated_at, :now), \
 expires_at = IF(LAST_INSERT_ID() = 2, :exp, \
 IF(LAST_INSERT_ID() = 3, GREATEST(expires_at, :exp), expires_at)), \
 lease_until = IF(LAST_INSERT_ID() = 1, lease_until, :lease), \
-fingerprint = IF(LAST_INSERT_ID() = 1, fingerprint, :fp), \
+fingerprint = IF(LAST_INSERT_ID() = 1 OR (LAST_INSERT_ID() = 3 AND fingerprint <> :unknown), \
+fingerprint, :fp), \
 state = IF(LAST_INSERT_ID() = 1, state, 'in_progress')";
 
 /// The record expired and no live lease holds it: claimed as if new.
 const FRESH: &str = "(expires_at <= :now AND NOT (state = 'in_progress' AND lease_until > :now))";
 
-/// Same body, and the record failed or its holder's lease ran out: taken over.
-const TAKE: &str = "(fingerprint = :fp AND (state = 'failed' \
+/// A matching fingerprint (equal, or either one unknown), and the record failed or
+/// its holder's lease ran out: taken over.
+const TAKE: &str = "((fingerprint = :fp OR fingerprint = :unknown OR :fp = :unknown) \
+AND (state = 'failed' \
 OR (state = 'in_progress' AND lease_until <= :now)))";
 
 /// Turns `:name` placeholders into `?` and lists the values to bind, in order.
 fn compile(template: &str) -> (String, Vec<Param>) {
-    const NAMES: [(&str, Param); 12] = [
+    const NAMES: [(&str, Param); 13] = [
         ("ns", Param::Namespace),
         ("id", Param::Id),
         ("fp", Param::Fingerprint),
@@ -472,6 +479,7 @@ fn compile(template: &str) -> (String, Vec<Param>) {
         ("object", Param::Object),
         ("family", Param::Family),
         ("payload", Param::Payload),
+        ("unknown", Param::Unknown),
     ];
     let mut sql = String::with_capacity(template.len());
     let mut params = Vec::new();
@@ -1007,14 +1015,14 @@ impl MySqlStore {
     /// - [`Recorded::First`]: this transaction recorded the id. Apply the effect in
     ///   the same transaction, then commit: the effect and the record commit together
     ///   or not at all.
-    /// - [`Recorded::Duplicate`]: another transaction recorded it (same body
-    ///   fingerprint): skip the effect.
-    /// - [`Recorded::Conflict`]: the id is recorded with a different fingerprint.
+    /// - [`Recorded::Duplicate`]: another transaction recorded it (a
+    ///   [matching](Fingerprint::matches) fingerprint): skip the effect.
+    /// - [`Recorded::Conflict`]: the id is recorded with a different known fingerprint.
     /// - [`Recorded::InProgress`]: a delivery run by the guard holds the id under a
     ///   live lease and has not finished: skip the effect and answer a retry (503).
     ///
     /// An expired record is replaced, and a record that failed or whose holder's lease
-    /// ran out (same fingerprint) is taken over, as a claim would. A concurrent
+    /// ran out (matching fingerprint) is taken over, as a claim would. A concurrent
     /// transaction recording the same key waits on the row lock until this one ends:
     /// after a commit it answers `Duplicate`, after a rollback `First`. So whatever
     /// instruction the process dies at, the effect is applied exactly once.

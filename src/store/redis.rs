@@ -929,8 +929,9 @@ return 0
 const TIDY_BATCH: u32 = 256;
 
 /// The rest of the claim script, deciding on a known record in the same round trip:
-/// an expired record is replaced (0), a failed or abandoned one with the same
-/// fingerprint taken over ({1, record}), anything else answered unchanged ({2, record}).
+/// an expired record is replaced (0), a failed or abandoned one with a matching
+/// fingerprint (equal, or either one unknown: all zeros) taken over ({1, record}),
+/// keeping a known fingerprint, and anything else answered unchanged ({2, record}).
 const CLAIM_DECIDE: &str = r"
 local now = tonumber(ARGV[6])
 local v = redis.call('GET', KEYS[1])
@@ -943,9 +944,11 @@ if en <= now and not live then
   redis.call('ZADD', KEYS[2], ARGV[7], ARGV[3])
   return 0
 end
-if f == ARGV[4] and (s == 'failed' or (s == 'in_progress' and not live)) then
+local unknown = string.rep('0', 64)
+if (f == ARGV[4] or f == unknown or ARGV[4] == unknown) and (s == 'failed' or (s == 'in_progress' and not live)) then
   if s == 'in_progress' then x = tonumber(x) + 1 end
   if tonumber(ARGV[8]) > en then e = ARGV[8] end
+  if f == unknown then f = ARGV[4] end
   local nv = table.concat({'in_progress', ARGV[5], f, tonumber(a) + 1, ARGV[7], c, x, e, ARGV[6], h}, '|')
   redis.call('SET', KEYS[1], nv, 'PX', ttl(math.max(tonumber(e), tonumber(ARGV[7])), now))
   redis.call('ZADD', KEYS[2], ARGV[7], ARGV[3])

@@ -328,6 +328,16 @@ pub(crate) fn map_error(
     }
 }
 
+/// The contract's fingerprint test ([`Fingerprint::matches`]) in SQL, of the stored
+/// row `r` and the inserted one, with `unknown` the parameter holding
+/// [`Fingerprint::UNKNOWN`].
+fn matches(unknown: &str) -> String {
+    format!(
+        "(r.fingerprint = excluded.fingerprint OR r.fingerprint = {unknown} \
+         OR excluded.fingerprint = {unknown})"
+    )
+}
+
 /// The answer of a transactional record refused by the stored record with
 /// `stored` fingerprint in `state`: a refused record is either finished or held by
 /// a live lease (an expired, failed or abandoned one is taken over).
@@ -337,7 +347,7 @@ pub(crate) fn recorded(
     fp: Fingerprint,
     key: Key<'_>,
 ) -> Result<Recorded, StoreError> {
-    Ok(if fingerprint(stored, &key)? != fp {
+    Ok(if !fingerprint(stored, &key)?.matches(&fp) {
         Recorded::Conflict
     } else if state == RecordState::InProgress.as_str().as_bytes() {
         Recorded::InProgress
@@ -634,8 +644,8 @@ impl Statements {
         schema.push_str(&queue.schema);
         let greatest = dialect.greatest();
         // $1 namespace, $2 id, $3 fingerprint, $4 token, $5 lease_until,
-        // $6 expires_at, $7 now. "Expired" frees the record whatever its body,
-        // except from a holder whose lease is still live.
+        // $6 expires_at, $7 now, $8 the unknown fingerprint. "Expired" frees the record
+        // whatever its body, except from a holder whose lease is still live.
         let expired =
             "(r.expires_at <= $7 AND NOT (r.state = 'in_progress' AND r.lease_until > $7))";
         let claim = format!(
@@ -644,7 +654,8 @@ impl Statements {
              VALUES ($1, $2, 'in_progress', $3, $4, 1, 0, $5, $6, $7, $7, '') \
              ON CONFLICT (namespace, id) DO UPDATE SET \
                  state = 'in_progress', \
-                 fingerprint = excluded.fingerprint, \
+                 fingerprint = CASE WHEN {expired} OR r.fingerprint = $8 \
+                     THEN excluded.fingerprint ELSE r.fingerprint END, \
                  token = excluded.token, \
                  lease_until = excluded.lease_until, \
                  updated_at = excluded.updated_at, \
@@ -656,9 +667,10 @@ impl Statements {
                  created_at = CASE WHEN {expired} THEN excluded.created_at ELSE r.created_at END, \
                  history = CASE WHEN {expired} THEN '' ELSE r.history END \
              WHERE {expired} \
-                 OR (r.fingerprint = excluded.fingerprint \
+                 OR ({matches} \
                      AND (r.state = 'failed' OR (r.state = 'in_progress' AND r.lease_until <= $7))) \
-             RETURNING {COLUMNS}"
+             RETURNING {COLUMNS}",
+            matches = matches("$8"),
         );
         let get = format!("SELECT {COLUMNS} FROM {t} WHERE namespace = $1 AND id = $2");
         let fence = "namespace = $1 AND id = $2 AND state = 'in_progress' AND token = $3";
@@ -871,9 +883,10 @@ impl QueueSql {
              WHERE namespace = $1 AND status = 'failed' AND updated_at <= $2 \
              ORDER BY updated_at LIMIT $3"
         );
-        // $1 namespace, $2 id, $3 fingerprint, $4 token, $5 now, $6 expires_at. Inserts a
-        // `completed` record; replaces an expired one, or takes over one that failed or
-        // whose holder's lease ran out (same body); otherwise returns no row.
+        // $1 namespace, $2 id, $3 fingerprint, $4 token, $5 now, $6 expires_at, $7 the
+        // unknown fingerprint. Inserts a `completed` record; replaces an expired one, or
+        // takes over one that failed or whose holder's lease ran out (matching
+        // fingerprint); otherwise returns no row.
         let expired =
             "(r.expires_at <= $5 AND NOT (r.state = 'in_progress' AND r.lease_until > $5))";
         let record = format!(
@@ -881,7 +894,9 @@ impl QueueSql {
                  failures, lease_until, expires_at, created_at, updated_at, history) \
              VALUES ($1, $2, 'completed', $3, $4, 1, 0, $5, $6, $5, $5, '') \
              ON CONFLICT (namespace, id) DO UPDATE SET \
-                 state = 'completed', fingerprint = excluded.fingerprint, token = excluded.token, \
+                 state = 'completed', token = excluded.token, \
+                 fingerprint = CASE WHEN {expired} OR r.fingerprint = $7 \
+                     THEN excluded.fingerprint ELSE r.fingerprint END, \
                  attempts = CASE WHEN {expired} THEN 1 ELSE r.attempts + 1 END, \
                  failures = CASE WHEN {expired} THEN 0 \
                      WHEN r.state = 'in_progress' THEN r.failures + 1 ELSE r.failures END, \
@@ -892,9 +907,10 @@ impl QueueSql {
                  updated_at = excluded.updated_at, \
                  history = CASE WHEN {expired} THEN '' ELSE r.history END \
              WHERE {expired} \
-                 OR (r.fingerprint = excluded.fingerprint \
+                 OR ({matches} \
                      AND (r.state = 'failed' OR (r.state = 'in_progress' AND r.lease_until <= $5))) \
-             RETURNING state"
+             RETURNING state",
+            matches = matches("$7"),
         );
         let recorded =
             format!("SELECT fingerprint, state FROM {records} WHERE namespace = $1 AND id = $2");

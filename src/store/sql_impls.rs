@@ -60,6 +60,7 @@ macro_rules! sql_store_impls {
                         .bind(FencingToken::random().as_i64())
                         .bind(millis(now))
                         .bind(millis(expires_at))
+                        .bind(&Fingerprint::UNKNOWN.0[..])
                         .fetch_optional(&mut *conn)
                         .await
                         .map_err($err)?;
@@ -120,6 +121,7 @@ macro_rules! sql_store_impls {
                                 .bind(sql::lease_millis(request.lease_until))
                                 .bind(millis(request.expires_at))
                                 .bind(millis(request.now))
+                                .bind(&Fingerprint::UNKNOWN.0[..])
                                 .fetch_optional(&self.pool)
                                 .await
                                 .map_err($err)?

@@ -271,14 +271,14 @@ impl SqliteStore {
     /// - [`Recorded::First`]: this transaction recorded the id. Apply the effect in
     ///   the same transaction, then commit: the effect and the record commit together
     ///   or not at all.
-    /// - [`Recorded::Duplicate`]: another transaction recorded it (same body
-    ///   fingerprint): skip the effect.
-    /// - [`Recorded::Conflict`]: the id is recorded with a different fingerprint.
+    /// - [`Recorded::Duplicate`]: another transaction recorded it (a
+    ///   [matching](Fingerprint::matches) fingerprint): skip the effect.
+    /// - [`Recorded::Conflict`]: the id is recorded with a different known fingerprint.
     /// - [`Recorded::InProgress`]: a delivery run by the guard holds the id under a
     ///   live lease and has not finished: skip the effect and answer a retry (503).
     ///
     /// An expired record is replaced, and a record that failed or whose holder's lease
-    /// ran out (same fingerprint) is taken over, as a claim would. SQLite runs one
+    /// ran out (matching fingerprint) is taken over, as a claim would. SQLite runs one
     /// write transaction at a time: from this statement on, the transaction holds the
     /// file's write lock until it ends, and a concurrent one waits (up to the busy
     /// timeout) and then sees the committed record (`Duplicate`), or none after a
