@@ -692,17 +692,10 @@ impl ClaimState {
 
     /// The event's object and `created_at`, when it takes part in ordering.
     fn object_key(&self) -> Option<(ObjectKey<'_>, DateTime<Utc>)> {
-        if !self.ordered {
-            return None;
-        }
-        let object = self.meta.object.as_deref()?;
-        let created_at = self.meta.created_at?;
-        let key = ObjectKey {
-            namespace: &self.guard.inner.namespace,
-            object,
-            family: self.meta.family.as_deref().unwrap_or(""),
-        };
-        Some((key, created_at))
+        let namespace = &self.guard.inner.namespace;
+        self.ordered
+            .then(|| crate::ordering::object_key(namespace, &self.meta))
+            .flatten()
     }
 
     /// With an ordering store: `Some(Stale)` (the claim finished as completed) when a
@@ -1527,18 +1520,7 @@ impl WebhookGuard {
                 panicked = Some(panic_message(&*panic).to_owned());
                 EventMeta::default()
             });
-        let ordered = match (&inner.ordering, &meta.object, meta.created_at) {
-            (Some(_), Some(_), Some(at)) if crate::ordering::orderable(at, now) => true,
-            (Some(_), Some(_), Some(at)) => {
-                crate::ordering::warn_unordered(&id, at);
-                false
-            }
-            (Some(_), Some(_), None) => {
-                crate::ordering::warn_undated(&id);
-                false
-            }
-            _ => false,
-        };
+        let ordered = inner.ordering.is_some() && crate::ordering::ordered(&id, &meta, now);
         let state = Arc::new(ClaimState {
             guard: self.clone(),
             token: request.token,

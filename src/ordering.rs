@@ -21,6 +21,7 @@ use std::fmt;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
+use crate::meta::EventMeta;
 use crate::store::StoreError;
 
 /// Identifies the state of one object for one event family.
@@ -147,15 +148,38 @@ pub(crate) fn orderable(created_at: DateTime<Utc>, received: DateTime<Utc>) -> b
     created_at <= crate::later(received, MAX_CLOCK_SKEW)
 }
 
-/// Logs an event left unordered by [`orderable`].
-pub(crate) fn warn_unordered(id: &str, created_at: DateTime<Utc>) {
-    tracing::warn!(%id, %created_at, "event created in the future beyond the allowed skew: not ordered");
+/// Whether the event `id` with metadata `meta`, received at `received`, takes part
+/// in ordering: it names an object and an [orderable](orderable) `created_at`. An
+/// event about an object that does not is processed unordered, with a warning: its
+/// `created_at` is too far ahead, or could not be read (missing, or in a form the
+/// extractor does not know). Called once per delivery, so it warns once.
+pub(crate) fn ordered(id: &str, meta: &EventMeta, received: DateTime<Utc>) -> bool {
+    match (&meta.object, meta.created_at) {
+        (Some(_), Some(at)) if orderable(at, received) => true,
+        (Some(_), Some(created_at)) => {
+            tracing::warn!(%id, %created_at, "event created in the future beyond the allowed skew: not ordered");
+            false
+        }
+        (Some(_), None) => {
+            tracing::warn!(%id, "event has an object but no readable created_at: not ordered");
+            false
+        }
+        (None, _) => false,
+    }
 }
 
-/// Logs an event about an object whose `created_at` could not be read (missing, or in
-/// a form the extractor does not know): it is processed, but not ordered.
-pub(crate) fn warn_undated(id: &str) {
-    tracing::warn!(%id, "event has an object but no readable created_at: not ordered");
+/// The ordering key of an event with metadata `meta` under `namespace`, and its
+/// `created_at`, if it names both (whether it takes part is [`ordered`]).
+pub(crate) fn object_key<'a>(
+    namespace: &'a str,
+    meta: &'a EventMeta,
+) -> Option<(ObjectKey<'a>, DateTime<Utc>)> {
+    let key = ObjectKey {
+        namespace,
+        object: meta.object.as_deref()?,
+        family: meta.family.as_deref().unwrap_or(""),
+    };
+    Some((key, meta.created_at?))
 }
 
 /// Keeps the newest `created_at` per object and family.

@@ -175,25 +175,41 @@ fn an_undated_event_is_processed_unordered_with_a_warning() {
         }))
     };
     let undated = "event has an object but no readable created_at: not ordered";
-    let warned = |id: &str| {
-        recorder.events.lock().unwrap().iter().any(|(_, fields)| {
-            fields.get("message").map(String::as_str) == Some(undated)
-                && fields.get("id").map(String::as_str) == Some(id)
-        })
+    let ahead = "event created in the future beyond the allowed skew: not ordered";
+    let warnings = |id: &str, message: &str| {
+        let events = recorder.events.lock().unwrap();
+        events
+            .iter()
+            .filter(|(_, fields)| {
+                fields.get("message").map(String::as_str) == Some(message)
+                    && fields.get("id").map(String::as_str) == Some(id)
+            })
+            .count()
     };
     assert!(matches!(
         deliver("evt_dated", "1700000000"),
         Outcome::Processed { .. }
     ));
-    assert!(!warned("evt_dated"));
+    assert_eq!(
+        warnings("evt_dated", undated) + warnings("evt_dated", ahead),
+        0
+    );
     assert!(matches!(
         deliver("evt_float", "1700000000.5"),
         Outcome::Processed { .. }
     ));
-    assert!(
-        warned("evt_float"),
-        "a float created_at is not read: the event says so"
+    assert_eq!(
+        warnings("evt_float", undated),
+        1,
+        "a float created_at is not read: the event says so, once"
     );
+    // Created in 2100: processed unordered, and said once.
+    assert!(matches!(
+        deliver("evt_ahead", "4102444800"),
+        Outcome::Processed { .. }
+    ));
+    assert_eq!(warnings("evt_ahead", ahead), 1);
+    assert_eq!(warnings("evt_ahead", undated), 0);
 }
 
 /// A failing delivery's outcome is recorded on its span too (the failure is recorded
@@ -224,4 +240,60 @@ fn a_failure_is_reported_in_its_delivery_span() {
         fields.get("webhook.outcome").map(String::as_str),
         Some("retryable_failure")
     );
+}
+
+/// Through the inbox, the worker says once per run why an event about an object is
+/// not ordered, and stays quiet for one that is.
+#[test]
+fn the_worker_warns_once_about_an_unordered_event() {
+    let recorder = Arc::new(Recorder::default());
+    let _default = tracing::subscriber::set_default(Shared(recorder.clone()));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let store = MemoryStore::new();
+    let guard = WebhookGuard::builder()
+        .store(store.clone())
+        .inbox(Arc::new(store.clone()))
+        .ordering(Arc::new(store))
+        .event_meta(webhook_guard::meta::MetaExtractor::stripe())
+        .verifier(NoVerification)
+        .event_id(EventId::header("x-id"))
+        .build()
+        .unwrap();
+    let undated = "event has an object but no readable created_at: not ordered";
+    let ahead = "event created in the future beyond the allowed skew: not ordered";
+    let warnings = |message: &str| {
+        let events = recorder.events.lock().unwrap();
+        let ids: Vec<String> = events
+            .iter()
+            .filter(|(_, f)| f.get("message").map(String::as_str) == Some(message))
+            .filter_map(|(_, f)| f.get("id").cloned())
+            .collect();
+        ids
+    };
+    runtime.block_on(async {
+        for (id, created) in [
+            ("evt_dated", "1700000000"),
+            ("evt_float", "1700000000.5"),
+            ("evt_ahead", "4102444800"),
+        ] {
+            let body = format!(
+                r#"{{"type":"charge.updated","created":{created},"data":{{"object":{{"id":"ch_{id}"}}}}}}"#
+            );
+            let outcome = guard.accept(&[("x-id", id)], body.as_bytes()).await;
+            assert!(matches!(outcome, Outcome::Accepted { new: true, .. }), "{outcome:?}");
+        }
+        let worker = guard
+            .worker(|_e: webhook_guard::inbox::InboxEvent| async { Ok(()) })
+            .unwrap();
+        let mut ran = 0;
+        while let n @ 1.. = worker.run_once().await.unwrap() {
+            ran += n;
+        }
+        assert_eq!(ran, 3);
+    });
+    assert_eq!(warnings(undated), ["evt_float"]);
+    assert_eq!(warnings(ahead), ["evt_ahead"]);
 }

@@ -391,33 +391,18 @@ impl Inner {
     /// The event's object and `created_at`, when it takes part in ordering (decided
     /// by its arrival time, so that its check and its settle agree).
     fn object_key<'e>(&self, event: &'e InboxEvent) -> Option<(ObjectKey<'e>, DateTime<Utc>)> {
-        let object = event.meta.object.as_deref()?;
-        let created_at = event.meta.created_at?;
-        if !crate::ordering::orderable(created_at, event.received_at) {
-            return None;
-        }
-        let key = ObjectKey {
-            namespace: &event.namespace,
-            object,
-            family: event.meta.family.as_deref().unwrap_or(""),
-        };
-        Some((key, created_at))
+        let (key, created_at) = crate::ordering::object_key(&event.namespace, &event.meta)?;
+        crate::ordering::orderable(created_at, event.received_at).then_some((key, created_at))
     }
 
     /// `None` to go on; `Some(true)` when the event is stale; `Some(false)` when the
     /// ordering store failed and the event was put back.
     async fn check_order(&self, event: &InboxEvent) -> Option<bool> {
         let ordering = self.ordering.as_ref()?;
-        let Some((key, created_at)) = self.object_key(event) else {
-            match (&event.meta.object, event.meta.created_at) {
-                (Some(_), Some(at)) if !crate::ordering::orderable(at, event.received_at) => {
-                    crate::ordering::warn_unordered(&event.id, at);
-                }
-                (Some(_), None) => crate::ordering::warn_undated(&event.id),
-                _ => {}
-            }
+        if !crate::ordering::ordered(&event.id, &event.meta, event.received_at) {
             return None;
-        };
+        }
+        let (key, created_at) = self.object_key(event)?;
         match ordering.observe(key, created_at, self.clock.now()).await {
             Ok(Freshness::Fresh) => None,
             Ok(Freshness::Stale { .. }) => Some(true),
