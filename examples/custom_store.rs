@@ -9,8 +9,8 @@ use std::sync::Mutex;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use webhook_guard::store::{
-    Claim, ClaimRequest, Deleted, Fence, FencingToken, Finish, Key, ProcessedStore, Record,
-    RecordState, StoreError,
+    Claim, ClaimRequest, Deleted, Fence, FencingToken, Fingerprint, Finish, Key, ProcessedStore,
+    Record, RecordState, StoreError,
 };
 use webhook_guard::verify::NoVerification;
 use webhook_guard::{EventId, Outcome, WebhookGuard};
@@ -63,13 +63,20 @@ impl ProcessedStore for HashMapStore {
             return Ok(Claim::Acquired(old.clone()));
         }
         let abandoned = old.state == RecordState::InProgress && old.lease_until <= r.now;
-        if old.fingerprint != r.fingerprint || !(old.state == RecordState::Failed || abandoned) {
+        // `matches`: equal, or either one unknown (a guard that detects no conflicts).
+        if !old.fingerprint.matches(&r.fingerprint)
+            || !(old.state == RecordState::Failed || abandoned)
+        {
             return Ok(Claim::Existing(old.clone()));
         }
+        let fingerprint = match old.fingerprint {
+            Fingerprint::UNKNOWN => r.fingerprint,
+            known => known,
+        };
         let mut next = Record::new(
             r.key,
             RecordState::InProgress,
-            old.fingerprint,
+            fingerprint,
             r.token,
             old.attempts + 1,
             old.failures + u32::from(abandoned),

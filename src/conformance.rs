@@ -402,7 +402,13 @@ pub async fn unknown_fingerprint_matches_any(store: &dyn ProcessedStore) {
         "an unknown fingerprint, live lease",
     );
     let fail = f.finish(RecordState::Failed, 1, &[], 1);
-    let _ = store.finish(f.key("known"), first.token, &fail).await;
+    assert_eq!(
+        store
+            .finish(f.key("known"), first.token, &fail)
+            .await
+            .unwrap(),
+        Fence::Applied
+    );
     let rec = acquired(
         claim(store, &unknown("known", 2)).await,
         "an unknown fingerprint, failed record",

@@ -2022,25 +2022,26 @@ impl WebhookGuard {
     /// Releases the claim `token` holds on `id`, if the store granted it, as a
     /// failed attempt that does not count towards escalation (its handler never
     /// ran): the record's failures and history stay as they are.
-    #[cfg(feature = "tokio")]
-    /// Releases a claim whose delivery was dropped before its handler ran: fenced by
-    /// `token`, without counting a failure. The claim may still be in flight when the
-    /// delivery is dropped (sent and not yet applied: a statement waiting for a row
-    /// lock, a batch not yet answered), so a record that does not carry `token` is
-    /// looked for again, at doubling intervals, until the claim's lease would have run
-    /// out anyway (after that, a later delivery takes it over).
+    ///
+    /// The claim may still be in flight when its delivery is dropped (sent and not
+    /// yet applied: a statement waiting for a row lock, a batch not yet answered),
+    /// so until a record carries `token`, it is looked for again at doubling
+    /// intervals (at most a tenth of the lease apart) up to the end of the claim's
+    /// lease; after that, a later delivery takes a late claim over anyway.
     #[cfg(feature = "tokio")]
     async fn release_unrun(&self, id: &str, token: FencingToken) {
         let inner = &self.inner;
         let key = Key::new(&inner.namespace, id);
         // Tokio's clock, as the waits: a paused test clock must not spin this loop.
         let deadline = tokio::time::Instant::now() + inner.lease;
+        let cap = (inner.lease / 10).max(Duration::from_secs(1));
         let mut wait = Duration::from_millis(25);
         loop {
-            match store(inner).get(key).await {
-                Ok(Some(record))
-                    if record.state == RecordState::InProgress && record.token == token =>
-                {
+            let failed = match store(inner).get(key).await {
+                Ok(Some(record)) if record.token == token => {
+                    if record.state != RecordState::InProgress {
+                        return; // released already (the answer was lost)
+                    }
                     let now = inner.clock.now();
                     let release = Finish {
                         state: RecordState::Failed,
@@ -2052,19 +2053,25 @@ impl WebhookGuard {
                     match store(inner).finish(key, token, &release).await {
                         // Released, or taken over meanwhile: nothing left to do.
                         Ok(_) => return,
-                        Err(e) => tracing::debug!(%id, error = %e, "releasing the claim again"),
+                        Err(e) => Some(e),
                     }
                 }
-                // Not granted (yet, or ever), or no longer held.
-                Ok(_) => {}
-                Err(e) => tracing::debug!(%id, error = %e, "looking for the claim again"),
-            }
-            if tokio::time::Instant::now() + wait >= deadline {
-                tracing::debug!(%id, "no claim to release; a late one runs out its lease");
+                // Not granted (yet, or ever).
+                Ok(_) => None,
+                Err(e) => Some(e),
+            };
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if left.is_zero() {
+                if let Some(e) = failed {
+                    tracing::warn!(%id, error = %e, "could not release a claim; its lease will run out");
+                }
                 return;
             }
-            tokio::time::sleep(wait).await;
-            wait *= 2;
+            if let Some(e) = &failed {
+                tracing::debug!(%id, error = %e, "releasing the claim again");
+            }
+            tokio::time::sleep(wait.min(left)).await;
+            wait = (wait * 2).min(cap);
         }
     }
 

@@ -604,9 +604,10 @@ struct Flaky {
     /// While set, a claim is made, then its answer waits (as when the server
     /// applied it and the reply is slow).
     claim_stall: std::sync::atomic::AtomicBool,
-    /// While set, a claim is made 100 ms after it is sent, whatever becomes of its
-    /// caller meanwhile (as a statement the server applies late, behind a lock).
-    claim_late: std::sync::atomic::AtomicBool,
+    /// While not 0, a claim is made this many milliseconds after it is sent,
+    /// whatever becomes of its caller meanwhile (as a statement the server applies
+    /// late, behind a lock).
+    claim_late_ms: std::sync::atomic::AtomicU64,
     /// While set, a finish waits before it is made.
     finish_stall: std::sync::atomic::AtomicBool,
     /// While set, a finish is made, then its answer waits.
@@ -637,7 +638,8 @@ impl Flaky {
 impl ProcessedStore for Flaky {
     async fn claim(&self, r: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
         self.check(&self.down)?;
-        if self.claim_late.load(Ordering::SeqCst) {
+        let late = self.claim_late_ms.load(Ordering::SeqCst);
+        if late > 0 {
             let (store, namespace, id, r) = (
                 self.inner.clone(),
                 r.key.namespace.to_owned(),
@@ -647,7 +649,7 @@ impl ProcessedStore for Flaky {
             let (fingerprint, token, now) = (r.fingerprint, r.token, r.now);
             let (lease_until, expires_at) = (r.lease_until, r.expires_at);
             let landed = tokio::spawn(async move {
-                tokio::time::sleep(Duration::from_millis(100)).await;
+                tokio::time::sleep(Duration::from_millis(late)).await;
                 let request = ClaimRequest {
                     key: Key::new(&namespace, &id),
                     fingerprint,
@@ -895,7 +897,7 @@ async fn a_delivery_dropped_while_claiming_releases_the_claim_uncounted() {
 async fn a_claim_that_lands_after_its_delivery_was_dropped_is_released() {
     let store = Arc::new(Flaky::default());
     let guard = flaky_guard(&store);
-    store.claim_late.store(true, Ordering::SeqCst);
+    store.claim_late_ms.store(300, Ordering::SeqCst);
     let cut =
         tokio::time::timeout(Duration::from_millis(20), ok_run(&guard, "evt_late", b"{}")).await;
     assert!(cut.is_err(), "the delivery must still be claiming: {cut:?}");
@@ -903,13 +905,44 @@ async fn a_claim_that_lands_after_its_delivery_was_dropped_is_released() {
         guard.inspect("evt_late").await.unwrap().is_none(),
         "the claim has not landed yet"
     );
-    store.claim_late.store(false, Ordering::SeqCst);
+    // Later claims land at once.
+    store.claim_late_ms.store(0, Ordering::SeqCst);
     let released = record_in_state(&guard, "evt_late", RecordState::Failed).await;
     assert_eq!((released.attempts, released.failures), (1, 0));
     assert!(matches!(
         ok_run(&guard, "evt_late", b"{}").await,
         Outcome::Processed { .. }
     ));
+}
+
+/// The release looks for a late claim up to the end of its lease (5 minutes by
+/// default), not only early on; and with no claim to release, it ends. Tokio's
+/// clock is paused, so the minutes pass at once.
+#[tokio::test(start_paused = true)]
+async fn a_claim_that_lands_late_in_its_lease_is_released_and_the_search_ends() {
+    let store = Arc::new(Flaky::default());
+    let guard = flaky_guard(&store);
+    let tasks = tokio::runtime::Handle::current().metrics();
+    for (id, late) in [("evt_late", 250_000), ("evt_lost", 400_000)] {
+        store.claim_late_ms.store(late, Ordering::SeqCst);
+        let cut = tokio::time::timeout(Duration::from_millis(20), ok_run(&guard, id, b"{}")).await;
+        assert!(cut.is_err(), "the delivery must still be claiming: {cut:?}");
+    }
+    store.claim_late_ms.store(0, Ordering::SeqCst);
+    // 250 s in, the first claim lands, and is released within a tenth of the lease.
+    tokio::time::sleep(Duration::from_secs(249)).await;
+    assert!(guard.inspect("evt_late").await.unwrap().is_none());
+    tokio::time::sleep(Duration::from_secs(32)).await;
+    let released = guard.inspect("evt_late").await.unwrap().unwrap();
+    assert_eq!(
+        (released.state, released.failures),
+        (RecordState::Failed, 0)
+    );
+    // The second lands after its lease would have run out: the search for it has
+    // ended by then, and only the task of that late claim remains.
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert_eq!(tasks.num_alive_tasks(), 1, "the searches ended");
+    assert!(guard.inspect("evt_lost").await.unwrap().is_none());
 }
 
 #[tokio::test]

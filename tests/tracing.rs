@@ -269,7 +269,7 @@ fn the_worker_warns_once_about_an_unordered_event() {
         let ids: Vec<String> = events
             .iter()
             .filter(|(_, f)| f.get("message").map(String::as_str) == Some(message))
-            .filter_map(|(_, f)| f.get("id").cloned())
+            .map(|(_, f)| f.get("id").cloned().unwrap_or_default())
             .collect();
         ids
     };

@@ -435,7 +435,8 @@ pub enum Recorded {
     First,
     /// The id is already recorded (committed by another transaction): skip the effect.
     Duplicate,
-    /// The id is recorded with a different body fingerprint: skip and alert.
+    /// The id is recorded with a different known fingerprint (see
+    /// [`Fingerprint::matches`]): skip and alert.
     Conflict,
     /// A delivery holds the id under a live lease (the guard's claim, outside any
     /// transaction) and has not finished: skip the effect and answer a retry (503),
@@ -519,8 +520,9 @@ impl StoreError {
 ///   now`, the request's fingerprint if the record's was `UNKNOWN` (a known one is
 ///   kept), and when the old lease expired also `failures + 1`; answer `Acquired`.
 ///   In every other case (terminal state, live lease, different known fingerprint)
-///   change nothing and answer [`Claim::Existing`] with the record. A claim repeated with the same token (the guard never repeats
-///   one; a driver may send a round trip again whose first run was applied) may be
+///   change nothing and answer [`Claim::Existing`] with the record. A claim
+///   repeated with the same token (the guard never repeats one; a driver may send
+///   a round trip again whose first run was applied) may be
 ///   answered `Acquired` with the record it made.
 /// - **finish**: if the record exists, is `InProgress` and carries `token`, set its
 ///   state, failures, history, expiry and `updated_at` from the [`Finish`] and answer

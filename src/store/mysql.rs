@@ -127,12 +127,14 @@ pub use super::sql::InvalidTableName;
 ///   the row as it was, and stores it with `LAST_INSERT_ID(code)`: 2 when the
 ///   record expired (it is overwritten with fresh values, again one round trip),
 ///   3 when a `Failed` record or an `InProgress` record whose lease ran out has a
-///   matching fingerprint (taken over, keeping a known fingerprint: attempts + 1, failures + 1 for a lost lease,
-///   expiry raised), 1 otherwise (nothing changes). Every later assignment reads
-///   the code back with `LAST_INSERT_ID()` instead of re-reading columns that the
-///   same statement may already have changed, so the result is the same whether
-///   the server evaluates assignments left to right (the default) or
-///   simultaneously (MariaDB's `SIMULTANEOUS_ASSIGNMENT` mode);
+///   matching fingerprint (taken over: attempts + 1, failures + 1 for a lost
+///   lease, expiry raised, a known fingerprint kept), 1 otherwise (nothing
+///   changes). Every later assignment reads the code back with `LAST_INSERT_ID()`
+///   instead of re-reading columns that the same statement may already have
+///   changed, so the result is the same whether the server evaluates assignments
+///   left to right (the default) or simultaneously (MariaDB's
+///   `SIMULTANEOUS_ASSIGNMENT` mode). The one column read again, `fingerprint` in
+///   its own assignment, is changed by no assignment before it: keep it so;
 /// - the code comes back in the OK packet. For 1 and 3 the store reads the row back
 ///   (a second round trip) and answers `Acquired` exactly when the row carries the
 ///   request's token (tokens are random 64-bit values, unique per claim), else

@@ -238,9 +238,9 @@ pub(crate) use record_in_committed;
 /// `record_in` beside a delivery run by the guard, the same check on every SQL
 /// backend: while the delivery's lease is live the transaction must not skip the
 /// effect as if it were done (the holder may still fail); once the lease ran out it
-/// takes the id over and counts the lost lease, as a claim would. `record(key,
-/// fingerprint, at)` runs `record_in` at `at` in a transaction of its own and
-/// commits it.
+/// takes the id over and counts the lost lease, as a claim would; an unknown
+/// fingerprint matches any. `record(key, fingerprint, at)` runs `record_in` at `at`
+/// in a transaction of its own and commits it.
 pub async fn record_in_leaves_a_live_claim_alone_and_takes_over_an_abandoned_one<F, Fut>(
     store: &dyn webhook_guard::ProcessedStore,
     record: F,
@@ -284,4 +284,35 @@ pub async fn record_in_leaves_a_live_claim_alone_and_takes_over_an_abandoned_one
         (RecordState::Completed, 2, 1)
     );
     assert_eq!(record(key, fp, later).await, Recorded::Duplicate);
+
+    // `Fingerprint::UNKNOWN` (kept by a guard that detects no conflicts) matches any
+    // fingerprint, and a record taken over takes the known one.
+    assert_eq!(
+        record(key, Fingerprint::UNKNOWN, later).await,
+        Recorded::Duplicate,
+        "an unknown fingerprint is no conflict"
+    );
+    let unknown = Key::new("txn", "unknown");
+    let request = ClaimRequest {
+        key: unknown,
+        fingerprint: Fingerprint::UNKNOWN,
+        token: FencingToken::random(),
+        ..request
+    };
+    assert!(matches!(
+        store.claim(&request).await.unwrap(),
+        Claim::Acquired(_)
+    ));
+    assert_eq!(record(unknown, fp, now).await, Recorded::InProgress);
+    assert_eq!(record(unknown, fp, later).await, Recorded::First);
+    let rec = store.get(unknown).await.unwrap().unwrap();
+    assert_eq!(
+        (rec.state, rec.attempts, rec.failures, rec.fingerprint),
+        (RecordState::Completed, 2, 1, fp)
+    );
+    assert_eq!(
+        record(unknown, Fingerprint::of(b"b"), later).await,
+        Recorded::Conflict,
+        "the record now has a known fingerprint"
+    );
 }
