@@ -927,7 +927,8 @@ impl<'a> Claimed<'a> {
 /// [`Claimed`] exists: if the delivery's future is dropped there, a claim the store
 /// granted is released in the background (with the `tokio` feature and a runtime),
 /// fenced by its token and without counting a failure, since no handler ran. A
-/// claim still in flight is waited for until its lease would have run out.
+/// claim still in flight is waited for until its lease would have run out. A claim
+/// whose answer was lost ([`ReleaseOnDrop::lost`]) is released the same way.
 #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
 struct ReleaseOnDrop<'g> {
     guard: &'g WebhookGuard,
@@ -949,6 +950,24 @@ impl<'g> ReleaseOnDrop<'g> {
     fn disarm(mut self) {
         self.armed = false;
     }
+
+    /// The store could not be reached: the claim may still have been applied (a
+    /// timeout after the request was sent, a batch answered late), with a token no
+    /// delivery holds. Released in the background, as for a dropped delivery.
+    fn lost(mut self) {
+        self.armed = false;
+        tracing::debug!(id = %self.id, "claim not answered; releasing it in the background in case it was applied");
+        self.release(Search::Lost);
+    }
+
+    #[cfg_attr(not(feature = "tokio"), allow(unused_variables))]
+    fn release(&self, search: Search) {
+        #[cfg(feature = "tokio")]
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let (guard, id, token) = (self.guard.clone(), self.id.to_owned(), self.token);
+            rt.spawn(async move { guard.release_unrun(&id, token, search).await });
+        }
+    }
 }
 
 impl Drop for ReleaseOnDrop<'_> {
@@ -957,12 +976,17 @@ impl Drop for ReleaseOnDrop<'_> {
             return;
         }
         tracing::warn!(id = %self.id, "delivery dropped while claiming; releasing the claim in the background");
-        #[cfg(feature = "tokio")]
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            let (guard, id, token) = (self.guard.clone(), self.id.to_owned(), self.token);
-            rt.spawn(async move { guard.release_unrun(&id, token).await });
-        }
+        self.release(Search::Dropped);
     }
+}
+
+/// Why a claim is released in the background: how long to look for it.
+#[derive(Debug, Clone, Copy)]
+enum Search {
+    /// Its delivery was dropped: looked for at once, then up to the end of its lease.
+    Dropped,
+    /// The store did not answer it: looked for from a second on, for up to 30 s.
+    Lost,
 }
 
 /// A handler's failure, as the guard records it.
@@ -1493,7 +1517,10 @@ impl WebhookGuard {
         // until it ran out, and count as a failure).
         let release = ReleaseOnDrop::arm(self, &id, request.token);
         let claimed = store(inner).claim(&request).await;
-        release.disarm();
+        match &claimed {
+            Err(e) if e.is_unavailable() => release.lost(),
+            _ => release.disarm(),
+        }
         let record = match claimed {
             Ok(Claim::Acquired(record)) => record,
             Ok(Claim::Existing(record)) => {
@@ -1778,7 +1805,7 @@ impl WebhookGuard {
             Outcome::InProgress { retry_after, .. } if !status.is_success() => {
                 Some(retry_after.as_secs().max(1))
             }
-            Outcome::StoreUnavailable { .. } => Some(5),
+            Outcome::StoreUnavailable { .. } if !status.is_success() => Some(5),
             _ => None,
         };
         Answer {
@@ -2026,17 +2053,31 @@ impl WebhookGuard {
     /// The claim may still be in flight when its delivery is dropped (sent and not
     /// yet applied: a statement waiting for a row lock, a batch not yet answered),
     /// so until a record carries `token`, it is looked for again at doubling
-    /// intervals (at most a tenth of the lease apart) up to the end of the claim's
-    /// lease; after that, a later delivery takes a late claim over anyway.
+    /// intervals (at most a tenth of the lease apart) for as long as `search` says:
+    /// up to the end of the claim's lease for a dropped delivery (after that, a
+    /// later delivery takes a late claim over anyway), 30 s for a claim the store
+    /// did not answer.
     #[cfg(feature = "tokio")]
-    async fn release_unrun(&self, id: &str, token: FencingToken) {
+    async fn release_unrun(&self, id: &str, token: FencingToken, search: Search) {
         let inner = &self.inner;
         let key = Key::new(&inner.namespace, id);
+        let (mut wait, within) = match search {
+            Search::Dropped => (Duration::ZERO, inner.lease),
+            // The store just failed: first look a second later, and over a shorter
+            // span, so that an outage's failed claims do not hammer it.
+            Search::Lost => (
+                Duration::from_secs(1),
+                inner.lease.min(Duration::from_secs(30)),
+            ),
+        };
         // Tokio's clock, as the waits: a paused test clock must not spin this loop.
-        let deadline = tokio::time::Instant::now() + inner.lease;
+        let deadline = tokio::time::Instant::now() + within;
         let cap = (inner.lease / 10).max(Duration::from_secs(1));
-        let mut wait = Duration::from_millis(25);
         loop {
+            if !wait.is_zero() {
+                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                tokio::time::sleep(wait.min(left)).await;
+            }
             let failed = match store(inner).get(key).await {
                 Ok(Some(record)) if record.token == token => {
                     if record.state != RecordState::InProgress {
@@ -2070,8 +2111,7 @@ impl WebhookGuard {
             if let Some(e) = &failed {
                 tracing::debug!(%id, error = %e, "releasing the claim again");
             }
-            tokio::time::sleep(wait.min(left)).await;
-            wait = (wait * 2).min(cap);
+            wait = (wait * 2).clamp(Duration::from_millis(25), cap);
         }
     }
 

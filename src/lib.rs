@@ -182,6 +182,17 @@ pub(crate) fn later(
         .unwrap_or(chrono::DateTime::<chrono::Utc>::MAX_UTC)
 }
 
+/// `text` with each NUL replaced by U+FFFD: PostgreSQL refuses NUL in text columns,
+/// so text a store keeps (an inbox event's error and metadata) never holds one, and
+/// every store keeps the same text.
+pub(crate) fn without_nul(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.contains('\0') {
+        std::borrow::Cow::Owned(text.replace('\0', "\u{FFFD}"))
+    } else {
+        std::borrow::Cow::Borrowed(text)
+    }
+}
+
 /// The longest lease, retention or interval the crate takes: longer ones would
 /// reach past what chrono can represent when added to a time.
 pub(crate) const CENTURY: std::time::Duration = std::time::Duration::from_secs(100 * 365 * 86_400);

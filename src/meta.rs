@@ -170,10 +170,20 @@ impl MetaExtractor {
     ///
     /// `created_at` comes out in whole milliseconds (finer digits dropped), the
     /// precision every durable store keeps, so that the ordering guard compares two
-    /// events the same way on every store.
+    /// events the same way on every store. A NUL in a text field (a JSON
+    /// `"\u0000"`) comes out as U+FFFD, which every store can keep.
     pub fn extract(&self, body: &[u8]) -> EventMeta {
         let mut meta = (self.0)(body);
         meta.created_at = meta.created_at.map(whole_millis);
+        // A signed `"\u0000"` is valid JSON; a store must still be able to keep it.
+        for text in [&mut meta.event_type, &mut meta.object, &mut meta.family]
+            .into_iter()
+            .flatten()
+        {
+            if let std::borrow::Cow::Owned(clean) = crate::without_nul(text) {
+                *text = clean;
+            }
+        }
         meta
     }
 }

@@ -608,6 +608,9 @@ struct Flaky {
     /// whatever becomes of its caller meanwhile (as a statement the server applies
     /// late, behind a lock).
     claim_late_ms: std::sync::atomic::AtomicU64,
+    /// With `claim_late_ms`: the claim is answered `Unavailable` at once (a timeout),
+    /// and still made later.
+    claim_answer_lost: std::sync::atomic::AtomicBool,
     /// While set, a finish waits before it is made.
     finish_stall: std::sync::atomic::AtomicBool,
     /// While set, a finish is made, then its answer waits.
@@ -660,6 +663,9 @@ impl ProcessedStore for Flaky {
                 };
                 store.claim(&request).await
             });
+            if self.claim_answer_lost.load(Ordering::SeqCst) {
+                return Err(StoreError::unavailable("timed out waiting for the answer"));
+            }
             return landed.await.expect("the late claim ran");
         }
         let claim = self.inner.claim(r).await;
@@ -734,6 +740,16 @@ async fn a_store_outage_answers_503_runs_nothing_and_loses_nothing() {
     );
     let answer = guard.answer(&outcome);
     assert_eq!((answer.status.as_u16(), answer.retry_after), (503, Some(5)));
+    // Overridden to a success, the answer asks for no retry.
+    let relaxed = WebhookGuard::builder()
+        .shared_store(store.clone())
+        .verifier(NoVerification)
+        .event_id(EventId::header("x-id"))
+        .status(OutcomeKind::StoreUnavailable, http::StatusCode::OK)
+        .build()
+        .unwrap();
+    let answer = relaxed.answer(&outcome);
+    assert_eq!((answer.status.as_u16(), answer.retry_after), (200, None));
     store.down.store(false, Ordering::SeqCst);
     assert!(matches!(
         ok_run(&guard, "evt_out", b"{}").await,
@@ -911,6 +927,36 @@ async fn a_claim_that_lands_after_its_delivery_was_dropped_is_released() {
     assert_eq!((released.attempts, released.failures), (1, 0));
     assert!(matches!(
         ok_run(&guard, "evt_late", b"{}").await,
+        Outcome::Processed { .. }
+    ));
+}
+
+/// A claim answered `Unavailable` (a timeout) that the store still applies is
+/// released in the background, not left holding its lease with a token no delivery
+/// has; the provider's retry then runs the handler.
+#[tokio::test(start_paused = true)]
+async fn a_claim_whose_answer_was_lost_is_released_when_it_lands() {
+    let store = Arc::new(Flaky::default());
+    let guard = flaky_guard(&store);
+    store.claim_late_ms.store(5_000, Ordering::SeqCst);
+    store.claim_answer_lost.store(true, Ordering::SeqCst);
+    let outcome = ok_run(&guard, "evt_lost", b"{}").await;
+    assert!(
+        matches!(outcome, Outcome::StoreUnavailable { .. }),
+        "{outcome:?}"
+    );
+    store.claim_late_ms.store(0, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(guard.inspect("evt_lost").await.unwrap().is_none());
+    // Lands at 5 s; looked for at 1, 3, 7, 15 and 30 s.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let released = guard.inspect("evt_lost").await.unwrap().unwrap();
+    assert_eq!(
+        (released.state, released.failures),
+        (RecordState::Failed, 0)
+    );
+    assert!(matches!(
+        ok_run(&guard, "evt_lost", b"{}").await,
         Outcome::Processed { .. }
     ));
 }

@@ -26,7 +26,8 @@ struct App {
 }
 
 /// An ordinary axum handler: it knows nothing of the guard. It answers the status
-/// named in the event id (`status_500_...`), 200 otherwise.
+/// named in the event id (`status_500_...`), panics on `panic_...`, and answers 200
+/// otherwise.
 async fn on_event(
     State(app): State<App>,
     Extension(event): Extension<OwnedEvent>,
@@ -34,6 +35,9 @@ async fn on_event(
 ) -> (StatusCode, String) {
     app.runs.fetch_add(1, Ordering::SeqCst);
     tokio::time::sleep(app.delay).await;
+    if event.id().starts_with("panic_") {
+        panic!("the inner service broke on {}", event.id());
+    }
     assert!(
         body.contains(event.id()),
         "the inner service sees the raw body"
@@ -175,4 +179,28 @@ async fn inner_5xx_is_retryable_and_4xx_is_permanent() {
         3,
         "a permanent failure is not retried"
     );
+}
+
+/// A panicking inner service fails the delivery as a retryable failure, answered
+/// 500 (as `axum::guarded` answers a panicking handler), and is retried.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_inner_service_is_a_retryable_failure() {
+    let guard = guard(MemoryStore::new());
+    let (addr, runs) = server(guard.clone(), Duration::ZERO).await;
+    let body = body("panic_1");
+    let sig = sign(&body);
+    let first = post(addr, "/webhooks", &[(SIGNATURE_HEADER, &sig)], &body).await;
+    assert_eq!(first.status, 500, "{first:?}");
+    assert_eq!(first.json()["outcome"], "retryable_failure");
+    let record = guard.inspect("panic_1").await.unwrap().unwrap();
+    assert_eq!(record.state, webhook_guard::RecordState::Failed);
+    assert!(
+        record.history[0]
+            .error
+            .contains("the inner service panicked"),
+        "{record:?}"
+    );
+    let retry = post(addr, "/webhooks", &[(SIGNATURE_HEADER, &sig)], &body).await;
+    assert_eq!(retry.status, 500);
+    assert_eq!(runs.load(Ordering::SeqCst), 2, "retried");
 }

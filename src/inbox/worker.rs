@@ -505,10 +505,11 @@ impl Inner {
         next_attempt_at: DateTime<Utc>,
     ) -> bool {
         let now = self.clock.now();
+        let error = error.map(crate::without_nul);
         let settle = Settle {
             state,
             next_attempt_at,
-            error,
+            error: error.as_deref(),
             now,
             expires_at: crate::later(now, delta(self.retention)),
         };

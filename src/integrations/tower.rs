@@ -166,9 +166,20 @@ where
     let mut request = Request::from_parts(parts, ReqBody::from(bytes.clone()));
     let event: OwnedEvent = claimed.owned_event(bytes.clone());
     request.extensions_mut().insert(event);
-    let response = match inner.call(request).await {
-        Ok(response) => response,
-        Err(error) => {
+    // A panicking inner service fails the delivery as a panicking handler does in
+    // `axum::guarded`: a retryable failure, answered 500, not a dropped connection.
+    let response = match crate::guard::catch_unwind(inner.call(request)).await {
+        Ok(Ok(response)) => response,
+        Err(panic) => {
+            let msg = crate::guard::panic_message(&*panic);
+            let outcome = claimed
+                .fail(HandlerError::retryable(format!(
+                    "the inner service panicked: {msg}"
+                )))
+                .await;
+            return Ok(guard.respond(outcome).into_http());
+        }
+        Ok(Err(error)) => {
             let _ = claimed
                 .fail(HandlerError::retryable(
                     "the inner service returned an error",

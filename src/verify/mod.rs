@@ -22,7 +22,7 @@ use std::borrow::Cow;
 use std::fmt;
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, TimeDelta, Utc};
 
 pub use generic::{GenericHmac, Template, TemplateError};
 pub use github::GitHub;
@@ -250,18 +250,25 @@ pub fn check_tolerance(
     now: DateTime<Utc>,
     tolerance: Duration,
 ) -> Result<(), VerifyError> {
+    // Compared exactly: whole seconds would widen the window by up to a second
+    // each way, past what a retention of twice the tolerance covers.
+    let delta = now.signed_duration_since(signed_at);
+    let limit = TimeDelta::from_std(tolerance).unwrap_or(TimeDelta::MAX);
+    let off = delta.abs();
+    if off <= limit {
+        return Ok(());
+    }
+    // Reported in whole seconds, the distance rounded up.
+    let off_secs = off.num_seconds().unsigned_abs() + u64::from(off.subsec_nanos() != 0);
     let tolerance_secs = tolerance.as_secs();
-    let delta = now.signed_duration_since(signed_at).num_seconds();
-    if delta.unsigned_abs() <= tolerance_secs {
-        Ok(())
-    } else if delta > 0 {
+    if delta > TimeDelta::zero() {
         Err(VerifyError::TimestampTooOld {
-            age_secs: delta.unsigned_abs(),
+            age_secs: off_secs,
             tolerance_secs,
         })
     } else {
         Err(VerifyError::TimestampTooNew {
-            ahead_secs: delta.unsigned_abs(),
+            ahead_secs: off_secs,
             tolerance_secs,
         })
     }
@@ -327,6 +334,44 @@ mod tests {
                 tolerance_secs: 300
             })
         );
+    }
+
+    #[test]
+    fn tolerance_is_exact_below_a_second() {
+        let signed = DateTime::from_timestamp(1_000_000, 0).unwrap();
+        let tol = Duration::from_secs(300);
+        let ms = TimeDelta::milliseconds;
+        let now = |offset| signed + offset;
+        assert!(check_tolerance(signed, now(ms(300_000)), tol).is_ok());
+        assert!(check_tolerance(signed, now(ms(-300_000)), tol).is_ok());
+        assert_eq!(
+            check_tolerance(signed, now(ms(300_001)), tol),
+            Err(VerifyError::TimestampTooOld {
+                age_secs: 301,
+                tolerance_secs: 300
+            })
+        );
+        assert_eq!(
+            check_tolerance(signed, now(ms(300_999)), tol),
+            Err(VerifyError::TimestampTooOld {
+                age_secs: 301,
+                tolerance_secs: 300
+            })
+        );
+        assert_eq!(
+            check_tolerance(signed, now(ms(-300_001)), tol),
+            Err(VerifyError::TimestampTooNew {
+                ahead_secs: 301,
+                tolerance_secs: 300
+            })
+        );
+        // A tolerance below a second is kept, not dropped.
+        let tol = Duration::from_millis(1_500);
+        assert!(check_tolerance(signed, now(ms(1_500)), tol).is_ok());
+        assert!(check_tolerance(signed, now(ms(1_501)), tol).is_err());
+        assert!(check_tolerance(signed, now(ms(-1_501)), tol).is_err());
+        // The largest tolerance saturates instead of failing.
+        assert!(check_tolerance(signed, now(ms(-1_501)), Duration::MAX).is_ok());
     }
 
     #[test]

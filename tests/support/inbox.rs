@@ -34,6 +34,7 @@ pub async fn guard_and_worker_end_to_end<S>(store: S)
 where
     S: ProcessedStore + InboxStore + OrderingStore + Clone,
 {
+    text_with_nul_is_stored(store.clone()).await;
     let namespace = format!("e2e_{:016x}", FencingToken::random().0);
     let clock = ManualClock::new(now_ms());
     let guard = WebhookGuard::builder()
@@ -242,4 +243,68 @@ where
         }
         k += 1;
     }
+}
+
+/// A NUL in signed JSON metadata and in a handler's error: PostgreSQL refuses NUL in
+/// text, so the guard keeps U+FFFD in its place, and the event is stored, retried
+/// and applied on every store (before, the event could not be stored, or once
+/// failed, could never be settled).
+async fn text_with_nul_is_stored<S>(store: S)
+where
+    S: ProcessedStore + InboxStore + OrderingStore + Clone,
+{
+    let namespace = format!("nul_{:016x}", FencingToken::random().0);
+    let clock = ManualClock::new(now_ms());
+    let guard = WebhookGuard::builder()
+        .store(store.clone())
+        .inbox(Arc::new(store.clone()))
+        .ordering(Arc::new(store.clone()))
+        .verifier(NoVerification)
+        .event_id(EventId::json_field(["id"]))
+        .event_meta(MetaExtractor::json(&["type"], &["created"], &["object"]))
+        .namespace(namespace.clone())
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let seen: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
+    let worker = {
+        let seen = seen.clone();
+        guard
+            .worker(move |e: InboxEvent| {
+                let seen = seen.clone();
+                async move {
+                    let mut seen = seen.lock().unwrap();
+                    seen.push((
+                        e.meta.event_type.clone().unwrap_or_default(),
+                        e.meta.object.clone().unwrap_or_default(),
+                    ));
+                    match seen.len() {
+                        1 => Err(webhook_guard::HandlerError::retryable("bad \0 byte")),
+                        _ => Ok(()),
+                    }
+                }
+            })
+            .unwrap()
+    };
+    let body = br#"{"id":"n1","type":"charge.\u0000updated","object":"ch_\u0000","created":10}"#;
+    let headers = [("content-type", "application/json")];
+    let outcome = guard.accept(&headers, body).await;
+    assert!(
+        matches!(outcome, Outcome::Accepted { new: true, .. }),
+        "{outcome:?}"
+    );
+    while worker.run_once().await.unwrap() > 0 {}
+    clock.advance(TimeDelta::hours(1));
+    while worker.run_once().await.unwrap() > 0 {}
+    let event = store
+        .get_event(Key::new(&namespace, "n1"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(event.state, InboxState::Done, "{event:?}");
+    let expected = (
+        "charge.\u{FFFD}updated".to_owned(),
+        "ch_\u{FFFD}".to_owned(),
+    );
+    assert_eq!(*seen.lock().unwrap(), [expected.clone(), expected]);
 }
