@@ -31,6 +31,7 @@ pub async fn run_all(store: &dyn ProcessedStore) {
     failed_record_is_reclaimed(store).await;
     expired_lease_is_taken_over(store).await;
     lease_is_live_to_its_end(store).await;
+    record_is_kept_to_its_expiry(store).await;
     different_body_is_not_taken_over(store).await;
     unknown_fingerprint_matches_any(store).await;
     expired_record_is_claimed_afresh(store).await;
@@ -351,6 +352,47 @@ pub async fn lease_is_live_to_its_end(store: &dyn ProcessedStore) {
         claim(store, &claim_at(1_000, at(60_000_000))).await,
         "a claim 0.3 ms after the lease ended",
     );
+}
+
+/// A record is kept to its very expiry, even one that ends between two
+/// milliseconds: a store that keeps times in milliseconds rounds the expiry up,
+/// never down, so that no claim replaces the record early.
+pub async fn record_is_kept_to_its_expiry(store: &dyn ProcessedStore) {
+    let f = Fixture::new();
+    let at = |us: i64| f.now + TimeDelta::microseconds(us);
+    let claim_at = |us: i64| ClaimRequest {
+        now: at(us),
+        lease_until: at(us + 100),
+        expires_at: at(us + 60_000_000),
+        ..f.request("kept", b"b", 0)
+    };
+    let first = claim_at(0);
+    acquired(claim(store, &first).await, "fresh claim");
+    let done = Finish {
+        state: RecordState::Completed,
+        failures: 0,
+        history: &[],
+        now: at(100),
+        // 10 s on: a store may also let the record go by a TTL from `now`, which
+        // must not run out while this test runs.
+        expires_at: at(10_000_700),
+    };
+    assert_eq!(
+        store
+            .finish(f.key("kept"), first.token, &done)
+            .await
+            .unwrap(),
+        Fence::Applied
+    );
+    existing(
+        claim(store, &claim_at(10_000_300)).await,
+        "a claim 0.4 ms before the record expires (in its last millisecond)",
+    );
+    let fresh = acquired(
+        claim(store, &claim_at(10_001_000)).await,
+        "a claim 0.3 ms after the record expired",
+    );
+    assert_eq!(fresh.attempts, 1, "an expired record is replaced");
 }
 
 /// A different body under a known id is never taken over.

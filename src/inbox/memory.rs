@@ -35,7 +35,7 @@ fn due_at(e: &InboxEvent) -> Option<i64> {
     match e.state {
         InboxState::Pending => Some(e.next_attempt_at.timestamp_millis()),
         // Rounded up: a lease is never due before it ends.
-        InboxState::Running => Some(crate::store::lease_millis(e.lease_until)),
+        InboxState::Running => Some(crate::store::ceil_millis(e.lease_until)),
         _ => None,
     }
 }

@@ -13,7 +13,7 @@ use super::{Enqueued, InboxEvent, InboxState, InboxStore, NewEvent, Settle};
 use crate::meta::EventMeta;
 use crate::ordering::{Freshness, ObjectKey, ObjectRecord, ObjectStatus, OrderingStore};
 use crate::store::redis::{corrupt, int, millis, store_error, text, time, Eval};
-use crate::store::{Fence, FencingToken, Fingerprint, Key, RedisStore, StoreError};
+use crate::store::{ceil_millis, Fence, FencingToken, Fingerprint, Key, RedisStore, StoreError};
 
 /// How many events one lease or purge script handles at most.
 const BATCH: usize = 256;
@@ -53,7 +53,7 @@ impl RedisStore {
         inv.key(&keys.due)
             .key(format!("{}{first}", keys.receipts))
             .arg(millis(now))
-            .arg(crate::store::lease_millis(lease_until))
+            .arg(crate::store::ceil_millis(lease_until))
             .arg(&keys.events);
         for token in tokens {
             inv.arg(*token);
@@ -462,7 +462,7 @@ impl InboxStore for RedisStore {
             ("n", now.to_string().into_bytes()),
             ("r", now.to_string().into_bytes()),
             ("u", now.to_string().into_bytes()),
-            ("x", millis(event.expires_at).to_string().into_bytes()),
+            ("x", ceil_millis(event.expires_at).to_string().into_bytes()),
             ("p", event.payload.to_vec()),
         ];
         for (name, value) in fields {
@@ -530,7 +530,7 @@ impl InboxStore for RedisStore {
     ) -> Result<Fence, StoreError> {
         let keys = self.inbox_keys(key.namespace);
         let now = millis(settle.now);
-        let expires = millis(settle.expires_at);
+        let expires = ceil_millis(settle.expires_at);
         let mut inv = Eval::new(&SCRIPTS.settle, 3);
         inv.key(format!("{}{}", keys.events, key.id))
             .key(&keys.due)
@@ -561,7 +561,7 @@ impl InboxStore for RedisStore {
             .key(&keys.due)
             .arg(key.id)
             .arg(token.0)
-            .arg(crate::store::lease_millis(lease_until));
+            .arg(crate::store::ceil_millis(lease_until));
         let applied: i64 = self.connection().eval(&inv).await.map_err(store_error)?;
         Ok(fence(applied))
     }

@@ -640,11 +640,12 @@ macro_rules! forward_store {
 forward_store!(Arc<T>);
 forward_store!(Box<T>);
 
-/// The end of a lease in whole milliseconds, rounded up, for stores and indexes
-/// that keep times in milliseconds: a lease kept to the millisecond below could be taken over
-/// up to a millisecond before it ends (the store compares it with `now` in
-/// milliseconds too); one rounded up never is.
-pub(crate) fn lease_millis(t: DateTime<Utc>) -> i64 {
+/// The end of a lease or of a retention in whole milliseconds, rounded up, for
+/// stores and indexes that keep times in milliseconds: an end kept to the
+/// millisecond below could pass up to a millisecond early (the store compares it
+/// with `now` in milliseconds too), a lease taken over or a record replaced before
+/// its time; one rounded up never does.
+pub(crate) fn ceil_millis(t: DateTime<Utc>) -> i64 {
     let ms = t.timestamp_millis();
     if t.timestamp_subsec_nanos().is_multiple_of(1_000_000) {
         ms

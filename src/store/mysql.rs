@@ -32,7 +32,7 @@ use sqlx::{Connection, Row};
 pub use sqlx;
 
 use super::sql::{
-    self as shared, lease_millis, millis, time, RawEvent, RawObject, TableName, EVENT_COLUMNS,
+    self as shared, ceil_millis, millis, time, RawEvent, RawObject, TableName, EVENT_COLUMNS,
     OBJECT_COLUMNS,
 };
 use super::{
@@ -104,7 +104,8 @@ pub use super::sql::InvalidTableName;
 ///   of at most 64 bytes and ids of at most 255 bytes, which fit, and the primary
 ///   key stays at 319 bytes, far below InnoDB's 3072-byte limit.
 /// - Times are `BIGINT` milliseconds since the Unix epoch, always the caller's
-///   (`now` of each request), never the server's clock. The fencing token is the
+///   (`now` of each request), never the server's clock; the end of a lease and an
+///   expiry are rounded up to the millisecond, never down. The fencing token is the
 ///   `BIGINT` of [`FencingToken::as_i64`] (all 64 bits kept).
 /// - `by_expiry` keeps [`purge_expired`](ProcessedStore::purge_expired) a range scan
 ///   and `by_lease` keeps [`stuck`](ProcessedStore::stuck) one, at any table size.
@@ -636,8 +637,8 @@ impl MySqlStore {
             fp: &req.fingerprint.0,
             token: req.token.as_i64(),
             now: millis(req.now),
-            lease: lease_millis(req.lease_until),
-            exp: millis(req.expires_at),
+            lease: ceil_millis(req.lease_until),
+            exp: ceil_millis(req.expires_at),
             ..Values::default()
         };
         retry_deadlocks(|| {
@@ -849,7 +850,7 @@ impl ProcessedStore for MySqlStore {
                 .bind(finish.failures)
                 .bind(history.as_str())
                 .bind(millis(finish.now))
-                .bind(millis(finish.expires_at))
+                .bind(ceil_millis(finish.expires_at))
                 .bind(key.namespace)
                 .bind(key.id)
                 .bind(token.as_i64())
@@ -868,8 +869,8 @@ impl ProcessedStore for MySqlStore {
     ) -> Result<Fence, StoreError> {
         let done = retry_deadlocks(|| {
             sqlx::query(&self.sql.renew)
-                .bind(lease_millis(lease_until))
-                .bind(millis(expires_at))
+                .bind(ceil_millis(lease_until))
+                .bind(ceil_millis(expires_at))
                 .bind(key.namespace)
                 .bind(key.id)
                 .bind(token.as_i64())
@@ -1084,7 +1085,7 @@ impl MySqlStore {
             fp: &fingerprint.0,
             token: FencingToken::random().as_i64(),
             now: millis(now),
-            exp: millis(expires_at),
+            exp: ceil_millis(expires_at),
             ..Values::default()
         };
         let done = bind(&q.record.0, &q.record.1, values)
@@ -1190,7 +1191,7 @@ impl InboxStore for MySqlStore {
             id: key.id,
             fp: &event.fingerprint.0,
             now: millis(event.now),
-            exp: millis(event.expires_at),
+            exp: ceil_millis(event.expires_at),
             event_type: event.meta.event_type.as_deref(),
             created: event.meta.created_at.map(millis),
             object: event.meta.object.as_deref(),
@@ -1239,7 +1240,7 @@ impl InboxStore for MySqlStore {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        let (now, until) = (millis(now), lease_millis(lease_until));
+        let (now, until) = (millis(now), ceil_millis(lease_until));
         // The transaction runs in its own task, to completion even if the caller's
         // future is dropped: sqlx 0.8's `begin` is not cancellation-safe (a future
         // dropped while `BEGIN` is in flight returns its connection to the pool
@@ -1284,7 +1285,7 @@ impl InboxStore for MySqlStore {
                 .bind(next)
                 .bind(settle.error)
                 .bind(millis(settle.now))
-                .bind(millis(settle.expires_at))
+                .bind(ceil_millis(settle.expires_at))
                 .bind(key.namespace)
                 .bind(key.id)
                 .bind(token.as_i64())
@@ -1307,7 +1308,7 @@ impl InboxStore for MySqlStore {
         token: FencingToken,
         lease_until: DateTime<Utc>,
     ) -> Result<Fence, StoreError> {
-        let until = lease_millis(lease_until);
+        let until = ceil_millis(lease_until);
         let done = retry_deadlocks(|| {
             sqlx::query(&self.sql.queue.renew)
                 .bind(until)

@@ -65,7 +65,8 @@
 //! ```
 //!
 //! - Times are milliseconds since the Unix epoch, always the caller's clock, never
-//!   the server's (`now()` is not used anywhere), so replicas and tests agree.
+//!   the server's (`now()` is not used anywhere), so replicas and tests agree. The
+//!   end of a lease and an expiry are rounded up to the millisecond, never down.
 //! - The fencing token is a random 64-bit value kept bit for bit in a `BIGINT`; the
 //!   fingerprint is the 32-byte SHA-256 of the body; the failure history is JSON text
 //!   (empty for records that never failed).

@@ -68,7 +68,8 @@
 //! # Retention
 //!
 //! Times are the caller's (`now` and the times in each request), kept as integer
-//! milliseconds since the epoch; the server's clock is never read. Each write also
+//! milliseconds since the epoch (the end of a lease and an expiry rounded up, never
+//! down); the server's clock is never read. Each write also
 //! sets the record key's TTL to the time left until its expiry (or until the end of
 //! a live lease, whichever is later), *measured from the caller's `now`*. So Redis
 //! drops expired records by itself; when the caller's clock is the real one, this
@@ -195,8 +196,8 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use super::{
-    decode_history, encode_history, Claim, ClaimRequest, Decision, Deleted, Fence, FencingToken,
-    Fingerprint, Finish, Key, ProcessedStore, Record, RecordState, StoreError,
+    ceil_millis, decode_history, encode_history, Claim, ClaimRequest, Decision, Deleted, Fence,
+    FencingToken, Fingerprint, Finish, Key, ProcessedStore, Record, RecordState, StoreError,
 };
 
 /// The `redis` crate this store is built on, for building connections by hand.
@@ -860,8 +861,8 @@ fn own_claim(existing: &Record, request: &ClaimRequest<'_>) -> bool {
 /// TTL: until its expiry or the end of its lease, whichever is later.
 fn fresh_record(request: &ClaimRequest<'_>) -> (String, i64) {
     let now = millis(request.now);
-    let lease = super::lease_millis(request.lease_until);
-    let expires = millis(request.expires_at);
+    let lease = ceil_millis(request.lease_until);
+    let expires = ceil_millis(request.expires_at);
     let fingerprint = request.fingerprint.to_hex();
     let token = request.token.0;
     (
@@ -1111,8 +1112,8 @@ impl ProcessedStore for RedisStore {
         let (rec, shard, member) = self.locate_shard(request.key);
         let (now, lease, expires) = (
             millis(request.now),
-            super::lease_millis(request.lease_until),
-            millis(request.expires_at),
+            ceil_millis(request.lease_until),
+            ceil_millis(request.expires_at),
         );
         let (fresh, fresh_ttl) = fresh_record(request);
         let acquired = || {
@@ -1212,7 +1213,7 @@ impl ProcessedStore for RedisStore {
             encode_history(finish.history)
         };
         let token = token.0;
-        let (now, expires) = (millis(finish.now), millis(finish.expires_at));
+        let (now, expires) = (millis(finish.now), ceil_millis(finish.expires_at));
         let state = finish.state.as_str();
         let finished = self
             .batcher()
@@ -1248,8 +1249,8 @@ impl ProcessedStore for RedisStore {
             .key(&keys.due)
             .arg(&member)
             .arg(token.0)
-            .arg(super::lease_millis(lease_until))
-            .arg(millis(expires_at));
+            .arg(ceil_millis(lease_until))
+            .arg(ceil_millis(expires_at));
         let applied: i64 = self
             .inner
             .connection

@@ -128,7 +128,7 @@ pub(crate) fn millis(t: DateTime<Utc>) -> i64 {
     t.timestamp_millis()
 }
 
-pub(crate) use super::lease_millis;
+pub(crate) use super::ceil_millis;
 
 pub(crate) fn time(ms: i64) -> DateTime<Utc> {
     DateTime::from_timestamp_millis(ms).unwrap_or(DateTime::<Utc>::MAX_UTC)

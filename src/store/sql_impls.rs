@@ -22,8 +22,8 @@ macro_rules! sql_store_impls {
                 Freshness, ObjectKey, ObjectRecord, ObjectStatus, OrderingStore,
             };
             use $crate::store::sql::{
-                self, count, fence, history_text, millis, purge_in_batches, vanished, RawEvent,
-                RawObject, RawRecord, SqlRow,
+                self, ceil_millis, count, fence, history_text, millis, purge_in_batches, vanished,
+                RawEvent, RawObject, RawRecord, SqlRow,
             };
             use $crate::store::{
                 Claim, ClaimRequest, Decision, Deleted, Fence, FencingToken, Fingerprint, Finish,
@@ -59,7 +59,7 @@ macro_rules! sql_store_impls {
                         .bind(&fingerprint.0[..])
                         .bind(FencingToken::random().as_i64())
                         .bind(millis(now))
-                        .bind(millis(expires_at))
+                        .bind(ceil_millis(expires_at))
                         .bind(&Fingerprint::UNKNOWN.0[..])
                         .fetch_optional(&mut *conn)
                         .await
@@ -118,8 +118,8 @@ macro_rules! sql_store_impls {
                                 .bind(key.id)
                                 .bind(&request.fingerprint.0[..])
                                 .bind(request.token.as_i64())
-                                .bind(sql::lease_millis(request.lease_until))
-                                .bind(millis(request.expires_at))
+                                .bind(sql::ceil_millis(request.lease_until))
+                                .bind(ceil_millis(request.expires_at))
                                 .bind(millis(request.now))
                                 .bind(&Fingerprint::UNKNOWN.0[..])
                                 .fetch_optional(&self.pool)
@@ -153,7 +153,7 @@ macro_rules! sql_store_impls {
                         .bind(count(finish.failures))
                         .bind(history_text(finish.history))
                         .bind(millis(finish.now))
-                        .bind(millis(finish.expires_at))
+                        .bind(ceil_millis(finish.expires_at))
                         .execute(&self.pool)
                         .await
                         .map_err($err)?;
@@ -172,8 +172,8 @@ macro_rules! sql_store_impls {
                         .bind(key.namespace)
                         .bind(key.id)
                         .bind(token.as_i64())
-                        .bind(sql::lease_millis(lease_until))
-                        .bind(millis(expires_at))
+                        .bind(sql::ceil_millis(lease_until))
+                        .bind(ceil_millis(expires_at))
                         .execute(&self.pool)
                         .await
                         .map_err($err)?;
@@ -286,7 +286,7 @@ macro_rules! sql_store_impls {
                                 .bind(event.meta.family.as_deref())
                                 .bind(event.payload)
                                 .bind(millis(event.now))
-                                .bind(millis(event.expires_at))
+                                .bind(ceil_millis(event.expires_at))
                                 .fetch_optional(&self.pool)
                                 .await
                                 .map_err($err)?
@@ -328,7 +328,7 @@ macro_rules! sql_store_impls {
                         .bind(namespace)
                         .bind(millis(now))
                         .bind(FencingToken::random().as_i64())
-                        .bind(sql::lease_millis(lease_until))
+                        .bind(sql::ceil_millis(lease_until))
                         .bind(sql::limit(limit))
                         .fetch_all(&self.pool)
                         .await
@@ -353,7 +353,7 @@ macro_rules! sql_store_impls {
                         .bind(millis(settle.next_attempt_at))
                         .bind(settle.error)
                         .bind(millis(settle.now))
-                        .bind(millis(settle.expires_at))
+                        .bind(ceil_millis(settle.expires_at))
                         .execute(&self.pool)
                         .await
                         .map_err($err)?;
@@ -378,7 +378,7 @@ macro_rules! sql_store_impls {
                         .bind(key.namespace)
                         .bind(key.id)
                         .bind(token.as_i64())
-                        .bind(sql::lease_millis(lease_until))
+                        .bind(sql::ceil_millis(lease_until))
                         .execute(&self.pool)
                         .await
                         .map_err($err)?;

@@ -72,7 +72,8 @@
 //!     ON "webhook_guard_records_objects" (namespace, status, updated_at);
 //! ```
 //!
-//! Times are milliseconds since the Unix epoch from the caller's clock; the token is
+//! Times are milliseconds since the Unix epoch from the caller's clock (the end of a
+//! lease and an expiry rounded up to the millisecond, never down); the token is
 //! the 64-bit fencing token bit for bit; the fingerprint is the 32-byte SHA-256 of
 //! the body. The claim is one `INSERT … ON CONFLICT (namespace, id) DO UPDATE … WHERE
 //! … RETURNING` statement on the primary key. The `expires_at` index lets a purge

@@ -56,6 +56,9 @@ impl FaultProxy {
                 shared.accepted.fetch_add(1, Ordering::Relaxed);
                 #[allow(deprecated)] // a zero linger never blocks: it resets
                 let _ = inbound.set_linger(Some(Duration::ZERO));
+                // Checked and filed under the lock a cut takes: a connection accepted
+                // while a cut begins is either refused or reset by it, never missed.
+                let mut pipes = shared.pipes.lock().unwrap();
                 if shared.cut.load(Ordering::SeqCst) {
                     shared.killed.fetch_add(1, Ordering::Relaxed);
                     drop(inbound); // RST
@@ -78,7 +81,6 @@ impl FaultProxy {
                         _ = pump(ro, wi, state) => {}
                     }
                 });
-                let mut pipes = shared.pipes.lock().unwrap();
                 pipes.retain(|p| !p.is_finished());
                 pipes.push(pipe.abort_handle());
             }
@@ -103,8 +105,9 @@ impl FaultProxy {
     /// Cuts the store off: resets every open connection and every new one until
     /// [`FaultProxy::restore`].
     pub fn cut(&self) {
+        let mut pipes = self.state.pipes.lock().unwrap();
         self.state.cut.store(true, Ordering::SeqCst);
-        self.reset();
+        self.reset_all(&mut pipes);
     }
 
     /// Ends a cut: new connections reach the server again.
@@ -114,7 +117,10 @@ impl FaultProxy {
 
     /// Resets every open connection once; new connections go through.
     pub fn reset(&self) {
-        let mut pipes = self.state.pipes.lock().unwrap();
+        self.reset_all(&mut self.state.pipes.lock().unwrap());
+    }
+
+    fn reset_all(&self, pipes: &mut Vec<AbortHandle>) {
         for pipe in pipes.drain(..) {
             if !pipe.is_finished() {
                 self.state.killed.fetch_add(1, Ordering::Relaxed);
