@@ -193,10 +193,8 @@ impl FromStr for StoreUrl {
                 }
                 // Each pooled connection would open a database of its own, and
                 // the records would vanish with the connection that held them.
-                if path == ":memory:" || query_param(query, "mode") == Some("memory") {
-                    return Err(OpenError::InvalidUrl(
-                        "sqlite: an in-memory database is not a store; use memory:",
-                    ));
+                if in_memory(path, query) {
+                    return Err(OpenError::InvalidUrl(IN_MEMORY));
                 }
                 (Backend::Sqlite, target.to_owned())
             }
@@ -235,6 +233,49 @@ impl FromStr for StoreUrl {
             create_if_missing: true,
         })
     }
+}
+
+/// Why an in-memory SQLite database is refused.
+const IN_MEMORY: &str = "sqlite: an in-memory database is not a store; use memory:";
+
+/// Whether the SQLite driver would open `path?query` as an in-memory database,
+/// read as the driver reads it: percent-decoded, the last `mode` winning, and the
+/// `memdb` VFS counted too.
+fn in_memory(path: &str, query: &str) -> bool {
+    let mut mode = None;
+    let mut memdb = false;
+    for (key, value) in query.split('&').filter_map(|pair| pair.split_once('=')) {
+        match &*percent_decoded(key) {
+            "mode" => mode = Some(percent_decoded(value)),
+            "vfs" => memdb |= percent_decoded(value).starts_with("memdb"),
+            _ => {}
+        }
+    }
+    percent_decoded(path) == ":memory:" || mode.as_deref() == Some("memory") || memdb
+}
+
+/// `text` with `%XX` escapes decoded and `+` read as a space, as in a URL query.
+fn percent_decoded(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| char::from(b).to_digit(16);
+        match bytes[i] {
+            b'%' if i + 2 < bytes.len() => match (hex(bytes[i + 1]), hex(bytes[i + 2])) {
+                (Some(h), Some(l)) => {
+                    out.push(u8::try_from(h * 16 + l).unwrap_or(b'?'));
+                    i += 3;
+                    continue;
+                }
+                _ => out.push(b'%'),
+            },
+            b'+' => out.push(b' '),
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The value of `key` in a URL query (`a=1&b=2`), as written.
@@ -288,6 +329,11 @@ impl StoreUrl {
     pub async fn open(&self) -> Result<OpenedStore, OpenError> {
         if self.table.is_some() && !self.backend.is_sql() {
             return Err(OpenError::TableUnsupported(self.backend));
+        }
+        // Checked before connecting: a bad name must not leave a new SQLite file behind.
+        #[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
+        if let Some(t) = &self.table {
+            super::sql::TableName::new(t).map_err(|_| OpenError::InvalidTable(t.clone()))?;
         }
         match self.backend {
             Backend::Memory => Ok(OpenedStore {
@@ -619,6 +665,34 @@ mod tests {
             "{err}"
         );
         assert!(!missing.exists());
+
+        // In-memory databases spelled so that only the driver sees it.
+        for hidden in [
+            format!("sqlite:{}?mode=rwc&mode=memory", missing.display()),
+            format!("sqlite:{}?mode=%6Demory", missing.display()),
+            format!("sqlite:{}?vfs=memdb", missing.display()),
+            "sqlite:%3Amemory%3A".to_owned(),
+        ] {
+            let err = open(&hidden).await.unwrap_err();
+            assert!(
+                matches!(&err, OpenError::InvalidUrl(m) if m.contains("in-memory")),
+                "{hidden}: {err}"
+            );
+        }
+        assert!(!missing.exists());
+
+        // A bad table name is refused before the file is created.
+        let err = StoreUrl::parse(&format!("sqlite:{}", missing.display()))
+            .unwrap()
+            .table("no-dashes")
+            .open()
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, OpenError::InvalidTable(t) if t == "no-dashes"),
+            "{err}"
+        );
+        assert!(!missing.exists(), "no file is left behind");
     }
 
     #[tokio::test]

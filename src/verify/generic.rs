@@ -20,7 +20,9 @@ use crate::Headers;
 /// Written as text with placeholders: `{body}` (the raw body, exactly once),
 /// `{timestamp:Header-Name}` (a Unix-seconds header, checked against the tolerance),
 /// `{id:Header-Name}` (a header that is signed and is the event id). Everything else
-/// is literal; write `{{` and `}}` for literal braces.
+/// is literal; write `{{` and `}}` for literal braces. `{id:...}` and `{body}` must
+/// not touch: with no literal between them, bytes moved from one to the other would
+/// keep the signature valid.
 ///
 /// ```
 /// use webhook_guard::verify::Template;
@@ -28,6 +30,7 @@ use crate::Headers;
 /// let t: Template = "{id:X-Id}.{timestamp:X-Timestamp}.{body}".parse().unwrap();
 /// assert!("v0:{timestamp:X-Ts}:{body}".parse::<Template>().is_ok());
 /// assert!("{timestamp:X-Ts}".parse::<Template>().is_err()); // no {body}
+/// assert!("{id:X-Id}{body}".parse::<Template>().is_err()); // ambiguous
 /// # let _ = t;
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,6 +62,11 @@ pub enum TemplateError {
     /// A `{` without its `}`, or a lone `}`.
     #[error("unbalanced brace; write `{{{{` or `}}}}` for a literal one")]
     Unbalanced,
+    /// `{id:...}` and `{body}` side by side, with no literal between them: bytes
+    /// moved from one to the other would keep the signature valid (a captured
+    /// delivery replayed under another id, with another body).
+    #[error("`{{id:...}}` and `{{body}}` must be separated by a literal, such as `.`")]
+    Ambiguous,
 }
 
 impl Template {
@@ -120,6 +128,12 @@ impl Template {
         }
         if id > 1 {
             return Err(TemplateError::Repeated("id"));
+        }
+        let adjacent = parts
+            .windows(2)
+            .any(|pair| matches!(pair, [Part::Id(_), Part::Body] | [Part::Body, Part::Id(_)]));
+        if adjacent {
+            return Err(TemplateError::Ambiguous);
         }
         Ok(Self { parts })
     }
@@ -434,6 +448,15 @@ mod tests {
         }
         assert_eq!(Template::parse("{timestamp:T}"), Err(TemplateError::Body));
         assert_eq!(Template::parse("{body}{body}"), Err(TemplateError::Body));
+        for ambiguous in ["{id:X-Id}{body}", "{body}{id:X-Id}", "v1:{id:X-Id}{body}"] {
+            assert_eq!(
+                Template::parse(ambiguous),
+                Err(TemplateError::Ambiguous),
+                "{ambiguous}"
+            );
+        }
+        assert!(Template::parse("{id:X-Id}.{body}").is_ok());
+        assert!(Template::parse("{timestamp:X-Ts}{body}").is_ok());
         assert_eq!(
             Template::parse("{id:A}{id:B}{body}"),
             Err(TemplateError::Repeated("id"))

@@ -1,7 +1,9 @@
 use std::fmt;
 
-/// Secret key material. Its `Debug` output never shows the key.
-#[derive(Clone, PartialEq, Eq)]
+/// Secret key material. Its `Debug` output never shows the key, and it has no
+/// `PartialEq`: an `==` on key bytes would take time that tells how many leading
+/// bytes matched.
+#[derive(Clone)]
 pub struct Secret(Box<[u8]>);
 
 impl Secret {
