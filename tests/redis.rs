@@ -1205,6 +1205,22 @@ async fn batched_claims_and_finishes_each_get_their_own_answer() {
         .query_async(&mut conn)
         .await
         .unwrap();
+    // Another has the record's shape but not its numbers (written by something else).
+    let odd_key = record_keys(&url, &prefix)
+        .await
+        .into_iter()
+        .find(|k| k.ends_with("\0evt_9"))
+        .expect("the record of evt_9");
+    let _: () = redis::cmd("SET")
+        .arg(&odd_key)
+        .arg(format!(
+            "in_progress|{}|{}|1|soon|0|0|later|0|",
+            winners["evt_9"].0,
+            Fingerprint::of(b"evt_9").to_hex()
+        ))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
 
     // All finishes at once, evt_3's with a stale token.
     let done = Finish {
@@ -1226,7 +1242,7 @@ async fn batched_claims_and_finishes_each_get_their_own_answer() {
     for (id, fence) in ids.iter().zip(finishes) {
         match *id {
             "evt_3" => assert_eq!(fence.unwrap(), Fence::LeaseLost),
-            "evt_7" => assert!(fence.is_err(), "a corrupt record is an error"),
+            "evt_7" | "evt_9" => assert!(fence.is_err(), "a corrupt record is an error"),
             _ => assert_eq!(fence.unwrap(), Fence::Applied, "{id}"),
         }
     }
@@ -1234,10 +1250,16 @@ async fn batched_claims_and_finishes_each_get_their_own_answer() {
         let rec = store.get(Key::new("test", id)).await;
         match *id {
             "evt_3" => assert_eq!(rec.unwrap().unwrap().state, RecordState::InProgress),
-            "evt_7" => assert!(rec.is_err()),
+            "evt_7" | "evt_9" => assert!(rec.is_err()),
             _ => assert_eq!(rec.unwrap().unwrap().state, RecordState::Completed),
         }
     }
+    // Scans walk past both, and the purge removes them with the rest.
+    let later = now + TimeDelta::hours(2);
+    assert!(store.stuck(later, 1_000).await.is_ok());
+    let purged = store.purge_expired(later, 10_000).await.unwrap();
+    assert_eq!(purged, ids.len() as u64);
+    assert!(store.stuck(later, 1_000).await.unwrap().is_empty());
 }
 
 /// A claim of `id` in namespace `test` at `now`: a 30 s lease, an hour's retention,

@@ -886,10 +886,15 @@ struct Scripts {
 }
 
 /// Shared by every script: `parse` splits a stored record (see [`record`]) into its
-/// ten fields; `ttl` is the time left until `due`, at least 1 ms.
+/// ten fields, or answers nothing for one that does not parse, numbers included (a
+/// record this crate did not write must not raise a script error: that would fail
+/// every other record of a batch or a scan); `ttl` is the time left until `due`, at
+/// least 1 ms.
 const PRELUDE: &str = r"
 local function parse(v)
-  return string.match(v, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$')
+  local s, t, f, a, l, c, x, e, u, h = string.match(v, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$')
+  if not (s and tonumber(a) and tonumber(l) and tonumber(c) and tonumber(x) and tonumber(e) and tonumber(u)) then return end
+  return s, t, f, a, l, c, x, e, u, h
 end
 local function ttl(due, now)
   return string.format('%d', math.max(due - now, 1))
@@ -917,7 +922,12 @@ for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[2], 'LIMIT'
   if not v then
     redis.call('ZREM', KEYS[1], m)
   elseif string.sub(v, 1, 12) ~= 'in_progress|' then
-    redis.call('ZADD', KEYS[1], string.match(v, '^[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|([^|]*)|'), m)
+    local e = string.match(v, '^[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|([^|]*)|')
+    if e and tonumber(e) then
+      redis.call('ZADD', KEYS[1], e, m)
+    else
+      redis.call('ZREM', KEYS[1], m) -- not ours to read: its key's TTL ends it
+    end
   end
 end
 return 0
@@ -975,7 +985,7 @@ for i = 1, #KEYS / 2 do
     out[i] = 0
   else
     local fa, l, c = string.match(v, '^([^|]*|[^|]*|)([^|]*)|([^|]*)|', #fence + 1)
-    if not c then
+    if not c or not tonumber(l) then
       out[i] = -1
     else
       redis.call('SET', KEYS[k], ARGV[a + 2] .. fa .. l .. '|' .. c .. '|' .. ARGV[a + 3], 'PX', ARGV[a + 4])
