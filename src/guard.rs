@@ -873,12 +873,23 @@ impl<'a> Claimed<'a> {
                 .await;
             }
             Ok(Fence::Applied) => {
-                let (guard, attempts, started) =
-                    (state.guard.clone(), state.record.attempts, state.started);
-                // The handler's `Event` is gone by now: the id moves out, uncopied.
-                let id = match Arc::try_unwrap(state) {
-                    Ok(state) => state.id,
-                    Err(state) => state.id.clone(),
+                // The handler's `Event` is gone by now: the id and the guard move out,
+                // uncopied (a clone of the guard would write its reference count, a
+                // cache line every thread of the host shares).
+                let (guard, id, attempts, started) = match Arc::try_unwrap(state) {
+                    Ok(ClaimState {
+                        guard,
+                        id,
+                        record,
+                        started,
+                        ..
+                    }) => (guard, id, record.attempts, started),
+                    Err(state) => (
+                        state.guard.clone(),
+                        state.id.clone(),
+                        state.record.attempts,
+                        state.started,
+                    ),
                 };
                 let outcome = Outcome::Processed { id };
                 guard.report(&outcome, Some(attempts), started, Some(handler_elapsed));
