@@ -30,11 +30,14 @@ impl Headers for http::HeaderMap {
     }
 }
 
+/// Values are trimmed of surrounding whitespace, as an HTTP server does before a
+/// `HeaderMap` sees them, so that a verifier reads `" sha256=..."` from pairs as it
+/// would from a `HeaderMap`.
 impl<K: AsRef<str>, V: AsRef<[u8]>> Headers for [(K, V)] {
     fn get_bytes(&self, name: &str) -> Option<&[u8]> {
         self.iter()
             .find(|(k, _)| k.as_ref().eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_ref())
+            .map(|(_, v)| v.as_ref().trim_ascii())
     }
 }
 
@@ -75,5 +78,7 @@ mod tests {
         let bytes: [(&str, &[u8]); 1] = [("bin", b"\xff")];
         assert_eq!(bytes.get_bytes("BIN"), Some(&b"\xff"[..]));
         assert_eq!(bytes.get_str("bin"), None);
+        let padded = [("X-Sig", " \tsha256=ab \t")];
+        assert_eq!(padded.get_str("x-sig"), Some("sha256=ab"));
     }
 }

@@ -191,12 +191,12 @@ impl Verifier for HmacSha256Header {
         if !matched {
             return Err(VerifyError::NoMatch);
         }
+        // Read as the presets read theirs: trimmed, and absent when empty.
         let event_id = self
             .id_header
             .as_deref()
-            .and_then(|name| headers.get_str(name))
-            .filter(|id| !id.is_empty())
-            .map(str::to_owned);
+            .and_then(|name| headers.get_bytes(name))
+            .and_then(super::common::id_value);
         Ok(Verified {
             event_id,
             signed_at: None,
@@ -226,6 +226,22 @@ mod tests {
             v.verify(&headers, b"Hello, World?", now()),
             Err(VerifyError::NoMatch)
         );
+    }
+
+    #[test]
+    fn the_id_header_is_read_trimmed_and_empty_is_none() {
+        let v = HmacSha256Header::new("sig", ["k"])
+            .unwrap()
+            .event_id_header("x-id");
+        let sig = v.sign(b"body");
+        let mut headers = http::HeaderMap::new();
+        headers.insert("sig", sig.parse().unwrap());
+        headers.insert("x-id", " evt_1 ".parse().unwrap());
+        let verified = v.verify(&headers, b"body", now()).unwrap();
+        assert_eq!(verified.event_id.as_deref(), Some("evt_1"));
+        headers.insert("x-id", "  ".parse().unwrap());
+        let verified = v.verify(&headers, b"body", now()).unwrap();
+        assert_eq!(verified.event_id, None);
     }
 
     #[test]
