@@ -28,14 +28,12 @@ fn body(id: &str, ty: &str, object: &str, created: i64) -> Vec<u8> {
     format!(r#"{{"id":"{id}","type":"{ty}","object":"{object}","created":{created}}}"#).into_bytes()
 }
 
-/// `accept` stores events on the real server, the worker applies them, and a late
-/// older event is skipped: the object ends in the newest state.
-pub async fn guard_and_worker_end_to_end<S>(store: S)
+/// A guard in inbox mode on `store` (records, inbox and ordering) under
+/// `namespace`, reading ids and metadata from JSON bodies, on a manual clock.
+fn inbox_guard<S>(store: &S, namespace: &str) -> (WebhookGuard, ManualClock)
 where
     S: ProcessedStore + InboxStore + OrderingStore + Clone,
 {
-    text_with_nul_is_stored(store.clone()).await;
-    let namespace = format!("e2e_{:016x}", FencingToken::random().0);
     let clock = ManualClock::new(now_ms());
     let guard = WebhookGuard::builder()
         .store(store.clone())
@@ -44,10 +42,22 @@ where
         .verifier(NoVerification)
         .event_id(EventId::json_field(["id"]))
         .event_meta(MetaExtractor::json(&["type"], &["created"], &["object"]))
-        .namespace(namespace.clone())
+        .namespace(namespace)
         .clock(clock.clone())
         .build()
         .unwrap();
+    (guard, clock)
+}
+
+/// `accept` stores events on the real server, the worker applies them, and a late
+/// older event is skipped: the object ends in the newest state.
+pub async fn guard_and_worker_end_to_end<S>(store: S)
+where
+    S: ProcessedStore + InboxStore + OrderingStore + Clone,
+{
+    text_with_nul_is_stored(store.clone()).await;
+    let namespace = format!("e2e_{:016x}", FencingToken::random().0);
+    let (guard, _clock) = inbox_guard(&store, &namespace);
     let state: Arc<Mutex<HashMap<String, String>>> = Arc::default();
     let runs = Arc::new(AtomicUsize::new(0));
     let worker = {
@@ -254,18 +264,7 @@ where
     S: ProcessedStore + InboxStore + OrderingStore + Clone,
 {
     let namespace = format!("nul_{:016x}", FencingToken::random().0);
-    let clock = ManualClock::new(now_ms());
-    let guard = WebhookGuard::builder()
-        .store(store.clone())
-        .inbox(Arc::new(store.clone()))
-        .ordering(Arc::new(store.clone()))
-        .verifier(NoVerification)
-        .event_id(EventId::json_field(["id"]))
-        .event_meta(MetaExtractor::json(&["type"], &["created"], &["object"]))
-        .namespace(namespace.clone())
-        .clock(clock.clone())
-        .build()
-        .unwrap();
+    let (guard, clock) = inbox_guard(&store, &namespace);
     let seen: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
     let worker = {
         let seen = seen.clone();
