@@ -6,6 +6,7 @@ use std::fmt;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::{pin, Pin};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -458,6 +459,7 @@ impl WebhookGuardBuilder {
                 meta: self
                     .meta
                     .unwrap_or_else(|| verifier_meta.unwrap_or_default()),
+                lost_searches: Arc::default(),
             }),
         })
     }
@@ -498,7 +500,15 @@ struct Inner {
     ordering: Option<Arc<dyn OrderingStore>>,
     reconciler: Option<Arc<dyn Reconciler>>,
     meta: MetaExtractor,
+    /// Background searches for claims the store did not answer, running now (at
+    /// most [`MAX_LOST_SEARCHES`]).
+    lost_searches: Arc<AtomicUsize>,
 }
+
+/// How many claims the store did not answer are looked for at once, per guard:
+/// during an outage every delivery fails so, and most of those claims never reached
+/// the store; the searches must not pile up against it when it comes back.
+const MAX_LOST_SEARCHES: usize = 64;
 
 impl fmt::Debug for Inner {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -965,19 +975,35 @@ impl<'g> ReleaseOnDrop<'g> {
     /// The store could not be reached: the claim may still have been applied (a
     /// timeout after the request was sent, a batch answered late), with a token no
     /// delivery holds. Released in the background, as for a dropped delivery.
+    /// At most [`MAX_LOST_SEARCHES`] at once; past that, such a claim (if it was
+    /// applied at all) holds its lease to the end.
     fn lost(mut self) {
         self.armed = false;
-        tracing::debug!(id = %self.id, "claim not answered; releasing it in the background in case it was applied");
-        self.release(Search::Lost);
+        let searches = &self.guard.inner.lost_searches;
+        let taken = searches.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+            (n < MAX_LOST_SEARCHES).then_some(n + 1)
+        });
+        if taken.is_err() {
+            tracing::debug!(id = %self.id, "claim not answered; too many searches already, not looked for");
+            return;
+        }
+        let slot = LostSearch(searches.clone());
+        if !self.release(Search::Lost { _slot: slot }) {
+            return;
+        }
+        tracing::debug!(id = %self.id, "claim not answered; looking for it in the background in case it was applied");
     }
 
+    /// Spawns the release; whether it was (with the `tokio` feature and a runtime).
     #[cfg_attr(not(feature = "tokio"), allow(unused_variables))]
-    fn release(&self, search: Search) {
+    fn release(&self, search: Search) -> bool {
         #[cfg(feature = "tokio")]
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             let (guard, id, token) = (self.guard.clone(), self.id.to_owned(), self.token);
             rt.spawn(async move { guard.release_unrun(&id, token, search).await });
+            return true;
         }
+        false
     }
 }
 
@@ -992,12 +1018,26 @@ impl Drop for ReleaseOnDrop<'_> {
 }
 
 /// Why a claim is released in the background: how long to look for it.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 enum Search {
     /// Its delivery was dropped: looked for at once, then up to the end of its lease.
     Dropped,
-    /// The store did not answer it: looked for from a second on, for up to 30 s.
-    Lost,
+    /// The store did not answer it: looked for from a second on, for up to 30 s,
+    /// holding one of the guard's [`MAX_LOST_SEARCHES`] slots.
+    Lost {
+        /// Given back when the search ends.
+        _slot: LostSearch,
+    },
+}
+
+/// One of the guard's slots for searches of unanswered claims, given back on drop.
+#[derive(Debug)]
+struct LostSearch(Arc<AtomicUsize>);
+
+impl Drop for LostSearch {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// A handler's failure, as the guard records it.
@@ -2072,11 +2112,11 @@ impl WebhookGuard {
     async fn release_unrun(&self, id: &str, token: FencingToken, search: Search) {
         let inner = &self.inner;
         let key = Key::new(&inner.namespace, id);
-        let (mut wait, within) = match search {
+        let (mut wait, within) = match &search {
             Search::Dropped => (Duration::ZERO, inner.lease),
             // The store just failed: first look a second later, and over a shorter
             // span, so that an outage's failed claims do not hammer it.
-            Search::Lost => (
+            Search::Lost { .. } => (
                 Duration::from_secs(1),
                 inner.lease.min(Duration::from_secs(30)),
             ),
@@ -2114,8 +2154,16 @@ impl WebhookGuard {
             };
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             if left.is_zero() {
-                if let Some(e) = failed {
-                    tracing::warn!(%id, error = %e, "could not release a claim; its lease will run out");
+                // A dropped delivery's claim was sent; an unanswered one most often
+                // never reached the store (an outage), which is no news.
+                match (failed, &search) {
+                    (Some(e), Search::Dropped) => {
+                        tracing::warn!(%id, error = %e, "could not release a claim; its lease will run out")
+                    }
+                    (Some(e), Search::Lost { .. }) => {
+                        tracing::debug!(%id, error = %e, "could not look for an unanswered claim")
+                    }
+                    (None, _) => {}
                 }
                 return;
             }

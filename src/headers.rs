@@ -12,7 +12,8 @@
 /// assert_eq!(pairs.get_str("webhook-id"), Some("msg_1"));
 /// ```
 pub trait Headers {
-    /// The first value of the header `name` (ASCII case-insensitive), as raw bytes.
+    /// The first value of the header `name` (ASCII case-insensitive), as bytes
+    /// (from `(name, value)` pairs, trimmed of surrounding whitespace).
     fn get_bytes(&self, name: &str) -> Option<&[u8]>;
 
     /// The first value of the header `name`, if it is valid UTF-8.

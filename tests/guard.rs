@@ -961,6 +961,26 @@ async fn a_claim_whose_answer_was_lost_is_released_when_it_lands() {
     ));
 }
 
+/// During an outage every claim goes unanswered, and most never reached the store:
+/// the searches for them are capped (64 per guard), not one per failed delivery.
+#[tokio::test(start_paused = true)]
+async fn searches_for_unanswered_claims_are_capped() {
+    let store = Arc::new(Flaky::default());
+    let guard = flaky_guard(&store);
+    let tasks = tokio::runtime::Handle::current().metrics();
+    store.down.store(true, Ordering::SeqCst);
+    for i in 0..100 {
+        let outcome = ok_run(&guard, &format!("evt_down_{i}"), b"{}").await;
+        assert!(matches!(outcome, Outcome::StoreUnavailable { .. }));
+    }
+    assert_eq!(tasks.num_alive_tasks(), 64, "one search per slot");
+    // They end within 30 s, giving their slots back.
+    tokio::time::sleep(Duration::from_secs(31)).await;
+    assert_eq!(tasks.num_alive_tasks(), 0);
+    ok_run(&guard, "evt_down_again", b"{}").await;
+    assert_eq!(tasks.num_alive_tasks(), 1, "a slot is free again");
+}
+
 /// The release looks for a late claim up to the end of its lease (5 minutes by
 /// default), not only early on; and with no claim to release, it ends. Tokio's
 /// clock is paused, so the minutes pass at once.

@@ -1221,6 +1221,22 @@ async fn batched_claims_and_finishes_each_get_their_own_answer() {
         .query_async(&mut conn)
         .await
         .unwrap();
+    // And one whose numbers Lua's `tonumber` reads but a sorted set refuses.
+    let spaced_key = record_keys(&url, &prefix)
+        .await
+        .into_iter()
+        .find(|k| k.ends_with("\0evt_11"))
+        .expect("the record of evt_11");
+    let _: () = redis::cmd("SET")
+        .arg(&spaced_key)
+        .arg(format!(
+            "in_progress|{}|{}|1| 5|0|0| 9|0|",
+            winners["evt_11"].0,
+            Fingerprint::of(b"evt_11").to_hex()
+        ))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
 
     // All finishes at once, evt_3's with a stale token.
     let done = Finish {
@@ -1242,7 +1258,9 @@ async fn batched_claims_and_finishes_each_get_their_own_answer() {
     for (id, fence) in ids.iter().zip(finishes) {
         match *id {
             "evt_3" => assert_eq!(fence.unwrap(), Fence::LeaseLost),
-            "evt_7" | "evt_9" => assert!(fence.is_err(), "a corrupt record is an error"),
+            "evt_7" | "evt_9" | "evt_11" => {
+                assert!(fence.is_err(), "a corrupt record is an error")
+            }
             _ => assert_eq!(fence.unwrap(), Fence::Applied, "{id}"),
         }
     }
@@ -1250,7 +1268,7 @@ async fn batched_claims_and_finishes_each_get_their_own_answer() {
         let rec = store.get(Key::new("test", id)).await;
         match *id {
             "evt_3" => assert_eq!(rec.unwrap().unwrap().state, RecordState::InProgress),
-            "evt_7" | "evt_9" => assert!(rec.is_err()),
+            "evt_7" | "evt_9" | "evt_11" => assert!(rec.is_err()),
             _ => assert_eq!(rec.unwrap().unwrap().state, RecordState::Completed),
         }
     }

@@ -204,3 +204,45 @@ async fn a_panicking_inner_service_is_a_retryable_failure() {
     assert_eq!(retry.status, 500);
     assert_eq!(runs.load(Ordering::SeqCst), 2, "retried");
 }
+
+/// A service that panics in `call` itself, before its future exists.
+#[derive(Clone)]
+struct PanicsInCall;
+
+impl tower_service::Service<axum::extract::Request> for PanicsInCall {
+    type Response = axum::response::Response;
+    type Error = std::convert::Infallible;
+    type Future = std::future::Ready<Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: axum::extract::Request) -> Self::Future {
+        panic!("broke before answering")
+    }
+}
+
+/// A panic in the inner service's `call` is caught too: 500, a retryable failure.
+/// The layer wraps the service directly (axum's router would defer `call` into a
+/// future of its own).
+#[tokio::test]
+async fn a_service_panicking_in_call_is_a_retryable_failure() {
+    use tower_layer::Layer as _;
+    use tower_service::Service as _;
+    let guard = guard(MemoryStore::new());
+    let mut service = WebhookGuardLayer::new(guard.clone()).layer(PanicsInCall);
+    let body = body("evt_sync");
+    let request = axum::http::Request::post("/webhooks")
+        .header(SIGNATURE_HEADER, sign(&body))
+        .body(axum::body::Body::from(body))
+        .unwrap();
+    let response = service.call(request).await.unwrap();
+    assert_eq!(response.status(), 500);
+    let record = guard.inspect("evt_sync").await.unwrap().unwrap();
+    assert_eq!(record.state, webhook_guard::RecordState::Failed);
+    assert!(record.history[0].error.contains("broke before answering"));
+}

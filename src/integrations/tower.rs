@@ -168,7 +168,9 @@ where
     request.extensions_mut().insert(event);
     // A panicking inner service fails the delivery as a panicking handler does in
     // `axum::guarded`: a retryable failure, answered 500, not a dropped connection.
-    let response = match crate::guard::catch_unwind(inner.call(request)).await {
+    // `call` itself inside the catch: a service may panic before its future exists.
+    let response = match crate::guard::catch_unwind(async move { inner.call(request).await }).await
+    {
         Ok(Ok(response)) => response,
         Err(panic) => {
             let msg = crate::guard::panic_message(&*panic);

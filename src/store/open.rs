@@ -242,16 +242,20 @@ const IN_MEMORY: &str = "sqlite: an in-memory database is not a store; use memor
 /// read as the driver reads it: percent-decoded, the last `mode` winning, and the
 /// `memdb` VFS counted too.
 fn in_memory(path: &str, query: &str) -> bool {
-    let mut mode = None;
-    let mut memdb = false;
-    for (key, value) in query.split('&').filter_map(|pair| pair.split_once('=')) {
-        match &*percent_decoded(key) {
-            "mode" => mode = Some(percent_decoded(value)),
-            "vfs" => memdb |= percent_decoded(value).starts_with("memdb"),
-            _ => {}
-        }
-    }
-    percent_decoded(path) == ":memory:" || mode.as_deref() == Some("memory") || memdb
+    percent_decoded(path) == ":memory:"
+        || query_param(query, "mode").as_deref() == Some("memory")
+        || query_param(query, "vfs").is_some_and(|vfs| vfs.starts_with("memdb"))
+}
+
+/// The value of `key` in a URL query (`a=1&b=2`) as the SQLite driver reads it:
+/// percent-decoded, the last one winning.
+fn query_param(query: &str, key: &str) -> Option<String> {
+    query
+        .split('&')
+        .filter_map(|pair| pair.split_once('='))
+        .rev()
+        .find(|(k, _)| percent_decoded(k) == key)
+        .map(|(_, v)| percent_decoded(v))
 }
 
 /// `text` with `%XX` escapes decoded and `+` read as a space, as in a URL query.
@@ -276,14 +280,6 @@ fn percent_decoded(text: &str) -> String {
         i += 1;
     }
     String::from_utf8_lossy(&out).into_owned()
-}
-
-/// The value of `key` in a URL query (`a=1&b=2`), as written.
-fn query_param<'q>(query: &'q str, key: &str) -> Option<&'q str> {
-    query
-        .split('&')
-        .filter_map(|pair| pair.split_once('='))
-        .find_map(|(k, v)| (k == key).then_some(v))
 }
 
 impl StoreUrl {
@@ -679,6 +675,12 @@ mod tests {
                 "{hidden}: {err}"
             );
         }
+        assert!(!missing.exists());
+
+        // A mode the driver decodes is the user's: read-only creates nothing.
+        assert!(open(&format!("sqlite:{}?%6Dode=ro", missing.display()))
+            .await
+            .is_err());
         assert!(!missing.exists());
 
         // A bad table name is refused before the file is created.

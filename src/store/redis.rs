@@ -891,9 +891,12 @@ struct Scripts {
 /// every other record of a batch or a scan); `ttl` is the time left until `due`, at
 /// least 1 ms.
 const PRELUDE: &str = r"
+local function int(x)
+  return string.find(x, '^%-?%d+$') ~= nil
+end
 local function parse(v)
   local s, t, f, a, l, c, x, e, u, h = string.match(v, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$')
-  if not (s and tonumber(a) and tonumber(l) and tonumber(c) and tonumber(x) and tonumber(e) and tonumber(u)) then return end
+  if not (s and int(a) and int(l) and int(c) and int(x) and int(e) and int(u)) then return end
   return s, t, f, a, l, c, x, e, u, h
 end
 local function ttl(due, now)
@@ -923,11 +926,8 @@ for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[2], 'LIMIT'
     redis.call('ZREM', KEYS[1], m)
   elseif string.sub(v, 1, 12) ~= 'in_progress|' then
     local e = string.match(v, '^[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|([^|]*)|')
-    if e and tonumber(e) then
-      redis.call('ZADD', KEYS[1], e, m)
-    else
-      redis.call('ZREM', KEYS[1], m) -- not ours to read: its key's TTL ends it
-    end
+    -- One that does not read stays where it is, for the purge to remove.
+    if e and string.find(e, '^%-?%d+$') then redis.call('ZADD', KEYS[1], e, m) end
   end
 end
 return 0
@@ -985,7 +985,7 @@ for i = 1, #KEYS / 2 do
     out[i] = 0
   else
     local fa, l, c = string.match(v, '^([^|]*|[^|]*|)([^|]*)|([^|]*)|', #fence + 1)
-    if not c or not tonumber(l) then
+    if not c or not string.find(l, '^%-?%d+$') then
       out[i] = -1
     else
       redis.call('SET', KEYS[k], ARGV[a + 2] .. fa .. l .. '|' .. c .. '|' .. ARGV[a + 3], 'PX', ARGV[a + 4])

@@ -20,9 +20,9 @@ use crate::Headers;
 /// Written as text with placeholders: `{body}` (the raw body, exactly once),
 /// `{timestamp:Header-Name}` (a Unix-seconds header, checked against the tolerance),
 /// `{id:Header-Name}` (a header that is signed and is the event id). Everything else
-/// is literal; write `{{` and `}}` for literal braces. `{id:...}` and `{body}` must
-/// not touch: with no literal between them, bytes moved from one to the other would
-/// keep the signature valid.
+/// is literal; write `{{` and `}}` for literal braces. Placeholders must not touch
+/// (only `{timestamp:...}{body}` may): with no literal between them, bytes moved
+/// from one to the other would keep the signature valid.
 ///
 /// ```
 /// use webhook_guard::verify::Template;
@@ -62,10 +62,14 @@ pub enum TemplateError {
     /// A `{` without its `}`, or a lone `}`.
     #[error("unbalanced brace; write `{{{{` or `}}}}` for a literal one")]
     Unbalanced,
-    /// `{id:...}` and `{body}` side by side, with no literal between them: bytes
-    /// moved from one to the other would keep the signature valid (a captured
-    /// delivery replayed under another id, with another body).
-    #[error("`{{id:...}}` and `{{body}}` must be separated by a literal, such as `.`")]
+    /// Two placeholders side by side, with no literal between them (only
+    /// `{timestamp:...}{body}` may touch): bytes moved from one to the other would
+    /// keep the signature valid, a captured delivery replayed under another id or
+    /// with another body.
+    #[error(
+        "placeholders must be separated by a literal, such as `.` \
+         (only `{{timestamp:...}}{{body}}` may touch)"
+    )]
     Ambiguous,
 }
 
@@ -129,9 +133,14 @@ impl Template {
         if id > 1 {
             return Err(TemplateError::Repeated("id"));
         }
-        let adjacent = parts
-            .windows(2)
-            .any(|pair| matches!(pair, [Part::Id(_), Part::Body] | [Part::Body, Part::Id(_)]));
+        // A timestamp is digits and must fall in the tolerance, so bytes moved
+        // between its end and the body's start change it far out of it; every other
+        // pair can trade bytes (an id any text, a leading zero of a timestamp).
+        let adjacent = parts.windows(2).any(|pair| match pair {
+            [Part::Timestamp(_), Part::Body] => false,
+            [a, b] => !matches!(a, Part::Literal(_)) && !matches!(b, Part::Literal(_)),
+            _ => false,
+        });
         if adjacent {
             return Err(TemplateError::Ambiguous);
         }
@@ -448,7 +457,14 @@ mod tests {
         }
         assert_eq!(Template::parse("{timestamp:T}"), Err(TemplateError::Body));
         assert_eq!(Template::parse("{body}{body}"), Err(TemplateError::Body));
-        for ambiguous in ["{id:X-Id}{body}", "{body}{id:X-Id}", "v1:{id:X-Id}{body}"] {
+        for ambiguous in [
+            "{id:X-Id}{body}",
+            "{body}{id:X-Id}",
+            "v1:{id:X-Id}{body}",
+            "{id:X-Id}{timestamp:X-Ts}.{body}",
+            "{timestamp:X-Ts}{id:X-Id}.{body}",
+            "{body}{timestamp:X-Ts}",
+        ] {
             assert_eq!(
                 Template::parse(ambiguous),
                 Err(TemplateError::Ambiguous),

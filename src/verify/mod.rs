@@ -365,7 +365,7 @@ mod tests {
                 tolerance_secs: 300
             })
         );
-        // A tolerance below a second is kept, not dropped.
+        // A fraction of a second in the tolerance is kept, not dropped.
         let tol = Duration::from_millis(1_500);
         assert!(check_tolerance(signed, now(ms(1_500)), tol).is_ok());
         assert!(check_tolerance(signed, now(ms(1_501)), tol).is_err());
