@@ -1854,7 +1854,7 @@ impl WebhookGuard {
         let status = self.inner.status[kind.index()].unwrap_or(default);
         let retry_after = match outcome {
             Outcome::InProgress { retry_after, .. } if !status.is_success() => {
-                Some(retry_after.as_secs().max(1))
+                Some(crate::retry_after_secs(*retry_after))
             }
             Outcome::StoreUnavailable { .. } if !status.is_success() => Some(5),
             _ => None,
@@ -2090,7 +2090,16 @@ impl WebhookGuard {
                     }
                 }
                 Err(e) => {
-                    tracing::warn!(object = %object.object, error = %e, "reconciliation failed")
+                    tracing::warn!(object = %object.object, error = %e, "reconciliation failed");
+                    // To the back of the queue (its `updated_at` now): an object the
+                    // reconciler keeps failing must not hold up the others.
+                    let now = inner.clock.now();
+                    if let Err(e) = ordering
+                        .mark_object(object.key(), object.newest, ObjectStatus::Failed, now)
+                        .await
+                    {
+                        tracing::debug!(object = %object.object, error = %e, "could not requeue a failed object");
+                    }
                 }
             }
         }

@@ -112,8 +112,11 @@ pub trait Hooks: fmt::Debug + Send + Sync + 'static {
         let _ = report;
     }
 
-    /// A delivery ended with an outcome: called once for every delivery, whatever
-    /// the outcome, after the more specific hooks above. The place for metrics.
+    /// A delivery ended with an outcome: called once for every delivery that
+    /// reached the guard, whatever the outcome, after the more specific hooks
+    /// above. The place for metrics. Not called for a request whose body could not
+    /// be read (the integrations answer it before the guard sees it), nor for a
+    /// delivery dropped before its claim was answered.
     fn on_outcome(&self, report: &DeliveryReport<'_>) {
         let _ = report;
     }

@@ -193,6 +193,12 @@ pub(crate) fn without_nul(text: &str) -> std::borrow::Cow<'_, str> {
     }
 }
 
+/// A `Retry-After` in whole seconds: rounded up, so that a sender that obeys it
+/// comes back after the lease it waits for has ended, and at least 1.
+pub(crate) fn retry_after_secs(wait: std::time::Duration) -> u64 {
+    (wait.as_secs() + u64::from(wait.subsec_nanos() > 0)).max(1)
+}
+
 /// The longest lease, retention or interval the crate takes: longer ones would
 /// reach past what chrono can represent when added to a time.
 pub(crate) const CENTURY: std::time::Duration = std::time::Duration::from_secs(100 * 365 * 86_400);
@@ -200,3 +206,18 @@ pub(crate) const CENTURY: std::time::Duration = std::time::Duration::from_secs(1
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    #[test]
+    fn retry_after_is_rounded_up_to_whole_seconds() {
+        let secs = |ms| super::retry_after_secs(Duration::from_millis(ms));
+        assert_eq!(secs(0), 1);
+        assert_eq!(secs(1), 1);
+        assert_eq!(secs(1_500), 2);
+        assert_eq!(secs(40_000), 40);
+        assert_eq!(secs(299_600), 300);
+    }
+}

@@ -204,7 +204,7 @@ pub(crate) fn object_key<'a>(
 ///   `false`.
 /// - **get_object**: the record or `None`.
 /// - **failed_objects**: up to `limit` records of `namespace` with status `Failed` and
-///   `updated_at <= before`.
+///   `updated_at <= before`, the oldest `updated_at` first.
 #[async_trait]
 pub trait OrderingStore: fmt::Debug + Send + Sync + 'static {
     /// Records `created_at` for `key` if it is the newest seen.

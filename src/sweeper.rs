@@ -52,10 +52,10 @@ impl Sweeper {
         }
     }
 
-    /// Time between passes (at least 1 ms).
+    /// Time between passes (at least 1 ms, at most a century).
     #[must_use]
     pub fn interval(mut self, interval: Duration) -> Self {
-        self.interval = interval.max(Duration::from_millis(1));
+        self.interval = interval.clamp(Duration::from_millis(1), crate::CENTURY);
         self
     }
 
@@ -204,5 +204,31 @@ impl crate::WebhookGuard {
             self.clock().clone(),
             self.hooks().clone(),
         )
+    }
+}
+
+#[cfg(all(test, feature = "tokio"))]
+mod tests {
+    use super::*;
+
+    /// An interval past a century is a century, as every interval the crate takes
+    /// (the crate's docs say so); and a sweeper spawned with `Duration::MAX` runs.
+    #[tokio::test(start_paused = true)]
+    async fn the_longest_interval_is_a_century_and_the_sweeper_lives() {
+        let guard = crate::WebhookGuard::builder()
+            .store(crate::MemoryStore::new())
+            .verifier(crate::verify::NoVerification)
+            .event_id(crate::EventId::header("x-id"))
+            .build()
+            .unwrap();
+        let sweeper = guard.sweeper().interval(Duration::MAX);
+        assert_eq!(sweeper.interval, crate::CENTURY);
+        let handle = sweeper.spawn();
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        assert!(!handle.task.is_finished(), "the sweeper still runs");
+        handle.shutdown().await;
     }
 }

@@ -959,3 +959,356 @@ async fn the_second_of_two_events_created_at_the_same_time_is_reconciled() {
     reconciled(&s.api, "in_1", ReconcileReason::Overtaken).await;
     assert_eq!(s.api.calls.lock().unwrap().len(), 1);
 }
+
+/// A reconciler that fails, for good, for the first object it is asked about.
+#[derive(Debug, Default)]
+struct FailsFirst {
+    first: Mutex<Option<String>>,
+    done: Mutex<Vec<String>>,
+}
+
+#[async_trait]
+impl Reconciler for FailsFirst {
+    async fn reconcile(&self, r: &ReconcileRequest) -> Result<(), BoxError> {
+        let object = r.meta.object.clone().unwrap_or_default();
+        let mut first = self.first.lock().unwrap();
+        if *first.get_or_insert_with(|| object.clone()) == object {
+            return Err("the provider's API keeps failing for this one".into());
+        }
+        self.done.lock().unwrap().push(object);
+        Ok(())
+    }
+}
+
+/// An object the reconciler keeps failing goes to the back of the queue, so
+/// `reconcile_stale` gets to the others.
+#[tokio::test]
+async fn reconcile_stale_gets_past_an_object_that_keeps_failing() {
+    let store = MemoryStore::new();
+    let clock = ManualClock::new(start());
+    let api = Arc::new(FailsFirst::default());
+    let guard = WebhookGuard::builder()
+        .store(store.clone())
+        .ordering(Arc::new(store.clone()))
+        .reconciler(api.clone())
+        .verifier(NoVerification)
+        .event_id(EventId::header("x-id"))
+        .namespace("stale")
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    for (i, object) in ["cus_a", "cus_b", "cus_c"].into_iter().enumerate() {
+        let key = ObjectKey {
+            namespace: "stale",
+            object,
+            family: "",
+        };
+        let at = start() + TimeDelta::seconds(i as i64);
+        store.observe(key, at, at).await.unwrap();
+        assert!(store
+            .settle_object(key, at, ObjectStatus::Failed, at)
+            .await
+            .unwrap());
+    }
+    let mut reconciled = 0;
+    for _ in 0..3 {
+        clock.advance(TimeDelta::seconds(10));
+        reconciled += guard
+            .reconcile_stale(Duration::ZERO, 1)
+            .await
+            .unwrap()
+            .reconciled;
+    }
+    assert_eq!(reconciled, 2, "the two others, one per pass");
+    assert_eq!(api.done.lock().unwrap().len(), 2);
+}
+
+/// The memory store, with every inbox lease renewal failing (the store unreachable
+/// for the renewals only).
+#[derive(Debug)]
+struct NoRenewals(MemoryStore);
+
+#[async_trait]
+impl InboxStore for NoRenewals {
+    async fn enqueue(
+        &self,
+        e: &webhook_guard::inbox::NewEvent<'_>,
+    ) -> Result<webhook_guard::inbox::Enqueued, webhook_guard::StoreError> {
+        self.0.enqueue(e).await
+    }
+    async fn lease(
+        &self,
+        ns: &str,
+        now: DateTime<Utc>,
+        until: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<InboxEvent>, webhook_guard::StoreError> {
+        self.0.lease(ns, now, until, limit).await
+    }
+    async fn settle_event(
+        &self,
+        k: Key<'_>,
+        t: webhook_guard::store::FencingToken,
+        s: &webhook_guard::inbox::Settle<'_>,
+    ) -> Result<webhook_guard::store::Fence, webhook_guard::StoreError> {
+        self.0.settle_event(k, t, s).await
+    }
+    async fn renew_event(
+        &self,
+        _: Key<'_>,
+        _: webhook_guard::store::FencingToken,
+        _: DateTime<Utc>,
+    ) -> Result<webhook_guard::store::Fence, webhook_guard::StoreError> {
+        Err(webhook_guard::StoreError::unavailable("connection refused"))
+    }
+    async fn get_event(&self, k: Key<'_>) -> Result<Option<InboxEvent>, webhook_guard::StoreError> {
+        self.0.get_event(k).await
+    }
+    async fn purge_settled(
+        &self,
+        now: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<u64, webhook_guard::StoreError> {
+        self.0.purge_settled(now, limit).await
+    }
+}
+
+/// A handler whose lease cannot be renewed is stopped once that lease has ended,
+/// before another worker may take the event: never two runs at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_that_cannot_be_renewed_stops_its_handler_when_it_ends() {
+    let store = MemoryStore::new();
+    let clock = ManualClock::new(start());
+    let guard = WebhookGuard::builder()
+        .store(store.clone())
+        .inbox(Arc::new(NoRenewals(store.clone())))
+        .verifier(NoVerification)
+        .event_id(EventId::json_field(["id"]))
+        .namespace("renew")
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let (running, most, runs) = (
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicUsize::new(0)),
+    );
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let worker = {
+        let (running, most, runs, gate) =
+            (running.clone(), most.clone(), runs.clone(), gate.clone());
+        guard
+            .worker(move |_e: InboxEvent| {
+                let (running, most, runs, gate) =
+                    (running.clone(), most.clone(), runs.clone(), gate.clone());
+                async move {
+                    // Counted out when the run ends or is dropped.
+                    struct Running(Arc<AtomicUsize>);
+                    impl Drop for Running {
+                        fn drop(&mut self) {
+                            self.0.fetch_sub(1, Ordering::SeqCst);
+                        }
+                    }
+                    let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                    let _running = Running(running);
+                    most.fetch_max(now, Ordering::SeqCst);
+                    if runs.fetch_add(1, Ordering::SeqCst) == 0 {
+                        gate.notified().await; // the first run hangs
+                    }
+                    Ok(())
+                }
+            })
+            .unwrap()
+            .lease(Duration::from_millis(300))
+    };
+    accept(&guard, &body("evt_hang", "x.y", "o", 1)).await;
+    let first = tokio::spawn({
+        let worker = worker.clone();
+        async move { worker.run_once().await }
+    });
+    while runs.load(Ordering::SeqCst) == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // The lease ends on the store's clock; renewals fail meanwhile.
+    clock.advance(TimeDelta::milliseconds(400));
+    let first = tokio::time::timeout(Duration::from_secs(5), first)
+        .await
+        .expect("the hung handler was stopped at the end of its lease");
+    assert_eq!(first.unwrap().unwrap(), 1);
+    assert_eq!(
+        running.load(Ordering::SeqCst),
+        0,
+        "the first run was dropped"
+    );
+    // Another worker now takes the event and runs it, alone.
+    assert_eq!(worker.run_once().await.unwrap(), 1);
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+    assert_eq!(most.load(Ordering::SeqCst), 1, "never two runs at once");
+    gate.notify_waiters();
+}
+
+/// The memory store, with the ordering ledger unreachable while `down` is set.
+#[derive(Debug)]
+struct OrderingDown {
+    inner: MemoryStore,
+    down: std::sync::atomic::AtomicBool,
+}
+
+impl OrderingDown {
+    fn check(&self) -> Result<(), webhook_guard::StoreError> {
+        match self.down.load(Ordering::SeqCst) {
+            true => Err(webhook_guard::StoreError::unavailable("connection refused")),
+            false => Ok(()),
+        }
+    }
+}
+
+#[async_trait]
+impl OrderingStore for OrderingDown {
+    async fn observe(
+        &self,
+        key: ObjectKey<'_>,
+        created_at: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<webhook_guard::ordering::Freshness, webhook_guard::StoreError> {
+        self.check()?;
+        self.inner.observe(key, created_at, now).await
+    }
+    async fn settle_object(
+        &self,
+        key: ObjectKey<'_>,
+        created_at: DateTime<Utc>,
+        status: ObjectStatus,
+        now: DateTime<Utc>,
+    ) -> Result<bool, webhook_guard::StoreError> {
+        self.check()?;
+        self.inner.settle_object(key, created_at, status, now).await
+    }
+    async fn mark_object(
+        &self,
+        key: ObjectKey<'_>,
+        created_at: DateTime<Utc>,
+        status: ObjectStatus,
+        now: DateTime<Utc>,
+    ) -> Result<bool, webhook_guard::StoreError> {
+        self.check()?;
+        self.inner.mark_object(key, created_at, status, now).await
+    }
+    async fn get_object(
+        &self,
+        key: ObjectKey<'_>,
+    ) -> Result<Option<webhook_guard::ordering::ObjectRecord>, webhook_guard::StoreError> {
+        self.inner.get_object(key).await
+    }
+    async fn failed_objects(
+        &self,
+        namespace: &str,
+        before: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<webhook_guard::ordering::ObjectRecord>, webhook_guard::StoreError> {
+        self.inner.failed_objects(namespace, before, limit).await
+    }
+}
+
+/// An outage of the ordering store longer than the retry policy is ours, not the
+/// handler's: once it ends, the event runs (before, its leases during the outage
+/// used up its attempts and it was dead-lettered unrun).
+#[tokio::test]
+async fn an_ordering_outage_does_not_use_up_the_attempts() {
+    let store = MemoryStore::new();
+    let clock = ManualClock::new(start());
+    let ordering = Arc::new(OrderingDown {
+        inner: store.clone(),
+        down: true.into(),
+    });
+    let guard = WebhookGuard::builder()
+        .store(store.clone())
+        .inbox(Arc::new(store.clone()))
+        .ordering(ordering.clone())
+        .verifier(NoVerification)
+        .event_id(EventId::json_field(["id"]))
+        .event_meta(MetaExtractor::json(&["type"], &["created"], &["object"]))
+        .namespace("outage")
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let worker = {
+        let runs = runs.clone();
+        guard
+            .worker(move |_e: InboxEvent| {
+                let runs = runs.clone();
+                async move {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    Ok(())
+                }
+            })
+            .unwrap()
+    };
+    let now = start().timestamp();
+    accept(&guard, &body("evt_o", "charge.updated", "ch_o", now)).await;
+    for _ in 0..20 {
+        worker.run_once().await.unwrap();
+        clock.advance(TimeDelta::hours(1));
+    }
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        0,
+        "nothing ran during the outage"
+    );
+    ordering.down.store(false, Ordering::SeqCst);
+    assert_eq!(worker.run_once().await.unwrap(), 1);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    let event = store
+        .get_event(Key::new("outage", "evt_o"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(event.state, InboxState::Done);
+}
+
+/// A spawned worker purges every settled event that expired, not one batch of
+/// 1,000 a minute.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spawned_worker_purges_a_backlog_of_settled_events() {
+    let s = setup();
+    let worker = s
+        .guard
+        .worker(|_e: InboxEvent| async { Ok(()) })
+        .unwrap()
+        .retention(Duration::from_secs(60));
+    for i in 0..2_500 {
+        accept(
+            &s.guard,
+            &body(&format!("evt_p{i}"), "x.y", &format!("o{i}"), 1),
+        )
+        .await;
+    }
+    while worker.run_once().await.unwrap() > 0 {}
+    s.clock.advance(TimeDelta::minutes(2));
+    let handle = worker.spawn();
+    let key = |i: i32| format!("evt_p{i}");
+    for _ in 0..200 {
+        let left = s
+            .store
+            .get_event(Key::new("inbox-test", &key(2_499)))
+            .await
+            .unwrap();
+        if left.is_none() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    handle.shutdown().await;
+    for i in [0, 999, 1_000, 1_999, 2_000, 2_499] {
+        assert!(
+            s.store
+                .get_event(Key::new("inbox-test", &key(i)))
+                .await
+                .unwrap()
+                .is_none(),
+            "{} purged",
+            key(i)
+        );
+    }
+}

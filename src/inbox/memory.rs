@@ -304,7 +304,7 @@ impl OrderingStore for MemoryStore {
         before: DateTime<Utc>,
         limit: usize,
     ) -> Result<Vec<ObjectRecord>, StoreError> {
-        Ok(lock(self.ledger())
+        let mut failed: Vec<ObjectRecord> = lock(self.ledger())
             .objects
             .values()
             .filter(|r| {
@@ -312,8 +312,10 @@ impl OrderingStore for MemoryStore {
                     && r.status == ObjectStatus::Failed
                     && r.updated_at <= before
             })
-            .take(limit)
             .cloned()
-            .collect())
+            .collect();
+        failed.sort_by_key(|r| r.updated_at);
+        failed.truncate(limit);
+        Ok(failed)
     }
 }

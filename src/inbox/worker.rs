@@ -195,10 +195,11 @@ impl Worker {
         self.with(|i| i.lease = lease)
     }
 
-    /// How long to wait when no event is due.
+    /// How long to wait when no event is due, or the inbox store failed (at least
+    /// 1 ms, at most a century).
     #[must_use]
     pub fn poll_interval(self, poll: Duration) -> Self {
-        self.with(|i| i.poll = poll)
+        self.with(|i| i.poll = poll.clamp(Duration::from_millis(1), crate::CENTURY))
     }
 
     /// A time limit for one handler run. A run past it is an ambiguous outcome: the
@@ -298,8 +299,17 @@ impl Worker {
                 let now = self.inner.clock.now();
                 if last_purge.is_none_or(|t| now - t >= TimeDelta::minutes(1)) {
                     last_purge = Some(now);
-                    if let Err(e) = self.inner.inbox.purge_settled(now, 1000).await {
-                        tracing::warn!(error = %e, "inbox purge failed; will retry");
+                    // Batches until one comes back short (at most 100 a minute: a
+                    // backlog is worked off over the next minutes, not at once).
+                    for _ in 0..PURGE_BATCHES {
+                        match self.inner.inbox.purge_settled(now, PURGE_BATCH).await {
+                            Ok(n) if n >= PURGE_BATCH as u64 => {}
+                            Ok(_) => break,
+                            Err(e) => {
+                                tracing::warn!(error = %e, "inbox purge failed; will retry");
+                                break;
+                            }
+                        }
                     }
                 }
                 if idle {
@@ -313,6 +323,13 @@ impl Worker {
         WorkerHandle { stop, task }
     }
 }
+
+/// The start of the error an event is retried with when the ordering store failed.
+const ORDERING_OUTAGE: &str = "ordering store unavailable";
+
+/// Settled events purged per store call, and calls at most per minute.
+const PURGE_BATCH: usize = 1000;
+const PURGE_BATCHES: usize = 100;
 
 /// `d` as a `TimeDelta`, at most a century: a time past chrono's range (a lease or
 /// retention of `Duration::MAX`, say) would panic when added to `now`.
@@ -339,7 +356,13 @@ impl Inner {
             }
             return;
         }
-        if event.attempts > self.policy.max_attempts {
+        // An attempt that ended on our ordering store's outage is not the handler's:
+        // after an outage, the event runs once more rather than going dead unrun.
+        let our_outage = event
+            .last_error
+            .as_deref()
+            .is_some_and(|e| e.starts_with(ORDERING_OUTAGE));
+        if event.attempts > self.policy.max_attempts && !our_outage {
             // Its last `max_attempts` runs ended without a settle (the process died
             // or the lease was lost each time): stop here, as after the last failure.
             let error = "no attempt finished: the handler crashed or lost its lease";
@@ -408,7 +431,13 @@ impl Inner {
             Ok(Freshness::Stale { .. }) => Some(true),
             Err(e) => {
                 tracing::warn!(id = %event.id, error = %e, "ordering store failed; retrying event");
-                self.retry_later(event, &e.to_string()).await;
+                // Not the handler's failure: no hook, and at least a poll interval
+                // apart (a zero backoff would spin through the outage).
+                let wait = self.policy.delay(event.attempts).max(self.poll);
+                let next = crate::later(self.clock.now(), delta(wait));
+                let error = format!("{ORDERING_OUTAGE}: {e}");
+                self.settle_at(event, InboxState::Pending, Some(&error), next)
+                    .await;
                 Some(false)
             }
         }
@@ -439,23 +468,32 @@ impl Inner {
     /// Runs `work` while renewing the event's lease every third of the lease, so a
     /// handler that runs longer than the lease keeps the event (no other worker
     /// runs it meanwhile). `None`, with `work` dropped, when the store answers that
-    /// the lease is lost; a store error only waits for the next renewal.
+    /// the lease is lost, or when the last lease the store confirmed has ended
+    /// (renewals failed meanwhile: another worker may have the event now). The work
+    /// goes on while a renewal waits for the store.
     async fn renewing<T>(&self, event: &InboxEvent, work: impl Future<Output = T>) -> Option<T> {
         let mut work = std::pin::pin!(work);
         let every = (self.lease / 3).max(Duration::from_millis(1));
+        let mut held_until = event.lease_until;
         loop {
             tokio::select! {
                 done = &mut work => return Some(done),
                 () = tokio::time::sleep(every) => {}
             }
             let until = crate::later(self.clock.now(), delta(self.lease));
-            match self
-                .inbox
-                .renew_event(event.key(), event.token, until)
-                .await
-            {
-                Ok(Fence::Applied) => {}
+            let renewal = self.inbox.renew_event(event.key(), event.token, until);
+            let mut renewal = std::pin::pin!(renewal);
+            let renewed = tokio::select! {
+                done = &mut work => return Some(done),
+                renewed = &mut renewal => renewed,
+            };
+            match renewed {
+                Ok(Fence::Applied) => held_until = until,
                 Ok(Fence::LeaseLost) => return None,
+                Err(e) if self.clock.now() >= held_until => {
+                    tracing::warn!(id = %event.id, error = %e, "inbox lease ran out unrenewed; handler stopped");
+                    return None;
+                }
                 Err(e) => {
                     tracing::warn!(id = %event.id, error = %e, "could not renew an inbox lease; will retry");
                 }

@@ -208,7 +208,7 @@ fn default_answer(outcome: &Outcome) -> Answer {
         other => other.kind().default_status(),
     };
     let retry_after = match outcome {
-        Outcome::InProgress { retry_after, .. } => Some(retry_after.as_secs().max(1)),
+        Outcome::InProgress { retry_after, .. } => Some(crate::retry_after_secs(*retry_after)),
         Outcome::StoreUnavailable { .. } => Some(5),
         _ => None,
     };
