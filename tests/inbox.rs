@@ -636,12 +636,14 @@ async fn escalation_reconciles_and_reconcile_stale_retries_failures() {
 }
 
 /// An inbox that "dies" at a chosen store call: from that call on it never answers,
-/// as if the worker's process was killed there.
+/// as if the worker's process was killed there. With `fail_renewals`, every lease
+/// renewal fails as if the store could not be reached.
 #[derive(Debug)]
 struct DiesAt {
     inner: MemoryStore,
     calls: AtomicUsize,
     die_at: usize,
+    fail_renewals: bool,
 }
 
 impl DiesAt {
@@ -686,6 +688,9 @@ impl InboxStore for DiesAt {
         l: DateTime<Utc>,
     ) -> Result<webhook_guard::store::Fence, webhook_guard::StoreError> {
         self.step().await;
+        if self.fail_renewals {
+            return Err(webhook_guard::StoreError::unavailable("connection refused"));
+        }
         self.inner.renew_event(k, t, l).await
     }
     async fn get_event(&self, k: Key<'_>) -> Result<Option<InboxEvent>, webhook_guard::StoreError> {
@@ -805,6 +810,7 @@ async fn a_worker_killed_at_any_store_call_loses_nothing() {
             inner: store.clone(),
             calls: AtomicUsize::new(0),
             die_at,
+            fail_renewals: false,
         });
         let doomed = Worker::new(dying, "default", handler.clone())
             .clock(Arc::new(clock.clone()))
@@ -1023,56 +1029,6 @@ async fn reconcile_stale_gets_past_an_object_that_keeps_failing() {
     assert_eq!(api.done.lock().unwrap().len(), 2);
 }
 
-/// The memory store, with every inbox lease renewal failing (the store unreachable
-/// for the renewals only).
-#[derive(Debug)]
-struct NoRenewals(MemoryStore);
-
-#[async_trait]
-impl InboxStore for NoRenewals {
-    async fn enqueue(
-        &self,
-        e: &webhook_guard::inbox::NewEvent<'_>,
-    ) -> Result<webhook_guard::inbox::Enqueued, webhook_guard::StoreError> {
-        self.0.enqueue(e).await
-    }
-    async fn lease(
-        &self,
-        ns: &str,
-        now: DateTime<Utc>,
-        until: DateTime<Utc>,
-        limit: usize,
-    ) -> Result<Vec<InboxEvent>, webhook_guard::StoreError> {
-        self.0.lease(ns, now, until, limit).await
-    }
-    async fn settle_event(
-        &self,
-        k: Key<'_>,
-        t: webhook_guard::store::FencingToken,
-        s: &webhook_guard::inbox::Settle<'_>,
-    ) -> Result<webhook_guard::store::Fence, webhook_guard::StoreError> {
-        self.0.settle_event(k, t, s).await
-    }
-    async fn renew_event(
-        &self,
-        _: Key<'_>,
-        _: webhook_guard::store::FencingToken,
-        _: DateTime<Utc>,
-    ) -> Result<webhook_guard::store::Fence, webhook_guard::StoreError> {
-        Err(webhook_guard::StoreError::unavailable("connection refused"))
-    }
-    async fn get_event(&self, k: Key<'_>) -> Result<Option<InboxEvent>, webhook_guard::StoreError> {
-        self.0.get_event(k).await
-    }
-    async fn purge_settled(
-        &self,
-        now: DateTime<Utc>,
-        limit: usize,
-    ) -> Result<u64, webhook_guard::StoreError> {
-        self.0.purge_settled(now, limit).await
-    }
-}
-
 /// A handler whose lease cannot be renewed is stopped once that lease has ended,
 /// before another worker may take the event: never two runs at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1081,7 +1037,12 @@ async fn a_lease_that_cannot_be_renewed_stops_its_handler_when_it_ends() {
     let clock = ManualClock::new(start());
     let guard = WebhookGuard::builder()
         .store(store.clone())
-        .inbox(Arc::new(NoRenewals(store.clone())))
+        .inbox(Arc::new(DiesAt {
+            inner: store.clone(),
+            calls: AtomicUsize::new(0),
+            die_at: usize::MAX,
+            fail_renewals: true,
+        }))
         .verifier(NoVerification)
         .event_id(EventId::json_field(["id"]))
         .namespace("renew")
