@@ -1297,7 +1297,21 @@ impl ClaimState {
             Ok(Fence::Applied) => {}
             Ok(Fence::LeaseLost) => return self.lease_lost_before(&error, "permanent failure"),
             Err(e) => {
-                tracing::warn!(id = %self.id, error = %e, "could not record a permanent failure");
+                // Answered 200 all the same (the sender must not retry a permanent
+                // failure): recorded in the background, or a redelivery after the
+                // lease would run the handler again.
+                tracing::warn!(id = %self.id, error = %e, "could not record a permanent failure; retrying in the background");
+                #[cfg(feature = "tokio")]
+                if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                    let (guard, id, token) = (self.guard.clone(), self.id.clone(), self.token);
+                    let (failures, history) = (finish.failures, history.clone());
+                    rt.spawn(async move {
+                        let state = RecordState::PermanentFailure;
+                        guard
+                            .finish_later(&id, token, state, failures, &history)
+                            .await;
+                    });
+                }
             }
         }
         inner.hooks.on_permanent_failure(self.key(), &error);
@@ -2180,6 +2194,47 @@ impl WebhookGuard {
                 tracing::debug!(%id, error = %e, "releasing the claim again");
             }
             wait = (wait * 2).clamp(Duration::from_millis(25), cap);
+        }
+    }
+
+    /// Records a finish the store failed to record, fenced by `token`: again at
+    /// doubling intervals (at most a second apart) for at least the lease (and at
+    /// least a minute), until the store answers.
+    #[cfg(feature = "tokio")]
+    async fn finish_later(
+        &self,
+        id: &str,
+        token: FencingToken,
+        state: RecordState,
+        failures: u32,
+        history: &[FailureNote],
+    ) {
+        let inner = &self.inner;
+        let key = Key::new(&inner.namespace, id);
+        // Tokio's clock, as the waits: a paused test clock must not spin this loop.
+        let deadline = tokio::time::Instant::now() + inner.lease.max(Duration::from_secs(60));
+        let mut wait = Duration::from_millis(50);
+        loop {
+            tokio::time::sleep(wait).await;
+            let now = inner.clock.now();
+            let finish = Finish {
+                state,
+                failures,
+                history,
+                now,
+                expires_at: crate::later(now, inner.retention_delta),
+            };
+            match store(inner).finish(key, token, &finish).await {
+                // Recorded; or recorded by the try whose answer was lost, or taken
+                // over after the lease: either way nothing is left to do.
+                Ok(_) => return,
+                Err(e) if tokio::time::Instant::now() >= deadline => {
+                    tracing::warn!(%id, error = %e, "a {} was not recorded; giving up", state.as_str());
+                    return;
+                }
+                Err(e) => tracing::debug!(%id, error = %e, "recording again"),
+            }
+            wait = (wait * 2).min(Duration::from_secs(1));
         }
     }
 

@@ -907,6 +907,29 @@ async fn a_delivery_dropped_while_claiming_releases_the_claim_uncounted() {
     assert_eq!((done.attempts, done.failures), (2, 0));
 }
 
+/// A permanent failure the store could not record is answered 200 all the same and
+/// recorded in the background once the store is back (before, the record stayed
+/// `InProgress`, and a redelivery after the lease ran the handler again).
+#[tokio::test]
+async fn a_permanent_failure_the_store_missed_is_recorded_in_the_background() {
+    let store = Arc::new(Flaky::default());
+    let guard = flaky_guard(&store);
+    store.finish_down.store(true, Ordering::SeqCst);
+    let outcome = guard
+        .handle(&[("x-id", "evt_perm_down")], b"{}", |_| async {
+            Err(HandlerError::permanent("unknown customer"))
+        })
+        .await;
+    assert!(
+        matches!(outcome, Outcome::PermanentFailure { .. }),
+        "{outcome:?}"
+    );
+    assert_eq!(guard.answer(&outcome).status, 200);
+    store.finish_down.store(false, Ordering::SeqCst);
+    let record = record_in_state(&guard, "evt_perm_down", RecordState::PermanentFailure).await;
+    assert_eq!(record.failures, 1);
+}
+
 /// A claim still in flight when its delivery is dropped (the store applies it
 /// later) is released once it lands, not left to run out its lease.
 #[tokio::test]
