@@ -1273,3 +1273,55 @@ async fn a_spawned_worker_purges_a_backlog_of_settled_events() {
         );
     }
 }
+
+/// Hooks whose dead-letter alert panics (a bug in the host's alerting).
+#[derive(Debug)]
+struct PanickingAlert;
+
+impl Hooks for PanickingAlert {
+    fn on_dead_letter(&self, _: &InboxEvent, _: &str) {
+        panic!("the pager client broke");
+    }
+}
+
+/// A panicking dead-letter hook does not skip the object's settle nor the
+/// reconciler: the event is terminal, and nothing would ask for them again.
+#[tokio::test]
+async fn a_panicking_dead_letter_hook_still_reconciles() {
+    let store = MemoryStore::new();
+    let api = Arc::new(Api::default());
+    let guard = WebhookGuard::builder()
+        .store(store.clone())
+        .inbox(Arc::new(store.clone()))
+        .ordering(Arc::new(store.clone()))
+        .reconciler(api.clone())
+        .verifier(NoVerification)
+        .event_id(EventId::json_field(["id"]))
+        .event_meta(MetaExtractor::json(&["type"], &["created"], &["object"]))
+        .namespace("alerts")
+        .clock(ManualClock::new(start()))
+        .hooks(Arc::new(PanickingAlert))
+        .build()
+        .unwrap();
+    let worker = guard
+        .worker(|_e: InboxEvent| async { Err(HandlerError::permanent("unknown customer")) })
+        .unwrap();
+    accept(&guard, &body("evt_dl", "charge.updated", "ch_dl", 1)).await;
+    assert_eq!(worker.run_once().await.unwrap(), 1);
+    let calls = api.calls.lock().unwrap().clone();
+    assert_eq!(
+        calls,
+        [(Some("ch_dl".to_owned()), ReconcileReason::PermanentFailure)]
+    );
+    let object = store
+        .get_object(ObjectKey {
+            namespace: "alerts",
+            object: "ch_dl",
+            family: "charge",
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    // Settled failed, then marked applied once the reconciler succeeded.
+    assert_eq!(object.status, ObjectStatus::Applied);
+}

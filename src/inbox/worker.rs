@@ -522,7 +522,13 @@ impl Inner {
         if !self.settle(event, InboxState::Dead, Some(error)).await {
             return;
         }
-        self.hooks.on_dead_letter(event, error);
+        // A panicking hook must not skip the object's settle and the reconciler: the
+        // event is terminal now, and nothing would ask for them again.
+        let hook = std::panic::AssertUnwindSafe(|| self.hooks.on_dead_letter(event, error));
+        if let Err(panic) = std::panic::catch_unwind(hook) {
+            let msg = crate::guard::panic_message(&*panic);
+            tracing::error!(id = %event.id, panic = msg, "the dead-letter hook panicked");
+        }
         self.settle_object(event, ObjectStatus::Failed).await;
         if self.reconcile(event, reason).await {
             self.mark_reconciled(event).await;
