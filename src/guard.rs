@@ -1017,6 +1017,41 @@ impl Drop for ReleaseOnDrop<'_> {
     }
 }
 
+/// The waits of a background retry: the first `first` (zero: try at once), then
+/// doubling (from 25 ms) up to `cap`, until `within` has passed. On tokio's clock,
+/// as the waits: a paused test clock must not spin a retry loop.
+#[cfg(feature = "tokio")]
+struct Backoff {
+    deadline: tokio::time::Instant,
+    wait: Duration,
+    cap: Duration,
+}
+
+#[cfg(feature = "tokio")]
+impl Backoff {
+    fn new(first: Duration, cap: Duration, within: Duration) -> Self {
+        Self {
+            deadline: tokio::time::Instant::now() + within,
+            wait: first,
+            cap,
+        }
+    }
+
+    /// Waits for the next try (never past the deadline); `false` once the deadline
+    /// has passed, with no try left.
+    async fn wait(&mut self) -> bool {
+        let left = self
+            .deadline
+            .saturating_duration_since(tokio::time::Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        tokio::time::sleep(self.wait.min(left)).await;
+        self.wait = (self.wait * 2).clamp(Duration::from_millis(25), self.cap);
+        true
+    }
+}
+
 /// Why a claim is released in the background: how long to look for it.
 #[derive(Debug)]
 enum Search {
@@ -1150,16 +1185,10 @@ impl ClaimState {
     #[cfg(feature = "tokio")]
     async fn record_completion(&self) -> Option<Unrecorded> {
         let inner = &self.guard.inner;
-        // Tokio's clock, as the waits: a paused test clock must not spin this loop.
-        let deadline = tokio::time::Instant::now() + inner.lease.max(Duration::from_secs(60));
-        let mut wait = Duration::from_millis(50);
-        loop {
-            tokio::time::sleep(wait).await;
-            if tokio::time::Instant::now() >= deadline {
-                tracing::warn!(id = %self.id, "completion still not recorded; giving up");
-                let error = StoreError::unavailable("completion not recorded before the deadline");
-                return Some(Unrecorded::Store(error));
-            }
+        let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1), {
+            inner.lease.max(Duration::from_secs(60))
+        });
+        while backoff.wait().await {
             let now = inner.clock.now();
             let finish = self.finish_as(RecordState::Completed, now);
             let fence = inner.store.finish(self.key(), self.token, &finish).await;
@@ -1173,13 +1202,11 @@ impl ClaimState {
                     }),
                     Err(e) => {
                         tracing::debug!(id = %self.id, error = %e, "reading the record again");
-                        wait = (wait * 2).min(Duration::from_secs(1));
                         continue;
                     }
                 },
                 Err(e) => {
                     tracing::debug!(id = %self.id, error = %e, "recording the completion again");
-                    wait = (wait * 2).min(Duration::from_secs(1));
                     continue;
                 }
             };
@@ -1193,6 +1220,9 @@ impl ClaimState {
             self.settle_applied().await;
             return None;
         }
+        tracing::warn!(id = %self.id, "completion still not recorded; giving up");
+        let error = StoreError::unavailable("completion not recorded before the deadline");
+        Some(Unrecorded::Store(error))
     }
 
     /// Settles the object of a success; when a newer event of the object was seen
@@ -2135,7 +2165,7 @@ impl WebhookGuard {
     async fn release_unrun(&self, id: &str, token: FencingToken, search: Search) {
         let inner = &self.inner;
         let key = Key::new(&inner.namespace, id);
-        let (mut wait, within) = match &search {
+        let (first, within) = match &search {
             Search::Dropped => (Duration::ZERO, inner.lease),
             // The store just failed: first look a second later, and over a shorter
             // span, so that an outage's failed claims do not hammer it.
@@ -2144,15 +2174,11 @@ impl WebhookGuard {
                 inner.lease.min(Duration::from_secs(30)),
             ),
         };
-        // Tokio's clock, as the waits: a paused test clock must not spin this loop.
-        let deadline = tokio::time::Instant::now() + within;
         let cap = (inner.lease / 10).max(Duration::from_secs(1));
-        loop {
-            if !wait.is_zero() {
-                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-                tokio::time::sleep(wait.min(left)).await;
-            }
-            let failed = match store(inner).get(key).await {
+        let mut backoff = Backoff::new(first, cap, within);
+        let mut failed = None;
+        while backoff.wait().await {
+            failed = match store(inner).get(key).await {
                 Ok(Some(record)) if record.token == token => {
                     if record.state != RecordState::InProgress {
                         return; // released already (the answer was lost)
@@ -2175,25 +2201,20 @@ impl WebhookGuard {
                 Ok(_) => None,
                 Err(e) => Some(e),
             };
-            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            if left.is_zero() {
-                // A dropped delivery's claim was sent; an unanswered one most often
-                // never reached the store (an outage), which is no news.
-                match (failed, &search) {
-                    (Some(e), Search::Dropped) => {
-                        tracing::warn!(%id, error = %e, "could not release a claim; its lease will run out")
-                    }
-                    (Some(e), Search::Lost { .. }) => {
-                        tracing::debug!(%id, error = %e, "could not look for an unanswered claim")
-                    }
-                    (None, _) => {}
-                }
-                return;
-            }
             if let Some(e) = &failed {
                 tracing::debug!(%id, error = %e, "releasing the claim again");
             }
-            wait = (wait * 2).clamp(Duration::from_millis(25), cap);
+        }
+        // A dropped delivery's claim was sent; an unanswered one most often never
+        // reached the store (an outage), which is no news.
+        match (failed, &search) {
+            (Some(e), Search::Dropped) => {
+                tracing::warn!(%id, error = %e, "could not release a claim; its lease will run out")
+            }
+            (Some(e), Search::Lost { .. }) => {
+                tracing::debug!(%id, error = %e, "could not look for an unanswered claim")
+            }
+            (None, _) => {}
         }
     }
 
@@ -2211,11 +2232,10 @@ impl WebhookGuard {
     ) {
         let inner = &self.inner;
         let key = Key::new(&inner.namespace, id);
-        // Tokio's clock, as the waits: a paused test clock must not spin this loop.
-        let deadline = tokio::time::Instant::now() + inner.lease.max(Duration::from_secs(60));
-        let mut wait = Duration::from_millis(50);
-        loop {
-            tokio::time::sleep(wait).await;
+        let within = inner.lease.max(Duration::from_secs(60));
+        let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1), within);
+        let mut failed = None;
+        while backoff.wait().await {
             let now = inner.clock.now();
             let finish = Finish {
                 state,
@@ -2228,13 +2248,14 @@ impl WebhookGuard {
                 // Recorded; or recorded by the try whose answer was lost, or taken
                 // over after the lease: either way nothing is left to do.
                 Ok(_) => return,
-                Err(e) if tokio::time::Instant::now() >= deadline => {
-                    tracing::warn!(%id, error = %e, "a {} was not recorded; giving up", state.as_str());
-                    return;
+                Err(e) => {
+                    tracing::debug!(%id, error = %e, "recording again");
+                    failed = Some(e);
                 }
-                Err(e) => tracing::debug!(%id, error = %e, "recording again"),
             }
-            wait = (wait * 2).min(Duration::from_secs(1));
+        }
+        if let Some(e) = failed {
+            tracing::warn!(%id, error = %e, "a {} was not recorded; giving up", state.as_str());
         }
     }
 

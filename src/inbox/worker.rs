@@ -433,11 +433,8 @@ impl Inner {
                 tracing::warn!(id = %event.id, error = %e, "ordering store failed; retrying event");
                 // Not the handler's failure: no hook, and at least a poll interval
                 // apart (a zero backoff would spin through the outage).
-                let wait = self.policy.delay(event.attempts).max(self.poll);
-                let next = crate::later(self.clock.now(), delta(wait));
                 let error = format!("{ORDERING_OUTAGE}: {e}");
-                self.settle_at(event, InboxState::Pending, Some(&error), next)
-                    .await;
+                self.retry_later(event, &error, self.poll).await;
                 Some(false)
             }
         }
@@ -507,13 +504,15 @@ impl Inner {
                 .await;
         } else {
             self.hooks.on_failure(event.key(), event.attempts, &error);
-            self.retry_later(event, &error).await;
+            self.retry_later(event, &error, Duration::ZERO).await;
         }
     }
 
-    async fn retry_later(&self, event: &InboxEvent, error: &str) {
+    /// Puts `event` back, due after the policy's delay (and at least `at_least`).
+    async fn retry_later(&self, event: &InboxEvent, error: &str, at_least: Duration) {
         let now = self.clock.now();
-        let next = crate::later(now, delta(self.policy.delay(event.attempts)));
+        let wait = self.policy.delay(event.attempts).max(at_least);
+        let next = crate::later(now, delta(wait));
         self.settle_at(event, InboxState::Pending, Some(error), next)
             .await;
     }
