@@ -1325,3 +1325,63 @@ async fn a_panicking_dead_letter_hook_still_reconciles() {
     // Settled failed, then marked applied once the reconciler succeeded.
     assert_eq!(object.status, ObjectStatus::Applied);
 }
+
+/// A spawned worker keeps its slots full: one event whose handler hangs holds its
+/// own slot, and the events after it run meanwhile (they once waited for the whole
+/// batch the hung event was leased in).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_event_holds_only_its_own_slot() {
+    let s = setup();
+    let (runs, done) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let worker = {
+        let (runs, done, gate) = (runs.clone(), done.clone(), gate.clone());
+        s.guard
+            .worker(move |_e: InboxEvent| {
+                let (runs, done, gate) = (runs.clone(), done.clone(), gate.clone());
+                async move {
+                    if runs.fetch_add(1, Ordering::SeqCst) == 0 {
+                        gate.notified().await; // the first run hangs until released
+                    }
+                    done.fetch_add(1, Ordering::SeqCst);
+                    Ok(())
+                }
+            })
+            .unwrap()
+            .concurrency(2)
+            .poll_interval(Duration::from_secs(3600))
+    };
+    for i in 0..5 {
+        accept(
+            &s.guard,
+            &body(&format!("evt_h{i}"), "x.y", &format!("o{i}"), 1),
+        )
+        .await;
+    }
+    let handle = worker.spawn();
+    // No poll interval passes: each finished event frees its slot for the next.
+    for _ in 0..500 {
+        if done.load(Ordering::SeqCst) == 4 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        done.load(Ordering::SeqCst),
+        4,
+        "the four other events ran while the first hung"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 5);
+    gate.notify_one();
+    handle.shutdown().await; // waits for the released event
+    assert_eq!(done.load(Ordering::SeqCst), 5);
+    for i in 0..5 {
+        let key = format!("evt_h{i}");
+        let event = s
+            .store
+            .get_event(Key::new("inbox-test", &key))
+            .await
+            .unwrap();
+        assert_eq!(event.unwrap().state, InboxState::Done, "{key}");
+    }
+}

@@ -253,30 +253,37 @@ impl Worker {
     /// The store's error when leasing failed; errors while settling one event are
     /// logged, and that event's lease runs out and it is leased again.
     pub async fn run_once(&self) -> Result<usize, StoreError> {
-        let i = &self.inner;
-        let now = i.clock.now();
-        let lease_until = crate::later(now, delta(i.lease));
-        let events = i
-            .inbox
-            .lease(&i.namespace, now, lease_until, i.concurrency)
-            .await?;
-        let n = events.len();
         let mut tasks = tokio::task::JoinSet::new();
-        for event in events {
-            let inner = self.inner.clone();
-            tasks.spawn(async move { inner.process(event).await });
-        }
+        let n = self.lease_into(&mut tasks, self.inner.concurrency).await?;
         while let Some(done) = tasks.join_next().await {
-            if let Err(e) = done {
-                tracing::error!(error = %e, "inbox task failed");
-            }
+            log_task(done);
         }
         Ok(n)
     }
 
-    /// Runs until stopped: processes due events, waits `poll_interval` when there are
-    /// none, purges settled events past retention once a minute, and logs and goes on
-    /// after a store error. [`WorkerHandle::shutdown`] lets the batch in flight finish.
+    /// Leases up to `n` due events and starts each on a task of `tasks`; how many.
+    async fn lease_into(
+        &self,
+        tasks: &mut tokio::task::JoinSet<()>,
+        n: usize,
+    ) -> Result<usize, StoreError> {
+        let i = &self.inner;
+        let now = i.clock.now();
+        let lease_until = crate::later(now, delta(i.lease));
+        let events = i.inbox.lease(&i.namespace, now, lease_until, n).await?;
+        let leased = events.len();
+        for event in events {
+            let inner = self.inner.clone();
+            tasks.spawn(async move { inner.process(event).await });
+        }
+        Ok(leased)
+    }
+
+    /// Runs until stopped: keeps up to `concurrency` events running, leasing more as
+    /// soon as one finishes (a slow event holds its own slot, never the others),
+    /// waits `poll_interval` when no event is due, purges settled events past
+    /// retention once a minute, and logs and goes on after a store error.
+    /// [`WorkerHandle::shutdown`] lets the events in flight finish.
     ///
     /// Dropping the returned handle lets the worker run on, detached (as dropping a
     /// tokio `JoinHandle` does); keep the handle to stop it.
@@ -284,43 +291,65 @@ impl Worker {
     pub fn spawn(self) -> WorkerHandle {
         let (stop, mut stopped) = crate::sweeper::stop_signal();
         let task = tokio::spawn(async move {
+            let mut running = tokio::task::JoinSet::new();
             let mut last_purge: Option<DateTime<Utc>> = None;
-            loop {
-                if stopped.is_requested() {
-                    return;
+            while !stopped.is_requested() {
+                while let Some(done) = running.try_join_next() {
+                    log_task(done);
                 }
-                let idle = match self.run_once().await {
-                    Ok(n) => n == 0,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "inbox lease failed; will retry");
-                        true
-                    }
-                };
-                let now = self.inner.clock.now();
-                if last_purge.is_none_or(|t| now - t >= TimeDelta::minutes(1)) {
-                    last_purge = Some(now);
-                    // Batches until one comes back short (at most 100 a minute: a
-                    // backlog is worked off over the next minutes, not at once).
-                    for _ in 0..PURGE_BATCHES {
-                        match self.inner.inbox.purge_settled(now, PURGE_BATCH).await {
-                            Ok(n) if n >= PURGE_BATCH as u64 => {}
-                            Ok(_) => break,
-                            Err(e) => {
-                                tracing::warn!(error = %e, "inbox purge failed; will retry");
-                                break;
-                            }
+                let free = self.inner.concurrency - running.len();
+                // Whether every slot is taken: then the next lease waits for a free one.
+                let full = free == 0
+                    || match self.lease_into(&mut running, free).await {
+                        Ok(n) => n == free,
+                        Err(e) => {
+                            tracing::warn!(error = %e, "inbox lease failed; will retry");
+                            false
                         }
-                    }
+                    };
+                self.purge_if_due(&mut last_purge).await;
+                // With every slot taken, a finished event frees one at once; the poll
+                // interval still passes by (for the purge) while handlers run long.
+                tokio::select! {
+                    Some(done) = running.join_next(), if full => log_task(done),
+                    () = tokio::time::sleep(self.inner.poll) => {}
+                    () = stopped.requested() => break,
                 }
-                if idle {
-                    tokio::select! {
-                        _ = tokio::time::sleep(self.inner.poll) => {}
-                        () = stopped.requested() => return,
-                    }
-                }
+            }
+            while let Some(done) = running.join_next().await {
+                log_task(done);
             }
         });
         WorkerHandle { stop, task }
+    }
+
+    /// Purges settled events past retention when the last purge was a minute ago or
+    /// more: in batches until one comes back short, at most 100 of them (a
+    /// backlog is worked off over the next minutes, not at once).
+    async fn purge_if_due(&self, last_purge: &mut Option<DateTime<Utc>>) {
+        let now = self.inner.clock.now();
+        if last_purge.is_some_and(|t| now - t < TimeDelta::minutes(1)) {
+            return;
+        }
+        *last_purge = Some(now);
+        for _ in 0..PURGE_BATCHES {
+            match self.inner.inbox.purge_settled(now, PURGE_BATCH).await {
+                Ok(n) if n >= PURGE_BATCH as u64 => {}
+                Ok(_) => break,
+                Err(e) => {
+                    tracing::warn!(error = %e, "inbox purge failed; will retry");
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// Logs an event's task that ended in a panic outside the handler (the handler's own
+/// panics are caught and retried).
+fn log_task(done: Result<(), tokio::task::JoinError>) {
+    if let Err(e) = done {
+        tracing::error!(error = %e, "inbox task failed");
     }
 }
 
@@ -638,14 +667,14 @@ pub struct WorkerHandle {
 }
 
 impl WorkerHandle {
-    /// Stops taking new events, lets the batch in flight finish, and waits.
+    /// Stops taking new events, lets the events in flight finish, and waits.
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
         let _ = self.task.await;
     }
 
-    /// Stops at once, abandoning the batch in flight (its leases run out and the
-    /// events are leased again): what a crash looks like. The same cancellation caveat as
+    /// Stops at once, abandoning the events in flight (their leases run out and they
+    /// are leased again): what a crash looks like. The same cancellation caveat as
     /// [`Worker::handler_timeout`] applies to the handlers in flight.
     pub fn abort(self) {
         self.task.abort();
