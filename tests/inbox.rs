@@ -1385,3 +1385,29 @@ async fn a_hung_event_holds_only_its_own_slot() {
         assert_eq!(event.unwrap().state, InboxState::Done, "{key}");
     }
 }
+
+/// A lease of zero is taken as the shortest lease, 100 ms: a zero lease ended
+/// before its event ran, so that another lease could take the event meanwhile.
+#[tokio::test]
+async fn a_zero_lease_is_the_shortest_lease() {
+    let s = setup();
+    let held = Arc::new(Mutex::new(None));
+    let worker = {
+        let (store, clock, held) = (s.store.clone(), s.clock.clone(), held.clone());
+        s.guard
+            .worker(move |e: InboxEvent| {
+                let (store, clock, held) = (store.clone(), clock.clone(), held.clone());
+                async move {
+                    let stored = store.get_event(e.key()).await.unwrap().unwrap();
+                    *held.lock().unwrap() = Some(stored.lease_until - clock.now());
+                    Ok(())
+                }
+            })
+            .unwrap()
+            .lease(Duration::ZERO)
+    };
+    accept(&s.guard, &body("evt_z", "x.y", "o", 1)).await;
+    assert_eq!(worker.run_once().await.unwrap(), 1);
+    let held = held.lock().unwrap().expect("the handler ran");
+    assert_eq!(held, TimeDelta::milliseconds(100));
+}

@@ -189,10 +189,12 @@ impl Worker {
 
     /// How long a lease holds before another worker may take the event, unless the
     /// worker holding it renews it (it does, every third of the lease, while the
-    /// handler runs).
+    /// handler runs). At least 100 ms (a shorter lease, zero say, would end before
+    /// its event ran, so that another lease could take it meanwhile, and would renew
+    /// without pause); at most a century.
     #[must_use]
     pub fn lease(self, lease: Duration) -> Self {
-        self.with(|i| i.lease = lease)
+        self.with(|i| i.lease = lease.clamp(MIN_LEASE, crate::CENTURY))
     }
 
     /// How long to wait when no event is due, or the inbox store failed (at least
@@ -355,6 +357,9 @@ fn log_task(done: Result<(), tokio::task::JoinError>) {
 
 /// The start of the error an event is retried with when the ordering store failed.
 const ORDERING_OUTAGE: &str = "ordering store unavailable";
+
+/// The shortest lease a worker takes.
+const MIN_LEASE: Duration = Duration::from_millis(100);
 
 /// Settled events purged per store call, and calls at most per minute.
 const PURGE_BATCH: usize = 1000;
