@@ -765,6 +765,7 @@ pub mod inbox {
         enqueue_is_idempotent(store).await;
         lease_is_exclusive_and_fenced(store).await;
         retries_wait_until_due(store).await;
+        an_attempt_may_be_given_back(store).await;
         dead_workers_lose_their_lease(store).await;
         a_lease_is_held_to_its_end(store).await;
         settled_events_are_purged(store).await;
@@ -819,6 +820,7 @@ pub mod inbox {
                 error: Some("boom"),
                 now: self.at(at),
                 expires_at: self.at(at + 3600),
+                attempt_counts: true,
             }
         }
     }
@@ -968,6 +970,49 @@ pub mod inbox {
         assert_ne!(again[0].token, e.token, "a new lease gets a new token");
         assert_eq!(again[0].last_error.as_deref(), Some("boom"));
         assert_eq!(again[0].payload, b"p");
+    }
+
+    /// A settle whose attempt does not count takes it back, and only once: a settle
+    /// made again (a resend) changes nothing.
+    pub async fn an_attempt_may_be_given_back(store: &dyn InboxStore) {
+        let f = Fixture::new();
+        f.enqueue(store, "g", b"p", 0).await;
+        let lease = |at: i64| store.lease(&f.namespace, f.at(at), f.at(at + 60), 10);
+        let first = lease(0).await.unwrap().pop().expect("due");
+        let counted = f.settle(InboxState::Pending, 1, 2);
+        assert_eq!(
+            store
+                .settle_event(first.key(), first.token, &counted)
+                .await
+                .unwrap(),
+            Fence::Applied
+        );
+        let second = lease(2).await.unwrap().pop().expect("due again");
+        assert_eq!(second.attempts, 2);
+        let uncounted = Settle {
+            attempt_counts: false,
+            ..f.settle(InboxState::Pending, 3, 4)
+        };
+        for _ in 0..2 {
+            assert_eq!(
+                store
+                    .settle_event(second.key(), second.token, &uncounted)
+                    .await
+                    .unwrap(),
+                Fence::Applied
+            );
+        }
+        let stored = store.get_event(second.key()).await.unwrap().unwrap();
+        assert_eq!(
+            stored.attempts, 1,
+            "the second attempt was given back, once"
+        );
+        assert_eq!(stored.state, InboxState::Pending);
+        let third = lease(4).await.unwrap().pop().expect("due again");
+        assert_eq!(
+            third.attempts, 2,
+            "counted again from the attempt given back"
+        );
     }
 
     /// A lease is held to its very end, even one that ends between two

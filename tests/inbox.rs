@@ -1217,6 +1217,8 @@ async fn an_ordering_outage_does_not_use_up_the_attempts() {
         0,
         "nothing ran during the outage"
     );
+    let event = store.get_event(Key::new("outage", "evt_o")).await.unwrap();
+    assert_eq!(event.unwrap().attempts, 0, "each attempt was given back");
     ordering.down.store(false, Ordering::SeqCst);
     assert_eq!(worker.run_once().await.unwrap(), 1);
     assert_eq!(runs.load(Ordering::SeqCst), 1);
@@ -1410,4 +1412,54 @@ async fn a_zero_lease_is_the_shortest_lease() {
     assert_eq!(worker.run_once().await.unwrap(), 1);
     let held = held.lock().unwrap().expect("the handler ran");
     assert_eq!(held, TimeDelta::milliseconds(100));
+}
+
+/// A handler error that reads like the worker's own ordering outage is the
+/// handler's failure all the same: an event whose later runs died unsettled is
+/// dead-lettered once past its attempts, not run again.
+#[tokio::test]
+async fn a_handler_error_cannot_pass_for_an_ordering_outage() {
+    let s = setup();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let worker = {
+        let runs = runs.clone();
+        s.guard
+            .worker(move |_e: InboxEvent| {
+                let runs = runs.clone();
+                async move {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    Err(HandlerError::retryable(
+                        "ordering store unavailable: not ours",
+                    ))
+                }
+            })
+            .unwrap()
+            .retry_policy(RetryPolicy::exponential(
+                2,
+                Duration::from_secs(1),
+                Duration::from_secs(1),
+            ))
+    };
+    accept(&s.guard, &body("evt_s", "x.y", "o", 1)).await;
+    assert_eq!(worker.run_once().await.unwrap(), 1);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    // The second attempt: a worker leases the event and dies before settling it.
+    s.clock.advance(TimeDelta::seconds(2));
+    let now = s.clock.now();
+    let died = s
+        .store
+        .lease("inbox-test", now, now + TimeDelta::seconds(1), 10)
+        .await
+        .unwrap();
+    assert_eq!(died.len(), 1);
+    s.clock.advance(TimeDelta::seconds(2));
+    assert_eq!(worker.run_once().await.unwrap(), 1);
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "not run a third time");
+    let event = s
+        .store
+        .get_event(Key::new("inbox-test", "evt_s"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(event.state, InboxState::Dead);
 }

@@ -1490,6 +1490,7 @@ async fn a_settle_that_meets_its_own_change_again_is_applied() {
         error: Some("timeout"),
         now: now + TimeDelta::seconds(1),
         expires_at: now + TimeDelta::hours(1),
+        attempt_counts: true,
     };
     // The same script run twice (as a cluster connection may, after a lost
     // reply): the second run finds its own change.

@@ -148,6 +148,9 @@ impl InboxStore for MemoryStore {
             }
             e.updated_at = settle.now;
             e.expires_at = settle.expires_at;
+            if !settle.attempt_counts {
+                e.attempts = e.attempts.saturating_sub(1);
+            }
         });
         if fence == Fence::LeaseLost {
             // The same settle made again (its answer was lost) finds its own change.

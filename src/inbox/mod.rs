@@ -217,6 +217,10 @@ pub struct Settle<'a> {
     pub now: DateTime<Utc>,
     /// When a settled event may be purged.
     pub expires_at: DateTime<Utc>,
+    /// Whether the lease's attempt counts. `false` gives it back (`attempts - 1`,
+    /// never below 0): the worker's own ordering store failed before the handler
+    /// ran, so the event is retried without coming nearer to its dead letter.
+    pub attempt_counts: bool,
 }
 
 /// Whether `event` already holds `settle` made under `token`: the same settle made
@@ -246,8 +250,9 @@ pub(crate) fn settled_already(
 ///   token, `attempts + 1`, `lease_until`, `updated_at = now`, and return them. Two
 ///   concurrent leases never return the same event.
 /// - **settle_event**: if the event is `Running` with `token`, set state,
-///   `next_attempt_at`, `last_error` (when given), `updated_at` and `expires_at`, and
-///   answer [`Fence::Applied`]. If it already carries `token`, the settle's state
+///   `next_attempt_at`, `last_error` (when given), `updated_at` and `expires_at`,
+///   take one from `attempts` (unless 0) when the attempt does not count, and answer
+///   [`Fence::Applied`]. If it already carries `token`, the settle's state
 ///   (other than `Running`) and `updated_at = now` (to the millisecond) — the same
 ///   settle made again, as a transport may resend it after a lost reply — change
 ///   nothing and answer `Applied`. Otherwise [`Fence::LeaseLost`].

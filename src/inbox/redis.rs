@@ -231,15 +231,17 @@ return out
 ";
 
 /// Settle: KEYS event, due, settled; ARGV id, token, state, next_attempt_at, now,
-/// expires_at, TTL (ms) for a settled state, and the error if any. Answers 1
+/// expires_at, TTL (ms) for a settled state, `0` to give the attempt back (else
+/// `1`), and the error if any. Answers 1
 /// (applied) or 0 (lease lost). Run again (a cluster connection resends after a lost
 /// reply), it finds its own change (state, token and time) and answers 1 again.
 const SETTLE: &str = r"
-local cur = redis.call('HMGET', KEYS[1], 's', 't', 'l', 'u')
+local cur = redis.call('HMGET', KEYS[1], 's', 't', 'l', 'u', 'a')
 if ARGV[3] ~= 'running' and cur[1] == ARGV[3] and cur[2] == ARGV[2] and cur[4] == ARGV[5] then return 1 end
 if cur[1] ~= 'running' or cur[2] ~= ARGV[2] then return 0 end
 redis.call('HSET', KEYS[1], 's', ARGV[3], 'n', ARGV[4], 'u', ARGV[5], 'x', ARGV[6])
-if ARGV[8] then redis.call('HSET', KEYS[1], 'e', ARGV[8]) end
+if ARGV[8] == '0' and (tonumber(cur[5]) or 0) > 0 then redis.call('HINCRBY', KEYS[1], 'a', -1) end
+if ARGV[9] then redis.call('HSET', KEYS[1], 'e', ARGV[9]) end
 if ARGV[3] == 'pending' then
   redis.call('ZADD', KEYS[2], ARGV[4], ARGV[1])
 elseif ARGV[3] == 'running' then
@@ -541,7 +543,8 @@ impl InboxStore for RedisStore {
             .arg(millis(settle.next_attempt_at))
             .arg(now)
             .arg(expires)
-            .arg(expires.saturating_sub(now).max(1));
+            .arg(expires.saturating_sub(now).max(1))
+            .arg(u8::from(settle.attempt_counts));
         if let Some(error) = settle.error {
             inv.arg(error);
         }

@@ -355,9 +355,6 @@ fn log_task(done: Result<(), tokio::task::JoinError>) {
     }
 }
 
-/// The start of the error an event is retried with when the ordering store failed.
-const ORDERING_OUTAGE: &str = "ordering store unavailable";
-
 /// The shortest lease a worker takes.
 const MIN_LEASE: Duration = Duration::from_millis(100);
 
@@ -390,13 +387,7 @@ impl Inner {
             }
             return;
         }
-        // An attempt that ended on our ordering store's outage is not the handler's:
-        // after an outage, the event runs once more rather than going dead unrun.
-        let our_outage = event
-            .last_error
-            .as_deref()
-            .is_some_and(|e| e.starts_with(ORDERING_OUTAGE));
-        if event.attempts > self.policy.max_attempts && !our_outage {
+        if event.attempts > self.policy.max_attempts {
             // Its last `max_attempts` runs ended without a settle (the process died
             // or the lease was lost each time): stop here, as after the last failure.
             let error = "no attempt finished: the handler crashed or lost its lease";
@@ -465,10 +456,11 @@ impl Inner {
             Ok(Freshness::Stale { .. }) => Some(true),
             Err(e) => {
                 tracing::warn!(id = %event.id, error = %e, "ordering store failed; retrying event");
-                // Not the handler's failure: no hook, and at least a poll interval
-                // apart (a zero backoff would spin through the outage).
-                let error = format!("{ORDERING_OUTAGE}: {e}");
-                self.retry_later(event, &error, self.poll).await;
+                // Not the handler's failure: no hook, the attempt given back (the
+                // event does not go dead unrun through an outage), and at least a
+                // poll interval apart (a zero backoff would spin through it).
+                let error = format!("ordering store unavailable: {e}");
+                self.retry_later(event, &error, self.poll, false).await;
                 Some(false)
             }
         }
@@ -538,16 +530,17 @@ impl Inner {
                 .await;
         } else {
             self.hooks.on_failure(event.key(), event.attempts, &error);
-            self.retry_later(event, &error, Duration::ZERO).await;
+            self.retry_later(event, &error, Duration::ZERO, true).await;
         }
     }
 
-    /// Puts `event` back, due after the policy's delay (and at least `at_least`).
-    async fn retry_later(&self, event: &InboxEvent, error: &str, at_least: Duration) {
+    /// Puts `event` back, due after the policy's delay (and at least `at_least`);
+    /// its attempt given back unless it `counts`.
+    async fn retry_later(&self, event: &InboxEvent, error: &str, at_least: Duration, counts: bool) {
         let now = self.clock.now();
         let wait = self.policy.delay(event.attempts).max(at_least);
         let next = crate::later(now, delta(wait));
-        self.settle_at(event, InboxState::Pending, Some(error), next)
+        self.settle_at(event, InboxState::Pending, Some(error), next, counts)
             .await;
     }
 
@@ -569,17 +562,20 @@ impl Inner {
     }
 
     async fn settle(&self, event: &InboxEvent, state: InboxState, error: Option<&str>) -> bool {
-        self.settle_at(event, state, error, self.clock.now()).await
+        self.settle_at(event, state, error, self.clock.now(), true)
+            .await
     }
 
-    /// Settles `event`; `true` when applied. A lost lease is an ambiguous outcome:
-    /// another worker has the event, and the reconciler is told.
+    /// Settles `event` (its attempt given back unless it `counts`); `true` when
+    /// applied. A lost lease is an ambiguous outcome: another worker has the event,
+    /// and the reconciler is told.
     async fn settle_at(
         &self,
         event: &InboxEvent,
         state: InboxState,
         error: Option<&str>,
         next_attempt_at: DateTime<Utc>,
+        counts: bool,
     ) -> bool {
         let now = self.clock.now();
         let error = error.map(crate::without_nul);
@@ -589,6 +585,7 @@ impl Inner {
             error: error.as_deref(),
             now,
             expires_at: crate::later(now, delta(self.retention)),
+            attempt_counts: counts,
         };
         match self
             .inbox

@@ -397,7 +397,8 @@ impl QueueSql {
             settle: format!(
                 "UPDATE {i} SET state = ?, next_attempt_at = ?, \
                  due_at = CASE ? WHEN 'pending' THEN ? WHEN 'running' THEN lease_until END, \
-                 last_error = COALESCE(?, last_error), updated_at = ?, expires_at = ? {fence}"
+                 last_error = COALESCE(?, last_error), updated_at = ?, expires_at = ?, \
+                 attempts = attempts - IF(attempts > 0, ?, 0) {fence}"
             ),
             renew: format!("UPDATE {i} SET lease_until = ?, due_at = ? {fence}"),
             get: format!("SELECT {EVENT_COLUMNS} FROM {i} WHERE namespace = ? AND id = ?"),
@@ -1286,6 +1287,7 @@ impl InboxStore for MySqlStore {
                 .bind(settle.error)
                 .bind(millis(settle.now))
                 .bind(ceil_millis(settle.expires_at))
+                .bind(u32::from(!settle.attempt_counts))
                 .bind(key.namespace)
                 .bind(key.id)
                 .bind(token.as_i64())

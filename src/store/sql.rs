@@ -849,11 +849,13 @@ impl QueueSql {
              RETURNING {EVENT_COLUMNS}"
         );
         let fence = "namespace = $1 AND id = $2 AND state = 'running' AND token = $3";
-        // $4 state, $5 next_attempt_at, $6 error, $7 now, $8 expires_at.
+        // $4 state, $5 next_attempt_at, $6 error, $7 now, $8 expires_at, $9 1 to give
+        // the attempt back, else 0.
         let settle = format!(
             "UPDATE {i} SET state = $4, next_attempt_at = $5, \
                  due_at = CASE $4 WHEN 'pending' THEN $5 WHEN 'running' THEN lease_until END, \
-                 last_error = COALESCE($6, last_error), updated_at = $7, expires_at = $8 \
+                 last_error = COALESCE($6, last_error), updated_at = $7, expires_at = $8, \
+                 attempts = attempts - CASE WHEN attempts > 0 THEN $9 ELSE 0 END \
              WHERE {fence}"
         );
         let renew = format!("UPDATE {i} SET lease_until = $4, due_at = $4 WHERE {fence}");

@@ -354,6 +354,7 @@ macro_rules! sql_store_impls {
                         .bind(settle.error)
                         .bind(millis(settle.now))
                         .bind(ceil_millis(settle.expires_at))
+                        .bind(i32::from(!settle.attempt_counts))
                         .execute(&self.pool)
                         .await
                         .map_err($err)?;
