@@ -644,6 +644,8 @@ struct DiesAt {
     calls: AtomicUsize,
     die_at: usize,
     fail_renewals: bool,
+    /// Every purge hangs.
+    hang_purges: bool,
 }
 
 impl DiesAt {
@@ -701,6 +703,9 @@ impl InboxStore for DiesAt {
         now: DateTime<Utc>,
         limit: usize,
     ) -> Result<u64, webhook_guard::StoreError> {
+        if self.hang_purges {
+            std::future::pending::<()>().await;
+        }
         self.inner.purge_settled(now, limit).await
     }
 }
@@ -811,6 +816,7 @@ async fn a_worker_killed_at_any_store_call_loses_nothing() {
             calls: AtomicUsize::new(0),
             die_at,
             fail_renewals: false,
+            hang_purges: false,
         });
         let doomed = Worker::new(dying, "default", handler.clone())
             .clock(Arc::new(clock.clone()))
@@ -1042,6 +1048,7 @@ async fn a_lease_that_cannot_be_renewed_stops_its_handler_when_it_ends() {
             calls: AtomicUsize::new(0),
             die_at: usize::MAX,
             fail_renewals: true,
+            hang_purges: false,
         }))
         .verifier(NoVerification)
         .event_id(EventId::json_field(["id"]))
@@ -1462,4 +1469,99 @@ async fn a_handler_error_cannot_pass_for_an_ordering_outage() {
         .unwrap()
         .unwrap();
     assert_eq!(event.state, InboxState::Dead);
+}
+
+/// The attempt an ordering outage gives back does not grow the policy's delay, so
+/// the wait grows with the time the event has waited: it backs off through a long
+/// outage instead of coming back every poll interval.
+#[tokio::test]
+async fn an_ordering_outage_backs_off() {
+    let store = MemoryStore::new();
+    let clock = ManualClock::new(start());
+    let ordering = Arc::new(OrderingDown {
+        inner: store.clone(),
+        down: true.into(),
+    });
+    let guard = WebhookGuard::builder()
+        .store(store.clone())
+        .inbox(Arc::new(store.clone()))
+        .ordering(ordering)
+        .verifier(NoVerification)
+        .event_id(EventId::json_field(["id"]))
+        .event_meta(MetaExtractor::json(&["type"], &["created"], &["object"]))
+        .namespace("outage")
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let worker = guard
+        .worker(|_e: InboxEvent| async { Ok(()) })
+        .unwrap()
+        .poll_interval(Duration::from_secs(1));
+    accept(
+        &guard,
+        &body("evt_b", "charge.updated", "ch_b", start().timestamp()),
+    )
+    .await;
+    let key = Key::new("outage", "evt_b");
+    let wait = || async {
+        let event = store.get_event(key).await.unwrap().unwrap();
+        assert_eq!(event.state, InboxState::Pending);
+        event.next_attempt_at - clock.now()
+    };
+    assert_eq!(worker.run_once().await.unwrap(), 1);
+    assert!(
+        wait().await <= TimeDelta::seconds(1),
+        "a fresh event waits a poll"
+    );
+    clock.advance(TimeDelta::minutes(4));
+    assert_eq!(worker.run_once().await.unwrap(), 1);
+    assert_eq!(
+        wait().await,
+        TimeDelta::minutes(1),
+        "a quarter of its 4 minutes"
+    );
+    clock.advance(TimeDelta::hours(1));
+    assert_eq!(worker.run_once().await.unwrap(), 1);
+    assert_eq!(
+        wait().await,
+        TimeDelta::minutes(5),
+        "the policy's longest delay"
+    );
+}
+
+/// A purge that takes long holds up no lease: the spawned worker purges on a task
+/// of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_purge_holds_up_no_event() {
+    let store = MemoryStore::new();
+    let guard = WebhookGuard::builder()
+        .store(store.clone())
+        .inbox(Arc::new(DiesAt {
+            inner: store.clone(),
+            calls: AtomicUsize::new(0),
+            die_at: usize::MAX,
+            fail_renewals: false,
+            hang_purges: true,
+        }))
+        .verifier(NoVerification)
+        .event_id(EventId::json_field(["id"]))
+        .namespace("purge")
+        .build()
+        .unwrap();
+    let worker = guard
+        .worker(|_e: InboxEvent| async { Ok(()) })
+        .unwrap()
+        .poll_interval(Duration::from_millis(10));
+    let handle = worker.spawn(); // its first pass starts a purge, which hangs
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    accept(&guard, &body("evt_after", "x.y", "o", 1)).await;
+    let key = Key::new("purge", "evt_after");
+    for _ in 0..500 {
+        if store.get_event(key).await.unwrap().unwrap().state == InboxState::Done {
+            handle.abort();
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the event waited for the purge");
 }

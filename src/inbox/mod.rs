@@ -93,7 +93,8 @@ pub struct InboxEvent {
     pub payload: Vec<u8>,
     /// Where it stands.
     pub state: InboxState,
-    /// How many times a worker leased it.
+    /// How many times a worker leased it, less the leases whose attempt was given
+    /// back ([`Settle::attempt_counts`]).
     pub attempts: u32,
     /// The token of the latest lease.
     pub token: FencingToken,
@@ -219,7 +220,9 @@ pub struct Settle<'a> {
     pub expires_at: DateTime<Utc>,
     /// Whether the lease's attempt counts. `false` gives it back (`attempts - 1`,
     /// never below 0): the worker's own ordering store failed before the handler
-    /// ran, so the event is retried without coming nearer to its dead letter.
+    /// ran, so the event is retried without coming nearer to its dead letter. The
+    /// worker gives an attempt back only with a `Pending` settle; a settle made
+    /// again (see the contract) changes nothing, as for any state but `Running`.
     pub attempt_counts: bool,
 }
 

@@ -41,7 +41,9 @@ where
 pub struct RetryPolicy {
     /// Attempts before the event is dead-lettered (at least 1). Runs that never
     /// settle (the process died, the lease was lost) count too: an event leased
-    /// more often than this is dead-lettered instead of being run again.
+    /// more often than this is dead-lettered instead of being run again. A lease
+    /// whose attempt was given back (the worker's ordering store failed before the
+    /// handler ran) does not count.
     pub max_attempts: u32,
     /// The delay after the first failure; it doubles with each attempt.
     pub base: Duration,
@@ -281,11 +283,14 @@ impl Worker {
         Ok(leased)
     }
 
-    /// Runs until stopped: keeps up to `concurrency` events running, leasing more as
-    /// soon as one finishes (a slow event holds its own slot, never the others),
-    /// waits `poll_interval` when no event is due, purges settled events past
-    /// retention once a minute, and logs and goes on after a store error.
-    /// [`WorkerHandle::shutdown`] lets the events in flight finish.
+    /// Runs until stopped: keeps up to `concurrency` events running (a slow event
+    /// holds its own slot, never the others), purges settled events past retention
+    /// once a minute, and logs and goes on after a store error.
+    /// [`WorkerHandle::shutdown`] lets the events (and a purge) in flight finish.
+    ///
+    /// While the last lease filled every free slot, each event that finishes frees
+    /// its slot for a lease of one more at once (under full load, about one lease
+    /// call per event); otherwise the worker leases again after `poll_interval`.
     ///
     /// Dropping the returned handle lets the worker run on, detached (as dropping a
     /// tokio `JoinHandle` does); keep the handle to stop it.
@@ -294,12 +299,14 @@ impl Worker {
         let (stop, mut stopped) = crate::sweeper::stop_signal();
         let task = tokio::spawn(async move {
             let mut running = tokio::task::JoinSet::new();
+            // The purge, on a task of its own: a long one holds up no lease.
+            let mut purging = tokio::task::JoinSet::new();
             let mut last_purge: Option<DateTime<Utc>> = None;
             while !stopped.is_requested() {
                 while let Some(done) = running.try_join_next() {
                     log_task(done);
                 }
-                let free = self.inner.concurrency - running.len();
+                let free = self.inner.concurrency.saturating_sub(running.len());
                 // Whether every slot is taken: then the next lease waits for a free one.
                 let full = free == 0
                     || match self.lease_into(&mut running, free).await {
@@ -309,7 +316,16 @@ impl Worker {
                             false
                         }
                     };
-                self.purge_if_due(&mut last_purge).await;
+                while let Some(done) = purging.try_join_next() {
+                    log_task(done);
+                }
+                let now = self.inner.clock.now();
+                let due = last_purge.is_none_or(|t| now - t >= TimeDelta::minutes(1));
+                if due && purging.is_empty() {
+                    last_purge = Some(now);
+                    let worker = self.clone();
+                    purging.spawn(async move { worker.purge(now).await });
+                }
                 // With every slot taken, a finished event frees one at once; the poll
                 // interval still passes by (for the purge) while handlers run long.
                 tokio::select! {
@@ -321,19 +337,17 @@ impl Worker {
             while let Some(done) = running.join_next().await {
                 log_task(done);
             }
+            while let Some(done) = purging.join_next().await {
+                log_task(done);
+            }
         });
         WorkerHandle { stop, task }
     }
 
-    /// Purges settled events past retention when the last purge was a minute ago or
-    /// more: in batches until one comes back short, at most 100 of them (a
-    /// backlog is worked off over the next minutes, not at once).
-    async fn purge_if_due(&self, last_purge: &mut Option<DateTime<Utc>>) {
-        let now = self.inner.clock.now();
-        if last_purge.is_some_and(|t| now - t < TimeDelta::minutes(1)) {
-            return;
-        }
-        *last_purge = Some(now);
+    /// Purges settled events past retention at `now`: in batches until one comes
+    /// back short, at most 100 of them (a backlog is worked off over the next
+    /// minutes, not at once).
+    async fn purge(&self, now: DateTime<Utc>) {
         for _ in 0..PURGE_BATCHES {
             match self.inner.inbox.purge_settled(now, PURGE_BATCH).await {
                 Ok(n) if n >= PURGE_BATCH as u64 => {}
@@ -347,8 +361,8 @@ impl Worker {
     }
 }
 
-/// Logs an event's task that ended in a panic outside the handler (the handler's own
-/// panics are caught and retried).
+/// Logs a task of the worker's that ended in a panic (a handler's own panics are
+/// caught and retried).
 fn log_task(done: Result<(), tokio::task::JoinError>) {
     if let Err(e) = done {
         tracing::error!(error = %e, "inbox task failed");
@@ -456,11 +470,17 @@ impl Inner {
             Ok(Freshness::Stale { .. }) => Some(true),
             Err(e) => {
                 tracing::warn!(id = %event.id, error = %e, "ordering store failed; retrying event");
-                // Not the handler's failure: no hook, the attempt given back (the
-                // event does not go dead unrun through an outage), and at least a
-                // poll interval apart (a zero backoff would spin through it).
+                // Not the handler's failure: no hook, and the attempt given back (the
+                // event does not go dead unrun through an outage). So the policy's
+                // delay does not grow; the wait does, with the time the event has
+                // waited so far: a quarter of it, between a poll interval (no spin)
+                // and the policy's longest delay.
+                let waited = (self.clock.now() - event.received_at)
+                    .to_std()
+                    .unwrap_or_default();
+                let wait = (waited / 4).min(self.policy.max).max(self.poll);
                 let error = format!("ordering store unavailable: {e}");
-                self.retry_later(event, &error, self.poll, false).await;
+                self.retry_later(event, &error, wait, false).await;
                 Some(false)
             }
         }
@@ -669,7 +689,7 @@ pub struct WorkerHandle {
 }
 
 impl WorkerHandle {
-    /// Stops taking new events, lets the events in flight finish, and waits.
+    /// Stops taking new events, lets the events (and a purge) in flight finish, and waits.
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
         let _ = self.task.await;
