@@ -579,7 +579,7 @@ impl<'a> Event<'a> {
         self.body
     }
 
-    /// Which claim of this id this is (1 for the first run).
+    /// Which claim of this id this is (1 for the first claim).
     pub fn attempt(&self) -> u32 {
         self.claim.record.attempts
     }
@@ -637,7 +637,7 @@ impl OwnedEvent {
         self.body.clone()
     }
 
-    /// Which claim of this id this is (1 for the first run).
+    /// Which claim of this id this is (1 for the first claim).
     pub fn attempt(&self) -> u32 {
         self.claim.record.attempts
     }
@@ -865,8 +865,13 @@ impl<'a> Claimed<'a> {
         // timeout), this future leaves the recording to the background, or a
         // redelivery after the lease would run the handler again.
         let pending = RecordOnDrop(Some(&state), handler_elapsed);
-        let result = store(inner).finish(state.key(), state.token, &finish).await;
+        let mut result = store(inner).finish(state.key(), state.token, &finish).await;
         pending.disarm();
+        if matches!(result, Ok(Fence::LeaseLost))
+            && state.finished_own(RecordState::Completed).await
+        {
+            result = Ok(Fence::Applied);
+        }
         let outcome = match result {
             Ok(Fence::Applied) if state.ordered => {
                 // The object's settle, the reconcile it may ask for and the report
@@ -1286,6 +1291,7 @@ impl ClaimState {
         // apply leaves the lease to run out, and the next claim counts it.
         match store(inner).finish(self.key(), self.token, &finish).await {
             Ok(Fence::Applied) => {}
+            Ok(Fence::LeaseLost) if self.finished_own(RecordState::Failed).await => {}
             Ok(Fence::LeaseLost) => return self.lease_lost_before(&error, "failure"),
             Err(e) => {
                 tracing::warn!(id = %self.id, error = %e, "could not release a failed claim");
@@ -1323,25 +1329,17 @@ impl ClaimState {
             now,
             expires_at: crate::later(now, inner.retention_delta),
         };
+        let state = RecordState::PermanentFailure;
         match store(inner).finish(self.key(), self.token, &finish).await {
             Ok(Fence::Applied) => {}
+            Ok(Fence::LeaseLost) if self.finished_own(state).await => {}
             Ok(Fence::LeaseLost) => return self.lease_lost_before(&error, "permanent failure"),
             Err(e) => {
                 // Answered 200 all the same (the sender must not retry a permanent
                 // failure): recorded in the background, or a redelivery after the
                 // lease would run the handler again.
                 tracing::warn!(id = %self.id, error = %e, "could not record a permanent failure; retrying in the background");
-                #[cfg(feature = "tokio")]
-                if let Ok(rt) = tokio::runtime::Handle::try_current() {
-                    let (guard, id, token) = (self.guard.clone(), self.id.clone(), self.token);
-                    let (failures, history) = (finish.failures, history.clone());
-                    rt.spawn(async move {
-                        let state = RecordState::PermanentFailure;
-                        guard
-                            .finish_later(&id, token, state, failures, &history)
-                            .await;
-                    });
-                }
+                self.finish_in_background(state, finish.failures, &history);
             }
         }
         inner.hooks.on_permanent_failure(self.key(), &error);
@@ -1368,31 +1366,71 @@ impl ClaimState {
             now,
             expires_at: crate::later(now, inner.retention_delta),
         };
-        match store(inner).finish(self.key(), self.token, &finish).await {
-            Ok(Fence::Applied) => {
-                inner.hooks.on_escalation(&Escalation {
-                    key: self.key(),
-                    body,
-                    failures,
-                    history,
-                });
-                self.settle_object(ObjectStatus::Failed).await;
-                self.reconcile(ReconcileReason::Escalated);
-                Outcome::Escalated {
-                    id: self.id.clone(),
-                    failures,
-                }
+        let state = RecordState::Escalated;
+        let recorded = match store(inner).finish(self.key(), self.token, &finish).await {
+            Ok(Fence::Applied) => Ok(true),
+            Ok(Fence::LeaseLost) => Ok(self.finished_own(state).await),
+            Err(e) => Err(e),
+        };
+        match recorded {
+            Err(e) => {
+                // Escalated all the same (answered 200, the hook called): recorded in
+                // the background, as a permanent failure is. Should that never land,
+                // a redelivery after the lease escalates at its claim, and calls the
+                // hook again.
+                tracing::warn!(id = %self.id, error = %e, "could not record an escalation; retrying in the background");
+                self.finish_in_background(state, failures, history);
+                self.escalated(body, failures, history).await
             }
+            Ok(true) => self.escalated(body, failures, history).await,
             // Someone else holds the id now; they will see the count.
-            Ok(Fence::LeaseLost) => {
+            Ok(false) => {
                 let error = history.last().map_or("", |note| note.error.as_str());
                 self.lease_lost_before(error, "escalation")
             }
-            Err(error) => Outcome::StoreUnavailable {
-                id: Some(self.id.clone()),
-                error,
-            },
         }
+    }
+
+    /// An escalation decided: the hook, the object settled as failed, the
+    /// reconciler asked.
+    async fn escalated(&self, body: &[u8], failures: u32, history: &[FailureNote]) -> Outcome {
+        self.guard.inner.hooks.on_escalation(&Escalation {
+            key: self.key(),
+            body,
+            failures,
+            history,
+        });
+        self.settle_object(ObjectStatus::Failed).await;
+        self.reconcile(ReconcileReason::Escalated);
+        Outcome::Escalated {
+            id: self.id.clone(),
+            failures,
+        }
+    }
+
+    /// Whether the record holds this claim's own finish to `state`: a finish
+    /// answered `LeaseLost` because it met its own change (a transport sent it
+    /// again after a lost reply, as a Redis Cluster connection does).
+    async fn finished_own(&self, state: RecordState) -> bool {
+        let record = self.guard.inner.store.get(self.key()).await;
+        matches!(record, Ok(Some(r)) if r.token == self.token && r.state == state)
+    }
+
+    /// Records the end of this claim (`state`, not `Completed`) in the background,
+    /// fenced, until it lands or the claim is no longer held.
+    fn finish_in_background(&self, state: RecordState, failures: u32, history: &[FailureNote]) {
+        #[cfg(feature = "tokio")]
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let (guard, id, token) = (self.guard.clone(), self.id.clone(), self.token);
+            let history = history.to_vec();
+            rt.spawn(async move {
+                guard
+                    .finish_later(&id, token, state, failures, &history)
+                    .await;
+            });
+        }
+        #[cfg(not(feature = "tokio"))]
+        let _ = (state, failures, history);
     }
 }
 
@@ -2157,7 +2195,7 @@ impl WebhookGuard {
     /// The claim may still be in flight when its delivery is dropped (sent and not
     /// yet applied: a statement waiting for a row lock, a batch not yet answered),
     /// so until a record carries `token`, it is looked for again at doubling
-    /// intervals (at most a tenth of the lease apart) for as long as `search` says:
+    /// intervals (at most a tenth of the lease, or 1 s, apart) for as long as `search` says:
     /// up to the end of the claim's lease for a dropped delivery (after that, a
     /// later delivery takes a late claim over anyway), 30 s for a claim the store
     /// did not answer.

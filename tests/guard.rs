@@ -615,6 +615,9 @@ struct Flaky {
     finish_stall: std::sync::atomic::AtomicBool,
     /// While set, a finish is made, then its answer waits.
     answer_stall: std::sync::atomic::AtomicBool,
+    /// What the next finish answers once made: 0 its own answer, 1 `Unavailable`
+    /// (the reply lost), 2 `LeaseLost` (the request sent again met its own change).
+    finish_reply: std::sync::atomic::AtomicU8,
 }
 
 /// Waits while `flag` is set.
@@ -683,7 +686,11 @@ impl ProcessedStore for Flaky {
         stall(&self.finish_stall).await;
         let fence = self.inner.finish(k, t, f).await;
         stall(&self.answer_stall).await;
-        fence
+        match self.finish_reply.swap(0, Ordering::SeqCst) {
+            1 => Err(StoreError::unavailable("the reply was lost")),
+            2 => Ok(Fence::LeaseLost),
+            _ => fence,
+        }
     }
     async fn renew(
         &self,
@@ -1750,4 +1757,77 @@ async fn an_unrecorded_success_calls_its_hook_once() {
     // Past the background recording's deadline (the lease, 5 minutes).
     tokio::time::sleep(Duration::from_secs(600)).await;
     assert_eq!(hooks.unrecorded.load(Ordering::SeqCst), 1);
+}
+
+/// A finish the store made whose answer is lost (an error) or comes back
+/// `LeaseLost` (the request, sent again, met its own change) is the finish made:
+/// an escalation calls its hook and answers 200, a permanent failure and a success
+/// are answered as recorded.
+#[tokio::test]
+async fn a_finish_made_but_answered_otherwise_counts_as_made() {
+    for reply in [1u8, 2] {
+        let store = Arc::new(Flaky::default());
+        let hooks = Arc::new(Recorder::default());
+        let guard = WebhookGuard::builder()
+            .shared_store(store.clone())
+            .hooks(hooks.clone())
+            .verifier(NoVerification)
+            .event_id(EventId::header("x-id"))
+            .escalate_after(1)
+            .build()
+            .unwrap();
+        store.finish_reply.store(reply, Ordering::SeqCst);
+        let escalated = failing_run(&guard, "evt_esc").await;
+        assert!(
+            matches!(escalated, Outcome::Escalated { failures: 1, .. }),
+            "reply {reply}: {escalated:?}"
+        );
+        assert_eq!(guard.answer(&escalated).status, 200);
+        assert_eq!(hooks.escalations.lock().unwrap().len(), 1, "reply {reply}");
+        let again = ok_run(&guard, "evt_esc", b"{}").await;
+        assert!(
+            matches!(
+                again,
+                Outcome::Duplicate {
+                    state: RecordState::Escalated,
+                    ..
+                }
+            ),
+            "reply {reply}: {again:?}"
+        );
+        assert_eq!(hooks.escalations.lock().unwrap().len(), 1, "called once");
+
+        store.finish_reply.store(reply, Ordering::SeqCst);
+        let permanent = guard
+            .handle(&[("x-id", "evt_perm")], b"{}", |_| async {
+                Err(HandlerError::permanent("bad payload"))
+            })
+            .await;
+        assert!(
+            matches!(permanent, Outcome::PermanentFailure { .. }),
+            "reply {reply}: {permanent:?}"
+        );
+        assert_eq!(hooks.permanent.load(Ordering::SeqCst), 1, "reply {reply}");
+
+        if reply == 2 {
+            // An error leaves a success to the background (Unrecorded, tested
+            // elsewhere); `LeaseLost` that met its own change is the success.
+            store.finish_reply.store(reply, Ordering::SeqCst);
+            let done = ok_run(&guard, "evt_ok", b"{}").await;
+            assert!(matches!(done, Outcome::Processed { .. }), "{done:?}");
+            assert_eq!(hooks.unrecorded.load(Ordering::SeqCst), 0);
+            // A retryable failure below the threshold: counted, its hook called.
+            let patient = WebhookGuard::builder()
+                .shared_store(store.clone())
+                .hooks(hooks.clone())
+                .verifier(NoVerification)
+                .event_id(EventId::header("x-id"))
+                .build()
+                .unwrap();
+            store.finish_reply.store(reply, Ordering::SeqCst);
+            let failed = failing_run(&patient, "evt_retry").await;
+            assert_first_retryable_failure(&failed, "downstream timeout");
+            assert_eq!(hooks.failures.load(Ordering::SeqCst), 1);
+        }
+    }
 }
