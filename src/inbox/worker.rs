@@ -104,9 +104,10 @@ impl RetryPolicy {
 /// Several workers, in one process or many, can share one inbox: each event is leased
 /// to one of them at a time; a dead worker's lease runs out and the event is leased
 /// again. While a handler runs, its worker renews the lease every third of the
-/// lease, so a handler may run longer than the lease; if a renewal finds the lease
-/// lost (the store's clock ran past it while renewals failed), the handler's future
-/// is dropped and the reconciler asked. A handler that hangs therefore holds its
+/// lease, so a handler may run longer than the lease; if the lease is lost (another
+/// worker leased the event, or renewals kept failing until the worker's clock passed
+/// the last lease the store confirmed), the handler's future is dropped and the
+/// reconciler asked. A handler that hangs therefore holds its
 /// event until [`Worker::handler_timeout`] stops it: set one.
 #[derive(Clone)]
 pub struct Worker {
@@ -207,7 +208,8 @@ impl Worker {
     }
 
     /// A time limit for one handler run. A run past it is an ambiguous outcome: the
-    /// reconciler is asked; if it succeeds the event is done, else it is retried.
+    /// reconciler is asked; if it succeeds the event is done, else the run fails as a
+    /// retryable error (retried, or dead-lettered after the last attempt).
     ///
     /// The handler's future is dropped at the limit. A handler that opens database
     /// transactions must be safe to cancel: with sqlx 0.8 on PostgreSQL or MySQL a
@@ -238,7 +240,7 @@ impl Worker {
         self.with(|i| i.reconciler = Some(reconciler))
     }
 
-    /// The hooks (dead letters, stale events).
+    /// The hooks (failures, dead letters, stale events).
     #[must_use]
     pub fn hooks(self, hooks: Arc<dyn Hooks>) -> Self {
         self.with(|i| i.hooks = hooks)

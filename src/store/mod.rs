@@ -262,9 +262,12 @@ pub struct Record {
     pub fingerprint: Fingerprint,
     /// The token of the latest claim.
     pub token: FencingToken,
-    /// How many claims have been granted for the id (handler runs started).
+    /// How many claims have been granted for the id: handler runs started, and
+    /// claims that ended before their handler ran (released unrun, answered stale,
+    /// escalated at the claim).
     pub attempts: u32,
-    /// How many attempts failed (retryable failures and expired leases).
+    /// How many attempts failed: retryable and permanent failures, and expired
+    /// leases.
     pub failures: u32,
     /// Until when the latest claim's lease holds. Meaningful in `InProgress` only.
     pub lease_until: DateTime<Utc>,
@@ -439,7 +442,7 @@ pub enum Recorded {
     /// [`Fingerprint::matches`]): skip and alert.
     Conflict,
     /// A delivery holds the id under a live lease (the guard's claim, outside any
-    /// transaction) and has not finished: skip the effect and answer a retry (503),
+    /// transaction) and has not finished: skip the effect and answer a retry (409),
     /// as the guard does for [`Outcome::InProgress`](crate::Outcome::InProgress).
     InProgress,
 }
@@ -460,7 +463,10 @@ pub enum Deleted {
 #[non_exhaustive]
 pub enum StoreError {
     /// The store could not be reached (connection refused, reset, timed out, pool
-    /// exhausted). The guard answers 503 and the provider retries.
+    /// exhausted). The guard answers 503 and the provider retries, except where the
+    /// handler already ran: a success is then answered 200 and recorded in the
+    /// background ([`Outcome::Unrecorded`](crate::Outcome::Unrecorded)), as are a
+    /// permanent failure and an escalation.
     #[error("store unavailable: {source}")]
     Unavailable {
         /// The driver's error.
@@ -538,7 +544,8 @@ impl StoreError {
 /// - **stuck**: up to `limit` `InProgress` records whose lease ran out (`lease_until <= now`).
 ///
 /// Errors: a store that cannot be reached answers [`StoreError::Unavailable`], and
-/// the guard then answers 503 and stores nothing. Implementations must recover by
+/// the guard then answers 503 before a handler ran (after one, see
+/// [`StoreError::Unavailable`]). Implementations must recover by
 /// themselves when the server comes back.
 ///
 /// The public conformance suite (feature `conformance`, module
