@@ -62,8 +62,9 @@
 //! A cluster connection sends a pipeline again after a redirect or a lost reply,
 //! and its first run may already have been applied. A claim that meets its own
 //! record (`InProgress` with its token) is answered as granted; a finish that meets
-//! its own result answers [`LeaseLost`](crate::store::Fence::LeaseLost), so the
-//! delivery is reported as not recorded although its record is finished.
+//! its own result answers [`LeaseLost`](crate::store::Fence::LeaseLost), and the
+//! guard, reading the record, finds its own token and state there and counts the
+//! finish as made.
 //!
 //! # Retention
 //!
