@@ -156,6 +156,12 @@ pub enum InProgressAnswer {
     #[default]
     RetryLater,
     /// 200: for senders whose first delivery is durable, so no retry is needed.
+    ///
+    /// A sender that stops retrying at the first 2xx loses the event when the
+    /// delivery in progress then fails, or ends before its handler ran (its request
+    /// dropped while it claimed, its claim answered stale): nothing delivers it
+    /// again. Use it only with a reconciler, or with a sender that retries each
+    /// delivery on its own.
     Accept,
 }
 
@@ -500,14 +506,15 @@ struct Inner {
     ordering: Option<Arc<dyn OrderingStore>>,
     reconciler: Option<Arc<dyn Reconciler>>,
     meta: MetaExtractor,
-    /// Background searches for claims the store did not answer, running now (at
-    /// most [`MAX_LOST_SEARCHES`]).
+    /// Background searches for claims the store did not answer, or whose delivery
+    /// was dropped, running now (at most [`MAX_LOST_SEARCHES`]).
     lost_searches: Arc<AtomicUsize>,
 }
 
-/// How many claims the store did not answer are looked for at once, per guard:
-/// during an outage every delivery fails so, and most of those claims never reached
-/// the store; the searches must not pile up against it when it comes back.
+/// How many claims the store did not answer, or whose delivery was dropped, are
+/// looked for at once, per guard: during an outage every delivery fails so, and
+/// most of those claims never reached the store; when the store is slow, senders
+/// hang up. The searches must not pile up against it.
 const MAX_LOST_SEARCHES: usize = 64;
 
 impl fmt::Debug for Inner {
@@ -984,19 +991,25 @@ impl<'g> ReleaseOnDrop<'g> {
     /// applied at all) holds its lease to the end.
     fn lost(mut self) {
         self.armed = false;
-        let searches = &self.guard.inner.lost_searches;
-        let taken = searches.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-            (n < MAX_LOST_SEARCHES).then_some(n + 1)
-        });
-        if taken.is_err() {
+        let Some(slot) = self.search_slot() else {
             tracing::debug!(id = %self.id, "claim not answered; too many searches already, not looked for");
             return;
-        }
-        let slot = LostSearch(searches.clone());
+        };
         if !self.release(Search::Lost { _slot: slot }) {
             return;
         }
         tracing::debug!(id = %self.id, "claim not answered; looking for it in the background in case it was applied");
+    }
+
+    /// One of the guard's [`MAX_LOST_SEARCHES`] slots for a search, if one is free.
+    fn search_slot(&self) -> Option<LostSearch> {
+        let searches = &self.guard.inner.lost_searches;
+        searches
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < MAX_LOST_SEARCHES).then_some(n + 1)
+            })
+            .ok()?;
+        Some(LostSearch(searches.clone()))
     }
 
     /// Spawns the release; whether it was (with the `tokio` feature and a runtime).
@@ -1018,7 +1031,8 @@ impl Drop for ReleaseOnDrop<'_> {
             return;
         }
         tracing::warn!(id = %self.id, "delivery dropped while claiming; releasing the claim in the background");
-        self.release(Search::Dropped);
+        let slot = self.search_slot();
+        self.release(Search::Dropped { slot });
     }
 }
 
@@ -1060,8 +1074,14 @@ impl Backoff {
 /// Why a claim is released in the background: how long to look for it.
 #[derive(Debug)]
 enum Search {
-    /// Its delivery was dropped: looked for at once, then up to the end of its lease.
-    Dropped,
+    /// Its delivery was dropped: looked for at once, then, holding one of the
+    /// guard's [`MAX_LOST_SEARCHES`] slots, up to the end of its lease (without a
+    /// free slot, only at once: a slow store that many senders hang up on is not
+    /// polled once per dropped delivery).
+    Dropped {
+        /// Given back when the search ends.
+        slot: Option<LostSearch>,
+    },
     /// The store did not answer it: looked for from a second on, for up to 30 s,
     /// holding one of the guard's [`MAX_LOST_SEARCHES`] slots.
     Lost {
@@ -1070,7 +1090,8 @@ enum Search {
     },
 }
 
-/// One of the guard's slots for searches of unanswered claims, given back on drop.
+/// One of the guard's slots for searches of unanswered or dropped claims, given
+/// back on drop.
 #[derive(Debug)]
 struct LostSearch(Arc<AtomicUsize>);
 
@@ -1102,13 +1123,17 @@ impl<T: Send + 'static> Future for Detachable<T> {
     type Output = T;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
-        let work = self
+        // Out while polled: work that panics is dropped as the panic unwinds, never
+        // spawned to be polled again.
+        let mut work = self
             .0
-            .as_mut()
+            .take()
             .expect("a Detachable is not polled after it finished");
-        let out = std::task::ready!(work.as_mut().poll(cx));
-        self.0 = None;
-        Poll::Ready(out)
+        let out = work.as_mut().poll(cx);
+        if out.is_pending() {
+            self.0 = Some(work);
+        }
+        out
     }
 }
 
@@ -1651,8 +1676,9 @@ impl WebhookGuard {
         let release = ReleaseOnDrop::arm(self, &id, request.token);
         let claimed = store(inner).claim(&request).await;
         match &claimed {
-            Err(e) if e.is_unavailable() => release.lost(),
-            _ => release.disarm(),
+            // Any error may come after the store applied the claim.
+            Err(_) => release.lost(),
+            Ok(_) => release.disarm(),
         }
         let record = match claimed {
             Ok(Claim::Acquired(record)) => record,
@@ -2195,16 +2221,18 @@ impl WebhookGuard {
     /// The claim may still be in flight when its delivery is dropped (sent and not
     /// yet applied: a statement waiting for a row lock, a batch not yet answered),
     /// so until a record carries `token`, it is looked for again at doubling
-    /// intervals (at most a tenth of the lease, or 1 s, apart) for as long as `search` says:
-    /// up to the end of the claim's lease for a dropped delivery (after that, a
-    /// later delivery takes a late claim over anyway), 30 s for a claim the store
-    /// did not answer.
+    /// intervals (at most a tenth of the lease, or 1 s, apart) for as long as
+    /// `search` says: up to the end of the claim's lease for a dropped delivery
+    /// (after that, a later delivery takes a late claim over anyway; only at once
+    /// when the guard's search slots are taken), 30 s for a claim the store did not
+    /// answer.
     #[cfg(feature = "tokio")]
     async fn release_unrun(&self, id: &str, token: FencingToken, search: Search) {
         let inner = &self.inner;
         let key = Key::new(&inner.namespace, id);
         let (first, within) = match &search {
-            Search::Dropped => (Duration::ZERO, inner.lease),
+            Search::Dropped { slot: Some(_) } => (Duration::ZERO, inner.lease),
+            Search::Dropped { slot: None } => (Duration::ZERO, Duration::from_millis(1)),
             // The store just failed: first look a second later, and over a shorter
             // span, so that an outage's failed claims do not hammer it.
             Search::Lost { .. } => (
@@ -2246,7 +2274,7 @@ impl WebhookGuard {
         // A dropped delivery's claim was sent; an unanswered one most often never
         // reached the store (an outage), which is no news.
         match (failed, &search) {
-            (Some(e), Search::Dropped) => {
+            (Some(e), Search::Dropped { .. }) => {
                 tracing::warn!(%id, error = %e, "could not release a claim; its lease will run out")
             }
             (Some(e), Search::Lost { .. }) => {
@@ -2347,6 +2375,25 @@ where
 #[cfg(test)]
 mod tests {
     use super::has_control;
+
+    /// Work that panicked is not spawned to be polled again when its `Detachable`
+    /// is dropped by the unwinding.
+    #[cfg(feature = "tokio")]
+    #[tokio::test]
+    async fn a_detachable_that_panicked_is_not_spawned() {
+        use std::future::Future as _;
+        let mut work = Box::pin(super::Detachable::new(async {
+            panic!("a hook panicked");
+        }));
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        let polled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _ = work.as_mut().poll(&mut cx);
+        }));
+        assert!(polled.is_err(), "the work panicked");
+        drop(work);
+        let tasks = tokio::runtime::Handle::current().metrics();
+        assert_eq!(tasks.num_alive_tasks(), 0, "nothing was spawned");
+    }
 
     #[test]
     fn control_characters_are_found_in_ascii_and_beyond() {

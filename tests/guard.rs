@@ -611,6 +611,9 @@ struct Flaky {
     /// With `claim_late_ms`: the claim is answered `Unavailable` at once (a timeout),
     /// and still made later.
     claim_answer_lost: std::sync::atomic::AtomicBool,
+    /// With `claim_answer_lost`: the answer is a `Backend` error instead (a reply
+    /// the driver could not read).
+    claim_answer_backend: std::sync::atomic::AtomicBool,
     /// While set, a finish waits before it is made.
     finish_stall: std::sync::atomic::AtomicBool,
     /// While set, a finish is made, then its answer waits.
@@ -667,6 +670,9 @@ impl ProcessedStore for Flaky {
                 store.claim(&request).await
             });
             if self.claim_answer_lost.load(Ordering::SeqCst) {
+                if self.claim_answer_backend.load(Ordering::SeqCst) {
+                    return Err(StoreError::backend(std::io::Error::other("bad reply")));
+                }
                 return Err(StoreError::unavailable("timed out waiting for the answer"));
             }
             return landed.await.expect("the late claim ran");
@@ -961,15 +967,24 @@ async fn a_claim_that_lands_after_its_delivery_was_dropped_is_released() {
     ));
 }
 
-/// A claim answered `Unavailable` (a timeout) that the store still applies is
-/// released in the background, not left holding its lease with a token no delivery
-/// has; the provider's retry then runs the handler.
+/// A claim answered with an error (`Unavailable`: a timeout; `Backend`: a reply
+/// the driver could not read) that the store still applies is released in the
+/// background, not left holding its lease with a token no delivery has (its lease
+/// would run out and count a failure no handler had); the provider's retry then
+/// runs the handler.
 #[tokio::test(start_paused = true)]
 async fn a_claim_whose_answer_was_lost_is_released_when_it_lands() {
+    for backend in [false, true] {
+        claim_answer_lost_then_released(backend).await;
+    }
+}
+
+async fn claim_answer_lost_then_released(backend: bool) {
     let store = Arc::new(Flaky::default());
     let guard = flaky_guard(&store);
     store.claim_late_ms.store(5_000, Ordering::SeqCst);
     store.claim_answer_lost.store(true, Ordering::SeqCst);
+    store.claim_answer_backend.store(backend, Ordering::SeqCst);
     let outcome = ok_run(&guard, "evt_lost", b"{}").await;
     assert!(
         matches!(outcome, Outcome::StoreUnavailable { .. }),
@@ -1009,6 +1024,29 @@ async fn searches_for_unanswered_claims_are_capped() {
     assert_eq!(tasks.num_alive_tasks(), 0);
     ok_run(&guard, "evt_down_again", b"{}").await;
     assert_eq!(tasks.num_alive_tasks(), 1, "a slot is free again");
+}
+
+/// Searches for the claims of dropped deliveries share the cap: when many senders
+/// hang up on a slow store, it is not polled once per dropped delivery for a whole
+/// lease. Past the cap, a dropped claim is looked for only at once.
+#[tokio::test(start_paused = true)]
+async fn searches_for_dropped_claims_are_capped() {
+    let store = Arc::new(Flaky::default());
+    let guard = flaky_guard(&store);
+    let tasks = tokio::runtime::Handle::current().metrics();
+    // Each claim lands 10 minutes after it is sent (a task of the test store's).
+    store.claim_late_ms.store(600_000, Ordering::SeqCst);
+    for i in 0..100 {
+        let id = format!("evt_hung_up_{i}");
+        let cut = tokio::time::timeout(Duration::from_millis(5), ok_run(&guard, &id, b"{}")).await;
+        assert!(cut.is_err(), "the delivery must still be claiming");
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        tasks.num_alive_tasks(),
+        100 + 64,
+        "100 claims in flight, one search per slot"
+    );
 }
 
 /// The release looks for a late claim up to the end of its lease (5 minutes by
