@@ -1032,7 +1032,7 @@ impl Drop for ReleaseOnDrop<'_> {
         }
         tracing::warn!(id = %self.id, "delivery dropped while claiming; releasing the claim in the background");
         let slot = self.search_slot();
-        self.release(Search::Dropped { slot });
+        self.release(Search::Dropped { _slot: slot });
     }
 }
 
@@ -1080,7 +1080,7 @@ enum Search {
     /// polled once per dropped delivery).
     Dropped {
         /// Given back when the search ends.
-        slot: Option<LostSearch>,
+        _slot: Option<LostSearch>,
     },
     /// The store did not answer it: looked for from a second on, for up to 30 s,
     /// holding one of the guard's [`MAX_LOST_SEARCHES`] slots.
@@ -2231,8 +2231,8 @@ impl WebhookGuard {
         let inner = &self.inner;
         let key = Key::new(&inner.namespace, id);
         let (first, within) = match &search {
-            Search::Dropped { slot: Some(_) } => (Duration::ZERO, inner.lease),
-            Search::Dropped { slot: None } => (Duration::ZERO, Duration::from_millis(1)),
+            Search::Dropped { _slot: Some(_) } => (Duration::ZERO, inner.lease),
+            Search::Dropped { _slot: None } => (Duration::ZERO, Duration::from_millis(1)),
             // The store just failed: first look a second later, and over a shorter
             // span, so that an outage's failed claims do not hammer it.
             Search::Lost { .. } => (
