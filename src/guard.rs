@@ -872,13 +872,9 @@ impl<'a> Claimed<'a> {
         // timeout), this future leaves the recording to the background, or a
         // redelivery after the lease would run the handler again.
         let pending = RecordOnDrop(Some(&state), handler_elapsed);
-        let mut result = store(inner).finish(state.key(), state.token, &finish).await;
+        let result = store(inner).finish(state.key(), state.token, &finish).await;
+        let result = state.own_fence(result, RecordState::Completed).await;
         pending.disarm();
-        if matches!(result, Ok(Fence::LeaseLost))
-            && state.finished_own(RecordState::Completed).await
-        {
-            result = Ok(Fence::Applied);
-        }
         let outcome = match result {
             Ok(Fence::Applied) if state.ordered => {
                 // The object's settle, the reconcile it may ask for and the report
@@ -1037,13 +1033,15 @@ impl Drop for ReleaseOnDrop<'_> {
 }
 
 /// The waits of a background retry: the first `first` (zero: try at once), then
-/// doubling (from 25 ms) up to `cap`, until `within` has passed. On tokio's clock,
+/// doubling (from 25 ms) up to `cap`, until `within` has passed (a `within` of zero:
+/// the first try only). On tokio's clock,
 /// as the waits: a paused test clock must not spin a retry loop.
 #[cfg(feature = "tokio")]
 struct Backoff {
     deadline: tokio::time::Instant,
     wait: Duration,
     cap: Duration,
+    tried: bool,
 }
 
 #[cfg(feature = "tokio")]
@@ -1053,18 +1051,20 @@ impl Backoff {
             deadline: tokio::time::Instant::now() + within,
             wait: first,
             cap,
+            tried: false,
         }
     }
 
     /// Waits for the next try (never past the deadline); `false` once the deadline
-    /// has passed, with no try left.
+    /// has passed, with no try left. The first try is always made.
     async fn wait(&mut self) -> bool {
         let left = self
             .deadline
             .saturating_duration_since(tokio::time::Instant::now());
-        if left.is_zero() {
+        if left.is_zero() && self.tried {
             return false;
         }
+        self.tried = true;
         tokio::time::sleep(self.wait.min(left)).await;
         self.wait = (self.wait * 2).clamp(Duration::from_millis(25), self.cap);
         true
@@ -1314,9 +1314,9 @@ impl ClaimState {
         };
         // Whatever the store says, the sender must retry: a release that did not
         // apply leaves the lease to run out, and the next claim counts it.
-        match store(inner).finish(self.key(), self.token, &finish).await {
+        let fence = store(inner).finish(self.key(), self.token, &finish).await;
+        match self.own_fence(fence, RecordState::Failed).await {
             Ok(Fence::Applied) => {}
-            Ok(Fence::LeaseLost) if self.finished_own(RecordState::Failed).await => {}
             Ok(Fence::LeaseLost) => return self.lease_lost_before(&error, "failure"),
             Err(e) => {
                 tracing::warn!(id = %self.id, error = %e, "could not release a failed claim");
@@ -1355,9 +1355,9 @@ impl ClaimState {
             expires_at: crate::later(now, inner.retention_delta),
         };
         let state = RecordState::PermanentFailure;
-        match store(inner).finish(self.key(), self.token, &finish).await {
+        let fence = store(inner).finish(self.key(), self.token, &finish).await;
+        match self.own_fence(fence, state).await {
             Ok(Fence::Applied) => {}
-            Ok(Fence::LeaseLost) if self.finished_own(state).await => {}
             Ok(Fence::LeaseLost) => return self.lease_lost_before(&error, "permanent failure"),
             Err(e) => {
                 // Answered 200 all the same (the sender must not retry a permanent
@@ -1392,12 +1392,8 @@ impl ClaimState {
             expires_at: crate::later(now, inner.retention_delta),
         };
         let state = RecordState::Escalated;
-        let recorded = match store(inner).finish(self.key(), self.token, &finish).await {
-            Ok(Fence::Applied) => Ok(true),
-            Ok(Fence::LeaseLost) => Ok(self.finished_own(state).await),
-            Err(e) => Err(e),
-        };
-        match recorded {
+        let fence = store(inner).finish(self.key(), self.token, &finish).await;
+        match self.own_fence(fence, state).await {
             Err(e) => {
                 // Escalated all the same (answered 200, the hook called): recorded in
                 // the background, as a permanent failure is. Should that never land,
@@ -1407,9 +1403,9 @@ impl ClaimState {
                 self.finish_in_background(state, failures, history);
                 self.escalated(body, failures, history).await
             }
-            Ok(true) => self.escalated(body, failures, history).await,
+            Ok(Fence::Applied) => self.escalated(body, failures, history).await,
             // Someone else holds the id now; they will see the count.
-            Ok(false) => {
+            Ok(Fence::LeaseLost) => {
                 let error = history.last().map_or("", |note| note.error.as_str());
                 self.lease_lost_before(error, "escalation")
             }
@@ -1433,12 +1429,23 @@ impl ClaimState {
         }
     }
 
-    /// Whether the record holds this claim's own finish to `state`: a finish
-    /// answered `LeaseLost` because it met its own change (a transport sent it
-    /// again after a lost reply, as a Redis Cluster connection does).
-    async fn finished_own(&self, state: RecordState) -> bool {
-        let record = self.guard.inner.store.get(self.key()).await;
-        matches!(record, Ok(Some(r)) if r.token == self.token && r.state == state)
+    /// The answer of this claim's finish to `state`, with a `LeaseLost` that met
+    /// the claim's own change read as `Applied`: the record holds its token and
+    /// `state` (a transport sent the finish again after a lost reply, as a Redis
+    /// Cluster connection does). When the record cannot be read to tell, the read's
+    /// error: the finish may or may not have been made.
+    async fn own_fence(
+        &self,
+        fence: Result<Fence, StoreError>,
+        state: RecordState,
+    ) -> Result<Fence, StoreError> {
+        if !matches!(fence, Ok(Fence::LeaseLost)) {
+            return fence;
+        }
+        match self.guard.inner.store.get(self.key()).await? {
+            Some(r) if r.token == self.token && r.state == state => Ok(Fence::Applied),
+            _ => Ok(Fence::LeaseLost),
+        }
     }
 
     /// Records the end of this claim (`state`, not `Completed`) in the background,
@@ -1453,9 +1460,11 @@ impl ClaimState {
                     .finish_later(&id, token, state, failures, &history)
                     .await;
             });
+            return;
         }
         #[cfg(not(feature = "tokio"))]
-        let _ = (state, failures, history);
+        let _ = (failures, history);
+        tracing::warn!(id = %self.id, "no runtime to record a {} in the background; the lease will run out", state.as_str());
     }
 }
 
@@ -1676,9 +1685,10 @@ impl WebhookGuard {
         let release = ReleaseOnDrop::arm(self, &id, request.token);
         let claimed = store(inner).claim(&request).await;
         match &claimed {
-            // Any error may come after the store applied the claim.
+            // Any error but a corrupt record (which a search would only read again)
+            // may come after the store applied the claim.
+            Err(StoreError::Corrupt(_)) | Ok(_) => release.disarm(),
             Err(_) => release.lost(),
-            Ok(_) => release.disarm(),
         }
         let record = match claimed {
             Ok(Claim::Acquired(record)) => record,
@@ -2232,7 +2242,7 @@ impl WebhookGuard {
         let key = Key::new(&inner.namespace, id);
         let (first, within) = match &search {
             Search::Dropped { _slot: Some(_) } => (Duration::ZERO, inner.lease),
-            Search::Dropped { _slot: None } => (Duration::ZERO, Duration::from_millis(1)),
+            Search::Dropped { _slot: None } => (Duration::ZERO, Duration::ZERO),
             // The store just failed: first look a second later, and over a shorter
             // span, so that an outage's failed claims do not hammer it.
             Search::Lost { .. } => (
@@ -2311,9 +2321,16 @@ impl WebhookGuard {
                 expires_at: crate::later(now, inner.retention_delta),
             };
             match store(inner).finish(key, token, &finish).await {
-                // Recorded; or recorded by the try whose answer was lost, or taken
-                // over after the lease: either way nothing is left to do.
-                Ok(_) => return,
+                Ok(Fence::Applied) => return,
+                // Recorded by the try whose answer was lost, or taken over after the
+                // lease: either way nothing is left to do.
+                Ok(Fence::LeaseLost) => {
+                    let own = store(inner).get(key).await;
+                    if !matches!(own, Ok(Some(r)) if r.token == token && r.state == state) {
+                        tracing::warn!(%id, "taken over before the {} was recorded", state.as_str());
+                    }
+                    return;
+                }
                 Err(e) => {
                     tracing::debug!(%id, error = %e, "recording again");
                     failed = Some(e);

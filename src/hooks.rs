@@ -77,7 +77,10 @@ pub trait Hooks: fmt::Debug + Send + Sync + 'static {
     }
 
     /// The id failed `escalate_after` times: alert, and reconcile the object through
-    /// the provider's API. Called once per escalated id.
+    /// the provider's API. Called once per escalated id, except when the store
+    /// could not record the escalation (it is recorded in the background): should
+    /// that never land, a redelivery after the lease escalates again and calls this
+    /// again. Make it idempotent per key.
     fn on_escalation(&self, escalation: &Escalation<'_>) {
         let _ = escalation;
     }

@@ -54,8 +54,10 @@ pub enum Outcome {
         /// The handler's error.
         error: String,
     },
-    /// The id has now failed `escalate_after` times: the escalation hook ran once and
-    /// the id is treated as done. Answer 200 and reconcile through the provider's API.
+    /// The id has now failed `escalate_after` times: the escalation hook ran (once,
+    /// unless the store could not record the escalation: see
+    /// [`Hooks::on_escalation`](crate::Hooks::on_escalation)) and the id is treated
+    /// as done. Answer 200 and reconcile through the provider's API.
     Escalated {
         /// The event id.
         id: String,
@@ -97,10 +99,8 @@ pub enum Outcome {
         /// The `created_at` of the newest event seen for the object.
         newest: chrono::DateTime<chrono::Utc>,
     },
-    /// The store could not be reached or failed. Nothing ran, unless the store
-    /// failed while escalating an id whose handler had just failed again (its lease
-    /// then runs out, and the next delivery counts it). Answer 503: the sender
-    /// retries and nothing is lost.
+    /// The store could not be reached or failed before a handler ran. Answer 503:
+    /// the sender retries and nothing is lost.
     StoreUnavailable {
         /// The event id, when it was known.
         id: Option<String>,

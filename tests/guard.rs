@@ -621,6 +621,8 @@ struct Flaky {
     /// What the next finish answers once made: 0 its own answer, 1 `Unavailable`
     /// (the reply lost), 2 `LeaseLost` (the request sent again met its own change).
     finish_reply: std::sync::atomic::AtomicU8,
+    /// While set, reading a record fails.
+    get_down: std::sync::atomic::AtomicBool,
 }
 
 /// Waits while `flag` is set.
@@ -710,6 +712,7 @@ impl ProcessedStore for Flaky {
     }
     async fn get(&self, k: Key<'_>) -> Result<Option<Record>, StoreError> {
         self.check(&self.down)?;
+        self.check(&self.get_down)?;
         self.inner.get(k).await
     }
     async fn delete(&self, k: Key<'_>, now: DateTime<Utc>) -> Result<Deleted, StoreError> {
@@ -1868,4 +1871,33 @@ async fn a_finish_made_but_answered_otherwise_counts_as_made() {
             assert_eq!(hooks.failures.load(Ordering::SeqCst), 1);
         }
     }
+}
+
+/// A finish answered `LeaseLost` whose record cannot then be read may have been
+/// made: an escalation is escalated all the same (200, the hook), not answered as a
+/// lost lease the sender's retry would meet as a silent duplicate.
+#[tokio::test]
+async fn a_lease_lost_finish_that_cannot_be_checked_may_have_been_made() {
+    let store = Arc::new(Flaky::default());
+    let hooks = Arc::new(Recorder::default());
+    let guard = WebhookGuard::builder()
+        .shared_store(store.clone())
+        .hooks(hooks.clone())
+        .verifier(NoVerification)
+        .event_id(EventId::header("x-id"))
+        .escalate_after(1)
+        .build()
+        .unwrap();
+    store.finish_reply.store(2, Ordering::SeqCst);
+    store.get_down.store(true, Ordering::SeqCst);
+    let escalated = failing_run(&guard, "evt_unsure").await;
+    assert!(
+        matches!(escalated, Outcome::Escalated { failures: 1, .. }),
+        "{escalated:?}"
+    );
+    assert_eq!(hooks.escalations.lock().unwrap().len(), 1);
+    store.get_down.store(false, Ordering::SeqCst);
+    let again = ok_run(&guard, "evt_unsure", b"{}").await;
+    assert!(matches!(again, Outcome::Duplicate { .. }), "{again:?}");
+    assert_eq!(hooks.escalations.lock().unwrap().len(), 1, "called once");
 }
