@@ -1800,6 +1800,18 @@ async fn an_unrecorded_success_calls_its_hook_once() {
     assert_eq!(hooks.unrecorded.load(Ordering::SeqCst), 1);
 }
 
+/// A guard on `store` reporting to `hooks`, escalating at `escalate_after` failures.
+fn recorded_guard(store: &Arc<Flaky>, hooks: &Arc<Recorder>, escalate_after: u32) -> WebhookGuard {
+    WebhookGuard::builder()
+        .shared_store(store.clone())
+        .hooks(hooks.clone())
+        .verifier(NoVerification)
+        .event_id(EventId::header("x-id"))
+        .escalate_after(escalate_after)
+        .build()
+        .unwrap()
+}
+
 /// A finish the store made whose answer is lost (an error) or comes back
 /// `LeaseLost` (the request, sent again, met its own change) is the finish made:
 /// an escalation calls its hook and answers 200, a permanent failure and a success
@@ -1809,14 +1821,7 @@ async fn a_finish_made_but_answered_otherwise_counts_as_made() {
     for reply in [1u8, 2] {
         let store = Arc::new(Flaky::default());
         let hooks = Arc::new(Recorder::default());
-        let guard = WebhookGuard::builder()
-            .shared_store(store.clone())
-            .hooks(hooks.clone())
-            .verifier(NoVerification)
-            .event_id(EventId::header("x-id"))
-            .escalate_after(1)
-            .build()
-            .unwrap();
+        let guard = recorded_guard(&store, &hooks, 1);
         store.finish_reply.store(reply, Ordering::SeqCst);
         let escalated = failing_run(&guard, "evt_esc").await;
         assert!(
@@ -1858,13 +1863,7 @@ async fn a_finish_made_but_answered_otherwise_counts_as_made() {
             assert!(matches!(done, Outcome::Processed { .. }), "{done:?}");
             assert_eq!(hooks.unrecorded.load(Ordering::SeqCst), 0);
             // A retryable failure below the threshold: counted, its hook called.
-            let patient = WebhookGuard::builder()
-                .shared_store(store.clone())
-                .hooks(hooks.clone())
-                .verifier(NoVerification)
-                .event_id(EventId::header("x-id"))
-                .build()
-                .unwrap();
+            let patient = recorded_guard(&store, &hooks, 5);
             store.finish_reply.store(reply, Ordering::SeqCst);
             let failed = failing_run(&patient, "evt_retry").await;
             assert_first_retryable_failure(&failed, "downstream timeout");
@@ -1880,14 +1879,7 @@ async fn a_finish_made_but_answered_otherwise_counts_as_made() {
 async fn a_lease_lost_finish_that_cannot_be_checked_may_have_been_made() {
     let store = Arc::new(Flaky::default());
     let hooks = Arc::new(Recorder::default());
-    let guard = WebhookGuard::builder()
-        .shared_store(store.clone())
-        .hooks(hooks.clone())
-        .verifier(NoVerification)
-        .event_id(EventId::header("x-id"))
-        .escalate_after(1)
-        .build()
-        .unwrap();
+    let guard = recorded_guard(&store, &hooks, 1);
     store.finish_reply.store(2, Ordering::SeqCst);
     store.get_down.store(true, Ordering::SeqCst);
     let escalated = failing_run(&guard, "evt_unsure").await;

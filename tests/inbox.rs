@@ -99,6 +99,15 @@ fn body(id: &str, ty: &str, object: &str, created: i64) -> Vec<u8> {
     format!(r#"{{"id":"{id}","type":"{ty}","object":"{object}","created":{created}}}"#).into_bytes()
 }
 
+/// The event stored under `namespace` and `id` (it must be there).
+async fn stored(store: &MemoryStore, namespace: &str, id: &str) -> InboxEvent {
+    store
+        .get_event(Key::new(namespace, id))
+        .await
+        .unwrap()
+        .expect("stored")
+}
+
 async fn accept(guard: &WebhookGuard, body: &[u8]) -> Outcome {
     guard
         .accept(&[("content-type", "application/json")], body)
@@ -131,17 +140,12 @@ async fn accept_stores_once_and_answers_200_at_once() {
         ],
         "every accepted delivery reaches the outcome hook"
     );
-    let stored = s
-        .store
-        .get_event(Key::new("inbox-test", "evt_1"))
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(stored.state, InboxState::Pending);
-    assert_eq!(stored.payload, b);
-    assert_eq!(stored.meta.object.as_deref(), Some("ch_1"));
-    assert_eq!(stored.meta.event_type.as_deref(), Some("charge.succeeded"));
-    assert_eq!(stored.meta.created_at.unwrap().timestamp(), 100);
+    let event = stored(&s.store, "inbox-test", "evt_1").await;
+    assert_eq!(event.state, InboxState::Pending);
+    assert_eq!(event.payload, b);
+    assert_eq!(event.meta.object.as_deref(), Some("ch_1"));
+    assert_eq!(event.meta.event_type.as_deref(), Some("charge.succeeded"));
+    assert_eq!(event.meta.created_at.unwrap().timestamp(), 100);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -225,12 +229,7 @@ async fn the_worker_retries_with_backoff_then_succeeds() {
     );
     s.clock.advance(TimeDelta::seconds(1));
     assert_eq!(worker.run_once().await.unwrap(), 1);
-    let e = s
-        .store
-        .get_event(Key::new("inbox-test", "evt_r"))
-        .await
-        .unwrap()
-        .unwrap();
+    let e = stored(&s.store, "inbox-test", "evt_r").await;
     assert_eq!((e.state, e.attempts), (InboxState::Done, 3));
     assert_eq!(calls.load(Ordering::SeqCst), 3);
     let object = s
@@ -262,12 +261,7 @@ async fn the_last_attempt_dead_letters_once_and_reconciles() {
         worker.run_once().await.unwrap();
         s.clock.advance(TimeDelta::seconds(2));
     }
-    let e = s
-        .store
-        .get_event(Key::new("inbox-test", "evt_d"))
-        .await
-        .unwrap()
-        .unwrap();
+    let e = stored(&s.store, "inbox-test", "evt_d").await;
     assert_eq!((e.state, e.attempts), (InboxState::Dead, 3));
     assert_eq!(e.last_error.as_deref(), Some("always down"));
     assert_eq!(
@@ -316,12 +310,7 @@ async fn an_event_whose_runs_never_finish_is_dead_lettered() {
         s.clock.advance(TimeDelta::seconds(31));
     }
     assert_eq!(worker.run_once().await.unwrap(), 1);
-    let e = s
-        .store
-        .get_event(Key::new("inbox-test", "evt_crash"))
-        .await
-        .unwrap()
-        .unwrap();
+    let e = stored(&s.store, "inbox-test", "evt_crash").await;
     assert_eq!((e.state, e.attempts), (InboxState::Dead, 4));
     assert_eq!(runs.load(Ordering::SeqCst), 0, "not run a fourth time");
     assert_eq!(*s.hooks.dead.lock().unwrap(), vec!["evt_crash".to_owned()]);
@@ -338,12 +327,7 @@ async fn durations_beyond_chronos_range_are_a_century() {
         .retention(Duration::MAX);
     accept(&s.guard, &body("evt_forever", "x.y", "o", 1)).await;
     assert_eq!(worker.run_once().await.unwrap(), 1);
-    let e = s
-        .store
-        .get_event(Key::new("inbox-test", "evt_forever"))
-        .await
-        .unwrap()
-        .unwrap();
+    let e = stored(&s.store, "inbox-test", "evt_forever").await;
     assert_eq!(e.state, InboxState::Done);
     assert!(e.expires_at > s.clock.now() + TimeDelta::days(36_000));
     let report = s.guard.reconcile_stale(Duration::MAX, 10).await.unwrap();
@@ -484,12 +468,7 @@ async fn an_event_from_the_far_future_does_not_freeze_its_object() {
     .await;
     while worker.run_once().await.unwrap() > 0 {}
     for id in ["evt_future_i", "evt_genuine_i"] {
-        let e = s
-            .store
-            .get_event(Key::new("inbox-test", id))
-            .await
-            .unwrap()
-            .unwrap();
+        let e = stored(&s.store, "inbox-test", id).await;
         assert_eq!(e.state, InboxState::Done, "{id} applied, not skipped");
     }
     assert!(s
@@ -532,12 +511,7 @@ async fn out_of_order_deliveries_end_in_the_newest_state() {
     }
     assert_eq!(state.lock().unwrap()["ch_o"], "charge.refunded");
     assert_eq!(*s.hooks.stale.lock().unwrap(), vec!["e1".to_owned()]);
-    let e1 = s
-        .store
-        .get_event(Key::new("inbox-test", "e1"))
-        .await
-        .unwrap()
-        .unwrap();
+    let e1 = stored(&s.store, "inbox-test", "e1").await;
     assert_eq!(e1.state, InboxState::Skipped);
 }
 
@@ -754,12 +728,7 @@ async fn a_handler_longer_than_the_lease_keeps_its_event() {
     gate.notify_one();
     assert_eq!(first.await.unwrap().unwrap(), 1);
     assert_eq!(runs.load(Ordering::SeqCst), 1);
-    let event = s
-        .store
-        .get_event(Key::new("inbox-test", "evt_long"))
-        .await
-        .unwrap()
-        .unwrap();
+    let event = stored(&s.store, "inbox-test", "evt_long").await;
     assert_eq!(event.state, InboxState::Done);
 }
 
@@ -1189,17 +1158,7 @@ async fn an_ordering_outage_does_not_use_up_the_attempts() {
         inner: store.clone(),
         down: true.into(),
     });
-    let guard = WebhookGuard::builder()
-        .store(store.clone())
-        .inbox(Arc::new(store.clone()))
-        .ordering(ordering.clone())
-        .verifier(NoVerification)
-        .event_id(EventId::json_field(["id"]))
-        .event_meta(MetaExtractor::json(&["type"], &["created"], &["object"]))
-        .namespace("outage")
-        .clock(clock.clone())
-        .build()
-        .unwrap();
+    let guard = outage_guard(&store, ordering.clone(), &clock);
     let runs = Arc::new(AtomicUsize::new(0));
     let worker = {
         let runs = runs.clone();
@@ -1229,11 +1188,7 @@ async fn an_ordering_outage_does_not_use_up_the_attempts() {
     ordering.down.store(false, Ordering::SeqCst);
     assert_eq!(worker.run_once().await.unwrap(), 1);
     assert_eq!(runs.load(Ordering::SeqCst), 1);
-    let event = store
-        .get_event(Key::new("outage", "evt_o"))
-        .await
-        .unwrap()
-        .unwrap();
+    let event = stored(&store, "outage", "evt_o").await;
     assert_eq!(event.state, InboxState::Done);
 }
 
@@ -1421,6 +1376,26 @@ async fn a_zero_lease_is_the_shortest_lease() {
     assert_eq!(held, TimeDelta::milliseconds(100));
 }
 
+/// A guard on `store`'s inbox in namespace `outage`, with `ordering` as its
+/// ordering store.
+fn outage_guard(
+    store: &MemoryStore,
+    ordering: Arc<OrderingDown>,
+    clock: &ManualClock,
+) -> WebhookGuard {
+    WebhookGuard::builder()
+        .store(store.clone())
+        .inbox(Arc::new(store.clone()))
+        .ordering(ordering)
+        .verifier(NoVerification)
+        .event_id(EventId::json_field(["id"]))
+        .event_meta(MetaExtractor::json(&["type"], &["created"], &["object"]))
+        .namespace("outage")
+        .clock(clock.clone())
+        .build()
+        .unwrap()
+}
+
 /// A handler error that reads like the worker's own ordering outage is the
 /// handler's failure all the same: an event whose later runs died unsettled is
 /// dead-lettered once past its attempts, not run again.
@@ -1462,12 +1437,7 @@ async fn a_handler_error_cannot_pass_for_an_ordering_outage() {
     s.clock.advance(TimeDelta::seconds(2));
     assert_eq!(worker.run_once().await.unwrap(), 1);
     assert_eq!(runs.load(Ordering::SeqCst), 1, "not run a third time");
-    let event = s
-        .store
-        .get_event(Key::new("inbox-test", "evt_s"))
-        .await
-        .unwrap()
-        .unwrap();
+    let event = stored(&s.store, "inbox-test", "evt_s").await;
     assert_eq!(event.state, InboxState::Dead);
 }
 
@@ -1482,17 +1452,7 @@ async fn an_ordering_outage_backs_off() {
         inner: store.clone(),
         down: true.into(),
     });
-    let guard = WebhookGuard::builder()
-        .store(store.clone())
-        .inbox(Arc::new(store.clone()))
-        .ordering(ordering)
-        .verifier(NoVerification)
-        .event_id(EventId::json_field(["id"]))
-        .event_meta(MetaExtractor::json(&["type"], &["created"], &["object"]))
-        .namespace("outage")
-        .clock(clock.clone())
-        .build()
-        .unwrap();
+    let guard = outage_guard(&store, ordering, &clock);
     let worker = guard
         .worker(|_e: InboxEvent| async { Ok(()) })
         .unwrap()
