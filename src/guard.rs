@@ -466,6 +466,7 @@ impl WebhookGuardBuilder {
                     .meta
                     .unwrap_or_else(|| verifier_meta.unwrap_or_default()),
                 lost_searches: Arc::default(),
+                dropped_searches: Arc::default(),
             }),
         })
     }
@@ -506,15 +507,19 @@ struct Inner {
     ordering: Option<Arc<dyn OrderingStore>>,
     reconciler: Option<Arc<dyn Reconciler>>,
     meta: MetaExtractor,
-    /// Background searches for claims the store did not answer, or whose delivery
-    /// was dropped, running now (at most [`MAX_LOST_SEARCHES`]).
+    /// Background searches for claims the store did not answer, running now (at
+    /// most [`MAX_LOST_SEARCHES`]).
     lost_searches: Arc<AtomicUsize>,
+    /// The same for claims whose delivery was dropped: a slot count of their own,
+    /// as such a search may run for a whole lease (one whose claim was answered
+    /// `Existing` never finds its token) and must not starve the others.
+    dropped_searches: Arc<AtomicUsize>,
 }
 
-/// How many claims the store did not answer, or whose delivery was dropped, are
-/// looked for at once, per guard: during an outage every delivery fails so, and
-/// most of those claims never reached the store; when the store is slow, senders
-/// hang up. The searches must not pile up against it.
+/// How many claims the store did not answer are looked for at once, per guard, and
+/// as many whose delivery was dropped: during an outage every delivery fails so,
+/// and most of those claims never reached the store; when the store is slow,
+/// senders hang up. The searches must not pile up against it.
 const MAX_LOST_SEARCHES: usize = 64;
 
 impl fmt::Debug for Inner {
@@ -987,7 +992,7 @@ impl<'g> ReleaseOnDrop<'g> {
     /// applied at all) holds its lease to the end.
     fn lost(mut self) {
         self.armed = false;
-        let Some(slot) = self.search_slot() else {
+        let Some(slot) = self.search_slot(&self.guard.inner.lost_searches) else {
             tracing::debug!(id = %self.id, "claim not answered; too many searches already, not looked for");
             return;
         };
@@ -997,9 +1002,8 @@ impl<'g> ReleaseOnDrop<'g> {
         tracing::debug!(id = %self.id, "claim not answered; looking for it in the background in case it was applied");
     }
 
-    /// One of the guard's [`MAX_LOST_SEARCHES`] slots for a search, if one is free.
-    fn search_slot(&self) -> Option<LostSearch> {
-        let searches = &self.guard.inner.lost_searches;
+    /// One of the [`MAX_LOST_SEARCHES`] slots counted by `searches`, if one is free.
+    fn search_slot(&self, searches: &Arc<AtomicUsize>) -> Option<LostSearch> {
         searches
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
                 (n < MAX_LOST_SEARCHES).then_some(n + 1)
@@ -1027,7 +1031,7 @@ impl Drop for ReleaseOnDrop<'_> {
             return;
         }
         tracing::warn!(id = %self.id, "delivery dropped while claiming; releasing the claim in the background");
-        let slot = self.search_slot();
+        let slot = self.search_slot(&self.guard.inner.dropped_searches);
         self.release(Search::Dropped { _slot: slot });
     }
 }
@@ -1075,7 +1079,8 @@ impl Backoff {
 #[derive(Debug)]
 enum Search {
     /// Its delivery was dropped: looked for at once, then, holding one of the
-    /// guard's [`MAX_LOST_SEARCHES`] slots, up to the end of its lease (without a
+    /// guard's [`MAX_LOST_SEARCHES`] slots for dropped claims, up to the end of its
+    /// lease (without a
     /// free slot, only at once: a slow store that many senders hang up on is not
     /// polled once per dropped delivery).
     Dropped {

@@ -1050,6 +1050,15 @@ async fn searches_for_dropped_claims_are_capped() {
         100 + 64,
         "100 claims in flight, one search per slot"
     );
+    // They do not take the slots of claims the store did not answer.
+    store.claim_answer_lost.store(true, Ordering::SeqCst);
+    let outcome = ok_run(&guard, "evt_unanswered", b"{}").await;
+    assert!(matches!(outcome, Outcome::StoreUnavailable { .. }));
+    assert_eq!(
+        tasks.num_alive_tasks(),
+        100 + 64 + 2,
+        "one more claim in flight, and its search"
+    );
 }
 
 /// The release looks for a late claim up to the end of its lease (5 minutes by
