@@ -508,7 +508,7 @@ struct Inner {
     reconciler: Option<Arc<dyn Reconciler>>,
     meta: MetaExtractor,
     /// Background searches for claims the store did not answer, running now (at
-    /// most [`MAX_LOST_SEARCHES`]).
+    /// most [`MAX_SEARCHES`]).
     lost_searches: Arc<AtomicUsize>,
     /// The same for claims whose delivery was dropped: a slot count of their own,
     /// as such a search may run for a whole lease (one whose claim was answered
@@ -520,7 +520,7 @@ struct Inner {
 /// as many whose delivery was dropped: during an outage every delivery fails so,
 /// and most of those claims never reached the store; when the store is slow,
 /// senders hang up. The searches must not pile up against it.
-const MAX_LOST_SEARCHES: usize = 64;
+const MAX_SEARCHES: usize = 64;
 
 impl fmt::Debug for Inner {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -988,7 +988,7 @@ impl<'g> ReleaseOnDrop<'g> {
     /// The store could not be reached: the claim may still have been applied (a
     /// timeout after the request was sent, a batch answered late), with a token no
     /// delivery holds. Released in the background, as for a dropped delivery.
-    /// At most [`MAX_LOST_SEARCHES`] at once; past that, such a claim (if it was
+    /// At most [`MAX_SEARCHES`] at once; past that, such a claim (if it was
     /// applied at all) holds its lease to the end.
     fn lost(mut self) {
         self.armed = false;
@@ -1002,14 +1002,14 @@ impl<'g> ReleaseOnDrop<'g> {
         tracing::debug!(id = %self.id, "claim not answered; looking for it in the background in case it was applied");
     }
 
-    /// One of the [`MAX_LOST_SEARCHES`] slots counted by `searches`, if one is free.
-    fn search_slot(&self, searches: &Arc<AtomicUsize>) -> Option<LostSearch> {
+    /// One of the [`MAX_SEARCHES`] slots counted by `searches`, if one is free.
+    fn search_slot(&self, searches: &Arc<AtomicUsize>) -> Option<SearchSlot> {
         searches
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < MAX_LOST_SEARCHES).then_some(n + 1)
+                (n < MAX_SEARCHES).then_some(n + 1)
             })
             .ok()?;
-        Some(LostSearch(searches.clone()))
+        Some(SearchSlot(searches.clone()))
     }
 
     /// Spawns the release; whether it was (with the `tokio` feature and a runtime).
@@ -1038,8 +1038,8 @@ impl Drop for ReleaseOnDrop<'_> {
 
 /// The waits of a background retry: the first `first` (zero: try at once), then
 /// doubling (from 25 ms) up to `cap`, until `within` has passed (a `within` of zero:
-/// the first try only). On tokio's clock,
-/// as the waits: a paused test clock must not spin a retry loop.
+/// the first try only). On tokio's clock, as the waits: a paused test clock must not
+/// spin a retry loop.
 #[cfg(feature = "tokio")]
 struct Backoff {
     deadline: tokio::time::Instant,
@@ -1075,32 +1075,42 @@ impl Backoff {
     }
 }
 
+/// How a finish recorded in the background ended.
+#[cfg(feature = "tokio")]
+enum Late {
+    /// Recorded, by this try or by an earlier one whose answer was lost.
+    Recorded,
+    /// Another claim took the record over first.
+    TakenOver,
+    /// The store kept failing until the deadline.
+    GaveUp(StoreError),
+}
+
 /// Why a claim is released in the background: how long to look for it.
 #[derive(Debug)]
 enum Search {
     /// Its delivery was dropped: looked for at once, then, holding one of the
-    /// guard's [`MAX_LOST_SEARCHES`] slots for dropped claims, up to the end of its
-    /// lease (without a
-    /// free slot, only at once: a slow store that many senders hang up on is not
-    /// polled once per dropped delivery).
+    /// guard's [`MAX_SEARCHES`] slots for dropped claims, up to the end of its lease
+    /// (without a free slot, only at once: a slow store that many senders hang up
+    /// on is not polled once per dropped delivery).
     Dropped {
         /// Given back when the search ends.
-        _slot: Option<LostSearch>,
+        _slot: Option<SearchSlot>,
     },
     /// The store did not answer it: looked for from a second on, for up to 30 s,
-    /// holding one of the guard's [`MAX_LOST_SEARCHES`] slots.
+    /// holding one of the guard's [`MAX_SEARCHES`] slots.
     Lost {
         /// Given back when the search ends.
-        _slot: LostSearch,
+        _slot: SearchSlot,
     },
 }
 
 /// One of the guard's slots for searches of unanswered or dropped claims, given
 /// back on drop.
 #[derive(Debug)]
-struct LostSearch(Arc<AtomicUsize>);
+struct SearchSlot(Arc<AtomicUsize>);
 
-impl Drop for LostSearch {
+impl Drop for SearchSlot {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::AcqRel);
     }
@@ -1215,49 +1225,37 @@ impl ClaimState {
         let _ = report;
     }
 
-    /// The loop of [`ClaimState::record_completion_later`]: `None` once recorded,
+    /// The work of [`ClaimState::record_completion_later`]: `None` once recorded,
     /// else why not.
     #[cfg(feature = "tokio")]
     async fn record_completion(&self) -> Option<Unrecorded> {
-        let inner = &self.guard.inner;
-        let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1), {
-            inner.lease.max(Duration::from_secs(60))
-        });
-        while backoff.wait().await {
-            let now = inner.clock.now();
-            let finish = self.finish_as(RecordState::Completed, now);
-            let fence = inner.store.finish(self.key(), self.token, &finish).await;
-            let own = match fence {
-                Ok(Fence::Applied) => true,
-                // Taken over, or finished already: by the request whose answer was
-                // lost, if the record carries this claim's token.
-                Ok(Fence::LeaseLost) => match inner.store.get(self.key()).await {
-                    Ok(record) => record.is_some_and(|r| {
-                        r.token == self.token && r.state == RecordState::Completed
-                    }),
-                    Err(e) => {
-                        tracing::debug!(id = %self.id, error = %e, "reading the record again");
-                        continue;
-                    }
-                },
-                Err(e) => {
-                    tracing::debug!(id = %self.id, error = %e, "recording the completion again");
-                    continue;
-                }
-            };
-            if !own {
+        let (state, record) = (RecordState::Completed, &self.record);
+        let late = (self.guard)
+            .finish_later(
+                &self.id,
+                self.token,
+                state,
+                record.failures,
+                &record.history,
+            )
+            .await;
+        match late {
+            Late::Recorded => {
+                tracing::info!(id = %self.id, "completion recorded late");
+                self.settle_applied().await;
+                None
+            }
+            Late::TakenOver => {
                 // The delivery that took the lease over may run the handler again.
                 tracing::warn!(id = %self.id, "completion not recorded late: the claim is no longer held");
                 self.reconcile(ReconcileReason::LeaseLost);
-                return Some(Unrecorded::LeaseLost);
+                Some(Unrecorded::LeaseLost)
             }
-            tracing::info!(id = %self.id, "completion recorded late");
-            self.settle_applied().await;
-            return None;
+            Late::GaveUp(error) => {
+                tracing::warn!(id = %self.id, %error, "completion still not recorded; giving up");
+                Some(Unrecorded::Store(error))
+            }
         }
-        tracing::warn!(id = %self.id, "completion still not recorded; giving up");
-        let error = StoreError::unavailable("completion not recorded before the deadline");
-        Some(Unrecorded::Store(error))
     }
 
     /// Settles the object of a success; when a newer event of the object was seen
@@ -1447,9 +1445,9 @@ impl ClaimState {
         if !matches!(fence, Ok(Fence::LeaseLost)) {
             return fence;
         }
-        match self.guard.inner.store.get(self.key()).await? {
-            Some(r) if r.token == self.token && r.state == state => Ok(Fence::Applied),
-            _ => Ok(Fence::LeaseLost),
+        match self.guard.holds(self.key(), self.token, state).await? {
+            true => Ok(Fence::Applied),
+            false => Ok(Fence::LeaseLost),
         }
     }
 
@@ -1461,9 +1459,19 @@ impl ClaimState {
             let (guard, id, token) = (self.guard.clone(), self.id.clone(), self.token);
             let history = history.to_vec();
             rt.spawn(async move {
-                guard
+                let what = state.as_str();
+                match guard
                     .finish_later(&id, token, state, failures, &history)
-                    .await;
+                    .await
+                {
+                    Late::Recorded => {}
+                    Late::TakenOver => {
+                        tracing::warn!(%id, "taken over before the {what} was recorded")
+                    }
+                    Late::GaveUp(error) => {
+                        tracing::warn!(%id, %error, "a {what} was not recorded; giving up")
+                    }
+                }
             });
             return;
         }
@@ -2310,7 +2318,7 @@ impl WebhookGuard {
         state: RecordState,
         failures: u32,
         history: &[FailureNote],
-    ) {
+    ) -> Late {
         let inner = &self.inner;
         let key = Key::new(&inner.namespace, id);
         let within = inner.lease.max(Duration::from_secs(60));
@@ -2325,26 +2333,34 @@ impl WebhookGuard {
                 now,
                 expires_at: crate::later(now, inner.retention_delta),
             };
-            match store(inner).finish(key, token, &finish).await {
-                Ok(Fence::Applied) => return,
-                // Recorded by the try whose answer was lost, or taken over after the
-                // lease: either way nothing is left to do.
-                Ok(Fence::LeaseLost) => {
-                    let own = store(inner).get(key).await;
-                    if !matches!(own, Ok(Some(r)) if r.token == token && r.state == state) {
-                        tracing::warn!(%id, "taken over before the {} was recorded", state.as_str());
-                    }
-                    return;
-                }
-                Err(e) => {
-                    tracing::debug!(%id, error = %e, "recording again");
-                    failed = Some(e);
-                }
-            }
+            let error = match store(inner).finish(key, token, &finish).await {
+                Ok(Fence::Applied) => return Late::Recorded,
+                // Taken over, or recorded by the try whose answer was lost: the
+                // record tells.
+                Ok(Fence::LeaseLost) => match self.holds(key, token, state).await {
+                    Ok(true) => return Late::Recorded,
+                    Ok(false) => return Late::TakenOver,
+                    Err(e) => e,
+                },
+                Err(e) => e,
+            };
+            tracing::debug!(%id, error = %error, "recording the {} again", state.as_str());
+            failed = Some(error);
         }
-        if let Some(e) = failed {
-            tracing::warn!(%id, error = %e, "a {} was not recorded; giving up", state.as_str());
-        }
+        Late::GaveUp(
+            failed.unwrap_or_else(|| StoreError::unavailable("not recorded before the deadline")),
+        )
+    }
+
+    /// Whether the record under `key` holds the finish of claim `token` to `state`.
+    async fn holds(
+        &self,
+        key: Key<'_>,
+        token: FencingToken,
+        state: RecordState,
+    ) -> Result<bool, StoreError> {
+        let record = store(&self.inner).get(key).await?;
+        Ok(record.is_some_and(|r| r.token == token && r.state == state))
     }
 
     fn spawn_reconcile(&self, request: ReconcileRequest) {
