@@ -1983,18 +1983,7 @@ impl WebhookGuard {
             _ => kind.default_status(),
         };
         let status = self.inner.status[kind.index()].unwrap_or(default);
-        let retry_after = match outcome {
-            Outcome::InProgress { retry_after, .. } if !status.is_success() => {
-                Some(crate::retry_after_secs(*retry_after))
-            }
-            Outcome::StoreUnavailable { .. } if !status.is_success() => Some(5),
-            _ => None,
-        };
-        Answer {
-            status,
-            retry_after,
-            reason: outcome.reason(),
-        }
+        Answer::with_status(outcome, status)
     }
 
     /// The record kept for `id`, for operators.

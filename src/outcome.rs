@@ -342,3 +342,21 @@ pub struct Answer {
     /// A short machine-readable reason for the body.
     pub reason: &'static str,
 }
+
+impl Answer {
+    /// The answer to `outcome` with `status`: a `Retry-After` for a retry asked for
+    /// (never on a 2xx), and the outcome's reason.
+    pub(crate) fn with_status(outcome: &Outcome, status: StatusCode) -> Self {
+        let retry_after = match outcome {
+            _ if status.is_success() => None,
+            Outcome::InProgress { retry_after, .. } => Some(crate::retry_after_secs(*retry_after)),
+            Outcome::StoreUnavailable { .. } => Some(5),
+            _ => None,
+        };
+        Self {
+            status,
+            retry_after,
+            reason: outcome.reason(),
+        }
+    }
+}

@@ -207,16 +207,7 @@ fn default_answer(outcome: &Outcome) -> Answer {
         Outcome::Rejected(r) => r.status(),
         other => other.kind().default_status(),
     };
-    let retry_after = match outcome {
-        Outcome::InProgress { retry_after, .. } => Some(crate::retry_after_secs(*retry_after)),
-        Outcome::StoreUnavailable { .. } => Some(5),
-        _ => None,
-    };
-    Answer {
-        status,
-        retry_after,
-        reason: outcome.reason(),
-    }
+    Answer::with_status(outcome, status)
 }
 
 impl WebhookGuard {
