@@ -232,9 +232,9 @@ return out
 
 /// Settle: KEYS event, due, settled; ARGV id, token, state, next_attempt_at, now,
 /// expires_at, TTL (ms) for a settled state, `0` to give the attempt back (else
-/// `1`), and the error if any. Answers 1
-/// (applied) or 0 (lease lost). Run again (a cluster connection resends after a lost
-/// reply), it finds its own change (state, token and time) and answers 1 again.
+/// `1`), and the error if any. Answers 1 (applied) or 0 (lease lost). Run again (a
+/// cluster connection resends after a lost reply), it finds its own change (state,
+/// token and time) and answers 1 again.
 const SETTLE: &str = r"
 local cur = redis.call('HMGET', KEYS[1], 's', 't', 'l', 'u', 'a')
 if ARGV[3] ~= 'running' and cur[1] == ARGV[3] and cur[2] == ARGV[2] and cur[4] == ARGV[5] then return 1 end

@@ -107,8 +107,8 @@ impl RetryPolicy {
 /// lease, so a handler may run longer than the lease; if the lease is lost (another
 /// worker leased the event, or renewals kept failing until the worker's clock passed
 /// the last lease the store confirmed), the handler's future is dropped and the
-/// reconciler asked. A handler that hangs therefore holds its
-/// event until [`Worker::handler_timeout`] stops it: set one.
+/// reconciler asked. A handler that hangs therefore holds its event until
+/// [`Worker::handler_timeout`] stops it: set one.
 #[derive(Clone)]
 pub struct Worker {
     inner: Arc<Inner>,
@@ -518,7 +518,7 @@ impl Inner {
     /// goes on while a renewal waits for the store.
     async fn renewing<T>(&self, event: &InboxEvent, work: impl Future<Output = T>) -> Option<T> {
         let mut work = std::pin::pin!(work);
-        let every = (self.lease / 3).max(Duration::from_millis(1));
+        let every = self.lease / 3; // at least 33 ms: see `MIN_LEASE`
         let mut held_until = event.lease_until;
         loop {
             tokio::select! {

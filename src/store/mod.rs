@@ -528,8 +528,8 @@ impl StoreError {
 ///   In every other case (terminal state, live lease, different known fingerprint)
 ///   change nothing and answer [`Claim::Existing`] with the record. A claim
 ///   repeated with the same token (the guard never repeats one; a driver may send
-///   a round trip again whose first run was applied) may be
-///   answered `Acquired` with the record it made.
+///   a round trip again whose first run was applied) may be answered `Acquired`
+///   with the record it made.
 /// - **finish**: if the record exists, is `InProgress` and carries `token`, set its
 ///   state, failures, history, expiry and `updated_at` from the [`Finish`] and answer
 ///   [`Fence::Applied`]; otherwise change nothing and answer [`Fence::LeaseLost`]. A
@@ -545,8 +545,8 @@ impl StoreError {
 ///
 /// Errors: a store that cannot be reached answers [`StoreError::Unavailable`], and
 /// the guard then answers 503 before a handler ran (after one, see
-/// [`StoreError::Unavailable`]). Implementations must recover by
-/// themselves when the server comes back.
+/// [`StoreError::Unavailable`]). Implementations must recover by themselves when the
+/// server comes back.
 ///
 /// The public conformance suite (feature `conformance`, module
 /// `conformance`) checks all of this against any store.

@@ -70,9 +70,9 @@
 //!
 //! Times are the caller's (`now` and the times in each request), kept as integer
 //! milliseconds since the epoch (the end of a lease and an expiry rounded up, never
-//! down); the server's clock is never read. Each write also
-//! sets the record key's TTL to the time left until its expiry (or until the end of
-//! a live lease, whichever is later), *measured from the caller's `now`*. So Redis
+//! down); the server's clock is never read. Each write also sets the record key's
+//! TTL to the time left until its expiry (or until the end of a live lease,
+//! whichever is later), *measured from the caller's `now`*. So Redis
 //! drops expired records by itself; when the caller's clock is the real one, this
 //! is exactly the contract's expiry, and a claim treats a record expired by its
 //! `now` as absent even while the key lives on.

@@ -118,7 +118,7 @@ macro_rules! sql_store_impls {
                                 .bind(key.id)
                                 .bind(&request.fingerprint.0[..])
                                 .bind(request.token.as_i64())
-                                .bind(sql::ceil_millis(request.lease_until))
+                                .bind(ceil_millis(request.lease_until))
                                 .bind(ceil_millis(request.expires_at))
                                 .bind(millis(request.now))
                                 .bind(&Fingerprint::UNKNOWN.0[..])
@@ -172,7 +172,7 @@ macro_rules! sql_store_impls {
                         .bind(key.namespace)
                         .bind(key.id)
                         .bind(token.as_i64())
-                        .bind(sql::ceil_millis(lease_until))
+                        .bind(ceil_millis(lease_until))
                         .bind(ceil_millis(expires_at))
                         .execute(&self.pool)
                         .await
@@ -328,7 +328,7 @@ macro_rules! sql_store_impls {
                         .bind(namespace)
                         .bind(millis(now))
                         .bind(FencingToken::random().as_i64())
-                        .bind(sql::ceil_millis(lease_until))
+                        .bind(ceil_millis(lease_until))
                         .bind(sql::limit(limit))
                         .fetch_all(&self.pool)
                         .await
@@ -379,7 +379,7 @@ macro_rules! sql_store_impls {
                         .bind(key.namespace)
                         .bind(key.id)
                         .bind(token.as_i64())
-                        .bind(sql::ceil_millis(lease_until))
+                        .bind(ceil_millis(lease_until))
                         .execute(&self.pool)
                         .await
                         .map_err($err)?;

@@ -276,7 +276,7 @@ impl SqliteStore {
     ///   [matching](Fingerprint::matches) fingerprint): skip the effect.
     /// - [`Recorded::Conflict`]: the id is recorded with a different known fingerprint.
     /// - [`Recorded::InProgress`]: a delivery run by the guard holds the id under a
-    ///   live lease and has not finished: skip the effect and answer a retry (503).
+    ///   live lease and has not finished: skip the effect and answer a retry (409, as the guard does).
     ///
     /// An expired record is replaced, and a record that failed or whose holder's lease
     /// ran out (matching fingerprint) is taken over, as a claim would. SQLite runs one
