@@ -824,58 +824,13 @@ async fn a_worker_killed_at_any_store_call_loses_nothing() {
 
 #[tokio::test]
 async fn an_ordering_store_outage_is_503_and_counts_no_handler_failure() {
-    #[derive(Debug)]
-    struct Down;
-    #[async_trait]
-    impl OrderingStore for Down {
-        async fn observe(
-            &self,
-            _: ObjectKey<'_>,
-            _: DateTime<Utc>,
-            _: DateTime<Utc>,
-        ) -> Result<webhook_guard::ordering::Freshness, webhook_guard::StoreError> {
-            Err(webhook_guard::StoreError::unavailable(
-                "ordering store down",
-            ))
-        }
-        async fn settle_object(
-            &self,
-            _: ObjectKey<'_>,
-            _: DateTime<Utc>,
-            _: ObjectStatus,
-            _: DateTime<Utc>,
-        ) -> Result<bool, webhook_guard::StoreError> {
-            Ok(true)
-        }
-        async fn mark_object(
-            &self,
-            _: ObjectKey<'_>,
-            _: DateTime<Utc>,
-            _: ObjectStatus,
-            _: DateTime<Utc>,
-        ) -> Result<bool, webhook_guard::StoreError> {
-            Ok(true)
-        }
-        async fn get_object(
-            &self,
-            _: ObjectKey<'_>,
-        ) -> Result<Option<webhook_guard::ordering::ObjectRecord>, webhook_guard::StoreError>
-        {
-            Ok(None)
-        }
-        async fn failed_objects(
-            &self,
-            _: &str,
-            _: DateTime<Utc>,
-            _: usize,
-        ) -> Result<Vec<webhook_guard::ordering::ObjectRecord>, webhook_guard::StoreError> {
-            Ok(Vec::new())
-        }
-    }
     let store = MemoryStore::new();
     let guard = WebhookGuard::builder()
         .store(store.clone())
-        .ordering(Arc::new(Down))
+        .ordering(Arc::new(OrderingDown {
+            inner: store.clone(),
+            down: true.into(),
+        }))
         .verifier(NoVerification)
         .event_id(EventId::json_field(["id"]))
         .event_meta(MetaExtractor::json(&["type"], &["created"], &["object"]))

@@ -174,17 +174,10 @@ fn an_undated_event_is_processed_unordered_with_a_warning() {
             Ok::<(), HandlerError>(())
         }))
     };
-    let undated = "event has an object but no readable created_at: not ordered";
-    let ahead = "event created in the future beyond the allowed skew: not ordered";
+    let (undated, ahead) = (UNDATED, AHEAD);
     let warnings = |id: &str, message: &str| {
-        let events = recorder.events.lock().unwrap();
-        events
-            .iter()
-            .filter(|(_, fields)| {
-                fields.get("message").map(String::as_str) == Some(message)
-                    && fields.get("id").map(String::as_str) == Some(id)
-            })
-            .count()
+        let ids = warned_ids(&recorder, message);
+        ids.iter().filter(|warned| *warned == id).count()
     };
     assert!(matches!(
         deliver("evt_dated", "1700000000"),
@@ -262,17 +255,7 @@ fn the_worker_warns_once_about_an_unordered_event() {
         .event_id(EventId::header("x-id"))
         .build()
         .unwrap();
-    let undated = "event has an object but no readable created_at: not ordered";
-    let ahead = "event created in the future beyond the allowed skew: not ordered";
-    let warnings = |message: &str| {
-        let events = recorder.events.lock().unwrap();
-        let ids: Vec<String> = events
-            .iter()
-            .filter(|(_, f)| f.get("message").map(String::as_str) == Some(message))
-            .map(|(_, f)| f.get("id").cloned().unwrap_or_default())
-            .collect();
-        ids
-    };
+    let warnings = |message: &str| warned_ids(&recorder, message);
     runtime.block_on(async {
         for (id, created) in [
             ("evt_dated", "1700000000"),
@@ -294,6 +277,21 @@ fn the_worker_warns_once_about_an_unordered_event() {
         }
         assert_eq!(ran, 3);
     });
-    assert_eq!(warnings(undated), ["evt_float"]);
-    assert_eq!(warnings(ahead), ["evt_ahead"]);
+    assert_eq!(warnings(UNDATED), ["evt_float"]);
+    assert_eq!(warnings(AHEAD), ["evt_ahead"]);
+}
+
+/// The warning for an event about an object without a readable `created_at`.
+const UNDATED: &str = "event has an object but no readable created_at: not ordered";
+/// The warning for an event created too far ahead to be ordered.
+const AHEAD: &str = "event created in the future beyond the allowed skew: not ordered";
+
+/// The ids of the events `recorder` saw logged with `message`, in order.
+fn warned_ids(recorder: &Recorder, message: &str) -> Vec<String> {
+    let events = recorder.events.lock().unwrap();
+    events
+        .iter()
+        .filter(|(_, f)| f.get("message").map(String::as_str) == Some(message))
+        .map(|(_, f)| f.get("id").cloned().unwrap_or_default())
+        .collect()
 }
