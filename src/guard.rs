@@ -1718,7 +1718,13 @@ impl WebhookGuard {
                 return self.done(outcome, None, started);
             }
         };
-        inner.hooks.on_claim(key, record.attempts);
+        // A panicking hook must not leave the claim held until its lease runs out:
+        // nothing would release it yet (the claim's owner is built below).
+        let hook = AssertUnwindSafe(|| inner.hooks.on_claim(key, record.attempts));
+        if let Err(panic) = std::panic::catch_unwind(hook) {
+            let msg = panic_message(&*panic);
+            tracing::error!(%id, panic = msg, "the on_claim hook panicked; the delivery goes on");
+        }
         record_on_span("webhook.attempt", record.attempts);
         // The metadata is read now that this delivery holds the claim. A custom
         // extractor that panics fails the delivery as a panicking handler would:

@@ -56,7 +56,8 @@ pub struct DeliveryReport<'a> {
 ///
 /// Hooks never receive secrets.
 pub trait Hooks: fmt::Debug + Send + Sync + 'static {
-    /// A delivery won the claim of `key`; `attempt` counts claims of this id.
+    /// A delivery won the claim of `key`; `attempt` counts claims of this id. A panic
+    /// here is logged and the delivery goes on.
     fn on_claim(&self, key: Key<'_>, attempt: u32) {
         let _ = (key, attempt);
     }

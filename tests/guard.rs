@@ -1194,6 +1194,33 @@ async fn a_panicking_sweep_hook_does_not_end_the_sweeper() {
     handle.shutdown().await;
 }
 
+#[tokio::test]
+async fn a_panicking_claim_hook_leaves_no_claim_held() {
+    #[derive(Debug)]
+    struct PanicsOnClaim;
+    impl Hooks for PanicsOnClaim {
+        fn on_claim(&self, _: Key<'_>, _: u32) {
+            panic!("a hook bug");
+        }
+    }
+    let guard = WebhookGuard::builder()
+        .store(MemoryStore::new())
+        .verifier(NoVerification)
+        .event_id(EventId::header("x-id"))
+        .hooks(PanicsOnClaim)
+        .build()
+        .unwrap();
+    let first = tokio::spawn(async move {
+        let outcome = ok_run(&guard, "evt_h", b"{}").await;
+        (guard, outcome)
+    })
+    .await;
+    let (guard, outcome) = first.expect("the delivery did not panic");
+    assert!(matches!(outcome, Outcome::Processed { .. }), "{outcome:?}");
+    let again = ok_run(&guard, "evt_h", b"{}").await;
+    assert!(matches!(again, Outcome::Duplicate { .. }), "{again:?}");
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_sweeper_whose_handle_is_dropped_runs_on() {
     #[derive(Debug, Default)]
