@@ -133,8 +133,8 @@ pub(crate) fn malformed(header: &'static str, reason: &'static str) -> VerifyErr
 pub(crate) fn id_header(headers: &dyn Headers, names: &[&str]) -> Option<String> {
     names
         .iter()
-        .find_map(|n| headers.get_bytes(n))
-        .and_then(id_value)
+        .filter_map(|n| headers.get_bytes(n))
+        .find_map(id_value)
 }
 
 /// A header value as an event id: UTF-8, trimmed, not empty.
@@ -214,6 +214,18 @@ pub(crate) fn split_pair(entry: &[u8]) -> Option<(&[u8], &[u8])> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_empty_id_header_gives_way_to_the_next_name() {
+        let headers = [("X-Shopify-Webhook-Id", " "), ("Shopify-Webhook-Id", "abc")];
+        let names = ["X-Shopify-Webhook-Id", "Shopify-Webhook-Id"];
+        assert_eq!(id_header(&headers, &names).as_deref(), Some("abc"));
+        assert_eq!(id_header(&[headers[0]], &names), None);
+        assert_eq!(
+            id_header(&[("Shopify-Webhook-Id", "x")], &names).as_deref(),
+            Some("x")
+        );
+    }
 
     #[test]
     fn keys_match_any_tag_and_refuse_empty_secrets() {
