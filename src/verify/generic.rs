@@ -22,7 +22,10 @@ use crate::Headers;
 /// `{id:Header-Name}` (a header that is signed and is the event id). Everything else
 /// is literal; write `{{` and `}}` for literal braces. Placeholders must not touch
 /// (only `{timestamp:...}{body}` may): with no literal between them, bytes moved
-/// from one to the other would keep the signature valid.
+/// from one to the other would keep the signature valid. For the same reason a
+/// verifier refuses an id holding the byte that separates it from its neighbour
+/// (`.` in `{id:X-Id}.{body}`): a sender whose genuine ids hold it cannot be
+/// verified safely with such a template.
 ///
 /// ```
 /// use webhook_guard::verify::Template;
@@ -322,12 +325,27 @@ impl GenericHmac {
         body: &'a [u8],
     ) -> Result<SignedParts<'a>, VerifyError> {
         let mut signed_at = None;
-        let mut parts = Vec::with_capacity(self.template.parts.len());
-        for part in &self.template.parts {
+        let template = &self.template.parts;
+        let mut parts = Vec::with_capacity(template.len());
+        for (i, part) in template.iter().enumerate() {
             parts.push(match part {
                 Part::Literal(l) => l.as_slice(),
                 Part::Body => body,
-                Part::Id(name) => read(headers, name)?,
+                Part::Id(name) => {
+                    let value = read(headers, name)?;
+                    // An id holding the byte that separates it from its neighbour
+                    // could be moved across the separator: the same signed bytes
+                    // split differently (another id, another body).
+                    let before = i.checked_sub(1).and_then(|j| literal(template, j)?.last());
+                    let after = literal(template, i + 1).and_then(|l| l.first());
+                    if value.iter().any(|b| Some(b) == before || Some(b) == after) {
+                        return Err(VerifyError::MalformedHeader {
+                            header: Cow::Owned(name.clone()),
+                            reason: "holds the template's separator next to it",
+                        });
+                    }
+                    value
+                }
                 Part::Timestamp(name) => {
                     let value = read(headers, name)?;
                     signed_at =
@@ -376,6 +394,14 @@ impl GenericHmac {
             return Err(VerifyError::NoUsableSignature);
         }
         Ok(tags)
+    }
+}
+
+/// The literal at `i` of a template, if that part is one.
+fn literal(parts: &[Part], i: usize) -> Option<&[u8]> {
+    match parts.get(i)? {
+        Part::Literal(l) => Some(l),
+        _ => None,
     }
 }
 
@@ -562,6 +588,37 @@ mod tests {
         h.push(("X-Delivery", "fresh-2".to_owned()));
         let verified = v.verify(&h, b"{}", at(100)).unwrap();
         assert_eq!(verified.event_id.as_deref(), Some("signed-1"));
+    }
+
+    #[test]
+    fn an_id_cannot_take_bytes_across_its_separator() {
+        let body = br#"{"type":"invoice.paid"}"#;
+        for text in ["{id:X-Id}.{body}", "{body}.{id:X-Id}"] {
+            let v = GenericHmac::new("sig", ["k"])
+                .unwrap()
+                .template(text.parse().unwrap());
+            let genuine = [("X-Id", "evt_1")];
+            let sig = v.sign(&genuine, body).unwrap();
+            let verified = v.verify(&[genuine[0], ("sig", &sig)], body, at(0));
+            assert_eq!(verified.unwrap().event_id.as_deref(), Some("evt_1"));
+            // The same signed bytes, split at the body's own `.` instead.
+            let (id, rest) = if text.starts_with("{id") {
+                (r#"evt_1.{"type":"invoice"#, &br#"paid"}"#[..])
+            } else {
+                (r#"paid"}.evt_1"#, &br#"{"type":"invoice"#[..])
+            };
+            let moved = [("X-Id", id), ("sig", &sig)];
+            assert!(
+                matches!(
+                    v.verify(&moved, rest, at(0)),
+                    Err(VerifyError::MalformedHeader {
+                        reason: "holds the template's separator next to it",
+                        ..
+                    })
+                ),
+                "{text}"
+            );
+        }
     }
 
     #[test]
