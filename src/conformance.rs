@@ -13,7 +13,12 @@
 //!
 //! Each check panics (like `assert!`) with a message naming the broken rule. The
 //! checks use a fresh random namespace, so they can share a store with other data;
-//! the purge check only removes records that expired before the year 2002.
+//! the purge check only removes records that expired before the year 2002. Run one
+//! suite at a time per store: the purge check counts what it removes, and another
+//! suite's purge would remove its records first. The concurrency check runs its
+//! claims on one task: a store whose calls never wait (like
+//! [`MemoryStore`](crate::MemoryStore)) needs a test of its own that races claims
+//! on threads.
 
 use chrono::{DateTime, TimeDelta, TimeZone, Utc};
 use futures_util::future::join_all;
@@ -306,7 +311,9 @@ pub async fn expired_lease_is_taken_over(store: &dyn ProcessedStore) {
         claim(store, &f.request("crash", b"b", 59)).await,
         "claim 1 s before the lease runs out",
     );
-    let late = f.request("crash", b"b", 60);
+    // A shorter retention than the first claim's: a takeover keeps the later expiry.
+    let mut late = f.request("crash", b"b", 60);
+    late.expires_at = f.at_secs(600);
     let rec = acquired(claim(store, &late).await, "claim when the lease ran out");
     assert_eq!(
         (rec.attempts, rec.failures),
@@ -314,6 +321,22 @@ pub async fn expired_lease_is_taken_over(store: &dyn ProcessedStore) {
         "takeover counts the lost attempt"
     );
     assert_eq!(rec.token, late.token);
+    assert_eq!(
+        rec.lease_until, late.lease_until,
+        "takeover sets the new lease"
+    );
+    assert_eq!(
+        rec.expires_at, first.expires_at,
+        "takeover keeps the later of the two expiries"
+    );
+    assert_eq!(rec.updated_at, late.now, "takeover sets updated_at");
+    assert_eq!(rec.created_at, first.now, "takeover keeps created_at");
+    let stored = store.get(f.key("crash")).await.unwrap().expect("record");
+    assert_eq!(
+        (stored.lease_until, stored.expires_at, stored.updated_at),
+        (rec.lease_until, rec.expires_at, rec.updated_at),
+        "the takeover's answer is what the store holds"
+    );
     let done = f.finish(RecordState::Completed, 0, &[], 61);
     assert_eq!(
         store
@@ -611,6 +634,14 @@ pub async fn record_round_trips(store: &dyn ProcessedStore) {
     assert_eq!(rec.history, history);
     assert_eq!(rec.fingerprint, Fingerprint::of(b"payload"));
     assert_eq!(rec.token, req.token);
+    assert_eq!(rec.attempts, 1);
+    assert_eq!(
+        rec.lease_until, req.lease_until,
+        "the lease survives a finish"
+    );
+    assert_eq!(rec.expires_at, perm.expires_at);
+    assert_eq!(rec.created_at, req.now);
+    assert_eq!(rec.updated_at, perm.now);
     assert!(store.get(f.key("never-seen")).await.unwrap().is_none());
     let big = f.request("big-token", b"x", 0);
     let mut big = big;
@@ -633,9 +664,17 @@ pub async fn delete_spares_live_leases(store: &dyn ProcessedStore) {
         Deleted::LeaseHeld
     );
     assert_eq!(
-        store.delete(f.key("forget"), f.at_secs(61)).await.unwrap(),
+        store
+            .delete(f.key("forget"), f.at_secs(60) - TimeDelta::milliseconds(1))
+            .await
+            .unwrap(),
+        Deleted::LeaseHeld,
+        "a lease is live until its last millisecond"
+    );
+    assert_eq!(
+        store.delete(f.key("forget"), f.at_secs(60)).await.unwrap(),
         Deleted::Removed,
-        "an expired lease may be deleted"
+        "a lease ends at its `lease_until`: it may then be deleted"
     );
     assert_eq!(
         store.delete(f.key("forget"), f.at_secs(62)).await.unwrap(),
@@ -673,13 +712,50 @@ pub async fn stuck_lists_expired_leases(store: &dyn ProcessedStore) {
         ours(store.stuck(f.at_secs(30), 10_000).await.unwrap()).is_empty(),
         "a live lease is not stuck"
     );
+    assert!(
+        ours(
+            store
+                .stuck(f.at_secs(60) - TimeDelta::milliseconds(1), 10_000)
+                .await
+                .unwrap()
+        )
+        .is_empty(),
+        "a lease is live until its last millisecond"
+    );
     assert_eq!(
-        ours(store.stuck(f.at_secs(61), 10_000).await.unwrap()),
-        vec!["stuck-a".to_owned()]
+        ours(store.stuck(f.at_secs(60), 10_000).await.unwrap()),
+        vec!["stuck-a".to_owned()],
+        "a lease ends at its `lease_until`"
     );
     assert!(
         store.stuck(f.at_secs(61), 0).await.unwrap().is_empty(),
         "the limit is kept"
+    );
+
+    // The longest-expired first: four more leases, claimed later (claimed in the
+    // reverse order of their ends, so no store lists them in claim order by luck).
+    let later: Vec<String> = (1..=4).map(|i| format!("stuck-{i}")).collect();
+    for (i, id) in later.iter().enumerate().rev() {
+        let at = i64::try_from(i).expect("small") + 1;
+        acquired(claim(store, &f.request(id, b"b", at)).await, "fresh claim");
+    }
+    let page = store.stuck(f.at_secs(100), 10_000).await.unwrap();
+    assert!(
+        page.windows(2)
+            .all(|w| w[0].lease_until <= w[1].lease_until),
+        "stuck lists the longest-expired leases first"
+    );
+    let mut expected = vec!["stuck-a".to_owned()];
+    expected.extend(later);
+    assert_eq!(
+        ours(page),
+        expected,
+        "stuck lists the longest-expired first"
+    );
+    let first = store.stuck(f.at_secs(100), 1).await.unwrap();
+    assert!(
+        first.len() == 1 && first[0].lease_until <= a.lease_until,
+        "a page of one holds the longest-expired lease"
     );
 }
 
@@ -748,6 +824,26 @@ pub async fn purge_removes_only_expired(store: &dyn ProcessedStore) {
     assert!(
         store.get(f.key("p9")).await.unwrap().is_some(),
         "an unexpired record is never purged"
+    );
+
+    // An expiry is the first millisecond a record may be purged.
+    let edge = f.request("edge", b"b", 10_000);
+    acquired(claim(store, &edge).await, "fresh claim");
+    let done = f.finish(RecordState::Completed, 0, &[], 10_001);
+    let _ = store
+        .finish(f.key("edge"), edge.token, &done)
+        .await
+        .unwrap();
+    let purge_all = |at| async move { while store.purge_expired(at, 1000).await.unwrap() > 0 {} };
+    purge_all(done.expires_at - TimeDelta::milliseconds(1)).await;
+    assert!(
+        store.get(f.key("edge")).await.unwrap().is_some(),
+        "a record is kept until its last millisecond"
+    );
+    purge_all(done.expires_at).await;
+    assert!(
+        store.get(f.key("edge")).await.unwrap().is_none(),
+        "a record expires at its `expires_at`"
     );
 }
 

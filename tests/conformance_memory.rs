@@ -1,6 +1,12 @@
 //! The public conformance suite on the built-in `MemoryStore`.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Barrier;
+use std::time::Duration;
+
+use chrono::Utc;
 use webhook_guard::conformance;
+use webhook_guard::store::{Claim, ClaimRequest, FencingToken, Fingerprint, Key, ProcessedStore};
 use webhook_guard::MemoryStore;
 
 #[tokio::test]
@@ -13,11 +19,48 @@ async fn a_single_shard_store_passes_too() {
     conformance::run_all(&MemoryStore::with_shards(1)).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn suites_can_share_a_store_concurrently() {
-    let store = MemoryStore::new();
-    let (a, b) = tokio::join!(conformance::run_all(&store), conformance::run_all(&store));
-    let ((), ()) = (a, b);
+/// The conformance suite's concurrent claims run on one task; here they race on
+/// four threads, released together, for 500 ids.
+#[test]
+fn claims_racing_on_threads_have_one_winner() {
+    for store in [MemoryStore::new(), MemoryStore::with_shards(1)] {
+        let now = Utc::now();
+        for round in 0..500 {
+            let id = format!("race-{round}");
+            let barrier = Barrier::new(4);
+            let wins = AtomicUsize::new(0);
+            std::thread::scope(|s| {
+                for _ in 0..4 {
+                    s.spawn(|| {
+                        let request = ClaimRequest {
+                            key: Key::new("threads", &id),
+                            fingerprint: Fingerprint::of(b"same"),
+                            token: FencingToken::random(),
+                            now,
+                            lease_until: now + Duration::from_secs(60),
+                            expires_at: now + Duration::from_secs(3600),
+                        };
+                        barrier.wait();
+                        let claim = ready(store.claim(&request)).expect("claim");
+                        if matches!(claim, Claim::Acquired(_)) {
+                            wins.fetch_add(1, Ordering::SeqCst);
+                        }
+                    });
+                }
+            });
+            assert_eq!(wins.load(Ordering::SeqCst), 1, "one winner for {id}");
+        }
+    }
+}
+
+/// Polls a memory store's future, which is ready at once.
+fn ready<F: std::future::Future>(f: F) -> F::Output {
+    let mut f = std::pin::pin!(f);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match f.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(v) => v,
+        std::task::Poll::Pending => panic!("the memory store never waits"),
+    }
 }
 
 #[tokio::test]

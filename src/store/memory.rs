@@ -1,7 +1,7 @@
 //! The in-process store: sharded sets of compact records.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{BinaryHeap, HashMap};
 use std::fmt;
 use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -641,26 +641,59 @@ impl ProcessedStore for MemoryStore {
     }
 
     async fn stuck(&self, now: DateTime<Utc>, limit: usize) -> Result<Vec<Record>, StoreError> {
-        let mut out = Vec::new();
+        // The `limit` longest-expired leases of all shards: a heap of the best so
+        // far, its latest lease on top, so a record is built only when it gets in.
+        let mut best: BinaryHeap<ByLease> = BinaryHeap::new();
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
         for shard in self.inner.shards.iter() {
             let shard = lock(shard);
             if shard.in_progress == 0 {
                 continue;
             }
             for &i in &shard.table {
-                if out.len() >= limit {
-                    return Ok(out);
-                }
                 let node = &shard.nodes[i as usize];
                 let core = node.core;
-                if core.state == RecordState::InProgress && core.lease_until <= now {
-                    let k = node.key.as_str();
-                    let (namespace, id) = k.split_once('\0').unwrap_or(("", k));
-                    out.push(core.record(Key::new(namespace, id), shard.history_of(k, &core)));
+                if core.state != RecordState::InProgress || core.lease_until > now {
+                    continue;
                 }
+                if best.len() == limit {
+                    match best.peek() {
+                        Some(top) if core.lease_until < top.0.lease_until => drop(best.pop()),
+                        _ => continue,
+                    }
+                }
+                let k = node.key.as_str();
+                let (namespace, id) = k.split_once('\0').unwrap_or(("", k));
+                let record = core.record(Key::new(namespace, id), shard.history_of(k, &core));
+                best.push(ByLease(record));
             }
         }
-        Ok(out)
+        Ok(best.into_sorted_vec().into_iter().map(|r| r.0).collect())
+    }
+}
+
+/// A record ordered by the end of its lease.
+struct ByLease(Record);
+
+impl PartialEq for ByLease {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.lease_until == other.0.lease_until
+    }
+}
+
+impl Eq for ByLease {}
+
+impl PartialOrd for ByLease {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for ByLease {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.lease_until.cmp(&other.0.lease_until)
     }
 }
 

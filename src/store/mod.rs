@@ -522,8 +522,8 @@ impl StoreError {
 ///   [matches](Fingerprint::matches) the request's (equal, or either one
 ///   [`Fingerprint::UNKNOWN`]) and the record is either `Failed`, or `InProgress`
 ///   with `lease_until <= now` (a crashed or hung holder), take it over: set
-///   `InProgress`, the new token, lease and expiry, `attempts + 1`, `updated_at =
-///   now`, the request's fingerprint if the record's was `UNKNOWN` (a known one is
+///   `InProgress`, the new token and lease, the later of the two expiries,
+///   `attempts + 1`, `updated_at = now`, the request's fingerprint if the record's was `UNKNOWN` (a known one is
 ///   kept), and when the old lease expired also `failures + 1`; answer `Acquired`.
 ///   In every other case (terminal state, live lease, different known fingerprint)
 ///   change nothing and answer [`Claim::Existing`] with the record. A claim
@@ -581,7 +581,9 @@ pub trait ProcessedStore: fmt::Debug + Send + Sync + 'static {
     /// Removes up to `limit` records that expired at `now`.
     async fn purge_expired(&self, now: DateTime<Utc>, limit: usize) -> Result<u64, StoreError>;
 
-    /// Up to `limit` `InProgress` records whose lease ran out at `now`.
+    /// Up to `limit` `InProgress` records whose lease ran out at `now`, the
+    /// longest-expired first: when more are stuck, the page holds the oldest leases
+    /// (a sweeper reports how long ago the first one ran out).
     async fn stuck(&self, now: DateTime<Utc>, limit: usize) -> Result<Vec<Record>, StoreError>;
 }
 

@@ -1340,15 +1340,18 @@ impl ProcessedStore for RedisStore {
     }
 
     async fn stuck(&self, now: DateTime<Utc>, limit: usize) -> Result<Vec<Record>, StoreError> {
+        // Up to `limit` of each shard, each shard's in the order of its due index;
+        // then the `limit` longest-expired of them all.
         let now = millis(now);
         let mut out = Vec::new();
         for shard in 0..self.inner.shards {
             let keys = self.keys(shard);
             let mut offset = 0;
+            let mut found_here = 0;
             loop {
-                let want = (limit - out.len()).min(BATCH);
+                let want = (limit - found_here).min(BATCH);
                 if want == 0 {
-                    return Ok(out);
+                    break;
                 }
                 let mut inv = Eval::new(&SCRIPTS.stuck, 1);
                 inv.key(&keys.due)
@@ -1373,8 +1376,9 @@ impl ProcessedStore for RedisStore {
                     };
                     let m = text(m).ok_or_else(|| corrupt("member"))?;
                     let (namespace, id) = m.split_once('\0').unwrap_or(("", m));
-                    if out.len() < limit {
+                    if found_here < limit {
                         out.push(stored_record(Key::new(namespace, id), r)?);
+                        found_here += 1;
                     }
                 }
                 if seen < want as i64 {
@@ -1382,6 +1386,8 @@ impl ProcessedStore for RedisStore {
                 }
             }
         }
+        out.sort_by_key(|r| r.lease_until);
+        out.truncate(limit);
         Ok(out)
     }
 }
