@@ -246,3 +246,49 @@ async fn a_service_panicking_in_call_is_a_retryable_failure() {
     assert_eq!(record.state, webhook_guard::RecordState::Failed);
     assert!(record.history[0].error.contains("broke before answering"));
 }
+
+/// A service that answers 200, for the layer called directly.
+#[derive(Clone)]
+struct AnswersOk;
+
+impl tower_service::Service<axum::extract::Request> for AnswersOk {
+    type Response = axum::response::Response;
+    type Error = std::convert::Infallible;
+    type Future = std::future::Ready<Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: axum::extract::Request) -> Self::Future {
+        std::future::ready(Ok(axum::response::Response::new("done".into())))
+    }
+}
+
+/// The inner service's own 2xx answer is passed on with the outcome's kind in its
+/// extensions, as the layer's own answers carry it, for middleware.
+#[tokio::test]
+async fn a_passed_on_answer_carries_the_outcome_kind() {
+    use tower_layer::Layer as _;
+    use tower_service::Service as _;
+    let mut service = WebhookGuardLayer::new(guard(MemoryStore::new())).layer(AnswersOk);
+    let body = body("evt_kind");
+    for expected in [
+        webhook_guard::OutcomeKind::Processed,
+        webhook_guard::OutcomeKind::Duplicate,
+    ] {
+        let request = axum::http::Request::post("/webhooks")
+            .header(SIGNATURE_HEADER, sign(&body))
+            .body(axum::body::Body::from(body.clone()))
+            .unwrap();
+        let response = service.call(request).await.unwrap();
+        assert_eq!(response.status(), 200);
+        assert_eq!(
+            response.extensions().get::<webhook_guard::OutcomeKind>(),
+            Some(&expected)
+        );
+    }
+}

@@ -18,7 +18,7 @@
 //!
 //! | Inner status | Recorded as | Answer |
 //! |---|---|---|
-//! | 2xx | success ([`Claimed::complete`](crate::Claimed::complete)) | the inner response, unchanged |
+//! | 2xx | success ([`Claimed::complete`](crate::Claimed::complete)) | the inner response, with the [`OutcomeKind`](crate::OutcomeKind) in its extensions |
 //! | 5xx, 408, 429 | retryable failure | from the outcome: 500, or 200 once escalated |
 //! | any other (1xx, 3xx, 4xx) | permanent failure (alert hook) | from the outcome: 200 |
 //! | the service's `Err` | retryable failure | the error, passed on |
@@ -27,6 +27,14 @@
 //! same body cannot change that, so it is recorded as a permanent failure and the
 //! sender is told to stop (200, with the alert hook called), as for
 //! [`HandlerError::permanent`](crate::HandlerError::permanent).
+//!
+//! So mind the inner service's own refusals of a delivery the guard accepted. An
+//! axum extractor keeps its own body limit (`DefaultBodyLimit`, 2 MB unless
+//! changed): with a larger [`max_body`](crate::WebhookGuardBuilder::max_body), raise it on
+//! the route too, or a delivery between the two limits is refused with 413 and
+//! recorded as a permanent failure (answered 200, alert hook called). `Json` refuses
+//! a body without `Content-Type: application/json` (415) the same way; take `Bytes`
+//! or `String` and parse it yourself when a sender leaves that header out.
 //!
 //! Layer it on the webhook route only (`route_layer`, or a router that holds only
 //! webhook routes): every request through it is treated as a delivery.
@@ -208,6 +216,10 @@ where
     };
     let answer = guard.respond(outcome);
     if status.is_success() && answer.answer().status.is_success() {
+        let mut response = response;
+        if let Some(outcome) = answer.outcome() {
+            response.extensions_mut().insert(outcome.kind());
+        }
         return Ok(response);
     }
     Ok(answer.into_http())
