@@ -187,7 +187,9 @@ impl HandlerError {
     }
 }
 
-/// Any error turns into a retryable failure, so `?` works in handlers.
+/// Any error turns into a retryable failure, so `?` works in handlers. Its text is
+/// logged and stored in the record's history: an error that quotes the payload (as
+/// serde's do) puts payload contents there too.
 impl<E: std::error::Error + Send + Sync + 'static> From<E> for HandlerError {
     fn from(e: E) -> Self {
         Self::Retryable(Box::new(e))
@@ -1822,7 +1824,10 @@ impl WebhookGuard {
     /// future is. The whole
     /// delivery, handler included, runs in a `webhook_delivery` tracing span (see
     /// [`WebhookGuard::delivery_span`]); its outcome is logged once at the end and
-    /// reported to [`Hooks::on_outcome`]. Neither the body nor any secret is logged.
+    /// reported to [`Hooks::on_outcome`]. Neither the body nor any secret is logged
+    /// by the guard; a handler's error text is logged and kept in the record's
+    /// history as the handler wrote it (a serde error quotes the value it refused),
+    /// so keep payload contents out of it.
     ///
     /// # Cost
     ///
