@@ -292,3 +292,59 @@ async fn a_passed_on_answer_carries_the_outcome_kind() {
         );
     }
 }
+
+/// A service whose `call` fails with an error.
+#[derive(Clone)]
+struct Fails;
+
+impl tower_service::Service<axum::extract::Request> for Fails {
+    type Response = axum::response::Response;
+    type Error = std::io::Error;
+    type Future = std::future::Ready<Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: axum::extract::Request) -> Self::Future {
+        std::future::ready(Err(std::io::Error::other("backend gone")))
+    }
+}
+
+/// The inner service's error is passed on while the sender should retry, and
+/// replaced by the escalation's 200 once the id is escalated (the sender must stop).
+#[tokio::test]
+async fn an_inner_error_is_answered_200_once_escalated() {
+    use tower_layer::Layer as _;
+    use tower_service::Service as _;
+    let guard = WebhookGuard::builder()
+        .namespace("test")
+        .store(MemoryStore::new())
+        .verifier(web::verifier())
+        .event_id(webhook_guard::EventId::json_field(["id"]))
+        .escalate_after(2)
+        .build()
+        .unwrap();
+    let mut service = WebhookGuardLayer::new(guard).layer(Fails);
+    let body = body("evt_err");
+    let request = || {
+        axum::http::Request::post("/webhooks")
+            .header(SIGNATURE_HEADER, sign(&body))
+            .body(axum::body::Body::from(body.clone()))
+            .unwrap()
+    };
+    let first = service.call(request()).await;
+    assert_eq!(first.unwrap_err().to_string(), "backend gone");
+    let second = service
+        .call(request())
+        .await
+        .expect("an answer, not the error");
+    assert_eq!(second.status(), 200);
+    assert_eq!(
+        second.extensions().get::<webhook_guard::OutcomeKind>(),
+        Some(&webhook_guard::OutcomeKind::Escalated)
+    );
+}

@@ -21,7 +21,7 @@
 //! | 2xx | success ([`Claimed::complete`](crate::Claimed::complete)) | the inner response, with the [`OutcomeKind`](crate::OutcomeKind) in its extensions |
 //! | 5xx, 408, 429 | retryable failure | from the outcome: 500, or 200 once escalated |
 //! | any other (1xx, 3xx, 4xx) | permanent failure (alert hook) | from the outcome: 200 |
-//! | the service's `Err` | retryable failure | the error, passed on |
+//! | the service's `Err` | retryable failure | the error, passed on; 200 once escalated |
 //!
 //! A 4xx from the inner service means it refused a verified delivery: retrying the
 //! same body cannot change that, so it is recorded as a permanent failure and the
@@ -190,11 +190,16 @@ where
             return Ok(guard.respond(outcome).into_http());
         }
         Ok(Err(error)) => {
-            let _ = claimed
+            let outcome = claimed
                 .fail(HandlerError::retryable(
                     "the inner service returned an error",
                 ))
                 .await;
+            // Escalated: the sender must be told to stop, not shown the error.
+            let answer = guard.respond(outcome);
+            if answer.answer().status.is_success() {
+                return Ok(answer.into_http());
+            }
             return Err(error);
         }
     };
