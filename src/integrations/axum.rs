@@ -72,7 +72,8 @@ impl IntoResponse for Outcome {
 /// verified [`OwnedEvent`] only when this delivery won the claim, records its result
 /// and answers with [`WebhookGuard::respond`]. Returning
 /// [`HandlerError::retryable`] (or any error, through `?`) answers 500 so the
-/// sender retries; [`HandlerError::permanent`] answers 200 and calls the alert hook.
+/// sender retries (200 once the id is escalated, with the escalation hook);
+/// [`HandlerError::permanent`] answers 200 and calls the alert hook.
 ///
 /// See the [module docs](self) for an example.
 pub fn guarded<F, Fut, S>(guard: WebhookGuard, handler: F) -> MethodRouter<S, Infallible>
