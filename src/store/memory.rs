@@ -16,8 +16,13 @@ use super::{
     Key, ProcessedStore, Record, RecordState, StoreError,
 };
 
-/// How many expired records one purge removes per lock hold, so claims wait little.
+/// The most expired records one lock hold removes. Each hold walks its shard once
+/// (about 1,000 records per million with the default shards; a store made with
+/// few shards walks more per hold).
 const PURGE_CHUNK: usize = 256;
+
+/// The most shards [`MemoryStore::with_shards`] makes.
+const MAX_SHARDS: usize = 1 << 20;
 
 /// The fewest shards [`MemoryStore::new`] makes. A purge or a stuck scan walks one
 /// shard under its lock, so shards stay small (about 1,000 records per million).
@@ -32,9 +37,9 @@ const MIN_SHARDS: usize = 1024;
 /// side, 160 bytes a record), which grows 8 records at a time and never moves one,
 /// and a hash table of slab indices, which grows without hashing any key again;
 /// failure notes, which most records never have, are kept apart. A purged record's
-/// slot is reused by the next new one, so once the store has grown, neither claims
-/// nor purges call the allocator (and the memory of purged records is kept for
-/// reuse, not returned). `benches/README.md` has the measured bytes per record.
+/// slot is reused by the next new one, so once the store has grown, its tables do
+/// not grow or allocate for a new record (the memory of purged records is kept for
+/// reuse, not returned; the [`Record`] a call answers is the caller's own copy). `benches/README.md` has the measured bytes per record.
 /// Each shard knows the earliest time any of its records may be purged, so a purge
 /// skips shards with nothing due and walks the others in small batches. Nothing
 /// survives a restart and nothing is shared between processes: use a durable store
@@ -310,9 +315,10 @@ impl MemoryStore {
         Self::with_shards((cpus * 64).max(MIN_SHARDS))
     }
 
-    /// A store with `shards` lock stripes (rounded up to a power of two).
+    /// A store with `shards` lock stripes, rounded up to a power of two, between 1
+    /// and 2^20 (1,048,576).
     pub fn with_shards(shards: usize) -> Self {
-        let n = shards.max(1).next_power_of_two();
+        let n = shards.clamp(1, MAX_SHARDS).next_power_of_two();
         Self {
             inner: Arc::new(Inner {
                 hasher: RandomState::new(),
@@ -485,7 +491,8 @@ impl Shard {
     }
 
     /// Removes up to `limit` records due at `now`; walks the whole shard (it is
-    /// small) and leaves `next_due` exact. Frees nothing: the slots are reused.
+    /// small) and leaves `next_due` exact. The slots are kept for reuse; a long
+    /// key's text and failure notes are freed.
     fn purge(&mut self, now: DateTime<Utc>, limit: usize) -> usize {
         if self.next_due > now {
             return 0;
@@ -743,6 +750,17 @@ mod tests {
 
     /// A purge whose limit runs out goes on, next time, after where it stopped: records
     /// that keep expiring in the first shards do not starve the later ones.
+    #[test]
+    fn shard_counts_are_kept_in_range() {
+        assert_eq!(MemoryStore::with_shards(0).inner.shards.len(), 1);
+        assert_eq!(MemoryStore::with_shards(3).inner.shards.len(), 4);
+        // Past 2^63 `next_power_of_two` wraps to 0 in release builds: no shard.
+        assert_eq!(
+            MemoryStore::with_shards(usize::MAX).inner.shards.len(),
+            MAX_SHARDS
+        );
+    }
+
     #[test]
     fn purges_go_round_the_shards() {
         let store = MemoryStore::with_shards(2);

@@ -61,6 +61,10 @@ pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
 pub type DynProcessedStore = dyn ProcessedStore;
 
 /// Where a record lives: a namespace (one per provider or endpoint) and the event id.
+///
+/// A namespace must not hold a NUL: the built-in stores join namespace and id with
+/// one (the guard's builder refuses such a namespace; a direct caller of a store
+/// must not make one either).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Key<'a> {
     /// The namespace, such as `"stripe"`.
