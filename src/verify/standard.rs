@@ -313,6 +313,15 @@ impl Verifier for StandardWebhooks {
         let signed_at = parse_unix_seconds(ts, names.timestamp)?;
         common::check_len(signatures, names.signature)?;
         let sigs = parse_signatures(signatures)?;
+        // Entries only of the scheme this verifier does not hold keys for.
+        #[cfg(feature = "ed25519")]
+        let usable = (self.keys.len() > 0 && !sigs.v1.is_empty())
+            || (!self.public_keys.is_empty() && !sigs.v1a.is_empty());
+        #[cfg(not(feature = "ed25519"))]
+        let usable = !sigs.v1.is_empty();
+        if !usable {
+            return Err(VerifyError::NoUsableSignature);
+        }
         let hmac_ok = self.keys.any_match(&[id, b".", ts, b".", body], &sigs.v1);
         #[cfg(feature = "ed25519")]
         let ok = hmac_ok || self.ed25519_matches(id, ts, body, &sigs.v1a);
@@ -499,9 +508,35 @@ mod tests {
         let wrong =
             StandardWebhooks::ed25519([StandardWebhooks::public_key_of(&other).unwrap()]).unwrap();
         assert_eq!(wrong.verify(&h, BODY, now()), Err(VerifyError::NoMatch));
-        // A symmetric-only verifier ignores v1a entries.
+        // A verifier finds no entry of its own scheme in the other's signatures.
         let sym = StandardWebhooks::new([SECRET]).unwrap();
-        assert_eq!(sym.verify(&h, BODY, now()), Err(VerifyError::NoMatch));
+        assert_eq!(
+            sym.verify(&h, BODY, now()),
+            Err(VerifyError::NoUsableSignature)
+        );
+        let h1 = [
+            ("webhook-id", ID),
+            ("webhook-timestamp", TS),
+            ("webhook-signature", SIG),
+        ];
+        assert_eq!(
+            v.verify(&h1, BODY, now()),
+            Err(VerifyError::NoUsableSignature)
+        );
+        let both = format!("{SIG} {sig}");
+        let h2 = [
+            ("webhook-id", ID),
+            ("webhook-timestamp", TS),
+            ("webhook-signature", both.as_str()),
+        ];
+        assert!(
+            v.verify(&h2, BODY, now()).is_ok(),
+            "its own entry among others"
+        );
+        assert!(
+            sym.verify(&h2, BODY, now()).is_ok(),
+            "its own entry among others"
+        );
         assert!(StandardWebhooks::ed25519(["whpk_AAAA"]).is_err());
     }
 }
