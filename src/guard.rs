@@ -16,7 +16,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use http::StatusCode;
 
 use crate::clock::{Clock, SystemClock};
-use crate::hooks::{DeliveryReport, Escalation, Hooks, NoHooks};
+use crate::hooks::{DeliveryReport, Escalation, Hooks, NoHooks, PanicSafe};
 use crate::inbox::{Enqueued, InboxStore, NewEvent};
 use crate::meta::{EventMeta, MetaExtractor};
 use crate::ordering::{Freshness, ObjectKey, ObjectStatus, OrderingStore};
@@ -449,7 +449,7 @@ impl WebhookGuardBuilder {
                 store,
                 verifier,
                 clock: self.clock,
-                hooks: self.hooks,
+                hooks: PanicSafe::wrap(self.hooks),
                 namespace: self.namespace,
                 event_id: self.event_id,
                 lease: self.lease,
@@ -1720,13 +1720,8 @@ impl WebhookGuard {
                 return self.done(outcome, None, started);
             }
         };
-        // A panicking hook must not leave the claim held until its lease runs out:
-        // nothing would release it yet (the claim's owner is built below).
-        let hook = AssertUnwindSafe(|| inner.hooks.on_claim(key, record.attempts));
-        if let Err(panic) = std::panic::catch_unwind(hook) {
-            let msg = panic_message(&*panic);
-            tracing::error!(%id, panic = msg, "the on_claim hook panicked; the delivery goes on");
-        }
+        // Panic-safe (as every hook): nothing would release the claim yet.
+        inner.hooks.on_claim(key, record.attempts);
         record_on_span("webhook.attempt", record.attempts);
         // The metadata is read now that this delivery holds the claim. A custom
         // extractor that panics fails the delivery as a panicking handler would:
@@ -2056,6 +2051,10 @@ pub(crate) fn panic_message(panic: &(dyn Any + Send)) -> &str {
         .unwrap_or("non-string panic payload")
 }
 
+/// What a failed reconciliation's log says of its retry.
+const RETRIED: &str = "reconcile_stale retries it if the object's newest event \
+    failed for good (an escalation or a permanent failure, with an ordering store)";
+
 /// What [`WebhookGuard::reconcile_stale`] did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -2369,18 +2368,50 @@ impl WebhookGuard {
         };
         #[cfg(feature = "tokio")]
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let guard = self.clone();
             rt.spawn(async move {
-                if let Err(e) = reconciler.reconcile(&request).await {
-                    tracing::warn!(reason = request.reason.as_str(), error = %e, "reconciliation failed; reconcile_stale will retry");
+                let reason = request.reason.as_str();
+                match catch_unwind(reconciler.reconcile(&request)).await {
+                    // Settled through the API: marked applied, as `reconcile_stale`
+                    // marks the objects it reconciles (it would ask again).
+                    Ok(Ok(())) => guard.mark_reconciled(&request).await,
+                    Ok(Err(e)) => {
+                        tracing::warn!(reason, error = %e, "reconciliation failed; {RETRIED}");
+                    }
+                    Err(panic) => {
+                        let panic = panic_message(&*panic);
+                        tracing::error!(reason, panic, "the reconciler panicked; {RETRIED}");
+                    }
                 }
             });
             return;
         }
         tracing::warn!(
             reason = request.reason.as_str(),
-            "no runtime to reconcile on; reconcile_stale will pick it up"
+            "no runtime to reconcile on; {RETRIED}"
         );
         drop((reconciler, request));
+    }
+
+    /// Marks the object of a request the reconciler settled as applied, if its
+    /// newest event is still the request's.
+    #[cfg(feature = "tokio")]
+    async fn mark_reconciled(&self, request: &ReconcileRequest) {
+        let Some(ordering) = &self.inner.ordering else {
+            return;
+        };
+        let Some((key, created_at)) =
+            crate::ordering::object_key(&self.inner.namespace, &request.meta)
+        else {
+            return;
+        };
+        let now = self.inner.clock.now();
+        let marked = ordering
+            .mark_object(key, created_at, ObjectStatus::Applied, now)
+            .await;
+        if let Err(e) = marked {
+            tracing::warn!(error = %e, "could not mark a reconciled object applied; reconcile_stale may ask again");
+        }
     }
 }
 

@@ -1,6 +1,8 @@
 //! Hooks: where the host alerts, logs or reconciles its own way.
 
 use std::fmt;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::inbox::InboxEvent;
@@ -54,10 +56,10 @@ pub struct DeliveryReport<'a> {
 /// work of a delivery dropped mid-way, or a claim dropped unfinished): keep them
 /// quick, and spawn anything slow (an API call to reconcile, a page to the on-call).
 ///
-/// Hooks never receive secrets.
+/// Hooks never receive secrets. A hook that panics is logged (at `ERROR`) and the
+/// guard or worker goes on as if it had returned.
 pub trait Hooks: fmt::Debug + Send + Sync + 'static {
-    /// A delivery won the claim of `key`; `attempt` counts claims of this id. A panic
-    /// here is logged and the delivery goes on.
+    /// A delivery won the claim of `key`; `attempt` counts claims of this id.
     fn on_claim(&self, key: Key<'_>, attempt: u32) {
         let _ = (key, attempt);
     }
@@ -123,6 +125,70 @@ pub trait Hooks: fmt::Debug + Send + Sync + 'static {
     /// delivery dropped before its claim was answered.
     fn on_outcome(&self, report: &DeliveryReport<'_>) {
         let _ = report;
+    }
+}
+
+/// The hooks a guard or a worker calls: `hooks` with each call's panic caught and
+/// logged, so that a hook cannot cut short the path that called it (a claim left
+/// held to the end of its lease, an object left unsettled, a reconciler never
+/// asked, a duplicate answered 500 at every retry).
+#[derive(Debug)]
+pub(crate) struct PanicSafe(pub(crate) Arc<dyn Hooks>);
+
+impl PanicSafe {
+    /// `hooks`, made panic-safe (once: already safe hooks are kept as they are).
+    pub(crate) fn wrap(hooks: Arc<dyn Hooks>) -> Arc<dyn Hooks> {
+        Arc::new(Self(hooks))
+    }
+}
+
+fn caught(hook: &'static str, call: impl FnOnce()) {
+    if let Err(panic) = std::panic::catch_unwind(AssertUnwindSafe(call)) {
+        let panic = crate::guard::panic_message(&*panic);
+        tracing::error!(
+            hook,
+            panic,
+            "a hook panicked; going on as if it had returned"
+        );
+    }
+}
+
+#[deny(clippy::missing_trait_methods)]
+impl Hooks for PanicSafe {
+    fn on_claim(&self, key: Key<'_>, attempt: u32) {
+        caught("on_claim", || self.0.on_claim(key, attempt));
+    }
+    fn on_duplicate(&self, record: &Record) {
+        caught("on_duplicate", || self.0.on_duplicate(record));
+    }
+    fn on_conflict(&self, key: Key<'_>) {
+        caught("on_conflict", || self.0.on_conflict(key));
+    }
+    fn on_failure(&self, key: Key<'_>, failures: u32, error: &str) {
+        caught("on_failure", || self.0.on_failure(key, failures, error));
+    }
+    fn on_escalation(&self, escalation: &Escalation<'_>) {
+        caught("on_escalation", || self.0.on_escalation(escalation));
+    }
+    fn on_permanent_failure(&self, key: Key<'_>, error: &str) {
+        caught("on_permanent_failure", || {
+            self.0.on_permanent_failure(key, error);
+        });
+    }
+    fn on_unrecorded(&self, key: Key<'_>, reason: &Unrecorded) {
+        caught("on_unrecorded", || self.0.on_unrecorded(key, reason));
+    }
+    fn on_stale(&self, key: Key<'_>, meta: &EventMeta) {
+        caught("on_stale", || self.0.on_stale(key, meta));
+    }
+    fn on_dead_letter(&self, event: &InboxEvent, error: &str) {
+        caught("on_dead_letter", || self.0.on_dead_letter(event, error));
+    }
+    fn on_sweep(&self, report: &SweepReport) {
+        caught("on_sweep", || self.0.on_sweep(report));
+    }
+    fn on_outcome(&self, report: &DeliveryReport<'_>) {
+        caught("on_outcome", || self.0.on_outcome(report));
     }
 }
 

@@ -90,7 +90,12 @@ pub trait Reconciler: fmt::Debug + Send + Sync + 'static {
     /// Reconciles the object named in `request` (`request.meta.object`).
     ///
     /// # Errors
-    /// Any error; the guard logs it, and a periodic `reconcile_stale` sweep tries again.
+    /// Any error; the guard logs it. With an ordering store, an object whose
+    /// newest event failed for good (escalated, failed permanently, dead-lettered)
+    /// stays listed for
+    /// [`WebhookGuard::reconcile_stale`](crate::WebhookGuard::reconcile_stale),
+    /// which asks again: run it periodically. Other reasons (an event overtaken, a
+    /// lost lease) are not asked again. A panic is caught and logged the same way.
     async fn reconcile(&self, request: &ReconcileRequest) -> Result<(), BoxError>;
 }
 

@@ -76,15 +76,25 @@ impl Sweeper {
     /// One pass: purge batches until one comes back short, then count stuck leases.
     ///
     /// # Errors
-    /// The store's error; what was purged before it is lost from the report only.
+    /// The store's error. When only the purge failed, stuck leases are still
+    /// counted and the pass reported to [`Hooks::on_sweep`] before the purge's error
+    /// is returned (a purge that keeps failing must not hide stuck leases).
     pub async fn sweep(&self) -> Result<SweepReport, StoreError> {
         let now = self.clock.now();
         let mut report = SweepReport::default();
+        let mut purge_error = None;
         for _ in 0..self.max_batches {
-            let n = self.store.purge_expired(now, self.batch).await?;
-            report.purged += n;
-            if n < self.batch as u64 {
-                break;
+            match self.store.purge_expired(now, self.batch).await {
+                Ok(n) => {
+                    report.purged += n;
+                    if n < self.batch as u64 {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    purge_error = Some(e);
+                    break;
+                }
             }
         }
         let stuck = self.store.stuck(now, self.stuck_limit).await?;
@@ -95,7 +105,10 @@ impl Sweeper {
             .min()
             .and_then(|at| (now - at).to_std().ok());
         self.hooks.on_sweep(&report);
-        Ok(report)
+        match purge_error {
+            Some(e) => Err(e),
+            None => Ok(report),
+        }
     }
 
     /// Runs [`Sweeper::sweep`] every interval on tokio, skipping the immediate first

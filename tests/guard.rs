@@ -623,6 +623,8 @@ struct Flaky {
     finish_reply: std::sync::atomic::AtomicU8,
     /// While set, reading a record fails.
     get_down: std::sync::atomic::AtomicBool,
+    /// While set, a purge fails.
+    purge_down: std::sync::atomic::AtomicBool,
 }
 
 /// Waits while `flag` is set.
@@ -721,6 +723,7 @@ impl ProcessedStore for Flaky {
     }
     async fn purge_expired(&self, now: DateTime<Utc>, limit: usize) -> Result<u64, StoreError> {
         self.check(&self.down)?;
+        self.check(&self.purge_down)?;
         self.inner.purge_expired(now, limit).await
     }
     async fn stuck(&self, now: DateTime<Utc>, limit: usize) -> Result<Vec<Record>, StoreError> {
@@ -1127,6 +1130,30 @@ async fn the_sweeper_reports_stuck_leases() {
     assert_eq!(report.stuck, 1);
     assert_eq!(report.oldest_stuck, Some(Duration::from_secs(30)));
     assert_eq!(s.guard.stuck(10).await.unwrap()[0].id, "evt_s");
+}
+
+#[tokio::test]
+async fn a_failed_purge_still_counts_stuck_leases() {
+    #[derive(Debug, Default)]
+    struct Stuck(Mutex<Vec<usize>>);
+    impl Hooks for Stuck {
+        fn on_sweep(&self, report: &webhook_guard::SweepReport) {
+            self.0.lock().unwrap().push(report.stuck);
+        }
+    }
+    let store = Arc::new(Flaky::default());
+    let guard = flaky_guard(&store);
+    let Begin::Claimed(c) = guard.begin(&[("x-id", "evt_p")], b"{}").await else {
+        panic!("claim expected");
+    };
+    std::mem::forget(c);
+    store.purge_down.store(true, Ordering::SeqCst);
+    let hooks = Arc::new(Stuck::default());
+    let clock = ManualClock::new(Utc::now() + TimeDelta::hours(1));
+    let sweeper = webhook_guard::Sweeper::new(store.clone(), Arc::new(clock), hooks.clone());
+    let error = sweeper.sweep().await.expect_err("the purge's error");
+    assert!(error.is_unavailable(), "{error}");
+    assert_eq!(*hooks.0.lock().unwrap(), [1], "the stuck lease is reported");
 }
 
 #[tokio::test(start_paused = true)]

@@ -609,6 +609,111 @@ async fn escalation_reconciles_and_reconcile_stale_retries_failures() {
     assert_eq!(report.found, 0, "a reconciled object is settled");
 }
 
+#[tokio::test]
+async fn an_escalation_reconciled_at_once_is_not_reconciled_again() {
+    let store = MemoryStore::new();
+    let clock = ManualClock::new(start());
+    let api = Arc::new(Api::default());
+    let guard = WebhookGuard::builder()
+        .store(store.clone())
+        .ordering(Arc::new(store.clone()))
+        .reconciler(api.clone())
+        .verifier(NoVerification)
+        .event_id(EventId::json_field(["id"]))
+        .event_meta(MetaExtractor::json(&["type"], &["created"], &["object"]))
+        .escalate_after(1)
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let b = body("x2", "charge.succeeded", "trx-2", 5);
+    let outcome = guard
+        .handle(&[("a", "b")], &b, |_| async {
+            Err(HandlerError::retryable("no"))
+        })
+        .await;
+    assert!(matches!(outcome, Outcome::Escalated { .. }));
+    // The reconcile runs in the background; then its object is marked applied.
+    let object = ObjectKey {
+        namespace: guard.namespace(),
+        object: "trx-2",
+        family: "charge",
+    };
+    for _ in 0..1000 {
+        let marked = store.get_object(object).await.unwrap();
+        if marked.is_some_and(|o| o.status == ObjectStatus::Applied) {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(api.calls.lock().unwrap().len(), 1);
+    clock.advance(TimeDelta::minutes(10));
+    let report = guard
+        .reconcile_stale(Duration::from_secs(60), 10)
+        .await
+        .unwrap();
+    assert_eq!(report.found, 0, "reconciled once, at the escalation");
+    assert_eq!(api.calls.lock().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn a_panicking_escalation_hook_skips_neither_settle_nor_reconcile() {
+    #[derive(Debug)]
+    struct Panics;
+    impl Hooks for Panics {
+        fn on_escalation(&self, _: &webhook_guard::hooks::Escalation<'_>) {
+            panic!("a hook bug");
+        }
+        fn on_permanent_failure(&self, _: Key<'_>, _: &str) {
+            panic!("a hook bug");
+        }
+    }
+    let store = MemoryStore::new();
+    let api = Arc::new(Api::default());
+    let guard = WebhookGuard::builder()
+        .store(store.clone())
+        .ordering(Arc::new(store.clone()))
+        .reconciler(api.clone())
+        .verifier(NoVerification)
+        .event_id(EventId::json_field(["id"]))
+        .event_meta(MetaExtractor::json(&["type"], &["created"], &["object"]))
+        .escalate_after(1)
+        .hooks(Panics)
+        .build()
+        .unwrap();
+    let escalating = body("x3", "charge.succeeded", "trx-3", 5);
+    let permanent = body("x4", "charge.succeeded", "trx-4", 5);
+    for (b, error) in [
+        (&escalating, HandlerError::retryable("no")),
+        (&permanent, HandlerError::permanent("never")),
+    ] {
+        let outcome = guard
+            .handle(&[("a", "b")], b, |_| async { Err(error) })
+            .await;
+        assert!(
+            matches!(
+                outcome,
+                Outcome::Escalated { .. } | Outcome::PermanentFailure { .. }
+            ),
+            "{outcome:?}"
+        );
+    }
+    for _ in 0..1000 {
+        if api.calls.lock().unwrap().len() == 2 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    let mut asked: Vec<_> = api
+        .calls
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|c| c.0.clone())
+        .collect();
+    asked.sort();
+    assert_eq!(asked, [Some("trx-3".to_owned()), Some("trx-4".to_owned())]);
+}
+
 /// An inbox that "dies" at a chosen store call: from that call on it never answers,
 /// as if the worker's process was killed there. With `fail_renewals`, every lease
 /// renewal fails as if the store could not be reached.

@@ -11,7 +11,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use super::{InboxEvent, InboxState, InboxStore, Settle};
 use crate::clock::{Clock, SystemClock};
 use crate::guard::{catch_unwind, panic_message, HandlerError};
-use crate::hooks::{Hooks, NoHooks};
+use crate::hooks::{Hooks, NoHooks, PanicSafe};
 use crate::ordering::{Freshness, ObjectKey, ObjectStatus, OrderingStore};
 use crate::reconcile::{ReconcileReason, ReconcileRequest, Reconciler};
 use crate::store::{Fence, FencingToken, StoreError};
@@ -243,7 +243,7 @@ impl Worker {
     /// The hooks (failures, dead letters, stale events).
     #[must_use]
     pub fn hooks(self, hooks: Arc<dyn Hooks>) -> Self {
-        self.with(|i| i.hooks = hooks)
+        self.with(|i| i.hooks = PanicSafe::wrap(hooks))
     }
 
     /// The clock.
@@ -570,13 +570,9 @@ impl Inner {
         if !self.settle(event, InboxState::Dead, Some(error)).await {
             return;
         }
-        // A panicking hook must not skip the object's settle and the reconciler: the
-        // event is terminal now, and nothing would ask for them again.
-        let hook = std::panic::AssertUnwindSafe(|| self.hooks.on_dead_letter(event, error));
-        if let Err(panic) = std::panic::catch_unwind(hook) {
-            let msg = crate::guard::panic_message(&*panic);
-            tracing::error!(id = %event.id, panic = msg, "the dead-letter hook panicked");
-        }
+        // Panic-safe (as every hook): the object's settle and the reconciler below
+        // must run, nothing would ask for them again.
+        self.hooks.on_dead_letter(event, error);
         self.settle_object(event, ObjectStatus::Failed).await;
         if self.reconcile(event, reason).await {
             self.mark_reconciled(event).await;
