@@ -148,13 +148,30 @@ pub(crate) fn orderable(created_at: DateTime<Utc>, received: DateTime<Utc>) -> b
     created_at <= crate::later(received, MAX_CLOCK_SKEW)
 }
 
+/// The longest object id or family, in bytes, that takes part in ordering: what
+/// every built-in ordering store can key on (MySQL's `VARBINARY(255)`).
+pub const MAX_OBJECT_LEN: usize = 255;
+
+/// Whether an object id or family can key the ordering ledger.
+fn keyable(part: &str) -> bool {
+    part.len() <= MAX_OBJECT_LEN && !part.chars().any(char::is_control)
+}
+
 /// Whether the event `id` with metadata `meta`, received at `received`, takes part
 /// in ordering: it names an object and an [orderable](orderable) `created_at`. An
 /// event about an object that does not is processed unordered, with a warning: its
 /// `created_at` is too far ahead, or could not be read (missing, or in a form the
-/// extractor does not know). Called once per delivery, so it warns once.
+/// extractor does not know), or its object id or family is longer than
+/// [`MAX_OBJECT_LEN`] bytes or holds a control character (no store could key it: a
+/// refused ordering write would answer 503 at every retry). Called once per
+/// delivery, so it warns once.
 pub(crate) fn ordered(id: &str, meta: &EventMeta, received: DateTime<Utc>) -> bool {
+    let family = meta.family.as_deref().unwrap_or("");
     match (&meta.object, meta.created_at) {
+        (Some(object), Some(_)) if !keyable(object) || !keyable(family) => {
+            tracing::warn!(%id, "event's object id or family is too long or holds a control character: not ordered");
+            false
+        }
         (Some(_), Some(at)) if orderable(at, received) => true,
         (Some(_), Some(created_at)) => {
             tracing::warn!(%id, %created_at, "event created in the future beyond the allowed skew: not ordered");
@@ -292,5 +309,28 @@ impl<T: OrderingStore + ?Sized> OrderingStore for std::sync::Arc<T> {
         limit: usize,
     ) -> Result<Vec<ObjectRecord>, StoreError> {
         (**self).failed_objects(namespace, before, limit).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_object_no_store_can_key_is_not_ordered() {
+        let now = Utc::now();
+        let meta = |object: &str, family: Option<&str>| {
+            let mut meta = EventMeta::new(None, Some(now), Some(object.to_owned()));
+            meta.family = family.map(str::to_owned);
+            meta
+        };
+        let longest = "t".repeat(MAX_OBJECT_LEN);
+        assert!(ordered("e", &meta("trx-1", Some("charge")), now));
+        assert!(ordered("e", &meta(&longest, Some(&longest)), now));
+        let too_long = "t".repeat(MAX_OBJECT_LEN + 1);
+        assert!(!ordered("e", &meta(&too_long, Some("charge")), now));
+        assert!(!ordered("e", &meta("trx-1", Some(&too_long)), now));
+        assert!(!ordered("e", &meta("trx\u{0}1", None), now));
+        assert!(!ordered("e", &meta("trx-1", Some("char\nge")), now));
     }
 }
