@@ -126,7 +126,8 @@ impl MetaExtractor {
     /// `content`: the first `trx-…` id for charge and refund events (both move one
     /// charge, so both are in family `charge`), the first `cus-…` id for customer and
     /// contract events (family `customer`). Ids are found by their documented prefix,
-    /// up to four levels deep in `content`.
+    /// up to four levels deep in `content`: the shallowest first and, at one depth,
+    /// the first the body writes.
     pub fn jamm() -> Self {
         Self::custom(|body: &[u8]| {
             let field = |path: &[&str]| json::field(body, path).ok();
@@ -208,27 +209,85 @@ impl fmt::Debug for MetaExtractor {
     }
 }
 
-/// The first string starting with `prefix` inside the body's `content`, breadth first.
+/// The first string starting with `prefix` inside the body's `content`, breadth
+/// first, in the order the body writes its fields (whatever order a
+/// `serde_json::Map` would keep them in: that depends on a cargo feature of
+/// serde_json that any crate in a build may turn on).
 fn jamm_object(body: &[u8], prefix: &str) -> Option<String> {
     #[derive(serde::Deserialize)]
     struct Envelope {
-        content: serde_json::Value,
+        content: Node,
     }
     let envelope: Envelope = serde_json::from_slice(body).ok()?;
-    let mut level = vec![&envelope.content];
+    let mut level = vec![envelope.content];
     for _ in 0..4 {
         let mut next = Vec::new();
-        for value in level {
-            match value {
-                serde_json::Value::String(s) if s.starts_with(prefix) => return Some(s.clone()),
-                serde_json::Value::Object(map) => next.extend(map.values()),
-                serde_json::Value::Array(items) => next.extend(items.iter()),
+        for node in level {
+            match node {
+                Node::Text(s) if s.starts_with(prefix) => return Some(s),
+                Node::Nested(items) => next.extend(items),
                 _ => {}
             }
         }
         level = next;
     }
     None
+}
+
+/// A JSON value as [`jamm_object`] walks it: a string, the values of an object or
+/// array in document order, or anything else.
+enum Node {
+    Text(String),
+    Nested(Vec<Node>),
+    Other,
+}
+
+impl<'de> serde::Deserialize<'de> for Node {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = Node;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_str<E>(self, s: &str) -> Result<Node, E> {
+                Ok(Node::Text(s.to_owned()))
+            }
+            fn visit_string<E>(self, s: String) -> Result<Node, E> {
+                Ok(Node::Text(s))
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Node, E> {
+                Ok(Node::Other)
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Node, E> {
+                Ok(Node::Other)
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Node, E> {
+                Ok(Node::Other)
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Node, E> {
+                Ok(Node::Other)
+            }
+            fn visit_unit<E>(self) -> Result<Node, E> {
+                Ok(Node::Other)
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Node, A::Error> {
+                let mut items = Vec::new();
+                while let Some(item) = seq.next_element()? {
+                    items.push(item);
+                }
+                Ok(Node::Nested(items))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Node, A::Error> {
+                let mut items = Vec::new();
+                while let Some((_, value)) = map.next_entry::<serde::de::IgnoredAny, Node>()? {
+                    items.push(value);
+                }
+                Ok(Node::Nested(items))
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
 }
 
 #[cfg(test)]
@@ -298,6 +357,16 @@ mod tests {
         assert_eq!(customer.object.as_deref(), Some("cus-7"));
         assert_eq!(customer.family.as_deref(), Some("customer"));
         assert!(jamm.extract(b"{}").object.is_none());
+        // Two ids at one depth: the first the body writes (not the first by name).
+        let both = jamm.extract(
+            br#"{"event_type":"EVENT_TYPE_REFUND_SUCCEEDED","content":{"refund":{"charge_id":"trx-1"},"charge":{"id":"trx-2"},"n":[1,{"x":null}]}}"#,
+        );
+        assert_eq!(both.object.as_deref(), Some("trx-1"));
+        // Shallower first: the nested id loses to one at the top of `content`.
+        let shallow = jamm.extract(
+            br#"{"event_type":"EVENT_TYPE_CHARGE_SUCCESS","content":{"a":{"id":"trx-deep"},"id":"trx-top"}}"#,
+        );
+        assert_eq!(shallow.object.as_deref(), Some("trx-top"));
     }
 
     #[test]
