@@ -1,6 +1,6 @@
 //! The Redis store on live servers: the shared server from `WEBHOOK_GUARD_REDIS_URL`,
 //! plus throwaway `redis-server` processes this file starts itself (a 3-node cluster
-//! on ports 7101-7103 and single servers on 7196-7199), which need `redis-server`
+//! on ports 7101-7103 and single servers on 7195-7199), which need `redis-server`
 //! and `redis-cli` on the `PATH`.
 
 mod support;
@@ -609,6 +609,54 @@ async fn purging_100k_expired_records_keeps_claims_going_and_loses_no_live_recor
     }
     assert_eq!(count_records(&url, &prefix).await, LIVE + fresh);
     cleanup(&url, &prefix).await;
+}
+
+/// A server that refuses writes (a replica after a fail-over) is a store that cannot
+/// be reached for writing: a claim (whose transaction the server aborts) and a
+/// finish answer `Unavailable`, as for a server that is down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_only_server_is_unavailable() {
+    let Some(_) = url() else { return };
+    const PORT: u16 = 7195;
+    let mut servers = Servers::new("read-only");
+    servers.start(PORT, &[]);
+    let store = RedisStore::builder()
+        .prefix(random_prefix("read-only"))
+        .response_timeout(Duration::from_secs(1))
+        .connect(format!("redis://127.0.0.1:{PORT}"))
+        .await
+        .unwrap();
+    let now = ms(Utc::now());
+    let held = fresh_request("evt_held", now);
+    assert!(matches!(
+        store.claim(&held).await.unwrap(),
+        Claim::Acquired(_)
+    ));
+    // A replica of a master that is not there: it refuses every write.
+    assert_eq!(cli(PORT, &["replicaof", "127.0.0.1", "7194"]).trim(), "OK");
+    let err = store
+        .claim(&fresh_request("evt_refused", now))
+        .await
+        .expect_err("a replica refuses the claim");
+    assert!(
+        err.is_unavailable(),
+        "a read-only server is Unavailable: {err}"
+    );
+    let finish = Finish {
+        state: RecordState::Completed,
+        failures: 0,
+        history: &[],
+        now,
+        expires_at: now + TimeDelta::hours(1),
+    };
+    let err = store
+        .finish(held.key, held.token, &finish)
+        .await
+        .expect_err("a replica refuses the finish");
+    assert!(
+        err.is_unavailable(),
+        "a read-only server is Unavailable: {err}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1009,7 +1009,7 @@ local ne = e
 if tonumber(ARGV[4]) > tonumber(e) then ne = ARGV[4] end
 local nv = table.concat({s, t, f, a, ARGV[3], c, x, ne, u, h}, '|')
 local pttl = redis.call('PTTL', KEYS[1])
-if pttl > 0 then
+if pttl >= 0 then
   local left = pttl + math.max(tonumber(ne), tonumber(ARGV[3])) - math.max(tonumber(e), tonumber(l))
   redis.call('SET', KEYS[1], nv, 'PX', string.format('%d', math.max(left, 1)))
 else

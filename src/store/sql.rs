@@ -860,9 +860,12 @@ impl QueueSql {
         );
         let renew = format!("UPDATE {i} SET lease_until = $4, due_at = $4 WHERE {fence}");
         let get = format!("SELECT {EVENT_COLUMNS} FROM {i} WHERE namespace = $1 AND id = $2");
+        // Oldest first: the `ORDER BY` keeps the planner on the partial index
+        // `…_settled` even when most of the table has expired (as for the dedup
+        // table's purge).
         let purge = format!(
             "DELETE FROM {i} WHERE {pick} IN (SELECT {picked} FROM {i} \
-                 WHERE due_at IS NULL AND expires_at <= $1 LIMIT $2{locking})"
+                 WHERE due_at IS NULL AND expires_at <= $1 ORDER BY expires_at LIMIT $2{locking})"
         );
         // $1 namespace, $2 object, $3 family, $4 created_at, $5 now.
         let object_key = "namespace = $1 AND object = $2 AND family = $3";

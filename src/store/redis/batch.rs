@@ -284,7 +284,11 @@ impl Sender {
         let mut added = Vec::new();
         if !claims.is_empty() {
             // `MULTI`, then one `QUEUED` per command, then what `EXEC` answers.
-            let exec = answers.by_ref().nth(1 + entries.len() + claims.len());
+            let queued: Vec<_> = answers
+                .by_ref()
+                .take(1 + entries.len() + claims.len())
+                .collect();
+            let exec = answers.next();
             match exec {
                 Some(Ok(Value::Array(results)))
                     if results.len() == entries.len() + claims.len() =>
@@ -299,7 +303,12 @@ impl Sender {
                         let _ = reply.send(answer);
                     }
                 }
-                Some(Err(e)) => fail(claims, Vec::new(), &e),
+                // `EXECABORT`: a command was refused as it was queued (a server
+                // loading its data, a replica after a fail-over): its error says why.
+                Some(Err(e)) => {
+                    let cause = queued.into_iter().find_map(Result::err);
+                    fail(claims, Vec::new(), cause.as_ref().unwrap_or(&e));
+                }
                 _ => fail(claims, Vec::new(), &unexpected("transaction")),
             }
         }
