@@ -945,3 +945,76 @@ async fn a_failed_purge_statement_leaves_no_isolation_level_behind_in_the_pool()
         "the transaction ran at read committed"
     );
 }
+
+/// Turns the server's `read_only` off again when dropped, even if the test fails.
+struct ReadOnly(String);
+
+impl Drop for ReadOnly {
+    fn drop(&mut self) {
+        let url = self.0.clone();
+        // Dropped inside the test's runtime: finish on a thread with its own (and
+        // its own connection: a pool's belong to the runtime that opened them).
+        std::thread::spawn(move || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+                .block_on(async move {
+                    pool(&url, 1)
+                        .await
+                        .execute("SET GLOBAL read_only = OFF")
+                        .await
+                        .expect("read_only off again");
+                });
+        })
+        .join()
+        .unwrap();
+    }
+}
+
+/// A server in `read_only` mode (a replica after a fail-over) is a store that cannot
+/// be written: `Unavailable`, as for a server that is down. The store runs as a user
+/// without the privilege that passes `read_only` (root has it).
+#[tokio::test]
+async fn a_read_only_server_is_unavailable() {
+    let Some(url) = url() else { return };
+    let admin = pool(&url, 2).await;
+    for sql in [
+        "CREATE USER IF NOT EXISTS 'wg_read_only'@'%' IDENTIFIED BY 'wg'",
+        "GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, DROP, INDEX ON test.* TO 'wg_read_only'@'%'",
+    ] {
+        admin.execute(sql).await.expect("a test user");
+    }
+    let user_url = url.replacen("mysql://root@", "mysql://wg_read_only:wg@", 1);
+    assert_ne!(user_url, url, "the URL names root@: {url}");
+    let store = fresh_store(&user_url, 2).await;
+    let now = Utc::now();
+    let request = |id| ClaimRequest {
+        key: Key::new("test", id),
+        fingerprint: Fingerprint::of(b"{}"),
+        token: FencingToken::random(),
+        now,
+        lease_until: now + TimeDelta::seconds(30),
+        expires_at: now + TimeDelta::hours(1),
+    };
+    assert!(matches!(
+        store.claim(&request("evt_before")).await.unwrap(),
+        Claim::Acquired(_)
+    ));
+    admin
+        .execute("SET GLOBAL read_only = ON")
+        .await
+        .expect("read_only on");
+    let read_only = ReadOnly(url.clone());
+    let err = store
+        .claim(&request("evt_during"))
+        .await
+        .expect_err("a read-only server refuses the claim");
+    assert!(err.is_unavailable(), "read-only is Unavailable: {err}");
+    drop(read_only);
+    assert!(matches!(
+        store.claim(&request("evt_after")).await.unwrap(),
+        Claim::Acquired(_)
+    ));
+    drop_table(&store).await;
+}

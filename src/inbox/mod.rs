@@ -250,7 +250,8 @@ pub(crate) fn settled_already(
 /// - **lease**: atomically take up to `limit` events of `namespace` that are due —
 ///   `Pending` with `next_attempt_at <= now`, or `Running` with `lease_until <= now`
 ///   (a dead worker's event) — oldest due first; set each `Running`, a fresh random
-///   token, `attempts + 1`, `lease_until`, `updated_at = now`, and return them. Two
+///   token (one lease may give all its events the same one: fencing is per event),
+///   `attempts + 1`, `lease_until`, `updated_at = now`, and return them. Two
 ///   concurrent leases never return the same event.
 /// - **settle_event**: if the event is `Running` with `token`, set state,
 ///   `next_attempt_at`, `last_error` (when given), `updated_at` and `expires_at`,

@@ -88,7 +88,8 @@ const COLUMNS: &str = "namespace, id, state, fingerprint, token, attempts, failu
 /// the database in the URL).
 pub use super::sql::InvalidTableName;
 
-/// A [`ProcessedStore`] in a MySQL 8 or MariaDB (10.5 and later) table.
+/// A [`ProcessedStore`] in a MySQL 8 or MariaDB (10.5 and later; 10.6 for the
+/// inbox) table.
 ///
 /// Cheap to clone: clones share the pool. Create the table once with
 /// [`MySqlStore::migrate`] (idempotent) or apply [`MySqlStore::schema_sql`] with
@@ -110,7 +111,9 @@ pub use super::sql::InvalidTableName;
 /// - `by_expiry` keeps [`purge_expired`](ProcessedStore::purge_expired) a range scan
 ///   and `by_lease` keeps [`stuck`](ProcessedStore::stuck) one, at any table size.
 ///   A purge deletes at most 1,000 rows per statement, oldest first, under `READ
-///   COMMITTED` (it locks only the rows it deletes, no gaps), and rests after each
+///   COMMITTED` (it locks only the rows it deletes, no gaps; unlike PostgreSQL's, it
+///   waits for a row another transaction holds, such as a `record_in` taking an
+///   expired row over inside a host's transaction), and rests after each
 ///   statement six times as long as it took, so that a large backlog leaves the
 ///   server free most of the time and claims keep their latency (1,000,000 rows
 ///   took 87–121 s on two test hosts, 8,000–11,500 rows/s: far faster than
@@ -188,7 +191,8 @@ pub use super::sql::InvalidTableName;
 ///
 /// # Compatibility
 ///
-/// - MariaDB 10.5+ and MySQL 8.0+ (InnoDB). Statements use `?` binds only, no
+/// - MariaDB 10.5+ and MySQL 8.0+ (InnoDB); the inbox's lease needs MariaDB 10.6+
+///   (`SKIP LOCKED`). Statements use `?` binds only, no
 ///   `VALUES()` function (deprecated in MySQL 8.0.20) and no row alias (which
 ///   MariaDB lacks), so one text serves both.
 /// - The claim relies on `LAST_INSERT_ID(expr)`, which both servers document for
@@ -751,9 +755,11 @@ fn record_from_row(row: &MySqlRow) -> Result<Record, StoreError> {
 }
 
 /// MySQL / MariaDB server errors that mean the connection, not the statement, failed.
-const UNAVAILABLE_CODES: [u16; 4] = [
+const UNAVAILABLE_CODES: [u16; 6] = [
     1040, // ER_CON_COUNT_ERROR: too many connections
     1053, // ER_SERVER_SHUTDOWN
+    1290, // ER_OPTION_PREVENTS_STATEMENT: `read_only` (a replica after a fail-over)
+    1836, // ER_READ_ONLY_MODE (MySQL)
     1927, // ER_CONNECTION_KILLED (MariaDB)
     4031, // ER_CLIENT_INTERACTION_TIMEOUT (MySQL 8.0.24+): disconnected by the server
 ];
@@ -770,6 +776,7 @@ pub(super) fn map_err(error: sqlx::Error) -> StoreError {
     let unavailable = match &error {
         sqlx::Error::Io(_)
         | sqlx::Error::Tls(_)
+        | sqlx::Error::Protocol(_)
         | sqlx::Error::PoolTimedOut
         | sqlx::Error::PoolClosed
         | sqlx::Error::WorkerCrashed => true,
