@@ -348,3 +348,45 @@ async fn an_inner_error_is_answered_200_once_escalated() {
         Some(&webhook_guard::OutcomeKind::Escalated)
     );
 }
+
+/// A service that asks to be left alone for two minutes.
+#[derive(Clone)]
+struct Busy;
+
+impl tower_service::Service<axum::extract::Request> for Busy {
+    type Response = axum::response::Response;
+    type Error = std::convert::Infallible;
+    type Future = std::future::Ready<Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: axum::extract::Request) -> Self::Future {
+        let mut response = axum::response::Response::new("busy".into());
+        *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+        response
+            .headers_mut()
+            .insert("retry-after", axum::http::HeaderValue::from_static("120"));
+        std::future::ready(Ok(response))
+    }
+}
+
+/// The inner service's `Retry-After` is passed on with the retryable failure's 500.
+#[tokio::test]
+async fn an_inner_retry_after_is_passed_on() {
+    use tower_layer::Layer as _;
+    use tower_service::Service as _;
+    let mut service = WebhookGuardLayer::new(guard(MemoryStore::new())).layer(Busy);
+    let body = body("evt_busy");
+    let request = axum::http::Request::post("/webhooks")
+        .header(SIGNATURE_HEADER, sign(&body))
+        .body(axum::body::Body::from(body.clone()))
+        .unwrap();
+    let response = service.call(request).await.unwrap();
+    assert_eq!(response.status(), 500);
+    assert_eq!(response.headers()["retry-after"], "120");
+}

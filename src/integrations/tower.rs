@@ -19,7 +19,7 @@
 //! | Inner status | Recorded as | Answer |
 //! |---|---|---|
 //! | 2xx | success ([`Claimed::complete`](crate::Claimed::complete)) | the inner response, with the [`OutcomeKind`](crate::OutcomeKind) in its extensions |
-//! | 5xx, 408, 429 | retryable failure | from the outcome: 500, or 200 once escalated |
+//! | 5xx, 408, 429 | retryable failure | from the outcome: 500 (with the inner `Retry-After`, if any), or 200 once escalated |
 //! | any other (1xx, 3xx, 4xx) | permanent failure (alert hook) | from the outcome: 200 |
 //! | the service's `Err` | retryable failure | the error, passed on; 200 once escalated |
 //!
@@ -220,6 +220,8 @@ where
             .await
     };
     let answer = guard.respond(outcome);
+    // The inner service's own back-off, passed on with a retryable failure.
+    let retry_after = response.headers().get(http::header::RETRY_AFTER).cloned();
     if status.is_success() && answer.answer().status.is_success() {
         let mut response = response;
         if let Some(outcome) = answer.outcome() {
@@ -227,7 +229,17 @@ where
         }
         return Ok(response);
     }
-    Ok(answer.into_http())
+    let mut answer = answer.into_http::<ResBody>();
+    if let Some(value) = retry_after {
+        if !answer.status().is_success()
+            && !answer.headers().contains_key(http::header::RETRY_AFTER)
+        {
+            answer
+                .headers_mut()
+                .insert(http::header::RETRY_AFTER, value);
+        }
+    }
+    Ok(answer)
 }
 
 /// 5xx, 408 Request Timeout and 429 Too Many Requests are worth retrying.
