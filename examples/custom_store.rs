@@ -186,13 +186,14 @@ impl ProcessedStore for HashMapStore {
     }
 
     async fn stuck(&self, now: DateTime<Utc>, limit: usize) -> Result<Vec<Record>, StoreError> {
-        Ok(self
-            .lock()
-            .values()
+        // The longest-expired leases first.
+        let mut stuck: Vec<Record> = (self.lock().values())
             .filter(|r| r.lease_expired(now))
-            .take(limit)
             .cloned()
-            .collect())
+            .collect();
+        stuck.sort_by_key(|r| r.lease_until);
+        stuck.truncate(limit);
+        Ok(stuck)
     }
 }
 

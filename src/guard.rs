@@ -449,7 +449,8 @@ impl WebhookGuardBuilder {
                 store,
                 verifier,
                 clock: self.clock,
-                hooks: PanicSafe::wrap(self.hooks),
+                safe_hooks: PanicSafe::wrap(self.hooks.clone()),
+                hooks: self.hooks,
                 namespace: self.namespace,
                 event_id: self.event_id,
                 lease: self.lease,
@@ -493,7 +494,10 @@ struct Inner {
     store: Arc<DynProcessedStore>,
     verifier: Arc<dyn Verifier>,
     clock: Arc<dyn Clock>,
+    /// The hooks as given (a worker or sweeper made from the guard wraps them itself).
     hooks: Arc<dyn Hooks>,
+    /// What the guard calls: `hooks`, panic-safe.
+    safe_hooks: Arc<dyn Hooks>,
     namespace: String,
     event_id: EventId,
     lease: Duration,
@@ -754,7 +758,7 @@ impl ClaimState {
         if let Err(e) = finished {
             tracing::warn!(id = %self.id, error = %e, "could not record a stale event");
         }
-        self.guard.inner.hooks.on_stale(self.key(), &self.meta);
+        self.guard.inner.safe_hooks.on_stale(self.key(), &self.meta);
         Some(Outcome::Stale {
             id: self.id.clone(),
             newest,
@@ -788,7 +792,15 @@ impl ClaimState {
             self.meta.clone(),
             reason,
         );
-        self.guard.spawn_reconcile(request);
+        // This event settled its object failed: once the reconciler has settled
+        // it, mark it applied, as `reconcile_stale` does (it would ask again).
+        // Other reasons leave the object to the event that holds it.
+        let failed = matches!(
+            reason,
+            ReconcileReason::Escalated | ReconcileReason::PermanentFailure
+        );
+        let mark = (failed && self.object_key().is_some()).then_some(self.guard.inner.clock.now());
+        self.guard.spawn_reconcile(request, mark);
     }
 
     fn key(&self) -> Key<'_> {
@@ -1270,7 +1282,10 @@ impl ClaimState {
     }
 
     fn unrecorded(&self, reason: Unrecorded) -> Outcome {
-        self.guard.inner.hooks.on_unrecorded(self.key(), &reason);
+        self.guard
+            .inner
+            .safe_hooks
+            .on_unrecorded(self.key(), &reason);
         Outcome::Unrecorded {
             id: self.id.clone(),
             reason,
@@ -1327,7 +1342,7 @@ impl ClaimState {
                 tracing::warn!(id = %self.id, error = %e, "could not release a failed claim");
             }
         }
-        inner.hooks.on_failure(self.key(), failures, &error);
+        inner.safe_hooks.on_failure(self.key(), failures, &error);
         Outcome::RetryableFailure {
             id: self.id.clone(),
             failures,
@@ -1372,7 +1387,7 @@ impl ClaimState {
                 self.finish_in_background(state, finish.failures, &history);
             }
         }
-        inner.hooks.on_permanent_failure(self.key(), &error);
+        inner.safe_hooks.on_permanent_failure(self.key(), &error);
         self.settle_object(ObjectStatus::Failed).await;
         self.reconcile(ReconcileReason::PermanentFailure);
         Outcome::PermanentFailure {
@@ -1420,7 +1435,7 @@ impl ClaimState {
     /// An escalation decided: the hook, the object settled as failed, the
     /// reconciler asked.
     async fn escalated(&self, body: &[u8], failures: u32, history: &[FailureNote]) -> Outcome {
-        self.guard.inner.hooks.on_escalation(&Escalation {
+        self.guard.inner.safe_hooks.on_escalation(&Escalation {
             key: self.key(),
             body,
             failures,
@@ -1552,7 +1567,7 @@ impl WebhookGuard {
         &self.inner.clock
     }
 
-    /// The hooks.
+    /// The hooks, as given to the builder (the guard calls them panic-safe).
     pub fn hooks(&self) -> &Arc<dyn Hooks> {
         &self.inner.hooks
     }
@@ -1721,7 +1736,7 @@ impl WebhookGuard {
             }
         };
         // Panic-safe (as every hook): nothing would release the claim yet.
-        inner.hooks.on_claim(key, record.attempts);
+        inner.safe_hooks.on_claim(key, record.attempts);
         record_on_span("webhook.attempt", record.attempts);
         // The metadata is read now that this delivery holds the claim. A custom
         // extractor that panics fails the delivery as a panicking handler would:
@@ -1789,7 +1804,7 @@ impl WebhookGuard {
         fingerprint: Fingerprint,
         now: DateTime<Utc>,
     ) -> Outcome {
-        let hooks = &self.inner.hooks;
+        let hooks = &self.inner.safe_hooks;
         if !record.fingerprint.matches(&fingerprint) {
             hooks.on_conflict(record.key());
             return Outcome::Conflict { id };
@@ -1971,7 +1986,7 @@ impl WebhookGuard {
                 tracing::warn!(namespace, id, attempt, outcome = %kind, elapsed_ms, detail = %outcome, "webhook delivery");
             }
         }
-        self.inner.hooks.on_outcome(&DeliveryReport {
+        self.inner.safe_hooks.on_outcome(&DeliveryReport {
             namespace,
             outcome,
             attempt,
@@ -2127,7 +2142,7 @@ impl WebhookGuard {
             Ok(Enqueued::Existing { fingerprint: f, .. })
                 if inner.fingerprint && f != fingerprint =>
             {
-                inner.hooks.on_conflict(key);
+                inner.safe_hooks.on_conflict(key);
                 Outcome::Conflict { id: delivery.id }
             }
             Ok(Enqueued::Existing { .. }) => Outcome::Accepted {
@@ -2362,7 +2377,11 @@ impl WebhookGuard {
         Ok(record.is_some_and(|r| r.token == token && r.state == state))
     }
 
-    fn spawn_reconcile(&self, request: ReconcileRequest) {
+    /// Asks the reconciler in the background; with `mark_failed_since`, marks the
+    /// request's object applied once it succeeds, if the object is still marked
+    /// failed by this request's event (since that time, not by a later one).
+    #[cfg_attr(not(feature = "tokio"), allow(unused_variables))]
+    fn spawn_reconcile(&self, request: ReconcileRequest, mark_failed_since: Option<DateTime<Utc>>) {
         let Some(reconciler) = self.inner.reconciler.clone() else {
             return;
         };
@@ -2374,7 +2393,11 @@ impl WebhookGuard {
                 match catch_unwind(reconciler.reconcile(&request)).await {
                     // Settled through the API: marked applied, as `reconcile_stale`
                     // marks the objects it reconciles (it would ask again).
-                    Ok(Ok(())) => guard.mark_reconciled(&request).await,
+                    Ok(Ok(())) => {
+                        if let Some(since) = mark_failed_since {
+                            guard.mark_reconciled(&request, since).await;
+                        }
+                    }
                     Ok(Err(e)) => {
                         tracing::warn!(reason, error = %e, "reconciliation failed; {RETRIED}");
                     }
@@ -2396,7 +2419,7 @@ impl WebhookGuard {
     /// Marks the object of a request the reconciler settled as applied, if its
     /// newest event is still the request's.
     #[cfg(feature = "tokio")]
-    async fn mark_reconciled(&self, request: &ReconcileRequest) {
+    async fn mark_reconciled(&self, request: &ReconcileRequest, failed_since: DateTime<Utc>) {
         let Some(ordering) = &self.inner.ordering else {
             return;
         };
@@ -2405,6 +2428,19 @@ impl WebhookGuard {
         else {
             return;
         };
+        // Still this event's failure: not one another event created at the same
+        // time settled since (its own reconcile, should it fail, must stay listed).
+        match ordering.get_object(key).await {
+            Ok(Some(object))
+                if object.newest == created_at
+                    && object.status == ObjectStatus::Failed
+                    && object.updated_at <= failed_since => {}
+            Ok(_) => return,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not read a reconciled object; reconcile_stale may ask again");
+                return;
+            }
+        }
         let now = self.inner.clock.now();
         let marked = ordering
             .mark_object(key, created_at, ObjectStatus::Applied, now)

@@ -136,7 +136,8 @@ pub trait Hooks: fmt::Debug + Send + Sync + 'static {
 pub(crate) struct PanicSafe(pub(crate) Arc<dyn Hooks>);
 
 impl PanicSafe {
-    /// `hooks`, made panic-safe (once: already safe hooks are kept as they are).
+    /// `hooks`, made panic-safe. Wrap the hooks as given, once: the guard keeps
+    /// them as given beside the wrapped ones for a worker or sweeper made from it.
     pub(crate) fn wrap(hooks: Arc<dyn Hooks>) -> Arc<dyn Hooks> {
         Arc::new(Self(hooks))
     }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::clock::Clock;
-use crate::hooks::Hooks;
+use crate::hooks::{Hooks, PanicSafe};
 use crate::store::{DynProcessedStore, StoreError};
 
 /// What one sweep did.
@@ -44,7 +44,7 @@ impl Sweeper {
         Self {
             store,
             clock,
-            hooks,
+            hooks: PanicSafe::wrap(hooks),
             interval: Duration::from_secs(60),
             batch: 1000,
             max_batches: 100,

@@ -667,8 +667,18 @@ async fn a_panicking_escalation_hook_skips_neither_settle_nor_reconcile() {
             panic!("a hook bug");
         }
     }
+    /// Records what it is asked, and fails: the objects stay settled failed.
+    #[derive(Debug, Default)]
+    struct Down(Mutex<Vec<Option<String>>>);
+    #[async_trait]
+    impl Reconciler for Down {
+        async fn reconcile(&self, r: &ReconcileRequest) -> Result<(), BoxError> {
+            self.0.lock().unwrap().push(r.meta.object.clone());
+            Err("provider API down".into())
+        }
+    }
     let store = MemoryStore::new();
-    let api = Arc::new(Api::default());
+    let api = Arc::new(Down::default());
     let guard = WebhookGuard::builder()
         .store(store.clone())
         .ordering(Arc::new(store.clone()))
@@ -697,19 +707,26 @@ async fn a_panicking_escalation_hook_skips_neither_settle_nor_reconcile() {
             "{outcome:?}"
         );
     }
+    for object in ["trx-3", "trx-4"] {
+        let key = ObjectKey {
+            namespace: guard.namespace(),
+            object,
+            family: "charge",
+        };
+        let settled = store.get_object(key).await.unwrap().expect("observed");
+        assert_eq!(
+            settled.status,
+            ObjectStatus::Failed,
+            "{object} settled failed"
+        );
+    }
     for _ in 0..1000 {
-        if api.calls.lock().unwrap().len() == 2 {
+        if api.0.lock().unwrap().len() == 2 {
             break;
         }
         tokio::task::yield_now().await;
     }
-    let mut asked: Vec<_> = api
-        .calls
-        .lock()
-        .unwrap()
-        .iter()
-        .map(|c| c.0.clone())
-        .collect();
+    let mut asked = api.0.lock().unwrap().clone();
     asked.sort();
     assert_eq!(asked, [Some("trx-3".to_owned()), Some("trx-4".to_owned())]);
 }

@@ -456,7 +456,9 @@ impl Inner {
     /// by its arrival time, so that its check and its settle agree).
     fn object_key<'e>(&self, event: &'e InboxEvent) -> Option<(ObjectKey<'e>, DateTime<Utc>)> {
         let (key, created_at) = crate::ordering::object_key(&event.namespace, &event.meta)?;
-        crate::ordering::orderable(created_at, event.received_at).then_some((key, created_at))
+        let ordered = crate::ordering::keyable(&event.meta)
+            && crate::ordering::orderable(created_at, event.received_at);
+        ordered.then_some((key, created_at))
     }
 
     /// `None` to go on; `Some(true)` when the event is stale; `Some(false)` when the

@@ -220,8 +220,6 @@ where
             .await
     };
     let answer = guard.respond(outcome);
-    // The inner service's own back-off, passed on with a retryable failure.
-    let retry_after = response.headers().get(http::header::RETRY_AFTER).cloned();
     if status.is_success() && answer.answer().status.is_success() {
         let mut response = response;
         if let Some(outcome) = answer.outcome() {
@@ -229,6 +227,8 @@ where
         }
         return Ok(response);
     }
+    // The inner service's own back-off, passed on with a retryable failure.
+    let retry_after = response.headers().get(http::header::RETRY_AFTER).cloned();
     let mut answer = answer.into_http::<ResBody>();
     if let Some(value) = retry_after {
         if !answer.status().is_success()

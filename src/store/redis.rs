@@ -56,8 +56,13 @@
 //! The trade-off: a shard's load lands on the node that serves its slot, so one
 //! store spreads over at most `shards` slots (16 by default — enough for a few
 //! nodes; raise it for a larger cluster), while `stuck` and `purge_expired` visit
-//! every shard (one round trip per shard and batch). Every process sharing a prefix
-//! must use the same shard count: change it only together with the prefix.
+//! every shard (one round trip per shard and batch). `stuck` reads up to its limit
+//! from each shard, in the order of the shard's index, and keeps the
+//! longest-expired of them all: at most `shards × limit` records per call, and a
+//! shard with more stuck claims than the limit may hold back a few whose entry was
+//! scored late (an entry left from an earlier record of the id). Every process
+//! sharing a prefix must use the same shard count: change it only together with
+//! the prefix.
 //!
 //! A cluster connection sends a pipeline again after a redirect or a lost reply,
 //! and its first run may already have been applied. A claim that meets its own

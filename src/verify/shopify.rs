@@ -63,9 +63,15 @@ impl Verifier for Shopify {
         body: &[u8],
         _now: DateTime<Utc>,
     ) -> Result<Verified, VerifyError> {
+        // The first spelling present with a value: an empty one gives way, as for
+        // the id headers.
         let name = HEADERS
             .into_iter()
-            .find(|n| headers.get_bytes(n).is_some())
+            .find(|n| {
+                headers
+                    .get_bytes(n)
+                    .is_some_and(|v| !v.trim_ascii().is_empty())
+            })
             .ok_or(VerifyError::MissingHeader(HEADERS[0].into()))?;
         let value = common::bounded_header(headers, name)?;
         let tag = common::base64_32(value)
@@ -87,6 +93,19 @@ impl Verifier for Shopify {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_empty_signature_header_gives_way_to_the_other_spelling() {
+        let v = Shopify::new(["shop-secret"]).unwrap();
+        let sig = "plW8VGqq0nDMIEhDqaNNW99asdUCy7EIqLZVcQwtAZ0=";
+        let now = DateTime::<Utc>::UNIX_EPOCH;
+        let h = [("X-Shopify-Hmac-Sha256", ""), ("Shopify-Hmac-Sha256", sig)];
+        assert!(v.verify(&h, br#"{"id":1}"#, now).is_ok());
+        assert_eq!(
+            v.verify(&[h[0]], br#"{"id":1}"#, now),
+            Err(VerifyError::MissingHeader(HEADERS[0].into()))
+        );
+    }
 
     #[test]
     fn independent_vector_and_both_spellings() {
