@@ -165,7 +165,27 @@ pub enum InProgressAnswer {
     Accept,
 }
 
-/// What a handler returns when it fails.
+/// The longest handler error text the guard and the inbox worker keep, in bytes:
+/// a longer one is cut on a character boundary and marked `… (cut)`, so that a
+/// failure's history, its log line and the stores' columns stay bounded (MySQL
+/// keeps a history in a `MEDIUMTEXT`, and a statement within `max_allowed_packet`).
+pub const MAX_ERROR_LEN: usize = 2048;
+
+/// `text`, cut to [`MAX_ERROR_LEN`] bytes.
+pub(crate) fn bounded_error(mut text: String) -> String {
+    if text.len() > MAX_ERROR_LEN {
+        let mut cut = MAX_ERROR_LEN;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        text.truncate(cut);
+        text.push_str("… (cut)");
+    }
+    text
+}
+
+/// What a handler returns when it fails. Its error's text is kept (in the
+/// record's history, the outcome, the log) up to [`MAX_ERROR_LEN`] bytes.
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum HandlerError {
@@ -954,8 +974,8 @@ impl<'a> Claimed<'a> {
         let state = self.take();
         let handler_elapsed = state.claimed_at.elapsed();
         let failure = match error {
-            HandlerError::Retryable(e) => Failure::Retryable(e.to_string()),
-            HandlerError::Permanent(e) => Failure::Permanent(e.to_string()),
+            HandlerError::Retryable(e) => Failure::Retryable(bounded_error(e.to_string())),
+            HandlerError::Permanent(e) => Failure::Permanent(bounded_error(e.to_string())),
         };
         // The recording, its hooks, the object's settle and the report finish even if
         // the delivery is dropped meanwhile (the sender hung up, a timeout); otherwise
@@ -1303,9 +1323,9 @@ impl ClaimState {
 
     fn history_with(&self, now: DateTime<Utc>, error: String) -> Vec<FailureNote> {
         let mut history = self.record.history.clone();
-        if history.len() >= HISTORY_LIMIT {
-            history.remove(0);
-        }
+        // The oldest go (a store may hand back more than the limit).
+        let over = (history.len() + 1).saturating_sub(HISTORY_LIMIT);
+        history.drain(..over);
         history.push(FailureNote { at: now, error });
         history
     }

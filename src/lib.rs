@@ -150,7 +150,8 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use guard::{
     Begin, Claimed, ConfigError, Event, EventId, HandlerError, IdExtractor, InProgressAnswer,
     LeaseError, OwnedEvent, ReconcileReport, VerifiedDelivery, WebhookGuard, WebhookGuardBuilder,
-    DEFAULT_ESCALATE_AFTER, DEFAULT_LEASE, DEFAULT_MAX_BODY, DEFAULT_RETENTION, MAX_ID_LEN,
+    DEFAULT_ESCALATE_AFTER, DEFAULT_LEASE, DEFAULT_MAX_BODY, DEFAULT_RETENTION, MAX_ERROR_LEN,
+    MAX_ID_LEN,
 };
 pub use headers::Headers;
 pub use hooks::{Hooks, NoHooks};

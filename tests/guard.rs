@@ -1222,6 +1222,25 @@ async fn a_panicking_sweep_hook_does_not_end_the_sweeper() {
 }
 
 #[tokio::test]
+async fn a_long_handler_error_is_kept_cut() {
+    let s = setup();
+    let long = "é".repeat(100_000);
+    let outcome = s
+        .guard
+        .handle(&[("x-id", "evt_long")], b"{}", |_| async {
+            Err(HandlerError::retryable(long.clone()))
+        })
+        .await;
+    let Outcome::RetryableFailure { error, .. } = outcome else {
+        panic!("expected RetryableFailure, got {outcome:?}");
+    };
+    assert!(error.len() <= webhook_guard::MAX_ERROR_LEN + "… (cut)".len());
+    assert!(error.starts_with("éé") && error.ends_with("… (cut)"), "{error}");
+    let record = s.guard.inspect("evt_long").await.unwrap().unwrap();
+    assert_eq!(record.history[0].error, error);
+}
+
+#[tokio::test]
 async fn a_panicking_claim_hook_leaves_no_claim_held() {
     #[derive(Debug)]
     struct PanicsOnClaim;

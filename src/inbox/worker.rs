@@ -440,11 +440,14 @@ impl Inner {
                 }
             }
             Ran::Failed(HandlerError::Permanent(e)) => {
-                let error = e.to_string();
+                let error = crate::guard::bounded_error(e.to_string());
                 self.dead(&event, &error, ReconcileReason::PermanentFailure)
                     .await;
             }
-            Ran::Failed(HandlerError::Retryable(e)) => self.fail(&event, e.to_string()).await,
+            Ran::Failed(HandlerError::Retryable(e)) => {
+                let error = crate::guard::bounded_error(e.to_string());
+                self.fail(&event, error).await;
+            }
             Ran::LeaseLost => {
                 tracing::warn!(id = %event.id, "inbox lease lost while the handler ran; handler stopped");
                 self.reconcile(&event, ReconcileReason::LeaseLost).await;
