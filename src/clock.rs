@@ -56,14 +56,20 @@ impl ManualClock {
     /// Moves the clock forward (or back, for a negative delta) by `by`, saturating
     /// at the ends of time.
     pub fn advance(&self, by: TimeDelta) {
-        let by = by.num_microseconds().unwrap_or(if by < TimeDelta::zero() {
-            i64::MIN
-        } else {
-            i64::MAX
-        });
+        // Kept within chrono's range, so that moving back from an end of time
+        // starts from that end; a delta too large for microseconds goes to the end.
+        let (min, max) = (
+            DateTime::<Utc>::MIN_UTC.timestamp_micros(),
+            DateTime::<Utc>::MAX_UTC.timestamp_micros(),
+        );
+        let step = by.num_microseconds();
         self.micros
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |m| {
-                Some(m.saturating_add(by))
+                Some(match step {
+                    Some(step) => m.saturating_add(step).clamp(min, max),
+                    None if by < TimeDelta::zero() => min,
+                    None => max,
+                })
             })
             .ok();
     }
@@ -80,11 +86,11 @@ impl fmt::Debug for ManualClock {
 impl Clock for ManualClock {
     fn now(&self) -> DateTime<Utc> {
         let micros = self.micros.load(Ordering::SeqCst);
-        DateTime::from_timestamp_micros(micros).unwrap_or(if micros < 0 {
-            DateTime::<Utc>::MIN_UTC
-        } else {
-            DateTime::<Utc>::MAX_UTC
-        })
+        // The clamped ends read as the ends of time themselves.
+        if micros >= DateTime::<Utc>::MAX_UTC.timestamp_micros() {
+            return DateTime::<Utc>::MAX_UTC;
+        }
+        DateTime::from_timestamp_micros(micros).unwrap_or(DateTime::<Utc>::MIN_UTC)
     }
 }
 
@@ -102,5 +108,13 @@ mod tests {
         clock.set(start);
         clock.advance(TimeDelta::days(200_000_000));
         assert_eq!(clock.now(), DateTime::<Utc>::MAX_UTC);
+        // Back from an end of time: from that end.
+        clock.advance(TimeDelta::days(-1));
+        let max_micros = DateTime::<Utc>::MAX_UTC.timestamp_micros();
+        let max = DateTime::from_timestamp_micros(max_micros).unwrap();
+        assert_eq!(clock.now(), max - TimeDelta::days(1));
+        clock.advance(TimeDelta::days(-200_000_000));
+        clock.advance(TimeDelta::days(1));
+        assert_eq!(clock.now(), DateTime::<Utc>::MIN_UTC + TimeDelta::days(1));
     }
 }

@@ -31,7 +31,8 @@ pub enum Outcome {
     InProgress {
         /// The event id.
         id: String,
-        /// When the other delivery's lease runs out, at the latest.
+        /// How long until the other delivery's lease runs out, unless it is renewed;
+        /// at least a second.
         retry_after: Duration,
     },
     /// The delivery is not acceptable (bad signature, no id, too large). Nothing was
@@ -163,7 +164,8 @@ impl Rejection {
         }
     }
 
-    /// 401 for a delivery that failed verification, 400 for everything else.
+    /// 401 for a delivery that failed verification (but a body over the limit, 400),
+    /// 400 for everything else.
     pub fn status(&self) -> StatusCode {
         match self {
             Self::Verify(VerifyError::BodyTooLarge { .. }) => StatusCode::BAD_REQUEST,

@@ -1235,7 +1235,10 @@ async fn a_long_handler_error_is_kept_cut() {
         panic!("expected RetryableFailure, got {outcome:?}");
     };
     assert!(error.len() <= webhook_guard::MAX_ERROR_LEN + "… (cut)".len());
-    assert!(error.starts_with("éé") && error.ends_with("… (cut)"), "{error}");
+    assert!(
+        error.starts_with("éé") && error.ends_with("… (cut)"),
+        "{error}"
+    );
     let record = s.guard.inspect("evt_long").await.unwrap().unwrap();
     assert_eq!(record.history[0].error, error);
 }

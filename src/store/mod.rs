@@ -139,12 +139,20 @@ impl FencingToken {
     /// probability.
     pub fn random() -> Self {
         // A SplitMix64 sequence per thread, seeded from the process's random hash
-        // keys: threads claiming at once share no cache line, no two threads start
-        // at the same point, and each thread's sequence repeats only after 2^64 tokens.
+        // keys, its id and the time: threads claiming at once share no cache line,
+        // no two threads start at the same point (nor do processes forked from one
+        // that had drawn its keys already), and each thread's sequence repeats only
+        // after 2^64 tokens.
         thread_local! {
-            static STATE: Cell<u64> = Cell::new(
-                std::collections::hash_map::RandomState::new().build_hasher().finish(),
-            );
+            static STATE: Cell<u64> = Cell::new({
+                let mut seed = std::collections::hash_map::RandomState::new().build_hasher();
+                seed.write_u32(std::process::id());
+                let since_epoch = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap_or_default();
+                seed.write_u128(since_epoch.as_nanos());
+                seed.finish()
+            });
         }
         let mut z = STATE.with(|s| {
             let z = s.get().wrapping_add(0x9e37_79b9_7f4a_7c15);
@@ -519,7 +527,8 @@ impl StoreError {
 /// the store's own clock, so that every replica and every test agrees on them.
 ///
 /// - **claim** ([`ProcessedStore::claim`]): if there is no record for the key, or the
-///   record has expired (`expires_at <= now`), insert a fresh one: `InProgress`,
+///   record has expired (`expires_at <= now`, and not `InProgress` with a live
+///   lease, `lease_until > now`), insert a fresh one: `InProgress`,
 ///   the request's token, fingerprint, lease and expiry, `attempts = 1`,
 ///   `failures = 0`, empty history, `created_at = updated_at = now`, and answer
 ///   [`Claim::Acquired`]. Otherwise, if the record's fingerprint
