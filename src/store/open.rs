@@ -13,9 +13,10 @@
 //! so the driver's own parameters (`sslmode`, a Redis database number, SQLite's
 //! `mode=ro|rw|rwc`, …) work. A SQLite path is percent-decoded, as the driver does
 //! (`%3F` for a `?` in a file name). An in-memory SQLite database (`sqlite::memory:`,
-//! `mode=memory`) is refused: every pooled connection would open its own, and its
-//! records would vanish with the connection that held them; `memory:` is the
-//! in-process store.
+//! `mode=memory` anywhere in the query, the `memdb` VFS, or a path that is itself a
+//! `file:` URI, which could ask for one) is refused: every pooled connection would
+//! open its own, and its records would vanish with the connection that held them;
+//! `memory:` is the in-process store.
 //! `rediss://` needs the `redis` crate built with one of its TLS features. Opening
 //! does not create tables: call [`OpenedStore::migrate`] (idempotent) at start-up or
 //! from a deployment step (`webhook-guard migrate`).
@@ -239,12 +240,25 @@ impl FromStr for StoreUrl {
 const IN_MEMORY: &str = "sqlite: an in-memory database is not a store; use memory:";
 
 /// Whether the SQLite driver would open `path?query` as an in-memory database,
-/// read as the driver reads it: percent-decoded, the last `mode` winning, and the
-/// `memdb` VFS counted too.
+/// read as the driver reads it: percent-decoded, a `mode=memory` anywhere (a later
+/// `mode` does not undo it), and the `memdb` VFS counted too. A path that decodes
+/// to a `file:` URI is counted too: the driver opens paths as URIs, and one can
+/// carry `:memory:` or `mode=memory` of its own.
 fn in_memory(path: &str, query: &str) -> bool {
-    percent_decoded(path) == ":memory:"
-        || query_param(query, "mode").as_deref() == Some("memory")
+    let path = percent_decoded(path);
+    path == ":memory:"
+        || path.starts_with("file:")
+        || query_params(query, "mode").any(|mode| mode == "memory")
         || query_param(query, "vfs").is_some_and(|vfs| vfs.starts_with("memdb"))
+}
+
+/// Every value of `key` in a URL query, percent-decoded.
+fn query_params<'q>(query: &'q str, key: &'q str) -> impl Iterator<Item = String> + 'q {
+    query
+        .split('&')
+        .filter_map(|pair| pair.split_once('='))
+        .filter(move |(k, _)| percent_decoded(k) == key)
+        .map(|(_, v)| percent_decoded(v))
 }
 
 /// The value of `key` in a URL query (`a=1&b=2`) as the SQLite driver reads it:
@@ -665,6 +679,9 @@ mod tests {
         // In-memory databases spelled so that only the driver sees it.
         for hidden in [
             format!("sqlite:{}?mode=rwc&mode=memory", missing.display()),
+            format!("sqlite:{}?mode=memory&mode=rwc", missing.display()),
+            "sqlite:file::memory:".to_owned(),
+            "sqlite:file:x.db%3Fmode%3Dmemory".to_owned(),
             format!("sqlite:{}?mode=%6Demory", missing.display()),
             format!("sqlite:{}?vfs=memdb", missing.display()),
             "sqlite:%3Amemory%3A".to_owned(),

@@ -31,9 +31,11 @@ impl Target {
     /// Parses an `http://host[:port][/path]` URL and resolves the host. Unless
     /// `allow_remote`, every address must be loopback.
     pub(crate) async fn resolve(url: &str, allow_remote: bool) -> Result<Self, String> {
-        let rest = if let Some(rest) = url.strip_prefix("http://") {
-            rest
-        } else if url.starts_with("https://") {
+        // The scheme in any case, as URLs allow.
+        let scheme = url.get(..8).unwrap_or(url).to_ascii_lowercase();
+        let rest = if scheme.starts_with("http://") {
+            &url[7..]
+        } else if scheme.starts_with("https://") {
             return Err(
                 "https is not supported: `send` is a development tool for a local \
                         endpoint (http://127.0.0.1:PORT/path); test a public endpoint \
@@ -41,7 +43,8 @@ impl Target {
                     .into(),
             );
         } else {
-            return Err(format!("--url must start with http://, got `{url}`"));
+            // Not echoed: a URL may carry credentials.
+            return Err("--url must start with http://".into());
         };
         let (authority, path) = match rest.find(['/', '?']) {
             Some(i) if rest.as_bytes()[i] == b'/' => (&rest[..i], rest[i..].to_owned()),
@@ -209,6 +212,19 @@ fn dechunk(mut rest: &[u8]) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_url_is_read_in_any_case_and_never_echoed() {
+        let target = Target::resolve("HTTP://127.0.0.1:9/hook", false)
+            .await
+            .unwrap();
+        assert_eq!(target.path, "/hook");
+        let err = Target::resolve("ftp://user:hunter2@127.0.0.1/x", false)
+            .await
+            .err()
+            .unwrap();
+        assert!(!err.contains("hunter2"), "{err}");
+    }
 
     #[test]
     fn parses_answers() {

@@ -257,9 +257,14 @@ async fn stuck(args: &StoreArgs, limit: usize, json: bool) -> Result<ExitCode, F
                 r.failures
             );
         }
+        let more = if records.len() >= limit {
+            ", the limit: more may be stuck"
+        } else {
+            ""
+        };
         println!(
-            "{} stuck (the next delivery of each takes it over; `forget` allows a \
-             redelivery from the provider's dashboard)",
+            "{} stuck{more} (the next delivery of each takes it over; `forget` with its \
+             `--namespace` allows a redelivery from the provider's dashboard)",
             records.len()
         );
     }

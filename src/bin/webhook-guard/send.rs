@@ -45,8 +45,10 @@ pub(crate) struct SendArgs {
     /// the event id is the one inside the file.
     #[arg(long, value_name = "FILE")]
     body_file: Option<PathBuf>,
-    /// Send the same event N more times (each delivery signed afresh).
-    #[arg(long, default_value_t = 0, value_name = "N")]
+    /// Send the same event N more times (each delivery signed afresh), at most
+    /// 100,000.
+    #[arg(long, default_value_t = 0, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(0..=100_000))]
     duplicates: u32,
     /// How many deliveries may be in flight at once.
     #[arg(long, default_value_t = 1, value_name = "N",
