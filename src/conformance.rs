@@ -864,6 +864,8 @@ pub mod inbox {
         an_attempt_may_be_given_back(store).await;
         dead_workers_lose_their_lease(store).await;
         a_lease_is_held_to_its_end(store).await;
+        renew_is_fenced_and_moves_the_lease(store).await;
+        the_longest_due_is_leased_first(store).await;
         settled_events_are_purged(store).await;
     }
 
@@ -1138,6 +1140,82 @@ pub mod inbox {
         );
     }
 
+    /// A renewal needs the lease's token, and moves the lease's end.
+    pub async fn renew_is_fenced_and_moves_the_lease(store: &dyn InboxStore) {
+        let f = Fixture::new();
+        f.enqueue(store, "long", b"p", 0).await;
+        let e = store
+            .lease(&f.namespace, f.at(0), f.at(60), 10)
+            .await
+            .unwrap()
+            .pop()
+            .expect("due");
+        let stale = FencingToken(e.token.0.wrapping_add(1));
+        assert_eq!(
+            store.renew_event(e.key(), stale, f.at(120)).await.unwrap(),
+            Fence::LeaseLost,
+            "another token renews nothing"
+        );
+        assert_eq!(
+            store
+                .renew_event(e.key(), e.token, f.at(120))
+                .await
+                .unwrap(),
+            Fence::Applied
+        );
+        assert!(
+            store
+                .lease(&f.namespace, f.at(119), f.at(180), 10)
+                .await
+                .unwrap()
+                .is_empty(),
+            "held to the renewed end"
+        );
+        let again = store
+            .lease(&f.namespace, f.at(120), f.at(180), 10)
+            .await
+            .unwrap();
+        assert_eq!(
+            again.len(),
+            1,
+            "leased again once the renewed lease ran out"
+        );
+    }
+
+    /// Of the due events, a lease takes those due longest first, and only its own
+    /// namespace's.
+    pub async fn the_longest_due_is_leased_first(store: &dyn InboxStore) {
+        let f = Fixture::new();
+        let other = Fixture::new();
+        other.enqueue(store, "elsewhere", b"p", -5).await;
+        // Enqueued newest first, so that no store returns them in order by luck.
+        for (id, at) in [("third", 2), ("second", 1), ("first", 0)] {
+            f.enqueue(store, id, b"p", at).await;
+        }
+        let mut order = Vec::new();
+        for _ in 0..3 {
+            let leased = store
+                .lease(&f.namespace, f.at(5), f.at(65), 1)
+                .await
+                .unwrap();
+            assert_eq!(leased.len(), 1, "one at a time");
+            assert_eq!(leased[0].namespace, f.namespace, "its own namespace only");
+            order.push(leased[0].id.clone());
+        }
+        assert_eq!(order, ["first", "second", "third"]);
+        assert!(store
+            .lease(&f.namespace, f.at(5), f.at(65), 10)
+            .await
+            .unwrap()
+            .is_empty());
+        let theirs = store.lease(&other.namespace, other.at(5), other.at(65), 10);
+        assert_eq!(
+            theirs.await.unwrap().len(),
+            1,
+            "the other namespace's is left"
+        );
+    }
+
     /// A `Running` event whose lease ran out is leased again; the old token is stale.
     pub async fn dead_workers_lose_their_lease(store: &dyn InboxStore) {
         let f = Fixture::new();
@@ -1198,6 +1276,12 @@ pub mod inbox {
             ),
             "kept until expiry"
         );
+        // A purge before the expiry leaves it.
+        while store.purge_settled(f.at(3600), 1000).await.unwrap() > 0 {}
+        assert!(
+            store.get_event(e.key()).await.unwrap().is_some(),
+            "not purged before its expiry"
+        );
         let mut purged = 0;
         loop {
             let n = store.purge_settled(f.at(7200), 1000).await.unwrap();
@@ -1224,6 +1308,31 @@ pub mod inbox {
             f.enqueue(store, &e.id, b"p", 7201).await,
             Enqueued::Inserted
         );
+
+        // An expired event that no purge removed yet is replaced by a new delivery.
+        let g = Fixture::new();
+        g.enqueue(store, "late", b"p", 0).await;
+        let late = store
+            .lease(&g.namespace, g.at(0), g.at(60), 10)
+            .await
+            .unwrap()
+            .pop()
+            .expect("due");
+        let done = g.settle(InboxState::Done, 1, 1);
+        let _ = store
+            .settle_event(late.key(), late.token, &done)
+            .await
+            .unwrap();
+        assert_eq!(
+            g.enqueue(store, "late", b"new", 3601).await,
+            Enqueued::Inserted,
+            "an expired event is replaced"
+        );
+        let fresh = store.get_event(late.key()).await.unwrap().expect("stored");
+        assert_eq!(
+            (fresh.state, fresh.payload.as_slice()),
+            (InboxState::Pending, &b"new"[..])
+        );
     }
 }
 
@@ -1241,6 +1350,61 @@ pub mod ordering {
         settle_applies_to_the_newest_only(store).await;
         events_created_at_the_same_time_settle_once(store).await;
         concurrent_observations_keep_the_newest(store).await;
+        failed_objects_are_listed_oldest_first(store).await;
+    }
+
+    /// `failed_objects` lists its namespace's failed objects, the oldest change
+    /// first, up to the limit; an object failed again is listed at its new time.
+    pub async fn failed_objects_are_listed_oldest_first(store: &dyn OrderingStore) {
+        let (ns, now) = base();
+        let (other, _) = base();
+        let at = |s| now + TimeDelta::seconds(s);
+        let key = |namespace, object| ObjectKey {
+            namespace,
+            object,
+            family: "charge",
+        };
+        // Failed at 22, 21 and 23 (in that order), and one in another namespace.
+        for (namespace, object, failed_at) in [
+            (ns.as_str(), "trx-b", 22),
+            (ns.as_str(), "trx-a", 21),
+            (ns.as_str(), "trx-c", 23),
+            (other.as_str(), "trx-x", 20),
+        ] {
+            let k = key(namespace, object);
+            let _ = store.observe(k, at(1), at(2)).await.unwrap();
+            assert!(store
+                .settle_object(k, at(1), ObjectStatus::Failed, at(failed_at))
+                .await
+                .unwrap());
+        }
+        let objects = |list: Vec<crate::ordering::ObjectRecord>| {
+            list.into_iter().map(|r| r.object).collect::<Vec<_>>()
+        };
+        let all = store.failed_objects(&ns, at(100), 10).await.unwrap();
+        assert_eq!(
+            objects(all),
+            ["trx-a", "trx-b", "trx-c"],
+            "oldest first, own namespace"
+        );
+        let first = store.failed_objects(&ns, at(100), 1).await.unwrap();
+        assert_eq!(objects(first), ["trx-a"], "the limit is kept");
+        let early = store.failed_objects(&ns, at(22), 10).await.unwrap();
+        assert_eq!(objects(early), ["trx-a", "trx-b"], "changed at or before");
+        // Marked failed again later (a reconcile that failed): to the back.
+        assert!(store
+            .mark_object(key(&ns, "trx-a"), at(1), ObjectStatus::Failed, at(30))
+            .await
+            .unwrap());
+        let requeued = store.failed_objects(&ns, at(100), 10).await.unwrap();
+        assert_eq!(objects(requeued), ["trx-b", "trx-c", "trx-a"]);
+        // Reconciled: no longer listed.
+        assert!(store
+            .mark_object(key(&ns, "trx-b"), at(1), ObjectStatus::Applied, at(31))
+            .await
+            .unwrap());
+        let left = store.failed_objects(&ns, at(100), 10).await.unwrap();
+        assert_eq!(objects(left), ["trx-c", "trx-a"]);
     }
 
     fn base() -> (String, DateTime<Utc>) {

@@ -13,18 +13,55 @@ use crate::store::{Fence, FencingToken, Key, MemoryStore, StoreError};
 type EventKey = (String, String);
 
 /// The inbox of a [`MemoryStore`]: events by key, plus an index of unsettled events
-/// by due time so leasing does not scan settled ones.
+/// per namespace by due time, so that a lease reads only its own namespace's due
+/// events, and one of settled events by expiry, so that a purge reads only expired
+/// ones.
 #[derive(Debug, Default)]
 pub(crate) struct Queue {
     events: HashMap<EventKey, InboxEvent>,
-    /// (due ms, namespace, id) for every `Pending` or `Running` event.
-    due: BTreeSet<(i64, String, String)>,
+    /// (namespace, due ms, id) for every `Pending` or `Running` event.
+    due: BTreeSet<(String, i64, String)>,
+    /// (expiry ms rounded up, namespace, id) for every settled event.
+    settled: BTreeSet<(i64, String, String)>,
 }
 
-/// The ordering ledger of a [`MemoryStore`].
+type ObjectKeyOwned = (String, String, String);
+
+/// The ordering ledger of a [`MemoryStore`], with an index of failed objects per
+/// namespace by when they last changed (what `failed_objects` reads).
 #[derive(Debug, Default)]
 pub(crate) struct Ledger {
-    objects: HashMap<(String, String, String), ObjectRecord>,
+    objects: HashMap<ObjectKeyOwned, ObjectRecord>,
+    /// (namespace, updated_at, object, family) for every `Failed` object.
+    failed: BTreeSet<(String, DateTime<Utc>, String, String)>,
+}
+
+impl Ledger {
+    fn failed_entry(r: &ObjectRecord) -> (String, DateTime<Utc>, String, String) {
+        (
+            r.namespace.clone(),
+            r.updated_at,
+            r.object.clone(),
+            r.family.clone(),
+        )
+    }
+
+    /// Applies `change` to the record under `k`, keeping the failed index in step.
+    fn change<T>(
+        &mut self,
+        k: &ObjectKeyOwned,
+        change: impl FnOnce(&mut ObjectRecord) -> T,
+    ) -> Option<T> {
+        let r = self.objects.get_mut(k)?;
+        if r.status == ObjectStatus::Failed {
+            self.failed.remove(&Self::failed_entry(r));
+        }
+        let answer = change(r);
+        if r.status == ObjectStatus::Failed {
+            self.failed.insert(Self::failed_entry(r));
+        }
+        Some(answer)
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -40,16 +77,31 @@ fn due_at(e: &InboxEvent) -> Option<i64> {
     }
 }
 
+/// A settled event's place in the settled index: its expiry, rounded up (a purge
+/// at `now` takes it once `expires_at <= now`, never before).
+fn expiry_at(e: &InboxEvent) -> Option<i64> {
+    e.state
+        .is_settled()
+        .then(|| crate::store::ceil_millis(e.expires_at))
+}
+
 impl Queue {
     fn unindex(&mut self, e: &InboxEvent) {
         if let Some(at) = due_at(e) {
-            self.due.remove(&(at, e.namespace.clone(), e.id.clone()));
+            self.due.remove(&(e.namespace.clone(), at, e.id.clone()));
+        }
+        if let Some(at) = expiry_at(e) {
+            self.settled
+                .remove(&(at, e.namespace.clone(), e.id.clone()));
         }
     }
 
     fn index(&mut self, e: &InboxEvent) {
         if let Some(at) = due_at(e) {
-            self.due.insert((at, e.namespace.clone(), e.id.clone()));
+            self.due.insert((e.namespace.clone(), at, e.id.clone()));
+        }
+        if let Some(at) = expiry_at(e) {
+            self.settled.insert((at, e.namespace.clone(), e.id.clone()));
         }
     }
 
@@ -93,7 +145,9 @@ impl InboxStore for MemoryStore {
         }
         let fresh = InboxEvent::accepted(event);
         q.index(&fresh);
-        q.events.insert(k, fresh);
+        if let Some(old) = q.events.insert(k, fresh) {
+            q.unindex(&old);
+        }
         Ok(Enqueued::Inserted)
     }
 
@@ -106,18 +160,18 @@ impl InboxStore for MemoryStore {
     ) -> Result<Vec<InboxEvent>, StoreError> {
         let mut q = lock(self.queue());
         let now_ms = now.timestamp_millis();
-        let picked: Vec<(i64, String, String)> = q
+        let from = (namespace.to_owned(), i64::MIN, String::new());
+        let picked: Vec<(String, i64, String)> = q
             .due
-            .iter()
-            .take_while(|(at, _, _)| *at <= now_ms)
-            .filter(|(_, ns, _)| ns == namespace)
+            .range(from..)
+            .take_while(|(ns, at, _)| ns == namespace && *at <= now_ms)
             .take(limit)
             .cloned()
             .collect();
         let mut out = Vec::with_capacity(picked.len());
         for entry in picked {
             q.due.remove(&entry);
-            let (_, ns, id) = entry;
+            let (ns, _, id) = entry;
             let Some(e) = q.events.get_mut(&(ns, id)) else {
                 continue;
             };
@@ -182,15 +236,16 @@ impl InboxStore for MemoryStore {
 
     async fn purge_settled(&self, now: DateTime<Utc>, limit: usize) -> Result<u64, StoreError> {
         let mut q = lock(self.queue());
-        let gone: Vec<EventKey> = q
-            .events
-            .iter()
-            .filter(|(_, e)| e.state.is_settled() && e.expires_at <= now)
-            .map(|(k, _)| k.clone())
+        let now_ms = now.timestamp_millis();
+        let gone: Vec<(i64, String, String)> = (q.settled.iter())
+            .take_while(|(at, _, _)| *at <= now_ms)
             .take(limit)
+            .cloned()
             .collect();
-        for k in &gone {
-            q.events.remove(k);
+        for entry in &gone {
+            q.settled.remove(entry);
+            let (_, ns, id) = entry;
+            q.events.remove(&(ns.clone(), id.clone()));
         }
         Ok(gone.len() as u64)
     }
@@ -214,19 +269,19 @@ impl MemoryStore {
             key.object.to_owned(),
             key.family.to_owned(),
         );
-        let Some(r) = ledger
-            .objects
-            .get_mut(&k)
-            .filter(|r| r.newest == created_at)
-        else {
-            return false;
-        };
-        let (set, answer) = decide(r.status);
-        if set {
-            r.status = status;
-            r.updated_at = now;
-        }
-        answer
+        ledger
+            .change(&k, |r| {
+                if r.newest != created_at {
+                    return false;
+                }
+                let (set, answer) = decide(r.status);
+                if set {
+                    r.status = status;
+                    r.updated_at = now;
+                }
+                answer
+            })
+            .unwrap_or(false)
     }
 }
 
@@ -244,22 +299,24 @@ impl OrderingStore for MemoryStore {
             key.object.to_owned(),
             key.family.to_owned(),
         );
-        match ledger.objects.get_mut(&k) {
-            Some(r) if created_at < r.newest => Ok(Freshness::Stale { newest: r.newest }),
-            // A retry, or another event created at the same time: settled first wins.
-            Some(r) if created_at == r.newest => Ok(Freshness::Fresh),
-            Some(r) => {
+        let seen = ledger.change(&k, |r| {
+            if created_at < r.newest {
+                return Freshness::Stale { newest: r.newest };
+            }
+            // Equal: a retry, or another event created at the same time (the first
+            // settled wins).
+            if created_at > r.newest {
                 r.newest = created_at;
                 r.status = ObjectStatus::Pending;
                 r.updated_at = now;
-                Ok(Freshness::Fresh)
             }
-            None => {
-                let record = ObjectRecord::new(key, created_at, ObjectStatus::Pending, now);
-                ledger.objects.insert(k, record);
-                Ok(Freshness::Fresh)
-            }
-        }
+            Freshness::Fresh
+        });
+        Ok(seen.unwrap_or_else(|| {
+            let record = ObjectRecord::new(key, created_at, ObjectStatus::Pending, now);
+            ledger.objects.insert(k, record);
+            Freshness::Fresh
+        }))
     }
 
     async fn settle_object(
@@ -307,18 +364,21 @@ impl OrderingStore for MemoryStore {
         before: DateTime<Utc>,
         limit: usize,
     ) -> Result<Vec<ObjectRecord>, StoreError> {
-        let mut failed: Vec<ObjectRecord> = lock(self.ledger())
-            .objects
-            .values()
-            .filter(|r| {
-                r.namespace == namespace
-                    && r.status == ObjectStatus::Failed
-                    && r.updated_at <= before
+        let ledger = lock(self.ledger());
+        let from = (
+            namespace.to_owned(),
+            DateTime::<Utc>::MIN_UTC,
+            String::new(),
+            String::new(),
+        );
+        let failed = (ledger.failed.range(from..))
+            .take_while(|(ns, at, _, _)| ns == namespace && *at <= before)
+            .take(limit)
+            .filter_map(|(ns, _, object, family)| {
+                let k = (ns.clone(), object.clone(), family.clone());
+                ledger.objects.get(&k).cloned()
             })
-            .cloned()
             .collect();
-        failed.sort_by_key(|r| r.updated_at);
-        failed.truncate(limit);
         Ok(failed)
     }
 }
