@@ -13,9 +13,10 @@
 //!
 //! Each check panics (like `assert!`) with a message naming the broken rule. The
 //! checks use a fresh random namespace, so they can share a store with other data;
-//! the purge check only removes records that expired before the year 2002. Run one
-//! suite at a time per store: the purge check counts what it removes, and another
-//! suite's purge would remove its records first. The concurrency check runs its
+//! the purge checks only remove records and inbox events that expired before the
+//! year 2002. Run one suite at a time per store: a purge check counts what it
+//! removes and what it leaves, and another suite's purge would remove its records
+//! first. The concurrency check runs its
 //! claims on one task: a store whose calls never wait (like
 //! [`MemoryStore`](crate::MemoryStore)) needs a test of its own that races claims
 //! on threads.
@@ -878,6 +879,12 @@ pub mod inbox {
         fn new() -> Self {
             let now =
                 DateTime::from_timestamp_millis(Utc::now().timestamp_millis()).expect("in range");
+            Self::at_time(now)
+        }
+
+        /// At `now`: the purge check works in 2001, so that its purges remove
+        /// nothing but events of that year (the store may hold other data).
+        fn at_time(now: DateTime<Utc>) -> Self {
             Self {
                 namespace: format!("conformance-inbox-{:016x}", FencingToken::random().0),
                 now,
@@ -1256,9 +1263,11 @@ pub mod inbox {
     }
 
     /// Settled events past their expiry are purged; unsettled ones never are; a purged
-    /// id can be enqueued again.
+    /// id can be enqueued again. Works in 2001: its purges remove only events that
+    /// expired that year.
     pub async fn settled_events_are_purged(store: &dyn InboxStore) {
-        let f = Fixture::new();
+        let base = DateTime::from_timestamp(978_307_200, 0).expect("2001-01-01");
+        let f = Fixture::at_time(base);
         f.enqueue(store, "old", b"p", 0).await;
         f.enqueue(store, "waiting", b"p", 0).await;
         let e = store
@@ -1310,7 +1319,7 @@ pub mod inbox {
         );
 
         // An expired event that no purge removed yet is replaced by a new delivery.
-        let g = Fixture::new();
+        let g = Fixture::at_time(base);
         g.enqueue(store, "late", b"p", 0).await;
         let late = store
             .lease(&g.namespace, g.at(0), g.at(60), 10)

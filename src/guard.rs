@@ -171,15 +171,16 @@ pub enum InProgressAnswer {
 /// keeps a history in a `MEDIUMTEXT`, and a statement within `max_allowed_packet`).
 pub const MAX_ERROR_LEN: usize = 2048;
 
-/// `text`, cut to [`MAX_ERROR_LEN`] bytes.
+/// `text`, cut to at most [`MAX_ERROR_LEN`] bytes, its mark included.
 pub(crate) fn bounded_error(mut text: String) -> String {
+    const MARK: &str = "… (cut)";
     if text.len() > MAX_ERROR_LEN {
-        let mut cut = MAX_ERROR_LEN;
+        let mut cut = MAX_ERROR_LEN - MARK.len();
         while !text.is_char_boundary(cut) {
             cut -= 1;
         }
         text.truncate(cut);
-        text.push_str("… (cut)");
+        text.push_str(MARK);
     }
     text
 }
@@ -1783,7 +1784,7 @@ impl WebhookGuard {
         // the delivery is dropped meanwhile.
         let attempt = Some(state.record.attempts);
         if let Some(msg) = panicked {
-            let error = format!("metadata extractor panicked: {msg}");
+            let error = bounded_error(format!("metadata extractor panicked: {msg}"));
             let (state, body) = (state.clone(), body.to_vec());
             let outcome = Detachable::new(async move {
                 let outcome = state.fail_retryable(&body, error).await;
@@ -2448,26 +2449,8 @@ impl WebhookGuard {
         else {
             return;
         };
-        // Still this event's failure: not one another event created at the same
-        // time settled since (its own reconcile, should it fail, must stay listed).
-        match ordering.get_object(key).await {
-            Ok(Some(object))
-                if object.newest == created_at
-                    && object.status == ObjectStatus::Failed
-                    && object.updated_at <= failed_since => {}
-            Ok(_) => return,
-            Err(e) => {
-                tracing::warn!(error = %e, "could not read a reconciled object; reconcile_stale may ask again");
-                return;
-            }
-        }
         let now = self.inner.clock.now();
-        let marked = ordering
-            .mark_object(key, created_at, ObjectStatus::Applied, now)
-            .await;
-        if let Err(e) = marked {
-            tracing::warn!(error = %e, "could not mark a reconciled object applied; reconcile_stale may ask again");
-        }
+        crate::ordering::mark_reconciled(&**ordering, key, created_at, failed_since, now).await;
     }
 }
 

@@ -185,6 +185,39 @@ pub(crate) fn ordered(id: &str, meta: &EventMeta, received: DateTime<Utc>) -> bo
     }
 }
 
+/// Marks the object `key` applied after the reconciler settled it, for an event
+/// created at `created_at` that had settled it failed no later than
+/// `failed_since`: only while the object is still that failure, not one another
+/// event created at the same time settled since (whose own reconcile, should it
+/// fail, must stay listed for `reconcile_stale`). Read, then marked: a failure
+/// landing between the two is overwritten, a window of one round trip.
+#[cfg(feature = "tokio")]
+pub(crate) async fn mark_reconciled(
+    ordering: &dyn OrderingStore,
+    key: ObjectKey<'_>,
+    created_at: DateTime<Utc>,
+    failed_since: DateTime<Utc>,
+    now: DateTime<Utc>,
+) {
+    match ordering.get_object(key).await {
+        Ok(Some(object))
+            if object.newest == created_at
+                && object.status == ObjectStatus::Failed
+                && object.updated_at <= failed_since => {}
+        Ok(_) => return,
+        Err(e) => {
+            tracing::warn!(error = %e, "could not read a reconciled object; reconcile_stale may ask again");
+            return;
+        }
+    }
+    let marked = ordering
+        .mark_object(key, created_at, ObjectStatus::Applied, now)
+        .await;
+    if let Err(e) = marked {
+        tracing::warn!(error = %e, "could not mark a reconciled object applied; reconcile_stale may ask again");
+    }
+}
+
 /// The ordering key of an event with metadata `meta` under `namespace`, and its
 /// `created_at`, if it names both (whether it takes part is [`ordered`]).
 pub(crate) fn object_key<'a>(

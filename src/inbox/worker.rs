@@ -579,8 +579,16 @@ impl Inner {
         // must run, nothing would ask for them again.
         self.hooks.on_dead_letter(event, error);
         self.settle_object(event, ObjectStatus::Failed).await;
+        let failed_since = self.clock.now();
         if self.reconcile(event, reason).await {
-            self.mark_reconciled(event).await;
+            // Applied, unless another event created at the same time failed since.
+            if let (Some(ordering), Some((key, created_at))) =
+                (&self.ordering, self.object_key(event))
+            {
+                let now = self.clock.now();
+                crate::ordering::mark_reconciled(&**ordering, key, created_at, failed_since, now)
+                    .await;
+            }
         }
     }
 
@@ -601,7 +609,8 @@ impl Inner {
         counts: bool,
     ) -> bool {
         let now = self.clock.now();
-        let error = error.map(crate::without_nul);
+        // Bounded once NULs are replaced (each becomes three bytes).
+        let error = error.map(|e| crate::guard::bounded_error(crate::without_nul(e).into_owned()));
         let settle = Settle {
             state,
             next_attempt_at,

@@ -140,9 +140,10 @@ impl FencingToken {
     pub fn random() -> Self {
         // A SplitMix64 sequence per thread, seeded from the process's random hash
         // keys, its id and the time: threads claiming at once share no cache line,
-        // no two threads start at the same point (nor do processes forked from one
-        // that had drawn its keys already), and each thread's sequence repeats only
-        // after 2^64 tokens.
+        // no two threads start at the same point, and each thread's sequence
+        // repeats only after 2^64 tokens. (A process forked by a thread that had
+        // drawn a token goes on with that thread's sequence there; threads it
+        // starts afterwards, as a tokio runtime's are, start their own.)
         thread_local! {
             static STATE: Cell<u64> = Cell::new({
                 let mut seed = std::collections::hash_map::RandomState::new().build_hasher();
