@@ -918,6 +918,24 @@ pub mod inbox {
             store.enqueue(&event).await.expect("enqueue failed")
         }
 
+        /// The event a lease of this namespace at `at`, until `until`, takes
+        /// (there must be one: `why`).
+        async fn lease_one(
+            &self,
+            store: &dyn InboxStore,
+            at: i64,
+            until: i64,
+            why: &str,
+        ) -> crate::inbox::InboxEvent {
+            let mut leased = store
+                .lease(&self.namespace, self.at(at), self.at(until), 10)
+                .await
+                .expect("lease failed");
+            leased
+                .pop()
+                .unwrap_or_else(|| panic!("nothing leased: {why}"))
+        }
+
         fn settle(&self, state: InboxState, at: i64, next: i64) -> Settle<'static> {
             Settle {
                 state,
@@ -1047,12 +1065,7 @@ pub mod inbox {
     pub async fn retries_wait_until_due(store: &dyn InboxStore) {
         let f = Fixture::new();
         f.enqueue(store, "r", b"p", 0).await;
-        let e = store
-            .lease(&f.namespace, f.at(0), f.at(60), 10)
-            .await
-            .unwrap()
-            .pop()
-            .expect("due");
+        let e = f.lease_one(store, 0, 60, "due").await;
         let retry = f.settle(InboxState::Pending, 1, 30);
         assert_eq!(
             store.settle_event(e.key(), e.token, &retry).await.unwrap(),
@@ -1151,12 +1164,7 @@ pub mod inbox {
     pub async fn renew_is_fenced_and_moves_the_lease(store: &dyn InboxStore) {
         let f = Fixture::new();
         f.enqueue(store, "long", b"p", 0).await;
-        let e = store
-            .lease(&f.namespace, f.at(0), f.at(60), 10)
-            .await
-            .unwrap()
-            .pop()
-            .expect("due");
+        let e = f.lease_one(store, 0, 60, "due").await;
         let stale = FencingToken(e.token.0.wrapping_add(1));
         assert_eq!(
             store.renew_event(e.key(), stale, f.at(120)).await.unwrap(),
@@ -1227,23 +1235,13 @@ pub mod inbox {
     pub async fn dead_workers_lose_their_lease(store: &dyn InboxStore) {
         let f = Fixture::new();
         f.enqueue(store, "d", b"p", 0).await;
-        let first = store
-            .lease(&f.namespace, f.at(0), f.at(60), 10)
-            .await
-            .unwrap()
-            .pop()
-            .expect("due");
+        let first = f.lease_one(store, 0, 60, "due").await;
         assert!(store
             .lease(&f.namespace, f.at(59), f.at(119), 10)
             .await
             .unwrap()
             .is_empty());
-        let second = store
-            .lease(&f.namespace, f.at(60), f.at(120), 10)
-            .await
-            .unwrap()
-            .pop()
-            .expect("lease ran out");
+        let second = f.lease_one(store, 60, 120, "lease ran out").await;
         assert_eq!(second.attempts, 2);
         let done = f.settle(InboxState::Done, 61, 61);
         assert_eq!(
@@ -1270,12 +1268,8 @@ pub mod inbox {
         let f = Fixture::at_time(base);
         f.enqueue(store, "old", b"p", 0).await;
         f.enqueue(store, "waiting", b"p", 0).await;
-        let e = store
-            .lease(&f.namespace, f.at(0), f.at(60), 1)
-            .await
-            .unwrap()
-            .pop()
-            .expect("due");
+        let mut one = store.lease(&f.namespace, f.at(0), f.at(60), 1).await;
+        let e = one.as_mut().expect("lease failed").pop().expect("due");
         let done = f.settle(InboxState::Done, 1, 1);
         let _ = store.settle_event(e.key(), e.token, &done).await.unwrap();
         assert!(
@@ -1321,12 +1315,7 @@ pub mod inbox {
         // An expired event that no purge removed yet is replaced by a new delivery.
         let g = Fixture::at_time(base);
         g.enqueue(store, "late", b"p", 0).await;
-        let late = store
-            .lease(&g.namespace, g.at(0), g.at(60), 10)
-            .await
-            .unwrap()
-            .pop()
-            .expect("due");
+        let late = g.lease_one(store, 0, 60, "due").await;
         let done = g.settle(InboxState::Done, 1, 1);
         let _ = store
             .settle_event(late.key(), late.token, &done)

@@ -553,6 +553,22 @@ async fn the_direct_mode_ordering_guard_answers_stale() {
     );
 }
 
+/// A guard on `store` (its ordering store too) that escalates at the first
+/// failure and asks `api` to reconcile; its clock and hooks are the caller's.
+fn escalating_guard(
+    store: &MemoryStore,
+    api: Arc<dyn Reconciler>,
+) -> webhook_guard::WebhookGuardBuilder {
+    WebhookGuard::builder()
+        .store(store.clone())
+        .ordering(Arc::new(store.clone()))
+        .reconciler(api)
+        .verifier(NoVerification)
+        .event_id(EventId::json_field(["id"]))
+        .event_meta(MetaExtractor::json(&["type"], &["created"], &["object"]))
+        .escalate_after(1)
+}
+
 #[tokio::test]
 async fn escalation_reconciles_and_reconcile_stale_retries_failures() {
     #[derive(Debug, Default)]
@@ -570,14 +586,7 @@ async fn escalation_reconciles_and_reconcile_stale_retries_failures() {
     let store = MemoryStore::new();
     let clock = ManualClock::new(start());
     let api = Arc::new(Down::default());
-    let guard = WebhookGuard::builder()
-        .store(store.clone())
-        .ordering(Arc::new(store.clone()))
-        .reconciler(api.clone())
-        .verifier(NoVerification)
-        .event_id(EventId::json_field(["id"]))
-        .event_meta(MetaExtractor::json(&["type"], &["created"], &["object"]))
-        .escalate_after(1)
+    let guard = escalating_guard(&store, api.clone())
         .clock(clock.clone())
         .build()
         .unwrap();
@@ -614,14 +623,7 @@ async fn an_escalation_reconciled_at_once_is_not_reconciled_again() {
     let store = MemoryStore::new();
     let clock = ManualClock::new(start());
     let api = Arc::new(Api::default());
-    let guard = WebhookGuard::builder()
-        .store(store.clone())
-        .ordering(Arc::new(store.clone()))
-        .reconciler(api.clone())
-        .verifier(NoVerification)
-        .event_id(EventId::json_field(["id"]))
-        .event_meta(MetaExtractor::json(&["type"], &["created"], &["object"]))
-        .escalate_after(1)
+    let guard = escalating_guard(&store, api.clone())
         .clock(clock.clone())
         .build()
         .unwrap();
@@ -679,14 +681,7 @@ async fn a_panicking_escalation_hook_skips_neither_settle_nor_reconcile() {
     }
     let store = MemoryStore::new();
     let api = Arc::new(Down::default());
-    let guard = WebhookGuard::builder()
-        .store(store.clone())
-        .ordering(Arc::new(store.clone()))
-        .reconciler(api.clone())
-        .verifier(NoVerification)
-        .event_id(EventId::json_field(["id"]))
-        .event_meta(MetaExtractor::json(&["type"], &["created"], &["object"]))
-        .escalate_after(1)
+    let guard = escalating_guard(&store, api.clone())
         .hooks(Panics)
         .build()
         .unwrap();

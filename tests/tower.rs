@@ -205,13 +205,17 @@ async fn a_panicking_inner_service_is_a_retryable_failure() {
     assert_eq!(runs.load(Ordering::SeqCst), 2, "retried");
 }
 
-/// A service that panics in `call` itself, before its future exists.
+/// A service that answers what its closure makes, in `call` itself (a panic there
+/// comes before any future exists): for the layer called directly.
 #[derive(Clone)]
-struct PanicsInCall;
+struct Answers<F>(F);
 
-impl tower_service::Service<axum::extract::Request> for PanicsInCall {
+impl<F, E> tower_service::Service<axum::extract::Request> for Answers<F>
+where
+    F: FnMut() -> Result<axum::response::Response, E>,
+{
     type Response = axum::response::Response;
-    type Error = std::convert::Infallible;
+    type Error = E;
     type Future = std::future::Ready<Result<Self::Response, Self::Error>>;
 
     fn poll_ready(
@@ -222,7 +226,7 @@ impl tower_service::Service<axum::extract::Request> for PanicsInCall {
     }
 
     fn call(&mut self, _: axum::extract::Request) -> Self::Future {
-        panic!("broke before answering")
+        std::future::ready((self.0)())
     }
 }
 
@@ -234,7 +238,9 @@ async fn a_service_panicking_in_call_is_a_retryable_failure() {
     use tower_layer::Layer as _;
     use tower_service::Service as _;
     let guard = guard(MemoryStore::new());
-    let mut service = WebhookGuardLayer::new(guard.clone()).layer(PanicsInCall);
+    let mut service = WebhookGuardLayer::new(guard.clone()).layer(Answers(
+        || -> Result<_, std::convert::Infallible> { panic!("broke before answering") },
+    ));
     let body = body("evt_sync");
     let request = axum::http::Request::post("/webhooks")
         .header(SIGNATURE_HEADER, sign(&body))
@@ -247,34 +253,15 @@ async fn a_service_panicking_in_call_is_a_retryable_failure() {
     assert!(record.history[0].error.contains("broke before answering"));
 }
 
-/// A service that answers 200, for the layer called directly.
-#[derive(Clone)]
-struct AnswersOk;
-
-impl tower_service::Service<axum::extract::Request> for AnswersOk {
-    type Response = axum::response::Response;
-    type Error = std::convert::Infallible;
-    type Future = std::future::Ready<Result<Self::Response, Self::Error>>;
-
-    fn poll_ready(
-        &mut self,
-        _: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<(), Self::Error>> {
-        std::task::Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, _: axum::extract::Request) -> Self::Future {
-        std::future::ready(Ok(axum::response::Response::new("done".into())))
-    }
-}
-
 /// The inner service's own 2xx answer is passed on with the outcome's kind in its
 /// extensions, as the layer's own answers carry it, for middleware.
 #[tokio::test]
 async fn a_passed_on_answer_carries_the_outcome_kind() {
     use tower_layer::Layer as _;
     use tower_service::Service as _;
-    let mut service = WebhookGuardLayer::new(guard(MemoryStore::new())).layer(AnswersOk);
+    let mut service = WebhookGuardLayer::new(guard(MemoryStore::new())).layer(Answers(|| {
+        Ok::<_, std::convert::Infallible>(axum::response::Response::new("done".into()))
+    }));
     let body = body("evt_kind");
     for expected in [
         webhook_guard::OutcomeKind::Processed,
@@ -293,27 +280,6 @@ async fn a_passed_on_answer_carries_the_outcome_kind() {
     }
 }
 
-/// A service whose `call` fails with an error.
-#[derive(Clone)]
-struct Fails;
-
-impl tower_service::Service<axum::extract::Request> for Fails {
-    type Response = axum::response::Response;
-    type Error = std::io::Error;
-    type Future = std::future::Ready<Result<Self::Response, Self::Error>>;
-
-    fn poll_ready(
-        &mut self,
-        _: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<(), Self::Error>> {
-        std::task::Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, _: axum::extract::Request) -> Self::Future {
-        std::future::ready(Err(std::io::Error::other("backend gone")))
-    }
-}
-
 /// The inner service's error is passed on while the sender should retry, and
 /// replaced by the escalation's 200 once the id is escalated (the sender must stop).
 #[tokio::test]
@@ -328,7 +294,8 @@ async fn an_inner_error_is_answered_200_once_escalated() {
         .escalate_after(2)
         .build()
         .unwrap();
-    let mut service = WebhookGuardLayer::new(guard).layer(Fails);
+    let mut service =
+        WebhookGuardLayer::new(guard).layer(Answers(|| Err(std::io::Error::other("backend gone"))));
     let body = body("evt_err");
     let request = || {
         axum::http::Request::post("/webhooks")
@@ -349,38 +316,18 @@ async fn an_inner_error_is_answered_200_once_escalated() {
     );
 }
 
-/// A service that asks to be left alone for two minutes.
-#[derive(Clone)]
-struct Busy;
-
-impl tower_service::Service<axum::extract::Request> for Busy {
-    type Response = axum::response::Response;
-    type Error = std::convert::Infallible;
-    type Future = std::future::Ready<Result<Self::Response, Self::Error>>;
-
-    fn poll_ready(
-        &mut self,
-        _: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<(), Self::Error>> {
-        std::task::Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, _: axum::extract::Request) -> Self::Future {
-        let mut response = axum::response::Response::new("busy".into());
-        *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
-        response
-            .headers_mut()
-            .insert("retry-after", axum::http::HeaderValue::from_static("120"));
-        std::future::ready(Ok(response))
-    }
-}
-
 /// The inner service's `Retry-After` is passed on with the retryable failure's 500.
 #[tokio::test]
 async fn an_inner_retry_after_is_passed_on() {
     use tower_layer::Layer as _;
     use tower_service::Service as _;
-    let mut service = WebhookGuardLayer::new(guard(MemoryStore::new())).layer(Busy);
+    let mut service = WebhookGuardLayer::new(guard(MemoryStore::new())).layer(Answers(|| {
+        // Asks to be left alone for two minutes.
+        let mut response = axum::response::Response::new("busy".into());
+        *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+        (response.headers_mut()).insert("retry-after", axum::http::HeaderValue::from_static("120"));
+        Ok::<_, std::convert::Infallible>(response)
+    }));
     let body = body("evt_busy");
     let request = axum::http::Request::post("/webhooks")
         .header(SIGNATURE_HEADER, sign(&body))
