@@ -71,6 +71,12 @@
 //! guard, reading the record, finds its own token and state there and counts the
 //! finish as made.
 //!
+//! On a cluster, a batch is sent as one pipeline per shard, and the batch's turn
+//! (one of two batches in flight) ends when its slowest pipeline is answered: a node
+//! that stops answering until its fail-over delays the claims and finishes bound
+//! for the other nodes too, each caller at most twice the response timeout (then
+//! `Unavailable`, as the node's own callers).
+//!
 //! # Retention
 //!
 //! Times are the caller's (`now` and the times in each request), kept as integer
