@@ -9,7 +9,8 @@
 //! - `cut_mid_handler_*`: the claim succeeds, the store goes away while the handler
 //!   runs, completion cannot be recorded: the outcome is `Unrecorded` (200, alert
 //!   hook), and the event is neither lost (the handler ran once) nor silently doubled
-//!   (a redelivery within the lease does not run it; the record shows up in `stuck`).
+//!   (the completion is recorded in the background once the store is back, so a
+//!   redelivery is a duplicate and nothing is left in `stuck`).
 
 mod support;
 
