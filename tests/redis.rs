@@ -1564,3 +1564,40 @@ async fn a_settle_that_meets_its_own_change_again_is_applied() {
     assert_eq!((event.state, event.attempts), (InboxState::Pending, 1));
     cleanup(&url, &prefix).await;
 }
+
+/// Inbox namespaces holding braces keep keys of their own: `a}:e:b` with id `c` and
+/// `a` with id `b}:e:c` once spelled the same key (a `}` ended the hash tag).
+#[tokio::test]
+async fn inbox_namespaces_with_braces_do_not_share_keys() {
+    use webhook_guard::inbox::{Enqueued, NewEvent};
+    let Some(url) = url() else { return };
+    let prefix = random_prefix("braces");
+    let store = store(&url, &prefix).await;
+    let now = ms(Utc::now());
+    let meta = webhook_guard::meta::EventMeta::default();
+    let keys = [Key::new("a}:e:b", "c"), Key::new("a", "b}:e:c")];
+    for key in keys {
+        let new = NewEvent {
+            key,
+            fingerprint: Fingerprint::of(key.namespace.as_bytes()),
+            meta: &meta,
+            payload: key.namespace.as_bytes(),
+            now,
+            expires_at: now + TimeDelta::hours(1),
+        };
+        assert_eq!(
+            store.enqueue(&new).await.unwrap(),
+            Enqueued::Inserted,
+            "{key}"
+        );
+    }
+    for key in keys {
+        let event = store.get_event(key).await.unwrap().expect("stored");
+        assert_eq!(event.payload, key.namespace.as_bytes(), "{key}");
+        let leased = store.lease(key.namespace, now, now + TimeDelta::minutes(1), 10);
+        let leased = leased.await.unwrap();
+        assert_eq!(leased.len(), 1, "{key}");
+        assert_eq!(leased[0].id, key.id);
+    }
+    cleanup(&url, &prefix).await;
+}

@@ -29,7 +29,19 @@ struct InboxKeys {
 
 impl RedisStore {
     fn inbox_keys(&self, namespace: &str) -> InboxKeys {
-        let tag = format!("{{{}:i:{namespace}}}", self.prefix());
+        // `{`, `}` and `%` escaped: a `}` would end the hash tag early, and the
+        // namespace `a}:e:b` would then share keys with the namespace `a` (its id
+        // `b}:e:…`). Other namespaces keep their keys as they are.
+        let mut escaped = String::with_capacity(namespace.len());
+        for c in namespace.chars() {
+            match c {
+                '%' => escaped.push_str("%25"),
+                '{' => escaped.push_str("%7B"),
+                '}' => escaped.push_str("%7D"),
+                c => escaped.push(c),
+            }
+        }
+        let tag = format!("{{{}:i:{escaped}}}", self.prefix());
         InboxKeys {
             events: format!("{tag}:e:"),
             due: format!("{tag}:due"),
