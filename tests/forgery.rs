@@ -249,6 +249,10 @@ async fn forged_and_hostile_signatures_are_rejected() {
     let (o, runs) = deliver(&guard, &[("Stripe-Signature", moved.as_str())], body).await;
     assert_eq!((verify_code(&o), runs), ("signature_mismatch", 0));
     assert!(guard.inspect("evt_forged").await.unwrap().is_none());
+    // The genuine delivery is stored under that id (so the reads above could fail).
+    let (o, runs) = deliver(&guard, &[("Stripe-Signature", real.as_str())], body).await;
+    assert_eq!((o.kind(), runs), (OutcomeKind::Processed, 1));
+    assert!(guard.inspect("evt_forged").await.unwrap().is_some());
     // The bounds are what keeps work small: long headers and many entries are
     // refused as malformed before any MAC is computed.
     let long = &cases.iter().find(|c| c.0 == "one megabyte").unwrap().1;

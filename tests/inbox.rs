@@ -115,6 +115,34 @@ async fn accept(guard: &WebhookGuard, body: &[u8]) -> Outcome {
 }
 
 #[tokio::test]
+async fn a_long_error_of_nuls_is_kept_within_the_bound() {
+    let s = setup();
+    accept(
+        &s.guard,
+        &body("evt_nul", "charge.succeeded", "ch_nul", 100),
+    )
+    .await;
+    let worker = s
+        .guard
+        .worker(|_: InboxEvent| async {
+            // Each NUL is stored as U+FFFD, three bytes: bounded after that.
+            Err(HandlerError::retryable(
+                "\0".repeat(webhook_guard::MAX_ERROR_LEN),
+            ))
+        })
+        .unwrap();
+    assert_eq!(worker.run_once().await.unwrap(), 1);
+    let event = stored(&s.store, "inbox-test", "evt_nul").await;
+    let error = event.last_error.expect("an error is kept");
+    assert!(
+        error.len() <= webhook_guard::MAX_ERROR_LEN,
+        "{}",
+        error.len()
+    );
+    assert!(error.starts_with('\u{fffd}') && !error.contains('\0'));
+}
+
+#[tokio::test]
 async fn accept_stores_once_and_answers_200_at_once() {
     let s = setup();
     let b = body("evt_1", "charge.succeeded", "ch_1", 100);

@@ -433,7 +433,10 @@ impl Inner {
                         )
                         .await;
                     if settled {
-                        self.mark_reconciled(&event).await;
+                        // Settled as any success: first settle of its time wins (a
+                        // failure another event created at the same time settled
+                        // first stays, for its own reconcile).
+                        self.settle_object(&event, ObjectStatus::Applied).await;
                     }
                 } else {
                     self.fail(&event, "handler timed out".into()).await;
@@ -642,16 +645,6 @@ impl Inner {
     /// the same time settled it first (not on an error, nor without an ordering
     /// store or object).
     async fn settle_object(&self, event: &InboxEvent, status: ObjectStatus) -> bool {
-        self.object_status(event, status, false).await
-    }
-
-    /// Marks the event's object `Applied` after the reconciler read it from the
-    /// provider, whatever its status was.
-    async fn mark_reconciled(&self, event: &InboxEvent) {
-        self.object_status(event, ObjectStatus::Applied, true).await;
-    }
-
-    async fn object_status(&self, event: &InboxEvent, status: ObjectStatus, mark: bool) -> bool {
         let Some(ordering) = &self.ordering else {
             return true;
         };
@@ -659,11 +652,7 @@ impl Inner {
             return true;
         };
         let now = self.clock.now();
-        let done = match mark {
-            false => ordering.settle_object(key, created_at, status, now).await,
-            true => ordering.mark_object(key, created_at, status, now).await,
-        };
-        match done {
+        match ordering.settle_object(key, created_at, status, now).await {
             Ok(settled) => settled,
             Err(e) => {
                 tracing::warn!(id = %event.id, error = %e, "could not settle object state");

@@ -126,8 +126,9 @@
 //!
 //! Every key of one namespace's inbox carries the hash tag
 //! `{<prefix>:i:<namespace>}`, so it lives in one cluster slot and every script
-//! touches one slot (a `}` inside the namespace ends the tag early, the same way
-//! for every key of that namespace):
+//! touches one slot. In the tag, the namespace's `%`, `{` and `}` are written
+//! `%25`, `%7B` and `%7D` (a `}` would end the tag early, and two namespaces could
+//! then spell one key):
 //!
 //! - `{…}:e:<id>` — the event, a hash: `s` state, `t` token, `f` fingerprint (hex),
 //!   `a` attempts, `l` lease_until, `n` next_attempt_at, `r` received_at, `u`
