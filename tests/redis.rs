@@ -305,6 +305,95 @@ async fn cluster_store_passes_the_conformance_suites() {
         per_node.iter().filter(|&&n| n > 0).count() >= 2,
         "keys land on more than one node: {per_node:?}"
     );
+
+    a_stopped_node_holds_up_only_its_own_shards(&store).await;
+}
+
+/// Resumes a stopped `redis-server` when dropped, even if the test fails.
+struct Stopped(String);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").args(["-CONT", &self.0]).status();
+    }
+}
+
+/// With one cluster node stopped (as before its fail-over), claims bound for the
+/// other nodes are answered while two batches for the stopped node wait: each
+/// shard batches on its own.
+async fn a_stopped_node_holds_up_only_its_own_shards(store: &RedisStore) {
+    let now = ms(Utc::now());
+    let request = |id: &'static str| ClaimRequest {
+        key: Key::new("stall", id),
+        fingerprint: Fingerprint::of(b"{}"),
+        token: FencingToken::random(),
+        now,
+        lease_until: now + TimeDelta::seconds(30),
+        expires_at: now + TimeDelta::hours(1),
+    };
+    const IDS: [&str; 12] = [
+        "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9", "s10", "s11",
+    ];
+    for id in IDS {
+        assert!(matches!(
+            store.claim(&request(id)).await.unwrap(),
+            Claim::Acquired(_)
+        ));
+    }
+    // Which node holds each id's record.
+    let node_of = |id: &str| {
+        CLUSTER_PORTS.into_iter().find(|&port| {
+            // `?` for the NUL between namespace and id.
+            let pattern = format!("*:r:stall?{id}");
+            let found = Command::new("redis-cli")
+                .args(["-p", &port.to_string(), "--scan", "--pattern", &pattern])
+                .output()
+                // (redis-cli prints the key only up to its NUL.)
+                .map(|o| !String::from_utf8_lossy(&o.stdout).trim().is_empty())
+                .unwrap_or(false);
+            found
+        })
+    };
+    let stopped_port = CLUSTER_PORTS[0];
+    let on_stopped = IDS.into_iter().find(|id| node_of(id) == Some(stopped_port));
+    let elsewhere = IDS
+        .into_iter()
+        .find(|id| node_of(id).is_some_and(|p| p != stopped_port));
+    let (Some(on_stopped), Some(elsewhere)) = (on_stopped, elsewhere) else {
+        panic!("12 ids over 3 nodes: none on {stopped_port}, or none elsewhere");
+    };
+    let pid = cli(stopped_port, &["info", "server"])
+        .lines()
+        .find_map(|l| l.strip_prefix("process_id:"))
+        .expect("process_id")
+        .trim()
+        .to_owned();
+    assert!(Command::new("kill")
+        .args(["-STOP", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let stopped = Stopped(pid);
+    // Two claims for the stopped node, in two batches (a batch is sent at once).
+    let mut waiting = Vec::new();
+    for _ in 0..2 {
+        let (store, request) = (store.clone(), request(on_stopped));
+        waiting.push(tokio::spawn(async move {
+            store.claim(&request).await.map(|_| ())
+        }));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // A claim for another node is answered meanwhile.
+    let other = store.claim(&request(elsewhere)).await;
+    assert!(matches!(other, Ok(Claim::Existing(_))), "{other:?}");
+    assert!(
+        waiting.iter().all(|w| !w.is_finished()),
+        "the stopped node's claims were still waiting"
+    );
+    drop(stopped);
+    for w in waiting {
+        let _ = w.await.unwrap();
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

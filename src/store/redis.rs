@@ -71,11 +71,10 @@
 //! guard, reading the record, finds its own token and state there and counts the
 //! finish as made.
 //!
-//! On a cluster, a batch is sent as one pipeline per shard, and the batch's turn
-//! (one of two batches in flight) ends when its slowest pipeline is answered: a node
-//! that stops answering until its fail-over delays the claims and finishes bound
-//! for the other nodes too, each caller at most twice the response timeout (then
-//! `Unavailable`, as the node's own callers).
+//! On a cluster, each shard's claims and finishes are batched by a task of its own
+//! (two batches in flight per shard): a node that stops answering until its
+//! fail-over holds up its own shards' callers, each at most twice the response
+//! timeout (then `Unavailable`), and not the other nodes'.
 //!
 //! # Retention
 //!

@@ -1,7 +1,7 @@
 //! Claims and finishes of concurrent deliveries, sent to the server together.
 //!
 //! Every claim's `SET NX GET` and every fenced finish goes through one task per
-//! store, which takes whatever has queued up (at most [`MAX_BATCH`]) and sends it as
+//! store (per shard on a Redis Cluster), which takes whatever has queued up (at most [`MAX_BATCH`]) and sends it as
 //! one pipeline: one transaction (`MULTI`) holding the claims' index entries as one
 //! `ZADD NX` per shard and their `SET`s, then all finishes as one run of the finish
 //! script. With [`IN_FLIGHT`] batches on the wire at once, the next batch gathers
@@ -9,8 +9,10 @@
 //! under load the server reads, parses and answers one request, and starts Lua once,
 //! for a whole batch instead of for each delivery.
 //!
-//! A Redis Cluster gets one pipeline per shard (a pipeline or script stays in one
-//! slot there); a standalone server one per batch.
+//! On a Redis Cluster each shard has a task of its own, and so its own batches in
+//! flight (a pipeline or script stays in one slot there): a node that stops
+//! answering holds up the batches of its own shards, not the others'. A standalone
+//! server gets one task and one pipeline per batch.
 //!
 //! A claim whose caller stopped waiting before its batch was sent is dropped, not
 //! sent: nobody would run its handler or release its lease. A finish is sent all
@@ -86,7 +88,9 @@ impl Job {
 /// dropped.
 #[derive(Clone)]
 pub(super) struct Batcher {
-    tx: mpsc::UnboundedSender<Job>,
+    /// One task for a standalone server; one per shard on a cluster, so that a
+    /// node that stops answering holds up the batches of its own shards only.
+    tx: Arc<[mpsc::UnboundedSender<Job>]>,
     /// The longest a caller waits for its answer.
     wait: Duration,
     /// Set when a caller waited that long: the task may not be running at all.
@@ -118,16 +122,22 @@ impl Batcher {
         keys: Arc<[ShardKeys]>,
         response_timeout: Duration,
     ) -> Self {
-        let (tx, rx) = mpsc::unbounded_channel();
-        let filed = keys.iter().map(|_| AtomicU32::new(0)).collect();
-        tokio::spawn(run(
-            rx,
-            Sender {
-                connection,
-                keys,
-                filed,
-            },
-        ));
+        let tasks = match connection {
+            RedisConnection::Cluster(_) => keys.len(),
+            RedisConnection::Standalone(_) => 1,
+        };
+        let sender = Sender {
+            connection,
+            keys: keys.clone(),
+            filed: keys.iter().map(|_| AtomicU32::new(0)).collect(),
+        };
+        let tx = (0..tasks)
+            .map(|_| {
+                let (tx, rx) = mpsc::unbounded_channel();
+                tokio::spawn(run(rx, sender.clone()));
+                tx
+            })
+            .collect();
         Self {
             tx,
             wait: response_timeout.saturating_mul(2),
@@ -135,16 +145,21 @@ impl Batcher {
         }
     }
 
+    /// The task that sends `shard`'s jobs.
+    fn task(&self, shard: u16) -> &mpsc::UnboundedSender<Job> {
+        &self.tx[usize::from(shard) % self.tx.len()]
+    }
+
     /// Whether the task has stopped (its runtime shut down) or a caller waited too
     /// long for it: either way the store starts a new one.
     pub(super) fn is_closed(&self) -> bool {
-        self.tx.is_closed() || self.stalled.load(Ordering::Relaxed)
+        self.tx.iter().any(mpsc::UnboundedSender::is_closed) || self.stalled.load(Ordering::Relaxed)
     }
 
     /// Claims through the next batch: the record stored before (`None`: stored now).
     pub(super) async fn claim(&self, job: ClaimJob) -> RedisResult<Option<String>> {
         let (reply, answer) = oneshot::channel();
-        self.tx
+        self.task(job.shard)
             .send(Job::Claim(job, reply))
             .map_err(|_| task_gone())?;
         self.answer(answer).await
@@ -153,7 +168,7 @@ impl Batcher {
     /// Finishes through the next batch.
     pub(super) async fn finish(&self, job: FinishJob) -> RedisResult<Finished> {
         let (reply, answer) = oneshot::channel();
-        self.tx
+        self.task(job.shard)
             .send(Job::Finish(job, reply))
             .map_err(|_| task_gone())?;
         self.answer(answer).await
