@@ -918,6 +918,19 @@ pub mod inbox {
             store.enqueue(&event).await.expect("enqueue failed")
         }
 
+        /// What a lease of this namespace at `at`, until `until`, takes (up to 10).
+        async fn lease(
+            &self,
+            store: &dyn InboxStore,
+            at: i64,
+            until: i64,
+        ) -> Vec<crate::inbox::InboxEvent> {
+            store
+                .lease(&self.namespace, self.at(at), self.at(until), 10)
+                .await
+                .expect("lease failed")
+        }
+
         /// The event a lease of this namespace at `at`, until `until`, takes
         /// (there must be one: `why`).
         async fn lease_one(
@@ -927,10 +940,7 @@ pub mod inbox {
             until: i64,
             why: &str,
         ) -> crate::inbox::InboxEvent {
-            let mut leased = store
-                .lease(&self.namespace, self.at(at), self.at(until), 10)
-                .await
-                .expect("lease failed");
+            let mut leased = self.lease(store, at, until).await;
             leased
                 .pop()
                 .unwrap_or_else(|| panic!("nothing leased: {why}"))
@@ -1071,18 +1081,8 @@ pub mod inbox {
             store.settle_event(e.key(), e.token, &retry).await.unwrap(),
             Fence::Applied
         );
-        assert!(
-            store
-                .lease(&f.namespace, f.at(29), f.at(89), 10)
-                .await
-                .unwrap()
-                .is_empty(),
-            "not due yet"
-        );
-        let again = store
-            .lease(&f.namespace, f.at(30), f.at(90), 10)
-            .await
-            .unwrap();
+        assert!(f.lease(store, 29, 89).await.is_empty(), "not due yet");
+        let again = f.lease(store, 30, 90).await;
         assert_eq!(again.len(), 1);
         assert_eq!(again[0].attempts, 2);
         assert_ne!(again[0].token, e.token, "a new lease gets a new token");
@@ -1179,17 +1179,10 @@ pub mod inbox {
             Fence::Applied
         );
         assert!(
-            store
-                .lease(&f.namespace, f.at(119), f.at(180), 10)
-                .await
-                .unwrap()
-                .is_empty(),
+            f.lease(store, 119, 180).await.is_empty(),
             "held to the renewed end"
         );
-        let again = store
-            .lease(&f.namespace, f.at(120), f.at(180), 10)
-            .await
-            .unwrap();
+        let again = f.lease(store, 120, 180).await;
         assert_eq!(
             again.len(),
             1,
@@ -1218,11 +1211,7 @@ pub mod inbox {
             order.push(leased[0].id.clone());
         }
         assert_eq!(order, ["first", "second", "third"]);
-        assert!(store
-            .lease(&f.namespace, f.at(5), f.at(65), 10)
-            .await
-            .unwrap()
-            .is_empty());
+        assert!(f.lease(store, 5, 65).await.is_empty());
         let theirs = store.lease(&other.namespace, other.at(5), other.at(65), 10);
         assert_eq!(
             theirs.await.unwrap().len(),
@@ -1236,11 +1225,7 @@ pub mod inbox {
         let f = Fixture::new();
         f.enqueue(store, "d", b"p", 0).await;
         let first = f.lease_one(store, 0, 60, "due").await;
-        assert!(store
-            .lease(&f.namespace, f.at(59), f.at(119), 10)
-            .await
-            .unwrap()
-            .is_empty());
+        assert!(f.lease(store, 59, 119).await.is_empty());
         let second = f.lease_one(store, 60, 120, "lease ran out").await;
         assert_eq!(second.attempts, 2);
         let done = f.settle(InboxState::Done, 61, 61);

@@ -597,6 +597,17 @@ fn escalating_guard(
         .escalate_after(1)
 }
 
+/// Delivers `body` to `guard` (built with [`escalating_guard`]) with a handler that
+/// fails: escalated at once.
+async fn escalate(guard: &WebhookGuard, body: &[u8]) {
+    let outcome = guard
+        .handle(&[("a", "b")], body, |_| async {
+            Err(HandlerError::retryable("no"))
+        })
+        .await;
+    assert!(matches!(outcome, Outcome::Escalated { .. }), "{outcome:?}");
+}
+
 #[tokio::test]
 async fn escalation_reconciles_and_reconcile_stale_retries_failures() {
     #[derive(Debug, Default)]
@@ -619,12 +630,7 @@ async fn escalation_reconciles_and_reconcile_stale_retries_failures() {
         .build()
         .unwrap();
     let b = body("x1", "charge.succeeded", "trx-1", 5);
-    let outcome = guard
-        .handle(&[("a", "b")], &b, |_| async {
-            Err(HandlerError::retryable("no"))
-        })
-        .await;
-    assert!(matches!(outcome, Outcome::Escalated { .. }));
+    escalate(&guard, &b).await;
     // The escalation's reconcile runs in the background and fails once.
     for _ in 0..100 {
         if api.0.load(Ordering::SeqCst) > 0 {
@@ -656,12 +662,7 @@ async fn an_escalation_reconciled_at_once_is_not_reconciled_again() {
         .build()
         .unwrap();
     let b = body("x2", "charge.succeeded", "trx-2", 5);
-    let outcome = guard
-        .handle(&[("a", "b")], &b, |_| async {
-            Err(HandlerError::retryable("no"))
-        })
-        .await;
-    assert!(matches!(outcome, Outcome::Escalated { .. }));
+    escalate(&guard, &b).await;
     // The reconcile runs in the background; then its object is marked applied.
     let object = ObjectKey {
         namespace: guard.namespace(),

@@ -989,14 +989,7 @@ async fn a_read_only_server_is_unavailable() {
     assert_ne!(user_url, url, "the URL names root@: {url}");
     let store = fresh_store(&user_url, 2).await;
     let now = Utc::now();
-    let request = |id| ClaimRequest {
-        key: Key::new("test", id),
-        fingerprint: Fingerprint::of(b"{}"),
-        token: FencingToken::random(),
-        now,
-        lease_until: now + TimeDelta::seconds(30),
-        expires_at: now + TimeDelta::hours(1),
-    };
+    let request = move |id| support::fresh_request(id, now);
     assert!(matches!(
         store.claim(&request("evt_before")).await.unwrap(),
         Claim::Acquired(_)

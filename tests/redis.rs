@@ -5,6 +5,8 @@
 
 mod support;
 
+use support::fresh_request;
+
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -323,14 +325,7 @@ impl Drop for Stopped {
 /// shard batches on its own.
 async fn a_stopped_node_holds_up_only_its_own_shards(store: &RedisStore) {
     let now = ms(Utc::now());
-    let request = |id: &'static str| ClaimRequest {
-        key: Key::new("stall", id),
-        fingerprint: Fingerprint::of(b"{}"),
-        token: FencingToken::random(),
-        now,
-        lease_until: now + TimeDelta::seconds(30),
-        expires_at: now + TimeDelta::hours(1),
-    };
+    let request = move |id| fresh_request(id, now);
     const IDS: [&str; 12] = [
         "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9", "s10", "s11",
     ];
@@ -344,7 +339,7 @@ async fn a_stopped_node_holds_up_only_its_own_shards(store: &RedisStore) {
     let node_of = |id: &str| {
         CLUSTER_PORTS.into_iter().find(|&port| {
             // `?` for the NUL between namespace and id.
-            let pattern = format!("*:r:stall?{id}");
+            let pattern = format!("*:r:test?{id}");
             let found = Command::new("redis-cli")
                 .args(["-p", &port.to_string(), "--scan", "--pattern", &pattern])
                 .output()
@@ -1415,19 +1410,6 @@ async fn batched_claims_and_finishes_each_get_their_own_answer() {
     let purged = store.purge_expired(later, 10_000).await.unwrap();
     assert_eq!(purged, ids.len() as u64);
     assert!(store.stuck(later, 1_000).await.unwrap().is_empty());
-}
-
-/// A claim of `id` in namespace `test` at `now`: a 30 s lease, an hour's retention,
-/// a fresh token.
-fn fresh_request(id: &'static str, now: DateTime<Utc>) -> ClaimRequest<'static> {
-    ClaimRequest {
-        key: Key::new("test", id),
-        fingerprint: Fingerprint::of(b"{}"),
-        token: FencingToken::random(),
-        now,
-        lease_until: now + TimeDelta::seconds(30),
-        expires_at: now + TimeDelta::hours(1),
-    }
 }
 
 /// Claims `request` on a store whose connection belonged to a runtime that is

@@ -316,3 +316,20 @@ pub async fn record_in_leaves_a_live_claim_alone_and_takes_over_an_abandoned_one
         "the record now has a known fingerprint"
     );
 }
+
+/// A claim of `id` in namespace `test` at `now`: a 30 s lease, an hour's retention,
+/// a fresh token.
+pub fn fresh_request(
+    id: &'static str,
+    now: chrono::DateTime<chrono::Utc>,
+) -> webhook_guard::store::ClaimRequest<'static> {
+    use webhook_guard::store::{ClaimRequest, FencingToken, Fingerprint, Key};
+    ClaimRequest {
+        key: Key::new("test", id),
+        fingerprint: Fingerprint::of(b"{}"),
+        token: FencingToken::random(),
+        now,
+        lease_until: now + chrono::TimeDelta::seconds(30),
+        expires_at: now + chrono::TimeDelta::hours(1),
+    }
+}
