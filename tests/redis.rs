@@ -184,6 +184,16 @@ impl Drop for Servers {
     }
 }
 
+/// A store on the throwaway server on `port`, answering within a second.
+async fn throwaway_store(port: u16, name: &str) -> RedisStore {
+    RedisStore::builder()
+        .prefix(random_prefix(name))
+        .response_timeout(Duration::from_secs(1))
+        .connect(format!("redis://127.0.0.1:{port}"))
+        .await
+        .unwrap()
+}
+
 fn cli(port: u16, args: &[&str]) -> String {
     Command::new("redis-cli")
         .args(["-p", &port.to_string()])
@@ -704,12 +714,7 @@ async fn a_read_only_server_is_unavailable() {
     const PORT: u16 = 7195;
     let mut servers = Servers::new("read-only");
     servers.start(PORT, &[]);
-    let store = RedisStore::builder()
-        .prefix(random_prefix("read-only"))
-        .response_timeout(Duration::from_secs(1))
-        .connect(format!("redis://127.0.0.1:{PORT}"))
-        .await
-        .unwrap();
+    let store = throwaway_store(PORT, "read-only").await;
     let now = ms(Utc::now());
     let held = fresh_request("evt_held", now);
     assert!(matches!(
@@ -749,12 +754,7 @@ async fn an_unreachable_server_is_unavailable_and_the_store_recovers() {
     const PORT: u16 = 7199;
     let mut servers = Servers::new("recovery");
     servers.start(PORT, &[]);
-    let store = RedisStore::builder()
-        .prefix(random_prefix("recovery"))
-        .response_timeout(Duration::from_secs(1))
-        .connect(format!("redis://127.0.0.1:{PORT}"))
-        .await
-        .unwrap();
+    let store = throwaway_store(PORT, "recovery").await;
     let key = Key::new("test", "evt_recovery");
     let request = |token| {
         let now = ms(Utc::now());
