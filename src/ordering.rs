@@ -144,7 +144,7 @@ pub const MAX_CLOCK_SKEW: chrono::TimeDelta = chrono::TimeDelta::minutes(5);
 /// Whether an event created at `created_at` and received at `received` takes part in
 /// ordering (see [`MAX_CLOCK_SKEW`]). Decided by the arrival, not the clock, so that
 /// an event's ordering check and its settle agree.
-pub(crate) fn orderable(created_at: DateTime<Utc>, received: DateTime<Utc>) -> bool {
+fn orderable(created_at: DateTime<Utc>, received: DateTime<Utc>) -> bool {
     created_at <= crate::later(received, MAX_CLOCK_SKEW)
 }
 
@@ -153,9 +153,21 @@ pub(crate) fn orderable(created_at: DateTime<Utc>, received: DateTime<Utc>) -> b
 pub const MAX_OBJECT_LEN: usize = 255;
 
 /// Whether the object id and family of `meta` can key the ordering ledger.
-pub(crate) fn keyable(meta: &EventMeta) -> bool {
+fn keyable(meta: &EventMeta) -> bool {
     let fits = |part: &str| part.len() <= MAX_OBJECT_LEN;
     meta.object.as_deref().is_some_and(fits) && meta.family.as_deref().is_none_or(fits)
+}
+
+/// The ordering key and `created_at` of an event with metadata `meta` under
+/// `namespace`, received at `received`, when it takes part in ordering: what
+/// [`ordered`] decides, without its warnings.
+pub(crate) fn ordered_key<'a>(
+    namespace: &'a str,
+    meta: &'a EventMeta,
+    received: DateTime<Utc>,
+) -> Option<(ObjectKey<'a>, DateTime<Utc>)> {
+    let (key, created_at) = object_key(namespace, meta)?;
+    (keyable(meta) && orderable(created_at, received)).then_some((key, created_at))
 }
 
 /// Whether the event `id` with metadata `meta`, received at `received`, takes part
@@ -167,22 +179,23 @@ pub(crate) fn keyable(meta: &EventMeta) -> bool {
 /// refused ordering write would answer 503 at every retry). Called once per
 /// delivery, so it warns once.
 pub(crate) fn ordered(id: &str, meta: &EventMeta, received: DateTime<Utc>) -> bool {
+    // The namespace plays no part in the decision.
+    if ordered_key("", meta, received).is_some() {
+        return true;
+    }
     match (&meta.object, meta.created_at) {
         (Some(_), Some(_)) if !keyable(meta) => {
             tracing::warn!(%id, max = MAX_OBJECT_LEN, "event's object id or family is too long: not ordered");
-            false
         }
-        (Some(_), Some(at)) if orderable(at, received) => true,
         (Some(_), Some(created_at)) => {
             tracing::warn!(%id, %created_at, "event created in the future beyond the allowed skew: not ordered");
-            false
         }
         (Some(_), None) => {
             tracing::warn!(%id, "event has an object but no readable created_at: not ordered");
-            false
         }
-        (None, _) => false,
+        (None, _) => {}
     }
+    false
 }
 
 /// Marks the object `key` applied after the reconciler settled it, for an event
@@ -235,6 +248,10 @@ pub(crate) fn object_key<'a>(
 /// Keeps the newest `created_at` per object and family.
 ///
 /// # Contract
+/// Keys are at most [`MAX_OBJECT_LEN`] bytes of object id and of family (the guard
+/// and the worker order no event with a longer one), so a store may hold them in
+/// columns of that size.
+///
 /// - **observe**: atomically, if there is no record for the key or `created_at` is
 ///   after the stored newest, store `created_at` as the newest with status `Pending`
 ///   and `updated_at = now` and answer [`Freshness::Fresh`]; if it equals the stored

@@ -461,10 +461,7 @@ impl Inner {
     /// The event's object and `created_at`, when it takes part in ordering (decided
     /// by its arrival time, so that its check and its settle agree).
     fn object_key<'e>(&self, event: &'e InboxEvent) -> Option<(ObjectKey<'e>, DateTime<Utc>)> {
-        let (key, created_at) = crate::ordering::object_key(&event.namespace, &event.meta)?;
-        let ordered = crate::ordering::keyable(&event.meta)
-            && crate::ordering::orderable(created_at, event.received_at);
-        ordered.then_some((key, created_at))
+        crate::ordering::ordered_key(&event.namespace, &event.meta, event.received_at)
     }
 
     /// `None` to go on; `Some(true)` when the event is stale; `Some(false)` when the
