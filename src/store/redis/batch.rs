@@ -75,15 +75,6 @@ enum Job {
     Finish(FinishJob, oneshot::Sender<RedisResult<Finished>>),
 }
 
-impl Job {
-    fn shard(&self) -> u16 {
-        match self {
-            Job::Claim(j, _) => j.shard,
-            Job::Finish(j, _) => j.shard,
-        }
-    }
-}
-
 /// The sending side of a store's batching task; the task ends when every clone is
 /// dropped.
 #[derive(Clone)]
@@ -206,31 +197,17 @@ async fn run(mut rx: mpsc::UnboundedReceiver<Job>, sender: Sender) {
         if rx.recv_many(&mut jobs, MAX_BATCH).await == 0 {
             return; // the store is gone
         }
-        let slot = Arc::new(slot);
-        for group in sender.groups(std::mem::take(&mut jobs)) {
-            let (sender, slot) = (sender.clone(), slot.clone());
-            tokio::spawn(async move {
-                sender.send(group).await;
-                drop(slot);
-            });
-        }
+        // One pipeline: a standalone server's task, or one shard's on a cluster
+        // (where a pipeline and a script stay in one slot).
+        let (batch, sender) = (std::mem::take(&mut jobs), sender.clone());
+        tokio::spawn(async move {
+            sender.send(batch).await;
+            drop(slot);
+        });
     }
 }
 
 impl Sender {
-    /// The batch split into the pipelines it is sent as: one per shard on a
-    /// cluster, where a pipeline and a script stay in one slot.
-    fn groups(&self, jobs: Vec<Job>) -> Vec<Vec<Job>> {
-        if !matches!(self.connection, RedisConnection::Cluster(_)) {
-            return vec![jobs];
-        }
-        let mut by_shard: BTreeMap<u16, Vec<Job>> = BTreeMap::new();
-        for job in jobs {
-            by_shard.entry(job.shard()).or_default().push(job);
-        }
-        by_shard.into_values().collect()
-    }
-
     /// Sends one pipeline and answers each job; then tidies the index of a shard
     /// that has had [`TIDY_BATCH`] new entries since its last tidy.
     async fn send(&self, jobs: Vec<Job>) {
