@@ -766,11 +766,18 @@ struct DiesAt {
     fail_renewals: bool,
     /// Every purge hangs.
     hang_purges: bool,
+    /// Every lease renewal hangs (a store that takes the request and never answers).
+    hang_renewals: bool,
+    /// The call with this number (counted as for `die_at`) panics, as a store with a
+    /// bug might.
+    panic_at: usize,
 }
 
 impl DiesAt {
     async fn step(&self) {
-        if self.calls.fetch_add(1, Ordering::SeqCst) >= self.die_at {
+        let call = self.calls.fetch_add(1, Ordering::SeqCst);
+        assert_ne!(call, self.panic_at, "a store bug");
+        if call >= self.die_at {
             std::future::pending::<()>().await;
         }
     }
@@ -810,6 +817,9 @@ impl InboxStore for DiesAt {
         l: DateTime<Utc>,
     ) -> Result<webhook_guard::store::Fence, webhook_guard::StoreError> {
         self.step().await;
+        if self.hang_renewals {
+            std::future::pending::<()>().await;
+        }
         if self.fail_renewals {
             return Err(webhook_guard::StoreError::unavailable("connection refused"));
         }
@@ -932,6 +942,8 @@ async fn a_worker_killed_at_any_store_call_loses_nothing() {
             die_at,
             fail_renewals: false,
             hang_purges: false,
+            hang_renewals: false,
+            panic_at: usize::MAX,
         });
         let doomed = Worker::new(dying, "default", handler.clone())
             .clock(Arc::new(clock.clone()))
@@ -1109,6 +1121,19 @@ async fn reconcile_stale_gets_past_an_object_that_keeps_failing() {
 /// before another worker may take the event: never two runs at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_that_cannot_be_renewed_stops_its_handler_when_it_ends() {
+    lease_end_stops_the_handler(true, false).await;
+}
+
+/// A renewal the store never answers does not keep the handler running past the
+/// lease either: the end of the lease is looked at while the renewal waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_that_never_answers_stops_its_handler_when_the_lease_ends() {
+    lease_end_stops_the_handler(false, true).await;
+}
+
+/// The first run hangs; its lease ends (renewals failing or hanging): the run is
+/// dropped, and another worker then runs the event alone.
+async fn lease_end_stops_the_handler(fail_renewals: bool, hang_renewals: bool) {
     let store = MemoryStore::new();
     let clock = ManualClock::new(start());
     let guard = WebhookGuard::builder()
@@ -1117,8 +1142,10 @@ async fn a_lease_that_cannot_be_renewed_stops_its_handler_when_it_ends() {
             inner: store.clone(),
             calls: AtomicUsize::new(0),
             die_at: usize::MAX,
-            fail_renewals: true,
+            fail_renewals,
             hang_purges: false,
+            hang_renewals,
+            panic_at: usize::MAX,
         }))
         .verifier(NoVerification)
         .event_id(EventId::json_field(["id"]))
@@ -1603,6 +1630,8 @@ async fn a_slow_purge_holds_up_no_event() {
             die_at: usize::MAX,
             fail_renewals: false,
             hang_purges: true,
+            hang_renewals: false,
+            panic_at: usize::MAX,
         }))
         .verifier(NoVerification)
         .event_id(EventId::json_field(["id"]))
@@ -1625,4 +1654,270 @@ async fn a_slow_purge_holds_up_no_event() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     panic!("the event waited for the purge");
+}
+
+/// A reconciler with a bug.
+#[derive(Debug)]
+struct PanickingReconciler;
+
+#[async_trait]
+impl Reconciler for PanickingReconciler {
+    async fn reconcile(&self, _: &ReconcileRequest) -> Result<(), BoxError> {
+        panic!("a reconciler bug")
+    }
+}
+
+/// A run past its time limit whose reconciler panics fails as a retryable error,
+/// as when the reconciler errs: the event is put back, not left running.
+#[tokio::test]
+async fn a_panicking_reconciler_does_not_leave_a_timed_out_event_running() {
+    let store = MemoryStore::new();
+    let guard = WebhookGuard::builder()
+        .store(store.clone())
+        .inbox(Arc::new(store.clone()))
+        .reconciler(Arc::new(PanickingReconciler))
+        .verifier(NoVerification)
+        .event_id(EventId::json_field(["id"]))
+        .namespace("panics")
+        .clock(ManualClock::new(start()))
+        .build()
+        .unwrap();
+    accept(&guard, &body("evt_p", "x.y", "o", 1)).await;
+    let worker = guard
+        .worker(|_e: InboxEvent| async {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            Ok(())
+        })
+        .unwrap()
+        .handler_timeout(Duration::from_millis(50));
+    assert_eq!(worker.run_once().await.unwrap(), 1);
+    let event = stored(&store, "panics", "evt_p").await;
+    assert_eq!(event.state, InboxState::Pending);
+    assert_eq!(event.last_error.as_deref(), Some("handler timed out"));
+}
+
+/// A policy of no attempts is taken as one (as the field says): the event runs once,
+/// not dead-lettered unrun.
+#[tokio::test]
+async fn a_policy_of_zero_attempts_still_runs_the_event_once() {
+    let s = setup();
+    accept(&s.guard, &body("evt_z", "x.y", "o", 1)).await;
+    let runs = Arc::new(AtomicUsize::new(0));
+    let mut policy = RetryPolicy::default();
+    policy.max_attempts = 0;
+    let worker = {
+        let runs = runs.clone();
+        s.guard
+            .worker(move |_e: InboxEvent| {
+                let runs = runs.clone();
+                async move {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    Ok(())
+                }
+            })
+            .unwrap()
+            .retry_policy(policy)
+    };
+    assert_eq!(worker.run_once().await.unwrap(), 1);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        stored(&s.store, "inbox-test", "evt_z").await.state,
+        InboxState::Done
+    );
+}
+
+/// A dead letter's object is marked failed before the event is settled dead: a
+/// worker that dies in between leaves the object listed for `reconcile_stale`.
+#[tokio::test]
+async fn a_dead_letter_is_listed_for_reconcile_stale_even_if_its_worker_dies_settling_it() {
+    let store = MemoryStore::new();
+    let clock = ManualClock::new(start());
+    let api = Arc::new(Api::default());
+    let dying = Arc::new(DiesAt {
+        inner: store.clone(),
+        calls: AtomicUsize::new(0),
+        die_at: 1, // the lease answers; the settle that follows never does
+        fail_renewals: false,
+        hang_purges: false,
+        hang_renewals: false,
+        panic_at: usize::MAX,
+    });
+    let guard = WebhookGuard::builder()
+        .store(store.clone())
+        .inbox(dying.clone())
+        .ordering(Arc::new(store.clone()))
+        .reconciler(api.clone())
+        .verifier(NoVerification)
+        .event_id(EventId::json_field(["id"]))
+        .event_meta(MetaExtractor::json(&["type"], &["created"], &["object"]))
+        .namespace("dies")
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    accept(&guard, &body("evt_d", "x.y", "trx-d", 1)).await;
+    let worker = guard
+        .worker(|_e: InboxEvent| async { Err(HandlerError::permanent("refused")) })
+        .unwrap();
+    let running = tokio::spawn(async move { worker.run_once().await });
+    while dying.calls.load(Ordering::SeqCst) < 2 {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    clock.advance(TimeDelta::minutes(10));
+    let report = guard
+        .reconcile_stale(Duration::from_secs(60), 10)
+        .await
+        .unwrap();
+    assert_eq!(report.found, 1, "the object of the dead letter is listed");
+    running.abort();
+}
+
+/// An ordering store whose first `observe` takes `by` on the clock (a slow round
+/// trip).
+#[derive(Debug)]
+struct SlowObserve {
+    inner: MemoryStore,
+    clock: ManualClock,
+    by: TimeDelta,
+    slowed: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait]
+impl OrderingStore for SlowObserve {
+    async fn observe(
+        &self,
+        key: ObjectKey<'_>,
+        created_at: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<webhook_guard::ordering::Freshness, webhook_guard::StoreError> {
+        if !self.slowed.swap(true, Ordering::SeqCst) {
+            self.clock.advance(self.by);
+        }
+        self.inner.observe(key, created_at, now).await
+    }
+    async fn settle_object(
+        &self,
+        key: ObjectKey<'_>,
+        created_at: DateTime<Utc>,
+        status: ObjectStatus,
+        now: DateTime<Utc>,
+    ) -> Result<bool, webhook_guard::StoreError> {
+        self.inner.settle_object(key, created_at, status, now).await
+    }
+    async fn mark_object(
+        &self,
+        key: ObjectKey<'_>,
+        created_at: DateTime<Utc>,
+        status: ObjectStatus,
+        now: DateTime<Utc>,
+    ) -> Result<bool, webhook_guard::StoreError> {
+        self.inner.mark_object(key, created_at, status, now).await
+    }
+    async fn get_object(
+        &self,
+        key: ObjectKey<'_>,
+    ) -> Result<Option<webhook_guard::ordering::ObjectRecord>, webhook_guard::StoreError> {
+        self.inner.get_object(key).await
+    }
+    async fn failed_objects(
+        &self,
+        namespace: &str,
+        before: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<webhook_guard::ordering::ObjectRecord>, webhook_guard::StoreError> {
+        self.inner.failed_objects(namespace, before, limit).await
+    }
+}
+
+/// An event whose lease ended before its handler could start (a slow ordering
+/// check) is not run: another worker may have it by then. The next lease runs it.
+#[tokio::test]
+async fn an_event_whose_lease_ended_before_its_run_is_not_run() {
+    let store = MemoryStore::new();
+    let clock = ManualClock::new(start());
+    let guard = WebhookGuard::builder()
+        .store(store.clone())
+        .inbox(Arc::new(store.clone()))
+        .ordering(Arc::new(SlowObserve {
+            inner: store.clone(),
+            clock: clock.clone(),
+            by: TimeDelta::milliseconds(400),
+            slowed: std::sync::atomic::AtomicBool::new(false),
+        }))
+        .verifier(NoVerification)
+        .event_id(EventId::json_field(["id"]))
+        .event_meta(MetaExtractor::json(&["type"], &["created"], &["object"]))
+        .namespace("late")
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    accept(&guard, &body("evt_late", "x.y", "trx-l", 1)).await;
+    let runs = Arc::new(AtomicUsize::new(0));
+    let worker = {
+        let runs = runs.clone();
+        guard
+            .worker(move |_e: InboxEvent| {
+                let runs = runs.clone();
+                async move {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    Ok(())
+                }
+            })
+            .unwrap()
+            .lease(Duration::from_millis(300))
+    };
+    assert_eq!(worker.run_once().await.unwrap(), 1);
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        0,
+        "not run on a lease that had ended"
+    );
+    assert_eq!(worker.run_once().await.unwrap(), 1);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        stored(&store, "late", "evt_late").await.state,
+        InboxState::Done
+    );
+}
+
+/// A lease call that panics (a store bug) does not end a spawned worker: later
+/// events are still run.
+#[tokio::test]
+async fn a_spawned_worker_survives_a_panicking_lease() {
+    let store = MemoryStore::new();
+    let guard = WebhookGuard::builder()
+        .store(store.clone())
+        .inbox(Arc::new(DiesAt {
+            inner: store.clone(),
+            calls: AtomicUsize::new(0),
+            die_at: usize::MAX,
+            fail_renewals: false,
+            hang_purges: false,
+            hang_renewals: false,
+            panic_at: 0, // the first lease
+        }))
+        .verifier(NoVerification)
+        .event_id(EventId::json_field(["id"]))
+        .namespace("survives")
+        .build()
+        .unwrap();
+    let handle = guard
+        .worker(|_e: InboxEvent| async { Ok(()) })
+        .unwrap()
+        .poll_interval(Duration::from_millis(5))
+        .spawn();
+    accept(&guard, &body("evt_after", "x.y", "o", 1)).await;
+    let mut state = None;
+    for _ in 0..500 {
+        state = Some(stored(&store, "survives", "evt_after").await.state);
+        if state == Some(InboxState::Done) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        state,
+        Some(InboxState::Done),
+        "the worker went on after the panic"
+    );
+    handle.shutdown().await;
 }

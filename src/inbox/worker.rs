@@ -180,7 +180,9 @@ impl Worker {
 
     /// The retry policy.
     #[must_use]
-    pub fn retry_policy(self, policy: RetryPolicy) -> Self {
+    pub fn retry_policy(self, mut policy: RetryPolicy) -> Self {
+        // At least 1, as the field says: with none, every event would go dead unrun.
+        policy.max_attempts = policy.max_attempts.max(1);
         self.with(|i| i.policy = policy)
     }
 
@@ -310,11 +312,18 @@ impl Worker {
                 }
                 let free = self.inner.concurrency.saturating_sub(running.len());
                 // Whether every slot is taken: then the next lease waits for a free one.
+                // A lease that panics (a custom store) ends no more than that lease:
+                // the worker goes on, as after a store error.
                 let full = free == 0
-                    || match self.lease_into(&mut running, free).await {
-                        Ok(n) => n == free,
-                        Err(e) => {
+                    || match crate::guard::catch_unwind(self.lease_into(&mut running, free)).await {
+                        Ok(Ok(n)) => n == free,
+                        Ok(Err(e)) => {
                             tracing::warn!(error = %e, "inbox lease failed; will retry");
+                            false
+                        }
+                        Err(panic) => {
+                            let panic = crate::guard::panic_message(&*panic);
+                            tracing::error!(panic, "inbox lease panicked; will retry");
                             false
                         }
                     };
@@ -517,36 +526,59 @@ impl Inner {
 
     /// Runs `work` while renewing the event's lease every third of the lease, so a
     /// handler that runs longer than the lease keeps the event (no other worker
-    /// runs it meanwhile). `None`, with `work` dropped, when the store answers that
-    /// the lease is lost, or when the last lease the store confirmed has ended
-    /// (renewals failed meanwhile: another worker may have the event now). The work
-    /// goes on while a renewal waits for the store.
+    /// runs it meanwhile). `None`, with `work` dropped (or never started), when the
+    /// store answers that the lease is lost, or when the last lease the store
+    /// confirmed has ended by this worker's clock: renewals failed, hung or came too
+    /// late meanwhile, and another worker may have the event now. While a renewal
+    /// waits for the store, the work goes on and the end of the lease is looked at
+    /// every third of the lease at most (at once, on the real clock).
     async fn renewing<T>(&self, event: &InboxEvent, work: impl Future<Output = T>) -> Option<T> {
         let mut work = std::pin::pin!(work);
         let every = self.lease / 3; // at least 33 ms: see `MIN_LEASE`
         let mut held_until = event.lease_until;
         loop {
+            // Until the next renewal, or the end of the lease if that comes first.
+            let left = self.held_for(event, held_until, "inbox lease ran out unrenewed")?;
             tokio::select! {
                 done = &mut work => return Some(done),
-                () = tokio::time::sleep(every) => {}
+                () = tokio::time::sleep(every.min(left)) => {}
             }
+            self.held_for(event, held_until, "inbox lease ran out unrenewed")?;
             let until = crate::later(self.clock.now(), delta(self.lease));
             let renewal = self.inbox.renew_event(event.key(), event.token, until);
             let mut renewal = std::pin::pin!(renewal);
-            let renewed = tokio::select! {
-                done = &mut work => return Some(done),
-                renewed = &mut renewal => renewed,
+            let renewed = loop {
+                let left =
+                    self.held_for(event, held_until, "inbox lease ran out while renewing")?;
+                tokio::select! {
+                    done = &mut work => return Some(done),
+                    renewed = &mut renewal => break renewed,
+                    () = tokio::time::sleep(every.min(left)) => {}
+                }
             };
             match renewed {
                 Ok(Fence::Applied) => held_until = until,
                 Ok(Fence::LeaseLost) => return None,
-                Err(e) if self.clock.now() >= held_until => {
-                    tracing::warn!(id = %event.id, error = %e, "inbox lease ran out unrenewed; handler stopped");
-                    return None;
-                }
                 Err(e) => {
                     tracing::warn!(id = %event.id, error = %e, "could not renew an inbox lease; will retry");
                 }
+            }
+        }
+    }
+
+    /// How long the lease confirmed until `held_until` still holds by this worker's
+    /// clock, or `None` (logged with `what`) once it has ended.
+    fn held_for(
+        &self,
+        event: &InboxEvent,
+        held_until: DateTime<Utc>,
+        what: &str,
+    ) -> Option<Duration> {
+        match (held_until - self.clock.now()).to_std() {
+            Ok(left) if !left.is_zero() => Some(left),
+            _ => {
+                tracing::warn!(id = %event.id, "{what}; handler stopped");
+                None
             }
         }
     }
@@ -572,14 +604,19 @@ impl Inner {
     }
 
     async fn dead(&self, event: &InboxEvent, error: &str, reason: ReconcileReason) {
+        // The object is marked failed first, so that `reconcile_stale` lists it for
+        // as long as its reconcile has not succeeded: marked after the settle, a
+        // crash in between would leave it pending, and listed by nothing, once the
+        // event is dead. Should the settle not apply (the lease lost), the mark only
+        // costs a reconcile more.
+        self.settle_object(event, ObjectStatus::Failed).await;
+        let failed_since = self.clock.now();
         if !self.settle(event, InboxState::Dead, Some(error)).await {
             return;
         }
-        // Panic-safe (as every hook): the object's settle and the reconciler below
-        // must run, nothing would ask for them again.
+        // Panic-safe (as every hook): the reconciler below must run, nothing would
+        // ask for it again.
         self.hooks.on_dead_letter(event, error);
-        self.settle_object(event, ObjectStatus::Failed).await;
-        let failed_since = self.clock.now();
         if self.reconcile(event, reason).await {
             // Applied, unless another event created at the same time failed since.
             if let (Some(ordering), Some((key, created_at))) =
@@ -669,10 +706,17 @@ impl Inner {
             event.meta.clone(),
             reason,
         );
-        match reconciler.reconcile(&request).await {
-            Ok(()) => true,
-            Err(e) => {
+        // A panicking reconciler is a failed reconcile: the event's own end (its
+        // settle after a timeout, say) must still follow.
+        match crate::guard::catch_unwind(reconciler.reconcile(&request)).await {
+            Ok(Ok(())) => true,
+            Ok(Err(e)) => {
                 tracing::warn!(id = %event.id, reason = reason.as_str(), error = %e, "reconciliation failed");
+                false
+            }
+            Err(panic) => {
+                let msg = crate::guard::panic_message(&*panic);
+                tracing::error!(id = %event.id, reason = reason.as_str(), panic = msg, "reconciler panicked");
                 false
             }
         }
