@@ -764,7 +764,14 @@ impl ClaimState {
                     .finish(self.key(), self.token, &release)
                     .await
                 {
+                    // Released in the background, or the lease would run out and
+                    // count as a failure.
                     tracing::warn!(id = %self.id, error = %e, "could not release a claim");
+                    self.finish_in_background(
+                        RecordState::Failed,
+                        self.record.failures,
+                        &self.record.history,
+                    );
                 }
                 return Some(Outcome::StoreUnavailable {
                     id: Some(self.id.clone()),
@@ -777,7 +784,14 @@ impl ClaimState {
             .finish(self.key(), self.token, &finish)
             .await;
         if let Err(e) = finished {
+            // Recorded in the background: a claim left to run out its lease would
+            // count as a failure, and a resend could escalate an event that never ran.
             tracing::warn!(id = %self.id, error = %e, "could not record a stale event");
+            self.finish_in_background(
+                RecordState::Completed,
+                self.record.failures,
+                &self.record.history,
+            );
         }
         self.guard.inner.safe_hooks.on_stale(self.key(), &self.meta);
         Some(Outcome::Stale {

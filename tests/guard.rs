@@ -1482,6 +1482,44 @@ async fn the_stripe_preset_feeds_the_ordering_guard_by_itself() {
     assert!(matches!(older, Outcome::Stale { .. }), "{older:?}");
 }
 
+/// A stale event whose completion the store could not record at once is recorded
+/// in the background: left `InProgress`, its lease would run out, count as a
+/// failure, and a resend would escalate an event that never ran.
+#[tokio::test]
+async fn a_stale_event_is_recorded_completed_even_when_the_store_failed_at_first() {
+    let store = Arc::new(Flaky::default());
+    let hooks = Arc::new(Recorder::default());
+    let guard = WebhookGuard::builder()
+        .store(store.clone())
+        .ordering(Arc::new(MemoryStore::new()))
+        .event_meta(MetaExtractor::json(&["type"], &["created"], &["object"]))
+        .verifier(NoVerification)
+        .event_id(EventId::header("x-id"))
+        .escalate_after(1)
+        .hooks(hooks.clone())
+        .build()
+        .unwrap();
+    let now = Utc::now().timestamp();
+    let body = |created: i64| {
+        format!(r#"{{"type":"charge.updated","created":{created},"object":"ch_1"}}"#)
+    };
+    let newer = ok_run(&guard, "evt_new", body(now - 10).as_bytes()).await;
+    assert!(matches!(newer, Outcome::Processed { .. }), "{newer:?}");
+    store.finish_down.store(true, Ordering::SeqCst);
+    let older = guard
+        .handle(
+            &[("x-id", "evt_old")],
+            body(now - 20).as_bytes(),
+            |_| async { panic!("a late, older event must not run") },
+        )
+        .await;
+    assert!(matches!(older, Outcome::Stale { .. }), "{older:?}");
+    store.finish_down.store(false, Ordering::SeqCst);
+    let record = record_in_state(&guard, "evt_old", RecordState::Completed).await;
+    assert_eq!(record.failures, 0);
+    assert!(hooks.escalations.lock().unwrap().is_empty());
+}
+
 /// A failure recorded after another delivery took the lease over must change
 /// nothing: not the record, not the object's ordering status, and no hook fires.
 #[tokio::test]
