@@ -33,6 +33,7 @@ use crate::store::{
 pub async fn run_all(store: &dyn ProcessedStore) {
     fresh_claim_then_existing(store).await;
     concurrent_claims_have_one_winner(store).await;
+    concurrent_takeovers_have_one_winner(store).await;
     finish_is_fenced(store).await;
     failed_record_is_reclaimed(store).await;
     expired_lease_is_taken_over(store).await;
@@ -43,6 +44,7 @@ pub async fn run_all(store: &dyn ProcessedStore) {
     expired_record_is_claimed_afresh(store).await;
     renew_is_fenced(store).await;
     record_round_trips(store).await;
+    a_live_lease_outlives_the_expiry(store).await;
     delete_spares_live_leases(store).await;
     stuck_lists_expired_leases(store).await;
     purge_removes_only_expired(store).await;
@@ -154,18 +156,25 @@ pub async fn fresh_claim_then_existing(store: &dyn ProcessedStore) {
         "fresh claim keeps the expiry"
     );
     assert_eq!(rec.created_at, req.now, "fresh claim sets created_at");
+    assert_eq!(rec.updated_at, req.now, "fresh claim sets updated_at");
     assert_eq!(
         (rec.namespace.as_str(), rec.id.as_str()),
         (f.namespace.as_str(), "evt_1")
     );
     assert!(rec.history.is_empty(), "fresh claim has no history");
 
+    let before = store.get(f.key("evt_1")).await.unwrap();
     let again = existing(
         claim(store, &f.request("evt_1", b"body", 1)).await,
         "claim under a live lease",
     );
     assert_eq!(again.token, req.token, "a refused claim leaves the token");
     assert_eq!(again.attempts, 1, "a refused claim counts nothing");
+    assert_eq!(
+        store.get(f.key("evt_1")).await.unwrap(),
+        before,
+        "a refused claim changes nothing"
+    );
 
     let done = f.finish(RecordState::Completed, 0, &[], 2);
     assert_eq!(
@@ -175,11 +184,17 @@ pub async fn fresh_claim_then_existing(store: &dyn ProcessedStore) {
             .unwrap(),
         Fence::Applied
     );
+    let before = store.get(f.key("evt_1")).await.unwrap();
     let dup = existing(
         claim(store, &f.request("evt_1", b"body", 3)).await,
         "claim of a completed id",
     );
     assert_eq!(dup.state, RecordState::Completed);
+    assert_eq!(
+        store.get(f.key("evt_1")).await.unwrap(),
+        before,
+        "a claim of a completed id changes nothing"
+    );
     let other = format!("{}-other", f.namespace);
     let other_ns = Key::new(&other, "evt_1");
     let mut req2 = f.request("evt_1", b"body", 0);
@@ -190,7 +205,12 @@ pub async fn fresh_claim_then_existing(store: &dyn ProcessedStore) {
         "namespaces are separate"
     );
     let _ = store.finish(other_ns, req2.token, &done).await.unwrap();
-    let _ = store.delete(other_ns, f.at_secs(10)).await.unwrap();
+    // Completed, its lease's end still ahead: only an `InProgress` lease is spared.
+    assert_eq!(
+        store.delete(other_ns, f.at_secs(10)).await.unwrap(),
+        Deleted::Removed,
+        "a finished record is deleted whatever its lease's end"
+    );
 }
 
 /// Of many concurrent claims of one key, exactly one is acquired.
@@ -213,6 +233,44 @@ pub async fn concurrent_claims_have_one_winner(store: &dyn ProcessedStore) {
             stored.token, winners[0].token,
             "the stored token is the winner's"
         );
+    }
+}
+
+/// Of many concurrent claims of a record that may be taken over (failed, or its
+/// lease run out), exactly one is acquired.
+pub async fn concurrent_takeovers_have_one_winner(store: &dyn ProcessedStore) {
+    let f = Fixture::new();
+    for (id, failed) in [("retake_failed", true), ("retake_expired", false)] {
+        let first = f.request(id, b"same", 0);
+        acquired(claim(store, &first).await, "fresh claim");
+        let at = if failed {
+            let fail = f.finish(RecordState::Failed, 1, &[], 1);
+            assert_eq!(
+                store.finish(f.key(id), first.token, &fail).await.unwrap(),
+                Fence::Applied
+            );
+            2
+        } else {
+            60 // the lease has run out
+        };
+        let requests: Vec<_> = (0..32).map(|_| f.request(id, b"same", at)).collect();
+        let answers = join_all(requests.iter().map(|r| store.claim(r))).await;
+        let winners: Vec<_> = answers
+            .into_iter()
+            .map(|a| a.expect("claim failed"))
+            .filter_map(|a| match a {
+                Claim::Acquired(r) => Some(r),
+                Claim::Existing(_) => None,
+            })
+            .collect();
+        assert_eq!(
+            winners.len(),
+            1,
+            "exactly one of 32 concurrent takeovers of {id} wins"
+        );
+        assert_eq!(winners[0].attempts, 2, "one takeover counted");
+        let stored = store.get(f.key(id)).await.unwrap().expect("record exists");
+        assert_eq!((stored.token, stored.attempts), (winners[0].token, 2));
     }
 }
 
@@ -260,6 +318,23 @@ pub async fn finish_is_fenced(store: &dyn ProcessedStore) {
     assert_eq!(rec.state, RecordState::Completed);
     assert_eq!(rec.updated_at, f.at_secs(1), "finish sets updated_at");
     assert_eq!(rec.expires_at, f.at_secs(3601), "finish sets expires_at");
+
+    // A lease that ran out but was not taken over may still be finished.
+    let late = f.request("late", b"b", 0);
+    acquired(claim(store, &late).await, "fresh claim");
+    let done = f.finish(RecordState::Completed, 0, &[], 90);
+    assert_eq!(
+        store
+            .finish(f.key("late"), late.token, &done)
+            .await
+            .unwrap(),
+        Fence::Applied,
+        "a finish after the lease ran out, not taken over, applies"
+    );
+    assert_eq!(
+        store.get(f.key("late")).await.unwrap().unwrap().state,
+        RecordState::Completed
+    );
 }
 
 /// A `Failed` record with the same body is taken over: attempts counted, failures kept.
@@ -291,6 +366,10 @@ pub async fn failed_record_is_reclaimed(store: &dyn ProcessedStore) {
     assert_eq!(rec.history, note, "history kept");
     assert_eq!(rec.lease_until, second.lease_until);
     assert_eq!(rec.created_at, f.now, "created_at kept");
+    assert_eq!(
+        rec.expires_at, second.expires_at,
+        "takeover keeps the later of the two expiries (here the claim's)"
+    );
     let done = f.finish(RecordState::Completed, 1, &note, 3);
     assert_eq!(
         store
@@ -586,14 +665,32 @@ pub async fn renew_is_fenced(store: &dyn ProcessedStore) {
     let rec = store.get(k).await.unwrap().unwrap();
     assert_eq!(rec.lease_until, f.at_secs(200));
     assert_eq!(rec.expires_at, f.at_secs(7200), "renew raises the expiry");
-    let _ = store
-        .renew(k, req.token, f.at_secs(210), f.at_secs(10))
-        .await
-        .unwrap();
     assert_eq!(
-        store.get(k).await.unwrap().unwrap().expires_at,
+        store
+            .renew(k, req.token, f.at_secs(210), f.at_secs(10))
+            .await
+            .unwrap(),
+        Fence::Applied
+    );
+    let rec = store.get(k).await.unwrap().unwrap();
+    assert_eq!(rec.lease_until, f.at_secs(210), "renew moves the lease");
+    assert_eq!(
+        rec.expires_at,
         f.at_secs(7200),
         "renew never lowers the expiry"
+    );
+    assert_eq!(
+        store
+            .renew(
+                f.key("never-claimed"),
+                req.token,
+                f.at_secs(200),
+                f.at_secs(7200)
+            )
+            .await
+            .unwrap(),
+        Fence::LeaseLost,
+        "a missing record cannot be renewed"
     );
     let done = f.finish(RecordState::Completed, 0, &[], 1);
     let _ = store.finish(k, req.token, &done).await.unwrap();
@@ -653,6 +750,38 @@ pub async fn record_round_trips(store: &dyn ProcessedStore) {
         FencingToken(u64::MAX - 7),
         "tokens keep all 64 bits"
     );
+}
+
+/// A live lease outlives the record's expiry: an `InProgress` record whose lease
+/// was renewed past `expires_at` is neither replaced by a claim nor deleted until
+/// the lease ends; then it is claimed afresh.
+pub async fn a_live_lease_outlives_the_expiry(store: &dyn ProcessedStore) {
+    let f = Fixture::new();
+    let req = f.request("outlives", b"b", 0);
+    acquired(claim(store, &req).await, "fresh claim");
+    let k = f.key("outlives");
+    assert_eq!(
+        store
+            .renew(k, req.token, f.at_secs(10_000), f.at_secs(3601))
+            .await
+            .unwrap(),
+        Fence::Applied
+    );
+    let held = existing(
+        claim(store, &f.request("outlives", b"b", 5000)).await,
+        "a claim after the expiry, the lease still live",
+    );
+    assert_eq!(held.token, req.token);
+    assert_eq!(
+        store.delete(k, f.at_secs(5000)).await.unwrap(),
+        Deleted::LeaseHeld,
+        "a live lease is not deleted, expired or not"
+    );
+    let fresh = acquired(
+        claim(store, &f.request("outlives", b"b", 10_000)).await,
+        "a claim once the lease ended (and the record expired)",
+    );
+    assert_eq!(fresh.attempts, 1, "an expired record is replaced");
 }
 
 /// Delete refuses a live lease and removes anything else.
