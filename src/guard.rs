@@ -2222,6 +2222,9 @@ impl WebhookGuard {
     /// object the reconciler settles is marked applied. Needs an ordering store and a
     /// reconciler; without them it finds nothing.
     ///
+    /// An object the reconciler fails on (an error or a panic) stays failed, moved to
+    /// the back of the queue, and the batch goes on.
+    ///
     /// # Errors
     /// The ordering store's error when listing the objects. One that cannot be
     /// marked applied after the reconciler ran is logged, and the batch goes on (it
@@ -2256,7 +2259,15 @@ impl WebhookGuard {
                 meta,
                 ReconcileReason::StaleFailure,
             );
-            match reconciler.reconcile(&request).await {
+            // A panicking reconciler fails its object, as an error does: the batch
+            // goes on.
+            let reconciled = match catch_unwind(reconciler.reconcile(&request)).await {
+                Ok(result) => result,
+                Err(panic) => {
+                    Err(format!("the reconciler panicked: {}", panic_message(&*panic)).into())
+                }
+            };
+            match reconciled {
                 Ok(()) => {
                     // The reconciler has run: count it and go on with the batch
                     // even if its object cannot be marked now (it is found again).

@@ -1921,3 +1921,29 @@ async fn a_spawned_worker_survives_a_panicking_lease() {
     );
     handle.shutdown().await;
 }
+
+/// A reconciler that panics in `reconcile_stale` fails its objects as an error
+/// would: the call answers, every object of the batch is tried, none counted.
+#[tokio::test]
+async fn reconcile_stale_survives_a_panicking_reconciler() {
+    let store = MemoryStore::new();
+    let clock = ManualClock::new(start());
+    let guard = escalating_guard(&store, Arc::new(PanickingReconciler))
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    escalate(&guard, &body("x1", "charge.succeeded", "trx-1", 5)).await;
+    escalate(&guard, &body("x2", "charge.succeeded", "trx-2", 5)).await;
+    clock.advance(TimeDelta::minutes(10));
+    let report = guard
+        .reconcile_stale(Duration::from_secs(60), 10)
+        .await
+        .unwrap();
+    assert_eq!((report.found, report.reconciled), (2, 0));
+    clock.advance(TimeDelta::minutes(10));
+    let again = guard
+        .reconcile_stale(Duration::from_secs(60), 10)
+        .await
+        .unwrap();
+    assert_eq!(again.found, 2, "both stay listed");
+}
