@@ -2159,7 +2159,13 @@ impl WebhookGuard {
                 error: StoreError::backend("no inbox configured on this guard"),
             };
         };
-        let fingerprint = Fingerprint::of(body);
+        // As for a claim: with conflict detection off, the body is not hashed and the
+        // event keeps `UNKNOWN`, which no guard compares.
+        let fingerprint = if inner.fingerprint {
+            Fingerprint::of(body)
+        } else {
+            Fingerprint::UNKNOWN
+        };
         let key = Key::new(&inner.namespace, &delivery.id);
         let event = NewEvent {
             key,
@@ -2175,7 +2181,7 @@ impl WebhookGuard {
                 new: true,
             },
             Ok(Enqueued::Existing { fingerprint: f, .. })
-                if inner.fingerprint && f != fingerprint =>
+                if inner.fingerprint && !f.matches(&fingerprint) =>
             {
                 inner.safe_hooks.on_conflict(key);
                 Outcome::Conflict { id: delivery.id }

@@ -122,7 +122,9 @@ pub trait Hooks: fmt::Debug + Send + Sync + 'static {
     /// reached the guard, whatever the outcome, after the more specific hooks
     /// above. The place for metrics. Not called for a request whose body could not
     /// be read (the integrations answer it before the guard sees it), nor for a
-    /// delivery dropped before its claim was answered.
+    /// delivery dropped before its handler could start: while its claim or its
+    /// ordering check awaited the store (a claim it won is released in the
+    /// background, unrun and counting no failure).
     fn on_outcome(&self, report: &DeliveryReport<'_>) {
         let _ = report;
     }

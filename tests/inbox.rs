@@ -1947,3 +1947,41 @@ async fn reconcile_stale_survives_a_panicking_reconciler() {
         .unwrap();
     assert_eq!(again.found, 2, "both stay listed");
 }
+
+/// Guards of either conflict setting may share an inbox: an event accepted by a
+/// guard that detects no conflicts keeps no fingerprint to compare, so another
+/// body under its id is accepted by a guard that does (as for claims).
+#[tokio::test]
+async fn accept_shares_an_inbox_across_conflict_settings() {
+    let store = MemoryStore::new();
+    let guard = |detect: bool| {
+        WebhookGuard::builder()
+            .store(store.clone())
+            .inbox(Arc::new(store.clone()))
+            .verifier(NoVerification)
+            .event_id(EventId::json_field(["id"]))
+            .namespace("shared")
+            .detect_conflicts(detect)
+            .build()
+            .unwrap()
+    };
+    let (off, on) = (guard(false), guard(true));
+    let first = accept(&off, br#"{"id":"evt_s","n":1}"#).await;
+    assert!(
+        matches!(first, Outcome::Accepted { new: true, .. }),
+        "{first:?}"
+    );
+    let second = accept(&on, br#"{"id":"evt_s","n":2}"#).await;
+    assert!(
+        matches!(second, Outcome::Accepted { new: false, .. }),
+        "{second:?}"
+    );
+    // Still a conflict between two guards that both compare.
+    let third = accept(&on, br#"{"id":"evt_t","n":1}"#).await;
+    assert!(
+        matches!(third, Outcome::Accepted { new: true, .. }),
+        "{third:?}"
+    );
+    let fourth = accept(&on, br#"{"id":"evt_t","n":2}"#).await;
+    assert!(matches!(fourth, Outcome::Conflict { .. }), "{fourth:?}");
+}
