@@ -1136,6 +1136,7 @@ pub mod inbox {
                 assert_eq!(e.state, InboxState::Running);
                 assert_eq!(e.attempts, 1);
                 assert_eq!(e.lease_until, f.at(61));
+                assert_eq!(e.updated_at, f.at(1), "a lease sets updated_at");
                 e.id
             })
             .collect();
@@ -1185,10 +1186,55 @@ pub mod inbox {
             Fence::LeaseLost,
             "settled once"
         );
+        assert_eq!(
+            store
+                .renew_event(e.key(), e.token, f.at(130))
+                .await
+                .unwrap(),
+            Fence::LeaseLost,
+            "a settled event's lease cannot be renewed, even with its token"
+        );
         let e = store.get_event(e.key()).await.unwrap().unwrap();
         assert_eq!(e.state, InboxState::Done);
         assert_eq!(e.last_error.as_deref(), Some("boom"));
         assert_eq!(e.updated_at, f.at(3));
+
+        // A settle without an error keeps the last one.
+        let x1 = store
+            .get_event(Key::new(&f.namespace, "x1"))
+            .await
+            .unwrap()
+            .unwrap();
+        let retry = f.settle(InboxState::Pending, 3, 5);
+        assert_eq!(
+            store
+                .settle_event(x1.key(), x1.token, &retry)
+                .await
+                .unwrap(),
+            Fence::Applied
+        );
+        let again = store
+            .lease(&f.namespace, f.at(5), f.at(65), 100)
+            .await
+            .unwrap();
+        let x1 = again
+            .into_iter()
+            .find(|e| e.id == "x1")
+            .expect("x1 is due again");
+        let ok = Settle {
+            error: None,
+            ..f.settle(InboxState::Done, 6, 6)
+        };
+        assert_eq!(
+            store.settle_event(x1.key(), x1.token, &ok).await.unwrap(),
+            Fence::Applied
+        );
+        let x1 = store.get_event(x1.key()).await.unwrap().unwrap();
+        assert_eq!(
+            (x1.state, x1.last_error.as_deref()),
+            (InboxState::Done, Some("boom")),
+            "a settle without an error keeps the last one"
+        );
         let other = Fixture::new();
         assert!(
             store
@@ -1425,6 +1471,32 @@ pub mod inbox {
             f.enqueue(store, &e.id, b"p", 7201).await,
             Enqueued::Inserted
         );
+        // An event not settled is never replaced, however old: pending, then running.
+        assert!(
+            matches!(
+                f.enqueue(store, other, b"p2", 7201).await,
+                Enqueued::Existing {
+                    state: InboxState::Pending,
+                    ..
+                }
+            ),
+            "a pending event past its expiry is not replaced"
+        );
+        let running = store
+            .lease(&f.namespace, f.at(7202), f.at(7262), 10)
+            .await
+            .unwrap();
+        assert!(running.iter().any(|r| r.id == other), "{other} is due");
+        assert!(
+            matches!(
+                f.enqueue(store, other, b"p2", 7203).await,
+                Enqueued::Existing {
+                    state: InboxState::Running,
+                    ..
+                }
+            ),
+            "a running event past its expiry is not replaced"
+        );
 
         // An expired event that no purge removed yet is replaced by a new delivery.
         let g = Fixture::at_time(base);
@@ -1576,14 +1648,22 @@ pub mod ordering {
             (r.newest, r.status, r.updated_at),
             (at(20), ObjectStatus::Pending, at(103))
         );
-        assert!(store
-            .get_object(ObjectKey {
-                object: "nope",
-                ..key
-            })
-            .await
-            .unwrap()
-            .is_none());
+        let never = ObjectKey {
+            object: "nope",
+            ..key
+        };
+        assert!(store.get_object(never).await.unwrap().is_none());
+        assert!(
+            !store
+                .mark_object(never, at(1), ObjectStatus::Applied, at(106))
+                .await
+                .unwrap(),
+            "an object never observed is not marked"
+        );
+        assert!(
+            store.get_object(never).await.unwrap().is_none(),
+            "nor stored by the mark"
+        );
     }
 
     /// Settling an older event does not change the status of a newer one; failures
@@ -1756,7 +1836,15 @@ pub mod ordering {
             .map(|i| now + TimeDelta::seconds((i * 7919) % 32))
             .collect();
         let answers = join_all(times.iter().map(|t| store.observe(key, *t, now))).await;
-        assert!(answers.iter().all(Result::is_ok));
+        for (t, answer) in times.iter().zip(answers) {
+            match answer.expect("observe failed") {
+                Freshness::Fresh => {}
+                Freshness::Stale { newest } => assert!(
+                    newest > *t,
+                    "an observation is stale only against a newer one ({newest} <= {t})"
+                ),
+            }
+        }
         assert_eq!(
             store.get_object(key).await.unwrap().unwrap().newest,
             now + TimeDelta::seconds(31)
