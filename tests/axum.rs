@@ -144,6 +144,10 @@ async fn concurrent_duplicates_run_the_handler_once() {
     let in_progress: Vec<_> = replies.iter().filter(|r| r.status == 409).collect();
     assert_eq!(processed + in_progress.len(), 8, "{replies:?}");
     assert!(processed >= 1);
+    assert!(
+        !in_progress.is_empty(),
+        "the duplicates arrived while the first ran (300 ms): {replies:?}"
+    );
     for reply in in_progress {
         assert_eq!(reply.json()["outcome"], "in_progress");
         assert!(reply.header("retry-after").is_some());

@@ -102,6 +102,11 @@ async fn load(backend: Backend) {
                                 body.as_bytes(),
                                 |_| async {
                                     runs[i].fetch_add(1, Ordering::SeqCst);
+                                    // A handler that waits once, so that deliveries
+                                    // overlap on every store (the memory store's
+                                    // calls never wait: without this, each delivery
+                                    // would end before the next began).
+                                    tokio::task::yield_now().await;
                                     Ok(())
                                 },
                             )
@@ -163,6 +168,11 @@ async fn load(backend: Backend) {
     );
     assert_eq!(lost, 0);
     assert_eq!(twice, 0);
+    assert!(
+        in_progress.load(Ordering::SeqCst) > 0,
+        "deliveries of one id overlapped (else `twice` proves nothing) on {}",
+        backend.name()
+    );
     if memory.is_some() {
         // Records live `retention_secs` simulated seconds: at most that many batches
         // (plus the one just written) are ever kept, whatever the total.

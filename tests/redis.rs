@@ -1406,7 +1406,13 @@ async fn batched_claims_and_finishes_each_get_their_own_answer() {
     }
     // Scans walk past both, and the purge removes them with the rest.
     let later = now + TimeDelta::hours(2);
-    assert!(store.stuck(later, 1_000).await.is_ok());
+    let stuck = store.stuck(later, 1_000).await.unwrap();
+    let stuck: Vec<&str> = stuck.iter().map(|r| r.id.as_str()).collect();
+    assert_eq!(
+        stuck,
+        ["evt_3"],
+        "the refused finish's claim, and no corrupt record"
+    );
     let purged = store.purge_expired(later, 10_000).await.unwrap();
     assert_eq!(purged, ids.len() as u64);
     assert!(store.stuck(later, 1_000).await.unwrap().is_empty());

@@ -141,6 +141,10 @@ async fn concurrent_duplicates_call_the_service_once() {
         replies.iter().all(|r| r.status == 200 || r.status == 409),
         "{replies:?}"
     );
+    assert!(
+        replies.iter().any(|r| r.status == 409),
+        "the duplicates arrived while the first ran (300 ms): {replies:?}"
+    );
     assert_eq!(
         replies
             .iter()
