@@ -69,3 +69,83 @@ async fn memory_store_passes_the_inbox_and_ordering_suites() {
     conformance::inbox::run_all(&store).await;
     conformance::ordering::run_all(&store).await;
 }
+
+/// The inbox suite's concurrent leases run on one task; here four threads lease
+/// the same 200 due events at once, released together: none is leased twice, and
+/// all are leased.
+#[test]
+fn leases_racing_on_threads_are_exclusive() {
+    use webhook_guard::inbox::{InboxStore, NewEvent};
+    use webhook_guard::meta::EventMeta;
+    let store = MemoryStore::new();
+    let now = Utc::now();
+    let meta = EventMeta::default();
+    for i in 0..200 {
+        let id = format!("evt-{i}");
+        let event = NewEvent {
+            key: Key::new("threads", &id),
+            fingerprint: Fingerprint::of(b"p"),
+            meta: &meta,
+            payload: b"p",
+            now,
+            expires_at: now + Duration::from_secs(3600),
+        };
+        ready(store.enqueue(&event)).expect("enqueue");
+    }
+    let barrier = Barrier::new(4);
+    let leased = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            s.spawn(|| {
+                barrier.wait();
+                loop {
+                    let until = now + Duration::from_secs(60);
+                    let got = ready(store.lease("threads", now, until, 7)).expect("lease");
+                    if got.is_empty() {
+                        break;
+                    }
+                    leased.lock().unwrap().extend(got.into_iter().map(|e| e.id));
+                }
+            });
+        }
+    });
+    let mut ids = leased.into_inner().unwrap();
+    ids.sort();
+    let n = ids.len();
+    ids.dedup();
+    assert_eq!(ids.len(), n, "no event leased twice");
+    assert_eq!(n, 200, "every due event leased");
+}
+
+/// Observations of one object racing on four threads keep the newest, and each
+/// answer is stale only against a newer time.
+#[test]
+fn observations_racing_on_threads_keep_the_newest() {
+    use webhook_guard::ordering::{Freshness, ObjectKey, OrderingStore};
+    let store = MemoryStore::new();
+    let now = Utc::now();
+    for round in 0..200 {
+        let object = format!("trx-{round}");
+        let key = ObjectKey {
+            namespace: "threads",
+            object: &object,
+            family: "charge",
+        };
+        let barrier = Barrier::new(4);
+        std::thread::scope(|s| {
+            for t in 0..4u64 {
+                let (store, barrier) = (&store, &barrier);
+                s.spawn(move || {
+                    let created = now + Duration::from_secs(t);
+                    barrier.wait();
+                    match ready(store.observe(key, created, now)).expect("observe") {
+                        Freshness::Fresh => {}
+                        Freshness::Stale { newest } => assert!(newest > created),
+                    }
+                });
+            }
+        });
+        let newest = ready(store.get_object(key)).unwrap().unwrap().newest;
+        assert_eq!(newest, now + Duration::from_secs(3), "{object}");
+    }
+}
