@@ -235,6 +235,17 @@ async fn operator_flow(url: &str, table: Option<&str>) {
     assert_eq!(mine.len(), 1, "{list:?}");
     assert_eq!(mine[0]["id"], "stuck");
     assert_eq!(mine[0]["stuck"], true);
+    assert!(!stderr(&out).contains("limit"), "{}", stderr(&out));
+    // At the limit, JSON too says so (on stderr: stdout stays one array).
+    let out = run(&["stuck", "--json", "--limit", "1"], &envs).await;
+    assert_code(&out, 0);
+    let list: Vec<serde_json::Value> = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(list.len(), 1);
+    assert!(
+        stderr(&out).contains("limit of 1 was reached"),
+        "{}",
+        stderr(&out)
+    );
 
     // forget: refused under a live lease, allowed once the lease ran out.
     let out = run(&["forget", "live"], &envs).await;
@@ -574,5 +585,24 @@ async fn send_refuses_remote_hosts_tls_and_bad_input() {
         &[],
     )
     .await;
+    assert_code(&out, 2);
+}
+
+/// Store options that do not fit the store are usage errors (exit 2), like an
+/// unknown scheme, and a bad table name sends no one to `migrate`.
+#[tokio::test]
+async fn store_options_that_do_not_fit_are_usage_errors() {
+    let out = run(&["inspect", "--store", "memory:", "--table", "t", "x"], &[]).await;
+    assert_code(&out, 2);
+    let dir = std::env::temp_dir().join(unique("wg-cli-table"));
+    let path = format!("sqlite:{}.db", dir.display());
+    let out = run(
+        &["inspect", "--store", &path, "--table", "no-dashes", "x"],
+        &[],
+    )
+    .await;
+    assert_code(&out, 2);
+    assert!(!stderr(&out).contains("migrate"), "{}", stderr(&out));
+    let out = run(&["inspect", "--store", "sqlite:a.db?colour=blue", "x"], &[]).await;
     assert_code(&out, 2);
 }

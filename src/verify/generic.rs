@@ -284,6 +284,10 @@ impl GenericHmac {
 
     /// A header holding the event id, when the template has no `{id:...}` (a signed
     /// id in the template always wins).
+    ///
+    /// The signature does not cover this header: a captured delivery resent inside
+    /// the tolerance under a *new* id runs again (SECURITY.md, known limits). When
+    /// the sender signs its id, name it in the template (`{id:X-Event-Id}`) instead.
     #[must_use]
     pub fn id_header(mut self, name: impl Into<Cow<'static, str>>) -> Self {
         self.id_header = Some(name.into());

@@ -109,7 +109,10 @@ impl HmacSha256Header {
         self
     }
 
-    /// A header that carries the event id.
+    /// A header that carries the event id. The signature does not cover it: a
+    /// captured delivery resent under a *new* id runs again (SECURITY.md, known
+    /// limits); where the body carries the id, key on it instead
+    /// (`EventId::json_field`).
     #[must_use]
     pub fn event_id_header(mut self, name: impl Into<Cow<'static, str>>) -> Self {
         self.id_header = Some(name.into());

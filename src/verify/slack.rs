@@ -20,9 +20,15 @@ const PREFIX: &[u8] = b"v0=";
 ///   app's signing secret, `v0=` + lowercase hex in `X-Slack-Signature`.
 /// - The timestamp must be within the tolerance (default 300 s, as Slack's SDKs) of
 ///   `now`, both ways.
-/// - Event id: the Events API body field `event_id` (absent for slash commands and
-///   form-encoded bodies). Retry window: Slack retries an event 3 times, nearly
-///   immediately, after 1 minute and after 5 minutes: about 6 minutes.
+/// - Event id: the Events API body field `event_id`. Slash commands, interactivity
+///   payloads (form-encoded bodies) and the Events API's `url_verification`
+///   handshake carry none, so with the default [`EventId`](crate::EventId) the guard
+///   refuses them (`missing_event_id`): give those routes an id of their own
+///   (`EventId::Custom`, from `trigger_id` say), and answer the handshake's
+///   `challenge` before the guard (after [`WebhookGuard::verify`](crate::WebhookGuard::verify)),
+///   or Slack never enables the request URL. Retry window: Slack retries an event
+///   3 times, nearly immediately, after 1 minute and after 5 minutes: about 6
+///   minutes.
 ///
 /// ```
 /// use webhook_guard::verify::{Slack, Verifier};

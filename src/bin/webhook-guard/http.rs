@@ -51,8 +51,11 @@ impl Target {
             Some(i) => (&rest[..i], format!("/{}", &rest[i..])),
             None => (rest, "/".to_owned()),
         };
-        if authority.contains('@') {
-            return Err("--url must not carry credentials".into());
+        // Anywhere, not only in the authority as parsed here: in a malformed
+        // userinfo (a raw `/` or `?`) the `@` comes after the cut, and a part of the
+        // credential would be echoed as the host.
+        if rest.contains('@') {
+            return Err("--url must not carry credentials (no `@`)".into());
         }
         let (host, port) = split_host_port(authority)?;
         let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host, port))
@@ -224,6 +227,15 @@ mod tests {
             .err()
             .unwrap();
         assert!(!err.contains("hunter2"), "{err}");
+        // A malformed userinfo: its `?` or `/` comes before the `@`.
+        for url in [
+            "http://admin:s3cr?t@127.0.0.1/",
+            "http://admin:s3cr/t@127.0.0.1/",
+            "http://adm1n:123/x@127.0.0.1/",
+        ] {
+            let err = Target::resolve(url, false).await.err().unwrap();
+            assert!(!err.contains("s3cr") && !err.contains("adm1n"), "{err}");
+        }
     }
 
     #[test]

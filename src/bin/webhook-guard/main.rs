@@ -12,7 +12,7 @@ use std::process::ExitCode;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use clap::{Args, Parser, Subcommand};
-use webhook_guard::store::{Backend, Deleted, Migration, Record, StoreUrl};
+use webhook_guard::store::{Backend, Deleted, Migration, OpenError, Record, StoreUrl};
 use webhook_guard::verify::NoVerification;
 use webhook_guard::{ConfigError, WebhookGuard};
 
@@ -111,6 +111,16 @@ pub(crate) enum Fail {
 }
 
 impl Fail {
+    /// An error opening the store: the store's own is a failure (exit 1); anything
+    /// else is the options' fault (a table for a store without tables, a bad
+    /// table name or parameter), a usage error (exit 2).
+    fn open(e: &OpenError) -> Self {
+        match e {
+            OpenError::Store(_) => Self::store(e),
+            _ => Self::Usage(format!("--store: {e}")),
+        }
+    }
+
     fn store(e: &(dyn std::error::Error + 'static)) -> Self {
         // The chain: StoreError already shows its source; add deeper causes.
         let mut text = e.to_string();
@@ -179,7 +189,7 @@ async fn guard(args: &StoreArgs) -> Result<WebhookGuard, Fail> {
     let opened = url
         .open()
         .await
-        .map_err(|e| match (Fail::store(&e), url.backend()) {
+        .map_err(|e| match (Fail::open(&e), url.backend()) {
             (Fail::Failed(text), Backend::Sqlite) => Fail::Failed(format!(
                 "{text} (a missing file is not created: run `webhook-guard migrate` first)"
             )),
@@ -244,6 +254,10 @@ async fn stuck(args: &StoreArgs, limit: usize, json: bool) -> Result<ExitCode, F
     if json {
         let list: Vec<_> = records.iter().map(|r| record_json(r, now)).collect();
         println!("{:#}", serde_json::Value::Array(list));
+        if records.len() >= limit {
+            // On stderr: stdout stays one JSON array.
+            eprintln!("the limit of {limit} was reached: more claims may be stuck");
+        }
     } else if records.is_empty() {
         println!("no stuck claims");
     } else {
@@ -293,7 +307,7 @@ async fn purge(args: &StoreArgs, batch: usize) -> Result<ExitCode, Fail> {
 async fn migrate(args: &StoreArgs) -> Result<ExitCode, Fail> {
     let url = store_url(args)?;
     let backend = url.backend();
-    let opened = url.open().await.map_err(|e| Fail::store(&e))?;
+    let opened = url.open().await.map_err(|e| Fail::open(&e))?;
     match opened.migrate().await.map_err(|e| Fail::store(&e))? {
         Migration::Applied { table } => println!("{backend}: table `{table}` is ready"),
         _ => println!("{backend} keeps no schema: nothing to migrate"),

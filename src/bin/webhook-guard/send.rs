@@ -136,7 +136,8 @@ enum Signer {
     Linear(Linear),
 }
 
-/// One event: its body (fixed across deliveries) and its id.
+/// One event: its body (fixed across deliveries, but for the time Linear puts in
+/// each one: see [`Signer::delivery`]) and its id.
 struct Event {
     id: String,
     body: Vec<u8>,
@@ -266,11 +267,26 @@ impl Signer {
         Ok(Event { id, body })
     }
 
-    /// The headers of one delivery of `event`, signed at `now` (Unix seconds).
-    /// `retry` counts earlier attempts (Slack announces retries).
-    fn headers(&self, event: &Event, now: i64, retry: u32) -> Vec<(String, String)> {
-        let body = &event.body[..];
-        let id = event.id.clone();
+    /// One delivery of `event` at `now` (Unix seconds): its headers, signed, and its
+    /// body. Linear puts the time of each delivery in its body (`webhookTimestamp`,
+    /// checked against a 60 s tolerance): a body that has one gets it anew. `retry`
+    /// counts earlier attempts (Slack announces retries).
+    fn delivery<'e>(
+        &self,
+        event: &'e Event,
+        now: i64,
+        retry: u32,
+    ) -> (Vec<(String, String)>, std::borrow::Cow<'e, [u8]>) {
+        let body = match self {
+            Self::Linear(_) => linear_body(&event.body, now),
+            _ => std::borrow::Cow::Borrowed(&event.body[..]),
+        };
+        let headers = self.headers(&event.id, &body, now, retry);
+        (headers, body)
+    }
+
+    fn headers(&self, id: &str, body: &[u8], now: i64, retry: u32) -> Vec<(String, String)> {
+        let id = id.to_owned();
         let own = |v: Vec<(&'static str, String)>| {
             v.into_iter()
                 .map(|(k, v)| (k.to_owned(), v))
@@ -330,15 +346,25 @@ struct Sender {
     verbose: bool,
 }
 
+/// `body` with its `webhookTimestamp` set to `now` (in milliseconds), if it is a
+/// JSON object that has one; else `body` as it is.
+fn linear_body(body: &[u8], now: i64) -> std::borrow::Cow<'_, [u8]> {
+    let Ok(serde_json::Value::Object(mut fields)) = serde_json::from_slice(body) else {
+        return std::borrow::Cow::Borrowed(body);
+    };
+    match fields.get_mut("webhookTimestamp") {
+        Some(t) => *t = now.saturating_mul(1000).into(),
+        None => return std::borrow::Cow::Borrowed(body),
+    }
+    std::borrow::Cow::Owned(serde_json::to_vec(&fields).expect("a JSON object serializes"))
+}
+
 impl Sender {
     async fn deliver(&self, retry: u32) -> (Vec<(String, String)>, Result<Reply, String>) {
-        let headers = self
+        let (headers, body) = self
             .signer
-            .headers(&self.event, Utc::now().timestamp(), retry);
-        let reply = self
-            .target
-            .post(&headers, &self.event.body, self.timeout)
-            .await;
+            .delivery(&self.event, Utc::now().timestamp(), retry);
+        let reply = self.target.post(&headers, &body, self.timeout).await;
         (headers, reply)
     }
 
@@ -548,11 +574,11 @@ mod tests {
             let signer = Signer::new(provider, secret).unwrap();
             let event = signer.event(None, None).unwrap();
             let now = Utc::now();
-            let headers = signer.headers(&event, now.timestamp(), 0);
+            let (headers, body) = signer.delivery(&event, now.timestamp(), 0);
             let verified = provider
                 .verifier([secret])
                 .unwrap()
-                .verify(&headers, &event.body, now)
+                .verify(&headers, &body, now)
                 .unwrap_or_else(|e| panic!("{provider}: {e}"));
             assert_eq!(
                 verified.event_id.as_deref(),
@@ -560,5 +586,20 @@ mod tests {
                 "{provider}"
             );
         }
+    }
+
+    /// Linear's tolerance is 60 s on the time in the body: a later delivery of the
+    /// same event carries its own time, and verifies then.
+    #[test]
+    fn a_linear_redelivery_carries_its_own_time() {
+        let signer = Signer::new(Provider::Linear, "secret").unwrap();
+        let event = signer.event(None, None).unwrap();
+        let later = Utc::now() + chrono::TimeDelta::seconds(120);
+        let (headers, body) = signer.delivery(&event, later.timestamp(), 1);
+        Provider::Linear
+            .verifier(["secret"])
+            .unwrap()
+            .verify(&headers, &body, later)
+            .expect("verifies at its own time");
     }
 }
