@@ -459,3 +459,87 @@ async fn record_in_leaves_a_live_claim_alone_and_takes_over_an_abandoned_one() {
     .await;
     store.pool().close().await;
 }
+
+/// In rollback-journal mode (a pool a host built without WAL), a reader holding its
+/// lock past the busy timeout makes the commit of a write fail. An `INSERT …
+/// RETURNING` hands back its row before the commit: the store must read the
+/// statement to its end, so that a failed commit is an error, not a claim (or an
+/// accepted event, or an observation) answered as made and then rolled back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_whose_commit_fails_is_an_error_not_a_success() {
+    use webhook_guard::inbox::{Enqueued, InboxStore, NewEvent};
+    use webhook_guard::meta::EventMeta;
+    use webhook_guard::ordering::{ObjectKey, OrderingStore};
+    use webhook_guard::store::sqlite::sqlx::sqlite::SqliteJournalMode;
+    let db = Db::new();
+    let options = || {
+        SqliteStore::connect_options(&db.path)
+            .journal_mode(SqliteJournalMode::Delete)
+            .busy_timeout(Duration::from_millis(200))
+    };
+    let store = SqliteStore::with_table(
+        SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect_with(options())
+            .await
+            .unwrap(),
+        &db.table,
+    )
+    .unwrap();
+    store.migrate().await.unwrap();
+    let mut reader = sqlx::sqlite::SqliteConnection::connect_with(&options())
+        .await
+        .unwrap();
+    let now = ms(Utc::now());
+    let key = Key::new("commit", "evt");
+    let meta = EventMeta::default();
+    let event = NewEvent {
+        key,
+        fingerprint: Fingerprint::of(b"p"),
+        meta: &meta,
+        payload: b"p",
+        now,
+        expires_at: now + TimeDelta::hours(1),
+    };
+    let object = ObjectKey {
+        namespace: "commit",
+        object: "trx-1",
+        family: "charge",
+    };
+    // A reader holds a shared lock on the file throughout.
+    let read = |table: String| format!("SELECT count(*) FROM \"{table}\"");
+    sqlx::raw_sql("BEGIN").execute(&mut reader).await.unwrap();
+    sqlx::query(&read(db.table.clone()))
+        .fetch_one(&mut reader)
+        .await
+        .unwrap();
+    let claim = store.claim(&request(key, now)).await;
+    let enqueued = store.enqueue(&event).await;
+    let observed = store.observe(object, now, now).await;
+    sqlx::raw_sql("COMMIT").execute(&mut reader).await.unwrap();
+    match claim {
+        Err(e) => assert!(e.is_unavailable(), "{e:?}"),
+        Ok(Claim::Acquired(_)) => assert!(
+            store.get(key).await.unwrap().is_some(),
+            "a claim answered as made is stored"
+        ),
+        Ok(other) => panic!("{other:?}"),
+    }
+    match enqueued {
+        Err(e) => assert!(e.is_unavailable(), "{e:?}"),
+        Ok(Enqueued::Inserted) => assert!(
+            store.get_event(key).await.unwrap().is_some(),
+            "an event answered as stored is stored"
+        ),
+        Ok(other) => panic!("{other:?}"),
+    }
+    match observed {
+        Err(e) => assert!(e.is_unavailable(), "{e:?}"),
+        Ok(_) => assert!(
+            store.get_object(object).await.unwrap().is_some(),
+            "an observation answered as made is stored"
+        ),
+    }
+    reader.close().await.unwrap();
+    store.pool().close().await;
+}

@@ -61,10 +61,11 @@ macro_rules! sql_store_impls {
                         .bind(millis(now))
                         .bind(ceil_millis(expires_at))
                         .bind(&Fingerprint::UNKNOWN.0[..])
-                        .fetch_optional(&mut *conn)
+                        // Read to the end (see `claim`).
+                        .fetch_all(&mut *conn)
                         .await
                         .map_err($err)?;
-                    if inserted.is_some() {
+                    if !inserted.is_empty() {
                         return Ok(Recorded::First);
                     }
                     let stored: Option<(Vec<u8>, String)> = ::sqlx::query_as(&q.recorded)
@@ -122,9 +123,17 @@ macro_rules! sql_store_impls {
                                 .bind(ceil_millis(request.expires_at))
                                 .bind(millis(request.now))
                                 .bind(&Fingerprint::UNKNOWN.0[..])
-                                .fetch_optional(&self.pool)
+                                // Read to the end, never just the first row: SQLite
+                                // commits an autocommit `INSERT … RETURNING` only
+                                // then, and a commit that fails (a reader's lock
+                                // past the busy timeout, a full disk) must be an
+                                // error, not a row answered as stored and then
+                                // rolled back.
+                                .fetch_all(&self.pool)
                                 .await
                                 .map_err($err)?
+                                .into_iter()
+                                .next()
                         };
                         if let Some(row) = row {
                             return Ok(Claim::Acquired(record(&row, key)?));
@@ -287,11 +296,12 @@ macro_rules! sql_store_impls {
                                 .bind(event.payload)
                                 .bind(millis(event.now))
                                 .bind(ceil_millis(event.expires_at))
-                                .fetch_optional(&self.pool)
+                                // Read to the end (see `claim`).
+                                .fetch_all(&self.pool)
                                 .await
                                 .map_err($err)?
                         };
-                        if inserted.is_some() {
+                        if !inserted.is_empty() {
                             return Ok(Enqueued::Inserted);
                         }
                         let row = ::sqlx::query(&q.existing)
@@ -432,11 +442,12 @@ macro_rules! sql_store_impls {
                             .bind(key.family)
                             .bind(millis(created_at))
                             .bind(millis(now))
-                            .fetch_optional(&self.pool)
+                            // Read to the end (see `claim`).
+                            .fetch_all(&self.pool)
                             .await
                             .map_err($err)?
                     };
-                    if fresh.is_some() {
+                    if !fresh.is_empty() {
                         return Ok(Freshness::Fresh);
                     }
                     // Not stored: an event as new or newer is (records are never
