@@ -148,9 +148,12 @@ impl<H: Hooks> Hooks for MetricsHooks<H> {
 
     fn on_sweep(&self, report: &SweepReport) {
         ::metrics::counter!(SWEEPER_PURGED_TOTAL).increment(report.purged);
-        // A gauge is an f64; a count of stuck leases fits exactly.
+        // A gauge is an f64; a count of stuck leases fits exactly. Left as it was
+        // when the stuck scan failed.
         #[allow(clippy::cast_precision_loss)]
-        ::metrics::gauge!(STUCK_LEASES).set(report.stuck as f64);
+        if report.stuck_counted {
+            ::metrics::gauge!(STUCK_LEASES).set(report.stuck as f64);
+        }
         self.inner.on_sweep(report);
     }
 

@@ -17,6 +17,9 @@ pub struct SweepReport {
     pub stuck: usize,
     /// How long ago the oldest of those leases ran out.
     pub oldest_stuck: Option<Duration>,
+    /// Whether the stuck leases were counted: `false` when the store failed to list
+    /// them (then `stuck` and `oldest_stuck` say nothing; `purged` still holds).
+    pub stuck_counted: bool,
 }
 
 /// Purges expired records in batches and counts stuck leases.
@@ -76,9 +79,10 @@ impl Sweeper {
     /// One pass: purge batches until one comes back short, then count stuck leases.
     ///
     /// # Errors
-    /// The store's error. When only the purge failed, stuck leases are still
-    /// counted and the pass reported to [`Hooks::on_sweep`] before the purge's error
-    /// is returned (a purge that keeps failing must not hide stuck leases).
+    /// The store's error (the purge's, if both failed). Unless both failed, the pass
+    /// is reported to [`Hooks::on_sweep`] all the same, with what it did: a purge
+    /// that keeps failing must not hide stuck leases, nor a failing stuck scan the
+    /// records purged (then [`SweepReport::stuck_counted`] is `false`).
     pub async fn sweep(&self) -> Result<SweepReport, StoreError> {
         let now = self.clock.now();
         let mut report = SweepReport::default();
@@ -97,15 +101,24 @@ impl Sweeper {
                 }
             }
         }
-        let stuck = self.store.stuck(now, self.stuck_limit).await?;
-        report.stuck = stuck.len();
-        report.oldest_stuck = stuck
-            .iter()
-            .map(|r| r.lease_until)
-            .min()
-            .and_then(|at| (now - at).to_std().ok());
-        self.hooks.on_sweep(&report);
-        match purge_error {
+        let stuck_error = match self.store.stuck(now, self.stuck_limit).await {
+            Ok(stuck) => {
+                report.stuck = stuck.len();
+                report.oldest_stuck = stuck
+                    .iter()
+                    .map(|r| r.lease_until)
+                    .min()
+                    .and_then(|at| (now - at).to_std().ok());
+                report.stuck_counted = true;
+                None
+            }
+            Err(e) => Some(e),
+        };
+        // A pass that learned something is reported; one where both failed is not.
+        if purge_error.is_none() || stuck_error.is_none() {
+            self.hooks.on_sweep(&report);
+        }
+        match purge_error.or(stuck_error) {
             Some(e) => Err(e),
             None => Ok(report),
         }

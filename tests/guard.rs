@@ -625,6 +625,8 @@ struct Flaky {
     get_down: std::sync::atomic::AtomicBool,
     /// While set, a purge fails.
     purge_down: std::sync::atomic::AtomicBool,
+    /// While set, listing stuck claims fails.
+    stuck_down: std::sync::atomic::AtomicBool,
 }
 
 /// Waits while `flag` is set.
@@ -728,6 +730,7 @@ impl ProcessedStore for Flaky {
     }
     async fn stuck(&self, now: DateTime<Utc>, limit: usize) -> Result<Vec<Record>, StoreError> {
         self.check(&self.down)?;
+        self.check(&self.stuck_down)?;
         self.inner.stuck(now, limit).await
     }
 }
@@ -1154,6 +1157,41 @@ async fn a_failed_purge_still_counts_stuck_leases() {
     let error = sweeper.sweep().await.expect_err("the purge's error");
     assert!(error.is_unavailable(), "{error}");
     assert_eq!(*hooks.0.lock().unwrap(), [1], "the stuck lease is reported");
+}
+
+/// A stuck scan that fails does not hide what the purge did: the pass is reported
+/// with its purged records, marked as not having counted stuck leases.
+#[tokio::test]
+async fn a_failed_stuck_scan_still_reports_the_purge() {
+    #[derive(Debug, Default)]
+    struct Seen(Mutex<Vec<(u64, bool)>>);
+    impl Hooks for Seen {
+        fn on_sweep(&self, report: &webhook_guard::SweepReport) {
+            self.0
+                .lock()
+                .unwrap()
+                .push((report.purged, report.stuck_counted));
+        }
+    }
+    let store = Arc::new(Flaky::default());
+    let guard = flaky_guard(&store);
+    for id in ["evt_a", "evt_b", "evt_c"] {
+        assert!(matches!(
+            ok_run(&guard, id, b"{}").await,
+            Outcome::Processed { .. }
+        ));
+    }
+    store.stuck_down.store(true, Ordering::SeqCst);
+    let hooks = Arc::new(Seen::default());
+    let clock = ManualClock::new(Utc::now() + TimeDelta::days(30));
+    let sweeper = webhook_guard::Sweeper::new(store.clone(), Arc::new(clock), hooks.clone());
+    let error = sweeper.sweep().await.expect_err("the stuck scan's error");
+    assert!(error.is_unavailable(), "{error}");
+    assert_eq!(
+        *hooks.0.lock().unwrap(),
+        [(3, false)],
+        "the purge is reported"
+    );
 }
 
 #[tokio::test(start_paused = true)]
