@@ -1678,3 +1678,90 @@ async fn inbox_namespaces_with_braces_do_not_share_keys() {
     }
     cleanup(&url, &prefix).await;
 }
+
+/// One record that does not read fails no scan: `stuck` lists the stuck records it
+/// can read, and an inbox lease hands out the events it can read (the others of
+/// its batch would otherwise wait out their lease with an attempt spent).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_unreadable_record_fails_no_scan() {
+    use webhook_guard::inbox::NewEvent;
+    use webhook_guard::meta::EventMeta;
+    let Some(url) = url() else { return };
+    let prefix = random_prefix("unreadable");
+    let store = RedisStore::builder()
+        .prefix(&prefix)
+        .shards(1)
+        .connect(url.as_str())
+        .await
+        .unwrap();
+    let client = redis::Client::open(url.as_str()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let now = DateTime::from_timestamp_millis(Utc::now().timestamp_millis()).unwrap();
+
+    // Two claims whose leases run out; one of them then holds a token that is no
+    // number (a record this crate did not write).
+    for id in ["good", "odd"] {
+        let request = ClaimRequest {
+            key: Key::new("ns", id),
+            fingerprint: Fingerprint::of(id.as_bytes()),
+            token: FencingToken::random(),
+            now,
+            lease_until: now + TimeDelta::seconds(1),
+            expires_at: now + TimeDelta::hours(1),
+        };
+        assert!(matches!(
+            store.claim(&request).await.unwrap(),
+            Claim::Acquired(_)
+        ));
+    }
+    let odd = record_keys(&url, &prefix)
+        .await
+        .into_iter()
+        .find(|k| k.ends_with("\0odd"))
+        .expect("the record of odd");
+    let value: String = redis::cmd("GET")
+        .arg(&odd)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let mut fields: Vec<&str> = value.split('|').collect();
+    fields[1] = "abc";
+    let _: () = redis::cmd("SET")
+        .arg(&odd)
+        .arg(fields.join("|"))
+        .arg("KEEPTTL")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let stuck = store.stuck(now + TimeDelta::seconds(5), 10).await.unwrap();
+    let ids: Vec<&str> = stuck.iter().map(|r| r.id.as_str()).collect();
+    assert_eq!(ids, ["good"]);
+
+    // Two accepted events; one of them then holds a fingerprint that is no hex.
+    let meta = EventMeta::default();
+    for id in ["e_good", "e_odd"] {
+        let event = NewEvent {
+            key: Key::new("ns", id),
+            fingerprint: Fingerprint::of(id.as_bytes()),
+            meta: &meta,
+            payload: b"p",
+            now,
+            expires_at: now + TimeDelta::hours(1),
+        };
+        store.enqueue(&event).await.unwrap();
+    }
+    let _: () = redis::cmd("HSET")
+        .arg(format!("{{{prefix}:i:ns}}:e:e_odd"))
+        .arg("f")
+        .arg("zz")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let leased = store
+        .lease("ns", now, now + TimeDelta::seconds(60), 10)
+        .await
+        .unwrap();
+    let ids: Vec<&str> = leased.iter().map(|e| e.id.as_str()).collect();
+    assert_eq!(ids, ["e_good"]);
+    cleanup(&url, &prefix).await;
+}

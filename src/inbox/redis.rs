@@ -51,7 +51,8 @@ impl RedisStore {
     }
 
     /// One run of the lease script, handing out events under `tokens` (one per event
-    /// wanted).
+    /// wanted): the events, and how many the script leased (those that do not read
+    /// included).
     async fn lease_batch(
         &self,
         namespace: &str,
@@ -59,7 +60,7 @@ impl RedisStore {
         now: DateTime<Utc>,
         lease_until: DateTime<Utc>,
         tokens: &[u64],
-    ) -> Result<Vec<InboxEvent>, StoreError> {
+    ) -> Result<(Vec<InboxEvent>, usize), StoreError> {
         let first = tokens.first().copied().unwrap_or_default();
         let mut inv = Eval::new(&SCRIPTS.lease, 2);
         inv.key(&keys.due)
@@ -81,9 +82,17 @@ impl RedisStore {
             let Value::Array(fields) = fields else {
                 return Err(corrupt("unexpected lease answer"));
             };
-            out.push(event(Key::new(namespace, id), fields)?);
+            // The script has leased every event of its answer: one that does not
+            // read must not cost the others their run (they would wait out the
+            // lease with an attempt spent). It is left to its lease.
+            match event(Key::new(namespace, id), fields) {
+                Ok(e) => out.push(e),
+                Err(e) => {
+                    tracing::warn!(%namespace, %id, error = %e, "a leased event that does not read: skipped");
+                }
+            }
         }
-        Ok(out)
+        Ok((out, answer.len() / 2))
     }
 
     /// Runs the settle script: `mode` is `settle` or `mark`.
@@ -521,13 +530,24 @@ impl InboxStore for RedisStore {
     ) -> Result<Vec<InboxEvent>, StoreError> {
         let keys = self.inbox_keys(namespace);
         let mut out = Vec::new();
-        while out.len() < limit {
-            let want = (limit - out.len()).min(BATCH);
+        let mut taken = 0;
+        while taken < limit {
+            let want = (limit - taken).min(BATCH);
             let tokens: Vec<u64> = (0..want).map(|_| FencingToken::random().0).collect();
-            let batch = self
+            let (batch, got) = match self
                 .lease_batch(namespace, &keys, now, lease_until, &tokens)
-                .await?;
-            let got = batch.len();
+                .await
+            {
+                Ok(batch) => batch,
+                // The events of the batches before are leased: handed out, not lost
+                // to their leases (fewer than the limit is a lease like any other).
+                Err(e) if !out.is_empty() => {
+                    tracing::warn!(error = %e, leased = out.len(), "an inbox lease failed part way: handing out what it took");
+                    break;
+                }
+                Err(e) => return Err(e),
+            };
+            taken += got;
             out.extend(batch);
             if got < want {
                 break;

@@ -58,9 +58,11 @@
 //! nodes; raise it for a larger cluster), while `stuck` and `purge_expired` visit
 //! every shard (one round trip per shard and batch). `stuck` reads up to its limit
 //! from each shard, in the order of the shard's index, and keeps the
-//! longest-expired of them all: at most `shards × limit` records per call, and a
-//! shard with more stuck claims than the limit may hold back a few whose entry was
-//! scored late (an entry left from an earlier record of the id). Every process
+//! longest-expired of them all: at most `shards × limit` records per call. The
+//! order is the index's, which is not always exact: a claim of an id whose earlier
+//! record the TTL dropped keeps that record's entry, scored early (`ZADD NX`), so
+//! when such a claim is stuck it may come before, and in a shard with more stuck
+//! claims than the limit push out, one whose lease ran out first. Every process
 //! sharing a prefix must use the same shard count: change it only together with
 //! the prefix.
 //!
@@ -397,7 +399,9 @@ impl Default for RedisStoreBuilder {
 impl RedisStoreBuilder {
     /// The prefix of every key the store writes (default [`DEFAULT_PREFIX`]): 1 to
     /// [`MAX_PREFIX_LEN`] bytes of printable ASCII without spaces, `{` or `}`.
-    /// Stores with different prefixes share nothing.
+    /// Stores with different prefixes share nothing, as long as neither prefix is
+    /// the other followed by `:` (`app` and `app:i` can meet in a key: keep the
+    /// prefixes of one server from nesting).
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = prefix.into();
         self
@@ -1388,7 +1392,14 @@ impl ProcessedStore for RedisStore {
                     let m = text(m).ok_or_else(|| corrupt("member"))?;
                     let (namespace, id) = m.split_once('\0').unwrap_or(("", m));
                     if found_here < limit {
-                        out.push(stored_record(Key::new(namespace, id), r)?);
+                        // One record this crate cannot read fails no scan (the
+                        // scripts keep such records in place, for the purge).
+                        match stored_record(Key::new(namespace, id), r) {
+                            Ok(record) => out.push(record),
+                            Err(e) => {
+                                tracing::warn!(%namespace, %id, error = %e, "a stuck record that does not read: skipped");
+                            }
+                        }
                         found_here += 1;
                     }
                 }
