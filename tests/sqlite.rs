@@ -543,3 +543,40 @@ async fn a_write_whose_commit_fails_is_an_error_not_a_success() {
     reader.close().await.unwrap();
     store.pool().close().await;
 }
+
+/// Writes queued behind a lock held elsewhere each answer `Unavailable` after about
+/// the busy timeout, not one after another, the k-th after k busy timeouts: here
+/// the lock goes a second after the first answer, and a write still queued then
+/// would be made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queued_writes_wait_at_most_the_busy_timeout() {
+    let db = Db::new();
+    let store = db.store(4).await;
+    store.migrate().await.unwrap();
+    let mut other =
+        sqlx::sqlite::SqliteConnection::connect_with(&SqliteStore::connect_options(&db.path))
+            .await
+            .unwrap();
+    sqlx::raw_sql("BEGIN IMMEDIATE")
+        .execute(&mut other)
+        .await
+        .unwrap();
+    let now = ms(Utc::now());
+    let mut claims = JoinSet::new();
+    for id in ["a", "b", "c"] {
+        let store = store.clone();
+        claims.spawn(async move { store.claim(&request(Key::new("queued", id), now)).await });
+    }
+    let mut answers = vec![claims.join_next().await.unwrap().unwrap()];
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    sqlx::raw_sql("COMMIT").execute(&mut other).await.unwrap();
+    while let Some(answer) = claims.join_next().await {
+        answers.push(answer.unwrap());
+    }
+    for answer in answers {
+        let err = answer.expect_err("answered while the lock was held");
+        assert!(err.is_unavailable(), "{err:?}");
+    }
+    other.close().await.unwrap();
+    store.pool().close().await;
+}

@@ -335,8 +335,8 @@ impl PostgresStore {
 impl PostgresStore {
     /// PostgreSQL orders concurrent writes itself (row locks, `SKIP LOCKED`): a write
     /// waits for nothing here.
-    async fn write_gate(&self) -> sql::Ungated {
-        sql::Ungated
+    async fn write_gate(&self) -> Result<sql::Ungated, StoreError> {
+        Ok(sql::Ungated)
     }
 
     /// Purge statements of 250 rows, each followed by a rest as long as it took, so

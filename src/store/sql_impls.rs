@@ -113,7 +113,7 @@ macro_rules! sql_store_impls {
                     // holder failed meanwhile), claim again.
                     for _ in 0..3 {
                         let row = {
-                            let _gate = self.write_gate().await;
+                            let _gate = self.write_gate().await?;
                             ::sqlx::query(&self.sql.claim)
                                 .bind(key.namespace)
                                 .bind(key.id)
@@ -153,7 +153,7 @@ macro_rules! sql_store_impls {
                     token: FencingToken,
                     finish: &Finish<'_>,
                 ) -> Result<Fence, StoreError> {
-                    let _gate = self.write_gate().await;
+                    let _gate = self.write_gate().await?;
                     let done = ::sqlx::query(&self.sql.finish)
                         .bind(key.namespace)
                         .bind(key.id)
@@ -176,7 +176,7 @@ macro_rules! sql_store_impls {
                     lease_until: DateTime<Utc>,
                     expires_at: DateTime<Utc>,
                 ) -> Result<Fence, StoreError> {
-                    let _gate = self.write_gate().await;
+                    let _gate = self.write_gate().await?;
                     let done = ::sqlx::query(&self.sql.renew)
                         .bind(key.namespace)
                         .bind(key.id)
@@ -206,7 +206,7 @@ macro_rules! sql_store_impls {
                 ) -> Result<Deleted, StoreError> {
                     for _ in 0..3 {
                         let done = {
-                            let _gate = self.write_gate().await;
+                            let _gate = self.write_gate().await?;
                             ::sqlx::query(&self.sql.delete)
                                 .bind(key.namespace)
                                 .bind(key.id)
@@ -239,7 +239,7 @@ macro_rules! sql_store_impls {
                     // Small statements, a rest after each (see `PurgePace`); the gate
                     // is taken per statement, so claims waiting for it go first.
                     purge_in_batches(limit, Self::PURGE_PACE, |n| async move {
-                        let _gate = self.write_gate().await;
+                        let _gate = self.write_gate().await?;
                         ::sqlx::query(&self.sql.purge)
                             .bind(millis(now))
                             .bind(sql::limit(n))
@@ -284,7 +284,7 @@ macro_rules! sql_store_impls {
                     let key = event.key;
                     for _ in 0..3 {
                         let inserted = {
-                            let _gate = self.write_gate().await;
+                            let _gate = self.write_gate().await?;
                             ::sqlx::query(&q.enqueue)
                                 .bind(key.namespace)
                                 .bind(key.id)
@@ -333,7 +333,7 @@ macro_rules! sql_store_impls {
                     if limit == 0 {
                         return Ok(Vec::new());
                     }
-                    let _gate = self.write_gate().await;
+                    let _gate = self.write_gate().await?;
                     let rows = ::sqlx::query(&self.sql.queue.lease)
                         .bind(namespace)
                         .bind(millis(now))
@@ -354,7 +354,7 @@ macro_rules! sql_store_impls {
                     token: FencingToken,
                     settle: &Settle<'_>,
                 ) -> Result<Fence, StoreError> {
-                    let _gate = self.write_gate().await;
+                    let _gate = self.write_gate().await?;
                     let done = ::sqlx::query(&self.sql.queue.settle)
                         .bind(key.namespace)
                         .bind(key.id)
@@ -384,7 +384,7 @@ macro_rules! sql_store_impls {
                     token: FencingToken,
                     lease_until: DateTime<Utc>,
                 ) -> Result<Fence, StoreError> {
-                    let _gate = self.write_gate().await;
+                    let _gate = self.write_gate().await?;
                     let done = ::sqlx::query(&self.sql.queue.renew)
                         .bind(key.namespace)
                         .bind(key.id)
@@ -412,7 +412,7 @@ macro_rules! sql_store_impls {
                     limit: usize,
                 ) -> Result<u64, StoreError> {
                     purge_in_batches(limit, sql::SETTLED_PURGE, |n| async move {
-                        let _gate = self.write_gate().await;
+                        let _gate = self.write_gate().await?;
                         ::sqlx::query(&self.sql.queue.purge)
                             .bind(millis(now))
                             .bind(sql::limit(n))
@@ -435,7 +435,7 @@ macro_rules! sql_store_impls {
                 ) -> Result<Freshness, StoreError> {
                     let q = &self.sql.queue;
                     let fresh = {
-                        let _gate = self.write_gate().await;
+                        let _gate = self.write_gate().await?;
                         ::sqlx::query(&q.observe)
                             .bind(key.namespace)
                             .bind(key.object)
@@ -475,7 +475,7 @@ macro_rules! sql_store_impls {
                     status: ObjectStatus,
                     now: DateTime<Utc>,
                 ) -> Result<bool, StoreError> {
-                    let _gate = self.write_gate().await;
+                    let _gate = self.write_gate().await?;
                     let q = &self.sql.queue;
                     if self
                         .object_update(&q.settle_object, key, created_at, status, now)
@@ -499,7 +499,7 @@ macro_rules! sql_store_impls {
                     status: ObjectStatus,
                     now: DateTime<Utc>,
                 ) -> Result<bool, StoreError> {
-                    let _gate = self.write_gate().await;
+                    let _gate = self.write_gate().await?;
                     let sql = &self.sql.queue.mark_object;
                     self.object_update(sql, key, created_at, status, now).await
                 }

@@ -329,9 +329,18 @@ impl SqliteStore {
 
 impl SqliteStore {
     /// Taken around every write statement (per statement for purges, so claims
-    /// waiting for it go first).
-    async fn write_gate(&self) -> MutexGuard<'_, ()> {
-        self.writes.lock().await
+    /// waiting for it go first). Waited for at most the busy timeout: writes queued
+    /// behind a lock held elsewhere (another process, a host transaction) would
+    /// otherwise each wait out the busy timeout in turn, the k-th for k times as
+    /// long, instead of answering `Unavailable` after it.
+    async fn write_gate(&self) -> Result<MutexGuard<'_, ()>, StoreError> {
+        tokio::time::timeout(BUSY_TIMEOUT, self.writes.lock())
+            .await
+            .map_err(|_| {
+                StoreError::unavailable(
+                    "the database is locked: this store's earlier writes held it past the busy timeout",
+                )
+            })
     }
 
     /// Purge statements of 100 rows (each holds the write gate and the file's write
