@@ -805,11 +805,12 @@ mod tests {
         let keys = store.inbox_keys("ns");
         let until = now + chrono::TimeDelta::minutes(5);
         let tokens = [11, 12];
-        let first = store
+        let (first, taken) = store
             .lease_batch("ns", &keys, now, until, &tokens)
             .await
             .unwrap();
-        let again = store
+        assert_eq!(taken, 2);
+        let (again, _) = store
             .lease_batch("ns", &keys, now, until, &tokens)
             .await
             .unwrap();
