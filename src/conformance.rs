@@ -1263,6 +1263,29 @@ pub mod inbox {
         assert_ne!(again[0].token, e.token, "a new lease gets a new token");
         assert_eq!(again[0].last_error.as_deref(), Some("boom"));
         assert_eq!(again[0].payload, b"p");
+
+        // A retry due between two milliseconds is not due in the one before: a
+        // store that keeps milliseconds rounds the time up, never down.
+        let ms = |us: i64| f.now + TimeDelta::microseconds(us);
+        let e = &again[0];
+        let retry = Settle {
+            next_attempt_at: ms(91_001_500),
+            ..f.settle(InboxState::Pending, 91, 91)
+        };
+        assert_eq!(
+            store.settle_event(e.key(), e.token, &retry).await.unwrap(),
+            Fence::Applied
+        );
+        let early = store
+            .lease(&f.namespace, ms(91_001_200), ms(151_000_000), 10)
+            .await
+            .unwrap();
+        assert!(early.is_empty(), "not due 0.3 ms before its time");
+        let due = store
+            .lease(&f.namespace, ms(91_002_000), ms(151_000_000), 10)
+            .await
+            .unwrap();
+        assert_eq!(due.len(), 1, "due once its time has come");
     }
 
     /// A settle whose attempt does not count takes it back, and only once: a settle
@@ -1589,6 +1612,11 @@ pub mod ordering {
             .unwrap());
         let left = store.failed_objects(&ns, at(100), 10).await.unwrap();
         assert_eq!(objects(left), ["trx-c", "trx-a"]);
+        let all = store
+            .failed_objects(&ns, at(100), usize::MAX)
+            .await
+            .unwrap();
+        assert_eq!(objects(all), ["trx-c", "trx-a"], "any limit is taken");
     }
 
     fn base() -> (String, DateTime<Utc>) {

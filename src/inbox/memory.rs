@@ -70,7 +70,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 fn due_at(e: &InboxEvent) -> Option<i64> {
     match e.state {
-        InboxState::Pending => Some(e.next_attempt_at.timestamp_millis()),
+        InboxState::Pending => Some(crate::store::ceil_millis(e.next_attempt_at)),
         // Rounded up: a lease is never due before it ends.
         InboxState::Running => Some(crate::store::ceil_millis(e.lease_until)),
         _ => None,

@@ -572,7 +572,7 @@ impl InboxStore for RedisStore {
             .arg(key.id)
             .arg(token.0)
             .arg(settle.state.as_str())
-            .arg(millis(settle.next_attempt_at))
+            .arg(ceil_millis(settle.next_attempt_at))
             .arg(now)
             .arg(expires)
             .arg(expires.saturating_sub(now).max(1))
@@ -730,9 +730,11 @@ impl OrderingStore for RedisStore {
         for shard in 0..self.shards() {
             let tag = self.shard_tag(shard);
             let mut inv = Eval::new(&SCRIPTS.failed, 1);
+            // Bounded so that the script's number prints as an integer (a limit
+            // such as `usize::MAX` would reach the server as `9.2e+18`, refused).
             inv.key(format!("{tag}:failed:{namespace}"))
                 .arg(millis(before))
-                .arg(limit)
+                .arg(limit.min(i32::MAX as usize))
                 .arg(object_prefix(&tag, namespace));
             let answer: Value = self.connection().eval(&inv).await.map_err(store_error)?;
             for triple in array(answer)?.chunks(3) {

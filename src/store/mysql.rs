@@ -1284,7 +1284,7 @@ impl InboxStore for MySqlStore {
         settle: &Settle<'_>,
     ) -> Result<Fence, StoreError> {
         let state = settle.state.as_str();
-        let next = millis(settle.next_attempt_at);
+        let next = ceil_millis(settle.next_attempt_at);
         let done = retry_deadlocks(|| {
             sqlx::query(&self.sql.queue.settle)
                 .bind(state)

@@ -360,7 +360,7 @@ macro_rules! sql_store_impls {
                         .bind(key.id)
                         .bind(token.as_i64())
                         .bind(settle.state.as_str())
-                        .bind(millis(settle.next_attempt_at))
+                        .bind(ceil_millis(settle.next_attempt_at))
                         .bind(settle.error)
                         .bind(millis(settle.now))
                         .bind(ceil_millis(settle.expires_at))
