@@ -1011,3 +1011,37 @@ async fn a_read_only_server_is_unavailable() {
     ));
     drop_table(&store).await;
 }
+
+/// A user at its `max_user_connections` (1203) cannot reach the store for now:
+/// `Unavailable`, as for a server at its `max_connections` (1040).
+#[tokio::test]
+async fn a_user_at_its_connection_limit_is_unavailable() {
+    let Some(url) = url() else { return };
+    let admin = pool(&url, 2).await;
+    for sql in [
+        "CREATE USER IF NOT EXISTS 'wg_one_conn'@'%' IDENTIFIED BY 'wg' WITH MAX_USER_CONNECTIONS 1",
+        "GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, DROP, INDEX ON test.* TO 'wg_one_conn'@'%'",
+    ] {
+        admin.execute(sql).await.expect("a test user");
+    }
+    let user_url = url.replacen("mysql://root@", "mysql://wg_one_conn:wg@", 1);
+    assert_ne!(user_url, url, "the URL names root@: {url}");
+    // The user's one connection is taken elsewhere.
+    let held = pool(&user_url, 1).await;
+    let store = MySqlStore::new(
+        MySqlPoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(Duration::from_secs(2))
+            .connect_lazy(&user_url)
+            .unwrap(),
+    );
+    let err = store
+        .claim(&support::fresh_request("evt_limited", Utc::now()))
+        .await
+        .expect_err("no connection to be had");
+    assert!(
+        err.is_unavailable(),
+        "a user at its limit is Unavailable: {err:?}"
+    );
+    held.close().await;
+}

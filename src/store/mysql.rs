@@ -162,7 +162,11 @@ pub use super::sql::InvalidTableName;
 ///
 /// - `enqueue` is one `INSERT … ON DUPLICATE KEY UPDATE` whose first assignment
 ///   decides once, with `LAST_INSERT_ID(code)`, whether the stored event is settled
-///   and expired (replaced) or not (unchanged, then read back as `Existing`).
+///   and expired (replaced) or not (unchanged, then read back as `Existing`). The
+///   statement carries the body twice (for the insert and for the replacement), so
+///   a body must stay under half the server's `max_allowed_packet` (16 MiB by
+///   default on MariaDB 10.11, 64 MiB on MySQL 8): mind it when raising
+///   `max_body` above 8 MiB.
 /// - `due_at` is `next_attempt_at` for a pending event, `lease_until` for a running
 ///   one and `NULL` once settled, so `by_due (namespace, due_at)` is a range scan over
 ///   the events still to run, however many settled rows the table holds. A lease is
@@ -182,8 +186,10 @@ pub use super::sql::InvalidTableName;
 /// # Errors
 ///
 /// Connection failures (I/O, TLS, pool timed out or closed, and the server errors
-/// 1040 "too many connections", 1053 "server shutdown", 1927 "connection killed",
-/// 4031 "disconnected by the server") are [`StoreError::Unavailable`]; anything
+/// 1040 "too many connections", 1203 and 1226 (the user's connection or hourly
+/// limits), 1053 "server shutdown", 1927 "connection killed", 3032 "offline mode",
+/// 4031 "disconnected by the server"), a read-only server (1290, 1836: a replica
+/// after a fail-over) and protocol errors are [`StoreError::Unavailable`]; anything
 /// else the server answers is [`StoreError::Backend`]. Both keep the
 /// [`sqlx::Error`] as their source. The pool checks a connection before lending it
 /// and opens new ones as needed, so the store recovers by itself when the server
@@ -755,13 +761,16 @@ fn record_from_row(row: &MySqlRow) -> Result<Record, StoreError> {
 }
 
 /// MySQL / MariaDB server errors that mean the connection, not the statement, failed.
-const UNAVAILABLE_CODES: [u16; 6] = [
+const UNAVAILABLE_CODES: [u16; 9] = [
     1040, // ER_CON_COUNT_ERROR: too many connections
     1053, // ER_SERVER_SHUTDOWN
+    1203, // ER_TOO_MANY_USER_CONNECTIONS: the user's `max_user_connections`
+    1226, // ER_USER_LIMIT_REACHED: the user's hourly limits
     1290, // ER_OPTION_PREVENTS_STATEMENT: `read_only` (a replica after a fail-over)
     1836, // ER_READ_ONLY_MODE (MySQL)
     1927, // ER_CONNECTION_KILLED (MariaDB)
     4031, // ER_CLIENT_INTERACTION_TIMEOUT (MySQL 8.0.24+): disconnected by the server
+    3032, // ER_SERVER_OFFLINE_MODE (MySQL)
 ];
 
 fn server_error_number(error: &sqlx::Error) -> Option<u16> {
@@ -1047,6 +1056,10 @@ impl MySqlStore {
     /// InnoDB may end a transaction as a deadlock victim (error 1213, a
     /// [`StoreError::Backend`] whose source is the [`sqlx::Error`]): it was rolled
     /// back whole, effect included, so run the whole transaction again.
+    ///
+    /// On a known id the statement sets the session's `LAST_INSERT_ID()` (to its
+    /// decision code, 1 to 3; see [`MySqlStore::claim_sql`]): read an
+    /// `AUTO_INCREMENT` id you need before calling this, not after.
     ///
     /// Do not drop the transaction's futures half-way (a `select!`, a timeout, an
     /// aborted task): sqlx 0.8's `begin` is not cancellation-safe, and a future
