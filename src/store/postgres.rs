@@ -187,6 +187,10 @@ impl PostgresStore {
 
     /// A store on `pool`, in the table `table`.
     ///
+    /// The store also uses `<table>_inbox` and `<table>_objects` (and indexes named
+    /// after `table`): stores sharing a database need names that none of these
+    /// repeat (`t` and `t_inbox` would meet).
+    ///
     /// # Errors
     /// [`InvalidTableName`] unless `table` matches `[A-Za-z_][A-Za-z0-9_]{0,62}`. The
     /// name is quoted in SQL, so it is case-sensitive and may be a reserved word.

@@ -389,7 +389,16 @@ where
     while left > 0 {
         let n = left.min(pace.rows.max(1));
         let started = std::time::Instant::now();
-        let done = batch(n).await?;
+        let done = match batch(n).await {
+            Ok(done) => done,
+            // What earlier statements removed is gone: say so (the next call goes
+            // on from there); with nothing removed yet, the error.
+            Err(e) if removed > 0 => {
+                tracing::warn!(error = %e, removed, "a purge statement failed; answering what the earlier ones removed");
+                break;
+            }
+            Err(e) => return Err(e),
+        };
         removed += done;
         left -= usize::try_from(done).unwrap_or(n).min(n);
         if done < n as u64 {
@@ -967,6 +976,30 @@ impl QueueSql {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A purge whose later statement fails answers what the earlier ones removed
+    /// (they are gone); one whose first statement fails answers the error.
+    #[tokio::test]
+    async fn a_purge_failing_part_way_answers_what_it_removed() {
+        let pace = PurgePace {
+            rows: 10,
+            rest: 0.0,
+        };
+        let calls = std::cell::Cell::new(0);
+        let batch = |n: usize| {
+            calls.set(calls.get() + 1);
+            let call = calls.get();
+            async move {
+                match call {
+                    1 | 2 => Ok(n as u64),
+                    _ => Err(StoreError::unavailable("connection reset")),
+                }
+            }
+        };
+        assert_eq!(purge_in_batches(100, pace, batch).await.unwrap(), 20);
+        let failing = |_: usize| async { Err::<u64, _>(StoreError::unavailable("down")) };
+        assert!(purge_in_batches(100, pace, failing).await.is_err());
+    }
 
     #[test]
     fn table_names_are_plain_identifiers() {
