@@ -1286,6 +1286,28 @@ pub mod inbox {
             .await
             .unwrap();
         assert_eq!(due.len(), 1, "due once its time has come");
+
+        // A fresh event is due in the very instant it was accepted, even one between
+        // two milliseconds.
+        let meta = EventMeta::default();
+        let at = ms(200_000_500);
+        let fresh = NewEvent {
+            key: Key::new(&f.namespace, "fresh"),
+            fingerprint: Fingerprint::of(b"p"),
+            meta: &meta,
+            payload: b"p",
+            now: at,
+            expires_at: at + TimeDelta::hours(1),
+        };
+        assert_eq!(store.enqueue(&fresh).await.unwrap(), Enqueued::Inserted);
+        let leased = store
+            .lease(&f.namespace, at, at + TimeDelta::seconds(60), 10)
+            .await
+            .unwrap();
+        assert!(
+            leased.iter().any(|e| e.id == "fresh"),
+            "a fresh event is due at once"
+        );
     }
 
     /// A settle whose attempt does not count takes it back, and only once: a settle

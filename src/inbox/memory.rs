@@ -68,13 +68,25 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// An event's place in the due index: exactly when it is due, in nanoseconds (a
+/// lease takes it once that is at or before its `now`: never before its time, and
+/// a fresh event in the very instant it was accepted).
 fn due_at(e: &InboxEvent) -> Option<i64> {
     match e.state {
-        InboxState::Pending => Some(crate::store::ceil_millis(e.next_attempt_at)),
-        // Rounded up: a lease is never due before it ends.
-        InboxState::Running => Some(crate::store::ceil_millis(e.lease_until)),
+        InboxState::Pending => Some(nanos(e.next_attempt_at)),
+        InboxState::Running => Some(nanos(e.lease_until)),
         _ => None,
     }
+}
+
+/// `t` in nanoseconds since the epoch, clamped to what an `i64` holds (1677 to
+/// 2262; the worker's times stay within a century of now).
+fn nanos(t: DateTime<Utc>) -> i64 {
+    t.timestamp_nanos_opt().unwrap_or(if t.timestamp() > 0 {
+        i64::MAX
+    } else {
+        i64::MIN
+    })
 }
 
 /// A settled event's place in the settled index: its expiry, rounded up (a purge
@@ -159,12 +171,12 @@ impl InboxStore for MemoryStore {
         limit: usize,
     ) -> Result<Vec<InboxEvent>, StoreError> {
         let mut q = lock(self.queue());
-        let now_ms = now.timestamp_millis();
+        let now_ns = nanos(now);
         let from = (namespace.to_owned(), i64::MIN, String::new());
         let picked: Vec<(String, i64, String)> = q
             .due
             .range(from..)
-            .take_while(|(ns, at, _)| ns == namespace && *at <= now_ms)
+            .take_while(|(ns, at, _)| ns == namespace && *at <= now_ns)
             .take(limit)
             .cloned()
             .collect();
