@@ -1135,18 +1135,19 @@ async fn a_renewal_that_never_answers_stops_its_handler_when_the_lease_ends() {
 /// dropped, and another worker then runs the event alone.
 async fn lease_end_stops_the_handler(fail_renewals: bool, hang_renewals: bool) {
     let store = MemoryStore::new();
+    let dying = Arc::new(DiesAt {
+        inner: store.clone(),
+        calls: AtomicUsize::new(0),
+        die_at: usize::MAX,
+        fail_renewals,
+        hang_purges: false,
+        hang_renewals,
+        panic_at: usize::MAX,
+    });
     let clock = ManualClock::new(start());
     let guard = WebhookGuard::builder()
         .store(store.clone())
-        .inbox(Arc::new(DiesAt {
-            inner: store.clone(),
-            calls: AtomicUsize::new(0),
-            die_at: usize::MAX,
-            fail_renewals,
-            hang_purges: false,
-            hang_renewals,
-            panic_at: usize::MAX,
-        }))
+        .inbox(dying.clone())
         .verifier(NoVerification)
         .event_id(EventId::json_field(["id"]))
         .namespace("renew")
@@ -1191,7 +1192,9 @@ async fn lease_end_stops_the_handler(fail_renewals: bool, hang_renewals: bool) {
         let worker = worker.clone();
         async move { worker.run_once().await }
     });
-    while runs.load(Ordering::SeqCst) == 0 {
+    // The run has begun and a renewal has been sent (the lease, then a renewal:
+    // two store calls), so the end of the lease is met while renewing.
+    while runs.load(Ordering::SeqCst) == 0 || dying.calls.load(Ordering::SeqCst) < 2 {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     // The lease ends on the store's clock; renewals fail meanwhile.
@@ -1871,12 +1874,16 @@ async fn an_event_whose_lease_ended_before_its_run_is_not_run() {
         0,
         "not run on a lease that had ended"
     );
+    let back = stored(&store, "late", "evt_late").await;
+    assert_eq!(
+        (back.state, back.attempts),
+        (InboxState::Pending, 0),
+        "put back at once, the attempt given back"
+    );
     assert_eq!(worker.run_once().await.unwrap(), 1);
     assert_eq!(runs.load(Ordering::SeqCst), 1);
-    assert_eq!(
-        stored(&store, "late", "evt_late").await.state,
-        InboxState::Done
-    );
+    let done = stored(&store, "late", "evt_late").await;
+    assert_eq!((done.state, done.attempts), (InboxState::Done, 1));
 }
 
 /// A lease call that panics (a store bug) does not end a spawned worker: later

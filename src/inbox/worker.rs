@@ -400,6 +400,9 @@ enum Ran {
     TimedOut,
     /// The lease could not be renewed: another worker may hold the event now.
     LeaseLost,
+    /// The lease had ended before the handler could start (a slow ordering check):
+    /// another worker may hold the event now, and nothing ran.
+    NotStarted,
 }
 
 impl Inner {
@@ -464,6 +467,14 @@ impl Inner {
                 tracing::warn!(id = %event.id, "inbox lease lost while the handler ran; handler stopped");
                 self.reconcile(&event, ReconcileReason::LeaseLost).await;
             }
+            Ran::NotStarted => {
+                // Put back, its attempt given back (fenced: a no-op if another
+                // worker has it): nothing ran, so nothing to reconcile.
+                let error = "the lease ended before the handler started";
+                let now = self.clock.now();
+                self.settle_at(&event, InboxState::Pending, Some(error), now, false)
+                    .await;
+            }
         }
     }
 
@@ -503,6 +514,12 @@ impl Inner {
     }
 
     async fn run(&self, event: &InboxEvent) -> Ran {
+        if self
+            .held_for(event, event.lease_until, "inbox lease ended before its run")
+            .is_none()
+        {
+            return Ran::NotStarted;
+        }
         let run = self.renewing(event, catch_unwind(self.handler.handle(event)));
         let result = match self.timeout {
             Some(limit) => match tokio::time::timeout(limit, run).await {
@@ -538,18 +555,29 @@ impl Inner {
         let mut held_until = event.lease_until;
         loop {
             // Until the next renewal, or the end of the lease if that comes first.
-            let left = self.held_for(event, held_until, "inbox lease ran out unrenewed")?;
+            let left = self.held_for(
+                event,
+                held_until,
+                "inbox lease ran out unrenewed; handler stopped",
+            )?;
             tokio::select! {
                 done = &mut work => return Some(done),
                 () = tokio::time::sleep(every.min(left)) => {}
             }
-            self.held_for(event, held_until, "inbox lease ran out unrenewed")?;
+            self.held_for(
+                event,
+                held_until,
+                "inbox lease ran out unrenewed; handler stopped",
+            )?;
             let until = crate::later(self.clock.now(), delta(self.lease));
             let renewal = self.inbox.renew_event(event.key(), event.token, until);
             let mut renewal = std::pin::pin!(renewal);
             let renewed = loop {
-                let left =
-                    self.held_for(event, held_until, "inbox lease ran out while renewing")?;
+                let left = self.held_for(
+                    event,
+                    held_until,
+                    "inbox lease ran out while renewing; handler stopped",
+                )?;
                 tokio::select! {
                     done = &mut work => return Some(done),
                     renewed = &mut renewal => break renewed,
@@ -577,7 +605,7 @@ impl Inner {
         match (held_until - self.clock.now()).to_std() {
             Ok(left) if !left.is_zero() => Some(left),
             _ => {
-                tracing::warn!(id = %event.id, "{what}; handler stopped");
+                tracing::warn!(id = %event.id, "{what}");
                 None
             }
         }
