@@ -113,7 +113,9 @@ pub trait Hooks: fmt::Debug + Send + Sync + 'static {
         let _ = (event, error);
     }
 
-    /// The sweeper finished a pass.
+    /// The sweeper finished a pass. Read
+    /// [`SweepReport::stuck_counted`](crate::SweepReport::stuck_counted) before
+    /// `stuck`: a pass whose stuck scan failed reports 0 stuck leases.
     fn on_sweep(&self, report: &SweepReport) {
         let _ = report;
     }

@@ -85,7 +85,8 @@ pub struct InboxEvent {
     pub namespace: String,
     /// The event id.
     pub id: String,
-    /// The fingerprint of the payload.
+    /// The fingerprint of the payload ([`Fingerprint::UNKNOWN`] when the guard that
+    /// accepted it detects no conflicts).
     pub fingerprint: Fingerprint,
     /// Type, creation time and target object.
     pub meta: EventMeta,

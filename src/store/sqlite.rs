@@ -333,10 +333,12 @@ impl SqliteStore {
 
 impl SqliteStore {
     /// Taken around every write statement (per statement for purges, so claims
-    /// waiting for it go first). Waited for at most the busy timeout: writes queued
-    /// behind a lock held elsewhere (another process, a host transaction) would
-    /// otherwise each wait out the busy timeout in turn, the k-th for k times as
-    /// long, instead of answering `Unavailable` after it.
+    /// waiting for it go first). Waited for at most 5 s (the busy timeout
+    /// [`SqliteStore::open`] sets, whatever the pool's own): writes queued behind a
+    /// lock held elsewhere (another process, a host transaction) would otherwise
+    /// each wait out the busy timeout in turn, the k-th for k times as long, instead
+    /// of answering `Unavailable`. A burst of the store's own writes slower than
+    /// that (fsync-bound) answers `Unavailable` too, and the provider retries.
     async fn write_gate(&self) -> Result<MutexGuard<'_, ()>, StoreError> {
         tokio::time::timeout(BUSY_TIMEOUT, self.writes.lock())
             .await
