@@ -213,20 +213,25 @@ pub async fn fresh_claim_then_existing(store: &dyn ProcessedStore) {
     );
 }
 
+/// Sends `requests` at once; the records of those acquired.
+async fn race(store: &dyn ProcessedStore, requests: &[ClaimRequest<'_>]) -> Vec<Record> {
+    join_all(requests.iter().map(|r| store.claim(r)))
+        .await
+        .into_iter()
+        .map(|a| a.expect("claim failed"))
+        .filter_map(|a| match a {
+            Claim::Acquired(r) => Some(r),
+            Claim::Existing(_) => None,
+        })
+        .collect()
+}
+
 /// Of many concurrent claims of one key, exactly one is acquired.
 pub async fn concurrent_claims_have_one_winner(store: &dyn ProcessedStore) {
     let f = Fixture::new();
     for id in ["race_a", "race_b", "race_c"] {
         let requests: Vec<_> = (0..32).map(|_| f.request(id, b"same", 0)).collect();
-        let answers = join_all(requests.iter().map(|r| store.claim(r))).await;
-        let winners: Vec<_> = answers
-            .into_iter()
-            .map(|a| a.expect("claim failed"))
-            .filter_map(|a| match a {
-                Claim::Acquired(r) => Some(r),
-                Claim::Existing(_) => None,
-            })
-            .collect();
+        let winners = race(store, &requests).await;
         assert_eq!(winners.len(), 1, "exactly one of 32 concurrent claims wins");
         let stored = store.get(f.key(id)).await.unwrap().expect("record exists");
         assert_eq!(
@@ -254,15 +259,7 @@ pub async fn concurrent_takeovers_have_one_winner(store: &dyn ProcessedStore) {
             60 // the lease has run out
         };
         let requests: Vec<_> = (0..32).map(|_| f.request(id, b"same", at)).collect();
-        let answers = join_all(requests.iter().map(|r| store.claim(r))).await;
-        let winners: Vec<_> = answers
-            .into_iter()
-            .map(|a| a.expect("claim failed"))
-            .filter_map(|a| match a {
-                Claim::Acquired(r) => Some(r),
-                Claim::Existing(_) => None,
-            })
-            .collect();
+        let winners = race(store, &requests).await;
         assert_eq!(
             winners.len(),
             1,

@@ -988,6 +988,7 @@ async fn an_ordering_store_outage_is_503_and_counts_no_handler_failure() {
         .ordering(Arc::new(OrderingDown {
             inner: store.clone(),
             down: true.into(),
+            slow_once: Mutex::default(),
         }))
         .verifier(NoVerification)
         .event_id(EventId::json_field(["id"]))
@@ -1220,6 +1221,9 @@ async fn lease_end_stops_the_handler(fail_renewals: bool, hang_renewals: bool) {
 struct OrderingDown {
     inner: MemoryStore,
     down: std::sync::atomic::AtomicBool,
+    /// Taken by the first `observe`, which then moves the clock on by as much (a
+    /// slow round trip).
+    slow_once: Mutex<Option<(ManualClock, TimeDelta)>>,
 }
 
 impl OrderingDown {
@@ -1240,6 +1244,9 @@ impl OrderingStore for OrderingDown {
         now: DateTime<Utc>,
     ) -> Result<webhook_guard::ordering::Freshness, webhook_guard::StoreError> {
         self.check()?;
+        if let Some((clock, by)) = self.slow_once.lock().unwrap().take() {
+            clock.advance(by);
+        }
         self.inner.observe(key, created_at, now).await
     }
     async fn settle_object(
@@ -1288,6 +1295,7 @@ async fn an_ordering_outage_does_not_use_up_the_attempts() {
     let ordering = Arc::new(OrderingDown {
         inner: store.clone(),
         down: true.into(),
+        slow_once: Mutex::default(),
     });
     let guard = outage_guard(&store, ordering.clone(), &clock);
     let runs = Arc::new(AtomicUsize::new(0));
@@ -1582,6 +1590,7 @@ async fn an_ordering_outage_backs_off() {
     let ordering = Arc::new(OrderingDown {
         inner: store.clone(),
         down: true.into(),
+        slow_once: Mutex::default(),
     });
     let guard = outage_guard(&store, ordering, &clock);
     let worker = guard
@@ -1774,63 +1783,6 @@ async fn a_dead_letter_is_listed_for_reconcile_stale_even_if_its_worker_dies_set
     running.abort();
 }
 
-/// An ordering store whose first `observe` takes `by` on the clock (a slow round
-/// trip).
-#[derive(Debug)]
-struct SlowObserve {
-    inner: MemoryStore,
-    clock: ManualClock,
-    by: TimeDelta,
-    slowed: std::sync::atomic::AtomicBool,
-}
-
-#[async_trait]
-impl OrderingStore for SlowObserve {
-    async fn observe(
-        &self,
-        key: ObjectKey<'_>,
-        created_at: DateTime<Utc>,
-        now: DateTime<Utc>,
-    ) -> Result<webhook_guard::ordering::Freshness, webhook_guard::StoreError> {
-        if !self.slowed.swap(true, Ordering::SeqCst) {
-            self.clock.advance(self.by);
-        }
-        self.inner.observe(key, created_at, now).await
-    }
-    async fn settle_object(
-        &self,
-        key: ObjectKey<'_>,
-        created_at: DateTime<Utc>,
-        status: ObjectStatus,
-        now: DateTime<Utc>,
-    ) -> Result<bool, webhook_guard::StoreError> {
-        self.inner.settle_object(key, created_at, status, now).await
-    }
-    async fn mark_object(
-        &self,
-        key: ObjectKey<'_>,
-        created_at: DateTime<Utc>,
-        status: ObjectStatus,
-        now: DateTime<Utc>,
-    ) -> Result<bool, webhook_guard::StoreError> {
-        self.inner.mark_object(key, created_at, status, now).await
-    }
-    async fn get_object(
-        &self,
-        key: ObjectKey<'_>,
-    ) -> Result<Option<webhook_guard::ordering::ObjectRecord>, webhook_guard::StoreError> {
-        self.inner.get_object(key).await
-    }
-    async fn failed_objects(
-        &self,
-        namespace: &str,
-        before: DateTime<Utc>,
-        limit: usize,
-    ) -> Result<Vec<webhook_guard::ordering::ObjectRecord>, webhook_guard::StoreError> {
-        self.inner.failed_objects(namespace, before, limit).await
-    }
-}
-
 /// An event whose lease ended before its handler could start (a slow ordering
 /// check) is not run: another worker may have it by then. The next lease runs it.
 #[tokio::test]
@@ -1840,11 +1792,10 @@ async fn an_event_whose_lease_ended_before_its_run_is_not_run() {
     let guard = WebhookGuard::builder()
         .store(store.clone())
         .inbox(Arc::new(store.clone()))
-        .ordering(Arc::new(SlowObserve {
+        .ordering(Arc::new(OrderingDown {
             inner: store.clone(),
-            clock: clock.clone(),
-            by: TimeDelta::milliseconds(400),
-            slowed: std::sync::atomic::AtomicBool::new(false),
+            down: false.into(),
+            slow_once: Mutex::new(Some((clock.clone(), TimeDelta::milliseconds(400)))),
         }))
         .verifier(NoVerification)
         .event_id(EventId::json_field(["id"]))
