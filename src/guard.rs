@@ -275,7 +275,7 @@ pub struct WebhookGuardBuilder {
     event_id: EventId,
     lease: Duration,
     retention: Option<Duration>,
-    escalate_after: u32,
+    escalate_after: Option<u32>,
     max_body: usize,
     in_progress: InProgressAnswer,
     fingerprint: Option<bool>,
@@ -387,9 +387,12 @@ impl WebhookGuardBuilder {
         self
     }
 
-    /// After how many failures an id is escalated (default 5).
+    /// After how many failures an id is escalated (default 5, or the verifier's
+    /// [`deliveries`](Verifier::deliveries) if fewer: GitHub delivers once, Slack and
+    /// Linear four times, and an event failing on each of them would otherwise never
+    /// be escalated).
     pub fn escalate_after(mut self, failures: u32) -> Self {
-        self.escalate_after = failures;
+        self.escalate_after = Some(failures);
         self
     }
 
@@ -455,7 +458,10 @@ impl WebhookGuardBuilder {
                 });
             }
         }
-        if self.escalate_after == 0 {
+        let escalate_after = self.escalate_after.unwrap_or_else(|| {
+            DEFAULT_ESCALATE_AFTER.min(verifier.deliveries().unwrap_or(u32::MAX).max(1))
+        });
+        if escalate_after == 0 {
             return Err(ConfigError::ZeroEscalation);
         }
         if self.max_body == 0 {
@@ -478,7 +484,7 @@ impl WebhookGuardBuilder {
                 lease_delta,
                 retention,
                 retention_delta,
-                escalate_after: self.escalate_after,
+                escalate_after,
                 max_body: self.max_body,
                 in_progress: self.in_progress,
                 fingerprint,
@@ -1580,7 +1586,7 @@ impl WebhookGuard {
             event_id: EventId::FromVerifier,
             lease: DEFAULT_LEASE,
             retention: None,
-            escalate_after: DEFAULT_ESCALATE_AFTER,
+            escalate_after: None,
             max_body: DEFAULT_MAX_BODY,
             in_progress: InProgressAnswer::default(),
             fingerprint: None,

@@ -65,7 +65,8 @@
 //! | [`Stale`](Outcome::Stale) | 200 + stale hook | no | stops |
 //!
 //! Escalation is the seed advice "escalate before the provider gives up": after
-//! `escalate_after` failed deliveries of one id (default 5), the guard answers 200,
+//! `escalate_after` failed deliveries of one id (default 5, or fewer when the
+//! verifier's provider delivers an event fewer times), the guard answers 200,
 //! calls [`Hooks::on_escalation`] once, and treats the id as done. Reconcile the
 //! object through the provider's API from there, rather than leaning on hourly retries.
 //!

@@ -2063,3 +2063,77 @@ async fn a_lease_lost_finish_that_cannot_be_checked_may_have_been_made() {
     assert!(matches!(again, Outcome::Duplicate { .. }), "{again:?}");
     assert_eq!(hooks.escalations.lock().unwrap().len(), 1, "called once");
 }
+
+/// The default `escalate_after` is at most the provider's number of deliveries: an
+/// event Slack delivers four times, failing each time, is escalated at the fourth
+/// (at five it never would be); GitHub, which delivers once, escalates the first
+/// failure. An explicit `escalate_after` still wins.
+#[tokio::test]
+async fn escalation_comes_before_the_providers_last_delivery() {
+    use webhook_guard::verify::{GitHub, Slack};
+    let slack = Slack::new(["slack-secret"]).unwrap();
+    let at = Utc::now();
+    let clock = ManualClock::new(at);
+    let hooks = Arc::new(Recorder::default());
+    let guard = WebhookGuard::builder()
+        .store(MemoryStore::new())
+        .verifier(slack.clone())
+        .clock(clock.clone())
+        .hooks(hooks.clone())
+        .build()
+        .unwrap();
+    let body = br#"{"type":"event_callback","event_id":"Ev_fail","event":{"type":"app_mention"}}"#;
+    let mut outcomes = Vec::new();
+    for after in [0, 1, 60, 300] {
+        let now = at + TimeDelta::seconds(after);
+        clock.set(now);
+        let headers = slack.sign_headers(now.timestamp(), body);
+        let outcome = guard
+            .handle(&headers, body, |_| async {
+                Err(HandlerError::retryable("downstream down"))
+            })
+            .await;
+        outcomes.push(outcome.kind());
+    }
+    assert_eq!(
+        outcomes,
+        [
+            OutcomeKind::RetryableFailure,
+            OutcomeKind::RetryableFailure,
+            OutcomeKind::RetryableFailure,
+            OutcomeKind::Escalated
+        ]
+    );
+    assert_eq!(hooks.escalations.lock().unwrap().len(), 1);
+
+    let github = GitHub::new(["gh-secret"]).unwrap();
+    let once = WebhookGuard::builder()
+        .store(MemoryStore::new())
+        .verifier(github.clone())
+        .build()
+        .unwrap();
+    let body = br#"{"action":"opened"}"#;
+    let headers = [
+        ("X-GitHub-Delivery", "d-1".to_owned()),
+        ("X-Hub-Signature-256", github.sign(body)),
+    ];
+    let outcome = once
+        .handle(&headers, body, |_| async {
+            Err(HandlerError::retryable("no"))
+        })
+        .await;
+    assert_eq!(outcome.kind(), OutcomeKind::Escalated);
+
+    let explicit = WebhookGuard::builder()
+        .store(MemoryStore::new())
+        .verifier(github.clone())
+        .escalate_after(3)
+        .build()
+        .unwrap();
+    let outcome = explicit
+        .handle(&headers, body, |_| async {
+            Err(HandlerError::retryable("no"))
+        })
+        .await;
+    assert_eq!(outcome.kind(), OutcomeKind::RetryableFailure);
+}

@@ -88,6 +88,11 @@ impl Verifier for GitHub {
     fn retry_window(&self) -> Option<Duration> {
         Some(Self::RETRY_WINDOW)
     }
+
+    /// GitHub delivers an event once (no automatic retry).
+    fn deliveries(&self) -> Option<u32> {
+        Some(1)
+    }
 }
 
 #[cfg(test)]

@@ -209,6 +209,11 @@ impl Verifier for Jamm {
     fn retry_window(&self) -> Option<Duration> {
         Some(Self::RETRY_WINDOW)
     }
+
+    /// Jamm's 20 attempts.
+    fn deliveries(&self) -> Option<u32> {
+        Some(20)
+    }
 }
 
 #[cfg(test)]

@@ -113,6 +113,11 @@ impl Verifier for Linear {
     fn retry_window(&self) -> Option<Duration> {
         Some(Self::RETRY_WINDOW)
     }
+
+    /// Linear's first attempt and its 3 retries.
+    fn deliveries(&self) -> Option<u32> {
+        Some(4)
+    }
 }
 
 #[cfg(test)]

@@ -89,6 +89,14 @@ pub trait Verifier: fmt::Debug + Send + Sync + 'static {
         None
     }
 
+    /// How many times the provider delivers one event at most (its first attempt and
+    /// its retries), if known. The guard's default `escalate_after` is at most this,
+    /// so that an event the handler keeps failing is escalated (alert, reconcile)
+    /// before the provider gives up.
+    fn deliveries(&self) -> Option<u32> {
+        None
+    }
+
     /// How far from `now` a signed timestamp may lie and still verify, for a scheme
     /// that signs one. The guard refuses a retention shorter than twice this: a
     /// replay the signature still accepts must find its id remembered.
@@ -124,6 +132,10 @@ impl<V: Verifier + ?Sized> Verifier for Box<V> {
         (**self).retry_window()
     }
 
+    fn deliveries(&self) -> Option<u32> {
+        (**self).deliveries()
+    }
+
     fn tolerance(&self) -> Option<Duration> {
         (**self).tolerance()
     }
@@ -149,6 +161,10 @@ impl<V: Verifier + ?Sized> Verifier for std::sync::Arc<V> {
 
     fn retry_window(&self) -> Option<Duration> {
         (**self).retry_window()
+    }
+
+    fn deliveries(&self) -> Option<u32> {
+        (**self).deliveries()
     }
 
     fn tolerance(&self) -> Option<Duration> {

@@ -146,6 +146,11 @@ impl Verifier for Paddle {
     fn retry_window(&self) -> Option<Duration> {
         Some(Self::RETRY_WINDOW)
     }
+
+    /// Paddle's first attempt and up to 60 retries (live accounts).
+    fn deliveries(&self) -> Option<u32> {
+        Some(61)
+    }
 }
 
 #[cfg(test)]

@@ -88,6 +88,11 @@ impl Verifier for Shopify {
     fn retry_window(&self) -> Option<Duration> {
         Some(Self::RETRY_WINDOW)
     }
+
+    /// Shopify's first attempt and its 8 retries.
+    fn deliveries(&self) -> Option<u32> {
+        Some(9)
+    }
 }
 
 #[cfg(test)]

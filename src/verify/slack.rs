@@ -119,6 +119,11 @@ impl Verifier for Slack {
     fn retry_window(&self) -> Option<Duration> {
         Some(Self::RETRY_WINDOW)
     }
+
+    /// Slack's first attempt and its 3 retries.
+    fn deliveries(&self) -> Option<u32> {
+        Some(4)
+    }
 }
 
 #[cfg(test)]

@@ -344,6 +344,11 @@ impl Verifier for StandardWebhooks {
     fn retry_window(&self) -> Option<Duration> {
         Some(Self::RETRY_WINDOW)
     }
+
+    /// Svix's schedule: the first attempt and 7 retries.
+    fn deliveries(&self) -> Option<u32> {
+        Some(8)
+    }
 }
 
 #[cfg(test)]
