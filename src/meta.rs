@@ -7,7 +7,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use chrono::{DateTime, Datelike as _, Timelike as _, Utc};
+use chrono::{DateTime, Datelike as _, Utc};
 
 use crate::json;
 
@@ -23,8 +23,7 @@ pub struct EventMeta {
     /// The id of the object the event is about, such as `trx-123` or `ch_123`.
     pub object: Option<String>,
     /// The event family the ordering guard keys by, beside the object (by default
-    /// the event type up to its last `.` or `_`, such as `charge` for
-    /// `charge.succeeded`).
+    /// [`default_family`] of the type, such as `charge` for `charge.succeeded`).
     pub family: Option<String>,
 }
 
@@ -60,9 +59,9 @@ pub fn default_family(event_type: &str) -> String {
 }
 
 /// Parses a `created_at` value: Unix seconds, Unix milliseconds (13+ digits), or an
-/// RFC 3339 timestamp. Numeric times past the year 9999 (which RFC 3339 cannot
-/// write) are refused: one such time would make the ordering guard treat every
-/// later event of its object as stale.
+/// RFC 3339 timestamp. Times outside the years 1 to 9999 are refused (numeric ones
+/// past 9999, and RFC 3339 ones an offset carries past either end): one such time
+/// would make the ordering guard treat every later event of its object as stale.
 pub fn parse_time(text: &str) -> Option<DateTime<Utc>> {
     if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
         let n: i64 = text.parse().ok()?;
@@ -76,6 +75,7 @@ pub fn parse_time(text: &str) -> Option<DateTime<Utc>> {
     DateTime::parse_from_rfc3339(text)
         .ok()
         .map(|t| t.with_timezone(&Utc))
+        .filter(|t| (1..=9999).contains(&t.year()))
 }
 
 /// A function reading metadata from a raw body.
@@ -127,7 +127,9 @@ impl MetaExtractor {
     /// charge, so both are in family `charge`), the first `cus-…` id for customer and
     /// contract events (family `customer`). Ids are found by their documented prefix,
     /// up to four levels deep in `content`: the shallowest first and, at one depth,
-    /// the first the body writes.
+    /// the first the body writes; only under a key that names an id (`id`, one
+    /// ending in `_id`, or `charge`, `refund`, `customer`, `contract`), so that a
+    /// free-text field (a memo a payer wrote `trx-…` into) never picks the object.
     pub fn jamm() -> Self {
         Self::custom(|body: &[u8]| {
             let field = |path: &[&str]| json::field(body, path).ok();
@@ -189,12 +191,11 @@ impl MetaExtractor {
     }
 }
 
-/// `t` without its digits below the millisecond.
+/// `t` without its digits below the millisecond, and a leap second (`…:59:60.5`)
+/// as the instant a millisecond count names (the next second's `.5`): what every
+/// durable store keeps, so every store compares the same times.
 fn whole_millis(t: DateTime<Utc>) -> DateTime<Utc> {
-    match t.nanosecond() % 1_000_000 {
-        0 => t,
-        below => t.with_nanosecond(t.nanosecond() - below).unwrap_or(t),
-    }
+    DateTime::from_timestamp_millis(t.timestamp_millis()).unwrap_or(t)
 }
 
 impl Default for MetaExtractor {
@@ -225,7 +226,7 @@ fn jamm_object(body: &[u8], prefix: &str) -> Option<String> {
         for node in level {
             match node {
                 Node::Text(s) if s.starts_with(prefix) => return Some(s),
-                Node::Nested(items) => next.extend(items),
+                Node::Nested(items) | Node::List(items) => next.extend(items),
                 _ => {}
             }
         }
@@ -238,8 +239,39 @@ fn jamm_object(body: &[u8], prefix: &str) -> Option<String> {
 /// array in document order, or anything else.
 enum Node {
     Text(String),
+    /// An object's values; a text value only under a key that names an id.
     Nested(Vec<Node>),
+    /// An array's items.
+    List(Vec<Node>),
     Other,
+}
+
+/// Whether a key of a Jamm `content` object names an id, so that its text value
+/// may be the event's object.
+fn names_an_id(key: &str) -> bool {
+    key == "id"
+        || key.ends_with("_id")
+        || matches!(key, "charge" | "refund" | "customer" | "contract")
+}
+
+impl Node {
+    /// The value under a key that names no id: its text, and the text items of an
+    /// array, count for nothing (objects inside are walked, their own keys decide).
+    fn under_plain_key(self) -> Self {
+        match self {
+            Node::Text(_) => Node::Other,
+            Node::List(items) => Node::List(
+                items
+                    .into_iter()
+                    .map(|item| match item {
+                        Node::Text(_) => Node::Other,
+                        other => other,
+                    })
+                    .collect(),
+            ),
+            other => other,
+        }
+    }
 }
 
 impl<'de> serde::Deserialize<'de> for Node {
@@ -276,12 +308,18 @@ impl<'de> serde::Deserialize<'de> for Node {
                 while let Some(item) = seq.next_element()? {
                     items.push(item);
                 }
-                Ok(Node::Nested(items))
+                Ok(Node::List(items))
             }
             fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Node, A::Error> {
                 let mut items = Vec::new();
-                while let Some((_, value)) = map.next_entry::<serde::de::IgnoredAny, Node>()? {
-                    items.push(value);
+                while let Some((key, value)) =
+                    map.next_entry::<std::borrow::Cow<'de, str>, Node>()?
+                {
+                    items.push(if names_an_id(&key) {
+                        value
+                    } else {
+                        value.under_plain_key()
+                    });
                 }
                 Ok(Node::Nested(items))
             }
@@ -293,6 +331,40 @@ impl<'de> serde::Deserialize<'de> for Node {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A `trx-…` a payer wrote into a free-text field is not the object: only a key
+    /// that names an id counts.
+    #[test]
+    fn a_jamm_object_is_never_read_from_free_text() {
+        let memo = MetaExtractor::jamm().extract(
+            br#"{"event_type":"EVENT_TYPE_CHARGE_SUCCESS","content":{"memo":"trx-victim","charge":{"memo":"trx-victim","notes":["trx-victim"],"id":"trx-1"}}}"#,
+        );
+        assert_eq!(memo.object.as_deref(), Some("trx-1"));
+        let named = MetaExtractor::jamm().extract(
+            br#"{"event_type":"EVENT_TYPE_CUSTOMER_ACTIVATED","content":{"customer":"cus-7"}}"#,
+        );
+        assert_eq!(named.object.as_deref(), Some("cus-7"));
+    }
+
+    /// A leap second comes out as the instant a millisecond count names, and an
+    /// offset cannot carry a time past the year 9999 or before the year 1.
+    #[test]
+    fn odd_times_come_out_as_every_store_keeps_them() {
+        let extractor = MetaExtractor::json(&["type"], &["at"], &["id"]);
+        let at = |text: &str| {
+            let body = format!(r#"{{"type":"a.b","id":"o_1","at":"{text}"}}"#);
+            extractor.extract(body.as_bytes()).created_at
+        };
+        let leap = at("2016-12-31T23:59:60.500Z").unwrap();
+        assert_eq!(
+            DateTime::from_timestamp_millis(leap.timestamp_millis()),
+            Some(leap)
+        );
+        assert_eq!(leap, at("2017-01-01T00:00:00.500Z").unwrap());
+        assert!(parse_time("9999-12-31T23:59:59-01:00").is_none());
+        assert!(parse_time("0000-01-01T00:00:00+01:00").is_none());
+        assert!(parse_time("9999-12-31T23:59:59Z").is_some());
+    }
 
     #[test]
     fn families_follow_provider_conventions() {
