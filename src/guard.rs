@@ -2284,13 +2284,18 @@ impl WebhookGuard {
                     // The reconciler has run: count it and go on with the batch
                     // even if its object cannot be marked now (it is found again).
                     report.reconciled += 1;
+                    // Applied only while it is still the failure listed: another
+                    // event created at the same time that failed meanwhile stays
+                    // listed, for its own reconcile.
                     let now = inner.clock.now();
-                    if let Err(e) = ordering
-                        .mark_object(object.key(), object.newest, ObjectStatus::Applied, now)
-                        .await
-                    {
-                        tracing::warn!(object = %object.object, error = %e, "could not mark a reconciled object applied");
-                    }
+                    crate::ordering::mark_reconciled(
+                        &**ordering,
+                        object.key(),
+                        object.newest,
+                        object.updated_at,
+                        now,
+                    )
+                    .await;
                 }
                 Err(e) => {
                     tracing::warn!(object = %object.object, error = %e, "reconciliation failed");

@@ -204,7 +204,6 @@ pub(crate) fn ordered(id: &str, meta: &EventMeta, received: DateTime<Utc>) -> bo
 /// event created at the same time settled since (whose own reconcile, should it
 /// fail, must stay listed for `reconcile_stale`). Read, then marked: a failure
 /// landing between the two is overwritten, a window of one round trip.
-#[cfg(feature = "tokio")]
 pub(crate) async fn mark_reconciled(
     ordering: &dyn OrderingStore,
     key: ObjectKey<'_>,

@@ -1943,3 +1943,65 @@ async fn accept_shares_an_inbox_across_conflict_settings() {
     let fourth = accept(&on, br#"{"id":"evt_t","n":2}"#).await;
     assert!(matches!(fourth, Outcome::Conflict { .. }), "{fourth:?}");
 }
+
+/// `reconcile_stale` marks an object applied only while it is still the failure it
+/// listed: another event created at the same time that failed while the reconciler
+/// ran stays listed, for its own reconcile.
+#[tokio::test]
+async fn reconcile_stale_leaves_a_failure_that_came_during_its_reconcile() {
+    #[derive(Debug)]
+    struct FailsSameTimeMeanwhile {
+        store: MemoryStore,
+        clock: ManualClock,
+        calls: AtomicUsize,
+    }
+    #[async_trait]
+    impl Reconciler for FailsSameTimeMeanwhile {
+        async fn reconcile(&self, r: &ReconcileRequest) -> Result<(), BoxError> {
+            if self.calls.fetch_add(1, Ordering::SeqCst) == 0 {
+                return Err("the escalation's own reconcile fails".into());
+            }
+            // Meanwhile another event of the object, created at the same time, fails.
+            let key = ObjectKey {
+                namespace: &r.namespace,
+                object: r.meta.object.as_deref().unwrap(),
+                family: r.meta.family.as_deref().unwrap(),
+            };
+            let created_at = r.meta.created_at.unwrap();
+            self.clock.advance(TimeDelta::seconds(1));
+            self.store
+                .settle_object(key, created_at, ObjectStatus::Failed, self.clock.now())
+                .await?;
+            Ok(())
+        }
+    }
+    let store = MemoryStore::new();
+    let clock = ManualClock::new(start());
+    let api = Arc::new(FailsSameTimeMeanwhile {
+        store: store.clone(),
+        clock: clock.clone(),
+        calls: AtomicUsize::new(0),
+    });
+    let guard = escalating_guard(&store, api.clone())
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    escalate(&guard, &body("x1", "charge.succeeded", "trx-1", 5)).await;
+    for _ in 0..100 {
+        if api.calls.load(Ordering::SeqCst) > 0 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    clock.advance(TimeDelta::minutes(10));
+    let report = guard
+        .reconcile_stale(Duration::from_secs(60), 10)
+        .await
+        .unwrap();
+    assert_eq!((report.found, report.reconciled), (1, 1));
+    let again = guard.reconcile_stale(Duration::ZERO, 10).await.unwrap();
+    assert_eq!(
+        again.found, 1,
+        "the failure that came meanwhile stays listed"
+    );
+}
