@@ -160,8 +160,10 @@ pub enum InProgressAnswer {
     /// A sender that stops retrying at the first 2xx loses the event when the
     /// delivery in progress then fails, or ends before its handler ran (its request
     /// dropped while it claimed, its claim answered stale): nothing delivers it
-    /// again. Use it only with a reconciler, or with a sender that retries each
-    /// delivery on its own.
+    /// again. A reconciler does not cover it either: the guard asks one after an
+    /// escalation, a permanent failure or a lost lease, not after a retryable
+    /// failure (the sender's retry is its remedy). Use it only with a sender that
+    /// retries each delivery on its own.
     Accept,
 }
 
@@ -428,8 +430,9 @@ impl WebhookGuardBuilder {
     /// Builds the guard.
     ///
     /// # Errors
-    /// [`ConfigError`] for a missing store or verifier, a retention below the lease,
-    /// a zero duration, threshold or body limit, or a bad namespace.
+    /// [`ConfigError`] for a missing store or verifier, a retention below the lease
+    /// or below twice the verifier's tolerance, a zero duration, threshold or body
+    /// limit, a duration past a century, or a bad namespace.
     pub fn build(self) -> Result<WebhookGuard, ConfigError> {
         let store = self.store.ok_or(ConfigError::NoStore)?;
         let verifier = self.verifier.ok_or(ConfigError::NoVerifier)?;
