@@ -824,6 +824,17 @@ impl ClaimState {
             Ok(settled) => settled,
             Err(e) => {
                 tracing::warn!(id = %self.id, error = %e, "could not settle object state");
+                if status == ObjectStatus::Failed {
+                    // A failure must reach the ledger, or `reconcile_stale` never
+                    // lists the object should the reconciler fail too.
+                    crate::ordering::settle_failed_later(
+                        ordering.clone(),
+                        self.guard.inner.clock.clone(),
+                        key,
+                        created_at,
+                        &self.id,
+                    );
+                }
                 true
             }
         }
@@ -1099,7 +1110,7 @@ impl Drop for ReleaseOnDrop<'_> {
 /// the first try only). On tokio's clock, as the waits: a paused test clock must not
 /// spin a retry loop.
 #[cfg(feature = "tokio")]
-struct Backoff {
+pub(crate) struct Backoff {
     deadline: tokio::time::Instant,
     wait: Duration,
     cap: Duration,
@@ -1108,7 +1119,7 @@ struct Backoff {
 
 #[cfg(feature = "tokio")]
 impl Backoff {
-    fn new(first: Duration, cap: Duration, within: Duration) -> Self {
+    pub(crate) fn new(first: Duration, cap: Duration, within: Duration) -> Self {
         Self {
             deadline: tokio::time::Instant::now() + within,
             wait: first,
@@ -1119,7 +1130,7 @@ impl Backoff {
 
     /// Waits for the next try (never past the deadline); `false` once the deadline
     /// has passed, with no try left. The first try is always made.
-    async fn wait(&mut self) -> bool {
+    pub(crate) async fn wait(&mut self) -> bool {
         let left = self
             .deadline
             .saturating_duration_since(tokio::time::Instant::now());

@@ -230,6 +230,49 @@ pub(crate) async fn mark_reconciled(
     }
 }
 
+/// Settles the object `key` failed for an event created at `created_at` (event `id`,
+/// for the logs) in the background, again at doubling intervals (at most a second
+/// apart) for a minute, until the ordering store answers: a failure must reach the
+/// ledger, or `reconcile_stale` never lists the object should its reconcile fail.
+pub(crate) fn settle_failed_later(
+    ordering: std::sync::Arc<dyn OrderingStore>,
+    clock: std::sync::Arc<dyn crate::Clock>,
+    key: ObjectKey<'_>,
+    created_at: DateTime<Utc>,
+    id: &str,
+) {
+    #[cfg(feature = "tokio")]
+    if let Ok(rt) = tokio::runtime::Handle::try_current() {
+        let (namespace, object, family, id) = (
+            key.namespace.to_owned(),
+            key.object.to_owned(),
+            key.family.to_owned(),
+            id.to_owned(),
+        );
+        rt.spawn(async move {
+            let key = ObjectKey {
+                namespace: &namespace,
+                object: &object,
+                family: &family,
+            };
+            let (first, cap) = (std::time::Duration::from_millis(50), std::time::Duration::from_secs(1));
+            let mut backoff = crate::guard::Backoff::new(first, cap, std::time::Duration::from_secs(60));
+            while backoff.wait().await {
+                let now = clock.now();
+                match ordering.settle_object(key, created_at, ObjectStatus::Failed, now).await {
+                    Ok(_) => return,
+                    Err(e) => tracing::debug!(%id, error = %e, "settling the object failed again"),
+                }
+            }
+            tracing::warn!(%id, "the object's failure was not recorded; reconcile_stale will not list it");
+        });
+        return;
+    }
+    #[cfg(not(feature = "tokio"))]
+    let _ = (ordering, clock, key, created_at);
+    tracing::warn!(%id, "no runtime to record the object's failure in the background");
+}
+
 /// The ordering key of an event with metadata `meta` under `namespace`, and its
 /// `created_at`, if it names both (whether it takes part is [`ordered`]).
 pub(crate) fn object_key<'a>(

@@ -2005,3 +2005,130 @@ async fn reconcile_stale_leaves_a_failure_that_came_during_its_reconcile() {
         "the failure that came meanwhile stays listed"
     );
 }
+
+/// A failure whose object the ordering store could not mark failed at once is
+/// marked in the background once the store answers: with a reconciler that fails
+/// too, `reconcile_stale` then lists the object (it listed nothing before).
+#[tokio::test]
+async fn a_failure_reaches_the_ledger_after_an_ordering_outage() {
+    #[derive(Debug)]
+    struct Down;
+    #[async_trait]
+    impl Reconciler for Down {
+        async fn reconcile(&self, _: &ReconcileRequest) -> Result<(), BoxError> {
+            Err("provider API down".into())
+        }
+    }
+    let store = MemoryStore::new();
+    let clock = ManualClock::new(start());
+    let ordering = Arc::new(OrderingDown {
+        inner: store.clone(),
+        down: false.into(),
+        slow_once: Mutex::default(),
+    });
+    let guard = WebhookGuard::builder()
+        .store(store.clone())
+        .ordering(ordering.clone())
+        .reconciler(Arc::new(Down))
+        .verifier(NoVerification)
+        .event_id(EventId::json_field(["id"]))
+        .event_meta(MetaExtractor::json(&["type"], &["created"], &["object"]))
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let down = ordering.clone();
+    let outcome = guard
+        .handle(
+            &[("a", "b")],
+            &body("p1", "charge.succeeded", "trx-p", 5),
+            |_| async move {
+                // The ordering store goes down while the handler runs.
+                down.down.store(true, Ordering::SeqCst);
+                Err(HandlerError::permanent("refused"))
+            },
+        )
+        .await;
+    assert!(
+        matches!(outcome, Outcome::PermanentFailure { .. }),
+        "{outcome:?}"
+    );
+    ordering.down.store(false, Ordering::SeqCst);
+    let mut found = 0;
+    for _ in 0..200 {
+        clock.advance(TimeDelta::minutes(10));
+        found = guard
+            .reconcile_stale(Duration::from_secs(60), 10)
+            .await
+            .unwrap()
+            .found;
+        if found > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(found, 1, "the failed object is listed");
+}
+
+/// The same for a dead letter: its object reaches the ledger once the ordering
+/// store answers again, so `reconcile_stale` lists it although its reconcile failed.
+#[tokio::test]
+async fn a_dead_letter_reaches_the_ledger_after_an_ordering_outage() {
+    #[derive(Debug)]
+    struct Down;
+    #[async_trait]
+    impl Reconciler for Down {
+        async fn reconcile(&self, _: &ReconcileRequest) -> Result<(), BoxError> {
+            Err("provider API down".into())
+        }
+    }
+    let store = MemoryStore::new();
+    let clock = ManualClock::new(start());
+    let ordering = Arc::new(OrderingDown {
+        inner: store.clone(),
+        down: false.into(),
+        slow_once: Mutex::default(),
+    });
+    let guard = WebhookGuard::builder()
+        .store(store.clone())
+        .inbox(Arc::new(store.clone()))
+        .ordering(ordering.clone())
+        .reconciler(Arc::new(Down))
+        .verifier(NoVerification)
+        .event_id(EventId::json_field(["id"]))
+        .event_meta(MetaExtractor::json(&["type"], &["created"], &["object"]))
+        .namespace("dead-ledger")
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    accept(&guard, &body("d1", "charge.succeeded", "trx-d", 5)).await;
+    let down = ordering.clone();
+    let worker = guard
+        .worker(move |_e: InboxEvent| {
+            let down = down.clone();
+            async move {
+                down.down.store(true, Ordering::SeqCst);
+                Err(HandlerError::permanent("refused"))
+            }
+        })
+        .unwrap();
+    assert_eq!(worker.run_once().await.unwrap(), 1);
+    assert_eq!(
+        stored(&store, "dead-ledger", "d1").await.state,
+        InboxState::Dead
+    );
+    ordering.down.store(false, Ordering::SeqCst);
+    let mut found = 0;
+    for _ in 0..200 {
+        clock.advance(TimeDelta::minutes(10));
+        found = guard
+            .reconcile_stale(Duration::from_secs(60), 10)
+            .await
+            .unwrap()
+            .found;
+        if found > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(found, 1, "the dead letter's object is listed");
+}

@@ -718,6 +718,15 @@ impl Inner {
             Ok(settled) => settled,
             Err(e) => {
                 tracing::warn!(id = %event.id, error = %e, "could not settle object state");
+                if status == ObjectStatus::Failed {
+                    crate::ordering::settle_failed_later(
+                        ordering.clone(),
+                        self.clock.clone(),
+                        key,
+                        created_at,
+                        &event.id,
+                    );
+                }
                 true
             }
         }
