@@ -985,11 +985,7 @@ async fn an_ordering_store_outage_is_503_and_counts_no_handler_failure() {
     let store = MemoryStore::new();
     let guard = WebhookGuard::builder()
         .store(store.clone())
-        .ordering(Arc::new(OrderingDown {
-            inner: store.clone(),
-            down: true.into(),
-            slow_once: Mutex::default(),
-        }))
+        .ordering(Arc::new(OrderingDown::new(&store, true)))
         .verifier(NoVerification)
         .event_id(EventId::json_field(["id"]))
         .event_meta(MetaExtractor::json(&["type"], &["created"], &["object"]))
@@ -1227,6 +1223,15 @@ struct OrderingDown {
 }
 
 impl OrderingDown {
+    /// The memory store's ledger, reachable unless `down`.
+    fn new(store: &MemoryStore, down: bool) -> Self {
+        Self {
+            inner: store.clone(),
+            down: down.into(),
+            slow_once: Mutex::default(),
+        }
+    }
+
     fn check(&self) -> Result<(), webhook_guard::StoreError> {
         match self.down.load(Ordering::SeqCst) {
             true => Err(webhook_guard::StoreError::unavailable("connection refused")),
@@ -1292,11 +1297,7 @@ impl OrderingStore for OrderingDown {
 async fn an_ordering_outage_does_not_use_up_the_attempts() {
     let store = MemoryStore::new();
     let clock = ManualClock::new(start());
-    let ordering = Arc::new(OrderingDown {
-        inner: store.clone(),
-        down: true.into(),
-        slow_once: Mutex::default(),
-    });
+    let ordering = Arc::new(OrderingDown::new(&store, true));
     let guard = outage_guard(&store, ordering.clone(), &clock);
     let runs = Arc::new(AtomicUsize::new(0));
     let worker = {
@@ -1587,11 +1588,7 @@ async fn a_handler_error_cannot_pass_for_an_ordering_outage() {
 async fn an_ordering_outage_backs_off() {
     let store = MemoryStore::new();
     let clock = ManualClock::new(start());
-    let ordering = Arc::new(OrderingDown {
-        inner: store.clone(),
-        down: true.into(),
-        slow_once: Mutex::default(),
-    });
+    let ordering = Arc::new(OrderingDown::new(&store, true));
     let guard = outage_guard(&store, ordering, &clock);
     let worker = guard
         .worker(|_e: InboxEvent| async { Ok(()) })
@@ -2006,36 +2003,62 @@ async fn reconcile_stale_leaves_a_failure_that_came_during_its_reconcile() {
     );
 }
 
+/// A reconciler whose provider API is down.
+#[derive(Debug)]
+struct ApiDown;
+
+#[async_trait]
+impl Reconciler for ApiDown {
+    async fn reconcile(&self, _: &ReconcileRequest) -> Result<(), BoxError> {
+        Err("provider API down".into())
+    }
+}
+
+/// A guard on `store` (inbox `ledger`) whose ordering store can go down and whose
+/// reconciler always fails.
+fn ledger_guard(store: &MemoryStore, clock: &ManualClock) -> (WebhookGuard, Arc<OrderingDown>) {
+    let ordering = Arc::new(OrderingDown::new(store, false));
+    let guard = WebhookGuard::builder()
+        .store(store.clone())
+        .inbox(Arc::new(store.clone()))
+        .ordering(ordering.clone())
+        .reconciler(Arc::new(ApiDown))
+        .verifier(NoVerification)
+        .event_id(EventId::json_field(["id"]))
+        .event_meta(MetaExtractor::json(&["type"], &["created"], &["object"]))
+        .namespace("ledger")
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    (guard, ordering)
+}
+
+/// How many failed objects `reconcile_stale` finds, once it finds any (it waits up
+/// to about 2 s for a background mark, moving the clock on each time).
+async fn listed_eventually(guard: &WebhookGuard, clock: &ManualClock) -> usize {
+    for _ in 0..200 {
+        clock.advance(TimeDelta::minutes(10));
+        let found = guard
+            .reconcile_stale(Duration::from_secs(60), 10)
+            .await
+            .unwrap()
+            .found;
+        if found > 0 {
+            return found;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    0
+}
+
 /// A failure whose object the ordering store could not mark failed at once is
 /// marked in the background once the store answers: with a reconciler that fails
 /// too, `reconcile_stale` then lists the object (it listed nothing before).
 #[tokio::test]
 async fn a_failure_reaches_the_ledger_after_an_ordering_outage() {
-    #[derive(Debug)]
-    struct Down;
-    #[async_trait]
-    impl Reconciler for Down {
-        async fn reconcile(&self, _: &ReconcileRequest) -> Result<(), BoxError> {
-            Err("provider API down".into())
-        }
-    }
     let store = MemoryStore::new();
     let clock = ManualClock::new(start());
-    let ordering = Arc::new(OrderingDown {
-        inner: store.clone(),
-        down: false.into(),
-        slow_once: Mutex::default(),
-    });
-    let guard = WebhookGuard::builder()
-        .store(store.clone())
-        .ordering(ordering.clone())
-        .reconciler(Arc::new(Down))
-        .verifier(NoVerification)
-        .event_id(EventId::json_field(["id"]))
-        .event_meta(MetaExtractor::json(&["type"], &["created"], &["object"]))
-        .clock(clock.clone())
-        .build()
-        .unwrap();
+    let (guard, ordering) = ledger_guard(&store, &clock);
     let down = ordering.clone();
     let outcome = guard
         .handle(
@@ -2053,53 +2076,20 @@ async fn a_failure_reaches_the_ledger_after_an_ordering_outage() {
         "{outcome:?}"
     );
     ordering.down.store(false, Ordering::SeqCst);
-    let mut found = 0;
-    for _ in 0..200 {
-        clock.advance(TimeDelta::minutes(10));
-        found = guard
-            .reconcile_stale(Duration::from_secs(60), 10)
-            .await
-            .unwrap()
-            .found;
-        if found > 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert_eq!(found, 1, "the failed object is listed");
+    assert_eq!(
+        listed_eventually(&guard, &clock).await,
+        1,
+        "the failed object is listed"
+    );
 }
 
 /// The same for a dead letter: its object reaches the ledger once the ordering
 /// store answers again, so `reconcile_stale` lists it although its reconcile failed.
 #[tokio::test]
 async fn a_dead_letter_reaches_the_ledger_after_an_ordering_outage() {
-    #[derive(Debug)]
-    struct Down;
-    #[async_trait]
-    impl Reconciler for Down {
-        async fn reconcile(&self, _: &ReconcileRequest) -> Result<(), BoxError> {
-            Err("provider API down".into())
-        }
-    }
     let store = MemoryStore::new();
     let clock = ManualClock::new(start());
-    let ordering = Arc::new(OrderingDown {
-        inner: store.clone(),
-        down: false.into(),
-        slow_once: Mutex::default(),
-    });
-    let guard = WebhookGuard::builder()
-        .store(store.clone())
-        .inbox(Arc::new(store.clone()))
-        .ordering(ordering.clone())
-        .reconciler(Arc::new(Down))
-        .verifier(NoVerification)
-        .event_id(EventId::json_field(["id"]))
-        .event_meta(MetaExtractor::json(&["type"], &["created"], &["object"]))
-        .namespace("dead-ledger")
-        .clock(clock.clone())
-        .build()
-        .unwrap();
+    let (guard, ordering) = ledger_guard(&store, &clock);
     accept(&guard, &body("d1", "charge.succeeded", "trx-d", 5)).await;
     let down = ordering.clone();
     let worker = guard
@@ -2112,23 +2102,11 @@ async fn a_dead_letter_reaches_the_ledger_after_an_ordering_outage() {
         })
         .unwrap();
     assert_eq!(worker.run_once().await.unwrap(), 1);
-    assert_eq!(
-        stored(&store, "dead-ledger", "d1").await.state,
-        InboxState::Dead
-    );
+    assert_eq!(stored(&store, "ledger", "d1").await.state, InboxState::Dead);
     ordering.down.store(false, Ordering::SeqCst);
-    let mut found = 0;
-    for _ in 0..200 {
-        clock.advance(TimeDelta::minutes(10));
-        found = guard
-            .reconcile_stale(Duration::from_secs(60), 10)
-            .await
-            .unwrap()
-            .found;
-        if found > 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert_eq!(found, 1, "the dead letter's object is listed");
+    assert_eq!(
+        listed_eventually(&guard, &clock).await,
+        1,
+        "the dead letter's object is listed"
+    );
 }

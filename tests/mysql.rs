@@ -972,6 +972,22 @@ impl Drop for ReadOnly {
     }
 }
 
+/// A user `name` (password `wg`, created with `options`) with the rights a store
+/// needs on `test`, not root's; the server's URL as that user.
+async fn test_user(admin: &MySqlPool, url: &str, name: &str, options: &str) -> String {
+    for sql in [
+        format!("CREATE USER IF NOT EXISTS '{name}'@'%' IDENTIFIED BY 'wg' {options}"),
+        format!(
+            "GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, DROP, INDEX ON test.* TO '{name}'@'%'"
+        ),
+    ] {
+        admin.execute(sql.as_str()).await.expect("a test user");
+    }
+    let user_url = url.replacen("mysql://root@", &format!("mysql://{name}:wg@"), 1);
+    assert_ne!(user_url, url, "the URL names root@: {url}");
+    user_url
+}
+
 /// A server in `read_only` mode (a replica after a fail-over) is a store that cannot
 /// be written: `Unavailable`, as for a server that is down. The store runs as a user
 /// without the privilege that passes `read_only` (root has it).
@@ -979,14 +995,7 @@ impl Drop for ReadOnly {
 async fn a_read_only_server_is_unavailable() {
     let Some(url) = url() else { return };
     let admin = pool(&url, 2).await;
-    for sql in [
-        "CREATE USER IF NOT EXISTS 'wg_read_only'@'%' IDENTIFIED BY 'wg'",
-        "GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, DROP, INDEX ON test.* TO 'wg_read_only'@'%'",
-    ] {
-        admin.execute(sql).await.expect("a test user");
-    }
-    let user_url = url.replacen("mysql://root@", "mysql://wg_read_only:wg@", 1);
-    assert_ne!(user_url, url, "the URL names root@: {url}");
+    let user_url = test_user(&admin, &url, "wg_read_only", "").await;
     let store = fresh_store(&user_url, 2).await;
     let now = Utc::now();
     let request = move |id| support::fresh_request(id, now);
@@ -1018,14 +1027,7 @@ async fn a_read_only_server_is_unavailable() {
 async fn a_user_at_its_connection_limit_is_unavailable() {
     let Some(url) = url() else { return };
     let admin = pool(&url, 2).await;
-    for sql in [
-        "CREATE USER IF NOT EXISTS 'wg_one_conn'@'%' IDENTIFIED BY 'wg' WITH MAX_USER_CONNECTIONS 1",
-        "GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, DROP, INDEX ON test.* TO 'wg_one_conn'@'%'",
-    ] {
-        admin.execute(sql).await.expect("a test user");
-    }
-    let user_url = url.replacen("mysql://root@", "mysql://wg_one_conn:wg@", 1);
-    assert_ne!(user_url, url, "the URL names root@: {url}");
+    let user_url = test_user(&admin, &url, "wg_one_conn", "WITH MAX_USER_CONNECTIONS 1").await;
     // The user's one connection is taken elsewhere.
     let held = pool(&user_url, 1).await;
     let store = MySqlStore::new(

@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, TimeDelta, Utc};
 use tokio::task::JoinSet;
 use webhook_guard::inbox::InboxEvent;
-use webhook_guard::store::sqlite::sqlx::sqlite::{SqlitePool, SqlitePoolOptions};
+use webhook_guard::store::sqlite::sqlx::sqlite::{
+    SqliteConnectOptions, SqlitePool, SqlitePoolOptions,
+};
 use webhook_guard::store::sqlite::sqlx::{self, Connection, Row};
 use webhook_guard::store::{
     Claim, ClaimRequest, FencingToken, Fingerprint, Key, ProcessedStore, Recorded, SqliteStore,
@@ -41,16 +43,33 @@ impl Db {
 
     /// A separate pool on the file (one "replica").
     async fn pool(&self, max: u32) -> SqlitePool {
+        self.pool_with(max, SqliteStore::connect_options(&self.path))
+            .await
+    }
+
+    async fn pool_with(&self, max: u32, options: SqliteConnectOptions) -> SqlitePool {
         SqlitePoolOptions::new()
             .max_connections(max)
             .acquire_timeout(Duration::from_secs(10))
-            .connect_with(SqliteStore::connect_options(&self.path))
+            .connect_with(options)
             .await
             .expect("open the database file")
     }
 
     async fn store(&self, max: u32) -> SqliteStore {
         SqliteStore::with_table(self.pool(max).await, &self.table).expect("valid table name")
+    }
+
+    /// A store on a pool of its own, with `options` changed from the store's own.
+    async fn store_with(
+        &self,
+        max: u32,
+        options: impl FnOnce(SqliteConnectOptions) -> SqliteConnectOptions,
+    ) -> SqliteStore {
+        let pool = self
+            .pool_with(max, options(SqliteStore::connect_options(&self.path)))
+            .await;
+        SqliteStore::with_table(pool, &self.table).expect("valid table name")
     }
 
     async fn count(&self, pool: &SqlitePool, filter: &str) -> i64 {
@@ -157,17 +176,9 @@ async fn a_locked_database_is_unavailable_until_the_lock_goes() {
     let db = Db::new();
     let store = db.store(2).await;
     store.migrate().await.unwrap();
-    let impatient = SqliteStore::with_table(
-        SqlitePoolOptions::new()
-            .max_connections(1)
-            .connect_with(
-                SqliteStore::connect_options(&db.path).busy_timeout(Duration::from_millis(200)),
-            )
-            .await
-            .unwrap(),
-        &db.table,
-    )
-    .unwrap();
+    let impatient = db
+        .store_with(1, |o| o.busy_timeout(Duration::from_millis(200)))
+        .await;
     // Another process holds the write lock.
     let mut other =
         sqlx::sqlite::SqliteConnection::connect_with(&SqliteStore::connect_options(&db.path))
@@ -472,22 +483,14 @@ async fn a_write_whose_commit_fails_is_an_error_not_a_success() {
     use webhook_guard::ordering::{ObjectKey, OrderingStore};
     use webhook_guard::store::sqlite::sqlx::sqlite::SqliteJournalMode;
     let db = Db::new();
-    let options = || {
-        SqliteStore::connect_options(&db.path)
-            .journal_mode(SqliteJournalMode::Delete)
+    let rollback_journal = |o: SqliteConnectOptions| {
+        o.journal_mode(SqliteJournalMode::Delete)
             .busy_timeout(Duration::from_millis(200))
     };
-    let store = SqliteStore::with_table(
-        SqlitePoolOptions::new()
-            .max_connections(1)
-            .connect_with(options())
-            .await
-            .unwrap(),
-        &db.table,
-    )
-    .unwrap();
+    let store = db.store_with(1, rollback_journal).await;
     store.migrate().await.unwrap();
-    let mut reader = sqlx::sqlite::SqliteConnection::connect_with(&options())
+    let reader_options = rollback_journal(SqliteStore::connect_options(&db.path));
+    let mut reader = sqlx::sqlite::SqliteConnection::connect_with(&reader_options)
         .await
         .unwrap();
     let now = ms(Utc::now());
@@ -551,17 +554,9 @@ async fn a_write_whose_commit_fails_is_an_error_not_a_success() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queued_writes_wait_at_most_the_busy_timeout() {
     let db = Db::new();
-    let store = SqliteStore::with_table(
-        SqlitePoolOptions::new()
-            .max_connections(4)
-            .connect_with(
-                SqliteStore::connect_options(&db.path).busy_timeout(Duration::from_secs(8)),
-            )
-            .await
-            .unwrap(),
-        &db.table,
-    )
-    .unwrap();
+    let store = db
+        .store_with(4, |o| o.busy_timeout(Duration::from_secs(8)))
+        .await;
     store.migrate().await.unwrap();
     let mut other =
         sqlx::sqlite::SqliteConnection::connect_with(&SqliteStore::connect_options(&db.path))
