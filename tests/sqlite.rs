@@ -60,6 +60,20 @@ impl Db {
         SqliteStore::with_table(self.pool(max).await, &self.table).expect("valid table name")
     }
 
+    /// A connection of "another process" holding the file's write lock (an open
+    /// `BEGIN IMMEDIATE`), until it commits.
+    async fn hold_write_lock(&self) -> sqlx::sqlite::SqliteConnection {
+        let mut other =
+            sqlx::sqlite::SqliteConnection::connect_with(&SqliteStore::connect_options(&self.path))
+                .await
+                .unwrap();
+        sqlx::raw_sql("BEGIN IMMEDIATE")
+            .execute(&mut other)
+            .await
+            .unwrap();
+        other
+    }
+
     /// A store on a pool of its own, with `options` changed from the store's own.
     async fn store_with(
         &self,
@@ -180,14 +194,7 @@ async fn a_locked_database_is_unavailable_until_the_lock_goes() {
         .store_with(1, |o| o.busy_timeout(Duration::from_millis(200)))
         .await;
     // Another process holds the write lock.
-    let mut other =
-        sqlx::sqlite::SqliteConnection::connect_with(&SqliteStore::connect_options(&db.path))
-            .await
-            .unwrap();
-    sqlx::raw_sql("BEGIN IMMEDIATE")
-        .execute(&mut other)
-        .await
-        .unwrap();
+    let mut other = db.hold_write_lock().await;
     let now = ms(Utc::now());
     let key = Key::new("locked", "evt");
     let err = impatient
@@ -558,14 +565,7 @@ async fn queued_writes_wait_at_most_the_busy_timeout() {
         .store_with(4, |o| o.busy_timeout(Duration::from_secs(8)))
         .await;
     store.migrate().await.unwrap();
-    let mut other =
-        sqlx::sqlite::SqliteConnection::connect_with(&SqliteStore::connect_options(&db.path))
-            .await
-            .unwrap();
-    sqlx::raw_sql("BEGIN IMMEDIATE")
-        .execute(&mut other)
-        .await
-        .unwrap();
+    let mut other = db.hold_write_lock().await;
     let now = ms(Utc::now());
     let mut claims = JoinSet::new();
     for id in ["a", "b", "c"] {
