@@ -1577,6 +1577,74 @@ pub mod ordering {
         events_created_at_the_same_time_settle_once(store).await;
         concurrent_observations_keep_the_newest(store).await;
         failed_objects_are_listed_oldest_first(store).await;
+        a_failure_is_cleared_only_while_it_stands(store).await;
+    }
+
+    /// `clear_failure` marks an object applied only while its newest event is still
+    /// the one given, still failed, and failed no later than the time given; any
+    /// other object it leaves as it is.
+    pub async fn a_failure_is_cleared_only_while_it_stands(store: &dyn OrderingStore) {
+        let (ns, now) = base();
+        let at = |s| now + TimeDelta::seconds(s);
+        let key = |object| ObjectKey {
+            namespace: &ns,
+            object,
+            family: "charge",
+        };
+        let status = |object| async move {
+            let record = store.get_object(key(object)).await.unwrap();
+            record.map(|r| (r.status, r.updated_at))
+        };
+        // Each object's newest event is created at 1; failed at 10, except "pending".
+        for object in ["cleared", "failed_later", "pending", "newer", "applied"] {
+            let _ = store.observe(key(object), at(1), at(2)).await.unwrap();
+            if object != "pending" {
+                let ended = ObjectStatus::Failed;
+                assert!(store
+                    .settle_object(key(object), at(1), ended, at(10))
+                    .await
+                    .unwrap());
+            }
+        }
+        // Failed again at 20 (another event created at the same time).
+        let again = store
+            .settle_object(key("failed_later"), at(1), ObjectStatus::Failed, at(20))
+            .await
+            .unwrap();
+        assert!(!again, "settled before: answers false, records the failure");
+        let _ = store.observe(key("newer"), at(5), at(21)).await.unwrap();
+        assert!(store
+            .mark_object(key("applied"), at(1), ObjectStatus::Applied, at(22))
+            .await
+            .unwrap());
+
+        let clear = |object, since| store.clear_failure(key(object), at(1), at(since), at(30));
+        assert!(
+            clear("cleared", 10).await.unwrap(),
+            "failed at the time given"
+        );
+        assert_eq!(
+            status("cleared").await,
+            Some((ObjectStatus::Applied, at(30)))
+        );
+        for (object, before) in [
+            ("failed_later", (ObjectStatus::Failed, at(20))),
+            ("pending", (ObjectStatus::Pending, at(2))),
+            ("newer", (ObjectStatus::Pending, at(21))),
+            ("applied", (ObjectStatus::Applied, at(22))),
+        ] {
+            assert!(!clear(object, 15).await.unwrap(), "{object}: not cleared");
+            assert_eq!(status(object).await, Some(before), "{object}: unchanged");
+        }
+        assert!(!clear("unknown", 15).await.unwrap(), "no record");
+        assert_eq!(status("unknown").await, None);
+        let listed = store.failed_objects(&ns, at(100), 10).await.unwrap();
+        let listed: Vec<_> = listed.iter().map(|r| r.object.as_str()).collect();
+        assert_eq!(
+            listed,
+            ["failed_later"],
+            "a cleared failure is no longer listed"
+        );
     }
 
     /// `failed_objects` lists its namespace's failed objects, the oldest change

@@ -202,8 +202,9 @@ pub(crate) fn ordered(id: &str, meta: &EventMeta, received: DateTime<Utc>) -> bo
 /// created at `created_at` that had settled it failed no later than
 /// `failed_since`: only while the object is still that failure, not one another
 /// event created at the same time settled since (whose own reconcile, should it
-/// fail, must stay listed for `reconcile_stale`). Read, then marked: a failure
-/// landing between the two is overwritten, a window of one round trip.
+/// fail, must stay listed for `reconcile_stale`). One conditional change in the
+/// store ([`OrderingStore::clear_failure`]), so no failure lands between a check and
+/// the mark.
 pub(crate) async fn mark_reconciled(
     ordering: &dyn OrderingStore,
     key: ObjectKey<'_>,
@@ -211,21 +212,10 @@ pub(crate) async fn mark_reconciled(
     failed_since: DateTime<Utc>,
     now: DateTime<Utc>,
 ) {
-    match ordering.get_object(key).await {
-        Ok(Some(object))
-            if object.newest == created_at
-                && object.status == ObjectStatus::Failed
-                && object.updated_at <= failed_since => {}
-        Ok(_) => return,
-        Err(e) => {
-            tracing::warn!(error = %e, "could not read a reconciled object; reconcile_stale may ask again");
-            return;
-        }
-    }
-    let marked = ordering
-        .mark_object(key, created_at, ObjectStatus::Applied, now)
+    let cleared = ordering
+        .clear_failure(key, created_at, failed_since, now)
         .await;
-    if let Err(e) = marked {
+    if let Err(e) = cleared {
         tracing::warn!(error = %e, "could not mark a reconciled object applied; reconcile_stale may ask again");
     }
 }
@@ -311,6 +301,13 @@ pub(crate) fn object_key<'a>(
 ///   `updated_at`, whatever the status was, and answer `true` (after the object was
 ///   reconciled through the provider's API); otherwise change nothing and answer
 ///   `false`.
+/// - **clear_failure**: atomically, if the stored newest equals `created_at`, its
+///   status is `Failed` and its `updated_at` is at or before `failed_since` (both
+///   at the precision the store keeps times in), set the status to `Applied` and
+///   `updated_at = now` and answer `true`; otherwise change nothing and answer
+///   `false`. The guard calls it once a reconcile of that failure succeeded: a
+///   failure settled since (by another event created at the same time) stays
+///   listed, for its own reconcile.
 /// - **get_object**: the record or `None`.
 /// - **failed_objects**: up to `limit` records of `namespace` with status `Failed` and
 ///   `updated_at <= before`, the oldest `updated_at` first.
@@ -343,6 +340,17 @@ pub trait OrderingStore: fmt::Debug + Send + Sync + 'static {
         key: ObjectKey<'_>,
         created_at: DateTime<Utc>,
         status: ObjectStatus,
+        now: DateTime<Utc>,
+    ) -> Result<bool, StoreError>;
+
+    /// Marks `key` applied after the failure of its newest event was reconciled, if
+    /// that event (created at `created_at`) is still the newest and its failure was
+    /// recorded at or before `failed_since`: whether it was marked.
+    async fn clear_failure(
+        &self,
+        key: ObjectKey<'_>,
+        created_at: DateTime<Utc>,
+        failed_since: DateTime<Utc>,
         now: DateTime<Utc>,
     ) -> Result<bool, StoreError>;
 
@@ -388,6 +396,18 @@ impl<T: OrderingStore + ?Sized> OrderingStore for std::sync::Arc<T> {
         now: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
         (**self).mark_object(key, created_at, status, now).await
+    }
+
+    async fn clear_failure(
+        &self,
+        key: ObjectKey<'_>,
+        created_at: DateTime<Utc>,
+        failed_since: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        (**self)
+            .clear_failure(key, created_at, failed_since, now)
+            .await
     }
 
     async fn get_object(&self, key: ObjectKey<'_>) -> Result<Option<ObjectRecord>, StoreError> {

@@ -1812,6 +1812,17 @@ impl webhook_guard::ordering::OrderingStore for SlowOrdering {
     ) -> Result<bool, StoreError> {
         self.inner.mark_object(key, created_at, status, now).await
     }
+    async fn clear_failure(
+        &self,
+        key: webhook_guard::ordering::ObjectKey<'_>,
+        created_at: DateTime<Utc>,
+        failed_since: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        self.inner
+            .clear_failure(key, created_at, failed_since, now)
+            .await
+    }
     async fn get_object(
         &self,
         key: webhook_guard::ordering::ObjectKey<'_>,

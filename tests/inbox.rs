@@ -1274,6 +1274,18 @@ impl OrderingStore for OrderingDown {
         self.check()?;
         self.inner.mark_object(key, created_at, status, now).await
     }
+    async fn clear_failure(
+        &self,
+        key: ObjectKey<'_>,
+        created_at: DateTime<Utc>,
+        failed_since: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<bool, webhook_guard::StoreError> {
+        self.check()?;
+        self.inner
+            .clear_failure(key, created_at, failed_since, now)
+            .await
+    }
     async fn get_object(
         &self,
         key: ObjectKey<'_>,
@@ -2000,6 +2012,145 @@ async fn reconcile_stale_leaves_a_failure_that_came_during_its_reconcile() {
     assert_eq!(
         again.found, 1,
         "the failure that came meanwhile stays listed"
+    );
+}
+
+/// A failure that lands while `reconcile_stale` marks an object it reconciled (just
+/// after a read of the object, or just before the store changes it) stays listed:
+/// the mark is one conditional change in the store, not a read and then a mark.
+#[tokio::test]
+async fn a_failure_landing_as_a_reconciled_object_is_marked_stays_listed() {
+    /// The memory ledger, where another event created at the same time fails once
+    /// `armed`: right after a read of the object, or right before a clear.
+    #[derive(Debug)]
+    struct FailsAtTheMark {
+        inner: MemoryStore,
+        clock: ManualClock,
+        armed: std::sync::atomic::AtomicBool,
+    }
+    impl FailsAtTheMark {
+        async fn fail_meanwhile(&self, key: ObjectKey<'_>, created_at: DateTime<Utc>) {
+            if self.armed.swap(false, Ordering::SeqCst) {
+                self.clock.advance(TimeDelta::seconds(1));
+                let now = self.clock.now();
+                let failed = ObjectStatus::Failed;
+                let settled = self.inner.settle_object(key, created_at, failed, now);
+                assert!(!settled.await.unwrap(), "settled before, failed again");
+            }
+        }
+    }
+    #[async_trait]
+    impl OrderingStore for FailsAtTheMark {
+        async fn observe(
+            &self,
+            key: ObjectKey<'_>,
+            created_at: DateTime<Utc>,
+            now: DateTime<Utc>,
+        ) -> Result<webhook_guard::ordering::Freshness, webhook_guard::StoreError> {
+            self.inner.observe(key, created_at, now).await
+        }
+        async fn settle_object(
+            &self,
+            key: ObjectKey<'_>,
+            created_at: DateTime<Utc>,
+            status: ObjectStatus,
+            now: DateTime<Utc>,
+        ) -> Result<bool, webhook_guard::StoreError> {
+            self.inner.settle_object(key, created_at, status, now).await
+        }
+        async fn mark_object(
+            &self,
+            key: ObjectKey<'_>,
+            created_at: DateTime<Utc>,
+            status: ObjectStatus,
+            now: DateTime<Utc>,
+        ) -> Result<bool, webhook_guard::StoreError> {
+            self.inner.mark_object(key, created_at, status, now).await
+        }
+        async fn clear_failure(
+            &self,
+            key: ObjectKey<'_>,
+            created_at: DateTime<Utc>,
+            failed_since: DateTime<Utc>,
+            now: DateTime<Utc>,
+        ) -> Result<bool, webhook_guard::StoreError> {
+            self.fail_meanwhile(key, created_at).await;
+            self.inner
+                .clear_failure(key, created_at, failed_since, now)
+                .await
+        }
+        async fn get_object(
+            &self,
+            key: ObjectKey<'_>,
+        ) -> Result<Option<webhook_guard::ordering::ObjectRecord>, webhook_guard::StoreError>
+        {
+            let read = self.inner.get_object(key).await;
+            if let Ok(Some(object)) = &read {
+                self.fail_meanwhile(key, object.newest).await;
+            }
+            read
+        }
+        async fn failed_objects(
+            &self,
+            namespace: &str,
+            before: DateTime<Utc>,
+            limit: usize,
+        ) -> Result<Vec<webhook_guard::ordering::ObjectRecord>, webhook_guard::StoreError> {
+            self.inner.failed_objects(namespace, before, limit).await
+        }
+    }
+    /// Fails the escalation's own reconcile, settles every later one.
+    #[derive(Debug, Default)]
+    struct FirstFails(AtomicUsize);
+    #[async_trait]
+    impl Reconciler for FirstFails {
+        async fn reconcile(&self, _: &ReconcileRequest) -> Result<(), BoxError> {
+            match self.0.fetch_add(1, Ordering::SeqCst) {
+                0 => Err("provider API down".into()),
+                _ => Ok(()),
+            }
+        }
+    }
+    let store = MemoryStore::new();
+    let clock = ManualClock::new(start());
+    let ordering = Arc::new(FailsAtTheMark {
+        inner: store.clone(),
+        clock: clock.clone(),
+        armed: Default::default(),
+    });
+    let api = Arc::new(FirstFails::default());
+    let guard = escalating_guard(&store, api.clone())
+        .ordering(ordering.clone())
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    escalate(&guard, &body("x1", "charge.succeeded", "trx-1", 5)).await;
+    for _ in 0..100 {
+        if api.0.load(Ordering::SeqCst) > 0 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(
+        api.0.load(Ordering::SeqCst),
+        1,
+        "the escalation's reconcile ran"
+    );
+    clock.advance(TimeDelta::minutes(10));
+    ordering.armed.store(true, Ordering::SeqCst);
+    let report = guard
+        .reconcile_stale(Duration::from_secs(60), 10)
+        .await
+        .unwrap();
+    assert_eq!((report.found, report.reconciled), (1, 1));
+    assert!(
+        !ordering.armed.load(Ordering::SeqCst),
+        "the failure landed during the mark"
+    );
+    let again = guard.reconcile_stale(Duration::ZERO, 10).await.unwrap();
+    assert_eq!(
+        again.found, 1,
+        "the failure that landed meanwhile stays listed"
     );
 }
 

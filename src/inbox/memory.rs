@@ -265,13 +265,13 @@ impl InboxStore for MemoryStore {
 
 impl MemoryStore {
     /// Sets the status of the object under `key` if its newest is `created_at` and
-    /// `decide(current status)` says to (`.0`); answers `decide`'s `.1`, or `false`
+    /// `decide(current record)` says to (`.0`); answers `decide`'s `.1`, or `false`
     /// without such a record.
     fn set_object_status(
         &self,
         key: ObjectKey<'_>,
         created_at: DateTime<Utc>,
-        decide: impl FnOnce(ObjectStatus) -> (bool, bool),
+        decide: impl FnOnce(&ObjectRecord) -> (bool, bool),
         status: ObjectStatus,
         now: DateTime<Utc>,
     ) -> bool {
@@ -286,7 +286,7 @@ impl MemoryStore {
                 if r.newest != created_at {
                     return false;
                 }
-                let (set, answer) = decide(r.status);
+                let (set, answer) = decide(r);
                 if set {
                     r.status = status;
                     r.updated_at = now;
@@ -343,7 +343,7 @@ impl OrderingStore for MemoryStore {
             created_at,
             |current| {
                 // The first settle of this time sets it; a later one only a failure.
-                let first = current == ObjectStatus::Pending;
+                let first = current.status == ObjectStatus::Pending;
                 (first || status == ObjectStatus::Failed, first)
             },
             status,
@@ -359,6 +359,20 @@ impl OrderingStore for MemoryStore {
         now: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
         Ok(self.set_object_status(key, created_at, |_| (true, true), status, now))
+    }
+
+    async fn clear_failure(
+        &self,
+        key: ObjectKey<'_>,
+        created_at: DateTime<Utc>,
+        failed_since: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        let still_failed = |current: &ObjectRecord| {
+            let yes = current.status == ObjectStatus::Failed && current.updated_at <= failed_since;
+            (yes, yes)
+        };
+        Ok(self.set_object_status(key, created_at, still_failed, ObjectStatus::Applied, now))
     }
 
     async fn get_object(&self, key: ObjectKey<'_>) -> Result<Option<ObjectRecord>, StoreError> {

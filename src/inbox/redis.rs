@@ -95,16 +95,21 @@ impl RedisStore {
         Ok((out, answer.len() / 2))
     }
 
-    /// Runs the settle script: `mode` is `settle` or `mark`.
+    /// Runs the settle script in `mode`.
     async fn object_status(
         &self,
         key: ObjectKey<'_>,
         created_at: DateTime<Utc>,
         status: ObjectStatus,
         now: DateTime<Utc>,
-        mode: &str,
+        mode: Mode,
     ) -> Result<bool, StoreError> {
         let (record, failed, member) = self.object_keys(key);
+        let (mode, since) = match mode {
+            Mode::Settle => ("settle", 0),
+            Mode::Mark => ("mark", 0),
+            Mode::Clear { failed_since } => ("clear", millis(failed_since)),
+        };
         let mut inv = Eval::new(&SCRIPTS.settle_object, 2);
         inv.key(record)
             .key(failed)
@@ -112,7 +117,8 @@ impl RedisStore {
             .arg(status.as_str())
             .arg(millis(now))
             .arg(member)
-            .arg(mode);
+            .arg(mode)
+            .arg(since);
         let settled: i64 = self.connection().eval(&inv).await.map_err(store_error)?;
         Ok(settled == 1)
     }
@@ -323,14 +329,27 @@ if cur[2] == 'failed' then redis.call('ZREM', KEYS[2], ARGV[3]) end
 return false
 ";
 
-/// Settle an object: KEYS record, failed; ARGV created_at, status, now, member, and
-/// `mark` to set the status whatever it was. Answers 1 when it set it as the first
-/// settle (or a mark); 0 otherwise, having set `failed` over a status another event
-/// of the same time settled first.
+/// How [`SETTLE_OBJECT`] changes an object's status.
+#[derive(Clone, Copy)]
+enum Mode {
+    /// [`OrderingStore::settle_object`].
+    Settle,
+    /// [`OrderingStore::mark_object`].
+    Mark,
+    /// [`OrderingStore::clear_failure`].
+    Clear { failed_since: DateTime<Utc> },
+}
+
+/// Settle an object: KEYS record, failed; ARGV created_at, status, now, member, the
+/// mode (`settle`; `mark` to set the status whatever it was; `clear` to set it only
+/// over a failure recorded at or before ARGV[6]), and that time. Answers 1 when it
+/// set it as the first settle (or a mark or a clear); 0 otherwise, having set
+/// `failed` over a status another event of the same time settled first.
 const SETTLE_OBJECT: &str = r"
-local cur = redis.call('HMGET', KEYS[1], 'n', 's')
+local cur = redis.call('HMGET', KEYS[1], 'n', 's', 'u')
 if cur[1] ~= ARGV[1] then return 0 end
-local first = cur[2] == 'pending' or ARGV[5] == 'mark'
+if ARGV[5] == 'clear' and not (cur[2] == 'failed' and tonumber(cur[3]) and tonumber(cur[3]) <= tonumber(ARGV[6])) then return 0 end
+local first = cur[2] == 'pending' or ARGV[5] ~= 'settle'
 if not first and ARGV[2] ~= 'failed' then return 0 end
 redis.call('HSET', KEYS[1], 's', ARGV[2], 'u', ARGV[3])
 if ARGV[2] == 'failed' then
@@ -678,7 +697,7 @@ impl OrderingStore for RedisStore {
         status: ObjectStatus,
         now: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
-        self.object_status(key, created_at, status, now, "settle")
+        self.object_status(key, created_at, status, now, Mode::Settle)
             .await
     }
 
@@ -689,7 +708,19 @@ impl OrderingStore for RedisStore {
         status: ObjectStatus,
         now: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
-        self.object_status(key, created_at, status, now, "mark")
+        self.object_status(key, created_at, status, now, Mode::Mark)
+            .await
+    }
+
+    async fn clear_failure(
+        &self,
+        key: ObjectKey<'_>,
+        created_at: DateTime<Utc>,
+        failed_since: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        let mode = Mode::Clear { failed_since };
+        self.object_status(key, created_at, ObjectStatus::Applied, now, mode)
             .await
     }
 

@@ -315,6 +315,7 @@ struct QueueSql {
     newest: String,
     settle_object: String,
     mark_object: String,
+    clear_failure: String,
     get_object: String,
     failed: String,
     record: (String, Vec<Param>),
@@ -424,6 +425,10 @@ impl QueueSql {
             ),
             mark_object: format!(
                 "UPDATE {o} SET status = ?, updated_at = ? WHERE {object_key} AND newest = ?"
+            ),
+            clear_failure: format!(
+                "UPDATE {o} SET status = ?, updated_at = ? WHERE {object_key} AND newest = ? \
+                 AND status = 'failed' AND updated_at <= ?"
             ),
             get_object: format!("SELECT {OBJECT_COLUMNS} FROM {o} WHERE {object_key}"),
             failed: format!(
@@ -671,15 +676,33 @@ impl MySqlStore {
         status: ObjectStatus,
         now: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
+        self.object_update_since(sql, key, created_at, status, now, None)
+            .await
+    }
+
+    /// [`Self::object_update`], binding `failed_since` last when given.
+    async fn object_update_since(
+        &self,
+        sql: &str,
+        key: ObjectKey<'_>,
+        created_at: DateTime<Utc>,
+        status: ObjectStatus,
+        now: DateTime<Utc>,
+        failed_since: Option<DateTime<Utc>>,
+    ) -> Result<bool, StoreError> {
         let done = retry_deadlocks(|| {
-            sqlx::query(sql)
+            let query = sqlx::query(sql)
                 .bind(status.as_str())
                 .bind(millis(now))
                 .bind(key.namespace)
                 .bind(key.object)
                 .bind(key.family)
-                .bind(millis(created_at))
-                .execute(&self.pool)
+                .bind(millis(created_at));
+            match failed_since {
+                Some(since) => query.bind(millis(since)),
+                None => query,
+            }
+            .execute(&self.pool)
         })
         .await?;
         Ok(done.rows_affected() == 1)
@@ -1453,6 +1476,18 @@ impl OrderingStore for MySqlStore {
         now: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
         self.object_update(&self.sql.queue.mark_object, key, created_at, status, now)
+            .await
+    }
+
+    async fn clear_failure(
+        &self,
+        key: ObjectKey<'_>,
+        created_at: DateTime<Utc>,
+        failed_since: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        let (sql, applied) = (&self.sql.queue.clear_failure, ObjectStatus::Applied);
+        self.object_update_since(sql, key, created_at, applied, now, Some(failed_since))
             .await
     }
 

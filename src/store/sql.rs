@@ -768,6 +768,7 @@ pub(crate) struct QueueSql {
     pub(crate) newest: String,
     pub(crate) settle_object: String,
     pub(crate) mark_object: String,
+    pub(crate) clear_failure: String,
     pub(crate) get_object: String,
     pub(crate) failed: String,
     pub(crate) record: String,
@@ -891,6 +892,7 @@ impl QueueSql {
             "UPDATE {o} SET status = $5, updated_at = $6 WHERE {object_key} AND newest = $4"
         );
         let settle_object = format!("{mark_object} AND status = 'pending'");
+        let clear_failure = format!("{mark_object} AND status = 'failed' AND updated_at <= $7");
         let get_object = format!("SELECT {OBJECT_COLUMNS} FROM {o} WHERE {object_key}");
         let failed = format!(
             "SELECT {OBJECT_COLUMNS} FROM {o} \
@@ -941,6 +943,7 @@ impl QueueSql {
             newest,
             settle_object,
             mark_object,
+            clear_failure,
             get_object,
             failed,
             record,
@@ -952,7 +955,7 @@ impl QueueSql {
         sql
     }
 
-    fn statements_mut(&mut self) -> [&mut String; 15] {
+    fn statements_mut(&mut self) -> [&mut String; 16] {
         [
             &mut self.enqueue,
             &mut self.existing,
@@ -965,6 +968,7 @@ impl QueueSql {
             &mut self.newest,
             &mut self.settle_object,
             &mut self.mark_object,
+            &mut self.clear_failure,
             &mut self.get_object,
             &mut self.failed,
             &mut self.record,
@@ -1061,6 +1065,7 @@ mod tests {
                 &q.newest,
                 &q.settle_object,
                 &q.mark_object,
+                &q.clear_failure,
                 &q.get_object,
                 &q.failed,
             ] {

@@ -89,16 +89,32 @@ macro_rules! sql_store_impls {
                     status: ObjectStatus,
                     now: DateTime<Utc>,
                 ) -> Result<bool, StoreError> {
-                    let done = ::sqlx::query(sql)
+                    self.object_update_since(sql, key, created_at, status, now, None)
+                        .await
+                }
+
+                /// [`Self::object_update`], binding `failed_since` too (`$7`) when
+                /// given.
+                async fn object_update_since(
+                    &self,
+                    sql: &str,
+                    key: ObjectKey<'_>,
+                    created_at: DateTime<Utc>,
+                    status: ObjectStatus,
+                    now: DateTime<Utc>,
+                    failed_since: Option<DateTime<Utc>>,
+                ) -> Result<bool, StoreError> {
+                    let mut query = ::sqlx::query(sql)
                         .bind(key.namespace)
                         .bind(key.object)
                         .bind(key.family)
                         .bind(millis(created_at))
                         .bind(status.as_str())
-                        .bind(millis(now))
-                        .execute(&self.pool)
-                        .await
-                        .map_err($err)?;
+                        .bind(millis(now));
+                    if let Some(since) = failed_since {
+                        query = query.bind(millis(since));
+                    }
+                    let done = query.execute(&self.pool).await.map_err($err)?;
                     Ok(done.rows_affected() == 1)
                 }
             }
@@ -502,6 +518,20 @@ macro_rules! sql_store_impls {
                     let _gate = self.write_gate().await?;
                     let sql = &self.sql.queue.mark_object;
                     self.object_update(sql, key, created_at, status, now).await
+                }
+
+                async fn clear_failure(
+                    &self,
+                    key: ObjectKey<'_>,
+                    created_at: DateTime<Utc>,
+                    failed_since: DateTime<Utc>,
+                    now: DateTime<Utc>,
+                ) -> Result<bool, StoreError> {
+                    let _gate = self.write_gate().await?;
+                    let sql = &self.sql.queue.clear_failure;
+                    let applied = ObjectStatus::Applied;
+                    self.object_update_since(sql, key, created_at, applied, now, Some(failed_since))
+                        .await
                 }
 
                 async fn get_object(
