@@ -162,6 +162,23 @@ pub async fn fresh_claim_then_existing(store: &dyn ProcessedStore) {
         (f.namespace.as_str(), "evt_1")
     );
     assert!(rec.history.is_empty(), "fresh claim has no history");
+    assert_eq!(
+        Some(rec),
+        store.get(f.key("evt_1")).await.unwrap(),
+        "fresh claim answers the record as stored"
+    );
+    // Times between two milliseconds: a store that keeps fewer digits answers the
+    // record as it keeps it.
+    let mut odd = f.request("evt_odd", b"body", 0);
+    let by = TimeDelta::microseconds(400);
+    (odd.now, odd.lease_until, odd.expires_at) =
+        (odd.now + by, odd.lease_until + by, odd.expires_at + by);
+    let rec = acquired(claim(store, &odd).await, "fresh claim between milliseconds");
+    assert_eq!(
+        Some(rec),
+        store.get(f.key("evt_odd")).await.unwrap(),
+        "fresh claim between milliseconds answers the record as stored"
+    );
 
     let before = store.get(f.key("evt_1")).await.unwrap();
     let again = existing(

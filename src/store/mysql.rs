@@ -740,7 +740,9 @@ fn quote(table: &str) -> String {
     format!("`{table}`")
 }
 
+/// The record a fresh claim stored: times in whole milliseconds, as stored.
 fn fresh_record(req: &ClaimRequest<'_>) -> Record {
+    let now = time(millis(req.now));
     Record::new(
         req.key,
         RecordState::InProgress,
@@ -748,10 +750,10 @@ fn fresh_record(req: &ClaimRequest<'_>) -> Record {
         req.token,
         1,
         0,
-        req.lease_until,
-        req.expires_at,
-        req.now,
-        req.now,
+        time(ceil_millis(req.lease_until)),
+        time(ceil_millis(req.expires_at)),
+        now,
+        now,
         Vec::new(),
     )
 }

@@ -1142,6 +1142,7 @@ impl ProcessedStore for RedisStore {
             ceil_millis(request.expires_at),
         );
         let (fresh, fresh_ttl) = fresh_record(request);
+        // The record as stored: times in whole milliseconds.
         let acquired = || {
             Claim::Acquired(Record::new(
                 request.key,
@@ -1150,10 +1151,10 @@ impl ProcessedStore for RedisStore {
                 request.token,
                 1,
                 0,
-                request.lease_until,
-                request.expires_at,
-                request.now,
-                request.now,
+                time(lease),
+                time(expires),
+                time(now),
+                time(now),
                 Vec::new(),
             ))
         };
