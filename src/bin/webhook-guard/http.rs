@@ -55,7 +55,11 @@ impl Target {
         // userinfo (a raw `/` or `?`) the `@` comes after the cut, and a part of the
         // credential would be echoed as the host.
         if rest.contains('@') {
-            return Err("--url must not carry credentials (no `@`)".into());
+            return Err(
+                "--url must not carry credentials (no `@`; write an `@` of the path or \
+                 query as `%40`)"
+                    .into(),
+            );
         }
         let (host, port) = split_host_port(authority)?;
         let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host, port))
@@ -236,6 +240,21 @@ mod tests {
             let err = Target::resolve(url, false).await.err().unwrap();
             assert!(!err.contains("s3cr") && !err.contains("adm1n"), "{err}");
         }
+    }
+
+    /// An `@` is refused anywhere (it may end a malformed userinfo), with the way
+    /// around for one in the path or query.
+    #[tokio::test]
+    async fn an_at_sign_of_a_query_is_written_percent_encoded() {
+        let err = Target::resolve("http://127.0.0.1:9/hook?to=a@b", false)
+            .await
+            .err()
+            .unwrap();
+        assert!(err.contains("%40"), "{err}");
+        let target = Target::resolve("http://127.0.0.1:9/hook?to=a%40b", false)
+            .await
+            .unwrap();
+        assert_eq!(target.path, "/hook?to=a%40b");
     }
 
     #[test]
