@@ -1629,9 +1629,13 @@ pub mod ordering {
             .await
             .unwrap();
         assert!(!again, "settled before: answers false, records the failure");
-        let _ = store.observe(key("newer"), at(5), at(21)).await.unwrap();
+        // A newer event, failed early enough: only its time tells it apart.
+        let _ = store.observe(key("newer"), at(5), at(11)).await.unwrap();
+        let newer_failed = store.settle_object(key("newer"), at(5), ObjectStatus::Failed, at(12));
+        assert!(newer_failed.await.unwrap());
+        // Applied early enough: only its status tells it apart.
         assert!(store
-            .mark_object(key("applied"), at(1), ObjectStatus::Applied, at(22))
+            .mark_object(key("applied"), at(1), ObjectStatus::Applied, at(12))
             .await
             .unwrap());
 
@@ -1647,8 +1651,8 @@ pub mod ordering {
         for (object, before) in [
             ("failed_later", (ObjectStatus::Failed, at(20))),
             ("pending", (ObjectStatus::Pending, at(2))),
-            ("newer", (ObjectStatus::Pending, at(21))),
-            ("applied", (ObjectStatus::Applied, at(22))),
+            ("newer", (ObjectStatus::Failed, at(12))),
+            ("applied", (ObjectStatus::Applied, at(12))),
         ] {
             assert!(!clear(object, 15).await.unwrap(), "{object}: not cleared");
             assert_eq!(status(object).await, Some(before), "{object}: unchanged");
@@ -1659,7 +1663,7 @@ pub mod ordering {
         let listed: Vec<_> = listed.iter().map(|r| r.object.as_str()).collect();
         assert_eq!(
             listed,
-            ["failed_later"],
+            ["newer", "failed_later"],
             "a cleared failure is no longer listed"
         );
     }

@@ -298,8 +298,9 @@ pub(crate) fn object_key<'a>(
 ///   failure is never hidden. Otherwise (a newer event came since, or there is no
 ///   record) change nothing and answer `false`.
 /// - **mark_object**: if the stored newest equals `created_at`, set the status and
-///   `updated_at`, whatever the status was, and answer `true` (after the object was
-///   reconciled through the provider's API); otherwise change nothing and answer
+///   `updated_at`, whatever the status was, and answer `true` (a host's own
+///   reconcile; `reconcile_stale` marks an object it could not reconcile failed
+///   again with it, to the back of the list); otherwise change nothing and answer
 ///   `false`.
 /// - **clear_failure**: atomically, if the stored newest equals `created_at`, its
 ///   status is `Failed` and its `updated_at` is at or before `failed_since` (both
@@ -333,8 +334,8 @@ pub trait OrderingStore: fmt::Debug + Send + Sync + 'static {
         now: DateTime<Utc>,
     ) -> Result<bool, StoreError>;
 
-    /// Sets the status of `key` after it was reconciled, if its newest event is still
-    /// the one created at `created_at`.
+    /// Sets the status of `key` whatever it was, if its newest event is still the one
+    /// created at `created_at`.
     async fn mark_object(
         &self,
         key: ObjectKey<'_>,
