@@ -1387,14 +1387,19 @@ impl ClaimState {
             now,
             expires_at: crate::later(now, inner.retention_delta),
         };
-        // Whatever the store says, the sender must retry: a release that did not
-        // apply leaves the lease to run out, and the next claim counts it.
+        // Whatever the store says, the sender must retry. A release the store
+        // missed is made in the background: held to the end of its lease, the
+        // claim would answer the sender's early retries 409 and run nothing, so a
+        // provider with few deliveries could give up before the failures reach
+        // `escalate_after`. (Should it never land, the next claim after the lease
+        // counts the failure.)
         let fence = store(inner).finish(self.key(), self.token, &finish).await;
         match self.own_fence(fence, RecordState::Failed).await {
             Ok(Fence::Applied) => {}
             Ok(Fence::LeaseLost) => return self.lease_lost_before(&error, "failure"),
             Err(e) => {
-                tracing::warn!(id = %self.id, error = %e, "could not release a failed claim");
+                tracing::warn!(id = %self.id, error = %e, "could not release a failed claim; retrying in the background");
+                self.finish_in_background(RecordState::Failed, failures, &history);
             }
         }
         inner.safe_hooks.on_failure(self.key(), failures, &error);

@@ -952,6 +952,33 @@ async fn a_permanent_failure_the_store_missed_is_recorded_in_the_background() {
     assert_eq!(record.failures, 1);
 }
 
+/// A retryable failure whose release the store missed is released in the
+/// background once the store is back, its failure counted once; before, the claim
+/// held its lease to the end and answered the sender's early retries 409.
+#[tokio::test]
+async fn a_failure_the_store_missed_is_released_in_the_background() {
+    let store = Arc::new(Flaky::default());
+    let guard = flaky_guard(&store);
+    store.finish_down.store(true, Ordering::SeqCst);
+    let outcome = guard
+        .handle(&[("x-id", "evt_fail_down")], b"{}", |_| async {
+            Err(HandlerError::retryable("upstream down"))
+        })
+        .await;
+    assert!(
+        matches!(outcome, Outcome::RetryableFailure { failures: 1, .. }),
+        "{outcome:?}"
+    );
+    store.finish_down.store(false, Ordering::SeqCst);
+    let record = record_in_state(&guard, "evt_fail_down", RecordState::Failed).await;
+    assert_eq!((record.attempts, record.failures), (1, 1));
+    assert_eq!(record.history.len(), 1);
+    assert!(matches!(
+        ok_run(&guard, "evt_fail_down", b"{}").await,
+        Outcome::Processed { .. }
+    ));
+}
+
 /// A claim still in flight when its delivery is dropped (the store applies it
 /// later) is released once it lands, not left to run out its lease.
 #[tokio::test]
