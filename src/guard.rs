@@ -936,19 +936,33 @@ impl<'a> Claimed<'a> {
 
     /// Records success: [`Outcome::Processed`], or [`Outcome::Unrecorded`] if the
     /// lease was lost or the store failed.
-    pub async fn complete(self) -> Outcome {
+    ///
+    /// The success is the future's from the call on: dropped before the store has
+    /// recorded it, even before its first poll (a `select!` whose other branch won,
+    /// the sender hung up, a timeout), the future leaves the recording to the
+    /// background (with the `tokio` feature and a runtime), or a redelivery after
+    /// the lease would run the handler again.
+    pub fn complete(self) -> impl Future<Output = Outcome> + Send + 'static {
         let state = self.take();
         let handler_elapsed = state.claimed_at.elapsed();
-        let inner = &state.guard.inner;
-        let now = inner.clock.now();
-        let finish = state.finish_as(RecordState::Completed, now);
-        // Dropped while the store records the success (the sender hung up, a
-        // timeout), this future leaves the recording to the background, or a
-        // redelivery after the lease would run the handler again.
-        let pending = RecordOnDrop(Some(&state), handler_elapsed);
-        let result = store(inner).finish(state.key(), state.token, &finish).await;
-        let result = state.own_fence(result, RecordState::Completed).await;
-        pending.disarm();
+        let pending = RecordOnDrop(Some(state), handler_elapsed);
+        async move {
+            let state = pending.state();
+            let inner = &state.guard.inner;
+            let now = inner.clock.now();
+            let finish = state.finish_as(RecordState::Completed, now);
+            let result = store(inner).finish(state.key(), state.token, &finish).await;
+            let result = state.own_fence(result, RecordState::Completed).await;
+            Self::completed(pending.disarm(), result, handler_elapsed).await
+        }
+    }
+
+    /// What [`Claimed::complete`] answers once the store answered.
+    async fn completed(
+        state: Arc<ClaimState>,
+        result: Result<Fence, StoreError>,
+        handler_elapsed: Duration,
+    ) -> Outcome {
         let outcome = match result {
             Ok(Fence::Applied) if state.ordered => {
                 // The object's settle, the reconcile it may ask for and the report
@@ -1004,7 +1018,11 @@ impl<'a> Claimed<'a> {
 
     /// Records a failure: retryable ones are released and counted (and escalated at
     /// the threshold), permanent ones end the id.
-    pub async fn fail(self, error: HandlerError) -> Outcome {
+    ///
+    /// As with [`Claimed::complete`], the failure is the future's from the call on:
+    /// dropped unfinished, even before its first poll, the future finishes its work
+    /// in the background (with the `tokio` feature and a runtime).
+    pub fn fail(self, error: HandlerError) -> impl Future<Output = Outcome> + Send + 'static {
         let body = self.body;
         let state = self.take();
         let handler_elapsed = state.claimed_at.elapsed();
@@ -1022,7 +1040,6 @@ impl<'a> Claimed<'a> {
             state.report(&outcome, handler_elapsed);
             outcome
         })
-        .await
     }
 }
 
@@ -1239,22 +1256,26 @@ impl<T: Send + 'static> Drop for Detachable<T> {
     }
 }
 
-/// Armed while [`Claimed::complete`] awaits the store: if the delivery's future is
-/// dropped there, the handler's success is recorded in the background
+/// Armed from the call of [`Claimed::complete`] until the store answered: if its
+/// future is dropped before, the handler's success is recorded in the background
 /// ([`ClaimState::record_completion_later`]).
-struct RecordOnDrop<'s>(Option<&'s Arc<ClaimState>>, Duration);
+struct RecordOnDrop(Option<Arc<ClaimState>>, Duration);
 
-impl RecordOnDrop<'_> {
-    fn disarm(mut self) {
-        self.0 = None;
+impl RecordOnDrop {
+    fn state(&self) -> &Arc<ClaimState> {
+        self.0.as_ref().expect("armed until disarmed")
+    }
+
+    fn disarm(mut self) -> Arc<ClaimState> {
+        self.0.take().expect("armed until disarmed")
     }
 }
 
-impl Drop for RecordOnDrop<'_> {
+impl Drop for RecordOnDrop {
     fn drop(&mut self) {
         if let Some(state) = self.0.take() {
             tracing::warn!(id = %state.id, "delivery dropped while recording its success; recording it in the background");
-            state.clone().record_completion_later(Some(self.1));
+            state.record_completion_later(Some(self.1));
         }
     }
 }

@@ -952,6 +952,36 @@ async fn a_permanent_failure_the_store_missed_is_recorded_in_the_background() {
     assert_eq!(record.failures, 1);
 }
 
+/// The future of `complete` or `fail`, dropped before its first poll (a `select!`
+/// whose other branch won), still records how the handler ended: before, the
+/// claim dropped with it recorded a retryable "claim dropped unfinished" failure,
+/// so a success counted as a failure and ran again, a permanent failure was retried.
+#[tokio::test]
+async fn an_ending_dropped_before_its_first_poll_is_recorded() {
+    let s = setup();
+    let claim = |id: &'static str| {
+        let guard = &s.guard;
+        async move {
+            match guard.begin(&[("x-id", id)], b"{}").await {
+                Begin::Claimed(claimed) => claimed,
+                other => panic!("{id}: expected a claim, got {other:?}"),
+            }
+        }
+    };
+    drop(claim("evt_done_unpolled").await.complete());
+    drop(
+        claim("evt_perm_unpolled")
+            .await
+            .fail(HandlerError::permanent("unknown customer")),
+    );
+    let done = record_in_state(&s.guard, "evt_done_unpolled", RecordState::Completed).await;
+    assert_eq!((done.attempts, done.failures), (1, 0));
+    let perm = record_in_state(&s.guard, "evt_perm_unpolled", RecordState::PermanentFailure).await;
+    assert_eq!(perm.history[0].error, "unknown customer");
+    let again = ok_run(&s.guard, "evt_done_unpolled", b"{}").await;
+    assert!(matches!(again, Outcome::Duplicate { .. }), "{again:?}");
+}
+
 /// A retryable failure whose release the store missed is released in the
 /// background once the store is back, its failure counted once; before, the claim
 /// held its lease to the end and answered the sender's early retries 409.
