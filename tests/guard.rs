@@ -621,6 +621,9 @@ struct Flaky {
     /// What the next finish answers once made: 0 its own answer, 1 `Unavailable`
     /// (the reply lost), 2 `LeaseLost` (the request sent again met its own change).
     finish_reply: std::sync::atomic::AtomicU8,
+    /// While set, a claim is made and answered `Existing` with the record it made
+    /// (a round trip sent again after its first run was applied).
+    claim_met_again: std::sync::atomic::AtomicBool,
     /// While set, reading a record fails.
     get_down: std::sync::atomic::AtomicBool,
     /// While set, a purge fails.
@@ -685,7 +688,12 @@ impl ProcessedStore for Flaky {
         }
         let claim = self.inner.claim(r).await;
         stall(&self.claim_stall).await;
-        claim
+        match claim {
+            Ok(Claim::Acquired(own)) if self.claim_met_again.load(Ordering::SeqCst) => {
+                Ok(Claim::Existing(own))
+            }
+            claim => claim,
+        }
     }
     async fn finish(
         &self,
@@ -950,6 +958,33 @@ async fn a_permanent_failure_the_store_missed_is_recorded_in_the_background() {
     store.finish_down.store(false, Ordering::SeqCst);
     let record = record_in_state(&guard, "evt_perm_down", RecordState::PermanentFailure).await;
     assert_eq!(record.failures, 1);
+}
+
+/// A store that answers a claim it made `Existing` with this claim's own record (a
+/// driver's resend met the first run's change; the contract allows either answer)
+/// has granted it: the handler runs. Before, the delivery was answered 409 and
+/// the claim held its lease with a token no one had, to count a failure no
+/// handler had.
+#[tokio::test]
+async fn a_claim_met_again_with_its_own_token_is_granted() {
+    let store = Arc::new(Flaky::default());
+    let guard = flaky_guard(&store);
+    store.claim_met_again.store(true, Ordering::SeqCst);
+    let outcome = ok_run(&guard, "evt_resent", b"{}").await;
+    assert!(matches!(outcome, Outcome::Processed { .. }), "{outcome:?}");
+    let done = guard.inspect("evt_resent").await.unwrap().unwrap();
+    assert_eq!(
+        (done.state, done.attempts, done.failures),
+        (RecordState::Completed, 1, 0)
+    );
+    // Someone else's live claim is still in progress.
+    store.claim_met_again.store(false, Ordering::SeqCst);
+    let Begin::Claimed(held) = guard.begin(&[("x-id", "evt_held")], b"{}").await else {
+        panic!("first delivery must win the claim");
+    };
+    let second = ok_run(&guard, "evt_held", b"{}").await;
+    assert!(matches!(second, Outcome::InProgress { .. }), "{second:?}");
+    assert!(matches!(held.complete().await, Outcome::Processed { .. }));
 }
 
 /// The future of `complete` or `fail`, dropped before its first poll (a `select!`

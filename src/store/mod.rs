@@ -543,7 +543,8 @@ impl StoreError {
 ///   change nothing and answer [`Claim::Existing`] with the record. A claim
 ///   repeated with the same token (the guard never repeats one; a driver may send
 ///   a round trip again whose first run was applied) may be answered `Acquired`
-///   with the record it made.
+///   with the record it made; the guard takes `Existing` with an `InProgress`
+///   record carrying the request's token as granted too.
 /// - **finish**: if the record exists, is `InProgress` and carries `token`, set its
 ///   state, failures, history, expiry and `updated_at` from the [`Finish`] and answer
 ///   [`Fence::Applied`]; otherwise change nothing and answer [`Fence::LeaseLost`]. A
