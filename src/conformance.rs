@@ -1594,13 +1594,13 @@ pub mod ordering {
         events_created_at_the_same_time_settle_once(store).await;
         concurrent_observations_keep_the_newest(store).await;
         failed_objects_are_listed_oldest_first(store).await;
-        a_failure_is_cleared_only_while_it_stands(store).await;
+        a_failure_is_marked_only_while_it_stands(store).await;
     }
 
-    /// `clear_failure` marks an object applied only while its newest event is still
-    /// the one given, still failed, and failed no later than the time given; any
-    /// other object it leaves as it is.
-    pub async fn a_failure_is_cleared_only_while_it_stands(store: &dyn OrderingStore) {
+    /// `mark_object_if_failed` sets an object's status only while its newest event is
+    /// still the one given, still failed, and failed no later than the time given;
+    /// any other object it leaves as it is.
+    pub async fn a_failure_is_marked_only_while_it_stands(store: &dyn OrderingStore) {
         let (ns, now) = base();
         let at = |s| now + TimeDelta::seconds(s);
         let key = |object| ObjectKey {
@@ -1639,7 +1639,10 @@ pub mod ordering {
             .await
             .unwrap());
 
-        let clear = |object, since| store.clear_failure(key(object), at(1), at(since), at(30));
+        let clear = |object, since| {
+            let applied = ObjectStatus::Applied;
+            store.mark_object_if_failed(key(object), at(1), at(since), applied, at(30))
+        };
         assert!(
             clear("cleared", 10).await.unwrap(),
             "failed at the time given"
@@ -1666,6 +1669,25 @@ pub mod ordering {
             ["newer", "failed_later"],
             "a cleared failure is no longer listed"
         );
+
+        // Failed again, to the back of the list, while still the failure listed.
+        let requeue = |object, since| {
+            let failed = ObjectStatus::Failed;
+            store.mark_object_if_failed(key(object), at(1), at(since), failed, at(40))
+        };
+        assert!(requeue("failed_later", 20).await.unwrap());
+        assert_eq!(
+            status("failed_later").await,
+            Some((ObjectStatus::Failed, at(40)))
+        );
+        assert!(!requeue("cleared", 30).await.unwrap(), "cleared meanwhile");
+        assert_eq!(
+            status("cleared").await,
+            Some((ObjectStatus::Applied, at(30)))
+        );
+        let listed = store.failed_objects(&ns, at(100), 10).await.unwrap();
+        let listed: Vec<_> = listed.iter().map(|r| r.object.as_str()).collect();
+        assert_eq!(listed, ["newer", "failed_later"], "requeued to the back");
     }
 
     /// `failed_objects` lists its namespace's failed objects, the oldest change

@@ -2348,10 +2348,13 @@ impl WebhookGuard {
                 Err(e) => {
                     tracing::warn!(object = %object.object, error = %e, "reconciliation failed");
                     // To the back of the queue (its `updated_at` now): an object the
-                    // reconciler keeps failing must not hold up the others.
+                    // reconciler keeps failing must not hold up the others. Only
+                    // while it is still the failure listed: one another reconcile
+                    // cleared meanwhile stays cleared.
                     let now = inner.clock.now();
+                    let (key, failed) = (object.key(), ObjectStatus::Failed);
                     if let Err(e) = ordering
-                        .mark_object(object.key(), object.newest, ObjectStatus::Failed, now)
+                        .mark_object_if_failed(key, object.newest, object.updated_at, failed, now)
                         .await
                     {
                         tracing::debug!(object = %object.object, error = %e, "could not requeue a failed object");

@@ -203,8 +203,8 @@ pub(crate) fn ordered(id: &str, meta: &EventMeta, received: DateTime<Utc>) -> bo
 /// `failed_since`: only while the object is still that failure, not one another
 /// event created at the same time settled since (whose own reconcile, should it
 /// fail, must stay listed for `reconcile_stale`). One conditional change in the
-/// store ([`OrderingStore::clear_failure`]), so no failure lands between a check and
-/// the mark.
+/// store ([`OrderingStore::mark_object_if_failed`]), so no failure lands between a
+/// check and the mark.
 pub(crate) async fn mark_reconciled(
     ordering: &dyn OrderingStore,
     key: ObjectKey<'_>,
@@ -212,8 +212,9 @@ pub(crate) async fn mark_reconciled(
     failed_since: DateTime<Utc>,
     now: DateTime<Utc>,
 ) {
+    let applied = ObjectStatus::Applied;
     let cleared = ordering
-        .clear_failure(key, created_at, failed_since, now)
+        .mark_object_if_failed(key, created_at, failed_since, applied, now)
         .await;
     if let Err(e) = cleared {
         tracing::warn!(error = %e, "could not mark a reconciled object applied; reconcile_stale may ask again");
@@ -299,16 +300,16 @@ pub(crate) fn object_key<'a>(
 ///   record) change nothing and answer `false`.
 /// - **mark_object**: if the stored newest equals `created_at`, set the status and
 ///   `updated_at`, whatever the status was, and answer `true` (a host's own
-///   reconcile; `reconcile_stale` marks an object it could not reconcile failed
-///   again with it, to the back of the list); otherwise change nothing and answer
-///   `false`.
-/// - **clear_failure**: atomically, if the stored newest equals `created_at`, its
-///   status is `Failed` and its `updated_at` is at or before `failed_since` (both
-///   at the precision the store keeps times in), set the status to `Applied` and
-///   `updated_at = now` and answer `true`; otherwise change nothing and answer
-///   `false`. The guard calls it once a reconcile of that failure succeeded: a
-///   failure settled since (by another event created at the same time) stays
-///   listed, for its own reconcile.
+///   reconcile); otherwise change nothing and answer `false`.
+/// - **mark_object_if_failed**: atomically, if the stored newest equals
+///   `created_at`, its status is `Failed` and its `updated_at` is at or before
+///   `failed_since` (both at the precision the store keeps times in), set the status
+///   and `updated_at = now` and answer `true`; otherwise change nothing and answer
+///   `false`. The guard marks an object `Applied` with it once a reconcile of its
+///   failure succeeded (a failure settled since, by another event created at the
+///   same time, stays listed, for its own reconcile), and `Failed` again, to the
+///   back of the list, when that reconcile failed (one cleared meanwhile stays
+///   cleared).
 /// - **get_object**: the record or `None`.
 /// - **failed_objects**: up to `limit` records of `namespace` with status `Failed` and
 ///   `updated_at <= before`, the oldest `updated_at` first.
@@ -344,14 +345,15 @@ pub trait OrderingStore: fmt::Debug + Send + Sync + 'static {
         now: DateTime<Utc>,
     ) -> Result<bool, StoreError>;
 
-    /// Marks `key` applied after the failure of its newest event was reconciled, if
-    /// that event (created at `created_at`) is still the newest and its failure was
-    /// recorded at or before `failed_since`: whether it was marked.
-    async fn clear_failure(
+    /// Sets the status of `key` if its newest event (created at `created_at`) is
+    /// still the newest and still failed, its failure recorded at or before
+    /// `failed_since`: whether it was set.
+    async fn mark_object_if_failed(
         &self,
         key: ObjectKey<'_>,
         created_at: DateTime<Utc>,
         failed_since: DateTime<Utc>,
+        status: ObjectStatus,
         now: DateTime<Utc>,
     ) -> Result<bool, StoreError>;
 
@@ -399,15 +401,16 @@ impl<T: OrderingStore + ?Sized> OrderingStore for std::sync::Arc<T> {
         (**self).mark_object(key, created_at, status, now).await
     }
 
-    async fn clear_failure(
+    async fn mark_object_if_failed(
         &self,
         key: ObjectKey<'_>,
         created_at: DateTime<Utc>,
         failed_since: DateTime<Utc>,
+        status: ObjectStatus,
         now: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
         (**self)
-            .clear_failure(key, created_at, failed_since, now)
+            .mark_object_if_failed(key, created_at, failed_since, status, now)
             .await
     }
 

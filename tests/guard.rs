@@ -1904,15 +1904,16 @@ impl webhook_guard::ordering::OrderingStore for SlowOrdering {
     ) -> Result<bool, StoreError> {
         self.inner.mark_object(key, created_at, status, now).await
     }
-    async fn clear_failure(
+    async fn mark_object_if_failed(
         &self,
         key: webhook_guard::ordering::ObjectKey<'_>,
         created_at: DateTime<Utc>,
         failed_since: DateTime<Utc>,
+        status: webhook_guard::ordering::ObjectStatus,
         now: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
         self.inner
-            .clear_failure(key, created_at, failed_since, now)
+            .mark_object_if_failed(key, created_at, failed_since, status, now)
             .await
     }
     async fn get_object(

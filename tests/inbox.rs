@@ -1274,16 +1274,17 @@ impl OrderingStore for OrderingDown {
         self.check()?;
         self.inner.mark_object(key, created_at, status, now).await
     }
-    async fn clear_failure(
+    async fn mark_object_if_failed(
         &self,
         key: ObjectKey<'_>,
         created_at: DateTime<Utc>,
         failed_since: DateTime<Utc>,
+        status: ObjectStatus,
         now: DateTime<Utc>,
     ) -> Result<bool, webhook_guard::StoreError> {
         self.check()?;
         self.inner
-            .clear_failure(key, created_at, failed_since, now)
+            .mark_object_if_failed(key, created_at, failed_since, status, now)
             .await
     }
     async fn get_object(
@@ -2015,6 +2016,75 @@ async fn reconcile_stale_leaves_a_failure_that_came_during_its_reconcile() {
     );
 }
 
+/// An object whose failure another reconcile cleared while `reconcile_stale`'s own
+/// reconcile of it failed (two replicas, or an escalation's reconcile overlapping)
+/// stays cleared: before, the requeue marked it failed again, whatever it was.
+#[tokio::test]
+async fn a_failed_reconcile_leaves_an_object_cleared_meanwhile_cleared() {
+    /// Fails every reconcile; the second clears the object first, as another
+    /// replica's successful reconcile would.
+    #[derive(Debug)]
+    struct ClearedElsewhere {
+        store: MemoryStore,
+        clock: ManualClock,
+        calls: AtomicUsize,
+    }
+    #[async_trait]
+    impl Reconciler for ClearedElsewhere {
+        async fn reconcile(&self, r: &ReconcileRequest) -> Result<(), BoxError> {
+            if self.calls.fetch_add(1, Ordering::SeqCst) == 1 {
+                let key = ObjectKey {
+                    namespace: &r.namespace,
+                    object: r.meta.object.as_deref().unwrap(),
+                    family: r.meta.family.as_deref().unwrap(),
+                };
+                let object = self.store.get_object(key).await?.unwrap();
+                self.clock.advance(TimeDelta::seconds(1));
+                let (created, failed_at) = (object.newest, object.updated_at);
+                let now = self.clock.now();
+                let applied = ObjectStatus::Applied;
+                assert!(
+                    self.store
+                        .mark_object_if_failed(key, created, failed_at, applied, now)
+                        .await?
+                );
+            }
+            Err("provider API down".into())
+        }
+    }
+    let store = MemoryStore::new();
+    let clock = ManualClock::new(start());
+    let api = Arc::new(ClearedElsewhere {
+        store: store.clone(),
+        clock: clock.clone(),
+        calls: AtomicUsize::new(0),
+    });
+    let guard = escalating_guard(&store, api.clone())
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    escalate(&guard, &body("x1", "charge.succeeded", "trx-1", 5)).await;
+    for _ in 0..100 {
+        if api.calls.load(Ordering::SeqCst) > 0 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(
+        api.calls.load(Ordering::SeqCst),
+        1,
+        "the escalation's reconcile ran"
+    );
+    clock.advance(TimeDelta::minutes(10));
+    let report = guard
+        .reconcile_stale(Duration::from_secs(60), 10)
+        .await
+        .unwrap();
+    assert_eq!((report.found, report.reconciled), (1, 0));
+    let again = guard.reconcile_stale(Duration::ZERO, 10).await.unwrap();
+    assert_eq!(again.found, 0, "cleared meanwhile: stays cleared");
+}
+
 /// A failure that lands while `reconcile_stale` marks an object it reconciled (just
 /// after a read of the object, or just before the store changes it) stays listed:
 /// the mark is one conditional change in the store, not a read and then a mark.
@@ -2067,16 +2137,17 @@ async fn a_failure_landing_as_a_reconciled_object_is_marked_stays_listed() {
         ) -> Result<bool, webhook_guard::StoreError> {
             self.inner.mark_object(key, created_at, status, now).await
         }
-        async fn clear_failure(
+        async fn mark_object_if_failed(
             &self,
             key: ObjectKey<'_>,
             created_at: DateTime<Utc>,
             failed_since: DateTime<Utc>,
+            status: ObjectStatus,
             now: DateTime<Utc>,
         ) -> Result<bool, webhook_guard::StoreError> {
             self.fail_meanwhile(key, created_at).await;
             self.inner
-                .clear_failure(key, created_at, failed_since, now)
+                .mark_object_if_failed(key, created_at, failed_since, status, now)
                 .await
         }
         async fn get_object(

@@ -361,18 +361,19 @@ impl OrderingStore for MemoryStore {
         Ok(self.set_object_status(key, created_at, |_| (true, true), status, now))
     }
 
-    async fn clear_failure(
+    async fn mark_object_if_failed(
         &self,
         key: ObjectKey<'_>,
         created_at: DateTime<Utc>,
         failed_since: DateTime<Utc>,
+        status: ObjectStatus,
         now: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
         let still_failed = |current: &ObjectRecord| {
             let yes = current.status == ObjectStatus::Failed && current.updated_at <= failed_since;
             (yes, yes)
         };
-        Ok(self.set_object_status(key, created_at, still_failed, ObjectStatus::Applied, now))
+        Ok(self.set_object_status(key, created_at, still_failed, status, now))
     }
 
     async fn get_object(&self, key: ObjectKey<'_>) -> Result<Option<ObjectRecord>, StoreError> {

@@ -108,7 +108,7 @@ impl RedisStore {
         let (mode, since) = match mode {
             Mode::Settle => ("settle", 0),
             Mode::Mark => ("mark", 0),
-            Mode::Clear { failed_since } => ("clear", millis(failed_since)),
+            Mode::IfFailed { failed_since } => ("if_failed", millis(failed_since)),
         };
         let mut inv = Eval::new(&SCRIPTS.settle_object, 2);
         inv.key(record)
@@ -336,19 +336,19 @@ enum Mode {
     Settle,
     /// [`OrderingStore::mark_object`].
     Mark,
-    /// [`OrderingStore::clear_failure`].
-    Clear { failed_since: DateTime<Utc> },
+    /// [`OrderingStore::mark_object_if_failed`].
+    IfFailed { failed_since: DateTime<Utc> },
 }
 
 /// Settle an object: KEYS record, failed; ARGV created_at, status, now, member, the
-/// mode (`settle`; `mark` to set the status whatever it was; `clear` to set it only
-/// over a failure recorded at or before ARGV[6]), and that time. Answers 1 when it
-/// set it as the first settle (or a mark or a clear); 0 otherwise, having set
+/// mode (`settle`; `mark` to set the status whatever it was; `if_failed` to set it
+/// only over a failure recorded at or before ARGV[6]), and that time. Answers 1 when
+/// it set it as the first settle (or a mark); 0 otherwise, having set
 /// `failed` over a status another event of the same time settled first.
 const SETTLE_OBJECT: &str = r"
 local cur = redis.call('HMGET', KEYS[1], 'n', 's', 'u')
 if cur[1] ~= ARGV[1] then return 0 end
-if ARGV[5] == 'clear' and not (cur[2] == 'failed' and tonumber(cur[3]) and tonumber(cur[3]) <= tonumber(ARGV[6])) then return 0 end
+if ARGV[5] == 'if_failed' and not (cur[2] == 'failed' and tonumber(cur[3]) and tonumber(cur[3]) <= tonumber(ARGV[6])) then return 0 end
 local first = cur[2] == 'pending' or ARGV[5] ~= 'settle'
 if not first and ARGV[2] ~= 'failed' then return 0 end
 redis.call('HSET', KEYS[1], 's', ARGV[2], 'u', ARGV[3])
@@ -712,16 +712,16 @@ impl OrderingStore for RedisStore {
             .await
     }
 
-    async fn clear_failure(
+    async fn mark_object_if_failed(
         &self,
         key: ObjectKey<'_>,
         created_at: DateTime<Utc>,
         failed_since: DateTime<Utc>,
+        status: ObjectStatus,
         now: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
-        let mode = Mode::Clear { failed_since };
-        self.object_status(key, created_at, ObjectStatus::Applied, now, mode)
-            .await
+        let mode = Mode::IfFailed { failed_since };
+        self.object_status(key, created_at, status, now, mode).await
     }
 
     async fn get_object(&self, key: ObjectKey<'_>) -> Result<Option<ObjectRecord>, StoreError> {

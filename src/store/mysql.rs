@@ -315,7 +315,7 @@ struct QueueSql {
     newest: String,
     settle_object: String,
     mark_object: String,
-    clear_failure: String,
+    mark_if_failed: String,
     get_object: String,
     failed: String,
     record: (String, Vec<Param>),
@@ -426,7 +426,7 @@ impl QueueSql {
             mark_object: format!(
                 "UPDATE {o} SET status = ?, updated_at = ? WHERE {object_key} AND newest = ?"
             ),
-            clear_failure: format!(
+            mark_if_failed: format!(
                 "UPDATE {o} SET status = ?, updated_at = ? WHERE {object_key} AND newest = ? \
                  AND status = 'failed' AND updated_at <= ?"
             ),
@@ -1481,15 +1481,16 @@ impl OrderingStore for MySqlStore {
             .await
     }
 
-    async fn clear_failure(
+    async fn mark_object_if_failed(
         &self,
         key: ObjectKey<'_>,
         created_at: DateTime<Utc>,
         failed_since: DateTime<Utc>,
+        status: ObjectStatus,
         now: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
-        let (sql, applied) = (&self.sql.queue.clear_failure, ObjectStatus::Applied);
-        self.object_update_since(sql, key, created_at, applied, now, Some(failed_since))
+        let sql = &self.sql.queue.mark_if_failed;
+        self.object_update_since(sql, key, created_at, status, now, Some(failed_since))
             .await
     }
 

@@ -768,7 +768,7 @@ pub(crate) struct QueueSql {
     pub(crate) newest: String,
     pub(crate) settle_object: String,
     pub(crate) mark_object: String,
-    pub(crate) clear_failure: String,
+    pub(crate) mark_if_failed: String,
     pub(crate) get_object: String,
     pub(crate) failed: String,
     pub(crate) record: String,
@@ -892,7 +892,7 @@ impl QueueSql {
             "UPDATE {o} SET status = $5, updated_at = $6 WHERE {object_key} AND newest = $4"
         );
         let settle_object = format!("{mark_object} AND status = 'pending'");
-        let clear_failure = format!("{mark_object} AND status = 'failed' AND updated_at <= $7");
+        let mark_if_failed = format!("{mark_object} AND status = 'failed' AND updated_at <= $7");
         let get_object = format!("SELECT {OBJECT_COLUMNS} FROM {o} WHERE {object_key}");
         let failed = format!(
             "SELECT {OBJECT_COLUMNS} FROM {o} \
@@ -943,7 +943,7 @@ impl QueueSql {
             newest,
             settle_object,
             mark_object,
-            clear_failure,
+            mark_if_failed,
             get_object,
             failed,
             record,
@@ -968,7 +968,7 @@ impl QueueSql {
             &mut self.newest,
             &mut self.settle_object,
             &mut self.mark_object,
-            &mut self.clear_failure,
+            &mut self.mark_if_failed,
             &mut self.get_object,
             &mut self.failed,
             &mut self.record,
@@ -1065,7 +1065,7 @@ mod tests {
                 &q.newest,
                 &q.settle_object,
                 &q.mark_object,
-                &q.clear_failure,
+                &q.mark_if_failed,
                 &q.get_object,
                 &q.failed,
             ] {

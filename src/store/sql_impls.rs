@@ -520,17 +520,17 @@ macro_rules! sql_store_impls {
                     self.object_update(sql, key, created_at, status, now).await
                 }
 
-                async fn clear_failure(
+                async fn mark_object_if_failed(
                     &self,
                     key: ObjectKey<'_>,
                     created_at: DateTime<Utc>,
                     failed_since: DateTime<Utc>,
+                    status: ObjectStatus,
                     now: DateTime<Utc>,
                 ) -> Result<bool, StoreError> {
                     let _gate = self.write_gate().await?;
-                    let sql = &self.sql.queue.clear_failure;
-                    let applied = ObjectStatus::Applied;
-                    self.object_update_since(sql, key, created_at, applied, now, Some(failed_since))
+                    let sql = &self.sql.queue.mark_if_failed;
+                    self.object_update_since(sql, key, created_at, status, now, Some(failed_since))
                         .await
                 }
 
