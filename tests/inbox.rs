@@ -1220,6 +1220,8 @@ struct OrderingDown {
     /// Taken by the first `observe`, which then moves the clock on by as much (a
     /// slow round trip).
     slow_once: Mutex<Option<(ManualClock, TimeDelta)>>,
+    /// Taken by the first `observe`, which then waits this long on the real clock.
+    nap_once: Mutex<Option<Duration>>,
 }
 
 impl OrderingDown {
@@ -1229,6 +1231,7 @@ impl OrderingDown {
             inner: store.clone(),
             down: down.into(),
             slow_once: Mutex::default(),
+            nap_once: Mutex::default(),
         }
     }
 
@@ -1251,6 +1254,10 @@ impl OrderingStore for OrderingDown {
         self.check()?;
         if let Some((clock, by)) = self.slow_once.lock().unwrap().take() {
             clock.advance(by);
+        }
+        let nap = self.nap_once.lock().unwrap().take();
+        if let Some(nap) = nap {
+            tokio::time::sleep(nap).await;
         }
         self.inner.observe(key, created_at, now).await
     }
@@ -1803,9 +1810,8 @@ async fn an_event_whose_lease_ended_before_its_run_is_not_run() {
         .store(store.clone())
         .inbox(Arc::new(store.clone()))
         .ordering(Arc::new(OrderingDown {
-            inner: store.clone(),
-            down: false.into(),
             slow_once: Mutex::new(Some((clock.clone(), TimeDelta::milliseconds(400)))),
+            ..OrderingDown::new(&store, false)
         }))
         .verifier(NoVerification)
         .event_id(EventId::json_field(["id"]))
@@ -1844,6 +1850,106 @@ async fn an_event_whose_lease_ended_before_its_run_is_not_run() {
     assert_eq!(worker.run_once().await.unwrap(), 1);
     assert_eq!(runs.load(Ordering::SeqCst), 1);
     let done = stored(&store, "late", "evt_late").await;
+    assert_eq!((done.state, done.attempts), (InboxState::Done, 1));
+}
+
+/// An ordering check slower than the lease keeps the lease (renewed while it
+/// waits): no other worker leases the event meanwhile, and it runs once, on its
+/// first attempt. Before, the lease ran out during the check, a second lease took
+/// the event (counting an attempt), and the first one's settle was fenced out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_ordering_check_keeps_its_lease() {
+    let store = MemoryStore::new();
+    let ordering = Arc::new(OrderingDown::new(&store, false));
+    *ordering.nap_once.lock().unwrap() = Some(Duration::from_millis(600));
+    let guard = WebhookGuard::builder()
+        .store(store.clone())
+        .inbox(Arc::new(store.clone()))
+        .ordering(ordering)
+        .verifier(NoVerification)
+        .event_id(EventId::json_field(["id"]))
+        .event_meta(MetaExtractor::json(&["type"], &["created"], &["object"]))
+        .namespace("slowcheck")
+        .build()
+        .unwrap();
+    let created = Utc::now().timestamp() - 10;
+    accept(&guard, &body("evt_slowcheck", "x.y", "trx-s", created)).await;
+    let runs = Arc::new(AtomicUsize::new(0));
+    let worker = {
+        let runs = runs.clone();
+        guard
+            .worker(move |_e: InboxEvent| {
+                let runs = runs.clone();
+                async move {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    Ok(())
+                }
+            })
+            .unwrap()
+            .lease(Duration::from_millis(300))
+    };
+    let first = tokio::spawn({
+        let worker = worker.clone();
+        async move { worker.run_once().await.unwrap() }
+    });
+    // Past the first lease's end, while its check still waits.
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    assert_eq!(
+        worker.run_once().await.unwrap(),
+        0,
+        "the lease was renewed: nothing to lease"
+    );
+    assert_eq!(first.await.unwrap(), 1);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    let done = stored(&store, "slowcheck", "evt_slowcheck").await;
+    assert_eq!((done.state, done.attempts), (InboxState::Done, 1));
+}
+
+/// A handler that starts with less than a third of its lease left (the lease call
+/// and the ordering check took the rest) has its lease renewed at once, and runs to
+/// its end. Before, the first renewal waited for the lease's end, where the run
+/// was stopped as unrenewed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_started_late_in_its_lease_is_renewed_at_once() {
+    let store = MemoryStore::new();
+    let clock = ManualClock::new(start());
+    let guard = WebhookGuard::builder()
+        .store(store.clone())
+        .inbox(Arc::new(store.clone()))
+        .ordering(Arc::new(OrderingDown {
+            // Seven tenths of the lease gone before the handler starts.
+            slow_once: Mutex::new(Some((clock.clone(), TimeDelta::milliseconds(700)))),
+            ..OrderingDown::new(&store, false)
+        }))
+        .verifier(NoVerification)
+        .event_id(EventId::json_field(["id"]))
+        .event_meta(MetaExtractor::json(&["type"], &["created"], &["object"]))
+        .namespace("latestart")
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    accept(&guard, &body("evt_latestart", "x.y", "trx-ls", 1)).await;
+    let runs = Arc::new(AtomicUsize::new(0));
+    let worker = {
+        let (runs, clock) = (runs.clone(), clock.clone());
+        guard
+            .worker(move |_e: InboxEvent| {
+                let (runs, clock) = (runs.clone(), clock.clone());
+                async move {
+                    // Past the end of the lease as leased, a little after the start.
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    clock.advance(TimeDelta::milliseconds(400));
+                    tokio::time::sleep(Duration::from_millis(400)).await;
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    Ok(())
+                }
+            })
+            .unwrap()
+            .lease(Duration::from_secs(1))
+    };
+    assert_eq!(worker.run_once().await.unwrap(), 1);
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the handler ran to its end");
+    let done = stored(&store, "latestart", "evt_latestart").await;
     assert_eq!((done.state, done.attempts), (InboxState::Done, 1));
 }
 

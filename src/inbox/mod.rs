@@ -37,7 +37,8 @@ pub enum InboxState {
     Done,
     /// Failed its last attempt, or failed permanently. Terminal; reconcile.
     Dead,
-    /// Older than an event already applied to its object. Terminal.
+    /// Older than an event of its object already seen (whether or not that one was
+    /// applied yet). Terminal.
     Skipped,
 }
 

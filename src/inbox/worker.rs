@@ -229,7 +229,7 @@ impl Worker {
         self.with(|i| i.retention = retention)
     }
 
-    /// The ordering store: an event older than one already applied to its object is
+    /// The ordering store: an event older than one of its object already seen is
     /// skipped (state `Skipped`, the stale hook called).
     #[must_use]
     pub fn ordering(self, ordering: Arc<dyn OrderingStore>) -> Self {
@@ -408,7 +408,23 @@ enum Ran {
 impl Inner {
     async fn process(&self, event: InboxEvent) {
         let key = event.key();
-        if let Some(stale) = self.check_order(&event).await {
+        // The end of the lease as last confirmed: renewed while the ordering check
+        // waits as while the handler runs, so a slow check does not let the lease
+        // run out (another worker would lease the event and count an attempt, and
+        // this one's settle would be fenced out).
+        let mut held_until = event.lease_until;
+        let checked = match self.ordering {
+            Some(_) => {
+                let check = self.check_order(&event);
+                self.renewing(&event, &mut held_until, check).await
+            }
+            None => Some(None),
+        };
+        let Some(checked) = checked else {
+            // The lease ran out unrenewed while checking: nothing ran.
+            return self.not_started(&event).await;
+        };
+        if let Some(stale) = checked {
             if stale {
                 self.hooks.on_stale(key, &event.meta);
                 self.settle(&event, InboxState::Skipped, None).await;
@@ -423,7 +439,7 @@ impl Inner {
                 .await;
             return;
         }
-        let ran = self.run(&event).await;
+        let ran = self.run(&event, &mut held_until).await;
         match ran {
             Ran::Ok => {
                 if self.settle(&event, InboxState::Done, None).await
@@ -467,15 +483,18 @@ impl Inner {
                 tracing::warn!(id = %event.id, "inbox lease lost while the handler ran; handler stopped");
                 self.reconcile(&event, ReconcileReason::LeaseLost).await;
             }
-            Ran::NotStarted => {
-                // Put back, its attempt given back (fenced: a no-op if another
-                // worker has it): nothing ran, so nothing to reconcile.
-                let error = "the lease ended before the handler started";
-                let now = self.clock.now();
-                self.settle_at(&event, InboxState::Pending, Some(error), now, false)
-                    .await;
-            }
+            Ran::NotStarted => self.not_started(&event).await,
         }
+    }
+
+    /// Puts back an event whose lease ended before its handler started, its attempt
+    /// given back (fenced: a no-op if another worker has it): nothing ran, so
+    /// nothing to reconcile.
+    async fn not_started(&self, event: &InboxEvent) {
+        let error = "the lease ended before the handler started";
+        let now = self.clock.now();
+        self.settle_at(event, InboxState::Pending, Some(error), now, false)
+            .await;
     }
 
     /// The event's object and `created_at`, when it takes part in ordering (decided
@@ -513,14 +532,14 @@ impl Inner {
         }
     }
 
-    async fn run(&self, event: &InboxEvent) -> Ran {
+    async fn run(&self, event: &InboxEvent, held_until: &mut DateTime<Utc>) -> Ran {
         if self
-            .held_for(event, event.lease_until, "inbox lease ended before its run")
+            .held_for(event, *held_until, "inbox lease ended before its run")
             .is_none()
         {
             return Ran::NotStarted;
         }
-        let run = self.renewing(event, catch_unwind(self.handler.handle(event)));
+        let run = self.renewing(event, held_until, catch_unwind(self.handler.handle(event)));
         let result = match self.timeout {
             Some(limit) => match tokio::time::timeout(limit, run).await {
                 Ok(r) => r,
@@ -541,42 +560,46 @@ impl Inner {
         }
     }
 
-    /// Runs `work` while renewing the event's lease every third of the lease, so a
-    /// handler that runs longer than the lease keeps the event (no other worker
-    /// runs it meanwhile). `None`, with `work` dropped (or never started), when the
-    /// store answers that the lease is lost, or when the last lease the store
-    /// confirmed has ended by this worker's clock: renewals failed, hung or came too
-    /// late meanwhile, and another worker may have the event now. While a renewal
-    /// waits for the store, the work goes on and the end of the lease is looked at
-    /// every third of the lease at most (at once, on the real clock).
-    async fn renewing<T>(&self, event: &InboxEvent, work: impl Future<Output = T>) -> Option<T> {
+    /// Runs `work` while renewing the event's lease (confirmed until `held_until`,
+    /// which each renewal moves), so work that runs longer than the lease keeps the
+    /// event (no other worker runs it meanwhile). The first renewal comes once a
+    /// third of the lease has passed since it was taken, at once if the work starts
+    /// later than that (a slow ordering check); the next ones every third of the
+    /// lease. `None`, with `work` dropped (or never started), when the store answers
+    /// that the lease is lost, or when the last lease the store confirmed has ended
+    /// by this worker's clock: renewals failed, hung or came too late meanwhile, and
+    /// another worker may have the event now. While a renewal waits for the store,
+    /// the work goes on and the end of the lease is looked at every third of the
+    /// lease at most (at once, on the real clock).
+    async fn renewing<T>(
+        &self,
+        event: &InboxEvent,
+        held_until: &mut DateTime<Utc>,
+        work: impl Future<Output = T>,
+    ) -> Option<T> {
         let mut work = std::pin::pin!(work);
         let every = self.lease / 3; // at least 33 ms: see `MIN_LEASE`
-        let mut held_until = event.lease_until;
+        let stopped = "inbox lease ran out unrenewed; work stopped";
+        // Until the first renewal: two thirds of a lease left, or at once.
+        let left = self.held_for(event, *held_until, stopped)?;
+        let mut wait = left.saturating_sub(self.lease.saturating_sub(every));
         loop {
             // Until the next renewal, or the end of the lease if that comes first.
-            let left = self.held_for(
-                event,
-                held_until,
-                "inbox lease ran out unrenewed; handler stopped",
-            )?;
+            let left = self.held_for(event, *held_until, stopped)?;
             tokio::select! {
                 done = &mut work => return Some(done),
-                () = tokio::time::sleep(every.min(left)) => {}
+                () = tokio::time::sleep(wait.min(left)) => {}
             }
-            self.held_for(
-                event,
-                held_until,
-                "inbox lease ran out unrenewed; handler stopped",
-            )?;
+            wait = every;
+            self.held_for(event, *held_until, stopped)?;
             let until = crate::later(self.clock.now(), delta(self.lease));
             let renewal = self.inbox.renew_event(event.key(), event.token, until);
             let mut renewal = std::pin::pin!(renewal);
             let renewed = loop {
                 let left = self.held_for(
                     event,
-                    held_until,
-                    "inbox lease ran out while renewing; handler stopped",
+                    *held_until,
+                    "inbox lease ran out while renewing; work stopped",
                 )?;
                 tokio::select! {
                     done = &mut work => return Some(done),
@@ -585,7 +608,7 @@ impl Inner {
                 }
             };
             match renewed {
-                Ok(Fence::Applied) => held_until = until,
+                Ok(Fence::Applied) => *held_until = until,
                 Ok(Fence::LeaseLost) => return None,
                 Err(e) => {
                     tracing::warn!(id = %event.id, error = %e, "could not renew an inbox lease; will retry");
@@ -663,8 +686,9 @@ impl Inner {
     }
 
     /// Settles `event` (its attempt given back unless it `counts`); `true` when
-    /// applied. A lost lease is an ambiguous outcome: another worker has the event,
-    /// and the reconciler is told.
+    /// applied. A lost lease after a run (an attempt that counts, not a stale skip)
+    /// is an ambiguous outcome: another worker has the event, and the reconciler is
+    /// told.
     async fn settle_at(
         &self,
         event: &InboxEvent,
@@ -690,9 +714,16 @@ impl Inner {
             .await
         {
             Ok(Fence::Applied) => true,
-            Ok(Fence::LeaseLost) => {
+            // Another worker has the event now. After a run, the outcome is
+            // ambiguous: the reconciler is told. An event put back unrun (its attempt
+            // given back) or skipped as stale ran no handler: nothing to reconcile.
+            Ok(Fence::LeaseLost) if counts && state != InboxState::Skipped => {
                 tracing::warn!(id = %event.id, "inbox lease lost while the handler ran");
                 self.reconcile(event, ReconcileReason::LeaseLost).await;
+                false
+            }
+            Ok(Fence::LeaseLost) => {
+                tracing::warn!(id = %event.id, "inbox lease lost before the handler ran");
                 false
             }
             Err(e) => {
