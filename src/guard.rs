@@ -187,6 +187,20 @@ pub(crate) fn bounded_error(mut text: String) -> String {
     text
 }
 
+/// The text of a handler's error, bounded by [`bounded_error`]. An error whose
+/// `Display` panics (a host's bug) is kept as such a failure, not let through to
+/// unwind the delivery or the worker (which would leave the claim or the event to
+/// run out its lease).
+pub(crate) fn error_text(error: &dyn fmt::Display) -> String {
+    let text = std::panic::catch_unwind(AssertUnwindSafe(|| error.to_string()));
+    bounded_error(text.unwrap_or_else(|panic| {
+        format!(
+            "the handler's error could not be written: its Display panicked: {}",
+            panic_message(&*panic)
+        )
+    }))
+}
+
 /// What a handler returns when it fails. Its error's text is kept (in the
 /// record's history, the outcome, the log) up to [`MAX_ERROR_LEN`] bytes.
 #[derive(Debug)]
@@ -1023,13 +1037,13 @@ impl<'a> Claimed<'a> {
     /// dropped unfinished, even before its first poll, the future finishes its work
     /// in the background (with the `tokio` feature and a runtime).
     pub fn fail(self, error: HandlerError) -> impl Future<Output = Outcome> + Send + 'static {
+        let failure = match error {
+            HandlerError::Retryable(e) => Failure::Retryable(error_text(&e)),
+            HandlerError::Permanent(e) => Failure::Permanent(error_text(&e)),
+        };
         let body = self.body;
         let state = self.take();
         let handler_elapsed = state.claimed_at.elapsed();
-        let failure = match error {
-            HandlerError::Retryable(e) => Failure::Retryable(bounded_error(e.to_string())),
-            HandlerError::Permanent(e) => Failure::Permanent(bounded_error(e.to_string())),
-        };
         // The recording, its hooks, the object's settle and the report finish even if
         // the delivery is dropped meanwhile (the sender hung up, a timeout); otherwise
         // the claim would hold its lease to the end. The body is copied for that

@@ -960,6 +960,41 @@ async fn a_permanent_failure_the_store_missed_is_recorded_in_the_background() {
     assert_eq!(record.failures, 1);
 }
 
+/// An error whose `Display` panics (a host's bug).
+#[derive(Debug)]
+struct PanickyError;
+
+impl std::fmt::Display for PanickyError {
+    fn fmt(&self, _: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        panic!("no text for this error")
+    }
+}
+
+impl std::error::Error for PanickyError {}
+
+/// A handler error whose `Display` panics is recorded as a failure saying so: the
+/// panic does not unwind through `handle`, nor leave the claim to run out its lease.
+#[tokio::test]
+async fn an_error_whose_display_panics_is_recorded_as_a_failure() {
+    let s = setup();
+    let outcome = s
+        .guard
+        .handle(&[("x-id", "evt_panicky")], b"{}", |_| async {
+            Err(HandlerError::retryable(PanickyError))
+        })
+        .await;
+    let Outcome::RetryableFailure {
+        failures, error, ..
+    } = &outcome
+    else {
+        panic!("{outcome:?}");
+    };
+    assert_eq!(*failures, 1);
+    assert!(error.contains("Display panicked"), "{error}");
+    let record = s.guard.inspect("evt_panicky").await.unwrap().unwrap();
+    assert_eq!((record.state, record.failures), (RecordState::Failed, 1));
+}
+
 /// A store that answers a claim it made `Existing` with this claim's own record (a
 /// driver's resend met the first run's change; the contract allows either answer)
 /// has granted it: the handler runs. Before, the delivery was answered 409 and

@@ -471,12 +471,12 @@ impl Inner {
                 }
             }
             Ran::Failed(HandlerError::Permanent(e)) => {
-                let error = crate::guard::bounded_error(e.to_string());
+                let error = crate::guard::error_text(&e);
                 self.dead(&event, &error, ReconcileReason::PermanentFailure)
                     .await;
             }
             Ran::Failed(HandlerError::Retryable(e)) => {
-                let error = crate::guard::bounded_error(e.to_string());
+                let error = crate::guard::error_text(&e);
                 self.fail(&event, error).await;
             }
             Ran::LeaseLost => {

@@ -411,7 +411,9 @@ impl ClaimRequest<'_> {
 pub enum Claim {
     /// This claim won: the record as it now stands, `InProgress` with the request's token.
     Acquired(Record),
-    /// Someone else holds or finished the id, or the body differs: the record, unchanged.
+    /// Someone else holds or finished the id, or the body differs: the record,
+    /// unchanged. (Or this very claim, met again by a driver's resend: `InProgress`
+    /// with the request's token; see [`ProcessedStore`]'s contract.)
     Existing(Record),
 }
 
