@@ -1820,11 +1820,7 @@ impl WebhookGuard {
             // This very claim, met again: a driver sent the round trip again after
             // its first run was applied, and the contract lets the store answer
             // either way. Held by no one else, it is this delivery's.
-            Ok(Claim::Existing(record))
-                if record.state == RecordState::InProgress && record.token == request.token =>
-            {
-                record
-            }
+            Ok(Claim::Existing(record)) if request.made(&record) => record,
             Ok(Claim::Existing(record)) => {
                 record_on_span("webhook.attempt", record.attempts);
                 let outcome = self.existing(id, record, fingerprint, now);

@@ -624,6 +624,9 @@ struct Flaky {
     /// While set, a claim is made and answered `Existing` with the record it made
     /// (a round trip sent again after its first run was applied).
     claim_met_again: std::sync::atomic::AtomicBool,
+    /// While set, the id is first claimed a second earlier with the same token (a
+    /// forked process going on with its parent's token sequence), then claimed.
+    claim_twin: std::sync::atomic::AtomicBool,
     /// While set, reading a record fails.
     get_down: std::sync::atomic::AtomicBool,
     /// While set, a purge fails.
@@ -685,6 +688,15 @@ impl ProcessedStore for Flaky {
                 return Err(StoreError::unavailable("timed out waiting for the answer"));
             }
             return landed.await.expect("the late claim ran");
+        }
+        if self.claim_twin.load(Ordering::SeqCst) {
+            let second = TimeDelta::seconds(1);
+            let twin = ClaimRequest {
+                now: r.now - second,
+                lease_until: r.lease_until - second,
+                ..*r
+            };
+            self.inner.claim(&twin).await?;
         }
         let claim = self.inner.claim(r).await;
         stall(&self.claim_stall).await;
@@ -1012,8 +1024,14 @@ async fn a_claim_met_again_with_its_own_token_is_granted() {
         (done.state, done.attempts, done.failures),
         (RecordState::Completed, 1, 0)
     );
-    // Someone else's live claim is still in progress.
+    // The same token on a claim made at another time (a forked twin's) is not this
+    // claim's.
     store.claim_met_again.store(false, Ordering::SeqCst);
+    store.claim_twin.store(true, Ordering::SeqCst);
+    let twin = ok_run(&guard, "evt_twin", b"{}").await;
+    assert!(matches!(twin, Outcome::InProgress { .. }), "{twin:?}");
+    store.claim_twin.store(false, Ordering::SeqCst);
+    // Someone else's live claim is still in progress.
     let Begin::Claimed(held) = guard.begin(&[("x-id", "evt_held")], b"{}").await else {
         panic!("first delivery must win the claim");
     };

@@ -143,7 +143,9 @@ impl FencingToken {
         // no two threads start at the same point, and each thread's sequence
         // repeats only after 2^64 tokens. (A process forked by a thread that had
         // drawn a token goes on with that thread's sequence there; threads it
-        // starts afterwards, as a tokio runtime's are, start their own.)
+        // starts afterwards, as a tokio runtime's are, start their own. A record
+        // with this claim's token is taken as its own only if it was also made at
+        // its time: `ClaimRequest::made`.)
         thread_local! {
             static STATE: Cell<u64> = Cell::new({
                 let mut seed = std::collections::hash_map::RandomState::new().build_hasher();
@@ -368,6 +370,16 @@ pub(crate) enum Decision {
 }
 
 impl ClaimRequest<'_> {
+    /// Whether `record` is the one this very claim made (met again by a driver's
+    /// resend): `InProgress` with this claim's token, changed at this claim's time
+    /// to the millisecond. The time tells it from a claim made elsewhere with the
+    /// same token (a forked process that goes on with its parent's token sequence).
+    pub(crate) fn made(&self, record: &Record) -> bool {
+        record.state == RecordState::InProgress
+            && record.token == self.token
+            && (record.updated_at - self.now).abs() < chrono::TimeDelta::milliseconds(1)
+    }
+
     /// The contract's decision on a record in `state`, with `fingerprint`, whose
     /// lease ends at `lease_until` and which expires at `expires_at`.
     pub(crate) fn decide(

@@ -864,9 +864,8 @@ impl ProcessedStore for MySqlStore {
                 }
             }
             match self.fetch(request.key).await? {
-                Some(record) if record.token == request.token => {
-                    return Ok(Claim::Acquired(record))
-                }
+                // Taken over by this claim, or made by it and met again by a resend.
+                Some(record) if request.made(&record) => return Ok(Claim::Acquired(record)),
                 // Its holder failed since, or it expired: claim again.
                 Some(record) if request.decide_on(&record) != Decision::Keep => continue,
                 Some(record) => return Ok(Claim::Existing(record)),

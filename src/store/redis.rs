@@ -870,7 +870,7 @@ fn record(key: Key<'_>, stored: &str) -> Result<Record, StoreError> {
 /// redirect or a lost reply, and the first run may have applied) meets one; the
 /// claim was granted, so it is answered as granted.
 fn own_claim(existing: &Record, request: &ClaimRequest<'_>) -> bool {
-    existing.state == RecordState::InProgress && existing.token == request.token
+    request.made(existing)
 }
 
 /// The stored form of the record a fresh `claim` creates (see [`record`]), and its
