@@ -2274,9 +2274,15 @@ impl WebhookGuard {
     ) -> Result<crate::inbox::Worker, ConfigError> {
         let inner = &self.inner;
         let inbox = inner.inbox.clone().ok_or(ConfigError::NoInbox)?;
+        // The shortest retention `build` allows: settled events are the dedup
+        // horizon of `accept`, so a worker keeps them at least as long.
+        let lease = inner.lease_delta.to_std().unwrap_or_default();
+        let tolerance = inner.verifier.tolerance().unwrap_or_default();
+        let floor = lease.max(tolerance.saturating_mul(2));
         let mut worker = crate::inbox::Worker::new(inbox, inner.namespace.clone(), handler)
             .hooks(inner.hooks.clone())
             .clock(inner.clock.clone())
+            .retention_floor(floor)
             .retention(inner.retention);
         if let Some(ordering) = &inner.ordering {
             worker = worker.ordering(ordering.clone());

@@ -1953,6 +1953,90 @@ async fn a_handler_started_late_in_its_lease_is_renewed_at_once() {
     assert_eq!((done.state, done.attempts), (InboxState::Done, 1));
 }
 
+/// A `run_once` dropped while its handlers run (a timeout around it) leaves them
+/// running to their end: before, the dropped task set aborted them mid-effect and
+/// the event stayed `Running` to the end of its lease.
+#[tokio::test]
+async fn a_dropped_run_once_lets_its_handlers_finish() {
+    let s = setup();
+    accept(&s.guard, &body("evt_cut", "x.y", "trx-c", 1)).await;
+    let runs = Arc::new(AtomicUsize::new(0));
+    let worker = {
+        let runs = runs.clone();
+        s.guard
+            .worker(move |_e: InboxEvent| {
+                let runs = runs.clone();
+                async move {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    Ok(())
+                }
+            })
+            .unwrap()
+    };
+    let cut = tokio::time::timeout(Duration::from_millis(50), worker.run_once()).await;
+    assert!(cut.is_err(), "dropped while the handler runs");
+    for _ in 0..100 {
+        if runs.load(Ordering::SeqCst) == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the handler ran to its end");
+    let mut state = InboxState::Running;
+    for _ in 0..100 {
+        state = stored(&s.store, "inbox-test", "evt_cut").await.state;
+        if state == InboxState::Done {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(state, InboxState::Done);
+}
+
+/// A guard's worker keeps settled events at least as long as the guard requires
+/// of its own retention (here its lease): with a shorter retention, a resend
+/// right after the event was done replaced it and ran the handler again.
+#[tokio::test]
+async fn a_guards_worker_keeps_settled_events_past_the_guards_lease() {
+    let store = MemoryStore::new();
+    let clock = ManualClock::new(start());
+    let guard = WebhookGuard::builder()
+        .store(store.clone())
+        .inbox(Arc::new(store.clone()))
+        .verifier(NoVerification)
+        .event_id(EventId::json_field(["id"]))
+        .namespace("short")
+        .lease(Duration::from_secs(60))
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let worker = {
+        let runs = runs.clone();
+        guard
+            .worker(move |_e: InboxEvent| {
+                let runs = runs.clone();
+                async move {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    Ok(())
+                }
+            })
+            .unwrap()
+            .retention(Duration::ZERO)
+    };
+    let event = body("evt_short", "x.y", "trx-sh", 1);
+    accept(&guard, &event).await;
+    assert_eq!(worker.run_once().await.unwrap(), 1);
+    clock.advance(TimeDelta::seconds(30));
+    accept(&guard, &event).await;
+    assert_eq!(worker.run_once().await.unwrap(), 0, "nothing to run again");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    let done = stored(&store, "short", "evt_short").await;
+    assert_eq!(done.state, InboxState::Done);
+    assert_eq!(done.expires_at, start() + TimeDelta::seconds(60));
+}
+
 /// A lease call that panics (a store bug) does not end a spawned worker: later
 /// events are still run.
 #[tokio::test]

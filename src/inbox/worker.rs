@@ -129,6 +129,9 @@ struct Inner {
     poll: Duration,
     timeout: Option<Duration>,
     retention: Duration,
+    /// The shortest `retention` takes (a guard's worker: what the guard requires of
+    /// its own retention).
+    retention_floor: Duration,
 }
 
 impl fmt::Debug for Worker {
@@ -169,6 +172,7 @@ impl Worker {
                 poll: Duration::from_secs(1),
                 timeout: None,
                 retention: crate::DEFAULT_RETENTION,
+                retention_floor: Duration::ZERO,
             }),
         }
     }
@@ -223,10 +227,19 @@ impl Worker {
     }
 
     /// How long settled events are kept (the dedup horizon of `accept`); at most a
-    /// century (longer counts as a century).
+    /// century (longer counts as a century). For a worker made by
+    /// [`WebhookGuard::worker`](crate::WebhookGuard::worker), at least what the
+    /// guard requires of its own retention (its lease, and twice its verifier's
+    /// tolerance; shorter counts as that): a settled event forgotten sooner would
+    /// let a resend, or a replay within the tolerance, run again.
     #[must_use]
     pub fn retention(self, retention: Duration) -> Self {
-        self.with(|i| i.retention = retention)
+        self.with(|i| i.retention = retention.max(i.retention_floor))
+    }
+
+    /// The shortest retention [`Worker::retention`] takes from now on.
+    pub(crate) fn retention_floor(self, floor: Duration) -> Self {
+        self.with(|i| i.retention_floor = floor)
     }
 
     /// The ordering store: an event older than one of its object already seen is
@@ -257,13 +270,19 @@ impl Worker {
     /// Leases up to `concurrency` due events, processes them concurrently, and returns
     /// how many it processed.
     ///
+    /// Dropped before it returns (a `select!` whose other branch won, a timeout),
+    /// it leaves the events it leased running on their own tasks to their end, as
+    /// if it had returned: a handler is never cut off mid-effect this way.
+    ///
     /// # Errors
     /// The store's error when leasing failed; errors while settling one event are
     /// logged, and that event's lease runs out and it is leased again.
     pub async fn run_once(&self) -> Result<usize, StoreError> {
-        let mut tasks = tokio::task::JoinSet::new();
-        let n = self.lease_into(&mut tasks, self.inner.concurrency).await?;
-        while let Some(done) = tasks.join_next().await {
+        let mut tasks = Detached(tokio::task::JoinSet::new());
+        let n = self
+            .lease_into(&mut tasks.0, self.inner.concurrency)
+            .await?;
+        while let Some(done) = tasks.0.join_next().await {
             log_task(done);
         }
         Ok(n)
@@ -392,6 +411,16 @@ const PURGE_BATCHES: usize = 100;
 fn delta(d: Duration) -> TimeDelta {
     let century = TimeDelta::from_std(crate::CENTURY).expect("a century fits");
     TimeDelta::from_std(d).map_or(century, |d| d.min(century))
+}
+
+/// The tasks of one [`Worker::run_once`]: dropped with them unfinished, they run on,
+/// detached (a dropped `JoinSet` would abort them).
+struct Detached(tokio::task::JoinSet<()>);
+
+impl Drop for Detached {
+    fn drop(&mut self) {
+        self.0.detach_all();
+    }
 }
 
 enum Ran {
