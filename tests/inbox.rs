@@ -1361,7 +1361,7 @@ async fn a_spawned_worker_purges_a_backlog_of_settled_events() {
         .guard
         .worker(|_e: InboxEvent| async { Ok(()) })
         .unwrap()
-        .retention(Duration::from_secs(60));
+        .retention(Duration::from_secs(360));
     for i in 0..2_500 {
         accept(
             &s.guard,
@@ -1370,7 +1370,7 @@ async fn a_spawned_worker_purges_a_backlog_of_settled_events() {
         .await;
     }
     while worker.run_once().await.unwrap() > 0 {}
-    s.clock.advance(TimeDelta::minutes(2));
+    s.clock.advance(TimeDelta::minutes(7));
     let handle = worker.spawn();
     let key = |i: i32| format!("evt_p{i}");
     for _ in 0..200 {
@@ -1903,6 +1903,49 @@ async fn a_slow_ordering_check_keeps_its_lease() {
     assert_eq!(runs.load(Ordering::SeqCst), 1);
     let done = stored(&store, "slowcheck", "evt_slowcheck").await;
     assert_eq!((done.state, done.attempts), (InboxState::Done, 1));
+}
+
+/// An ordering store that does not answer holds an event at most three leases (the
+/// lease renewed meanwhile): then the event is put back unrun, its attempt given
+/// back, as after an error of the store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ordering_check_that_never_answers_is_given_up() {
+    let store = MemoryStore::new();
+    let ordering = Arc::new(OrderingDown::new(&store, false));
+    *ordering.nap_once.lock().unwrap() = Some(Duration::from_secs(3600));
+    let guard = WebhookGuard::builder()
+        .store(store.clone())
+        .inbox(Arc::new(store.clone()))
+        .ordering(ordering)
+        .verifier(NoVerification)
+        .event_id(EventId::json_field(["id"]))
+        .event_meta(MetaExtractor::json(&["type"], &["created"], &["object"]))
+        .namespace("hungcheck")
+        .build()
+        .unwrap();
+    let created = Utc::now().timestamp() - 10;
+    accept(&guard, &body("evt_hung", "x.y", "trx-h", created)).await;
+    let runs = Arc::new(AtomicUsize::new(0));
+    let worker = {
+        let runs = runs.clone();
+        guard
+            .worker(move |_e: InboxEvent| {
+                let runs = runs.clone();
+                async move {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    Ok(())
+                }
+            })
+            .unwrap()
+            .lease(Duration::from_millis(100))
+    };
+    let ran = tokio::time::timeout(Duration::from_secs(10), worker.run_once()).await;
+    assert_eq!(ran.expect("given up within three leases").unwrap(), 1);
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+    let back = stored(&store, "hungcheck", "evt_hung").await;
+    assert_eq!((back.state, back.attempts), (InboxState::Pending, 0));
+    let error = back.last_error.unwrap_or_default();
+    assert!(error.contains("no answer within"), "{error}");
 }
 
 /// A handler that starts with less than a third of its lease left (the lease call

@@ -42,8 +42,8 @@ pub struct RetryPolicy {
     /// Attempts before the event is dead-lettered (at least 1). Runs that never
     /// settle (the process died, the lease was lost) count too: an event leased
     /// more often than this is dead-lettered instead of being run again. A lease
-    /// whose attempt was given back (the worker's ordering store failed before the
-    /// handler ran) does not count.
+    /// whose attempt was given back does not count: the worker's ordering store
+    /// failed or did not answer, or the lease ended before the handler started.
     pub max_attempts: u32,
     /// The delay after the first failure; it doubles with each attempt.
     pub base: Duration,
@@ -103,11 +103,12 @@ impl RetryPolicy {
 ///
 /// Several workers, in one process or many, can share one inbox: each event is leased
 /// to one of them at a time; a dead worker's lease runs out and the event is leased
-/// again. While a handler runs, its worker renews the lease every third of the
-/// lease, so a handler may run longer than the lease; if the lease is lost (another
-/// worker leased the event, or renewals kept failing until the worker's clock passed
-/// the last lease the store confirmed), the handler's future is dropped and the
-/// reconciler asked. A handler that hangs therefore holds its event until
+/// again. While the ordering check waits (at most three leases) and while a handler
+/// runs, its worker renews the lease every third of the lease (at once if less than
+/// two thirds are left), so a handler may run longer than the lease; if the lease is
+/// lost (another worker leased the event, or renewals kept failing until the
+/// worker's clock passed the last lease the store confirmed), the handler's future
+/// is dropped and the reconciler asked. A handler that hangs therefore holds its event until
 /// [`Worker::handler_timeout`] stops it: set one.
 #[derive(Clone)]
 pub struct Worker {
@@ -198,7 +199,7 @@ impl Worker {
 
     /// How long a lease holds before another worker may take the event, unless the
     /// worker holding it renews it (it does, every third of the lease, while the
-    /// handler runs). At least 100 ms (a shorter lease, zero say, would end before
+    /// ordering check waits and while the handler runs). At least 100 ms (a shorter lease, zero say, would end before
     /// its event ran, so that another lease could take it meanwhile, and would renew
     /// without pause); at most a century.
     #[must_use]
@@ -423,6 +424,16 @@ impl Drop for Detached {
     }
 }
 
+/// What the ordering check found.
+enum Order {
+    /// Fresh, or not ordered: run it.
+    Go,
+    /// Older than an event of its object already seen: skip it.
+    Stale,
+    /// The ordering store failed or did not answer in time (its error).
+    Unavailable(String),
+}
+
 enum Ran {
     Ok,
     Failed(HandlerError),
@@ -447,18 +458,20 @@ impl Inner {
                 let check = self.check_order(&event);
                 self.renewing(&event, &mut held_until, check).await
             }
-            None => Some(None),
+            None => Some(Order::Go),
         };
-        let Some(checked) = checked else {
-            // The lease ran out unrenewed while checking: nothing ran.
-            return self.not_started(&event).await;
-        };
-        if let Some(stale) = checked {
-            if stale {
+        // Settled out here, not inside `renewing`: the end of the lease must not cut
+        // a settle off half way.
+        match checked {
+            Some(Order::Go) => {}
+            Some(Order::Stale) => {
                 self.hooks.on_stale(key, &event.meta);
                 self.settle(&event, InboxState::Skipped, None).await;
+                return;
             }
-            return;
+            Some(Order::Unavailable(error)) => return self.order_unavailable(&event, &error).await,
+            // The lease ran out unrenewed while checking: nothing ran.
+            None => return self.not_started(&event).await,
         }
         if event.attempts > self.policy.max_attempts {
             // Its last `max_attempts` runs ended without a settle (the process died
@@ -532,33 +545,42 @@ impl Inner {
         crate::ordering::ordered_key(&event.namespace, &event.meta, event.received_at)
     }
 
-    /// `None` to go on; `Some(true)` when the event is stale; `Some(false)` when the
-    /// ordering store failed and the event was put back.
-    async fn check_order(&self, event: &InboxEvent) -> Option<bool> {
-        let ordering = self.ordering.as_ref()?;
+    /// Whether the event is the newest of its object. The ordering store's answer
+    /// is waited for at most three leases: renewed meanwhile, the lease would
+    /// otherwise hold the event for as long as a store that never answers.
+    async fn check_order(&self, event: &InboxEvent) -> Order {
+        let Some(ordering) = &self.ordering else {
+            return Order::Go;
+        };
         if !crate::ordering::ordered(&event.id, &event.meta, event.received_at) {
-            return None;
+            return Order::Go;
         }
-        let (key, created_at) = self.object_key(event)?;
-        match ordering.observe(key, created_at, self.clock.now()).await {
-            Ok(Freshness::Fresh) => None,
-            Ok(Freshness::Stale { .. }) => Some(true),
-            Err(e) => {
-                tracing::warn!(id = %event.id, error = %e, "ordering store failed; retrying event");
-                // Not the handler's failure: no hook, and the attempt given back (the
-                // event does not go dead unrun through an outage). So the policy's
-                // delay does not grow; the wait does, with the time the event has
-                // waited so far: a quarter of it, between a poll interval (no spin)
-                // and the policy's longest delay.
-                let waited = (self.clock.now() - event.received_at)
-                    .to_std()
-                    .unwrap_or_default();
-                let wait = (waited / 4).min(self.policy.max).max(self.poll);
-                let error = format!("ordering store unavailable: {e}");
-                self.retry_later(event, &error, wait, false).await;
-                Some(false)
-            }
+        let Some((key, created_at)) = self.object_key(event) else {
+            return Order::Go;
+        };
+        let observed = ordering.observe(key, created_at, self.clock.now());
+        let limit = self.lease.saturating_mul(3);
+        match tokio::time::timeout(limit, observed).await {
+            Ok(Ok(Freshness::Fresh)) => Order::Go,
+            Ok(Ok(Freshness::Stale { .. })) => Order::Stale,
+            Ok(Err(e)) => Order::Unavailable(e.to_string()),
+            Err(_) => Order::Unavailable(format!("no answer within {limit:?}")),
         }
+    }
+
+    /// Puts back an event whose ordering check the store could not answer.
+    async fn order_unavailable(&self, event: &InboxEvent, error: &str) {
+        tracing::warn!(id = %event.id, %error, "ordering store failed; retrying event");
+        // Not the handler's failure: no hook, and the attempt given back (the event
+        // does not go dead unrun through an outage). So the policy's delay does not
+        // grow; the wait does, with the time the event has waited so far: a quarter
+        // of it, between a poll interval (no spin) and the policy's longest delay.
+        let waited = (self.clock.now() - event.received_at)
+            .to_std()
+            .unwrap_or_default();
+        let wait = (waited / 4).min(self.policy.max).max(self.poll);
+        let error = format!("ordering store unavailable: {error}");
+        self.retry_later(event, &error, wait, false).await;
     }
 
     async fn run(&self, event: &InboxEvent, held_until: &mut DateTime<Utc>) -> Ran {

@@ -558,7 +558,8 @@ impl StoreError {
 ///   repeated with the same token (the guard never repeats one; a driver may send
 ///   a round trip again whose first run was applied) may be answered `Acquired`
 ///   with the record it made; the guard takes `Existing` with an `InProgress`
-///   record carrying the request's token as granted too.
+///   record carrying the request's token and changed at the request's `now` (to the
+///   millisecond: keep `updated_at` at least that precisely) as granted too.
 /// - **finish**: if the record exists, is `InProgress` and carries `token`, set its
 ///   state, failures, history, expiry and `updated_at` from the [`Finish`] and answer
 ///   [`Fence::Applied`]; otherwise change nothing and answer [`Fence::LeaseLost`]. A
