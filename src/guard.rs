@@ -1068,15 +1068,23 @@ struct ReleaseOnDrop<'g> {
     guard: &'g WebhookGuard,
     id: &'g str,
     token: FencingToken,
+    /// When the claim was made (its request's `now`).
+    claimed_at: DateTime<Utc>,
     armed: bool,
 }
 
 impl<'g> ReleaseOnDrop<'g> {
-    fn arm(guard: &'g WebhookGuard, id: &'g str, token: FencingToken) -> Self {
+    fn arm(
+        guard: &'g WebhookGuard,
+        id: &'g str,
+        token: FencingToken,
+        claimed_at: DateTime<Utc>,
+    ) -> Self {
         Self {
             guard,
             id,
             token,
+            claimed_at,
             armed: true,
         }
     }
@@ -1118,7 +1126,8 @@ impl<'g> ReleaseOnDrop<'g> {
         #[cfg(feature = "tokio")]
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             let (guard, id, token) = (self.guard.clone(), self.id.to_owned(), self.token);
-            rt.spawn(async move { guard.release_unrun(&id, token, search).await });
+            let claimed_at = self.claimed_at;
+            rt.spawn(async move { guard.release_unrun(&id, token, claimed_at, search).await });
             return true;
         }
         false
@@ -1807,7 +1816,7 @@ impl WebhookGuard {
         // No `Claimed` exists yet to release the claim if this future is dropped
         // while the store answers (a claim the store granted would hold its lease
         // until it ran out, and count as a failure).
-        let release = ReleaseOnDrop::arm(self, &id, request.token);
+        let release = ReleaseOnDrop::arm(self, &id, request.token, request.now);
         let claimed = store(inner).claim(&request).await;
         match &claimed {
             // Any error but a corrupt record (which a search would only read again)
@@ -1883,7 +1892,8 @@ impl WebhookGuard {
             });
             return Begin::Done(outcome.await);
         }
-        let release = ReleaseOnDrop::arm(self, &state.id, state.token);
+        let claimed_at = state.record.updated_at;
+        let release = ReleaseOnDrop::arm(self, &state.id, state.token, claimed_at);
         let order = state.check_order(now).await;
         release.disarm();
         if let Some(outcome) = order {
@@ -2394,7 +2404,13 @@ impl WebhookGuard {
     /// when the guard's search slots are taken), 30 s for a claim the store did not
     /// answer.
     #[cfg(feature = "tokio")]
-    async fn release_unrun(&self, id: &str, token: FencingToken, search: Search) {
+    async fn release_unrun(
+        &self,
+        id: &str,
+        token: FencingToken,
+        claimed_at: DateTime<Utc>,
+        search: Search,
+    ) {
         let inner = &self.inner;
         let key = Key::new(&inner.namespace, id);
         let (first, within) = match &search {
@@ -2415,6 +2431,12 @@ impl WebhookGuard {
                 Ok(Some(record)) if record.token == token => {
                     if record.state != RecordState::InProgress {
                         return; // released already (the answer was lost)
+                    }
+                    if !crate::store::made_at(&record, token, claimed_at) {
+                        // The same token on a claim made at another time: a forked
+                        // process's, going on with this one's token sequence. Not
+                        // this claim's to release.
+                        return;
                     }
                     let now = inner.clock.now();
                     let release = Finish {

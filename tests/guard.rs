@@ -659,6 +659,15 @@ impl Flaky {
 impl ProcessedStore for Flaky {
     async fn claim(&self, r: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
         self.check(&self.down)?;
+        if self.claim_twin.load(Ordering::SeqCst) {
+            let second = TimeDelta::seconds(1);
+            let twin = ClaimRequest {
+                now: r.now - second,
+                lease_until: r.lease_until - second,
+                ..*r
+            };
+            self.inner.claim(&twin).await?;
+        }
         let late = self.claim_late_ms.load(Ordering::SeqCst);
         if late > 0 {
             let (store, namespace, id, r) = (
@@ -688,15 +697,6 @@ impl ProcessedStore for Flaky {
                 return Err(StoreError::unavailable("timed out waiting for the answer"));
             }
             return landed.await.expect("the late claim ran");
-        }
-        if self.claim_twin.load(Ordering::SeqCst) {
-            let second = TimeDelta::seconds(1);
-            let twin = ClaimRequest {
-                now: r.now - second,
-                lease_until: r.lease_until - second,
-                ..*r
-            };
-            self.inner.claim(&twin).await?;
         }
         let claim = self.inner.claim(r).await;
         stall(&self.claim_stall).await;
@@ -1038,6 +1038,33 @@ async fn a_claim_met_again_with_its_own_token_is_granted() {
     let second = ok_run(&guard, "evt_held", b"{}").await;
     assert!(matches!(second, Outcome::InProgress { .. }), "{second:?}");
     assert!(matches!(held.complete().await, Outcome::Processed { .. }));
+}
+
+/// A claim whose answer was lost is looked for, to be released, only as this
+/// claim: a record with its token made at another time (a forked process going on
+/// with this one's token sequence) is left alone, not released under its holder.
+#[tokio::test(start_paused = true)]
+async fn a_lost_claim_leaves_a_twin_claim_with_its_token_alone() {
+    let store = Arc::new(Flaky::default());
+    let guard = flaky_guard(&store);
+    store.claim_twin.store(true, Ordering::SeqCst);
+    store.claim_late_ms.store(10, Ordering::SeqCst);
+    store.claim_answer_lost.store(true, Ordering::SeqCst);
+    let outcome = ok_run(&guard, "evt_twin_lost", b"{}").await;
+    assert!(
+        matches!(outcome, Outcome::StoreUnavailable { .. }),
+        "{outcome:?}"
+    );
+    store.claim_twin.store(false, Ordering::SeqCst);
+    store.claim_late_ms.store(0, Ordering::SeqCst);
+    store.claim_answer_lost.store(false, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_secs(120)).await;
+    let record = guard.inspect("evt_twin_lost").await.unwrap().unwrap();
+    assert_eq!(
+        record.state,
+        RecordState::InProgress,
+        "the twin's claim is left alone"
+    );
 }
 
 /// The future of `complete` or `fail`, dropped before its first poll (a `select!`

@@ -369,15 +369,21 @@ pub(crate) enum Decision {
     Keep,
 }
 
+/// Whether `record` was changed by the claim with `token` made at `now`: its token,
+/// and its `updated_at` within the millisecond (a claim made elsewhere with the same
+/// token, by a forked process that goes on with its parent's token sequence, is
+/// told apart by its time).
+pub(crate) fn made_at(record: &Record, token: FencingToken, now: DateTime<Utc>) -> bool {
+    record.token == token && (record.updated_at - now).abs() < chrono::TimeDelta::milliseconds(1)
+}
+
 impl ClaimRequest<'_> {
     /// Whether `record` is the one this very claim made (met again by a driver's
     /// resend): `InProgress` with this claim's token, changed at this claim's time
     /// to the millisecond. The time tells it from a claim made elsewhere with the
     /// same token (a forked process that goes on with its parent's token sequence).
     pub(crate) fn made(&self, record: &Record) -> bool {
-        record.state == RecordState::InProgress
-            && record.token == self.token
-            && (record.updated_at - self.now).abs() < chrono::TimeDelta::milliseconds(1)
+        record.state == RecordState::InProgress && made_at(record, self.token, self.now)
     }
 
     /// The contract's decision on a record in `state`, with `fingerprint`, whose
