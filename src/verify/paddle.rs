@@ -19,8 +19,9 @@ const HEADER: &str = "Paddle-Signature";
 ///   entries (secret rotation): the delivery passes if any secret matches any `h1`.
 ///   Other schemes (`h2`, ...) are ignored.
 /// - The timestamp must be within the tolerance of `now`, both ways. The default is
-///   5 seconds, as in Paddle's official SDK; widen it with [`Paddle::tolerance`] if
-///   your clock drifts.
+///   5 seconds, the window Paddle's official SDK gives an old timestamp (the SDK does
+///   not refuse one ahead of its clock; this crate does, as for every provider: see
+///   SECURITY.md); widen it with [`Paddle::tolerance`] if your clock drifts.
 /// - Event id: the body field `event_id`. Retry window: live accounts are retried up
 ///   to 60 times over 3 days.
 ///
@@ -192,7 +193,8 @@ mod tests {
             check(r#"{ "data": [ "1", "2" ]}"#, h, T),
             Err(VerifyError::NoMatch)
         );
-        // The SDK's window: +5 s passes, +6 s fails.
+        // The SDK's window for an old timestamp: +5 s passes, +6 s fails; and this
+        // crate's for one ahead of the clock.
         assert!(check(r#"{"data": ["1", "2"]}"#, h, T + 5).is_ok());
         assert!(matches!(
             check(r#"{"data": ["1", "2"]}"#, h, T + 6),

@@ -261,7 +261,12 @@ pub struct Signatures {
 /// [`VerifyError::NoUsableSignature`] when no entry decodes.
 #[doc(hidden)]
 pub fn parse_signatures(value: &[u8]) -> Result<Signatures, VerifyError> {
-    let name = STANDARD.signature;
+    parse_signatures_of(value, STANDARD.signature)
+}
+
+/// [`parse_signatures`] of the header `name` (`svix-signature` for a Svix delivery),
+/// which its errors name.
+fn parse_signatures_of(value: &[u8], name: &'static str) -> Result<Signatures, VerifyError> {
     common::check_len(value, name)?;
     common::check_entries(value, b' ', name)?;
     let mut out = Signatures::default();
@@ -312,7 +317,7 @@ impl Verifier for StandardWebhooks {
         let ts = common::bounded_header(headers, names.timestamp)?;
         let signed_at = parse_unix_seconds(ts, names.timestamp)?;
         common::check_len(signatures, names.signature)?;
-        let sigs = parse_signatures(signatures)?;
+        let sigs = parse_signatures_of(signatures, names.signature)?;
         // Entries only of the scheme this verifier does not hold keys for.
         #[cfg(feature = "ed25519")]
         let usable = (self.keys.len() > 0 && !sigs.v1.is_empty())
@@ -390,6 +395,24 @@ mod tests {
         }
         assert_eq!(v.sign(ID, 1_649_367_553, BODY), SIG);
         assert_eq!(v.verify(&std_h, b"{}", now()), Err(VerifyError::NoMatch));
+    }
+
+    /// An error about a Svix delivery's signature list names the header it came in.
+    #[test]
+    fn too_many_svix_entries_name_the_svix_header() {
+        let v = StandardWebhooks::new([SECRET]).unwrap();
+        let list = vec![SIG; 33].join(" ");
+        let h = [
+            ("svix-id", ID),
+            ("svix-timestamp", TS),
+            ("svix-signature", list.as_str()),
+        ];
+        match v.verify(&h, BODY, now()) {
+            Err(VerifyError::MalformedHeader { header, reason }) => {
+                assert_eq!((&*header, reason), ("svix-signature", "too many entries"));
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

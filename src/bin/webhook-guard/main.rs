@@ -18,7 +18,8 @@ use webhook_guard::{ConfigError, WebhookGuard};
 
 /// Inspect and repair what webhook-guard remembers about deliveries, and send
 /// signed test events to a local endpoint.
-#[derive(Debug, Parser)]
+// No `Debug`: the arguments hold the store URL (and `send`'s signing secret).
+#[derive(Parser)]
 #[command(name = "webhook-guard", version, propagate_version = true)]
 #[command(after_help = "Exit status: 0 done, 1 refused / not found / failed, 2 usage error.")]
 struct Cli {
@@ -26,7 +27,7 @@ struct Cli {
     command: Command,
 }
 
-#[derive(Debug, Subcommand)]
+#[derive(Subcommand)]
 enum Command {
     /// Show the record kept for an event id (exit 1 when there is none).
     Inspect {
@@ -77,7 +78,7 @@ enum Command {
     Send(send::SendArgs),
 }
 
-#[derive(Debug, Args)]
+#[derive(Args)]
 struct StoreArgs {
     /// The store: sqlite:PATH, postgres://..., mysql://..., mariadb://...,
     /// redis://... (memory: works but holds nothing).

@@ -19,7 +19,8 @@ use crate::http::{Reply, Target};
 use crate::Fail;
 
 /// Arguments of `send`.
-#[derive(Debug, Args)]
+// No `Debug`: it holds the signing secret.
+#[derive(Args)]
 pub(crate) struct SendArgs {
     /// Whose signing scheme to use: stripe, standard, github, shopify, slack, jamm,
     /// paddle or linear.
