@@ -1996,47 +1996,6 @@ async fn a_handler_started_late_in_its_lease_is_renewed_at_once() {
     assert_eq!((done.state, done.attempts), (InboxState::Done, 1));
 }
 
-/// A `run_once` dropped while its handlers run (a timeout around it) leaves them
-/// running to their end: before, the dropped task set aborted them mid-effect and
-/// the event stayed `Running` to the end of its lease.
-#[tokio::test]
-async fn a_dropped_run_once_lets_its_handlers_finish() {
-    let s = setup();
-    accept(&s.guard, &body("evt_cut", "x.y", "trx-c", 1)).await;
-    let runs = Arc::new(AtomicUsize::new(0));
-    let worker = {
-        let runs = runs.clone();
-        s.guard
-            .worker(move |_e: InboxEvent| {
-                let runs = runs.clone();
-                async move {
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                    runs.fetch_add(1, Ordering::SeqCst);
-                    Ok(())
-                }
-            })
-            .unwrap()
-    };
-    let cut = tokio::time::timeout(Duration::from_millis(50), worker.run_once()).await;
-    assert!(cut.is_err(), "dropped while the handler runs");
-    for _ in 0..100 {
-        if runs.load(Ordering::SeqCst) == 1 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert_eq!(runs.load(Ordering::SeqCst), 1, "the handler ran to its end");
-    let mut state = InboxState::Running;
-    for _ in 0..100 {
-        state = stored(&s.store, "inbox-test", "evt_cut").await.state;
-        if state == InboxState::Done {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert_eq!(state, InboxState::Done);
-}
-
 /// A guard's worker keeps settled events at least as long as the guard requires
 /// of its own retention (here its lease): with a shorter retention, a resend
 /// right after the event was done replaced it and ran the handler again.

@@ -272,18 +272,20 @@ impl Worker {
     /// how many it processed.
     ///
     /// Dropped before it returns (a `select!` whose other branch won, a timeout),
-    /// it leaves the events it leased running on their own tasks to their end, as
-    /// if it had returned: a handler is never cut off mid-effect this way.
+    /// it aborts the handlers it started, as a crash of the process would: their
+    /// events stay `Running`, their attempts counted, until their leases end, and
+    /// then run again. (Left running instead, they would escape `concurrency`: a
+    /// loop of timed-out calls would start ever more.) To stop a worker without
+    /// cutting its handlers off, run it with [`Worker::spawn`] and stop it with
+    /// [`WorkerHandle::shutdown`].
     ///
     /// # Errors
     /// The store's error when leasing failed; errors while settling one event are
     /// logged, and that event's lease runs out and it is leased again.
     pub async fn run_once(&self) -> Result<usize, StoreError> {
-        let mut tasks = Detached(tokio::task::JoinSet::new());
-        let n = self
-            .lease_into(&mut tasks.0, self.inner.concurrency)
-            .await?;
-        while let Some(done) = tasks.0.join_next().await {
+        let mut tasks = tokio::task::JoinSet::new();
+        let n = self.lease_into(&mut tasks, self.inner.concurrency).await?;
+        while let Some(done) = tasks.join_next().await {
             log_task(done);
         }
         Ok(n)
@@ -412,16 +414,6 @@ const PURGE_BATCHES: usize = 100;
 fn delta(d: Duration) -> TimeDelta {
     let century = TimeDelta::from_std(crate::CENTURY).expect("a century fits");
     TimeDelta::from_std(d).map_or(century, |d| d.min(century))
-}
-
-/// The tasks of one [`Worker::run_once`]: dropped with them unfinished, they run on,
-/// detached (a dropped `JoinSet` would abort them).
-struct Detached(tokio::task::JoinSet<()>);
-
-impl Drop for Detached {
-    fn drop(&mut self) {
-        self.0.detach_all();
-    }
 }
 
 /// What the ordering check found.
