@@ -1068,7 +1068,7 @@ struct ReleaseOnDrop<'g> {
     guard: &'g WebhookGuard,
     id: &'g str,
     token: FencingToken,
-    /// When the claim was made (its request's `now`).
+    /// When the claim was made: its request's `now`, or the time the store kept.
     claimed_at: DateTime<Utc>,
     armed: bool,
 }
