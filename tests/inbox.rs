@@ -1821,20 +1821,8 @@ async fn an_event_whose_lease_ended_before_its_run_is_not_run() {
         .build()
         .unwrap();
     accept(&guard, &body("evt_late", "x.y", "trx-l", 1)).await;
-    let runs = Arc::new(AtomicUsize::new(0));
-    let worker = {
-        let runs = runs.clone();
-        guard
-            .worker(move |_e: InboxEvent| {
-                let runs = runs.clone();
-                async move {
-                    runs.fetch_add(1, Ordering::SeqCst);
-                    Ok(())
-                }
-            })
-            .unwrap()
-            .lease(Duration::from_millis(300))
-    };
+    let (worker, runs) = counting_worker(&guard);
+    let worker = worker.lease(Duration::from_millis(300));
     assert_eq!(worker.run_once().await.unwrap(), 1);
     assert_eq!(
         runs.load(Ordering::SeqCst),
@@ -1853,6 +1841,39 @@ async fn an_event_whose_lease_ended_before_its_run_is_not_run() {
     assert_eq!((done.state, done.attempts), (InboxState::Done, 1));
 }
 
+/// A guard with an inbox on `store` under `namespace`, ordering events through
+/// `ordering` by their `created` and `object` fields.
+fn ordered_inbox_guard(
+    store: &MemoryStore,
+    ordering: Arc<dyn OrderingStore>,
+    namespace: &str,
+) -> webhook_guard::WebhookGuardBuilder {
+    WebhookGuard::builder()
+        .store(store.clone())
+        .inbox(Arc::new(store.clone()))
+        .ordering(ordering)
+        .verifier(NoVerification)
+        .event_id(EventId::json_field(["id"]))
+        .event_meta(MetaExtractor::json(&["type"], &["created"], &["object"]))
+        .namespace(namespace)
+}
+
+/// A worker of `guard` whose handler counts its runs, and the count.
+fn counting_worker(guard: &WebhookGuard) -> (Worker, Arc<AtomicUsize>) {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counted = runs.clone();
+    let worker = guard
+        .worker(move |_e: InboxEvent| {
+            let runs = counted.clone();
+            async move {
+                runs.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            }
+        })
+        .unwrap();
+    (worker, runs)
+}
+
 /// An ordering check slower than the lease keeps the lease (renewed while it
 /// waits): no other worker leases the event meanwhile, and it runs once, on its
 /// first attempt. Before, the lease ran out during the check, a second lease took
@@ -1862,32 +1883,13 @@ async fn a_slow_ordering_check_keeps_its_lease() {
     let store = MemoryStore::new();
     let ordering = Arc::new(OrderingDown::new(&store, false));
     *ordering.nap_once.lock().unwrap() = Some(Duration::from_millis(600));
-    let guard = WebhookGuard::builder()
-        .store(store.clone())
-        .inbox(Arc::new(store.clone()))
-        .ordering(ordering)
-        .verifier(NoVerification)
-        .event_id(EventId::json_field(["id"]))
-        .event_meta(MetaExtractor::json(&["type"], &["created"], &["object"]))
-        .namespace("slowcheck")
+    let guard = ordered_inbox_guard(&store, ordering, "slowcheck")
         .build()
         .unwrap();
     let created = Utc::now().timestamp() - 10;
     accept(&guard, &body("evt_slowcheck", "x.y", "trx-s", created)).await;
-    let runs = Arc::new(AtomicUsize::new(0));
-    let worker = {
-        let runs = runs.clone();
-        guard
-            .worker(move |_e: InboxEvent| {
-                let runs = runs.clone();
-                async move {
-                    runs.fetch_add(1, Ordering::SeqCst);
-                    Ok(())
-                }
-            })
-            .unwrap()
-            .lease(Duration::from_millis(300))
-    };
+    let (worker, runs) = counting_worker(&guard);
+    let worker = worker.lease(Duration::from_millis(300));
     let first = tokio::spawn({
         let worker = worker.clone();
         async move { worker.run_once().await.unwrap() }
@@ -1913,32 +1915,13 @@ async fn an_ordering_check_that_never_answers_is_given_up() {
     let store = MemoryStore::new();
     let ordering = Arc::new(OrderingDown::new(&store, false));
     *ordering.nap_once.lock().unwrap() = Some(Duration::from_secs(3600));
-    let guard = WebhookGuard::builder()
-        .store(store.clone())
-        .inbox(Arc::new(store.clone()))
-        .ordering(ordering)
-        .verifier(NoVerification)
-        .event_id(EventId::json_field(["id"]))
-        .event_meta(MetaExtractor::json(&["type"], &["created"], &["object"]))
-        .namespace("hungcheck")
+    let guard = ordered_inbox_guard(&store, ordering, "hungcheck")
         .build()
         .unwrap();
     let created = Utc::now().timestamp() - 10;
     accept(&guard, &body("evt_hung", "x.y", "trx-h", created)).await;
-    let runs = Arc::new(AtomicUsize::new(0));
-    let worker = {
-        let runs = runs.clone();
-        guard
-            .worker(move |_e: InboxEvent| {
-                let runs = runs.clone();
-                async move {
-                    runs.fetch_add(1, Ordering::SeqCst);
-                    Ok(())
-                }
-            })
-            .unwrap()
-            .lease(Duration::from_millis(100))
-    };
+    let (worker, runs) = counting_worker(&guard);
+    let worker = worker.lease(Duration::from_millis(100));
     let ran = tokio::time::timeout(Duration::from_secs(10), worker.run_once()).await;
     assert_eq!(ran.expect("given up within three leases").unwrap(), 1);
     assert_eq!(runs.load(Ordering::SeqCst), 0);
@@ -2013,20 +1996,8 @@ async fn a_guards_worker_keeps_settled_events_past_the_guards_lease() {
         .clock(clock.clone())
         .build()
         .unwrap();
-    let runs = Arc::new(AtomicUsize::new(0));
-    let worker = {
-        let runs = runs.clone();
-        guard
-            .worker(move |_e: InboxEvent| {
-                let runs = runs.clone();
-                async move {
-                    runs.fetch_add(1, Ordering::SeqCst);
-                    Ok(())
-                }
-            })
-            .unwrap()
-            .retention(Duration::ZERO)
-    };
+    let (worker, runs) = counting_worker(&guard);
+    let worker = worker.retention(Duration::ZERO);
     let event = body("evt_short", "x.y", "trx-sh", 1);
     accept(&guard, &event).await;
     assert_eq!(worker.run_once().await.unwrap(), 1);
