@@ -1806,17 +1806,11 @@ async fn a_dead_letter_is_listed_for_reconcile_stale_even_if_its_worker_dies_set
 async fn an_event_whose_lease_ended_before_its_run_is_not_run() {
     let store = MemoryStore::new();
     let clock = ManualClock::new(start());
-    let guard = WebhookGuard::builder()
-        .store(store.clone())
-        .inbox(Arc::new(store.clone()))
-        .ordering(Arc::new(OrderingDown {
-            slow_once: Mutex::new(Some((clock.clone(), TimeDelta::milliseconds(400)))),
-            ..OrderingDown::new(&store, false)
-        }))
-        .verifier(NoVerification)
-        .event_id(EventId::json_field(["id"]))
-        .event_meta(MetaExtractor::json(&["type"], &["created"], &["object"]))
-        .namespace("late")
+    let ordering = Arc::new(OrderingDown {
+        slow_once: Mutex::new(Some((clock.clone(), TimeDelta::milliseconds(400)))),
+        ..OrderingDown::new(&store, false)
+    });
+    let guard = ordered_inbox_guard(&store, ordering, "late")
         .clock(clock.clone())
         .build()
         .unwrap();
@@ -1939,18 +1933,12 @@ async fn an_ordering_check_that_never_answers_is_given_up() {
 async fn a_handler_started_late_in_its_lease_is_renewed_at_once() {
     let store = MemoryStore::new();
     let clock = ManualClock::new(start());
-    let guard = WebhookGuard::builder()
-        .store(store.clone())
-        .inbox(Arc::new(store.clone()))
-        .ordering(Arc::new(OrderingDown {
-            // Seven tenths of the lease gone before the handler starts.
-            slow_once: Mutex::new(Some((clock.clone(), TimeDelta::milliseconds(700)))),
-            ..OrderingDown::new(&store, false)
-        }))
-        .verifier(NoVerification)
-        .event_id(EventId::json_field(["id"]))
-        .event_meta(MetaExtractor::json(&["type"], &["created"], &["object"]))
-        .namespace("latestart")
+    // Seven tenths of the lease gone before the handler starts.
+    let ordering = Arc::new(OrderingDown {
+        slow_once: Mutex::new(Some((clock.clone(), TimeDelta::milliseconds(700)))),
+        ..OrderingDown::new(&store, false)
+    });
+    let guard = ordered_inbox_guard(&store, ordering, "latestart")
         .clock(clock.clone())
         .build()
         .unwrap();
