@@ -1531,14 +1531,21 @@ enum Pool {
     Lite(sqlx::SqlitePool),
 }
 
+/// Runs `$e` with `$p` bound to the pool inside `$pool`, whichever database it is.
+macro_rules! on_pool {
+    ($pool:expr, $p:ident => $e:expr) => {
+        match $pool {
+            Pool::Pg($p) => $e,
+            Pool::My($p) => $e,
+            Pool::Lite($p) => $e,
+        }
+    };
+}
+
 impl Pool {
     async fn exec(&self, sql: &str) {
-        match self {
-            Pool::Pg(p) => sqlx::raw_sql(sql).execute(p).await.map(drop),
-            Pool::My(p) => sqlx::raw_sql(sql).execute(p).await.map(drop),
-            Pool::Lite(p) => sqlx::raw_sql(sql).execute(p).await.map(drop),
-        }
-        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        on_pool!(self, p => sqlx::raw_sql(sql).execute(p).await.map(drop))
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
     }
 
     /// One raw insert-if-absent of a full record row into `sql` (the statement of
@@ -1552,28 +1559,19 @@ impl Pool {
     async fn insert_with(&self, sql: &str, id: &str, token: i64, now: i64) -> bool {
         const FP: [u8; 32] = [7; 32];
         let expires = now + 72 * 3600 * 1000;
-        macro_rules! run {
-            ($p:expr) => {
-                sqlx::query(sql)
-                    .bind("default")
-                    .bind(id)
-                    .bind(&FP[..])
-                    .bind(token)
-                    .bind(now)
-                    .bind(expires)
-                    .bind(now)
-                    .bind(now)
-                    .execute($p)
-                    .await
-                    .expect("raw insert")
-                    .rows_affected()
-            };
-        }
-        let n = match self {
-            Pool::Pg(p) => run!(p),
-            Pool::My(p) => run!(p),
-            Pool::Lite(p) => run!(p),
-        };
+        let n = on_pool!(self, p => sqlx::query(sql)
+            .bind("default")
+            .bind(id)
+            .bind(&FP[..])
+            .bind(token)
+            .bind(now)
+            .bind(expires)
+            .bind(now)
+            .bind(now)
+            .execute(p)
+            .await
+            .expect("raw insert")
+            .rows_affected());
         n == 1
     }
 
@@ -1587,25 +1585,16 @@ impl Pool {
             return false;
         }
         let done = Utc::now().timestamp_millis();
-        macro_rules! run {
-            ($p:expr) => {
-                sqlx::query(finish)
-                    .bind(done)
-                    .bind(done + 72 * 3600 * 1000)
-                    .bind("default")
-                    .bind(id)
-                    .bind(token)
-                    .execute($p)
-                    .await
-                    .expect("raw finish")
-                    .rows_affected()
-            };
-        }
-        let n = match self {
-            Pool::Pg(p) => run!(p),
-            Pool::My(p) => run!(p),
-            Pool::Lite(p) => run!(p),
-        };
+        let n = on_pool!(self, p => sqlx::query(finish)
+            .bind(done)
+            .bind(done + 72 * 3600 * 1000)
+            .bind("default")
+            .bind(id)
+            .bind(token)
+            .execute(p)
+            .await
+            .expect("raw finish")
+            .rows_affected());
         n == 1
     }
 }
