@@ -543,3 +543,99 @@ async fn record_in_leaves_a_live_claim_alone_and_takes_over_an_abandoned_one() {
     store.pool().close().await;
     db.drop_table().await;
 }
+
+/// Claims of `ids` at once from as many tasks, each id `copies` times: each task's
+/// answer, by id.
+async fn claim_at_once(
+    store: &PostgresStore,
+    ids: Vec<String>,
+    copies: usize,
+) -> BTreeMap<String, Vec<Result<Claim, StoreError>>> {
+    let now = Utc::now();
+    let start = std::sync::Arc::new(tokio::sync::Barrier::new(ids.len() * copies));
+    let mut tasks = JoinSet::new();
+    for id in ids {
+        for _ in 0..copies {
+            let (store, start, id) = (store.clone(), start.clone(), id.clone());
+            tasks.spawn(async move {
+                let request = ClaimRequest {
+                    key: Key::new("batch", &id),
+                    fingerprint: Fingerprint::of(b"{}"),
+                    token: FencingToken::random(),
+                    now,
+                    lease_until: now + TimeDelta::seconds(30),
+                    expires_at: now + TimeDelta::hours(1),
+                };
+                start.wait().await;
+                let claim = store.claim(&request).await;
+                (id, claim)
+            });
+        }
+    }
+    let mut answers: BTreeMap<String, Vec<_>> = BTreeMap::new();
+    while let Some(done) = tasks.join_next().await {
+        let (id, claim) = done.expect("claim task");
+        answers.entry(id).or_default().push(claim);
+    }
+    answers
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_claims_share_commits_and_each_id_is_claimed_once() {
+    let Some(db) = db().await else { return };
+    let store = db.store(16).await;
+    store.migrate().await.expect("migrate");
+    let ids: Vec<String> = (0..16).map(|i| format!("evt_{i}")).collect();
+    let answers = claim_at_once(&store, ids, 4).await;
+    assert_eq!(answers.len(), 16);
+    for (id, claims) in &answers {
+        let acquired: Vec<_> = claims
+            .iter()
+            .filter_map(|c| match c {
+                Ok(Claim::Acquired(r)) => Some(r.token),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(acquired.len(), 1, "{id}: {claims:?}");
+        for claim in claims {
+            match claim {
+                Ok(Claim::Acquired(_)) => {}
+                Ok(Claim::Existing(r)) => assert_eq!(r.token, acquired[0], "{id}"),
+                Err(e) => panic!("{id}: {e}"),
+            }
+        }
+    }
+    // Rows inserted by one statement share its transaction id: the 16 claims that
+    // won were made by fewer statements than claims.
+    let statements: i64 = sqlx::query(&format!(
+        "SELECT count(DISTINCT xmin::text) FROM \"{}\"",
+        db.table
+    ))
+    .fetch_one(&db.admin)
+    .await
+    .unwrap()
+    .get(0);
+    assert!(statements < 16, "{statements} transactions for 16 claims");
+    db.drop_table().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_the_server_refuses_fails_alone_in_its_batch() {
+    let Some(db) = db().await else { return };
+    let store = db.store(16).await;
+    store.migrate().await.expect("migrate");
+    // PostgreSQL's text cannot hold a NUL (the guard refuses such an id before it
+    // reaches a store; a host calling the store itself may not).
+    let mut ids: Vec<String> = (0..31).map(|i| format!("evt_{i}")).collect();
+    ids.insert(15, "evt_\0".into());
+    let answers = claim_at_once(&store, ids, 1).await;
+    for (id, claims) in &answers {
+        match (&claims[..], id.contains('\0')) {
+            ([Err(StoreError::Backend { .. })], true) => {}
+            ([Ok(Claim::Acquired(r))], false) => assert_eq!(r.key().id, *id),
+            _ => panic!("{id:?}: {claims:?}"),
+        }
+    }
+    assert_eq!(db.count("state = 'in_progress'").await, 31);
+    db.drop_table().await;
+}

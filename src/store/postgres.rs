@@ -71,7 +71,9 @@
 //!   fingerprint is the 32-byte SHA-256 of the body; the failure history is JSON text
 //!   (empty for records that never failed).
 //! - The primary key `(namespace, id)` is what makes the claim atomic: it is one
-//!   `INSERT … ON CONFLICT (namespace, id) DO UPDATE … WHERE … RETURNING` statement.
+//!   `INSERT … ON CONFLICT (namespace, id) DO UPDATE … WHERE … RETURNING` statement
+//!   (shared by the claims of concurrent deliveries: see
+//!   [claims in batches](self#claims-in-batches)).
 //!   The key columns use the `"C"` collation, which compares bytes: ids are opaque,
 //!   and byte comparison keeps the primary-key B-tree cheap at tens of millions of
 //!   rows.
@@ -87,6 +89,23 @@
 //!   records whose handler is running (a handful, whatever the table's size), so
 //!   [`stuck`] stays instant at 10 million rows and the index costs nearly nothing
 //!   to maintain.
+//!
+//! # Claims in batches
+//!
+//! Claims of concurrent deliveries share one statement and one commit: a claim's
+//! first try queues, and one of at most two runner tasks of the store takes
+//! whatever has queued (up to 64 claims of distinct keys) and runs the same upsert
+//! for all of them, its values passed as arrays (`INSERT … SELECT … FROM unnest(…)
+//! ON CONFLICT … RETURNING`). A claim alone is sent at once; under load a commit,
+//! which waits for one WAL flush whatever it holds, serves a whole batch. A batch
+//! inserts its keys in byte order, so two batches take their row locks in the same
+//! order and cannot deadlock; a key queued twice waits for the next batch. A claim
+//! the statement did not answer goes on as a refused claim does (it reads the
+//! record and decides). When the statement fails, each caller answers `Unavailable`
+//! if the server could not be reached, and otherwise claims alone with the
+//! one-row statement, so a row the server refuses fails only its own claim. A
+//! claim whose caller stopped waiting before its batch was taken is not made.
+//! Finishes, renewals and everything else run one statement each.
 //!
 //! # Inbox, ordering guard and transactional mode
 //!
@@ -163,7 +182,10 @@ pub use sqlx;
 pub struct PostgresStore {
     pool: PgPool,
     sql: Arc<Statements>,
+    batcher: Arc<batch::ClaimBatcher>,
 }
+
+mod batch;
 
 /// SQLSTATEs that mean the server cannot serve us now, rather than a bad request.
 fn pg_unavailable(db: &dyn sqlx::error::DatabaseError) -> bool {
@@ -202,6 +224,7 @@ impl PostgresStore {
         Self {
             pool,
             sql: Arc::new(Statements::new(table, Dialect::Postgres)),
+            batcher: Arc::default(),
         }
     }
 
@@ -341,6 +364,20 @@ impl PostgresStore {
     /// waits for nothing here.
     async fn write_gate(&self) -> Result<sql::Ungated, StoreError> {
         Ok(sql::Ungated)
+    }
+
+    /// A claim's first try: in a batch with the claims of concurrent deliveries
+    /// (one statement, one commit; see the [module docs](self#claims-in-batches)).
+    async fn claim_first(
+        &self,
+        request: &super::ClaimRequest<'_>,
+    ) -> Result<Option<super::Record>, StoreError> {
+        match self.batcher.claim(self, request).await {
+            batch::Batched::Acquired(record) => Ok(Some(record)),
+            batch::Batched::Refused => Ok(None),
+            batch::Batched::Failed(error) => Err(error),
+            batch::Batched::Alone => self.claim_row(request).await,
+        }
     }
 
     /// Purge statements of 250 rows, each followed by a rest as long as it took, so

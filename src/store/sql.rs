@@ -172,6 +172,10 @@ pub(crate) struct RawRecord {
 }
 
 impl RawRecord {
+    /// How many columns [`COLUMNS`] names.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(crate) const WIDTH: usize = 10;
+
     pub(crate) fn into_record(self, key: Key<'_>) -> Result<Record, StoreError> {
         let state = RecordState::parse(&self.state)
             .ok_or_else(|| StoreError::Corrupt(format!("{key}: unknown state {:?}", self.state)))?;
@@ -555,6 +559,41 @@ impl RawObject {
     }
 }
 
+/// The claim's upsert into table `t`: the new rows come from `rows` (`VALUES` or a
+/// `SELECT`), `now` is the claim's time, `$8` the unknown fingerprint, and the
+/// answered row has the [`COLUMNS`] and then `also`. "Expired" frees the record
+/// whatever its body, except from a holder whose lease is still live.
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+fn claim_upsert(t: &str, greatest: &str, rows: &str, now: &str, also: &str) -> String {
+    let expired = format!(
+        "(r.expires_at <= {now} AND NOT (r.state = 'in_progress' AND r.lease_until > {now}))"
+    );
+    format!(
+        "INSERT INTO {t} AS r (namespace, id, state, fingerprint, token, attempts, failures, \
+             lease_until, expires_at, created_at, updated_at, history) \
+         {rows} \
+         ON CONFLICT (namespace, id) DO UPDATE SET \
+             state = 'in_progress', \
+             fingerprint = CASE WHEN {expired} OR r.fingerprint = $8 \
+                 THEN excluded.fingerprint ELSE r.fingerprint END, \
+             token = excluded.token, \
+             lease_until = excluded.lease_until, \
+             updated_at = excluded.updated_at, \
+             attempts = CASE WHEN {expired} THEN 1 ELSE r.attempts + 1 END, \
+             failures = CASE WHEN {expired} THEN 0 \
+                 WHEN r.state = 'in_progress' THEN r.failures + 1 ELSE r.failures END, \
+             expires_at = CASE WHEN {expired} THEN excluded.expires_at \
+                 ELSE {greatest}(r.expires_at, excluded.expires_at) END, \
+             created_at = CASE WHEN {expired} THEN excluded.created_at ELSE r.created_at END, \
+             history = CASE WHEN {expired} THEN '' ELSE r.history END \
+         WHERE {expired} \
+             OR ({matches} \
+                 AND (r.state = 'failed' OR (r.state = 'in_progress' AND r.lease_until <= {now}))) \
+         RETURNING {COLUMNS}{also}",
+        matches = matches("$8"),
+    )
+}
+
 /// Where a PostgreSQL and an SQLite statement differ.
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 #[cfg_attr(not(all(feature = "postgres", feature = "sqlite")), allow(dead_code))]
@@ -614,6 +653,9 @@ pub(crate) struct Statements {
     /// The whole schema: the dedup table, the inbox and the ordering ledger.
     pub(crate) schema: String,
     pub(crate) claim: String,
+    /// The claim of many ids in one statement (PostgreSQL; `None` on SQLite).
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(crate) claim_batch: Option<String>,
     pub(crate) get: String,
     pub(crate) finish: String,
     pub(crate) renew: String,
@@ -653,34 +695,30 @@ impl Statements {
         schema.push_str(&queue.schema);
         let greatest = dialect.greatest();
         // $1 namespace, $2 id, $3 fingerprint, $4 token, $5 lease_until,
-        // $6 expires_at, $7 now, $8 the unknown fingerprint. "Expired" frees the record
-        // whatever its body, except from a holder whose lease is still live.
-        let expired =
-            "(r.expires_at <= $7 AND NOT (r.state = 'in_progress' AND r.lease_until > $7))";
-        let claim = format!(
-            "INSERT INTO {t} AS r (namespace, id, state, fingerprint, token, attempts, failures, \
-                 lease_until, expires_at, created_at, updated_at, history) \
-             VALUES ($1, $2, 'in_progress', $3, $4, 1, 0, $5, $6, $7, $7, '') \
-             ON CONFLICT (namespace, id) DO UPDATE SET \
-                 state = 'in_progress', \
-                 fingerprint = CASE WHEN {expired} OR r.fingerprint = $8 \
-                     THEN excluded.fingerprint ELSE r.fingerprint END, \
-                 token = excluded.token, \
-                 lease_until = excluded.lease_until, \
-                 updated_at = excluded.updated_at, \
-                 attempts = CASE WHEN {expired} THEN 1 ELSE r.attempts + 1 END, \
-                 failures = CASE WHEN {expired} THEN 0 \
-                     WHEN r.state = 'in_progress' THEN r.failures + 1 ELSE r.failures END, \
-                 expires_at = CASE WHEN {expired} THEN excluded.expires_at \
-                     ELSE {greatest}(r.expires_at, excluded.expires_at) END, \
-                 created_at = CASE WHEN {expired} THEN excluded.created_at ELSE r.created_at END, \
-                 history = CASE WHEN {expired} THEN '' ELSE r.history END \
-             WHERE {expired} \
-                 OR ({matches} \
-                     AND (r.state = 'failed' OR (r.state = 'in_progress' AND r.lease_until <= $7))) \
-             RETURNING {COLUMNS}",
-            matches = matches("$8"),
+        // $6 expires_at, $7 now, $8 the unknown fingerprint.
+        let claim = claim_upsert(
+            &t,
+            greatest,
+            "VALUES ($1, $2, 'in_progress', $3, $4, 1, 0, $5, $6, $7, $7, '')",
+            "$7",
+            "",
         );
+        // The same for many ids at once (PostgreSQL only): $1 … $7 are arrays of the
+        // single claim's values, one element per id, `now` read from each inserted
+        // row; the rows are inserted in the arrays' order, and each answered row
+        // names its key.
+        let claim_batch = (dialect == Dialect::Postgres).then(|| {
+            claim_upsert(
+                &t,
+                greatest,
+                "SELECT ns, id, 'in_progress', fp, tok, 1, 0, lu, ex, nw, nw, '' \
+                 FROM unnest($1::text[], $2::text[], $3::bytea[], $4::int8[], $5::int8[], \
+                     $6::int8[], $7::int8[]) WITH ORDINALITY AS v(ns, id, fp, tok, lu, ex, nw, n) \
+                 ORDER BY n",
+                "excluded.updated_at",
+                ", namespace, id",
+            )
+        });
         let get = format!("SELECT {COLUMNS} FROM {t} WHERE namespace = $1 AND id = $2");
         let fence = "namespace = $1 AND id = $2 AND state = 'in_progress' AND token = $3";
         let finish = format!(
@@ -727,6 +765,7 @@ impl Statements {
             table,
             schema,
             claim,
+            claim_batch,
             get,
             finish,
             renew,

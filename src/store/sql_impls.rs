@@ -12,7 +12,9 @@
 /// `$store` must have the fields `pool` (its sqlx pool) and `sql`
 /// (`Arc<Statements>`), and an `async fn write_gate(&self)` whose result is held
 /// while a write statement runs (SQLite serialises its writes there; PostgreSQL
-/// holds nothing). `$err` maps a driver error to a [`StoreError`](crate::store::StoreError).
+/// holds nothing), and an `async fn claim_first(&self, request)` that makes a
+/// claim's first try (the record when it claimed the id, `None` when refused:
+/// PostgreSQL batches it, SQLite runs `claim_row`). `$err` maps a driver error to a [`StoreError`](crate::store::StoreError).
 macro_rules! sql_store_impls {
     ($store:ty, $conn:ty, $err:path) => {
         const _: () = {
@@ -43,6 +45,36 @@ macro_rules! sql_store_impls {
             }
 
             impl $store {
+                /// One run of the claim statement for `request`: the record when
+                /// it claimed the id, `None` when the stored record refused it.
+                async fn claim_row(
+                    &self,
+                    request: &ClaimRequest<'_>,
+                ) -> Result<Option<Record>, StoreError> {
+                    let key = request.key;
+                    let _gate = self.write_gate().await?;
+                    ::sqlx::query(&self.sql.claim)
+                        .bind(key.namespace)
+                        .bind(key.id)
+                        .bind(&request.fingerprint.0[..])
+                        .bind(request.token.as_i64())
+                        .bind(ceil_millis(request.lease_until))
+                        .bind(ceil_millis(request.expires_at))
+                        .bind(millis(request.now))
+                        .bind(&Fingerprint::UNKNOWN.0[..])
+                        // Read to the end, never just the first row: SQLite commits
+                        // an autocommit `INSERT … RETURNING` only then, and a commit
+                        // that fails (a reader's lock past the busy timeout, a full
+                        // disk) must be an error, not a row answered as stored and
+                        // then rolled back.
+                        .fetch_all(&self.pool)
+                        .await
+                        .map_err($err)?
+                        .first()
+                        .map(|row| record(row, key))
+                        .transpose()
+                }
+
                 /// The body of `record_in`.
                 async fn record_with(
                     &self,
@@ -127,32 +159,13 @@ macro_rules! sql_store_impls {
                     // so read the record; if it vanished in between (purged or deleted),
                     // or changed into one this claim may take over or replace (its
                     // holder failed meanwhile), claim again.
-                    for _ in 0..3 {
-                        let row = {
-                            let _gate = self.write_gate().await?;
-                            ::sqlx::query(&self.sql.claim)
-                                .bind(key.namespace)
-                                .bind(key.id)
-                                .bind(&request.fingerprint.0[..])
-                                .bind(request.token.as_i64())
-                                .bind(ceil_millis(request.lease_until))
-                                .bind(ceil_millis(request.expires_at))
-                                .bind(millis(request.now))
-                                .bind(&Fingerprint::UNKNOWN.0[..])
-                                // Read to the end, never just the first row: SQLite
-                                // commits an autocommit `INSERT … RETURNING` only
-                                // then, and a commit that fails (a reader's lock
-                                // past the busy timeout, a full disk) must be an
-                                // error, not a row answered as stored and then
-                                // rolled back.
-                                .fetch_all(&self.pool)
-                                .await
-                                .map_err($err)?
-                                .into_iter()
-                                .next()
+                    for attempt in 0..3 {
+                        let acquired = match attempt {
+                            0 => self.claim_first(request).await?,
+                            _ => self.claim_row(request).await?,
                         };
-                        if let Some(row) = row {
-                            return Ok(Claim::Acquired(record(&row, key)?));
+                        if let Some(record) = acquired {
+                            return Ok(Claim::Acquired(record));
                         }
                         if let Some(existing) = self.get(key).await? {
                             if request.decide_on(&existing) == Decision::Keep {

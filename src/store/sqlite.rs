@@ -339,6 +339,14 @@ impl SqliteStore {
     /// each wait out the busy timeout in turn, the k-th for k times as long, instead
     /// of answering `Unavailable`. A burst of the store's own writes slower than
     /// that (fsync-bound) answers `Unavailable` too, and the provider retries.
+    /// A claim's first try: the single claim statement.
+    async fn claim_first(
+        &self,
+        request: &super::ClaimRequest<'_>,
+    ) -> Result<Option<super::Record>, StoreError> {
+        self.claim_row(request).await
+    }
+
     async fn write_gate(&self) -> Result<MutexGuard<'_, ()>, StoreError> {
         tokio::time::timeout(BUSY_TIMEOUT, self.writes.lock())
             .await
