@@ -544,13 +544,13 @@ async fn record_in_leaves_a_live_claim_alone_and_takes_over_an_abandoned_one() {
     db.drop_table().await;
 }
 
-/// Claims of `ids` at once from as many tasks, each id `copies` times: each task's
-/// answer, by id.
-async fn claim_at_once(
+/// Claims of `ids` in namespace `batch`, started at once from as many tasks, each
+/// id `copies` times; each task answers its id and claim.
+fn spawn_claims(
     store: &PostgresStore,
     ids: Vec<String>,
     copies: usize,
-) -> BTreeMap<String, Vec<Result<Claim, StoreError>>> {
+) -> JoinSet<(String, Result<Claim, StoreError>)> {
     let now = Utc::now();
     let start = std::sync::Arc::new(tokio::sync::Barrier::new(ids.len() * copies));
     let mut tasks = JoinSet::new();
@@ -572,6 +572,16 @@ async fn claim_at_once(
             });
         }
     }
+    tasks
+}
+
+/// [`spawn_claims`], every answer collected by id.
+async fn claim_at_once(
+    store: &PostgresStore,
+    ids: Vec<String>,
+    copies: usize,
+) -> BTreeMap<String, Vec<Result<Claim, StoreError>>> {
+    let mut tasks = spawn_claims(store, ids, copies);
     let mut answers: BTreeMap<String, Vec<_>> = BTreeMap::new();
     while let Some(done) = tasks.join_next().await {
         let (id, claim) = done.expect("claim task");
@@ -637,5 +647,49 @@ async fn a_claim_the_server_refuses_fails_alone_in_its_batch() {
         }
     }
     assert_eq!(db.count("state = 'in_progress'").await, 31);
+    db.drop_table().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_locked_by_an_open_transaction_does_not_hold_up_its_batch() {
+    let Some(db) = db().await else { return };
+    let store = db.store(16).await;
+    store.migrate().await.expect("migrate");
+    let (held, now) = (Key::new("batch", "evt_held"), Utc::now());
+    let mut tx = store.pool().begin().await.unwrap();
+    let recorded = store
+        .record_in(
+            &mut tx,
+            held,
+            Fingerprint::of(b"{}"),
+            now,
+            now + TimeDelta::hours(1),
+        )
+        .await
+        .unwrap();
+    assert_eq!(recorded, Recorded::First);
+    let mut ids: Vec<String> = (0..15).map(|i| format!("evt_{i}")).collect();
+    ids.insert(7, held.id.into());
+    let mut tasks = spawn_claims(&store, ids, 1);
+    // Every other claim is made while the transaction still holds its key (the
+    // bound is a liveness bound: the batch waits 250 ms for a lock, then each
+    // claim goes on alone).
+    for _ in 0..15 {
+        let (id, claim) = tokio::time::timeout(Duration::from_secs(20), tasks.join_next())
+            .await
+            .expect("a claim held up by another key's lock")
+            .expect("a task")
+            .expect("claim task");
+        assert_ne!(id, held.id, "{claim:?}");
+        assert!(matches!(claim, Ok(Claim::Acquired(_))), "{id}: {claim:?}");
+    }
+    tx.rollback().await.unwrap();
+    let (id, claim) = tasks
+        .join_next()
+        .await
+        .expect("a task")
+        .expect("claim task");
+    assert_eq!(id, held.id);
+    assert!(matches!(claim, Ok(Claim::Acquired(_))), "{claim:?}");
     db.drop_table().await;
 }

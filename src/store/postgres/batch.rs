@@ -11,7 +11,11 @@
 //! Each key appears once per batch (a second claim of it waits for the next batch:
 //! one statement cannot change a row twice), and a batch inserts its keys in byte
 //! order, so two batches in flight take their row locks in the same order and
-//! cannot deadlock.
+//! cannot deadlock. A batch of several keys waits at most 250 ms for a row lock
+//! (`lock_timeout`, for its own transaction): a key held elsewhere, by an open
+//! [`record_in`](PostgresStore::record_in) transaction say, would otherwise hold up
+//! the claims of every other key of the batch; past that wait each claim goes on
+//! alone, and only the held key's claim waits for its lock.
 //!
 //! The statement answers the rows it claimed; a key it did not answer was refused
 //! by its stored record, and its caller goes on as a refused single claim does
@@ -19,7 +23,7 @@
 //! batch is answered `Unavailable` if the server could not be reached, and is
 //! otherwise told to claim alone, with the single statement, so that one row the
 //! server refuses (a NUL in an id a host passed straight to the store) fails only
-//! its own claim. A claim whose caller stopped waiting before its batch was taken
+//! its own claim, and a lock waited out fails none. A claim whose caller stopped waiting before its batch was taken
 //! is dropped, not sent: nobody would run its handler or release its lease.
 //!
 //! The runner is spawned on the runtime of the claim that starts it; a runner that
@@ -262,22 +266,22 @@ async fn claim_batch(store: &PostgresStore, batch: Vec<Waiting>) {
     }
 }
 
-/// Answers every caller of a failed batch: the one caller of a batch of one its
-/// error; otherwise the server's unavailability to each, or else a claim alone
-/// each (one row may have failed them all).
+/// Answers every caller of a failed batch: the server's unavailability to each,
+/// or else a claim alone (one row may have failed them all, or a lock held past
+/// the batch's wait, which a claim alone waits out).
 fn failed(mut answers: Vec<oneshot::Sender<Batched>>, error: StoreError) {
-    if answers.len() == 1 {
-        if let Some(answer) = answers.pop() {
-            let _ = answer.send(Batched::Failed(error));
-        }
-        return;
-    }
     let StoreError::Unavailable { source } = error else {
         for answer in answers {
             let _ = answer.send(Batched::Alone);
         }
         return;
     };
+    if answers.len() == 1 {
+        if let Some(answer) = answers.pop() {
+            let _ = answer.send(Batched::Failed(StoreError::Unavailable { source }));
+        }
+        return;
+    }
     let shared: Arc<dyn std::error::Error + Send + Sync> = Arc::from(source);
     for answer in answers {
         let source: BoxError = Box::new(Shared(shared.clone()));
