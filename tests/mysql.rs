@@ -1047,3 +1047,178 @@ async fn a_user_at_its_connection_limit_is_unavailable() {
     );
     held.close().await;
 }
+
+/// Claims of `ids` in namespace `batch`, started at once from as many tasks, each
+/// id `copies` times; each task answers its id and claim.
+fn spawn_claims(
+    store: &MySqlStore,
+    ids: Vec<String>,
+    copies: usize,
+) -> tokio::task::JoinSet<(String, Result<Claim, StoreError>)> {
+    let now = now();
+    let start = Arc::new(tokio::sync::Barrier::new(ids.len() * copies));
+    let mut tasks = tokio::task::JoinSet::new();
+    for id in ids {
+        for _ in 0..copies {
+            let (store, start, id) = (store.clone(), start.clone(), id.clone());
+            tasks.spawn(async move {
+                let claim = request(Key::new("batch", &id), b"{}", now, 30);
+                start.wait().await;
+                let claim = store.claim(&claim).await;
+                (id, claim)
+            });
+        }
+    }
+    tasks
+}
+
+/// [`spawn_claims`], every answer collected by id.
+async fn claim_at_once(
+    store: &MySqlStore,
+    ids: Vec<String>,
+    copies: usize,
+) -> BTreeMap<String, Vec<Result<Claim, StoreError>>> {
+    let mut tasks = spawn_claims(store, ids, copies);
+    let mut answers: BTreeMap<String, Vec<_>> = BTreeMap::new();
+    while let Some(done) = tasks.join_next().await {
+        let (id, claim) = done.expect("claim task");
+        answers.entry(id).or_default().push(claim);
+    }
+    answers
+}
+
+/// Logs each row inserted into the store's table with the connection and the
+/// start of the statement that inserted it (the pair is one statement's).
+async fn log_insert_statements(store: &MySqlStore) -> String {
+    let log = format!("{}_inserts", store.table());
+    for sql in [
+        format!("CREATE TABLE `{log}` (conn BIGINT NOT NULL, started DATETIME(6) NOT NULL)"),
+        format!(
+            "CREATE TRIGGER `{log}_t` AFTER INSERT ON `{}` FOR EACH ROW \
+             INSERT INTO `{log}` VALUES (CONNECTION_ID(), NOW(6))",
+            store.table()
+        ),
+    ] {
+        store
+            .pool()
+            .execute(sql.as_str())
+            .await
+            .expect("log inserts");
+    }
+    log
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_claims_share_commits_and_each_id_is_claimed_once() {
+    let Some(url) = url() else { return };
+    let store = fresh_store(&url, 16).await;
+    let log = log_insert_statements(&store).await;
+    // Half of the ids are known: their claims meet a stored record.
+    for i in (0..16).step_by(2) {
+        let id = format!("evt_{i}");
+        let known = request(Key::new("batch", &id), b"{}", now(), 30);
+        let claim = store.claim(&known).await.expect("claim");
+        assert!(matches!(claim, Claim::Acquired(_)), "{claim:?}");
+    }
+    let ids: Vec<String> = (0..16).map(|i| format!("evt_{i}")).collect();
+    let answers = claim_at_once(&store, ids, 4).await;
+    assert_eq!(answers.len(), 16);
+    for (id, claims) in &answers {
+        let known = id.trim_start_matches("evt_").parse::<u32>().unwrap() % 2 == 0;
+        let acquired: Vec<_> = claims
+            .iter()
+            .filter_map(|c| match c {
+                Ok(Claim::Acquired(r)) => Some(r.token),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(acquired.len(), usize::from(!known), "{id}: {claims:?}");
+        for claim in claims {
+            match claim {
+                Ok(Claim::Acquired(_)) => {}
+                Ok(Claim::Existing(r)) if known => assert_eq!(r.state, RecordState::InProgress),
+                Ok(Claim::Existing(r)) => assert_eq!(r.token, acquired[0], "{id}"),
+                Err(e) => panic!("{id}: {e}"),
+            }
+        }
+    }
+    // The 8 new ids were inserted by fewer statements than ids.
+    let sql = format!("SELECT COUNT(*) FROM (SELECT DISTINCT conn, started FROM `{log}`) AS s");
+    let statements: i64 = sqlx::query_scalar(&sql)
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+    assert!(
+        statements < 16,
+        "{statements} statements for 16 inserted records"
+    );
+    let inserted: i64 = sqlx::query_scalar(&format!("SELECT COUNT(*) FROM `{log}`"))
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+    assert_eq!(inserted, 16, "8 known, 8 new");
+    store
+        .pool()
+        .execute(format!("DROP TABLE `{log}`").as_str())
+        .await
+        .unwrap();
+    drop_table(&store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_locked_by_an_open_transaction_does_not_hold_up_its_batch() {
+    let Some(url) = url() else { return };
+    let store = fresh_store(&url, 16).await;
+    let (held, at) = (Key::new("batch", "evt_held"), now());
+    let mut tx = store.pool().begin().await.unwrap();
+    let recorded = store
+        .record_in(
+            &mut tx,
+            held,
+            Fingerprint::of(b"{}"),
+            at,
+            at + TimeDelta::hours(1),
+        )
+        .await
+        .unwrap();
+    assert_eq!(recorded, Recorded::First);
+    let mut ids: Vec<String> = (0..15).map(|i| format!("evt_{i}")).collect();
+    ids.insert(7, held.id.into());
+    let mut tasks = spawn_claims(&store, ids, 1);
+    // Every other claim is made while the transaction still holds its key (the
+    // bound is a liveness bound: the batch waits 1 s for a lock, then each claim
+    // goes on alone, against the server's 50 s).
+    for _ in 0..15 {
+        let (id, claim) = tokio::time::timeout(Duration::from_secs(20), tasks.join_next())
+            .await
+            .expect("a claim held up by another key's lock")
+            .expect("a task")
+            .expect("claim task");
+        assert_ne!(id, held.id, "{claim:?}");
+        assert!(matches!(claim, Ok(Claim::Acquired(_))), "{id}: {claim:?}");
+    }
+    tx.rollback().await.unwrap();
+    let (id, claim) = tasks
+        .join_next()
+        .await
+        .expect("a task")
+        .expect("claim task");
+    assert_eq!(id, held.id);
+    assert!(matches!(claim, Ok(Claim::Acquired(_))), "{claim:?}");
+    // The lock wait went back to the server's on every connection of the pool.
+    let mut connections = Vec::new();
+    for _ in 0..16 {
+        connections.push(store.pool().acquire().await.unwrap());
+    }
+    for conn in &mut connections {
+        let (session, global): (u64, u64) = sqlx::query_as(
+            "SELECT @@SESSION.innodb_lock_wait_timeout, @@GLOBAL.innodb_lock_wait_timeout",
+        )
+        .fetch_one(&mut **conn)
+        .await
+        .unwrap();
+        assert_eq!(session, global);
+    }
+    drop(connections);
+    drop_table(&store).await;
+}

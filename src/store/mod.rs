@@ -3,6 +3,8 @@
 //! A store knows nothing of signatures, HTTP or providers: it keeps one
 //! [`Record`] per `(namespace, id)` and changes it atomically.
 
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+mod claim_batch;
 mod memory;
 #[cfg(feature = "mysql")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]

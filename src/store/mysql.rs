@@ -146,6 +146,24 @@ pub use super::sql::InvalidTableName;
 ///
 /// The full statement is shown by [`MySqlStore::claim_sql`].
 ///
+/// # Claims in batches
+///
+/// Claims of concurrent deliveries share one statement and one commit. A claim's
+/// first try queues, and one of at most two runner tasks of the store takes
+/// whatever has queued (up to 64 claims of distinct keys, in byte order). A claim
+/// alone goes straight to the statement above. A batch of several inserts all its
+/// claims as new records with one `INSERT IGNORE … VALUES (…), (…)` (a key already
+/// stored is left as it is; `IGNORE` can only skip a duplicate key here, as a
+/// batch takes only keys that fit their columns). When every row went in, each
+/// claim is `Acquired`; otherwise one read of the batch's keys tells which rows
+/// carry their claim's token and time, and the other claims go on alone with the
+/// statement above. The batch's connection waits at most 1 s for a row lock
+/// (`innodb_lock_wait_timeout`, set back to the server's value afterwards; a
+/// connection that cannot be set back is closed), so a key held elsewhere (an
+/// open [`record_in`](MySqlStore::record_in) transaction) holds up only its own
+/// claim. When the batch fails, each caller answers `Unavailable` if the server
+/// could not be reached, and otherwise claims alone.
+///
 /// Fenced changes (`finish`, `renew`) are `UPDATE … WHERE namespace = ? AND id = ?
 /// AND state = 'in_progress' AND token = ?`: one affected row means applied. sqlx
 /// always connects with `CLIENT_FOUND_ROWS`, so a matched row counts even when the
@@ -212,7 +230,10 @@ pub struct MySqlStore {
     pool: MySqlPool,
     table: Arc<str>,
     sql: Arc<Sql>,
+    batcher: Arc<super::claim_batch::ClaimBatcher>,
 }
+
+mod batch;
 
 impl fmt::Debug for MySqlStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -285,6 +306,8 @@ fn bind<'q>(sql: &'q str, params: &[Param], v: Values<'q>) -> Query<'q, MySql, M
 /// Every statement, built once per table name.
 #[derive(Debug)]
 struct Sql {
+    /// The table's name, quoted.
+    table: String,
     claim: String,
     claim_params: Vec<Param>,
     get: String,
@@ -451,6 +474,30 @@ impl QueueSql {
     }
 }
 
+impl Sql {
+    /// The insert of `n` new `in_progress` records, each bound as namespace, id,
+    /// fingerprint, token, lease_until, expires_at, created_at, updated_at; a key
+    /// already stored is left as it is.
+    fn claim_batch(&self, n: usize) -> String {
+        let row = "(?, ?, 'in_progress', ?, ?, 1, 0, ?, ?, ?, ?, '')";
+        format!(
+            "INSERT IGNORE INTO {} (namespace, id, state, fingerprint, token, attempts, \
+             failures, lease_until, expires_at, created_at, updated_at, history) VALUES {}",
+            self.table,
+            vec![row; n].join(", ")
+        )
+    }
+
+    /// The key, token and `created_at` of `n` keys, each bound as namespace, id.
+    fn claim_batch_read(&self, n: usize) -> String {
+        format!(
+            "SELECT namespace, id, token, created_at FROM {} WHERE (namespace, id) IN ({})",
+            self.table,
+            vec!["(?, ?)"; n].join(", ")
+        )
+    }
+}
+
 /// The claim, with `:name` placeholders that [`compile`] turns into `?` binds.
 /// `{fresh}` and `{take}` read the row as it was; they are used in the first
 /// assignment only, which stores the decision with `LAST_INSERT_ID(code)`.
@@ -534,6 +581,7 @@ impl Sql {
         let fence = "WHERE namespace = ? AND id = ? AND state = 'in_progress' AND token = ?";
         let live = "(state = 'in_progress' AND lease_until > ?)";
         Self {
+            table: table.clone(),
             claim,
             claim_params,
             get: format!("SELECT {COLUMNS} FROM {table} WHERE namespace = ? AND id = ?"),
@@ -611,6 +659,7 @@ impl MySqlStore {
             pool,
             table: table.into(),
             sql: Arc::new(Sql::new(table)),
+            batcher: Arc::default(),
         }
     }
 
@@ -852,6 +901,14 @@ where
 #[async_trait]
 impl ProcessedStore for MySqlStore {
     async fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
+        if batch::fits(request.key.namespace, request.key.id) {
+            use super::claim_batch::{Batched, ClaimBatcher};
+            match ClaimBatcher::claim(self, request).await {
+                Batched::Fresh => return Ok(Claim::Acquired(fresh_record(request))),
+                Batched::Failed(error) => return Err(error),
+                Batched::Acquired(_) | Batched::Refused | Batched::Alone => {}
+            }
+        }
         for _ in 0..VANISHED_RETRIES {
             let done = self.run_claim(request).await?;
             match (done.last_insert_id(), done.rows_affected()) {

@@ -186,7 +186,7 @@ pub use sqlx;
 pub struct PostgresStore {
     pool: PgPool,
     sql: Arc<Statements>,
-    batcher: Arc<batch::ClaimBatcher>,
+    batcher: Arc<super::claim_batch::ClaimBatcher>,
 }
 
 mod batch;
@@ -376,11 +376,12 @@ impl PostgresStore {
         &self,
         request: &super::ClaimRequest<'_>,
     ) -> Result<Option<super::Record>, StoreError> {
-        match self.batcher.claim(self, request).await {
-            batch::Batched::Acquired(record) => Ok(Some(record)),
-            batch::Batched::Refused => Ok(None),
-            batch::Batched::Failed(error) => Err(error),
-            batch::Batched::Alone => self.claim_row(request).await,
+        use super::claim_batch::{Batched, ClaimBatcher};
+        match ClaimBatcher::claim(self, request).await {
+            Batched::Acquired(record) => Ok(Some(record)),
+            Batched::Refused => Ok(None),
+            Batched::Failed(error) => Err(error),
+            Batched::Alone | Batched::Fresh => self.claim_row(request).await,
         }
     }
 

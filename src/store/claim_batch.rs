@@ -1,0 +1,241 @@
+//! Claims of concurrent deliveries, gathered into batches that a SQL store makes in
+//! one statement and one commit.
+//!
+//! A claim's first try queues in its store's [`ClaimBatcher`], and a runner task
+//! takes whatever has queued up (at most [`MAX_BATCH`] claims of distinct keys, in
+//! byte order of their keys) and hands it to the store's [`ClaimBatch::run`], which
+//! answers each claim. At most [`RUNNERS`] batches run at once, so the next batch
+//! gathers while the server commits one; a claim alone is a batch of one, sent at
+//! once. A commit costs a database about as much for eight rows as for one (it waits
+//! for the same log flush), so under load a claim costs a fraction of a commit.
+//!
+//! Each key appears once per batch (a second claim of it waits for the next batch:
+//! one statement cannot change a row twice), and the keys come in byte order, so
+//! two batches in flight take their row locks in the same order and cannot
+//! deadlock each other.
+//!
+//! A claim whose caller stopped waiting before its batch was taken is dropped, not
+//! sent: nobody would run its handler or release its lease. The runner is spawned
+//! on the runtime of the claim that starts it; a runner that ends without finishing
+//! (its runtime shut down, or it panicked) lets every claim still queued go on
+//! alone, as does a claim made outside a tokio runtime.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::oneshot;
+
+use super::sql::{ceil_millis, millis};
+use super::{BoxError, ClaimRequest, Record, StoreError};
+
+/// The most claims one batch takes.
+pub(crate) const MAX_BATCH: usize = 64;
+/// How many batches may run at once.
+pub(crate) const RUNNERS: usize = 2;
+
+/// What a batched claim learnt.
+pub(crate) enum Batched {
+    /// The statement claimed the id: the record as stored.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    Acquired(Record),
+    /// The statement stored the claim as a new record (the record is the request's,
+    /// at the store's precision).
+    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+    Fresh,
+    /// The stored record refused the claim.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    Refused,
+    /// The batch failed; this is the claim's error.
+    Failed(StoreError),
+    /// Not decided here: claim alone.
+    Alone,
+}
+
+impl std::fmt::Debug for Batched {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Acquired(_) => "Acquired",
+            Self::Fresh => "Fresh",
+            Self::Refused => "Refused",
+            Self::Failed(_) => "Failed",
+            Self::Alone => "Alone",
+        })
+    }
+}
+
+/// A store whose claims are batched.
+pub(crate) trait ClaimBatch: Clone + Send + Sync + 'static {
+    /// The store's batcher.
+    fn batcher(&self) -> &ClaimBatcher;
+
+    /// Makes the claims of `batch` (distinct keys, in byte order) and answers each
+    /// of them.
+    fn run(&self, batch: Vec<Waiting>) -> impl Future<Output = ()> + Send;
+}
+
+/// One queued claim: the claim statement's values, owned.
+#[derive(Debug)]
+pub(crate) struct Waiting {
+    pub(crate) namespace: String,
+    pub(crate) id: String,
+    pub(crate) fingerprint: Vec<u8>,
+    pub(crate) token: i64,
+    pub(crate) lease_until: i64,
+    pub(crate) expires_at: i64,
+    pub(crate) now: i64,
+    pub(crate) answer: oneshot::Sender<Batched>,
+}
+
+/// The claims waiting for a batch, and how many runners take them.
+#[derive(Debug, Default)]
+pub(crate) struct ClaimBatcher {
+    queue: Mutex<Queue>,
+}
+
+#[derive(Debug, Default)]
+struct Queue {
+    waiting: Vec<Waiting>,
+    runners: usize,
+}
+
+impl ClaimBatcher {
+    fn lock(&self) -> MutexGuard<'_, Queue> {
+        // Every change under the lock is made in one step: a poisoned queue is whole.
+        self.queue
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Queues `request` for the next batch of `store` and waits for its answer.
+    pub(crate) async fn claim<S: ClaimBatch>(store: &S, request: &ClaimRequest<'_>) -> Batched {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return Batched::Alone;
+        };
+        let (answer, answered) = oneshot::channel();
+        let waiting = Waiting {
+            namespace: request.key.namespace.to_owned(),
+            id: request.key.id.to_owned(),
+            fingerprint: request.fingerprint.0.to_vec(),
+            token: request.token.as_i64(),
+            lease_until: ceil_millis(request.lease_until),
+            expires_at: ceil_millis(request.expires_at),
+            now: millis(request.now),
+            answer,
+        };
+        let start = {
+            let mut queue = store.batcher().lock();
+            queue.waiting.push(waiting);
+            let start = queue.runners < RUNNERS;
+            queue.runners += usize::from(start);
+            start
+        };
+        if start {
+            runtime.spawn(run(store.clone()));
+        }
+        // A runner dropped before answering leaves the claim to be made alone; one
+        // it already made is met again as this claim's own.
+        answered.await.unwrap_or(Batched::Alone)
+    }
+
+    /// The next batch: queued claims of distinct keys, in byte order of their keys,
+    /// skipping those whose caller is gone. `None`, with this runner counted out,
+    /// when nothing waits.
+    fn next_batch(&self) -> Option<Vec<Waiting>> {
+        let mut queue = self.lock();
+        let mut batch: Vec<Waiting> = Vec::new();
+        let mut later = Vec::new();
+        for waiting in queue.waiting.drain(..) {
+            if waiting.answer.is_closed() {
+                continue;
+            }
+            let repeated = batch
+                .iter()
+                .any(|b| b.id == waiting.id && b.namespace == waiting.namespace);
+            if repeated || batch.len() == MAX_BATCH {
+                later.push(waiting);
+            } else {
+                batch.push(waiting);
+            }
+        }
+        queue.waiting = later;
+        if batch.is_empty() {
+            queue.runners -= 1;
+            return None;
+        }
+        batch.sort_unstable_by(|a, b| (&a.namespace, &a.id).cmp(&(&b.namespace, &b.id)));
+        Some(batch)
+    }
+}
+
+/// Counts a runner out if it ends before [`ClaimBatcher::next_batch`] did (its
+/// task was dropped), and lets the claims still queued go on alone: no runner may
+/// be left to take them.
+struct RunnerExit<'a> {
+    batcher: &'a ClaimBatcher,
+    done: bool,
+}
+
+impl Drop for RunnerExit<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            let mut queue = self.batcher.lock();
+            queue.runners -= 1;
+            queue.waiting.clear();
+        }
+    }
+}
+
+/// A runner: runs batches until none waits.
+async fn run<S: ClaimBatch>(store: S) {
+    let batcher = store.batcher();
+    let mut exit = RunnerExit {
+        batcher,
+        done: false,
+    };
+    loop {
+        let Some(batch) = batcher.next_batch() else {
+            exit.done = true;
+            return;
+        };
+        store.run(batch).await;
+    }
+}
+
+/// Answers every caller of a failed batch: the server's unavailability to each,
+/// or else a claim alone (one row may have failed them all, or a lock held past
+/// the batch's wait, which a claim alone waits out).
+pub(crate) fn failed(mut answers: Vec<oneshot::Sender<Batched>>, error: StoreError) {
+    let StoreError::Unavailable { source } = error else {
+        for answer in answers {
+            let _ = answer.send(Batched::Alone);
+        }
+        return;
+    };
+    if answers.len() == 1 {
+        if let Some(answer) = answers.pop() {
+            let _ = answer.send(Batched::Failed(StoreError::Unavailable { source }));
+        }
+        return;
+    }
+    let shared: Arc<dyn std::error::Error + Send + Sync> = Arc::from(source);
+    for answer in answers {
+        let source: BoxError = Box::new(Shared(shared.clone()));
+        let _ = answer.send(Batched::Failed(StoreError::Unavailable { source }));
+    }
+}
+
+/// One driver error shown to every caller of a batch.
+#[derive(Debug)]
+struct Shared(Arc<dyn std::error::Error + Send + Sync>);
+
+impl std::fmt::Display for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for Shared {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}

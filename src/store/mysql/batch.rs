@@ -1,0 +1,147 @@
+//! The MySQL / MariaDB claim batch: the claims of concurrent deliveries inserted as
+//! new records in one statement and one commit. See
+//! [`claim_batch`](crate::store::claim_batch) for how batches are gathered.
+//!
+//! Most claims are of ids the store has never seen. A batch of several claims
+//! inserts them all with one `INSERT IGNORE … VALUES (…), (…)`: a key already
+//! stored is left as it is (`IGNORE` turns only its duplicate-key error into a
+//! warning: every value fits its column, the keys having been checked against
+//! their columns' widths before they queued). When the server inserted every row,
+//! each claim has its new record. Otherwise one read of the batch's keys tells which
+//! rows are this batch's (its token, made at its time): those claims have their
+//! records, and the others go on alone, with the single claim statement, which
+//! decides on the stored record (a known id, expired, failed or held). A claim
+//! alone is not batched at all: the single statement serves it best.
+//!
+//! A batch waits at most 1 s for a row lock (`innodb_lock_wait_timeout`, set on
+//! its connection for the statement and set back after): a key held elsewhere, by
+//! an open [`record_in`](MySqlStore::record_in) transaction say, would otherwise
+//! hold up the claims of every other key of the batch for the server's lock wait
+//! (50 s by default). When the statement fails, every caller of the batch is
+//! answered `Unavailable` if the server could not be reached, and otherwise claims
+//! alone, so a lock waited out or a row the server refuses fails none of the others.
+
+use sqlx::mysql::{MySql, MySqlConnection};
+use sqlx::pool::PoolConnection;
+use sqlx::Row as _;
+
+use super::{map_err, server_error_number, MySqlStore, DEADLOCK_RETRIES};
+use crate::store::claim_batch::{failed, Batched, ClaimBatch, ClaimBatcher, Waiting};
+
+/// The widest key a batch takes: the columns' widths (`VARBINARY(64)`,
+/// `VARBINARY(255)`), so that `IGNORE` never truncates one.
+pub(super) fn fits(namespace: &str, id: &str) -> bool {
+    namespace.len() <= 64 && id.len() <= 255
+}
+
+impl ClaimBatch for MySqlStore {
+    fn batcher(&self) -> &ClaimBatcher {
+        &self.batcher
+    }
+
+    async fn run(&self, batch: Vec<Waiting>) {
+        let inserted = match self.pool.acquire().await {
+            // A key alone holds up no other claim: no lock wait to bound.
+            Ok(mut conn) if batch.len() == 1 => {
+                insert(self, &mut conn, &batch).await.map(|n| vec![n == 1])
+            }
+            Ok(mut conn) => in_batch(self, &mut conn, &batch).await,
+            Err(e) => Err(e),
+        };
+        let answers: Vec<_> = batch.into_iter().map(|w| w.answer).collect();
+        match inserted {
+            Ok(made) => {
+                for (answer, made) in answers.into_iter().zip(made) {
+                    let _ = answer.send(if made { Batched::Fresh } else { Batched::Alone });
+                }
+            }
+            Err(e) => failed(answers, map_err(e)),
+        }
+    }
+}
+
+/// A batch of several keys on `conn`, waiting at most 1 s for a row lock: which of
+/// its claims inserted their records.
+async fn in_batch(
+    store: &MySqlStore,
+    conn: &mut PoolConnection<MySql>,
+    batch: &[Waiting],
+) -> Result<Vec<bool>, sqlx::Error> {
+    let inserted = match sqlx::query("SET SESSION innodb_lock_wait_timeout = 1")
+        .execute(&mut **conn)
+        .await
+    {
+        Ok(_) => match insert(store, conn, batch).await {
+            Ok(n) if n == batch.len() as u64 => Ok(vec![true; batch.len()]),
+            Ok(_) => made(store, conn, batch).await,
+            Err(e) => Err(e),
+        },
+        Err(e) => Err(e),
+    };
+    // The lock wait goes back to the server's for whoever borrows the connection
+    // next; a connection that cannot be set back is closed instead.
+    let reset = sqlx::query("SET SESSION innodb_lock_wait_timeout = DEFAULT")
+        .execute(&mut **conn)
+        .await;
+    if reset.is_err() {
+        conn.close_on_drop();
+    }
+    inserted
+}
+
+/// Inserts the batch's new records: how many rows the server inserted.
+async fn insert(
+    store: &MySqlStore,
+    conn: &mut MySqlConnection,
+    batch: &[Waiting],
+) -> Result<u64, sqlx::Error> {
+    let statement = store.sql.claim_batch(batch.len());
+    let mut tries = 0;
+    loop {
+        let mut query = sqlx::query(&statement);
+        for w in batch {
+            query = query
+                .bind(w.namespace.as_str())
+                .bind(w.id.as_str())
+                .bind(&w.fingerprint[..])
+                .bind(w.token)
+                .bind(w.lease_until)
+                .bind(w.expires_at)
+                .bind(w.now)
+                .bind(w.now);
+        }
+        match query.execute(&mut *conn).await {
+            Err(e) if tries < DEADLOCK_RETRIES && server_error_number(&e) == Some(1213) => {
+                tries += 1;
+            }
+            done => return done.map(|done| done.rows_affected()),
+        }
+    }
+}
+
+/// Which of the batch's keys hold the record its claim inserted (its token, made
+/// at its time), read back after an insert that left some keys as they were.
+async fn made(
+    store: &MySqlStore,
+    conn: &mut MySqlConnection,
+    batch: &[Waiting],
+) -> Result<Vec<bool>, sqlx::Error> {
+    let statement = store.sql.claim_batch_read(batch.len());
+    let mut query = sqlx::query(&statement);
+    for w in batch {
+        query = query.bind(w.namespace.as_str()).bind(w.id.as_str());
+    }
+    let rows = query.fetch_all(&mut *conn).await?;
+    let mut made = vec![false; batch.len()];
+    for row in &rows {
+        let (namespace, id): (&[u8], &[u8]) = (row.try_get(0)?, row.try_get(1)?);
+        let (token, created_at): (i64, i64) = (row.try_get(2)?, row.try_get(3)?);
+        if let Some(i) = batch
+            .iter()
+            .position(|w| w.namespace.as_bytes() == namespace && w.id.as_bytes() == id)
+        {
+            made[i] = batch[i].token == token && batch[i].now == created_at;
+        }
+    }
+    Ok(made)
+}
