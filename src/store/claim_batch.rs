@@ -4,9 +4,9 @@
 //! A claim's first try queues in its store's [`ClaimBatcher`], and a runner task
 //! takes whatever has queued up (at most [`MAX_BATCH`] claims of distinct keys, in
 //! byte order of their keys) and hands it to the store's [`ClaimBatch::run`], which
-//! answers each claim. At most [`RUNNERS`] batches run at once, so the next batch
-//! gathers while the server commits one; a claim alone is a batch of one, sent at
-//! once. A commit costs a database about as much for eight rows as for one (it waits
+//! answers each claim. At most [`ClaimBatch::RUNNERS`] batches run at once, so the
+//! next batch gathers while the server commits one; a claim alone is a batch of
+//! one, sent at once. A commit costs a database about as much for eight rows as for one (it waits
 //! for the same log flush), so under load a claim costs a fraction of a commit.
 //!
 //! Each key appears once per batch (a second claim of it waits for the next batch:
@@ -30,20 +30,18 @@ use super::{BoxError, ClaimRequest, Record, StoreError};
 
 /// The most claims one batch takes.
 pub(crate) const MAX_BATCH: usize = 64;
-/// How many batches may run at once.
-pub(crate) const RUNNERS: usize = 2;
 
 /// What a batched claim learnt.
 pub(crate) enum Batched {
     /// The statement claimed the id: the record as stored.
-    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    #[cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
     Acquired(Record),
     /// The statement stored the claim as a new record (the record is the request's,
     /// at the store's precision).
     #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
     Fresh,
     /// The stored record refused the claim.
-    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    #[cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
     Refused,
     /// The batch failed; this is the claim's error.
     Failed(StoreError),
@@ -65,8 +63,18 @@ impl std::fmt::Debug for Batched {
 
 /// A store whose claims are batched.
 pub(crate) trait ClaimBatch: Clone + Send + Sync + 'static {
+    /// How many batches may run at once.
+    const RUNNERS: usize;
+
     /// The store's batcher.
     fn batcher(&self) -> &ClaimBatcher;
+
+    /// How long a claim waits in the queue before it is withdrawn (never made) and
+    /// answers `Unavailable`; once taken into a batch it waits for the batch's
+    /// statement. `None`: as long as it takes.
+    fn patience(&self) -> Option<std::time::Duration> {
+        None
+    }
 
     /// Makes the claims of `batch` (distinct keys, in byte order) and answers each
     /// of them.
@@ -112,11 +120,12 @@ impl ClaimBatcher {
             return Batched::Alone;
         };
         let (answer, answered) = oneshot::channel();
+        let token = request.token.as_i64();
         let waiting = Waiting {
             namespace: request.key.namespace.to_owned(),
             id: request.key.id.to_owned(),
             fingerprint: request.fingerprint.0.to_vec(),
-            token: request.token.as_i64(),
+            token,
             lease_until: ceil_millis(request.lease_until),
             expires_at: ceil_millis(request.expires_at),
             now: millis(request.now),
@@ -125,7 +134,7 @@ impl ClaimBatcher {
         let start = {
             let mut queue = store.batcher().lock();
             queue.waiting.push(waiting);
-            let start = queue.runners < RUNNERS;
+            let start = queue.runners < S::RUNNERS;
             queue.runners += usize::from(start);
             start
         };
@@ -134,6 +143,24 @@ impl ClaimBatcher {
         }
         // A runner dropped before answering leaves the claim to be made alone; one
         // it already made is met again as this claim's own.
+        let mut answered = answered;
+        if let Some(patience) = store.patience() {
+            if let Ok(answer) = tokio::time::timeout(patience, &mut answered).await {
+                return answer.unwrap_or(Batched::Alone);
+            }
+            // Still queued: withdrawn, never made. Taken into a batch meanwhile:
+            // its statement answers.
+            let mut queue = store.batcher().lock();
+            let queued = queue.waiting.iter().position(|w| {
+                w.token == token && w.id == request.key.id && w.namespace == request.key.namespace
+            });
+            if let Some(at) = queued {
+                queue.waiting.remove(at);
+                return Batched::Failed(StoreError::unavailable(
+                    "the store's earlier writes held it past the busy timeout",
+                ));
+            }
+        }
         answered.await.unwrap_or(Batched::Alone)
     }
 
@@ -237,5 +264,51 @@ impl std::fmt::Display for Shared {
 impl std::error::Error for Shared {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         self.0.source()
+    }
+}
+
+/// Answers the claims of a batch whose upsert answered `rows` (the record's
+/// [`COLUMNS`](super::sql::COLUMNS), then its namespace and id): a claim whose key
+/// came back has its record, the others were refused. `keys` are the batch's, in
+/// the order of `answers`; `map` reads a driver error.
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+pub(crate) fn answer_upserted<R: super::sql::SqlRow>(
+    keys: &[(String, String)],
+    answers: Vec<oneshot::Sender<Batched>>,
+    rows: &[R],
+    map: fn(sqlx::Error) -> StoreError,
+) {
+    use super::sql::RawRecord;
+
+    let mut claimed: Vec<Option<&R>> = vec![None; answers.len()];
+    for row in rows {
+        let key = row
+            .text(RawRecord::WIDTH)
+            .and_then(|ns| Ok((ns, row.text(RawRecord::WIDTH + 1)?)));
+        let at = key
+            .ok()
+            .and_then(|(ns, id)| keys.iter().position(|k| k.0 == ns && k.1 == id));
+        match at {
+            Some(i) => claimed[i] = Some(row),
+            None => {
+                let error =
+                    StoreError::Corrupt("a batched claim answered a key it was not given".into());
+                return failed(answers, error);
+            }
+        }
+    }
+    for ((answer, row), (namespace, id)) in answers.into_iter().zip(claimed).zip(keys) {
+        let batched = match row {
+            Some(row) => match RawRecord::read(row, 0)
+                .map_err(map)
+                .and_then(|raw| raw.into_record(super::Key::new(namespace, id)))
+            {
+                Ok(record) => Batched::Acquired(record),
+                Err(e) => Batched::Failed(e),
+            },
+            None => Batched::Refused,
+        };
+        // A caller gone meanwhile: the guard's drop guard releases its claim.
+        let _ = answer.send(batched);
     }
 }

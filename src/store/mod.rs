@@ -3,7 +3,7 @@
 //! A store knows nothing of signatures, HTTP or providers: it keeps one
 //! [`Record`] per `(namespace, id)` and changes it atomically.
 
-#[cfg(any(feature = "postgres", feature = "mysql"))]
+#[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
 mod claim_batch;
 mod memory;
 #[cfg(feature = "mysql")]

@@ -560,11 +560,19 @@ impl RawObject {
 }
 
 /// The claim's upsert into table `t`: the new rows come from `rows` (`VALUES` or a
-/// `SELECT`), `now` is the claim's time, `$8` the unknown fingerprint, and the
-/// answered row has the [`COLUMNS`] and then `also`. "Expired" frees the record
-/// whatever its body, except from a holder whose lease is still live.
+/// `SELECT`), `now` is the claim's time, `unknown` the bind of the unknown
+/// fingerprint, and the answered row has the [`COLUMNS`] and then `also`.
+/// "Expired" frees the record whatever its body, except from a holder whose lease
+/// is still live.
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
-fn claim_upsert(t: &str, greatest: &str, rows: &str, now: &str, also: &str) -> String {
+fn claim_upsert(
+    t: &str,
+    greatest: &str,
+    rows: &str,
+    now: &str,
+    unknown: &str,
+    also: &str,
+) -> String {
     let expired = format!(
         "(r.expires_at <= {now} AND NOT (r.state = 'in_progress' AND r.lease_until > {now}))"
     );
@@ -574,7 +582,7 @@ fn claim_upsert(t: &str, greatest: &str, rows: &str, now: &str, also: &str) -> S
          {rows} \
          ON CONFLICT (namespace, id) DO UPDATE SET \
              state = 'in_progress', \
-             fingerprint = CASE WHEN {expired} OR r.fingerprint = $8 \
+             fingerprint = CASE WHEN {expired} OR r.fingerprint = {unknown} \
                  THEN excluded.fingerprint ELSE r.fingerprint END, \
              token = excluded.token, \
              lease_until = excluded.lease_until, \
@@ -590,7 +598,7 @@ fn claim_upsert(t: &str, greatest: &str, rows: &str, now: &str, also: &str) -> S
              OR ({matches} \
                  AND (r.state = 'failed' OR (r.state = 'in_progress' AND r.lease_until <= {now}))) \
          RETURNING {COLUMNS}{also}",
-        matches = matches("$8"),
+        matches = matches(unknown),
     )
 }
 
@@ -667,6 +675,37 @@ pub(crate) struct Statements {
 
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 impl Statements {
+    /// SQLite's claim of `n` ids at once: the claim upsert with one `VALUES` row per
+    /// id, bound `?1` … `?{7n}` (namespace, id, fingerprint, token, lease_until,
+    /// expires_at, now of each row in turn), then `?{7n + 1}` the unknown
+    /// fingerprint; each answered row names its key after the record's columns.
+    #[cfg(feature = "sqlite")]
+    pub(crate) fn claim_values(&self, n: usize) -> String {
+        let rows: Vec<String> = (0..n)
+            .map(|i| {
+                let a = 7 * i + 1;
+                format!(
+                    "(?{a}, ?{}, 'in_progress', ?{}, ?{}, 1, 0, ?{}, ?{}, ?{}, ?{}, '')",
+                    a + 1,
+                    a + 2,
+                    a + 3,
+                    a + 4,
+                    a + 5,
+                    a + 6,
+                    a + 6
+                )
+            })
+            .collect();
+        claim_upsert(
+            &self.table.quoted(),
+            Dialect::Sqlite.greatest(),
+            &format!("VALUES {}", rows.join(", ")),
+            "excluded.updated_at",
+            &format!("?{}", 7 * n + 1),
+            ", namespace, id",
+        )
+    }
+
     pub(crate) fn new(table: TableName, dialect: Dialect) -> Self {
         let t = table.quoted();
         let queue = QueueSql::new(&table, dialect);
@@ -701,6 +740,7 @@ impl Statements {
             greatest,
             "VALUES ($1, $2, 'in_progress', $3, $4, 1, 0, $5, $6, $7, $7, '')",
             "$7",
+            "$8",
             "",
         );
         // The same for many ids at once (PostgreSQL only): $1 … $7 are arrays of the
@@ -720,6 +760,7 @@ impl Statements {
                      OR (SELECT set_config('lock_timeout', '250ms', true)) IS NOT NULL \
                  ORDER BY n",
                 "excluded.updated_at",
+                "$8",
                 ", namespace, id",
             )
         });

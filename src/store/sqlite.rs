@@ -82,6 +82,21 @@
 //! statement as long as it took, so claims find the writer free; the partial index
 //! on running claims keeps [`stuck`] instant at any table size.
 //!
+//! # Claims in batches
+//!
+//! Claims of concurrent deliveries share one statement and one commit (the
+//! commit's fsync is what a write costs on SQLite): a claim's first try queues, and
+//! one runner task of the store takes whatever has queued (up to 64 claims of
+//! distinct keys, in byte order) and runs the claim upsert for all of them, one
+//! `VALUES` row each. A claim alone is sent at once; under load one commit serves
+//! a whole batch. A claim the statement did not answer goes on as a refused claim
+//! does (it reads the record and decides). When the statement fails, each caller
+//! answers `Unavailable` if the file could not serve it, and otherwise claims alone
+//! with the one-row statement. A claim still queued after as long as a write waits
+//! at the write gate (5 s) is withdrawn and answers `Unavailable`; a claim whose
+//! caller stopped waiting before its batch was taken is not made. Finishes and
+//! everything else run one statement each.
+//!
 //! # Inbox, ordering guard and transactional mode
 //!
 //! The same store is an [`InboxStore`] (in `<table>_inbox`) and an [`OrderingStore`]
@@ -150,7 +165,10 @@ pub struct SqliteStore {
     /// Writes from this store wait here, in arrival order, rather than in SQLite's
     /// busy handler, which sleeps and retries and can starve a claim behind a purge.
     writes: Arc<Mutex<()>>,
+    batcher: Arc<super::claim_batch::ClaimBatcher>,
 }
+
+mod batch;
 
 /// Result codes that mean the file cannot serve us now: busy or locked past the
 /// timeout, cannot be opened, I/O error, disk full.
@@ -232,6 +250,7 @@ impl SqliteStore {
             pool,
             sql: Arc::new(Statements::new(table, Dialect::Sqlite)),
             writes: Arc::new(Mutex::new(())),
+            batcher: Arc::default(),
         }
     }
 
@@ -332,6 +351,21 @@ impl SqliteStore {
 }
 
 impl SqliteStore {
+    /// A claim's first try: in a batch with the claims of concurrent deliveries
+    /// (one statement, one commit; see the [module docs](self#claims-in-batches)).
+    async fn claim_first(
+        &self,
+        request: &super::ClaimRequest<'_>,
+    ) -> Result<Option<super::Record>, StoreError> {
+        use super::claim_batch::{Batched, ClaimBatcher};
+        match ClaimBatcher::claim(self, request).await {
+            Batched::Acquired(record) => Ok(Some(record)),
+            Batched::Refused => Ok(None),
+            Batched::Failed(error) => Err(error),
+            Batched::Alone | Batched::Fresh => self.claim_row(request).await,
+        }
+    }
+
     /// Taken around every write statement (per statement for purges, so claims
     /// waiting for it go first). Waited for at most 5 s (the busy timeout
     /// [`SqliteStore::open`] sets, whatever the pool's own): writes queued behind a
@@ -339,14 +373,6 @@ impl SqliteStore {
     /// each wait out the busy timeout in turn, the k-th for k times as long, instead
     /// of answering `Unavailable`. A burst of the store's own writes slower than
     /// that (fsync-bound) answers `Unavailable` too, and the provider retries.
-    /// A claim's first try: the single claim statement.
-    async fn claim_first(
-        &self,
-        request: &super::ClaimRequest<'_>,
-    ) -> Result<Option<super::Record>, StoreError> {
-        self.claim_row(request).await
-    }
-
     async fn write_gate(&self) -> Result<MutexGuard<'_, ()>, StoreError> {
         tokio::time::timeout(BUSY_TIMEOUT, self.writes.lock())
             .await

@@ -35,6 +35,8 @@ pub(super) fn fits(namespace: &str, id: &str) -> bool {
 }
 
 impl ClaimBatch for MySqlStore {
+    const RUNNERS: usize = 2;
+
     fn batcher(&self) -> &ClaimBatcher {
         &self.batcher
     }

@@ -14,15 +14,13 @@
 //! passed straight to the store) fails only its own claim, and a lock waited out
 //! fails none.
 
-use sqlx::postgres::PgRow;
-use sqlx::Row as _;
-
 use super::PostgresStore;
-use crate::store::claim_batch::{failed, Batched, ClaimBatch, ClaimBatcher, Waiting};
-use crate::store::sql::RawRecord;
-use crate::store::{Fingerprint, Key, StoreError};
+use crate::store::claim_batch::{answer_upserted, failed, ClaimBatch, ClaimBatcher, Waiting};
+use crate::store::Fingerprint;
 
 impl ClaimBatch for PostgresStore {
+    const RUNNERS: usize = 2;
+
     fn batcher(&self) -> &ClaimBatcher {
         &self.batcher
     }
@@ -74,41 +72,11 @@ async fn claim_batch(store: &PostgresStore, batch: Vec<Waiting>) {
         .bind(&Fingerprint::UNKNOWN.0[..])
         .fetch_all(&store.pool)
         .await;
-    let rows = match rows {
-        Ok(rows) => rows,
-        Err(e) => return failed(answers, super::err(e)),
-    };
-    let mut claimed: Vec<Option<&PgRow>> = vec![None; answers.len()];
-    for row in &rows {
-        // Each answered row names its key after the record's columns.
-        let key = row
-            .try_get::<&str, _>(RawRecord::WIDTH)
-            .and_then(|ns| Ok((ns, row.try_get::<&str, _>(RawRecord::WIDTH + 1)?)));
-        let at = key.ok().and_then(|(ns, id)| {
-            (0..answers.len()).find(|&i| columns.namespace[i] == ns && columns.id[i] == id)
-        });
-        match at {
-            Some(i) => claimed[i] = Some(row),
-            None => {
-                let error =
-                    StoreError::Corrupt("a batched claim answered a key it was not given".into());
-                return failed(answers, error);
-            }
+    match rows {
+        Ok(rows) => {
+            let keys: Vec<_> = columns.namespace.into_iter().zip(columns.id).collect();
+            answer_upserted(&keys, answers, &rows, super::err);
         }
-    }
-    for (i, (answer, row)) in answers.into_iter().zip(claimed).enumerate() {
-        let key = Key::new(&columns.namespace[i], &columns.id[i]);
-        let batched = match row {
-            Some(row) => match RawRecord::read(row, 0)
-                .map_err(super::err)
-                .and_then(|raw| raw.into_record(key))
-            {
-                Ok(record) => Batched::Acquired(record),
-                Err(e) => Batched::Failed(e),
-            },
-            None => Batched::Refused,
-        };
-        // A caller gone meanwhile: the guard's drop guard releases its claim.
-        let _ = answer.send(batched);
+        Err(e) => failed(answers, super::err(e)),
     }
 }
