@@ -1222,3 +1222,42 @@ async fn a_key_locked_by_an_open_transaction_does_not_hold_up_its_batch() {
     drop(connections);
     drop_table(&store).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_locked_key_in_a_batch_of_its_own_does_not_hold_up_the_queue() {
+    let Some(url) = url() else { return };
+    let store = fresh_store(&url, 16).await;
+    let (held, at) = (Key::new("batch", "evt_held"), now());
+    let mut tx = store.pool().begin().await.unwrap();
+    let recorded = store
+        .record_in(
+            &mut tx,
+            held,
+            Fingerprint::of(b"{}"),
+            at,
+            at + TimeDelta::hours(1),
+        )
+        .await
+        .unwrap();
+    assert_eq!(recorded, Recorded::First);
+    // Two claims of the held key, a batch each: both runners wait on its lock.
+    let mut waiting = spawn_claims(&store, vec![held.id.into()], 2);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut others = spawn_claims(&store, (0..15).map(|i| format!("evt_{i}")).collect(), 1);
+    for _ in 0..15 {
+        let (id, claim) = tokio::time::timeout(Duration::from_secs(20), others.join_next())
+            .await
+            .expect("a claim held up behind the locked key")
+            .expect("a task")
+            .expect("claim task");
+        assert!(matches!(claim, Ok(Claim::Acquired(_))), "{id}: {claim:?}");
+    }
+    tx.rollback().await.unwrap();
+    let mut acquired = 0;
+    while let Some(done) = waiting.join_next().await {
+        let (_, claim) = done.expect("claim task");
+        acquired += usize::from(matches!(claim.expect("claim"), Claim::Acquired(_)));
+    }
+    assert_eq!(acquired, 1);
+    drop_table(&store).await;
+}

@@ -554,9 +554,9 @@ async fn a_write_whose_commit_fails_is_an_error_not_a_success() {
     store.pool().close().await;
 }
 
-/// Writes queued behind the store's write gate, behind a lock held elsewhere, each
-/// answer `Unavailable` after about 5 s, not one after another, the k-th after k
-/// busy timeouts. The pool's own busy timeout here is longer (8 s), so the first
+/// Writes queued behind the store's write gate (claims: behind the claim batch in
+/// flight), behind a lock held elsewhere, each answer `Unavailable` after about
+/// 5 s, not one after another, the k-th after k busy timeouts. The pool's own busy timeout here is longer (8 s), so the first
 /// write, waiting on the file's lock, outlasts them and is made once the lock goes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queued_writes_wait_at_most_the_busy_timeout() {
@@ -571,6 +571,8 @@ async fn queued_writes_wait_at_most_the_busy_timeout() {
     for id in ["a", "b", "c"] {
         let store = store.clone();
         claims.spawn(async move { store.claim(&request(Key::new("queued", id), now)).await });
+        // "a" first, alone: its write waits on the lock; "b" and "c" queue behind it.
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
     // The first answer is a queued write giving up; a second later the lock goes.
     let mut answers = vec![claims.join_next().await.unwrap().unwrap()];

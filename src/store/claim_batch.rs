@@ -157,7 +157,8 @@ impl ClaimBatcher {
             if let Some(at) = queued {
                 queue.waiting.remove(at);
                 return Batched::Failed(StoreError::unavailable(
-                    "the store's earlier writes held it past the busy timeout",
+                    "the claim waited in the store's queue past its limit: \
+                     the statements ahead of it did not finish in time",
                 ));
             }
         }

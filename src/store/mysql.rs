@@ -150,9 +150,9 @@ pub use super::sql::InvalidTableName;
 ///
 /// Claims of concurrent deliveries share one statement and one commit. A claim's
 /// first try queues, and one of at most two runner tasks of the store takes
-/// whatever has queued (up to 64 claims of distinct keys, in byte order). A claim
-/// alone goes straight to the statement above. A batch of several inserts all its
-/// claims as new records with one `INSERT IGNORE … VALUES (…), (…)` (a key already
+/// whatever has queued (up to 64 claims of distinct keys, in byte order; a claim
+/// alone is a batch of one, sent at once). A batch inserts all its claims as new
+/// records with one `INSERT IGNORE … VALUES (…), (…)` (a key already
 /// stored is left as it is; `IGNORE` can only skip a duplicate key here, as a
 /// batch takes only keys that fit their columns). When every row went in, each
 /// claim is `Acquired`; otherwise one read of the batch's keys tells which rows
@@ -161,8 +161,10 @@ pub use super::sql::InvalidTableName;
 /// (`innodb_lock_wait_timeout`, set back to the server's value afterwards; a
 /// connection that cannot be set back is closed), so a key held elsewhere (an
 /// open [`record_in`](MySqlStore::record_in) transaction) holds up only its own
-/// claim. When the batch fails, each caller answers `Unavailable` if the server
-/// could not be reached, and otherwise claims alone.
+/// claim. A claim still queued after the pool's acquire timeout is withdrawn
+/// (never made) and answers `Unavailable`. When the batch fails, each caller
+/// answers `Unavailable` if the server could not be reached, and otherwise claims
+/// alone.
 ///
 /// Fenced changes (`finish`, `renew`) are `UPDATE … WHERE namespace = ? AND id = ?
 /// AND state = 'in_progress' AND token = ?`: one affected row means applied. sqlx

@@ -100,10 +100,12 @@
 //! which waits for one WAL flush whatever it holds, serves a whole batch. A batch
 //! inserts its keys in byte order, so two batches take their row locks in the same
 //! order and cannot deadlock; a key queued twice waits for the next batch. A batch
-//! of several keys waits at most 250 ms for a row lock (`lock_timeout`, set for its
-//! own transaction only), then each of its claims goes on alone: a key locked
-//! elsewhere (an open [`record_in`](PostgresStore::record_in) transaction) holds up
-//! only its own claim, not its batch's. A claim
+//! waits at most 250 ms for a row lock (`lock_timeout`, set for its own transaction
+//! only), then each of its claims goes on alone: a key locked elsewhere (an open
+//! [`record_in`](PostgresStore::record_in) transaction) holds up only its own
+//! claim, not its batch's nor the claims queued behind it. A claim still queued
+//! after the pool's acquire timeout is withdrawn (never made) and answers
+//! `Unavailable`, as a claim waiting for a connection would. A claim
 //! the statement did not answer goes on as a refused claim does (it reads the
 //! record and decides). When the statement fails, each caller answers `Unavailable`
 //! if the server could not be reached, and otherwise claims alone with the

@@ -746,9 +746,9 @@ impl Statements {
         // The same for many ids at once (PostgreSQL only): $1 … $7 are arrays of the
         // single claim's values, one element per id, `now` read from each inserted
         // row; the rows are inserted in the arrays' order, and each answered row
-        // names its key. A statement of several ids waits at most 250 ms for a row
-        // lock (`lock_timeout`, set for its own transaction only, before its first
-        // row is inserted: the sort reads every row, and so the condition, first).
+        // names its key. It waits at most 250 ms for a row lock (`lock_timeout`, set
+        // for its own transaction only, before its first row is inserted: the sort
+        // reads every row, and so the condition, first).
         let claim_batch = (dialect == Dialect::Postgres).then(|| {
             claim_upsert(
                 &t,
@@ -756,8 +756,7 @@ impl Statements {
                 "SELECT ns, id, 'in_progress', fp, tok, 1, 0, lu, ex, nw, nw, '' \
                  FROM unnest($1::text[], $2::text[], $3::bytea[], $4::int8[], $5::int8[], \
                      $6::int8[], $7::int8[]) WITH ORDINALITY AS v(ns, id, fp, tok, lu, ex, nw, n) \
-                 WHERE cardinality($1::text[]) = 1 \
-                     OR (SELECT set_config('lock_timeout', '250ms', true)) IS NOT NULL \
+                 WHERE (SELECT set_config('lock_timeout', '250ms', true)) IS NOT NULL \
                  ORDER BY n",
                 "excluded.updated_at",
                 "$8",

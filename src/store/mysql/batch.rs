@@ -2,8 +2,7 @@
 //! new records in one statement and one commit. See
 //! [`claim_batch`](crate::store::claim_batch) for how batches are gathered.
 //!
-//! Most claims are of ids the store has never seen. A batch of several claims
-//! inserts them all with one `INSERT IGNORE … VALUES (…), (…)`: a key already
+//! Most claims are of ids the store has never seen. A batch inserts them all with one `INSERT IGNORE … VALUES (…), (…)`: a key already
 //! stored is left as it is (`IGNORE` turns only its duplicate-key error into a
 //! warning: every value fits its column, the keys having been checked against
 //! their columns' widths before they queued). When the server inserted every row,
@@ -11,13 +10,16 @@
 //! rows are this batch's (its token, made at its time): those claims have their
 //! records, and the others go on alone, with the single claim statement, which
 //! decides on the stored record (a known id, expired, failed or held). A claim
-//! alone is not batched at all: the single statement serves it best.
+//! alone is a batch of one: a known id then costs it the insert before the single
+//! statement.
 //!
 //! A batch waits at most 1 s for a row lock (`innodb_lock_wait_timeout`, set on
 //! its connection for the statement and set back after): a key held elsewhere, by
 //! an open [`record_in`](MySqlStore::record_in) transaction say, would otherwise
-//! hold up the claims of every other key of the batch for the server's lock wait
-//! (50 s by default). When the statement fails, every caller of the batch is
+//! hold up the claims of every other key of the batch, or, in a batch of its own,
+//! a runner and every claim queued behind it, for the server's lock wait (50 s by
+//! default). A claim still queued after the pool's acquire timeout is withdrawn
+//! (never made) and answers `Unavailable`. When the statement fails, every caller of the batch is
 //! answered `Unavailable` if the server could not be reached, and otherwise claims
 //! alone, so a lock waited out or a row the server refuses fails none of the others.
 
@@ -41,12 +43,13 @@ impl ClaimBatch for MySqlStore {
         &self.batcher
     }
 
+    /// As long as the claim would wait for a connection of the pool.
+    fn patience(&self) -> Option<std::time::Duration> {
+        Some(self.pool.options().get_acquire_timeout())
+    }
+
     async fn run(&self, batch: Vec<Waiting>) {
         let inserted = match self.pool.acquire().await {
-            // A key alone holds up no other claim: no lock wait to bound.
-            Ok(mut conn) if batch.len() == 1 => {
-                insert(self, &mut conn, &batch).await.map(|n| vec![n == 1])
-            }
             Ok(mut conn) => in_batch(self, &mut conn, &batch).await,
             Err(e) => Err(e),
         };
@@ -62,8 +65,9 @@ impl ClaimBatch for MySqlStore {
     }
 }
 
-/// A batch of several keys on `conn`, waiting at most 1 s for a row lock: which of
-/// its claims inserted their records.
+/// A batch on `conn`, waiting at most 1 s for a row lock (even a batch of one: a
+/// runner held by a locked key would hold up every claim queued behind it): which
+/// of its claims inserted their records.
 async fn in_batch(
     store: &MySqlStore,
     conn: &mut PoolConnection<MySql>,

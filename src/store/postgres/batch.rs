@@ -4,10 +4,11 @@
 //!
 //! The statement answers the rows it claimed; a key it did not answer was refused
 //! by its stored record, and its caller goes on as a refused single claim does
-//! (reads the record, and decides). A batch of several keys waits at most 250 ms
-//! for a row lock (`lock_timeout`, for its own transaction): a key held elsewhere,
-//! by an open [`record_in`](PostgresStore::record_in) transaction say, would
-//! otherwise hold up the claims of every other key of the batch. When the
+//! (reads the record, and decides). A batch waits at most 250 ms for a row lock
+//! (`lock_timeout`, for its own transaction): a key held elsewhere, by an open
+//! [`record_in`](PostgresStore::record_in) transaction say, would otherwise hold
+//! up the claims of every other key of the batch, or, in a batch of its own, hold
+//! a runner and so every claim queued behind it. When the
 //! statement fails, every caller of the batch is answered `Unavailable` if the
 //! server could not be reached, and is otherwise told to claim alone, with the
 //! single statement, so that one row the server refuses (a NUL in an id a host
@@ -23,6 +24,11 @@ impl ClaimBatch for PostgresStore {
 
     fn batcher(&self) -> &ClaimBatcher {
         &self.batcher
+    }
+
+    /// As long as the claim would wait for a connection of the pool.
+    fn patience(&self) -> Option<std::time::Duration> {
+        Some(self.pool.options().get_acquire_timeout())
     }
 
     async fn run(&self, batch: Vec<Waiting>) {
