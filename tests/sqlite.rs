@@ -695,3 +695,51 @@ async fn concurrent_claims_share_commits_and_each_id_is_claimed_once() {
     );
     store.pool().close().await;
 }
+
+/// A claim's runner is counted before its task is spawned: a runtime that drops
+/// the task without ever polling it (it was shut down) must count it out, or the
+/// store's one SQLite runner slot stays taken and every later claim waits out its
+/// patience and answers `Unavailable`.
+#[test]
+fn a_runner_its_runtime_dropped_unpolled_leaves_no_claim_waiting() {
+    use std::future::Future;
+    use std::task::{Context, Waker};
+
+    let db = Db::new();
+    let served = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let store = served.block_on(async {
+        let store = db.store(4).await;
+        store.migrate().await.unwrap();
+        store
+    });
+    let now = ms(Utc::now());
+    let gone = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    gone.block_on(async {
+        let request = request(Key::new("runtimes", "first"), now);
+        let mut claim = std::pin::pin!(store.claim(&request));
+        // Queued, a runner spawned on this runtime; its task is not polled before
+        // `block_on` returns (nothing here yields to it).
+        let pending = claim
+            .as_mut()
+            .poll(&mut Context::from_waker(Waker::noop()))
+            .is_pending();
+        assert!(pending);
+    });
+    drop(gone);
+    served.block_on(async {
+        let request = request(Key::new("runtimes", "second"), now);
+        let claim = tokio::time::timeout(Duration::from_secs(3), store.claim(&request))
+            .await
+            .expect("answered at once, not after the queue's 5 s patience")
+            .expect("claim");
+        assert!(matches!(claim, Claim::Acquired(_)), "{claim:?}");
+        store.pool().close().await;
+    });
+}

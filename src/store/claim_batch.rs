@@ -139,7 +139,11 @@ impl ClaimBatcher {
             start
         };
         if start {
-            runtime.spawn(run(store.clone()));
+            let runner = Runner {
+                store: store.clone(),
+                done: false,
+            };
+            runtime.spawn(run(runner));
         }
         // A runner dropped before answering leaves the claim to be made alone; one
         // it already made is met again as this claim's own.
@@ -195,37 +199,33 @@ impl ClaimBatcher {
     }
 }
 
-/// Counts a runner out if it ends before [`ClaimBatcher::next_batch`] did (its
-/// task was dropped), and lets the claims still queued go on alone: no runner may
-/// be left to take them.
-struct RunnerExit<'a> {
-    batcher: &'a ClaimBatcher,
+/// A runner, counted in its batcher from before its task is spawned: a task the
+/// runtime drops, polled or not (it shut down, or the runner panicked), counts
+/// itself out and lets the claims still queued go on alone, so that no claim waits
+/// for a runner that is gone.
+struct Runner<S: ClaimBatch> {
+    store: S,
     done: bool,
 }
 
-impl Drop for RunnerExit<'_> {
+impl<S: ClaimBatch> Drop for Runner<S> {
     fn drop(&mut self) {
         if !self.done {
-            let mut queue = self.batcher.lock();
+            let mut queue = self.store.batcher().lock();
             queue.runners -= 1;
             queue.waiting.clear();
         }
     }
 }
 
-/// A runner: runs batches until none waits.
-async fn run<S: ClaimBatch>(store: S) {
-    let batcher = store.batcher();
-    let mut exit = RunnerExit {
-        batcher,
-        done: false,
-    };
+/// A runner's task: runs batches until none waits.
+async fn run<S: ClaimBatch>(mut runner: Runner<S>) {
     loop {
-        let Some(batch) = batcher.next_batch() else {
-            exit.done = true;
+        let Some(batch) = runner.store.batcher().next_batch() else {
+            runner.done = true;
             return;
         };
-        store.run(batch).await;
+        runner.store.run(batch).await;
     }
 }
 
@@ -250,6 +250,40 @@ pub(crate) fn failed(mut answers: Vec<oneshot::Sender<Batched>>, error: StoreErr
         let source: BoxError = Box::new(Shared(shared.clone()));
         let _ = answer.send(Batched::Failed(StoreError::Unavailable { source }));
     }
+}
+
+/// Answers every caller of a batch whose statement failed with the driver's
+/// error `e` (read by `map`), as [`failed`] does; each caller's `Unavailable` keeps
+/// a driver error of its own as its source where one can be made alike (an I/O
+/// error, a pool timed out or closed, a protocol error), and shares `e` otherwise.
+pub(crate) fn failed_driver(
+    answers: Vec<oneshot::Sender<Batched>>,
+    e: sqlx::Error,
+    map: fn(sqlx::Error) -> StoreError,
+) {
+    let twins: Option<Vec<sqlx::Error>> = (1..answers.len()).map(|_| twin(&e)).collect();
+    let error = map(e);
+    match twins {
+        Some(twins) if error.is_unavailable() => {
+            let errors = std::iter::once(error).chain(twins.into_iter().map(map));
+            for (answer, error) in answers.into_iter().zip(errors) {
+                let _ = answer.send(Batched::Failed(error));
+            }
+        }
+        _ => failed(answers, error),
+    }
+}
+
+/// A driver error alike to `e`, for one more caller, where one can be made.
+fn twin(e: &sqlx::Error) -> Option<sqlx::Error> {
+    Some(match e {
+        sqlx::Error::Io(io) => sqlx::Error::Io(std::io::Error::new(io.kind(), io.to_string())),
+        sqlx::Error::PoolTimedOut => sqlx::Error::PoolTimedOut,
+        sqlx::Error::PoolClosed => sqlx::Error::PoolClosed,
+        sqlx::Error::WorkerCrashed => sqlx::Error::WorkerCrashed,
+        sqlx::Error::Protocol(text) => sqlx::Error::Protocol(text.clone()),
+        _ => return None,
+    })
 }
 
 /// One driver error shown to every caller of a batch.
@@ -311,5 +345,70 @@ pub(crate) fn answer_upserted<R: super::sql::SqlRow>(
         };
         // A caller gone meanwhile: the guard's drop guard releases its claim.
         let _ = answer.send(batched);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn callers(
+        n: usize,
+    ) -> (
+        Vec<oneshot::Sender<Batched>>,
+        Vec<oneshot::Receiver<Batched>>,
+    ) {
+        (0..n).map(|_| oneshot::channel()).unzip()
+    }
+
+    fn unavailable(e: sqlx::Error) -> StoreError {
+        StoreError::unavailable(e)
+    }
+
+    /// Each caller of a batch that could not reach the server keeps a driver error
+    /// of its own where one can be made alike: a host may downcast it.
+    #[test]
+    fn each_caller_of_an_unreachable_batch_keeps_a_driver_error() {
+        let (answers, mut answered) = callers(3);
+        failed_driver(answers, sqlx::Error::PoolTimedOut, unavailable);
+        for answered in &mut answered {
+            let Ok(Batched::Failed(error)) = answered.try_recv() else {
+                panic!("not failed")
+            };
+            assert!(error.is_unavailable());
+            let source = std::error::Error::source(&error).expect("a source");
+            assert!(matches!(
+                source.downcast_ref::<sqlx::Error>(),
+                Some(sqlx::Error::PoolTimedOut)
+            ));
+        }
+    }
+
+    /// A driver error that cannot be made again is shared by the callers, each
+    /// showing its text.
+    #[test]
+    fn an_error_that_cannot_be_made_again_is_shared() {
+        let (answers, mut answered) = callers(2);
+        failed_driver(answers, sqlx::Error::RowNotFound, unavailable);
+        for answered in &mut answered {
+            let Ok(Batched::Failed(error)) = answered.try_recv() else {
+                panic!("not failed")
+            };
+            assert!(error.is_unavailable());
+            assert_eq!(
+                error.to_string(),
+                format!("store unavailable: {}", sqlx::Error::RowNotFound)
+            );
+        }
+    }
+
+    /// A batch the server refused (not unreachable) sends each caller on alone.
+    #[test]
+    fn a_refused_batch_sends_each_caller_on_alone() {
+        let (answers, mut answered) = callers(2);
+        failed_driver(answers, sqlx::Error::PoolTimedOut, StoreError::backend);
+        for answered in &mut answered {
+            assert!(matches!(answered.try_recv(), Ok(Batched::Alone)));
+        }
     }
 }

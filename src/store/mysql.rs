@@ -158,8 +158,8 @@ pub use super::sql::InvalidTableName;
 /// claim is `Acquired`; otherwise one read of the batch's keys tells which rows
 /// carry their claim's token and time, and the other claims go on alone with the
 /// statement above. The batch's connection waits at most 1 s for a row lock
-/// (`innodb_lock_wait_timeout`, set back to the server's value afterwards; a
-/// connection that cannot be set back is closed), so a key held elsewhere (an
+/// (`innodb_lock_wait_timeout`, set back to what it was afterwards; a connection
+/// that cannot be set back is closed), so a key held elsewhere (an
 /// open [`record_in`](MySqlStore::record_in) transaction) holds up only its own
 /// claim. A claim still queued after the pool's acquire timeout is withdrawn
 /// (never made) and answers `Unavailable`. When the batch fails, each caller

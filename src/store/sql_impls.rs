@@ -13,8 +13,9 @@
 /// (`Arc<Statements>`), and an `async fn write_gate(&self)` whose result is held
 /// while a write statement runs (SQLite serialises its writes there; PostgreSQL
 /// holds nothing), and an `async fn claim_first(&self, request)` that makes a
-/// claim's first try (the record when it claimed the id, `None` when refused:
-/// PostgreSQL batches it, SQLite runs `claim_row`). `$err` maps a driver error to a [`StoreError`](crate::store::StoreError).
+/// claim's first try (the record when it claimed the id, `None` when refused;
+/// both stores batch it with the claims of concurrent deliveries, and fall back on
+/// `claim_row`, the single statement). `$err` maps a driver error to a [`StoreError`](crate::store::StoreError).
 macro_rules! sql_store_impls {
     ($store:ty, $conn:ty, $err:path) => {
         const _: () = {

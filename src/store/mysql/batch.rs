@@ -14,7 +14,7 @@
 //! statement.
 //!
 //! A batch waits at most 1 s for a row lock (`innodb_lock_wait_timeout`, set on
-//! its connection for the statement and set back after): a key held elsewhere, by
+//! its connection for the statement and set back to what it was after): a key held elsewhere, by
 //! an open [`record_in`](MySqlStore::record_in) transaction say, would otherwise
 //! hold up the claims of every other key of the batch, or, in a batch of its own,
 //! a runner and every claim queued behind it, for the server's lock wait (50 s by
@@ -28,7 +28,7 @@ use sqlx::pool::PoolConnection;
 use sqlx::Row as _;
 
 use super::{map_err, server_error_number, MySqlStore, DEADLOCK_RETRIES};
-use crate::store::claim_batch::{failed, Batched, ClaimBatch, ClaimBatcher, Waiting};
+use crate::store::claim_batch::{failed_driver, Batched, ClaimBatch, ClaimBatcher, Waiting};
 
 /// The widest key a batch takes: the columns' widths (`VARBINARY(64)`,
 /// `VARBINARY(255)`), so that `IGNORE` never truncates one.
@@ -60,7 +60,7 @@ impl ClaimBatch for MySqlStore {
                     let _ = answer.send(if made { Batched::Fresh } else { Batched::Alone });
                 }
             }
-            Err(e) => failed(answers, map_err(e)),
+            Err(e) => failed_driver(answers, e, map_err),
         }
     }
 }
@@ -73,9 +73,12 @@ async fn in_batch(
     conn: &mut PoolConnection<MySql>,
     batch: &[Waiting],
 ) -> Result<Vec<bool>, sqlx::Error> {
-    let inserted = match sqlx::query("SET SESSION innodb_lock_wait_timeout = 1")
-        .execute(&mut **conn)
-        .await
+    let inserted = match sqlx::query(
+        "SET @webhook_guard_lock_wait = @@SESSION.innodb_lock_wait_timeout, \
+         SESSION innodb_lock_wait_timeout = 1",
+    )
+    .execute(&mut **conn)
+    .await
     {
         Ok(_) => match insert(store, conn, batch).await {
             Ok(n) if n == batch.len() as u64 => Ok(vec![true; batch.len()]),
@@ -84,9 +87,11 @@ async fn in_batch(
         },
         Err(e) => Err(e),
     };
-    // The lock wait goes back to the server's for whoever borrows the connection
-    // next; a connection that cannot be set back is closed instead.
-    let reset = sqlx::query("SET SESSION innodb_lock_wait_timeout = DEFAULT")
+    // The lock wait goes back to what it was (the server's, or the host's own
+    // session setting) for whoever borrows the connection next; a connection that
+    // cannot be set back is closed instead. (A runner dropped between the two, as
+    // its runtime shuts down, leaves its connection with the 1 s wait.)
+    let reset = sqlx::query("SET SESSION innodb_lock_wait_timeout = @webhook_guard_lock_wait")
         .execute(&mut **conn)
         .await;
     if reset.is_err() {

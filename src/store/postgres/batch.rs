@@ -16,7 +16,9 @@
 //! fails none.
 
 use super::PostgresStore;
-use crate::store::claim_batch::{answer_upserted, failed, ClaimBatch, ClaimBatcher, Waiting};
+use crate::store::claim_batch::{
+    answer_upserted, failed_driver, ClaimBatch, ClaimBatcher, Waiting,
+};
 use crate::store::Fingerprint;
 
 impl ClaimBatch for PostgresStore {
@@ -83,6 +85,6 @@ async fn claim_batch(store: &PostgresStore, batch: Vec<Waiting>) {
             let keys: Vec<_> = columns.namespace.into_iter().zip(columns.id).collect();
             answer_upserted(&keys, answers, &rows, super::err);
         }
-        Err(e) => failed(answers, super::err(e)),
+        Err(e) => failed_driver(answers, e, super::err),
     }
 }

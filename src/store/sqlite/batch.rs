@@ -14,7 +14,9 @@
 //! `Unavailable`, as a write queued at the gate does.
 
 use super::SqliteStore;
-use crate::store::claim_batch::{answer_upserted, failed, ClaimBatch, ClaimBatcher, Waiting};
+use crate::store::claim_batch::{
+    answer_upserted, failed, failed_driver, ClaimBatch, ClaimBatcher, Waiting,
+};
 use crate::store::Fingerprint;
 
 impl ClaimBatch for SqliteStore {
@@ -51,12 +53,12 @@ impl ClaimBatch for SqliteStore {
         let rows = match self.write_gate().await {
             // Read to the end: SQLite commits an autocommit `INSERT … RETURNING`
             // only then (see the single claim).
-            Ok(_gate) => query.fetch_all(&self.pool).await.map_err(super::err),
-            Err(e) => Err(e),
+            Ok(_gate) => query.fetch_all(&self.pool).await,
+            Err(e) => return failed(answers, e),
         };
         match rows {
             Ok(rows) => answer_upserted(&keys, answers, &rows, super::err),
-            Err(e) => failed(answers, e),
+            Err(e) => failed_driver(answers, e, super::err),
         }
     }
 }
