@@ -1048,45 +1048,6 @@ async fn a_user_at_its_connection_limit_is_unavailable() {
     held.close().await;
 }
 
-/// Claims of `ids` in namespace `batch`, started at once from as many tasks, each
-/// id `copies` times; each task answers its id and claim.
-fn spawn_claims(
-    store: &MySqlStore,
-    ids: Vec<String>,
-    copies: usize,
-) -> tokio::task::JoinSet<(String, Result<Claim, StoreError>)> {
-    let now = now();
-    let start = Arc::new(tokio::sync::Barrier::new(ids.len() * copies));
-    let mut tasks = tokio::task::JoinSet::new();
-    for id in ids {
-        for _ in 0..copies {
-            let (store, start, id) = (store.clone(), start.clone(), id.clone());
-            tasks.spawn(async move {
-                let claim = request(Key::new("batch", &id), b"{}", now, 30);
-                start.wait().await;
-                let claim = store.claim(&claim).await;
-                (id, claim)
-            });
-        }
-    }
-    tasks
-}
-
-/// [`spawn_claims`], every answer collected by id.
-async fn claim_at_once(
-    store: &MySqlStore,
-    ids: Vec<String>,
-    copies: usize,
-) -> BTreeMap<String, Vec<Result<Claim, StoreError>>> {
-    let mut tasks = spawn_claims(store, ids, copies);
-    let mut answers: BTreeMap<String, Vec<_>> = BTreeMap::new();
-    while let Some(done) = tasks.join_next().await {
-        let (id, claim) = done.expect("claim task");
-        answers.entry(id).or_default().push(claim);
-    }
-    answers
-}
-
 /// Logs each row inserted into the store's table with the connection and the
 /// start of the statement that inserted it (the pair is one statement's).
 async fn log_insert_statements(store: &MySqlStore) -> String {
@@ -1121,7 +1082,7 @@ async fn concurrent_claims_share_commits_and_each_id_is_claimed_once() {
         assert!(matches!(claim, Claim::Acquired(_)), "{claim:?}");
     }
     let ids: Vec<String> = (0..16).map(|i| format!("evt_{i}")).collect();
-    let answers = claim_at_once(&store, ids, 4).await;
+    let answers = support::claim_at_once(&store, ids, 4).await;
     assert_eq!(answers.len(), 16);
     for (id, claims) in &answers {
         let known = id.trim_start_matches("evt_").parse::<u32>().unwrap() % 2 == 0;
@@ -1165,28 +1126,15 @@ async fn concurrent_claims_share_commits_and_each_id_is_claimed_once() {
     drop_table(&store).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_key_locked_by_an_open_transaction_does_not_hold_up_its_batch() {
-    let Some(url) = url() else { return };
-    let store = fresh_store(&url, 16).await;
-    // Every connection of the pool has a lock wait of the host's own (7 s).
-    let mut connections = Vec::new();
-    for _ in 0..16 {
-        connections.push(store.pool().acquire().await.unwrap());
-    }
-    for conn in &mut connections {
-        sqlx::query("SET SESSION innodb_lock_wait_timeout = 7")
-            .execute(&mut **conn)
-            .await
-            .unwrap();
-    }
-    drop(connections);
-    let (held, at) = (Key::new("batch", "evt_held"), now());
+/// A transaction holding `batch`/`evt_held`: it recorded the id with `record_in`.
+async fn hold(store: &MySqlStore) -> sqlx::Transaction<'static, sqlx::MySql> {
+    let at = now();
     let mut tx = store.pool().begin().await.unwrap();
+    let key = Key::new("batch", "evt_held");
     let recorded = store
         .record_in(
             &mut tx,
-            held,
+            key,
             Fingerprint::of(b"{}"),
             at,
             at + TimeDelta::hours(1),
@@ -1194,42 +1142,41 @@ async fn a_key_locked_by_an_open_transaction_does_not_hold_up_its_batch() {
         .await
         .unwrap();
     assert_eq!(recorded, Recorded::First);
-    let mut ids: Vec<String> = (0..15).map(|i| format!("evt_{i}")).collect();
-    ids.insert(7, held.id.into());
-    let mut tasks = spawn_claims(&store, ids, 1);
-    // Every other claim is made while the transaction still holds its key (the
-    // bound is a liveness bound: the batch waits 1 s for a lock, then each claim
-    // goes on alone, against the server's 50 s).
-    for _ in 0..15 {
-        let (id, claim) = tokio::time::timeout(Duration::from_secs(20), tasks.join_next())
-            .await
-            .expect("a claim held up by another key's lock")
-            .expect("a task")
-            .expect("claim task");
-        assert_ne!(id, held.id, "{claim:?}");
-        assert!(matches!(claim, Ok(Claim::Acquired(_))), "{id}: {claim:?}");
-    }
-    tx.rollback().await.unwrap();
-    let (id, claim) = tasks
-        .join_next()
-        .await
-        .expect("a task")
-        .expect("claim task");
-    assert_eq!(id, held.id);
-    assert!(matches!(claim, Ok(Claim::Acquired(_))), "{claim:?}");
-    // The lock wait went back to what it was on every connection of the pool.
+    tx
+}
+
+/// Sets, or reads back, the lock wait of every connection of the store's pool.
+async fn lock_waits(store: &MySqlStore, set: Option<u64>) -> Vec<u64> {
     let mut connections = Vec::new();
     for _ in 0..16 {
         connections.push(store.pool().acquire().await.unwrap());
     }
+    let mut waits = Vec::new();
     for conn in &mut connections {
+        if let Some(wait) = set {
+            let sql = format!("SET SESSION innodb_lock_wait_timeout = {wait}");
+            sqlx::query(&sql).execute(&mut **conn).await.unwrap();
+        }
         let wait: u64 = sqlx::query_scalar("SELECT @@SESSION.innodb_lock_wait_timeout")
             .fetch_one(&mut **conn)
             .await
             .unwrap();
-        assert_eq!(wait, 7);
+        waits.push(wait);
     }
-    drop(connections);
+    waits
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_locked_by_an_open_transaction_does_not_hold_up_its_batch() {
+    let Some(url) = url() else { return };
+    let store = fresh_store(&url, 16).await;
+    // Every connection has a lock wait of the host's own (7 s), which a batch's
+    // 1 s wait must not outlive.
+    lock_waits(&store, Some(7)).await;
+    let release =
+        |tx: sqlx::Transaction<'static, sqlx::MySql>| async { tx.rollback().await.unwrap() };
+    support::a_held_key_holds_up_no_other_claim(&store, false, hold(&store), release).await;
+    assert_eq!(lock_waits(&store, None).await, vec![7; 16]);
     drop_table(&store).await;
 }
 
@@ -1237,37 +1184,8 @@ async fn a_key_locked_by_an_open_transaction_does_not_hold_up_its_batch() {
 async fn a_locked_key_in_a_batch_of_its_own_does_not_hold_up_the_queue() {
     let Some(url) = url() else { return };
     let store = fresh_store(&url, 16).await;
-    let (held, at) = (Key::new("batch", "evt_held"), now());
-    let mut tx = store.pool().begin().await.unwrap();
-    let recorded = store
-        .record_in(
-            &mut tx,
-            held,
-            Fingerprint::of(b"{}"),
-            at,
-            at + TimeDelta::hours(1),
-        )
-        .await
-        .unwrap();
-    assert_eq!(recorded, Recorded::First);
-    // Two claims of the held key, a batch each: both runners wait on its lock.
-    let mut waiting = spawn_claims(&store, vec![held.id.into()], 2);
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let mut others = spawn_claims(&store, (0..15).map(|i| format!("evt_{i}")).collect(), 1);
-    for _ in 0..15 {
-        let (id, claim) = tokio::time::timeout(Duration::from_secs(20), others.join_next())
-            .await
-            .expect("a claim held up behind the locked key")
-            .expect("a task")
-            .expect("claim task");
-        assert!(matches!(claim, Ok(Claim::Acquired(_))), "{id}: {claim:?}");
-    }
-    tx.rollback().await.unwrap();
-    let mut acquired = 0;
-    while let Some(done) = waiting.join_next().await {
-        let (_, claim) = done.expect("claim task");
-        acquired += usize::from(matches!(claim.expect("claim"), Claim::Acquired(_)));
-    }
-    assert_eq!(acquired, 1);
+    let release =
+        |tx: sqlx::Transaction<'static, sqlx::MySql>| async { tx.rollback().await.unwrap() };
+    support::a_held_key_holds_up_no_other_claim(&store, true, hold(&store), release).await;
     drop_table(&store).await;
 }

@@ -544,59 +544,13 @@ async fn record_in_leaves_a_live_claim_alone_and_takes_over_an_abandoned_one() {
     db.drop_table().await;
 }
 
-/// Claims of `ids` in namespace `batch`, started at once from as many tasks, each
-/// id `copies` times; each task answers its id and claim.
-fn spawn_claims(
-    store: &PostgresStore,
-    ids: Vec<String>,
-    copies: usize,
-) -> JoinSet<(String, Result<Claim, StoreError>)> {
-    let now = Utc::now();
-    let start = std::sync::Arc::new(tokio::sync::Barrier::new(ids.len() * copies));
-    let mut tasks = JoinSet::new();
-    for id in ids {
-        for _ in 0..copies {
-            let (store, start, id) = (store.clone(), start.clone(), id.clone());
-            tasks.spawn(async move {
-                let request = ClaimRequest {
-                    key: Key::new("batch", &id),
-                    fingerprint: Fingerprint::of(b"{}"),
-                    token: FencingToken::random(),
-                    now,
-                    lease_until: now + TimeDelta::seconds(30),
-                    expires_at: now + TimeDelta::hours(1),
-                };
-                start.wait().await;
-                let claim = store.claim(&request).await;
-                (id, claim)
-            });
-        }
-    }
-    tasks
-}
-
-/// [`spawn_claims`], every answer collected by id.
-async fn claim_at_once(
-    store: &PostgresStore,
-    ids: Vec<String>,
-    copies: usize,
-) -> BTreeMap<String, Vec<Result<Claim, StoreError>>> {
-    let mut tasks = spawn_claims(store, ids, copies);
-    let mut answers: BTreeMap<String, Vec<_>> = BTreeMap::new();
-    while let Some(done) = tasks.join_next().await {
-        let (id, claim) = done.expect("claim task");
-        answers.entry(id).or_default().push(claim);
-    }
-    answers
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_claims_share_commits_and_each_id_is_claimed_once() {
     let Some(db) = db().await else { return };
     let store = db.store(16).await;
     store.migrate().await.expect("migrate");
     let ids: Vec<String> = (0..16).map(|i| format!("evt_{i}")).collect();
-    let answers = claim_at_once(&store, ids, 4).await;
+    let answers = support::claim_at_once(&store, ids, 4).await;
     assert_eq!(answers.len(), 16);
     for (id, claims) in &answers {
         let acquired: Vec<_> = claims
@@ -638,7 +592,7 @@ async fn a_claim_the_server_refuses_fails_alone_in_its_batch() {
     // reaches a store; a host calling the store itself may not).
     let mut ids: Vec<String> = (0..31).map(|i| format!("evt_{i}")).collect();
     ids.insert(15, "evt_\0".into());
-    let answers = claim_at_once(&store, ids, 1).await;
+    let answers = support::claim_at_once(&store, ids, 1).await;
     for (id, claims) in &answers {
         match (&claims[..], id.contains('\0')) {
             ([Err(StoreError::Backend { .. })], true) => {}
@@ -650,17 +604,15 @@ async fn a_claim_the_server_refuses_fails_alone_in_its_batch() {
     db.drop_table().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_key_locked_by_an_open_transaction_does_not_hold_up_its_batch() {
-    let Some(db) = db().await else { return };
-    let store = db.store(16).await;
-    store.migrate().await.expect("migrate");
-    let (held, now) = (Key::new("batch", "evt_held"), Utc::now());
+/// A transaction holding `batch`/`evt_held`: it recorded the id with `record_in`.
+async fn hold(store: &PostgresStore) -> sqlx::Transaction<'static, sqlx::Postgres> {
+    let now = Utc::now();
     let mut tx = store.pool().begin().await.unwrap();
+    let key = Key::new("batch", "evt_held");
     let recorded = store
         .record_in(
             &mut tx,
-            held,
+            key,
             Fingerprint::of(b"{}"),
             now,
             now + TimeDelta::hours(1),
@@ -668,29 +620,17 @@ async fn a_key_locked_by_an_open_transaction_does_not_hold_up_its_batch() {
         .await
         .unwrap();
     assert_eq!(recorded, Recorded::First);
-    let mut ids: Vec<String> = (0..15).map(|i| format!("evt_{i}")).collect();
-    ids.insert(7, held.id.into());
-    let mut tasks = spawn_claims(&store, ids, 1);
-    // Every other claim is made while the transaction still holds its key (the
-    // bound is a liveness bound: the batch waits 250 ms for a lock, then each
-    // claim goes on alone).
-    for _ in 0..15 {
-        let (id, claim) = tokio::time::timeout(Duration::from_secs(20), tasks.join_next())
-            .await
-            .expect("a claim held up by another key's lock")
-            .expect("a task")
-            .expect("claim task");
-        assert_ne!(id, held.id, "{claim:?}");
-        assert!(matches!(claim, Ok(Claim::Acquired(_))), "{id}: {claim:?}");
-    }
-    tx.rollback().await.unwrap();
-    let (id, claim) = tasks
-        .join_next()
-        .await
-        .expect("a task")
-        .expect("claim task");
-    assert_eq!(id, held.id);
-    assert!(matches!(claim, Ok(Claim::Acquired(_))), "{claim:?}");
+    tx
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_locked_by_an_open_transaction_does_not_hold_up_its_batch() {
+    let Some(db) = db().await else { return };
+    let store = db.store(16).await;
+    store.migrate().await.expect("migrate");
+    let release =
+        |tx: sqlx::Transaction<'static, sqlx::Postgres>| async { tx.rollback().await.unwrap() };
+    support::a_held_key_holds_up_no_other_claim(&store, false, hold(&store), release).await;
     db.drop_table().await;
 }
 
@@ -699,37 +639,8 @@ async fn a_locked_key_in_a_batch_of_its_own_does_not_hold_up_the_queue() {
     let Some(db) = db().await else { return };
     let store = db.store(16).await;
     store.migrate().await.expect("migrate");
-    let (held, now) = (Key::new("batch", "evt_held"), Utc::now());
-    let mut tx = store.pool().begin().await.unwrap();
-    let recorded = store
-        .record_in(
-            &mut tx,
-            held,
-            Fingerprint::of(b"{}"),
-            now,
-            now + TimeDelta::hours(1),
-        )
-        .await
-        .unwrap();
-    assert_eq!(recorded, Recorded::First);
-    // Two claims of the held key, a batch each: both runners wait on its lock.
-    let mut waiting = spawn_claims(&store, vec![held.id.into()], 2);
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let mut others = spawn_claims(&store, (0..15).map(|i| format!("evt_{i}")).collect(), 1);
-    for _ in 0..15 {
-        let (id, claim) = tokio::time::timeout(Duration::from_secs(20), others.join_next())
-            .await
-            .expect("a claim held up behind the locked key")
-            .expect("a task")
-            .expect("claim task");
-        assert!(matches!(claim, Ok(Claim::Acquired(_))), "{id}: {claim:?}");
-    }
-    tx.rollback().await.unwrap();
-    let mut acquired = 0;
-    while let Some(done) = waiting.join_next().await {
-        let (_, claim) = done.expect("claim task");
-        acquired += usize::from(matches!(claim.expect("claim"), Claim::Acquired(_)));
-    }
-    assert_eq!(acquired, 1);
+    let release =
+        |tx: sqlx::Transaction<'static, sqlx::Postgres>| async { tx.rollback().await.unwrap() };
+    support::a_held_key_holds_up_no_other_claim(&store, true, hold(&store), release).await;
     db.drop_table().await;
 }

@@ -572,7 +572,7 @@ async fn queued_writes_wait_at_most_the_busy_timeout() {
         let store = store.clone();
         claims.spawn(async move { store.claim(&request(Key::new("queued", id), now)).await });
         // "a" first, alone: its write waits on the lock; "b" and "c" queue behind it.
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
     // The first answer is a queued write giving up; a second later the lock goes.
     let mut answers = vec![claims.join_next().await.unwrap().unwrap()];

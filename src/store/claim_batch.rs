@@ -92,6 +92,8 @@ pub(crate) struct Waiting {
     pub(crate) expires_at: i64,
     pub(crate) now: i64,
     pub(crate) answer: oneshot::Sender<Batched>,
+    /// The claim's place in its batcher's queue, unique (what a withdrawal finds).
+    ticket: u64,
 }
 
 /// The claims waiting for a batch, and how many runners take them.
@@ -104,6 +106,8 @@ pub(crate) struct ClaimBatcher {
 struct Queue {
     waiting: Vec<Waiting>,
     runners: usize,
+    /// The ticket of the next claim queued.
+    next_ticket: u64,
 }
 
 impl ClaimBatcher {
@@ -120,23 +124,26 @@ impl ClaimBatcher {
             return Batched::Alone;
         };
         let (answer, answered) = oneshot::channel();
-        let token = request.token.as_i64();
-        let waiting = Waiting {
+        let mut waiting = Waiting {
             namespace: request.key.namespace.to_owned(),
             id: request.key.id.to_owned(),
             fingerprint: request.fingerprint.0.to_vec(),
-            token,
+            token: request.token.as_i64(),
             lease_until: ceil_millis(request.lease_until),
             expires_at: ceil_millis(request.expires_at),
             now: millis(request.now),
             answer,
+            ticket: 0,
         };
-        let start = {
+        let (start, ticket) = {
             let mut queue = store.batcher().lock();
+            let ticket = queue.next_ticket;
+            queue.next_ticket += 1;
+            waiting.ticket = ticket;
             queue.waiting.push(waiting);
             let start = queue.runners < S::RUNNERS;
             queue.runners += usize::from(start);
-            start
+            (start, ticket)
         };
         if start {
             let runner = Runner {
@@ -155,9 +162,7 @@ impl ClaimBatcher {
             // Still queued: withdrawn, never made. Taken into a batch meanwhile:
             // its statement answers.
             let mut queue = store.batcher().lock();
-            let queued = queue.waiting.iter().position(|w| {
-                w.token == token && w.id == request.key.id && w.namespace == request.key.namespace
-            });
+            let queued = queue.waiting.iter().position(|w| w.ticket == ticket);
             if let Some(at) = queued {
                 queue.waiting.remove(at);
                 return Batched::Failed(StoreError::unavailable(
@@ -297,8 +302,9 @@ impl std::fmt::Display for Shared {
 }
 
 impl std::error::Error for Shared {
+    /// The driver's error itself, one step down the chain.
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.0.source()
+        Some(&*self.0)
     }
 }
 
@@ -399,6 +405,13 @@ mod tests {
                 error.to_string(),
                 format!("store unavailable: {}", sqlx::Error::RowNotFound)
             );
+            // The driver's error is one step down the chain.
+            let shared = std::error::Error::source(&error).expect("a source");
+            let driver = shared.source().expect("the driver's error");
+            assert!(matches!(
+                driver.downcast_ref::<sqlx::Error>(),
+                Some(sqlx::Error::RowNotFound)
+            ));
         }
     }
 

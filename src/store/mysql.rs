@@ -151,7 +151,8 @@ pub use super::sql::InvalidTableName;
 /// Claims of concurrent deliveries share one statement and one commit. A claim's
 /// first try queues, and one of at most two runner tasks of the store takes
 /// whatever has queued (up to 64 claims of distinct keys, in byte order; a claim
-/// alone is a batch of one, sent at once). A batch inserts all its claims as new
+/// alone is a batch of one, sent at once: three round trips where the single
+/// statement takes one, the price of bounding its lock wait). A batch inserts all its claims as new
 /// records with one `INSERT IGNORE … VALUES (…), (…)` (a key already
 /// stored is left as it is; `IGNORE` can only skip a duplicate key here, as a
 /// batch takes only keys that fit their columns). When every row went in, each

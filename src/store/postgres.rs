@@ -372,21 +372,6 @@ impl PostgresStore {
         Ok(sql::Ungated)
     }
 
-    /// A claim's first try: in a batch with the claims of concurrent deliveries
-    /// (one statement, one commit; see the [module docs](self#claims-in-batches)).
-    async fn claim_first(
-        &self,
-        request: &super::ClaimRequest<'_>,
-    ) -> Result<Option<super::Record>, StoreError> {
-        use super::claim_batch::{Batched, ClaimBatcher};
-        match ClaimBatcher::claim(self, request).await {
-            Batched::Acquired(record) => Ok(Some(record)),
-            Batched::Refused => Ok(None),
-            Batched::Failed(error) => Err(error),
-            Batched::Alone | Batched::Fresh => self.claim_row(request).await,
-        }
-    }
-
     /// Purge statements of 250 rows, each followed by a rest as long as it took, so
     /// that a purge of a large backlog takes at most about half of the server's
     /// time and WAL flushes, and claims meanwhile keep their latency.

@@ -12,10 +12,8 @@
 /// `$store` must have the fields `pool` (its sqlx pool) and `sql`
 /// (`Arc<Statements>`), and an `async fn write_gate(&self)` whose result is held
 /// while a write statement runs (SQLite serialises its writes there; PostgreSQL
-/// holds nothing), and an `async fn claim_first(&self, request)` that makes a
-/// claim's first try (the record when it claimed the id, `None` when refused;
-/// both stores batch it with the claims of concurrent deliveries, and fall back on
-/// `claim_row`, the single statement). `$err` maps a driver error to a [`StoreError`](crate::store::StoreError).
+/// holds nothing), and must batch its claims
+/// ([`ClaimBatch`](crate::store::claim_batch::ClaimBatch)). `$err` maps a driver error to a [`StoreError`](crate::store::StoreError).
 macro_rules! sql_store_impls {
     ($store:ty, $conn:ty, $err:path) => {
         const _: () = {
@@ -74,6 +72,23 @@ macro_rules! sql_store_impls {
                         .first()
                         .map(|row| record(row, key))
                         .transpose()
+                }
+
+                /// A claim's first try: in a batch with the claims of concurrent
+                /// deliveries (one statement, one commit; see the store's module
+                /// docs), else alone with [`Self::claim_row`]. The record when it
+                /// claimed the id, `None` when the stored record refused it.
+                async fn claim_first(
+                    &self,
+                    request: &ClaimRequest<'_>,
+                ) -> Result<Option<Record>, StoreError> {
+                    use $crate::store::claim_batch::{Batched, ClaimBatcher};
+                    match ClaimBatcher::claim(self, request).await {
+                        Batched::Acquired(record) => Ok(Some(record)),
+                        Batched::Refused => Ok(None),
+                        Batched::Failed(error) => Err(error),
+                        Batched::Alone | Batched::Fresh => self.claim_row(request).await,
+                    }
                 }
 
                 /// The body of `record_in`.

@@ -351,21 +351,6 @@ impl SqliteStore {
 }
 
 impl SqliteStore {
-    /// A claim's first try: in a batch with the claims of concurrent deliveries
-    /// (one statement, one commit; see the [module docs](self#claims-in-batches)).
-    async fn claim_first(
-        &self,
-        request: &super::ClaimRequest<'_>,
-    ) -> Result<Option<super::Record>, StoreError> {
-        use super::claim_batch::{Batched, ClaimBatcher};
-        match ClaimBatcher::claim(self, request).await {
-            Batched::Acquired(record) => Ok(Some(record)),
-            Batched::Refused => Ok(None),
-            Batched::Failed(error) => Err(error),
-            Batched::Alone | Batched::Fresh => self.claim_row(request).await,
-        }
-    }
-
     /// Taken around every write statement (per statement for purges, so claims
     /// waiting for it go first). Waited for at most 5 s (the busy timeout
     /// [`SqliteStore::open`] sets, whatever the pool's own): writes queued behind a

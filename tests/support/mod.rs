@@ -333,3 +333,118 @@ pub fn fresh_request(
         expires_at: now + chrono::TimeDelta::hours(1),
     }
 }
+
+/// Claims of `ids` in namespace `batch`, started at once from as many tasks, each
+/// id `copies` times (a 30 s lease, an hour's retention); each task answers its id
+/// and claim.
+pub fn spawn_claims<S>(
+    store: &S,
+    ids: Vec<String>,
+    copies: usize,
+) -> tokio::task::JoinSet<(
+    String,
+    Result<webhook_guard::store::Claim, webhook_guard::StoreError>,
+)>
+where
+    S: webhook_guard::ProcessedStore + Clone + 'static,
+{
+    use webhook_guard::store::{ClaimRequest, FencingToken, Fingerprint, Key};
+    let now = chrono::DateTime::from_timestamp_millis(chrono::Utc::now().timestamp_millis())
+        .expect("now");
+    let start = std::sync::Arc::new(tokio::sync::Barrier::new(ids.len() * copies));
+    let mut tasks = tokio::task::JoinSet::new();
+    for id in ids {
+        for _ in 0..copies {
+            let (store, start, id) = (store.clone(), start.clone(), id.clone());
+            tasks.spawn(async move {
+                let request = ClaimRequest {
+                    key: Key::new("batch", &id),
+                    fingerprint: Fingerprint::of(b"{}"),
+                    token: FencingToken::random(),
+                    now,
+                    lease_until: now + chrono::TimeDelta::seconds(30),
+                    expires_at: now + chrono::TimeDelta::hours(1),
+                };
+                start.wait().await;
+                let claim = store.claim(&request).await;
+                (id, claim)
+            });
+        }
+    }
+    tasks
+}
+
+/// [`spawn_claims`], every answer collected by id.
+pub async fn claim_at_once<S>(
+    store: &S,
+    ids: Vec<String>,
+    copies: usize,
+) -> std::collections::BTreeMap<
+    String,
+    Vec<Result<webhook_guard::store::Claim, webhook_guard::StoreError>>,
+>
+where
+    S: webhook_guard::ProcessedStore + Clone + 'static,
+{
+    let mut tasks = spawn_claims(store, ids, copies);
+    let mut answers: std::collections::BTreeMap<String, Vec<_>> = Default::default();
+    while let Some(done) = tasks.join_next().await {
+        let (id, claim) = done.expect("claim task");
+        answers.entry(id).or_default().push(claim);
+    }
+    answers
+}
+
+/// The id `batch`/`evt_held` is held (its row locked) by an open transaction
+/// while claims of it and of 15 other ids run: each other claim is made while the
+/// transaction is still open (a bound on liveness, not on speed: a claim batch
+/// waits a short while for a row lock, then each claim goes on alone). With
+/// `alone`, two claims of the held id go first, a batch each, so that both
+/// runners wait on its lock; else it is one of the 16 claims started together.
+/// `hold` opens the transaction and records the id in it; `release` rolls it
+/// back, after which the held id's claims are made (one of them claims it).
+pub async fn a_held_key_holds_up_no_other_claim<S, H, Hold, Release, Done>(
+    store: &S,
+    alone: bool,
+    hold: Hold,
+    release: Release,
+) where
+    S: webhook_guard::ProcessedStore + Clone + 'static,
+    Hold: std::future::Future<Output = H>,
+    Release: FnOnce(H) -> Done,
+    Done: std::future::Future<Output = ()>,
+{
+    use webhook_guard::store::Claim;
+    let held = hold.await;
+    let others: Vec<String> = (0..15).map(|i| format!("evt_{i}")).collect();
+    let (mut waiting, mut others) = if alone {
+        let waiting = spawn_claims(store, vec!["evt_held".into()], 2);
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        (waiting, spawn_claims(store, others, 1))
+    } else {
+        let mut ids = others;
+        ids.insert(7, "evt_held".into());
+        (tokio::task::JoinSet::new(), spawn_claims(store, ids, 1))
+    };
+    for _ in 0..15 {
+        let next = tokio::time::timeout(std::time::Duration::from_secs(20), others.join_next());
+        let (id, claim) = next
+            .await
+            .expect("a claim held up behind the held key")
+            .expect("a task")
+            .expect("claim task");
+        assert_ne!(id, "evt_held", "{claim:?}");
+        assert!(matches!(claim, Ok(Claim::Acquired(_))), "{id}: {claim:?}");
+    }
+    release(held).await;
+    // What is left: the held id's claims (in `others` when it went with them).
+    let mut acquired = 0;
+    for tasks in [&mut waiting, &mut others] {
+        while let Some(done) = tasks.join_next().await {
+            let (id, claim) = done.expect("claim task");
+            assert_eq!(id, "evt_held");
+            acquired += usize::from(matches!(claim.expect("claim"), Claim::Acquired(_)));
+        }
+    }
+    assert_eq!(acquired, 1);
+}

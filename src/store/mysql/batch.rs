@@ -10,8 +10,9 @@
 //! rows are this batch's (its token, made at its time): those claims have their
 //! records, and the others go on alone, with the single claim statement, which
 //! decides on the stored record (a known id, expired, failed or held). A claim
-//! alone is a batch of one: a known id then costs it the insert before the single
-//! statement.
+//! alone is a batch of one: it costs three round trips instead of one (setting the
+//! lock wait, the insert, setting it back), and a known id the single statement
+//! after them.
 //!
 //! A batch waits at most 1 s for a row lock (`innodb_lock_wait_timeout`, set on
 //! its connection for the statement and set back to what it was after): a key held elsewhere, by
@@ -73,18 +74,16 @@ async fn in_batch(
     conn: &mut PoolConnection<MySql>,
     batch: &[Waiting],
 ) -> Result<Vec<bool>, sqlx::Error> {
-    let inserted = match sqlx::query(
+    sqlx::query(
         "SET @webhook_guard_lock_wait = @@SESSION.innodb_lock_wait_timeout, \
          SESSION innodb_lock_wait_timeout = 1",
     )
     .execute(&mut **conn)
-    .await
-    {
-        Ok(_) => match insert(store, conn, batch).await {
-            Ok(n) if n == batch.len() as u64 => Ok(vec![true; batch.len()]),
-            Ok(_) => made(store, conn, batch).await,
-            Err(e) => Err(e),
-        },
+    .await?;
+    let inserted = match insert(store, conn, batch).await {
+        Ok(n) if n == batch.len() as u64 => Ok(vec![true; batch.len()]),
+        Ok(0) => Ok(vec![false; batch.len()]),
+        Ok(_) => made(store, conn, batch).await,
         Err(e) => Err(e),
     };
     // The lock wait goes back to what it was (the server's, or the host's own
