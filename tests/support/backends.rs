@@ -82,7 +82,12 @@ impl Cleanup {
                     use webhook_guard::store::postgres::sqlx::{self, Executor as _};
                     let pool = sqlx::PgPool::connect(&url).await.expect("connect");
                     let _ = pool
-                        .execute(format!("DROP TABLE IF EXISTS \"{table}\"").as_str())
+                        .execute(
+                            format!(
+                                "DROP TABLE IF EXISTS \"{table}\", \"{table}_inbox\", \"{table}_objects\""
+                            )
+                            .as_str(),
+                        )
                         .await;
                     pool.close().await;
                     return;
@@ -92,7 +97,10 @@ impl Cleanup {
                     use webhook_guard::store::mysql::sqlx::{self, Executor as _};
                     let pool = sqlx::MySqlPool::connect(&url).await.expect("connect");
                     let _ = pool
-                        .execute(format!("DROP TABLE IF EXISTS {table}").as_str())
+                        .execute(
+                            format!("DROP TABLE IF EXISTS {table}, {table}_inbox, {table}_objects")
+                                .as_str(),
+                        )
                         .await;
                     pool.close().await;
                 }
