@@ -552,23 +552,7 @@ async fn concurrent_claims_share_commits_and_each_id_is_claimed_once() {
     let ids: Vec<String> = (0..16).map(|i| format!("evt_{i}")).collect();
     let answers = support::claim_at_once(&store, ids, 4).await;
     assert_eq!(answers.len(), 16);
-    for (id, claims) in &answers {
-        let acquired: Vec<_> = claims
-            .iter()
-            .filter_map(|c| match c {
-                Ok(Claim::Acquired(r)) => Some(r.token),
-                _ => None,
-            })
-            .collect();
-        assert_eq!(acquired.len(), 1, "{id}: {claims:?}");
-        for claim in claims {
-            match claim {
-                Ok(Claim::Acquired(_)) => {}
-                Ok(Claim::Existing(r)) => assert_eq!(r.token, acquired[0], "{id}"),
-                Err(e) => panic!("{id}: {e}"),
-            }
-        }
-    }
+    support::each_id_claimed_once(&answers);
     // Rows inserted by one statement share its transaction id: the 16 claims that
     // won were made by fewer statements than claims.
     let statements: i64 = sqlx::query(&format!(

@@ -647,40 +647,10 @@ async fn concurrent_claims_share_commits_and_each_id_is_claimed_once() {
     let db = Db::new();
     let store = db.store(4).await;
     store.migrate().await.unwrap();
-    let now = ms(Utc::now());
-    let start = std::sync::Arc::new(tokio::sync::Barrier::new(64));
-    let mut claims = JoinSet::new();
-    for i in 0..64 {
-        let (store, start) = (store.clone(), start.clone());
-        claims.spawn(async move {
-            let id = format!("evt_{}", i % 16);
-            let request = request(Key::new("batch", &id), now);
-            start.wait().await;
-            let claim = store.claim(&request).await;
-            (id, claim)
-        });
-    }
-    let mut answers: BTreeMap<String, Vec<_>> = BTreeMap::new();
-    while let Some(done) = claims.join_next().await {
-        let (id, claim) = done.unwrap();
-        answers.entry(id).or_default().push(claim.expect("claim"));
-    }
+    let ids: Vec<String> = (0..16).map(|i| format!("evt_{i}")).collect();
+    let answers = support::claim_at_once(&store, ids, 4).await;
     assert_eq!(answers.len(), 16);
-    for (id, claims) in &answers {
-        let acquired: Vec<_> = claims
-            .iter()
-            .filter_map(|c| match c {
-                Claim::Acquired(r) => Some(r.token),
-                Claim::Existing(_) => None,
-            })
-            .collect();
-        assert_eq!(acquired.len(), 1, "{id}: {claims:?}");
-        for claim in claims {
-            if let Claim::Existing(r) = claim {
-                assert_eq!(r.token, acquired[0], "{id}");
-            }
-        }
-    }
+    support::each_id_claimed_once(&answers);
     // 64 claims, 16 of them made: by fewer claim statements than claims made.
     let insert = format!("INSERT INTO \"{}\" AS r", db.table);
     let statements = run

@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::oneshot;
 
 use super::sql::{ceil_millis, millis};
-use super::{BoxError, ClaimRequest, Record, StoreError};
+use super::{BoxError, ClaimRequest, Fingerprint, Record, StoreError};
 
 /// The most claims one batch takes.
 pub(crate) const MAX_BATCH: usize = 64;
@@ -71,10 +71,8 @@ pub(crate) trait ClaimBatch: Clone + Send + Sync + 'static {
 
     /// How long a claim waits in the queue before it is withdrawn (never made) and
     /// answers `Unavailable`; once taken into a batch it waits for the batch's
-    /// statement. `None`: as long as it takes.
-    fn patience(&self) -> Option<std::time::Duration> {
-        None
-    }
+    /// statement.
+    fn patience(&self) -> std::time::Duration;
 
     /// Makes the claims of `batch` (distinct keys, in byte order) and answers each
     /// of them.
@@ -86,7 +84,7 @@ pub(crate) trait ClaimBatch: Clone + Send + Sync + 'static {
 pub(crate) struct Waiting {
     pub(crate) namespace: String,
     pub(crate) id: String,
-    pub(crate) fingerprint: Vec<u8>,
+    pub(crate) fingerprint: Fingerprint,
     pub(crate) token: i64,
     pub(crate) lease_until: i64,
     pub(crate) expires_at: i64,
@@ -127,7 +125,7 @@ impl ClaimBatcher {
         let mut waiting = Waiting {
             namespace: request.key.namespace.to_owned(),
             id: request.key.id.to_owned(),
-            fingerprint: request.fingerprint.0.to_vec(),
+            fingerprint: request.fingerprint,
             token: request.token.as_i64(),
             lease_until: ceil_millis(request.lease_until),
             expires_at: ceil_millis(request.expires_at),
@@ -155,12 +153,12 @@ impl ClaimBatcher {
         // A runner dropped before answering leaves the claim to be made alone; one
         // it already made is met again as this claim's own.
         let mut answered = answered;
-        if let Some(patience) = store.patience() {
-            if let Ok(answer) = tokio::time::timeout(patience, &mut answered).await {
-                return answer.unwrap_or(Batched::Alone);
-            }
-            // Still queued: withdrawn, never made. Taken into a batch meanwhile:
-            // its statement answers.
+        if let Ok(answer) = tokio::time::timeout(store.patience(), &mut answered).await {
+            return answer.unwrap_or(Batched::Alone);
+        }
+        // Still queued: withdrawn, never made. Taken into a batch meanwhile: its
+        // statement answers.
+        {
             let mut queue = store.batcher().lock();
             let queued = queue.waiting.iter().position(|w| w.ticket == ticket);
             if let Some(at) = queued {
@@ -308,8 +306,8 @@ impl std::error::Error for Shared {
     }
 }
 
-/// Answers the claims of a batch whose upsert answered `rows` (the record's
-/// [`COLUMNS`](super::sql::COLUMNS), then its namespace and id): a claim whose key
+/// Answers the claims of a batch whose upsert answered `rows` (namespace, id, then
+/// the record's [`COLUMNS`](super::sql::COLUMNS)): a claim whose key
 /// came back has its record, the others were refused. `keys` are the batch's, in
 /// the order of `answers`; `map` reads a driver error.
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
@@ -323,9 +321,7 @@ pub(crate) fn answer_upserted<R: super::sql::SqlRow>(
 
     let mut claimed: Vec<Option<&R>> = vec![None; answers.len()];
     for row in rows {
-        let key = row
-            .text(RawRecord::WIDTH)
-            .and_then(|ns| Ok((ns, row.text(RawRecord::WIDTH + 1)?)));
+        let key = row.text(0).and_then(|ns| Ok((ns, row.text(1)?)));
         let at = key
             .ok()
             .and_then(|(ns, id)| keys.iter().position(|k| k.0 == ns && k.1 == id));
@@ -340,7 +336,7 @@ pub(crate) fn answer_upserted<R: super::sql::SqlRow>(
     }
     for ((answer, row), (namespace, id)) in answers.into_iter().zip(claimed).zip(keys) {
         let batched = match row {
-            Some(row) => match RawRecord::read(row, 0)
+            Some(row) => match RawRecord::read(row, 2)
                 .map_err(map)
                 .and_then(|raw| raw.into_record(super::Key::new(namespace, id)))
             {

@@ -172,10 +172,6 @@ pub(crate) struct RawRecord {
 }
 
 impl RawRecord {
-    /// How many columns [`COLUMNS`] names.
-    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
-    pub(crate) const WIDTH: usize = 10;
-
     pub(crate) fn into_record(self, key: Key<'_>) -> Result<Record, StoreError> {
         let state = RecordState::parse(&self.state)
             .ok_or_else(|| StoreError::Corrupt(format!("{key}: unknown state {:?}", self.state)))?;
@@ -561,7 +557,8 @@ impl RawObject {
 
 /// The claim's upsert into table `t`: the new rows come from `rows` (`VALUES` or a
 /// `SELECT`), `now` is the claim's time, `unknown` the bind of the unknown
-/// fingerprint, and the answered row has the [`COLUMNS`] and then `also`.
+/// fingerprint, and the answered row has `key` (empty, or the key's columns) and
+/// then the [`COLUMNS`].
 /// "Expired" frees the record whatever its body, except from a holder whose lease
 /// is still live.
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
@@ -571,7 +568,7 @@ fn claim_upsert(
     rows: &str,
     now: &str,
     unknown: &str,
-    also: &str,
+    key: &str,
 ) -> String {
     let expired = format!(
         "(r.expires_at <= {now} AND NOT (r.state = 'in_progress' AND r.lease_until > {now}))"
@@ -597,7 +594,7 @@ fn claim_upsert(
          WHERE {expired} \
              OR ({matches} \
                  AND (r.state = 'failed' OR (r.state = 'in_progress' AND r.lease_until <= {now}))) \
-         RETURNING {COLUMNS}{also}",
+         RETURNING {key}{COLUMNS}",
         matches = matches(unknown),
     )
 }
@@ -678,7 +675,7 @@ impl Statements {
     /// SQLite's claim of `n` ids at once: the claim upsert with one `VALUES` row per
     /// id, bound `?1` … `?{7n}` (namespace, id, fingerprint, token, lease_until,
     /// expires_at, now of each row in turn), then `?{7n + 1}` the unknown
-    /// fingerprint; each answered row names its key after the record's columns.
+    /// fingerprint; each answered row names its key before the record's columns.
     #[cfg(feature = "sqlite")]
     pub(crate) fn claim_values(&self, n: usize) -> String {
         let rows: Vec<String> = (0..n)
@@ -702,7 +699,7 @@ impl Statements {
             &format!("VALUES {}", rows.join(", ")),
             "excluded.updated_at",
             &format!("?{}", 7 * n + 1),
-            ", namespace, id",
+            "namespace, id, ",
         )
     }
 
@@ -746,7 +743,7 @@ impl Statements {
         // The same for many ids at once (PostgreSQL only): $1 … $7 are arrays of the
         // single claim's values, one element per id, `now` read from each inserted
         // row; the rows are inserted in the arrays' order, and each answered row
-        // names its key. It waits at most 250 ms for a row lock (`lock_timeout`, set
+        // names its key first. It waits at most 250 ms for a row lock (`lock_timeout`, set
         // for its own transaction only, before its first row is inserted: the sort
         // reads every row, and so the condition, first).
         let claim_batch = (dialect == Dialect::Postgres).then(|| {
@@ -760,7 +757,7 @@ impl Statements {
                  ORDER BY n",
                 "excluded.updated_at",
                 "$8",
-                ", namespace, id",
+                "namespace, id, ",
             )
         });
         let get = format!("SELECT {COLUMNS} FROM {t} WHERE namespace = $1 AND id = $2");

@@ -448,3 +448,31 @@ pub async fn a_held_key_holds_up_no_other_claim<S, H, Hold, Release, Done>(
     }
     assert_eq!(acquired, 1);
 }
+
+/// Of claims of each id at once ([`claim_at_once`]): exactly one per id acquired
+/// it, and every other met that claim's record (same token); no claim failed.
+pub fn each_id_claimed_once(
+    answers: &std::collections::BTreeMap<
+        String,
+        Vec<Result<webhook_guard::store::Claim, webhook_guard::StoreError>>,
+    >,
+) {
+    use webhook_guard::store::Claim;
+    for (id, claims) in answers {
+        let acquired: Vec<_> = claims
+            .iter()
+            .filter_map(|c| match c {
+                Ok(Claim::Acquired(r)) => Some(r.token),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(acquired.len(), 1, "{id}: {claims:?}");
+        for claim in claims {
+            match claim {
+                Ok(Claim::Acquired(_)) => {}
+                Ok(Claim::Existing(r)) => assert_eq!(r.token, acquired[0], "{id}"),
+                Err(e) => panic!("{id}: {e}"),
+            }
+        }
+    }
+}

@@ -32,9 +32,10 @@ use super::{map_err, server_error_number, MySqlStore, DEADLOCK_RETRIES};
 use crate::store::claim_batch::{failed_driver, Batched, ClaimBatch, ClaimBatcher, Waiting};
 
 /// The widest key a batch takes: the columns' widths (`VARBINARY(64)`,
-/// `VARBINARY(255)`), so that `IGNORE` never truncates one.
+/// `VARBINARY(255)`, the longest namespace and id the guard accepts), so that
+/// `IGNORE` never truncates one.
 pub(super) fn fits(namespace: &str, id: &str) -> bool {
-    namespace.len() <= 64 && id.len() <= 255
+    namespace.len() <= 64 && id.len() <= crate::MAX_ID_LEN
 }
 
 impl ClaimBatch for MySqlStore {
@@ -45,8 +46,8 @@ impl ClaimBatch for MySqlStore {
     }
 
     /// As long as the claim would wait for a connection of the pool.
-    fn patience(&self) -> Option<std::time::Duration> {
-        Some(self.pool.options().get_acquire_timeout())
+    fn patience(&self) -> std::time::Duration {
+        self.pool.options().get_acquire_timeout()
     }
 
     async fn run(&self, batch: Vec<Waiting>) {
@@ -113,7 +114,7 @@ async fn insert(
             query = query
                 .bind(w.namespace.as_str())
                 .bind(w.id.as_str())
-                .bind(&w.fingerprint[..])
+                .bind(&w.fingerprint.0[..])
                 .bind(w.token)
                 .bind(w.lease_until)
                 .bind(w.expires_at)

@@ -29,8 +29,8 @@ impl ClaimBatch for PostgresStore {
     }
 
     /// As long as the claim would wait for a connection of the pool.
-    fn patience(&self) -> Option<std::time::Duration> {
-        Some(self.pool.options().get_acquire_timeout())
+    fn patience(&self) -> std::time::Duration {
+        self.pool.options().get_acquire_timeout()
     }
 
     async fn run(&self, batch: Vec<Waiting>) {
@@ -63,7 +63,7 @@ async fn claim_batch(store: &PostgresStore, batch: Vec<Waiting>) {
         answers.push(w.answer);
         columns.namespace.push(w.namespace);
         columns.id.push(w.id);
-        columns.fingerprint.push(w.fingerprint);
+        columns.fingerprint.push(w.fingerprint.0.to_vec());
         columns.token.push(w.token);
         columns.lease_until.push(w.lease_until);
         columns.expires_at.push(w.expires_at);

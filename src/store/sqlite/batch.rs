@@ -28,8 +28,8 @@ impl ClaimBatch for SqliteStore {
 
     /// The write gate's wait: a claim queued behind a batch that waits out a lock
     /// held elsewhere is withdrawn after it, as a write queued at the gate gives up.
-    fn patience(&self) -> Option<std::time::Duration> {
-        Some(super::BUSY_TIMEOUT)
+    fn patience(&self) -> std::time::Duration {
+        super::BUSY_TIMEOUT
     }
 
     async fn run(&self, batch: Vec<Waiting>) {
@@ -41,7 +41,7 @@ impl ClaimBatch for SqliteStore {
             query = query
                 .bind(w.namespace.clone())
                 .bind(w.id.clone())
-                .bind(w.fingerprint)
+                .bind(w.fingerprint.0.to_vec())
                 .bind(w.token)
                 .bind(w.lease_until)
                 .bind(w.expires_at)
