@@ -94,6 +94,23 @@ pub(crate) struct Waiting {
     ticket: u64,
 }
 
+impl Waiting {
+    /// `request`'s values, to be answered on `answer` (not yet queued: ticket 0).
+    pub(crate) fn new(request: &ClaimRequest<'_>, answer: oneshot::Sender<Batched>) -> Self {
+        Self {
+            namespace: request.key.namespace.to_owned(),
+            id: request.key.id.to_owned(),
+            fingerprint: request.fingerprint,
+            token: request.token.as_i64(),
+            lease_until: ceil_millis(request.lease_until),
+            expires_at: ceil_millis(request.expires_at),
+            now: millis(request.now),
+            answer,
+            ticket: 0,
+        }
+    }
+}
+
 /// The claims waiting for a batch, and how many runners take them.
 #[derive(Debug, Default)]
 pub(crate) struct ClaimBatcher {
@@ -122,17 +139,7 @@ impl ClaimBatcher {
             return Batched::Alone;
         };
         let (answer, answered) = oneshot::channel();
-        let mut waiting = Waiting {
-            namespace: request.key.namespace.to_owned(),
-            id: request.key.id.to_owned(),
-            fingerprint: request.fingerprint,
-            token: request.token.as_i64(),
-            lease_until: ceil_millis(request.lease_until),
-            expires_at: ceil_millis(request.expires_at),
-            now: millis(request.now),
-            answer,
-            ticket: 0,
-        };
+        let mut waiting = Waiting::new(request, answer);
         let (start, ticket) = {
             let mut queue = store.batcher().lock();
             let ticket = queue.next_ticket;

@@ -151,16 +151,19 @@ pub use super::sql::InvalidTableName;
 /// Claims of concurrent deliveries share one statement and one commit. A claim's
 /// first try queues, and one of at most two runner tasks of the store takes
 /// whatever has queued (up to 64 claims of distinct keys, in byte order; a claim
-/// alone is a batch of one, sent at once: three round trips where the single
-/// statement takes one, the price of bounding its lock wait). A batch inserts all its claims as new
+/// alone is a batch of one, sent at once). A batch inserts all its claims as new
 /// records with one `INSERT IGNORE … VALUES (…), (…)` (a key already
 /// stored is left as it is; `IGNORE` can only skip a duplicate key here, as a
 /// batch takes only keys that fit their columns). When every row went in, each
 /// claim is `Acquired`; otherwise one read of the batch's keys tells which rows
 /// carry their claim's token and time, and the other claims go on alone with the
-/// statement above. The batch's connection waits at most 1 s for a row lock
-/// (`innodb_lock_wait_timeout`, set back to what it was afterwards; a connection
-/// that cannot be set back is closed), so a key held elsewhere (an
+/// statement above. The batch waits at most 1 s for a row lock
+/// (`innodb_lock_wait_timeout`): on MariaDB the insert sets it for itself alone
+/// (`SET STATEMENT … FOR`), so a new id costs one round trip, as the single
+/// statement does; on MySQL, whose `SET_VAR` hint does not take InnoDB's variables,
+/// the batch sets it on its connection and sets it back after (a connection that
+/// cannot be set back is closed), two round trips more. `VERSION()`, read once on
+/// the store's first batch, tells the servers apart. So a key held elsewhere (an
 /// open [`record_in`](MySqlStore::record_in) transaction) holds up only its own
 /// claim. A claim still queued after the pool's acquire timeout is withdrawn
 /// (never made) and answers `Unavailable`. When the batch fails, each caller
@@ -234,6 +237,8 @@ pub struct MySqlStore {
     table: Arc<str>,
     sql: Arc<Sql>,
     batcher: Arc<super::claim_batch::ClaimBatcher>,
+    /// How the server lets a claim batch bound its lock wait, once known.
+    lock_wait: Arc<std::sync::OnceLock<batch::LockWait>>,
 }
 
 mod batch;
@@ -480,11 +485,12 @@ impl QueueSql {
 impl Sql {
     /// The insert of `n` new `in_progress` records, each bound as namespace, id,
     /// fingerprint, token, lease_until, expires_at, created_at, updated_at; a key
-    /// already stored is left as it is.
-    fn claim_batch(&self, n: usize) -> String {
+    /// already stored is left as it is. `prefix` goes before the `INSERT` (MariaDB's
+    /// `SET STATEMENT … FOR`, or nothing).
+    fn claim_batch(&self, n: usize, prefix: &str) -> String {
         let row = "(?, ?, 'in_progress', ?, ?, 1, 0, ?, ?, ?, ?, '')";
         format!(
-            "INSERT IGNORE INTO {} (namespace, id, state, fingerprint, token, attempts, \
+            "{prefix}INSERT IGNORE INTO {} (namespace, id, state, fingerprint, token, attempts, \
              failures, lease_until, expires_at, created_at, updated_at, history) VALUES {}",
             self.table,
             vec![row; n].join(", ")
@@ -663,6 +669,7 @@ impl MySqlStore {
             table: table.into(),
             sql: Arc::new(Sql::new(table)),
             batcher: Arc::default(),
+            lock_wait: Arc::default(),
         }
     }
 

@@ -10,12 +10,15 @@
 //! rows are this batch's (its token, made at its time): those claims have their
 //! records, and the others go on alone, with the single claim statement, which
 //! decides on the stored record (a known id, expired, failed or held). A claim
-//! alone is a batch of one: it costs three round trips instead of one (setting the
-//! lock wait, the insert, setting it back), and a known id the single statement
-//! after them.
+//! alone is a batch of one: on MariaDB one round trip, the insert, and a known id
+//! the single statement after it; on MySQL two more (see below).
 //!
-//! A batch waits at most 1 s for a row lock (`innodb_lock_wait_timeout`, set on
-//! its connection for the statement and set back to what it was after): a key held elsewhere, by
+//! A batch waits at most 1 s for a row lock (`innodb_lock_wait_timeout`): on
+//! MariaDB the insert sets it for itself alone (`SET STATEMENT … FOR`); on MySQL,
+//! whose `SET_VAR` hint does not take InnoDB's variables, it is set on the
+//! connection before the insert and set back to what it was after, two round trips
+//! more. Which server it is, `VERSION()` tells once, on the store's first batch.
+//! A key held elsewhere, by
 //! an open [`record_in`](MySqlStore::record_in) transaction say, would otherwise
 //! hold up the claims of every other key of the batch, or, in a batch of its own,
 //! a runner and every claim queued behind it, for the server's lock wait (50 s by
@@ -67,6 +70,36 @@ impl ClaimBatch for MySqlStore {
     }
 }
 
+/// How a batch bounds its wait for a row lock to 1 s.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum LockWait {
+    /// For the insert alone, `SET STATEMENT innodb_lock_wait_timeout = 1 FOR`
+    /// (MariaDB): no round trip of its own.
+    InStatement,
+    /// On the connection's session, set before the insert and set back after
+    /// (MySQL, whose `SET_VAR` hint does not take InnoDB's variables): two round
+    /// trips more.
+    OnSession,
+}
+
+impl LockWait {
+    /// The form `conn`'s server takes: asked once per store, on its first batch.
+    async fn of(store: &MySqlStore, conn: &mut MySqlConnection) -> Result<Self, sqlx::Error> {
+        if let Some(known) = store.lock_wait.get() {
+            return Ok(*known);
+        }
+        let version: String = sqlx::query_scalar("SELECT VERSION()")
+            .fetch_one(&mut *conn)
+            .await?;
+        let form = if version.contains("MariaDB") {
+            Self::InStatement
+        } else {
+            Self::OnSession
+        };
+        Ok(*store.lock_wait.get_or_init(|| form))
+    }
+}
+
 /// A batch on `conn`, waiting at most 1 s for a row lock (even a batch of one: a
 /// runner held by a locked key would hold up every claim queued behind it): which
 /// of its claims inserted their records.
@@ -75,29 +108,49 @@ async fn in_batch(
     conn: &mut PoolConnection<MySql>,
     batch: &[Waiting],
 ) -> Result<Vec<bool>, sqlx::Error> {
-    sqlx::query(
-        "SET @webhook_guard_lock_wait = @@SESSION.innodb_lock_wait_timeout, \
-         SESSION innodb_lock_wait_timeout = 1",
-    )
-    .execute(&mut **conn)
-    .await?;
-    let inserted = match insert(store, conn, batch).await {
-        Ok(n) if n == batch.len() as u64 => Ok(vec![true; batch.len()]),
-        Ok(0) => Ok(vec![false; batch.len()]),
-        Ok(_) => made(store, conn, batch).await,
-        Err(e) => Err(e),
-    };
-    // The lock wait goes back to what it was (the server's, or the host's own
-    // session setting) for whoever borrows the connection next; a connection that
-    // cannot be set back is closed instead. (A runner dropped between the two, as
-    // its runtime shuts down, leaves its connection with the 1 s wait.)
-    let reset = sqlx::query("SET SESSION innodb_lock_wait_timeout = @webhook_guard_lock_wait")
-        .execute(&mut **conn)
-        .await;
-    if reset.is_err() {
-        conn.close_on_drop();
+    match LockWait::of(store, conn).await? {
+        LockWait::InStatement => {
+            let prefix = "SET STATEMENT innodb_lock_wait_timeout = 1 FOR ";
+            inserted(store, conn, batch, prefix).await
+        }
+        LockWait::OnSession => {
+            sqlx::query(
+                "SET @webhook_guard_lock_wait = @@SESSION.innodb_lock_wait_timeout, \
+                 SESSION innodb_lock_wait_timeout = 1",
+            )
+            .execute(&mut **conn)
+            .await?;
+            let inserted = inserted(store, conn, batch, "").await;
+            // The lock wait goes back to what it was (the server's, or the host's
+            // own session setting) for whoever borrows the connection next; a
+            // connection that cannot be set back is closed instead. (A runner
+            // dropped between the two, as its runtime shuts down, leaves its
+            // connection with the 1 s wait.)
+            let reset =
+                sqlx::query("SET SESSION innodb_lock_wait_timeout = @webhook_guard_lock_wait")
+                    .execute(&mut **conn)
+                    .await;
+            if reset.is_err() {
+                conn.close_on_drop();
+            }
+            inserted
+        }
     }
-    inserted
+}
+
+/// Inserts the batch's new records with the insert `prefix`ed, and reads back which
+/// are this batch's when the server left some keys as they were.
+async fn inserted(
+    store: &MySqlStore,
+    conn: &mut MySqlConnection,
+    batch: &[Waiting],
+    prefix: &str,
+) -> Result<Vec<bool>, sqlx::Error> {
+    match insert(store, conn, batch, prefix).await? {
+        n if n == batch.len() as u64 => Ok(vec![true; batch.len()]),
+        0 => Ok(vec![false; batch.len()]),
+        _ => made(store, conn, batch).await,
+    }
 }
 
 /// Inserts the batch's new records: how many rows the server inserted.
@@ -105,8 +158,9 @@ async fn insert(
     store: &MySqlStore,
     conn: &mut MySqlConnection,
     batch: &[Waiting],
+    prefix: &str,
 ) -> Result<u64, sqlx::Error> {
-    let statement = store.sql.claim_batch(batch.len());
+    let statement = store.sql.claim_batch(batch.len(), prefix);
     let mut tries = 0;
     loop {
         let mut query = sqlx::query(&statement);
@@ -155,4 +209,101 @@ async fn made(
         }
     }
     Ok(made)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{ClaimRequest, FencingToken, Fingerprint, Key, Recorded};
+    use chrono::{TimeDelta, Utc};
+    use sqlx::mysql::MySqlPoolOptions;
+    use std::time::Duration;
+
+    /// The test server's URL; its absence fails the test in CI and skips it elsewhere.
+    fn url() -> Option<String> {
+        const VAR: &str = "WEBHOOK_GUARD_MYSQL_URL";
+        match std::env::var(VAR) {
+            Ok(url) if !url.is_empty() => Some(url),
+            _ if std::env::var_os("CI").is_some() => {
+                panic!("{VAR} is not set: CI requires every backend's server")
+            }
+            _ => {
+                eprintln!("SKIPPED: {VAR} is not set, so this test did not run");
+                None
+            }
+        }
+    }
+
+    fn waiting(id: &str) -> Waiting {
+        let now = Utc::now();
+        let request = ClaimRequest {
+            key: Key::new("batch", id),
+            fingerprint: Fingerprint::of(b"{}"),
+            token: FencingToken::random(),
+            now,
+            lease_until: now + TimeDelta::seconds(30),
+            expires_at: now + TimeDelta::hours(1),
+        };
+        Waiting::new(&request, tokio::sync::oneshot::channel().0)
+    }
+
+    async fn session_wait(conn: &mut MySqlConnection) -> u64 {
+        sqlx::query_scalar("SELECT @@SESSION.innodb_lock_wait_timeout")
+            .fetch_one(conn)
+            .await
+            .unwrap()
+    }
+
+    /// Either form of the lock wait, whichever the test server is: a batch meeting
+    /// a key locked by an open transaction gives up after 1 s, not the session's
+    /// 30 s, inserts none of its rows and leaves the session's lock wait as it was;
+    /// once the key is free, the same batch inserts both.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_batch_waits_a_second_for_a_locked_key_and_leaves_the_session_wait_as_it_was() {
+        let Some(url) = url() else { return };
+        for form in [LockWait::InStatement, LockWait::OnSession] {
+            let pool = MySqlPoolOptions::new()
+                .max_connections(2)
+                .connect(&url)
+                .await
+                .unwrap();
+            let table = format!("wg_unit_{:016x}", FencingToken::random().0);
+            let store = MySqlStore::new(pool).with_table(&table).unwrap();
+            store.migrate().await.unwrap();
+            store.lock_wait.set(form).unwrap();
+            let now = Utc::now();
+            let mut held = store.pool().begin().await.unwrap();
+            let key = Key::new("batch", "evt_held");
+            let recorded = store
+                .record_in(&mut held, key, Fingerprint::of(b"{}"), now, now)
+                .await
+                .unwrap();
+            assert_eq!(recorded, Recorded::First);
+            let mut conn = store.pool().acquire().await.unwrap();
+            sqlx::query("SET SESSION innodb_lock_wait_timeout = 30")
+                .execute(&mut *conn)
+                .await
+                .unwrap();
+            let batch = [waiting("evt_free"), waiting("evt_held")];
+
+            let batched = in_batch(&store, &mut conn, &batch);
+            let failed = tokio::time::timeout(Duration::from_secs(10), batched)
+                .await
+                .expect("the batch waited for the session's 30 s");
+            let error = failed.expect_err("the held key's row is locked");
+            assert_eq!(server_error_number(&error), Some(1205), "{form:?}: {error}");
+            assert_eq!(session_wait(&mut conn).await, 30, "{form:?}");
+
+            held.rollback().await.unwrap();
+            let made = in_batch(&store, &mut conn, &batch).await.unwrap();
+            assert_eq!(made, [true, true], "{form:?}");
+            assert_eq!(session_wait(&mut conn).await, 30, "{form:?}");
+            sqlx::query(&format!(
+                "DROP TABLE `{table}`, `{table}_inbox`, `{table}_objects`"
+            ))
+            .execute(&mut *conn)
+            .await
+            .unwrap();
+        }
+    }
 }
