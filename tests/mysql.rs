@@ -1189,3 +1189,29 @@ async fn a_locked_key_in_a_batch_of_its_own_does_not_hold_up_the_queue() {
     support::a_held_key_holds_up_no_other_claim(&store, true, hold(&store), release).await;
     drop_table(&store).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_queued_behind_hung_batches_are_withdrawn_never_made() {
+    let Some(url) = url() else { return };
+    // The store's patience is its pool's acquire timeout: 1 s here.
+    let pool = MySqlPoolOptions::new()
+        .max_connections(16)
+        .acquire_timeout(Duration::from_secs(1))
+        .connect(&url)
+        .await
+        .expect("connect to the test server");
+    let store = MySqlStore::new(pool).with_table(&random_table()).unwrap();
+    store.migrate().await.expect("migrate");
+    let locker = self::pool(&url, 1).await;
+    let lock = async {
+        let mut conn = locker.acquire().await.unwrap();
+        let sql = format!("LOCK TABLES `{}` WRITE", store.table());
+        conn.execute(sql.as_str()).await.unwrap();
+        conn
+    };
+    let unlock = |mut conn: sqlx::pool::PoolConnection<sqlx::MySql>| async move {
+        conn.execute("UNLOCK TABLES").await.unwrap();
+    };
+    support::claims_queued_behind_hung_batches_are_withdrawn(&store, lock, unlock).await;
+    drop_table(&store).await;
+}

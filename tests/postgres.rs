@@ -628,3 +628,27 @@ async fn a_locked_key_in_a_batch_of_its_own_does_not_hold_up_the_queue() {
     support::a_held_key_holds_up_no_other_claim(&store, true, hold(&store), release).await;
     db.drop_table().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_queued_behind_hung_batches_are_withdrawn_never_made() {
+    let Some(db) = db().await else { return };
+    // The store's patience is its pool's acquire timeout: 1 s here.
+    let pool = PgPoolOptions::new()
+        .max_connections(16)
+        .acquire_timeout(Duration::from_secs(1))
+        .connect_with(db.options.clone())
+        .await
+        .expect("connect to the test server");
+    let store = PostgresStore::with_table(pool, &db.table).unwrap();
+    store.migrate().await.expect("migrate");
+    let lock = async {
+        let mut tx = db.admin.begin().await.unwrap();
+        let sql = format!("LOCK TABLE \"{}\" IN ACCESS EXCLUSIVE MODE", db.table);
+        sqlx::query(&sql).execute(&mut *tx).await.unwrap();
+        tx
+    };
+    let unlock =
+        |tx: sqlx::Transaction<'static, sqlx::Postgres>| async { tx.rollback().await.unwrap() };
+    support::claims_queued_behind_hung_batches_are_withdrawn(&store, lock, unlock).await;
+    db.drop_table().await;
+}

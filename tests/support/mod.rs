@@ -395,6 +395,67 @@ where
     answers
 }
 
+/// Claims queued behind batches that hang are withdrawn, never made. `lock` locks
+/// the store's table from another session (each statement on it then waits);
+/// the claims of `evt_0` and `evt_1` go first, 300 ms apart, so that each runner
+/// of the store takes one and waits on the lock; four more claims queue behind
+/// them. Each of the four answers `Unavailable` once the store's patience (its
+/// pool's acquire timeout) is over, while the two are still waiting. `unlock`
+/// releases the table: the two are made, the four ids are not stored, and a new
+/// claim of each is acquired as a first attempt.
+pub async fn claims_queued_behind_hung_batches_are_withdrawn<S, H, Lock, Unlock, Done>(
+    store: &S,
+    lock: Lock,
+    unlock: Unlock,
+) where
+    S: webhook_guard::ProcessedStore + Clone + 'static,
+    Lock: std::future::Future<Output = H>,
+    Unlock: FnOnce(H) -> Done,
+    Done: std::future::Future<Output = ()>,
+{
+    use std::time::Duration;
+    use webhook_guard::store::{Claim, Key};
+    let locked = lock.await;
+    let mut hung = spawn_claims(store, vec!["evt_0".into()], 1);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut second = spawn_claims(store, vec!["evt_1".into()], 1);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let queued: Vec<String> = (2..6).map(|i| format!("evt_{i}")).collect();
+    let mut withdrawn = spawn_claims(store, queued.clone(), 1);
+    while let Some(done) = tokio::time::timeout(Duration::from_secs(30), withdrawn.join_next())
+        .await
+        .expect("a queued claim waited past the store's patience")
+    {
+        let (id, claim) = done.expect("claim task");
+        let error = claim.expect_err("a queued claim behind hung batches");
+        assert!(error.is_unavailable(), "{id}: {error:?}");
+    }
+    // The two hung claims still wait on the lock.
+    assert!(hung.try_join_next().is_none() && second.try_join_next().is_none());
+    unlock(locked).await;
+    while let Some(done) = hung.join_next().await {
+        let (id, claim) = done.expect("claim task");
+        assert!(matches!(claim, Ok(Claim::Acquired(_))), "{id}: {claim:?}");
+    }
+    while let Some(done) = second.join_next().await {
+        let (id, claim) = done.expect("claim task");
+        assert!(matches!(claim, Ok(Claim::Acquired(_))), "{id}: {claim:?}");
+    }
+    for id in &queued {
+        let stored = store.get(Key::new("batch", id)).await.expect("get");
+        assert!(
+            stored.is_none(),
+            "{id} was withdrawn, yet stored: {stored:?}"
+        );
+    }
+    for (id, claim) in claim_at_once(store, queued, 1).await {
+        match &claim[..] {
+            [Ok(Claim::Acquired(record))] => assert_eq!(record.attempts, 1, "{id}"),
+            other => panic!("{id}: {other:?}"),
+        }
+    }
+}
+
 /// The id `batch`/`evt_held` is held (its row locked) by an open transaction
 /// while claims of it and of 15 other ids run: each other claim is made while the
 /// transaction is still open (a bound on liveness, not on speed: a claim batch
