@@ -1215,3 +1215,19 @@ async fn claims_queued_behind_hung_batches_are_withdrawn_never_made() {
     support::claims_queued_behind_hung_batches_are_withdrawn(&store, lock, unlock).await;
     drop_table(&store).await;
 }
+
+/// A duplicate is answered by its batch's insert and one read of the stored record
+/// (MariaDB; MySQL sets the lock wait before and after: two statements more).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_duplicate_claim_is_two_statements() {
+    let Some(url) = url() else { return };
+    let store = fresh_store(&url, 4).await;
+    let version: String = sqlx::query_scalar("SELECT VERSION()")
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+    let statements = if version.contains("MariaDB") { 2 } else { 4 };
+    let table = store.table().to_owned();
+    support::a_duplicate_claim_costs(&store, &table, statements).await;
+    drop_table(&store).await;
+}

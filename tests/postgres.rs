@@ -652,3 +652,14 @@ async fn claims_queued_behind_hung_batches_are_withdrawn_never_made() {
     support::claims_queued_behind_hung_batches_are_withdrawn(&store, lock, unlock).await;
     db.drop_table().await;
 }
+
+/// A duplicate is answered by the batch's one statement, which reads the stored
+/// record of a key it did not claim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_duplicate_claim_is_one_statement() {
+    let Some(db) = db().await else { return };
+    let store = db.store(4).await;
+    store.migrate().await.expect("migrate");
+    support::a_duplicate_claim_costs(&store, &db.table, 1).await;
+    db.drop_table().await;
+}

@@ -594,56 +594,9 @@ async fn queued_writes_wait_at_most_the_busy_timeout() {
     store.pool().close().await;
 }
 
-/// The text of every statement sqlx ran in this process since the first call: a
-/// global tracing subscriber of sqlx's `sqlx::query` events (the batch's runner
-/// runs on any worker thread).
-fn statements_run() -> &'static std::sync::Mutex<Vec<String>> {
-    use std::sync::{Mutex, OnceLock};
-    use tracing::field::{Field, Visit};
-    use tracing::{span, Event, Metadata, Subscriber};
-
-    static RUN: OnceLock<&'static Mutex<Vec<String>>> = OnceLock::new();
-    struct Statements(&'static Mutex<Vec<String>>);
-    struct Text<'a>(&'a mut Option<String>);
-    impl Visit for Text<'_> {
-        fn record_str(&mut self, field: &Field, value: &str) {
-            if field.name() == "db.statement" {
-                *self.0 = Some(value.to_owned());
-            }
-        }
-        fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-            if field.name() == "db.statement" {
-                *self.0 = Some(format!("{value:?}"));
-            }
-        }
-    }
-    impl Subscriber for Statements {
-        fn enabled(&self, metadata: &Metadata<'_>) -> bool {
-            metadata.target() == "sqlx::query"
-        }
-        fn new_span(&self, _: &span::Attributes<'_>) -> span::Id {
-            span::Id::from_u64(1)
-        }
-        fn record(&self, _: &span::Id, _: &span::Record<'_>) {}
-        fn record_follows_from(&self, _: &span::Id, _: &span::Id) {}
-        fn event(&self, event: &Event<'_>) {
-            let mut text = None;
-            event.record(&mut Text(&mut text));
-            self.0.lock().unwrap().extend(text);
-        }
-        fn enter(&self, _: &span::Id) {}
-        fn exit(&self, _: &span::Id) {}
-    }
-    RUN.get_or_init(|| {
-        let run: &'static Mutex<Vec<String>> = Box::leak(Box::default());
-        tracing::subscriber::set_global_default(Statements(run)).expect("the only subscriber");
-        run
-    })
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_claims_share_commits_and_each_id_is_claimed_once() {
-    let run = statements_run();
+    let run = support::statements_run();
     let db = Db::new();
     let store = db.store(4).await;
     store.migrate().await.unwrap();

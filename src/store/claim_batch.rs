@@ -43,6 +43,11 @@ pub(crate) enum Batched {
     /// The stored record refused the claim.
     #[cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
     Refused,
+    /// The claim was not made, and the statement read the stored record: the
+    /// record as it read it (the claim decides on it, and goes on alone unless it
+    /// keeps the record).
+    #[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
+    Existing(Record),
     /// The batch failed; this is the claim's error.
     Failed(StoreError),
     /// Not decided here: claim alone.
@@ -55,6 +60,7 @@ impl std::fmt::Debug for Batched {
             Self::Acquired(_) => "Acquired",
             Self::Fresh => "Fresh",
             Self::Refused => "Refused",
+            Self::Existing(_) => "Existing",
             Self::Failed(_) => "Failed",
             Self::Alone => "Alone",
         })
@@ -314,12 +320,15 @@ impl std::error::Error for Shared {
 }
 
 /// Answers the claims of a batch whose upsert answered `rows` (namespace, id, then
-/// the record's [`COLUMNS`](super::sql::COLUMNS)): a claim whose key
-/// came back has its record, the others were refused. `keys` are the batch's, in
-/// the order of `answers`; `map` reads a driver error.
+/// the record's [`COLUMNS`](super::sql::COLUMNS)): a claim whose key came back
+/// with its own token (`tokens`, in the order of `answers`) has claimed the
+/// record; one whose key came back with another token was refused by that record;
+/// the others were refused by a record the statement did not read. `keys` are the
+/// batch's, in the order of `answers`; `map` reads a driver error.
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub(crate) fn answer_upserted<R: super::sql::SqlRow>(
     keys: &[(String, String)],
+    tokens: &[i64],
     answers: Vec<oneshot::Sender<Batched>>,
     rows: &[R],
     map: fn(sqlx::Error) -> StoreError,
@@ -341,13 +350,18 @@ pub(crate) fn answer_upserted<R: super::sql::SqlRow>(
             }
         }
     }
-    for ((answer, row), (namespace, id)) in answers.into_iter().zip(claimed).zip(keys) {
+    let claims = answers
+        .into_iter()
+        .zip(claimed)
+        .zip(keys.iter().zip(tokens));
+    for ((answer, row), ((namespace, id), &token)) in claims {
         let batched = match row {
             Some(row) => match RawRecord::read(row, 2)
                 .map_err(map)
                 .and_then(|raw| raw.into_record(super::Key::new(namespace, id)))
             {
-                Ok(record) => Batched::Acquired(record),
+                Ok(record) if record.token.as_i64() == token => Batched::Acquired(record),
+                Ok(record) => Batched::Existing(record),
                 Err(e) => Batched::Failed(e),
             },
             None => Batched::Refused,

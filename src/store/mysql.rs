@@ -497,10 +497,10 @@ impl Sql {
         )
     }
 
-    /// The key, token and `created_at` of `n` keys, each bound as namespace, id.
+    /// The records of `n` keys, each bound as namespace, id.
     fn claim_batch_read(&self, n: usize) -> String {
         format!(
-            "SELECT namespace, id, token, created_at FROM {} WHERE (namespace, id) IN ({})",
+            "SELECT {COLUMNS} FROM {} WHERE (namespace, id) IN ({})",
             self.table,
             vec!["(?, ?)"; n].join(", ")
         )
@@ -915,8 +915,12 @@ impl ProcessedStore for MySqlStore {
             use super::claim_batch::{Batched, ClaimBatcher};
             match ClaimBatcher::claim(self, request).await {
                 Batched::Fresh => return Ok(Claim::Acquired(fresh_record(request))),
+                Batched::Existing(record) if request.decide_on(&record) == Decision::Keep => {
+                    return Ok(Claim::Existing(record))
+                }
                 Batched::Failed(error) => return Err(error),
-                Batched::Acquired(_) | Batched::Refused | Batched::Alone => {}
+                Batched::Acquired(_) | Batched::Refused | Batched::Existing(_) | Batched::Alone => {
+                }
             }
         }
         for _ in 0..VANISHED_RETRIES {

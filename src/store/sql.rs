@@ -742,22 +742,33 @@ impl Statements {
         );
         // The same for many ids at once (PostgreSQL only): $1 … $7 are arrays of the
         // single claim's values, one element per id, `now` read from each inserted
-        // row; the rows are inserted in the arrays' order, and each answered row
-        // names its key first. It waits at most 250 ms for a row lock (`lock_timeout`, set
-        // for its own transaction only, before its first row is inserted: the sort
-        // reads every row, and so the condition, first).
+        // row; the rows are inserted in the arrays' order. It waits at most 250 ms
+        // for a row lock (`lock_timeout`, set for its own transaction only, before
+        // its first row is inserted: the sort reads every row, and so the
+        // condition, first). It answers the rows it claimed and, for the keys it
+        // did not, the stored rows as its snapshot has them (the snapshot does not
+        // see its own changes, hence `NOT EXISTS`); each row names its key first.
         let claim_batch = (dialect == Dialect::Postgres).then(|| {
-            claim_upsert(
+            let upsert = claim_upsert(
                 &t,
                 greatest,
-                "SELECT ns, id, 'in_progress', fp, tok, 1, 0, lu, ex, nw, nw, '' \
-                 FROM unnest($1::text[], $2::text[], $3::bytea[], $4::int8[], $5::int8[], \
-                     $6::int8[], $7::int8[]) WITH ORDINALITY AS v(ns, id, fp, tok, lu, ex, nw, n) \
-                 WHERE (SELECT set_config('lock_timeout', '250ms', true)) IS NOT NULL \
-                 ORDER BY n",
+                "SELECT ns, vid, 'in_progress', fp, tok, 1, 0, lu, ex, nw, nw, '' \
+                 FROM v ORDER BY n",
                 "excluded.updated_at",
                 "$8",
                 "namespace, id, ",
+            );
+            format!(
+                "WITH v AS (SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], \
+                     $4::int8[], $5::int8[], $6::int8[], $7::int8[]) \
+                     WITH ORDINALITY AS v(ns, vid, fp, tok, lu, ex, nw, n) \
+                     WHERE (SELECT set_config('lock_timeout', '250ms', true)) IS NOT NULL), \
+                 up AS ({upsert}) \
+                 SELECT * FROM up \
+                 UNION ALL \
+                 SELECT r.* FROM v CROSS JOIN LATERAL (SELECT namespace, id, {COLUMNS} \
+                     FROM {t} WHERE namespace = v.ns AND id = v.vid) AS r \
+                 WHERE NOT EXISTS (SELECT 1 FROM up WHERE up.namespace = v.ns AND up.id = v.vid)"
             )
         });
         let get = format!("SELECT {COLUMNS} FROM {t} WHERE namespace = $1 AND id = $2");

@@ -76,19 +76,24 @@ macro_rules! sql_store_impls {
 
                 /// A claim's first try: in a batch with the claims of concurrent
                 /// deliveries (one statement, one commit; see the store's module
-                /// docs), else alone with [`Self::claim_row`]. The record when it
-                /// claimed the id, `None` when the stored record refused it.
+                /// docs), else alone with [`Self::claim_row`]. `Ok(record)` when
+                /// it claimed the id; when the stored record refused it,
+                /// `Err(Some(record))` if the statement read that record, else
+                /// `Err(None)`.
                 async fn claim_first(
                     &self,
                     request: &ClaimRequest<'_>,
-                ) -> Result<Option<Record>, StoreError> {
+                ) -> Result<Result<Record, Option<Record>>, StoreError> {
                     use $crate::store::claim_batch::{Batched, ClaimBatcher};
-                    match ClaimBatcher::claim(self, request).await {
-                        Batched::Acquired(record) => Ok(Some(record)),
-                        Batched::Refused => Ok(None),
-                        Batched::Failed(error) => Err(error),
-                        Batched::Alone | Batched::Fresh => self.claim_row(request).await,
-                    }
+                    Ok(match ClaimBatcher::claim(self, request).await {
+                        Batched::Acquired(record) => Ok(record),
+                        Batched::Existing(record) => Err(Some(record)),
+                        Batched::Refused => Err(None),
+                        Batched::Failed(error) => return Err(error),
+                        Batched::Alone | Batched::Fresh => {
+                            self.claim_row(request).await?.ok_or(None)
+                        }
+                    })
                 }
 
                 /// The body of `record_in`.
@@ -172,18 +177,21 @@ macro_rules! sql_store_impls {
                 async fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
                     let key = request.key;
                     // Winning path: one statement. Losing path: the claim changed nothing,
-                    // so read the record; if it vanished in between (purged or deleted),
-                    // or changed into one this claim may take over or replace (its
-                    // holder failed meanwhile), claim again.
+                    // so decide on the record (as the batch read it, or read now); if
+                    // it vanished in between (purged or deleted), or changed into one
+                    // this claim may take over or replace (its holder failed
+                    // meanwhile), claim again.
                     for attempt in 0..3 {
-                        let acquired = match attempt {
+                        let claimed = match attempt {
                             0 => self.claim_first(request).await?,
-                            _ => self.claim_row(request).await?,
+                            _ => self.claim_row(request).await?.ok_or(None),
                         };
-                        if let Some(record) = acquired {
-                            return Ok(Claim::Acquired(record));
-                        }
-                        if let Some(existing) = self.get(key).await? {
+                        let seen = match claimed {
+                            Ok(record) => return Ok(Claim::Acquired(record)),
+                            Err(Some(seen)) => Some(seen),
+                            Err(None) => self.get(key).await?,
+                        };
+                        if let Some(existing) = seen {
                             if request.decide_on(&existing) == Decision::Keep {
                                 return Ok(Claim::Existing(existing));
                             }

@@ -537,3 +537,92 @@ pub fn each_id_claimed_once(
         }
     }
 }
+
+/// The text of every statement sqlx ran in this process since the first call: a
+/// global tracing subscriber of sqlx's `sqlx::query` events (the batch's runner
+/// runs on any worker thread).
+pub fn statements_run() -> &'static std::sync::Mutex<Vec<String>> {
+    use std::sync::{Mutex, OnceLock};
+    use tracing::field::{Field, Visit};
+    use tracing::{span, Event, Metadata, Subscriber};
+
+    static RUN: OnceLock<&'static Mutex<Vec<String>>> = OnceLock::new();
+    struct Statements(&'static Mutex<Vec<String>>);
+    struct Text<'a>(&'a mut Option<String>);
+    impl Visit for Text<'_> {
+        fn record_str(&mut self, field: &Field, value: &str) {
+            if field.name() == "db.statement" {
+                *self.0 = Some(value.to_owned());
+            }
+        }
+        fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+            if field.name() == "db.statement" {
+                *self.0 = Some(format!("{value:?}"));
+            }
+        }
+    }
+    impl Subscriber for Statements {
+        fn enabled(&self, metadata: &Metadata<'_>) -> bool {
+            metadata.target() == "sqlx::query"
+        }
+        fn new_span(&self, _: &span::Attributes<'_>) -> span::Id {
+            span::Id::from_u64(1)
+        }
+        fn record(&self, _: &span::Id, _: &span::Record<'_>) {}
+        fn record_follows_from(&self, _: &span::Id, _: &span::Id) {}
+        fn event(&self, event: &Event<'_>) {
+            let mut text = None;
+            event.record(&mut Text(&mut text));
+            self.0.lock().unwrap().extend(text);
+        }
+        fn enter(&self, _: &span::Id) {}
+        fn exit(&self, _: &span::Id) {}
+    }
+    RUN.get_or_init(|| {
+        let run: &'static Mutex<Vec<String>> = Box::leak(Box::default());
+        tracing::subscriber::set_global_default(Statements(run)).expect("the only subscriber");
+        run
+    })
+}
+
+/// A claim of an id the store holds, completed, costs `statements` statements
+/// naming `table` (each one round trip once prepared), counted with
+/// [`statements_run`], and is answered with the stored record.
+pub async fn a_duplicate_claim_costs<S>(store: &S, table: &str, statements: usize)
+where
+    S: webhook_guard::ProcessedStore + Clone + 'static,
+{
+    use webhook_guard::store::{Claim, Fence, Finish, Key, RecordState};
+    let run = statements_run();
+    let claimed = claim_at_once(store, vec!["evt_known".into()], 1).await;
+    let Some([Ok(Claim::Acquired(record))]) = claimed.get("evt_known").map(Vec::as_slice) else {
+        panic!("{claimed:?}")
+    };
+    let now = chrono::Utc::now();
+    let done = Finish {
+        state: RecordState::Completed,
+        failures: 0,
+        history: &[],
+        now,
+        expires_at: now + chrono::TimeDelta::hours(1),
+    };
+    let key = Key::new("batch", "evt_known");
+    let fence = store
+        .finish(key, record.token, &done)
+        .await
+        .expect("finish");
+    assert_eq!(fence, Fence::Applied);
+    let from = run.lock().unwrap().len();
+    let answers = claim_at_once(store, vec!["evt_known".into()], 1).await;
+    let ran: Vec<String> = run.lock().unwrap()[from..]
+        .iter()
+        .filter(|s| s.contains(table))
+        .cloned()
+        .collect();
+    let Some([Ok(Claim::Existing(existing))]) = answers.get("evt_known").map(Vec::as_slice) else {
+        panic!("{answers:?}")
+    };
+    assert_eq!(existing.state, RecordState::Completed);
+    assert_eq!(existing.token, record.token);
+    assert_eq!(ran.len(), statements, "{ran:#?}");
+}

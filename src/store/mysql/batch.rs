@@ -2,16 +2,18 @@
 //! new records in one statement and one commit. See
 //! [`claim_batch`](crate::store::claim_batch) for how batches are gathered.
 //!
-//! Most claims are of ids the store has never seen. A batch inserts them all with one `INSERT IGNORE … VALUES (…), (…)`: a key already
-//! stored is left as it is (`IGNORE` turns only its duplicate-key error into a
-//! warning: every value fits its column, the keys having been checked against
-//! their columns' widths before they queued). When the server inserted every row,
-//! each claim has its new record. Otherwise one read of the batch's keys tells which
-//! rows are this batch's (its token, made at its time): those claims have their
-//! records, and the others go on alone, with the single claim statement, which
-//! decides on the stored record (a known id, expired, failed or held). A claim
-//! alone is a batch of one: on MariaDB one round trip, the insert, and a known id
-//! the single statement after it; on MySQL two more (see below).
+//! Most claims are of ids the store has never seen. A batch inserts them all with
+//! one `INSERT IGNORE … VALUES (…), (…)`: a key already stored is left as it is
+//! (`IGNORE` turns only its duplicate-key error into a warning: every value fits
+//! its column, the keys having been checked against their columns' widths before
+//! they queued). When the server inserted every row, each claim has its new
+//! record. Otherwise one read of the batch's records tells which rows are this
+//! batch's (its token, made at its time): those claims have their records; the
+//! others decide on the record read (a known id is answered with it), and go on
+//! alone, with the single claim statement, only when they may take it over or
+//! replace it (expired, failed or abandoned). On MariaDB a new id claimed alone
+//! costs one round trip, the insert, and a known id two, the insert and the read;
+//! on MySQL each two more (see below).
 //!
 //! A batch waits at most 1 s for a row lock (`innodb_lock_wait_timeout`): on
 //! MariaDB the insert sets it for itself alone (`SET STATEMENT … FOR`); on MySQL,
@@ -31,7 +33,7 @@ use sqlx::mysql::{MySql, MySqlConnection};
 use sqlx::pool::PoolConnection;
 use sqlx::Row as _;
 
-use super::{map_err, server_error_number, MySqlStore, DEADLOCK_RETRIES};
+use super::{map_err, record_from_row, server_error_number, MySqlStore, DEADLOCK_RETRIES};
 use crate::store::claim_batch::{failed_driver, Batched, ClaimBatch, ClaimBatcher, Waiting};
 
 /// The widest key a batch takes: the columns' widths (`VARBINARY(64)`,
@@ -60,9 +62,9 @@ impl ClaimBatch for MySqlStore {
         };
         let answers: Vec<_> = batch.into_iter().map(|w| w.answer).collect();
         match inserted {
-            Ok(made) => {
-                for (answer, made) in answers.into_iter().zip(made) {
-                    let _ = answer.send(if made { Batched::Fresh } else { Batched::Alone });
+            Ok(batched) => {
+                for (answer, batched) in answers.into_iter().zip(batched) {
+                    let _ = answer.send(batched);
                 }
             }
             Err(e) => failed_driver(answers, e, map_err),
@@ -101,13 +103,13 @@ impl LockWait {
 }
 
 /// A batch on `conn`, waiting at most 1 s for a row lock (even a batch of one: a
-/// runner held by a locked key would hold up every claim queued behind it): which
-/// of its claims inserted their records.
+/// runner held by a locked key would hold up every claim queued behind it): each
+/// claim's answer (see [`inserted`]).
 async fn in_batch(
     store: &MySqlStore,
     conn: &mut PoolConnection<MySql>,
     batch: &[Waiting],
-) -> Result<Vec<bool>, sqlx::Error> {
+) -> Result<Vec<Batched>, sqlx::Error> {
     match LockWait::of(store, conn).await? {
         LockWait::InStatement => {
             let prefix = "SET STATEMENT innodb_lock_wait_timeout = 1 FOR ";
@@ -138,19 +140,21 @@ async fn in_batch(
     }
 }
 
-/// Inserts the batch's new records with the insert `prefix`ed, and reads back which
-/// are this batch's when the server left some keys as they were.
+/// Inserts the batch's new records with the insert `prefix`ed: each claim is
+/// `Fresh` when the server inserted every row; otherwise one read of the batch's
+/// keys tells them apart: `Fresh` for a row this batch inserted (its claim's token,
+/// made at its time), `Existing` with the record for any other row, `Alone` for a
+/// key with no row (deleted meanwhile).
 async fn inserted(
     store: &MySqlStore,
     conn: &mut MySqlConnection,
     batch: &[Waiting],
     prefix: &str,
-) -> Result<Vec<bool>, sqlx::Error> {
-    match insert(store, conn, batch, prefix).await? {
-        n if n == batch.len() as u64 => Ok(vec![true; batch.len()]),
-        0 => Ok(vec![false; batch.len()]),
-        _ => made(store, conn, batch).await,
+) -> Result<Vec<Batched>, sqlx::Error> {
+    if insert(store, conn, batch, prefix).await? == batch.len() as u64 {
+        return Ok(batch.iter().map(|_| Batched::Fresh).collect());
     }
+    read_back(store, conn, batch).await
 }
 
 /// Inserts the batch's new records: how many rows the server inserted.
@@ -184,31 +188,38 @@ async fn insert(
     }
 }
 
-/// Which of the batch's keys hold the record its claim inserted (its token, made
-/// at its time), read back after an insert that left some keys as they were.
-async fn made(
+/// Each claim's answer, from the stored records of the batch's keys, read back
+/// after an insert that left some keys as they were.
+async fn read_back(
     store: &MySqlStore,
     conn: &mut MySqlConnection,
     batch: &[Waiting],
-) -> Result<Vec<bool>, sqlx::Error> {
+) -> Result<Vec<Batched>, sqlx::Error> {
     let statement = store.sql.claim_batch_read(batch.len());
     let mut query = sqlx::query(&statement);
     for w in batch {
         query = query.bind(w.namespace.as_str()).bind(w.id.as_str());
     }
     let rows = query.fetch_all(&mut *conn).await?;
-    let mut made = vec![false; batch.len()];
+    let mut answers: Vec<Batched> = batch.iter().map(|_| Batched::Alone).collect();
     for row in &rows {
         let (namespace, id): (&[u8], &[u8]) = (row.try_get(0)?, row.try_get(1)?);
-        let (token, created_at): (i64, i64) = (row.try_get(2)?, row.try_get(3)?);
+        let (token, created_at): (i64, i64) = (row.try_get(4)?, row.try_get(9)?);
         if let Some(i) = batch
             .iter()
             .position(|w| w.namespace.as_bytes() == namespace && w.id.as_bytes() == id)
         {
-            made[i] = batch[i].token == token && batch[i].now == created_at;
+            answers[i] = if batch[i].token == token && batch[i].now == created_at {
+                Batched::Fresh
+            } else {
+                match record_from_row(row) {
+                    Ok(record) => Batched::Existing(record),
+                    Err(e) => Batched::Failed(e),
+                }
+            };
         }
     }
-    Ok(made)
+    Ok(answers)
 }
 
 #[cfg(test)]
@@ -296,7 +307,10 @@ mod tests {
 
             held.rollback().await.unwrap();
             let made = in_batch(&store, &mut conn, &batch).await.unwrap();
-            assert_eq!(made, [true, true], "{form:?}");
+            assert!(
+                made.iter().all(|m| matches!(m, Batched::Fresh)),
+                "{form:?}: {made:?}"
+            );
             assert_eq!(session_wait(&mut conn).await, 30, "{form:?}");
             sqlx::query(&format!(
                 "DROP TABLE `{table}`, `{table}_inbox`, `{table}_objects`"

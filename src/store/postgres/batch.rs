@@ -2,9 +2,13 @@
 //! passed as arrays (`INSERT … SELECT … FROM unnest(…) ON CONFLICT … RETURNING`).
 //! See [`claim_batch`](crate::store::claim_batch) for how batches are gathered.
 //!
-//! The statement answers the rows it claimed; a key it did not answer was refused
-//! by its stored record, and its caller goes on as a refused single claim does
-//! (reads the record, and decides). A batch waits at most 250 ms for a row lock
+//! The statement answers the rows it claimed and, in the same statement, the
+//! stored records of the keys it did not claim, as its snapshot has them (each
+//! row tells by its token whose it is): a refused claim decides on that record
+//! without reading it again, so a duplicate costs one round trip. A key it
+//! answered no row for was refused by a record stored after its snapshot began
+//! (by a concurrent transaction), and its caller goes on as a refused single
+//! claim does (reads the record, and decides). A batch waits at most 250 ms for a row lock
 //! (`lock_timeout`, for its own transaction): a key held elsewhere, by an open
 //! [`record_in`](PostgresStore::record_in) transaction say, would otherwise hold
 //! up the claims of every other key of the batch, or, in a batch of its own, hold
@@ -83,7 +87,7 @@ async fn claim_batch(store: &PostgresStore, batch: Vec<Waiting>) {
     match rows {
         Ok(rows) => {
             let keys: Vec<_> = columns.namespace.into_iter().zip(columns.id).collect();
-            answer_upserted(&keys, answers, &rows, super::err);
+            answer_upserted(&keys, &columns.token, answers, &rows, super::err);
         }
         Err(e) => failed_driver(answers, e, super::err),
     }
