@@ -152,19 +152,21 @@ pub use super::sql::InvalidTableName;
 /// first try queues, and one of at most two runner tasks of the store takes
 /// whatever has queued (up to 64 claims of distinct keys, in byte order; a claim
 /// alone is a batch of one, sent at once). A batch inserts all its claims as new
-/// records with one `INSERT IGNORE … VALUES (…), (…)` (a key already
-/// stored is left as it is; `IGNORE` can only skip a duplicate key here, as a
-/// batch takes only keys that fit their columns). When every row went in, each
-/// claim is `Acquired`; otherwise one read of the batch's keys tells which rows
-/// carry their claim's token and time, and the other claims go on alone with the
-/// statement above. The batch waits at most 1 s for a row lock
-/// (`innodb_lock_wait_timeout`): on MariaDB the insert sets it for itself alone
-/// (`SET STATEMENT … FOR`), so a new id costs one round trip, as the single
-/// statement does; on MySQL, whose `SET_VAR` hint does not take InnoDB's variables,
-/// the batch sets it on its connection and sets it back after (a connection that
-/// cannot be set back is closed), two round trips more. `VERSION()`, read once on
-/// the store's first batch, tells the servers apart. So a key held elsewhere (an
-/// open [`record_in`](MySqlStore::record_in) transaction) holds up only its own
+/// records with one `INSERT IGNORE … VALUES (…), (…)` (a key already stored is
+/// left as it is; `IGNORE` can only skip a duplicate key here, as a batch takes
+/// only keys that fit their columns). When every row went in, each claim is
+/// `Acquired`; otherwise one read of the batch's records tells which rows carry
+/// their claim's token and time, a known id is answered with the record read
+/// (`Existing`: a duplicate costs the insert and the read), and only a claim that
+/// may take its record over or replace it goes on alone with the statement above.
+/// The batch waits at most 1 s for a row lock (`innodb_lock_wait_timeout`): on
+/// MariaDB the insert sets it for itself alone (`SET STATEMENT … FOR`), so a new
+/// id costs one round trip, as the single statement does; on MySQL, whose
+/// `SET_VAR` hint does not take InnoDB's variables, the batch sets it on its
+/// connection and sets it back after (a connection that cannot be set back is
+/// closed), two round trips more. `VERSION()`, read once on the store's first
+/// batch, tells the servers apart. So a key held elsewhere (an open
+/// [`record_in`](MySqlStore::record_in) transaction) holds up only its own
 /// claim. A claim still queued after the pool's acquire timeout is withdrawn
 /// (never made) and answers `Unavailable`. When the batch fails, each caller
 /// answers `Unavailable` if the server could not be reached, and otherwise claims
