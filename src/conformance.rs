@@ -48,6 +48,7 @@ pub async fn run_all(store: &dyn ProcessedStore) {
     delete_spares_live_leases(store).await;
     stuck_lists_expired_leases(store).await;
     purge_removes_only_expired(store).await;
+    a_repeated_token_is_not_the_claims_own(store).await;
 }
 
 struct Fixture {
@@ -122,6 +123,48 @@ fn existing(claim: Claim, rule: &str) -> Record {
         Claim::Existing(r) => r,
         Claim::Acquired(r) => panic!("{rule}: expected Existing, got Acquired({r:?})"),
     }
+}
+
+/// A claim that carries the token of the stored record at another time (a process
+/// forked mid-sequence draws its parent's tokens) is a duplicate like any other: a
+/// held id and a completed one are answered `Existing`, never as this claim's own.
+pub async fn a_repeated_token_is_not_the_claims_own(store: &dyn ProcessedStore) {
+    let f = Fixture::new();
+    let rule = "a claim repeating the stored record's token";
+    let held = f.request("evt_held", b"body", 0);
+    let token = acquired(claim(store, &held).await, "fresh claim").token;
+    let again = ClaimRequest {
+        token,
+        ..f.request("evt_held", b"body", 1)
+    };
+    let rec = existing(claim(store, &again).await, rule);
+    assert_eq!(
+        rec.state,
+        RecordState::InProgress,
+        "{rule}: the holder's record"
+    );
+
+    let done = f.request("evt_done", b"body", 0);
+    let token = acquired(claim(store, &done).await, "fresh claim").token;
+    let fence = store
+        .finish(
+            f.key("evt_done"),
+            token,
+            &f.finish(RecordState::Completed, 0, &[], 1),
+        )
+        .await
+        .expect("finish failed");
+    assert_eq!(fence, Fence::Applied, "finish by the holder");
+    let again = ClaimRequest {
+        token,
+        ..f.request("evt_done", b"body", 2)
+    };
+    let rec = existing(claim(store, &again).await, rule);
+    assert_eq!(
+        rec.state,
+        RecordState::Completed,
+        "{rule}: the completed record"
+    );
 }
 
 /// A fresh key is acquired with the request's fields; a second claim sees it.

@@ -649,7 +649,17 @@ async fn claims_queued_behind_hung_batches_are_withdrawn_never_made() {
     };
     let unlock =
         |tx: sqlx::Transaction<'static, sqlx::Postgres>| async { tx.rollback().await.unwrap() };
-    support::claims_queued_behind_hung_batches_are_withdrawn(&store, lock, unlock).await;
+    let blocked = || async {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = $1::text::regclass",
+        )
+        .bind(format!("\"{}\"", db.table))
+        .fetch_one(&db.admin)
+        .await
+        .unwrap();
+        usize::try_from(waiting).unwrap()
+    };
+    support::claims_queued_behind_hung_batches_are_withdrawn(&store, lock, unlock, blocked).await;
     db.drop_table().await;
 }
 

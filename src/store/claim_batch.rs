@@ -319,30 +319,29 @@ impl std::error::Error for Shared {
     }
 }
 
-/// Answers the claims of a batch whose upsert answered `rows` (namespace, id, then
-/// the record's [`COLUMNS`](super::sql::COLUMNS)): a claim whose key came back
-/// with its own token (`tokens`, in the order of `answers`) has claimed the
-/// record; one whose key came back with another token was refused by that record;
+/// Answers the claims of a batch whose statement answered `rows`: whether the
+/// statement claimed the row (an integer, 1 or 0), namespace, id, then the
+/// record's [`COLUMNS`](super::sql::COLUMNS). A claim whose key came back claimed
+/// has its record; one whose key came back unclaimed was refused by that record;
 /// the others were refused by a record the statement did not read. `keys` are the
 /// batch's, in the order of `answers`; `map` reads a driver error.
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub(crate) fn answer_upserted<R: super::sql::SqlRow>(
     keys: &[(String, String)],
-    tokens: &[i64],
     answers: Vec<oneshot::Sender<Batched>>,
     rows: &[R],
     map: fn(sqlx::Error) -> StoreError,
 ) {
     use super::sql::RawRecord;
 
-    let mut claimed: Vec<Option<&R>> = vec![None; answers.len()];
+    let mut answered: Vec<Option<&R>> = vec![None; answers.len()];
     for row in rows {
-        let key = row.text(0).and_then(|ns| Ok((ns, row.text(1)?)));
+        let key = row.text(1).and_then(|ns| Ok((ns, row.text(2)?)));
         let at = key
             .ok()
             .and_then(|(ns, id)| keys.iter().position(|k| k.0 == ns && k.1 == id));
         match at {
-            Some(i) => claimed[i] = Some(row),
+            Some(i) => answered[i] = Some(row),
             None => {
                 let error =
                     StoreError::Corrupt("a batched claim answered a key it was not given".into());
@@ -350,21 +349,21 @@ pub(crate) fn answer_upserted<R: super::sql::SqlRow>(
             }
         }
     }
-    let claims = answers
-        .into_iter()
-        .zip(claimed)
-        .zip(keys.iter().zip(tokens));
-    for ((answer, row), ((namespace, id), &token)) in claims {
+    for ((answer, row), (namespace, id)) in answers.into_iter().zip(answered).zip(keys) {
         let batched = match row {
-            Some(row) => match RawRecord::read(row, 2)
-                .map_err(map)
-                .and_then(|raw| raw.into_record(super::Key::new(namespace, id)))
-            {
-                Ok(record) if record.token.as_i64() == token => Batched::Acquired(record),
-                Ok(record) => Batched::Existing(record),
-                Err(e) => Batched::Failed(e),
-            },
             None => Batched::Refused,
+            Some(row) => {
+                let read = row
+                    .integer(0)
+                    .and_then(|claimed| Ok((claimed == 1, RawRecord::read(row, 3)?)));
+                match read.map_err(map).and_then(|(claimed, raw)| {
+                    Ok((claimed, raw.into_record(super::Key::new(namespace, id))?))
+                }) {
+                    Ok((true, record)) => Batched::Acquired(record),
+                    Ok((false, record)) => Batched::Existing(record),
+                    Err(e) => Batched::Failed(e),
+                }
+            }
         };
         // A caller gone meanwhile: the guard's drop guard releases its claim.
         let _ = answer.send(batched);

@@ -105,17 +105,20 @@
 //! [`record_in`](PostgresStore::record_in) transaction) holds up only its own
 //! claim, not its batch's nor the claims queued behind it. A claim still queued
 //! after the pool's acquire timeout is withdrawn (never made) and answers
-//! `Unavailable`, as a claim waiting for a connection would. The statement also
-//! answers, for each key it did not claim, the stored record as its snapshot has
-//! it (a `LATERAL` primary-key lookup, only for those keys), so a duplicate is
-//! decided on that record and costs one round trip; a claim whose record the
-//! snapshot does not hold (stored meanwhile by a concurrent transaction), or
-//! whose record read may be taken over or replaced, goes on as a refused claim
-//! does (it reads the record, or claims again, and decides). When the statement fails, each caller answers `Unavailable`
-//! if the server could not be reached, and otherwise claims alone with the
-//! one-row statement, so a row the server refuses fails only its own claim. A
-//! claim whose caller stopped waiting before its batch was taken is not made.
-//! Finishes, renewals and everything else run one statement each.
+//! `Unavailable`, as a claim waiting for a connection would (the bound on row locks
+//! does not cover a table lock, taken by DDL or `LOCK TABLE`, which the statement
+//! waits for from its start: the claims queued behind such a batch are withdrawn
+//! so). The statement also answers, for each key it did not claim, the stored
+//! record as its snapshot has it (a `LATERAL` primary-key lookup per key), so a
+//! duplicate is decided on that record and costs one round trip; a claim whose
+//! record the snapshot does not hold (stored meanwhile by a concurrent
+//! transaction), or whose record read may be taken over or replaced, goes on as a
+//! refused claim does (it reads the record, or claims again, and decides). When the
+//! statement fails, each caller answers `Unavailable` if the server could not be
+//! reached, and otherwise claims alone with the one-row statement, so a row the
+//! server refuses fails only its own claim. A claim whose caller stopped waiting
+//! before its batch was taken is not made. Finishes, renewals and everything else
+//! run one statement each.
 //!
 //! # Inbox, ordering guard and transactional mode
 //!

@@ -557,8 +557,9 @@ impl RawObject {
 
 /// The claim's upsert into table `t`: the new rows come from `rows` (`VALUES` or a
 /// `SELECT`), `now` is the claim's time, `unknown` the bind of the unknown
-/// fingerprint, and the answered row has `key` (empty, or the key's columns) and
-/// then the [`COLUMNS`].
+/// fingerprint, and the answered row has `key` (empty, or the columns before the
+/// record's: the key's, and SQLite's batch its "claimed" 1) and then the
+/// [`COLUMNS`].
 /// "Expired" frees the record whatever its body, except from a holder whose lease
 /// is still live.
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
@@ -675,7 +676,8 @@ impl Statements {
     /// SQLite's claim of `n` ids at once: the claim upsert with one `VALUES` row per
     /// id, bound `?1` … `?{7n}` (namespace, id, fingerprint, token, lease_until,
     /// expires_at, now of each row in turn), then `?{7n + 1}` the unknown
-    /// fingerprint; each answered row names its key before the record's columns.
+    /// fingerprint; each answered row, all claimed, says so (1), then names its key
+    /// before the record's columns.
     #[cfg(feature = "sqlite")]
     pub(crate) fn claim_values(&self, n: usize) -> String {
         let rows: Vec<String> = (0..n)
@@ -699,7 +701,7 @@ impl Statements {
             &format!("VALUES {}", rows.join(", ")),
             "excluded.updated_at",
             &format!("?{}", 7 * n + 1),
-            "namespace, id, ",
+            "1, namespace, id, ",
         )
     }
 
@@ -747,7 +749,8 @@ impl Statements {
         // its first row is inserted: the sort reads every row, and so the
         // condition, first). It answers the rows it claimed and, for the keys it
         // did not, the stored rows as its snapshot has them (the snapshot does not
-        // see its own changes, hence `NOT EXISTS`); each row names its key first.
+        // see its own changes, hence `NOT EXISTS`); each row says first whether it
+        // was claimed (1) or not (0), then names its key.
         let claim_batch = (dialect == Dialect::Postgres).then(|| {
             let upsert = claim_upsert(
                 &t,
@@ -764,9 +767,9 @@ impl Statements {
                      WITH ORDINALITY AS v(ns, vid, fp, tok, lu, ex, nw, n) \
                      WHERE (SELECT set_config('lock_timeout', '250ms', true)) IS NOT NULL), \
                  up AS ({upsert}) \
-                 SELECT * FROM up \
+                 SELECT 1, * FROM up \
                  UNION ALL \
-                 SELECT r.* FROM v CROSS JOIN LATERAL (SELECT namespace, id, {COLUMNS} \
+                 SELECT 0, r.* FROM v CROSS JOIN LATERAL (SELECT namespace, id, {COLUMNS} \
                      FROM {t} WHERE namespace = v.ns AND id = v.vid) AS r \
                  WHERE NOT EXISTS (SELECT 1 FROM up WHERE up.namespace = v.ns AND up.id = v.vid)"
             )

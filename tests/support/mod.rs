@@ -396,30 +396,45 @@ where
 }
 
 /// Claims queued behind batches that hang are withdrawn, never made. `lock` locks
-/// the store's table from another session (each statement on it then waits);
-/// the claims of `evt_0` and `evt_1` go first, 300 ms apart, so that each runner
-/// of the store takes one and waits on the lock; four more claims queue behind
-/// them. Each of the four answers `Unavailable` once the store's patience (its
-/// pool's acquire timeout) is over, while the two are still waiting. `unlock`
-/// releases the table: the two are made, the four ids are not stored, and a new
-/// claim of each is acquired as a first attempt.
-pub async fn claims_queued_behind_hung_batches_are_withdrawn<S, H, Lock, Unlock, Done>(
+/// the store's table from another session (each statement on it then waits), and
+/// `blocked` counts the statements waiting on that lock. The claims of `evt_0`
+/// and `evt_1` go first, the second once the first waits, so that each runner of
+/// the store takes one and waits on the lock; four more claims queue behind them.
+/// Each of the four answers `Unavailable` once the store's patience (its pool's
+/// acquire timeout) is over, while the two are still waiting. `unlock` releases
+/// the table: the two are made, the four ids are not stored, and a new claim of
+/// each is acquired as a first attempt.
+pub async fn claims_queued_behind_hung_batches_are_withdrawn<S, H, Lock, Unlock, Done, B, BFut>(
     store: &S,
     lock: Lock,
     unlock: Unlock,
+    blocked: B,
 ) where
     S: webhook_guard::ProcessedStore + Clone + 'static,
     Lock: std::future::Future<Output = H>,
     Unlock: FnOnce(H) -> Done,
     Done: std::future::Future<Output = ()>,
+    B: Fn() -> BFut,
+    BFut: std::future::Future<Output = usize>,
 {
     use std::time::Duration;
     use webhook_guard::store::{Claim, Key};
+    let until_blocked = |n: usize| {
+        let blocked = &blocked;
+        async move {
+            let waited = tokio::time::timeout(Duration::from_secs(30), async {
+                while blocked().await < n {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            });
+            waited.await.expect("claims waiting on the locked table");
+        }
+    };
     let locked = lock.await;
     let mut hung = spawn_claims(store, vec!["evt_0".into()], 1);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    until_blocked(1).await;
     let mut second = spawn_claims(store, vec!["evt_1".into()], 1);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    until_blocked(2).await;
     let queued: Vec<String> = (2..6).map(|i| format!("evt_{i}")).collect();
     let mut withdrawn = spawn_claims(store, queued.clone(), 1);
     while let Some(done) = tokio::time::timeout(Duration::from_secs(30), withdrawn.join_next())

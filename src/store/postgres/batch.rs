@@ -4,7 +4,7 @@
 //!
 //! The statement answers the rows it claimed and, in the same statement, the
 //! stored records of the keys it did not claim, as its snapshot has them (each
-//! row tells by its token whose it is): a refused claim decides on that record
+//! row says whether it was claimed): a refused claim decides on that record
 //! without reading it again, so a duplicate costs one round trip. A key it
 //! answered no row for was refused by a record stored after its snapshot began
 //! (by a concurrent transaction), and its caller goes on as a refused single
@@ -87,7 +87,7 @@ async fn claim_batch(store: &PostgresStore, batch: Vec<Waiting>) {
     match rows {
         Ok(rows) => {
             let keys: Vec<_> = columns.namespace.into_iter().zip(columns.id).collect();
-            answer_upserted(&keys, &columns.token, answers, &rows, super::err);
+            answer_upserted(&keys, answers, &rows, super::err);
         }
         Err(e) => failed_driver(answers, e, super::err),
     }

@@ -35,7 +35,6 @@ impl ClaimBatch for SqliteStore {
     async fn run(&self, batch: Vec<Waiting>) {
         let statement = self.sql.claim_values(batch.len());
         let mut keys = Vec::with_capacity(batch.len());
-        let mut tokens = Vec::with_capacity(batch.len());
         let mut answers = Vec::with_capacity(batch.len());
         let mut query = sqlx::query(&statement);
         for w in batch {
@@ -48,7 +47,6 @@ impl ClaimBatch for SqliteStore {
                 .bind(w.expires_at)
                 .bind(w.now);
             keys.push((w.namespace, w.id));
-            tokens.push(w.token);
             answers.push(w.answer);
         }
         let query = query.bind(&Fingerprint::UNKNOWN.0[..]);
@@ -59,7 +57,7 @@ impl ClaimBatch for SqliteStore {
             Err(e) => return failed(answers, e),
         };
         match rows {
-            Ok(rows) => answer_upserted(&keys, &tokens, answers, &rows, super::err),
+            Ok(rows) => answer_upserted(&keys, answers, &rows, super::err),
             Err(e) => failed_driver(answers, e, super::err),
         }
     }
