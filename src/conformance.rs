@@ -131,40 +131,22 @@ fn existing(claim: Claim, rule: &str) -> Record {
 pub async fn a_repeated_token_is_not_the_claims_own(store: &dyn ProcessedStore) {
     let f = Fixture::new();
     let rule = "a claim repeating the stored record's token";
-    let held = f.request("evt_held", b"body", 0);
-    let token = acquired(claim(store, &held).await, "fresh claim").token;
-    let again = ClaimRequest {
-        token,
-        ..f.request("evt_held", b"body", 1)
-    };
-    let rec = existing(claim(store, &again).await, rule);
-    assert_eq!(
-        rec.state,
-        RecordState::InProgress,
-        "{rule}: the holder's record"
-    );
-
-    let done = f.request("evt_done", b"body", 0);
-    let token = acquired(claim(store, &done).await, "fresh claim").token;
-    let fence = store
-        .finish(
-            f.key("evt_done"),
+    for state in [RecordState::InProgress, RecordState::Completed] {
+        let id = format!("evt_{state:?}");
+        let first = f.request(&id, b"body", 0);
+        let token = acquired(claim(store, &first).await, "fresh claim").token;
+        if state == RecordState::Completed {
+            let done = f.finish(state, 0, &[], 1);
+            let fence = store.finish(f.key(&id), token, &done).await;
+            assert_eq!(fence.expect("finish failed"), Fence::Applied, "finish");
+        }
+        let again = ClaimRequest {
             token,
-            &f.finish(RecordState::Completed, 0, &[], 1),
-        )
-        .await
-        .expect("finish failed");
-    assert_eq!(fence, Fence::Applied, "finish by the holder");
-    let again = ClaimRequest {
-        token,
-        ..f.request("evt_done", b"body", 2)
-    };
-    let rec = existing(claim(store, &again).await, rule);
-    assert_eq!(
-        rec.state,
-        RecordState::Completed,
-        "{rule}: the completed record"
-    );
+            ..f.request(&id, b"body", 2)
+        };
+        let rec = existing(claim(store, &again).await, rule);
+        assert_eq!(rec.state, state, "{rule}: the stored record");
+    }
 }
 
 /// A fresh key is acquired with the request's fields; a second claim sees it.
