@@ -750,28 +750,30 @@ impl Statements {
         // condition, first). It answers the rows it claimed and, for the keys it
         // did not, the stored rows as its snapshot has them (the snapshot does not
         // see its own changes, hence `NOT EXISTS`); each row says first whether it
-        // was claimed (1) or not (0), then names its key.
+        // was claimed (1) or not (0), then names its key. The lookup unnests the
+        // keys again rather than sharing the values with the insert through a
+        // CTE, whose materialization cost processed claims a few per cent.
         let claim_batch = (dialect == Dialect::Postgres).then(|| {
             let upsert = claim_upsert(
                 &t,
                 greatest,
-                "SELECT ns, vid, 'in_progress', fp, tok, 1, 0, lu, ex, nw, nw, '' \
-                 FROM v ORDER BY n",
+                "SELECT ns, id, 'in_progress', fp, tok, 1, 0, lu, ex, nw, nw, '' \
+                 FROM unnest($1::text[], $2::text[], $3::bytea[], $4::int8[], $5::int8[], \
+                     $6::int8[], $7::int8[]) WITH ORDINALITY AS v(ns, id, fp, tok, lu, ex, nw, n) \
+                 WHERE (SELECT set_config('lock_timeout', '250ms', true)) IS NOT NULL \
+                 ORDER BY n",
                 "excluded.updated_at",
                 "$8",
                 "namespace, id, ",
             );
             format!(
-                "WITH v AS (SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], \
-                     $4::int8[], $5::int8[], $6::int8[], $7::int8[]) \
-                     WITH ORDINALITY AS v(ns, vid, fp, tok, lu, ex, nw, n) \
-                     WHERE (SELECT set_config('lock_timeout', '250ms', true)) IS NOT NULL), \
-                 up AS ({upsert}) \
+                "WITH up AS ({upsert}) \
                  SELECT 1, * FROM up \
                  UNION ALL \
-                 SELECT 0, r.* FROM v CROSS JOIN LATERAL (SELECT namespace, id, {COLUMNS} \
-                     FROM {t} WHERE namespace = v.ns AND id = v.vid) AS r \
-                 WHERE NOT EXISTS (SELECT 1 FROM up WHERE up.namespace = v.ns AND up.id = v.vid)"
+                 SELECT 0, r.* FROM unnest($1::text[], $2::text[]) AS k(ns, vid) \
+                     CROSS JOIN LATERAL (SELECT namespace, id, {COLUMNS} \
+                     FROM {t} WHERE namespace = k.ns AND id = k.vid) AS r \
+                 WHERE NOT EXISTS (SELECT 1 FROM up WHERE up.namespace = k.ns AND up.id = k.vid)"
             )
         });
         let get = format!("SELECT {COLUMNS} FROM {t} WHERE namespace = $1 AND id = $2");
