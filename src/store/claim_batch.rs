@@ -43,9 +43,9 @@ pub(crate) enum Batched {
     /// The stored record refused the claim.
     #[cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
     Refused,
-    /// The claim was not made, and the statement read the stored record: the
-    /// record as it read it (the claim decides on it, and goes on alone unless it
-    /// keeps the record).
+    /// The claim was not made, and the batch read the stored record (in its
+    /// statement, or in a read after it): the record as read (the claim decides
+    /// on it, and goes on alone unless it keeps the record).
     #[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
     Existing(Record),
     /// The batch failed; this is the claim's error.

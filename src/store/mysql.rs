@@ -141,8 +141,8 @@ pub use super::sql::InvalidTableName;
 ///   its own assignment, is changed by no assignment before it: keep it so;
 /// - the code comes back in the OK packet. For 1 and 3 the store reads the row back
 ///   (a second round trip) and answers `Acquired` exactly when the row carries the
-///   request's token (tokens are random 64-bit values, unique per claim), else
-///   [`Existing`](Claim::Existing).
+///   request's token and was changed at the request's time (a process forked
+///   mid-sequence may repeat a token), else [`Existing`](Claim::Existing).
 ///
 /// The full statement is shown by [`MySqlStore::claim_sql`].
 ///
@@ -158,7 +158,8 @@ pub use super::sql::InvalidTableName;
 /// `Acquired`; otherwise one read of the batch's records tells which rows carry
 /// their claim's token and time, a known id is answered with the record read
 /// (`Existing`: a duplicate costs the insert and the read), and only a claim that
-/// may take its record over or replace it goes on alone with the statement above.
+/// may take its record over or replace it, or whose row is gone (deleted
+/// meanwhile), goes on alone with the statement above.
 /// The batch waits at most 1 s for a row lock (`innodb_lock_wait_timeout`): on
 /// MariaDB the insert sets it for itself alone (`SET STATEMENT … FOR`), so a new
 /// id costs one round trip, as the single statement does; on MySQL, whose

@@ -746,8 +746,8 @@ impl Statements {
         // single claim's values, one element per id, `now` read from each inserted
         // row; the rows are inserted in the arrays' order. It waits at most 250 ms
         // for a row lock (`lock_timeout`, set for its own transaction only, before
-        // its first row is inserted: the sort reads every row, and so the
-        // condition, first). It answers the rows it claimed and, for the keys it
+        // its first row is inserted: the condition names no column, so it is
+        // evaluated once, before the scan yields a row). It answers the rows it claimed and, for the keys it
         // did not, the stored rows as its snapshot has them (the snapshot does not
         // see its own changes, hence `NOT EXISTS`); each row says first whether it
         // was claimed (1) or not (0), then names its key. The lookup unnests the

@@ -11,7 +11,8 @@
 //! batch's (its token, made at its time): those claims have their records; the
 //! others decide on the record read (a known id is answered with it), and go on
 //! alone, with the single claim statement, only when they may take it over or
-//! replace it (expired, failed or abandoned). On MariaDB a new id claimed alone
+//! replace it (expired, failed or abandoned) or when their row is gone (deleted
+//! meanwhile). On MariaDB a new id claimed alone
 //! costs one round trip, the insert, and a known id two, the insert and the read;
 //! on MySQL each two more (see below).
 //!

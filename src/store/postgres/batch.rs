@@ -2,22 +2,22 @@
 //! passed as arrays (`INSERT … SELECT … FROM unnest(…) ON CONFLICT … RETURNING`).
 //! See [`claim_batch`](crate::store::claim_batch) for how batches are gathered.
 //!
-//! The statement answers the rows it claimed and, in the same statement, the
-//! stored records of the keys it did not claim, as its snapshot has them (each
-//! row says whether it was claimed): a refused claim decides on that record
-//! without reading it again, so a duplicate costs one round trip. A key it
-//! answered no row for was refused by a record stored after its snapshot began
-//! (by a concurrent transaction), and its caller goes on as a refused single
-//! claim does (reads the record, and decides). A batch waits at most 250 ms for a row lock
+//! The statement answers the rows it claimed and, in the same statement, the stored
+//! records of the keys it did not claim, as its snapshot has them (each row says
+//! whether it was claimed): a refused claim decides on that record without reading
+//! it again, so a duplicate costs one round trip, and claims again only when the
+//! record read may be taken over or replaced (changed since the snapshot). A key it
+//! answered no row for was refused by a record stored after its snapshot began (by
+//! a concurrent transaction), and its caller goes on as a refused single claim does
+//! (reads the record, and decides). A batch waits at most 250 ms for a row lock
 //! (`lock_timeout`, for its own transaction): a key held elsewhere, by an open
-//! [`record_in`](PostgresStore::record_in) transaction say, would otherwise hold
-//! up the claims of every other key of the batch, or, in a batch of its own, hold
-//! a runner and so every claim queued behind it. When the
-//! statement fails, every caller of the batch is answered `Unavailable` if the
-//! server could not be reached, and is otherwise told to claim alone, with the
-//! single statement, so that one row the server refuses (a NUL in an id a host
-//! passed straight to the store) fails only its own claim, and a lock waited out
-//! fails none.
+//! [`record_in`](PostgresStore::record_in) transaction say, would otherwise hold up
+//! the claims of every other key of the batch, or, in a batch of its own, hold a
+//! runner and so every claim queued behind it. When the statement fails, every
+//! caller of the batch is answered `Unavailable` if the server could not be
+//! reached, and is otherwise told to claim alone, with the single statement, so
+//! that one row the server refuses (a NUL in an id a host passed straight to the
+//! store) fails only its own claim, and a lock waited out fails none.
 
 use super::PostgresStore;
 use crate::store::claim_batch::{
