@@ -534,6 +534,11 @@ pub struct WebhookGuard {
     inner: Arc<Inner>,
 }
 
+// Aligned to 128 bytes so that `Arc`'s counters, which every claimed delivery
+// changes (its `ClaimState` holds a clone of the guard), share no cache line with
+// the fields every delivery reads: on two cores, each count change would evict
+// them from the other core's cache.
+#[repr(align(128))]
 struct Inner {
     store: Arc<DynProcessedStore>,
     verifier: Arc<dyn Verifier>,
