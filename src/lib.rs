@@ -209,6 +209,24 @@ pub(crate) const CENTURY: std::time::Duration = std::time::Duration::from_secs(1
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 
+/// For the crate's own tests of a live server: the URL in the environment
+/// variable `var`. Unset, the test fails in CI (`CI` set: a missing server is a
+/// failure) and is skipped elsewhere, saying so.
+#[cfg(test)]
+#[cfg_attr(not(any(feature = "mysql", feature = "redis")), allow(dead_code))]
+pub(crate) fn test_server_url(var: &str) -> Option<String> {
+    match std::env::var(var) {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ if std::env::var_os("CI").is_some() => {
+            panic!("{var} is not set: CI requires every backend's server")
+        }
+        _ => {
+            eprintln!("SKIPPED: {var} is not set, so this test did not run");
+            None
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;

@@ -232,21 +232,6 @@ mod tests {
     use sqlx::Connection as _;
     use std::time::Duration;
 
-    /// The test server's URL; its absence fails the test in CI and skips it elsewhere.
-    fn url() -> Option<String> {
-        const VAR: &str = "WEBHOOK_GUARD_MYSQL_URL";
-        match std::env::var(VAR) {
-            Ok(url) if !url.is_empty() => Some(url),
-            _ if std::env::var_os("CI").is_some() => {
-                panic!("{VAR} is not set: CI requires every backend's server")
-            }
-            _ => {
-                eprintln!("SKIPPED: {VAR} is not set, so this test did not run");
-                None
-            }
-        }
-    }
-
     fn waiting(id: &str) -> Waiting {
         let now = Utc::now();
         let request = ClaimRequest {
@@ -274,7 +259,9 @@ mod tests {
     /// batch inserts both.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_batch_waits_a_second_for_a_locked_key_and_leaves_the_session_wait_as_it_was() {
-        let Some(url) = url() else { return };
+        let Some(url) = crate::test_server_url("WEBHOOK_GUARD_MYSQL_URL") else {
+            return;
+        };
         let mut conn = sqlx::MySqlConnection::connect(&url).await.unwrap();
         let version: String = sqlx::query_scalar("SELECT VERSION()")
             .fetch_one(&mut conn)
