@@ -747,12 +747,13 @@ impl Statements {
         // row; the rows are inserted in the arrays' order. It waits at most 250 ms
         // for a row lock (`lock_timeout`, set for its own transaction only, before
         // its first row is inserted: the condition names no column, so it is
-        // evaluated once, before the scan yields a row). It answers the rows it claimed and, for the keys it
-        // did not, the stored rows as its snapshot has them (the snapshot does not
-        // see its own changes, hence `NOT EXISTS`); each row says first whether it
-        // was claimed (1) or not (0), then names its key. The lookup unnests the
-        // keys again rather than sharing the values with the insert through a
-        // CTE, whose materialization cost processed claims a few per cent.
+        // evaluated once, before the scan yields a row). It answers the rows it
+        // claimed and, for the keys it did not, the stored rows as its snapshot has
+        // them (the snapshot does not see its own changes, hence `NOT EXISTS`);
+        // each row says first whether it was claimed (1) or not (0), then names
+        // its key. The lookup unnests the keys again rather than sharing the
+        // values with the insert through a CTE, whose materialization cost
+        // processed claims a few per cent.
         let claim_batch = (dialect == Dialect::Postgres).then(|| {
             let upsert = claim_upsert(
                 &t,

@@ -47,7 +47,7 @@ impl ClaimBatch for PostgresStore {
 struct Columns {
     namespace: Vec<String>,
     id: Vec<String>,
-    fingerprint: Vec<Vec<u8>>,
+    fingerprint: Vec<[u8; 32]>,
     token: Vec<i64>,
     lease_until: Vec<i64>,
     expires_at: Vec<i64>,
@@ -67,7 +67,7 @@ async fn claim_batch(store: &PostgresStore, batch: Vec<Waiting>) {
         answers.push(w.answer);
         columns.namespace.push(w.namespace);
         columns.id.push(w.id);
-        columns.fingerprint.push(w.fingerprint.0.to_vec());
+        columns.fingerprint.push(w.fingerprint.0);
         columns.token.push(w.token);
         columns.lease_until.push(w.lease_until);
         columns.expires_at.push(w.expires_at);

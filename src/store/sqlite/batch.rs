@@ -34,31 +34,34 @@ impl ClaimBatch for SqliteStore {
 
     async fn run(&self, batch: Vec<Waiting>) {
         let statement = self.sql.claim_values(batch.len());
-        let mut keys = Vec::with_capacity(batch.len());
-        let mut answers = Vec::with_capacity(batch.len());
-        let mut query = sqlx::query(&statement);
-        for w in batch {
-            query = query
-                .bind(w.namespace.clone())
-                .bind(w.id.clone())
-                .bind(w.fingerprint.0.to_vec())
-                .bind(w.token)
-                .bind(w.lease_until)
-                .bind(w.expires_at)
-                .bind(w.now);
-            keys.push((w.namespace, w.id));
-            answers.push(w.answer);
-        }
-        let query = query.bind(&Fingerprint::UNKNOWN.0[..]);
-        let rows = match self.write_gate().await {
-            // Read to the end: SQLite commits an autocommit `INSERT … RETURNING`
-            // only then (see the single claim).
-            Ok(_gate) => query.fetch_all(&self.pool).await,
-            Err(e) => return failed(answers, e),
+        let rows = {
+            let mut query = sqlx::query(&statement);
+            for w in &batch {
+                query = query
+                    .bind(w.namespace.as_str())
+                    .bind(w.id.as_str())
+                    .bind(&w.fingerprint.0[..])
+                    .bind(w.token)
+                    .bind(w.lease_until)
+                    .bind(w.expires_at)
+                    .bind(w.now);
+            }
+            let query = query.bind(&Fingerprint::UNKNOWN.0[..]);
+            match self.write_gate().await {
+                // Read to the end: SQLite commits an autocommit `INSERT …
+                // RETURNING` only then (see the single claim).
+                Ok(_gate) => Ok(query.fetch_all(&self.pool).await),
+                Err(e) => Err(e),
+            }
         };
+        let (keys, answers): (Vec<_>, Vec<_>) = batch
+            .into_iter()
+            .map(|w| ((w.namespace, w.id), w.answer))
+            .unzip();
         match rows {
-            Ok(rows) => answer_upserted(&keys, answers, &rows, super::err),
-            Err(e) => failed_driver(answers, e, super::err),
+            Ok(Ok(rows)) => answer_upserted(&keys, answers, &rows, super::err),
+            Ok(Err(e)) => failed_driver(answers, e, super::err),
+            Err(e) => failed(answers, e),
         }
     }
 }
