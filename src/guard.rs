@@ -333,8 +333,10 @@ impl WebhookGuardBuilder {
     /// know — else nowhere). The ordering guard, the inbox and reconciliation use it.
     /// [`WebhookGuard::handle`], [`WebhookGuard::handle_owned`] and
     /// [`WebhookGuard::begin`] (and the framework integrations, built on them) read
-    /// it only once a delivery has claimed its id: duplicates, conflicts and
-    /// deliveries in progress elsewhere are not scanned for it.
+    /// it only once a delivery has claimed its id, and only when the guard has an
+    /// ordering store or a reconciler, its only readers there: duplicates, conflicts,
+    /// deliveries in progress elsewhere and the deliveries of a guard with neither
+    /// are not scanned for it.
     /// [`WebhookGuard::accept`] reads it for every verified delivery (the inbox
     /// stores it with the event).
     pub fn event_meta(mut self, meta: MetaExtractor) -> Self {
@@ -1851,15 +1853,22 @@ impl WebhookGuard {
         // Panic-safe (as every hook): nothing would release the claim yet.
         inner.safe_hooks.on_claim(key, record.attempts);
         record_on_span("webhook.attempt", record.attempts);
-        // The metadata is read now that this delivery holds the claim. A custom
-        // extractor that panics fails the delivery as a panicking handler would:
-        // the claim is released (retryable), not left to run out its lease.
+        // The metadata is read now that this delivery holds the claim, and only for
+        // its readers, ordering and reconciliation: a guard with neither skips the
+        // scan of the body (and the strings it would allocate). A custom extractor
+        // that panics fails the delivery as a panicking handler would: the claim is
+        // released (retryable), not left to run out its lease.
         let mut panicked = None;
-        let meta = std::panic::catch_unwind(AssertUnwindSafe(|| inner.meta.extract(body)))
-            .unwrap_or_else(|panic| {
-                panicked = Some(panic_message(&*panic).to_owned());
-                EventMeta::default()
-            });
+        let meta = if inner.ordering.is_some() || inner.reconciler.is_some() {
+            std::panic::catch_unwind(AssertUnwindSafe(|| inner.meta.extract(body))).unwrap_or_else(
+                |panic| {
+                    panicked = Some(panic_message(&*panic).to_owned());
+                    EventMeta::default()
+                },
+            )
+        } else {
+            EventMeta::default()
+        };
         let ordered = inner.ordering.is_some() && crate::ordering::ordered(&id, &meta, now);
         let state = Arc::new(ClaimState {
             guard: self.clone(),
@@ -1962,7 +1971,8 @@ impl WebhookGuard {
     /// shard's chunk list or table doubling) and a duplicate 4 times
     /// (`tests/allocations.rs` holds these bounds); the body is
     /// hashed once (SHA-256) for conflict detection, and read for the event's
-    /// metadata only by a delivery that claims its id (a duplicate skips that scan).
+    /// metadata only by a delivery that claims its id, and only when the guard has
+    /// an ordering store or a reconciler (a duplicate skips that scan).
     /// `benches/README.md` has measured figures.
     ///
     /// [`MemoryStore`]: crate::MemoryStore

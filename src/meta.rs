@@ -153,7 +153,8 @@ impl MetaExtractor {
     }
 
     /// Any function of the body. The guard calls it once a delivery has claimed its
-    /// id; if it panics there, the delivery fails as it would had its handler
+    /// id, when it has an ordering store or a reconciler to use the answer; if it
+    /// panics there, the delivery fails as it would had its handler
     /// panicked (retryable, the claim released). [`WebhookGuard::verify`] and
     /// [`WebhookGuard::accept`] call it before touching the store, and let a panic
     /// through.

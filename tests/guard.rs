@@ -152,11 +152,23 @@ async fn first_delivery_is_processed_and_a_retry_is_a_duplicate() {
 }
 
 /// A guard whose metadata extractor counts its calls (and panics on the calls whose
-/// numbers `panic_on` holds).
+/// numbers `panic_on` holds), with an ordering store, which reads the metadata.
 fn counting_meta_guard(panic_on: &'static [usize]) -> (WebhookGuard, Arc<AtomicUsize>) {
+    let (builder, reads) = counting_meta_builder(panic_on);
+    let guard = builder
+        .ordering(Arc::new(MemoryStore::new()))
+        .build()
+        .unwrap();
+    (guard, reads)
+}
+
+/// The builder of [`counting_meta_guard`], without an ordering store.
+fn counting_meta_builder(
+    panic_on: &'static [usize],
+) -> (webhook_guard::WebhookGuardBuilder, Arc<AtomicUsize>) {
     let reads = Arc::new(AtomicUsize::new(0));
     let counter = reads.clone();
-    let guard = WebhookGuard::builder()
+    let builder = WebhookGuard::builder()
         .store(MemoryStore::new())
         .verifier(NoVerification)
         .event_id(EventId::header("x-id"))
@@ -167,10 +179,38 @@ fn counting_meta_guard(panic_on: &'static [usize]) -> (WebhookGuard, Arc<AtomicU
                 "metadata extractor call {call} fails"
             );
             EventMeta::default()
-        }))
-        .build()
-        .unwrap();
-    (guard, reads)
+        }));
+    (builder, reads)
+}
+
+/// Only ordering and reconciliation read the metadata of a claimed delivery: a
+/// guard with neither processes without scanning the body for it (so an extractor
+/// that would panic fails nothing), one with a reconciler reads it, and `verify`
+/// answers it whatever the guard has.
+#[tokio::test]
+async fn a_claimed_delivery_reads_the_metadata_only_for_ordering_or_reconciliation() {
+    let (builder, reads) = counting_meta_builder(&[1, 2]);
+    let guard = builder.build().unwrap();
+    for id in ["evt_1", "evt_2"] {
+        let outcome = ok_run(&guard, id, b"{}").await;
+        assert!(matches!(outcome, Outcome::Processed { .. }), "{outcome:?}");
+    }
+    assert_eq!(reads.load(Ordering::SeqCst), 0, "nothing would use it");
+    let verify = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        guard.verify(&[("x-id", "evt_3")], b"{}")
+    }));
+    assert!(
+        verify.is_err(),
+        "`verify` calls the extractor, which panics"
+    );
+    assert_eq!(reads.load(Ordering::SeqCst), 1);
+
+    let (builder, reads) = counting_meta_builder(&[]);
+    let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+    let guard = builder.reconciler(Arc::new(Reasons(tx))).build().unwrap();
+    let outcome = ok_run(&guard, "evt_1", b"{}").await;
+    assert!(matches!(outcome, Outcome::Processed { .. }), "{outcome:?}");
+    assert_eq!(reads.load(Ordering::SeqCst), 1, "a reconciler may need it");
 }
 
 /// The metadata (type, created_at, object) is read from the body only by a delivery
