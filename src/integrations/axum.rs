@@ -82,10 +82,12 @@ where
     Fut: Future<Output = Result<(), HandlerError>> + Send + 'static,
     S: Clone + Send + Sync + 'static,
 {
-    axum::routing::post(move |request: Request| {
-        let guard = guard.clone();
-        let handler = handler.clone();
-        async move { handle_request(&guard, request, handler).await }
+    // axum clones the route's closure for every request and calls the clone once,
+    // so the closure hands its own guard and handler to the request's future: no
+    // second clone of them (a guard's clone writes the reference count that every
+    // worker of the host shares).
+    axum::routing::post(move |request: Request| async move {
+        handle_request(&guard, request, handler).await
     })
 }
 
