@@ -1966,7 +1966,8 @@ impl WebhookGuard {
     ///
     /// A processed delivery makes two store round trips (claim, then complete); a
     /// duplicate makes one (the claim answers with the record). On [`MemoryStore`]
-    /// with the id in a header, a processed delivery allocates 6 times (and, while
+    /// with the id in a header (or with the Stripe preset, which reads it from the
+    /// body), a processed delivery allocates 6 times (and, while
     /// the store is still growing, one more per 8 new records, plus now and then a
     /// shard's chunk list or table doubling) and a duplicate 4 times
     /// (`tests/allocations.rs` holds these bounds); the body is
