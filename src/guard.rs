@@ -1771,23 +1771,7 @@ impl WebhookGuard {
         let started = Instant::now();
         let now = self.inner.clock.now();
         let verified = self.verify_id_at(headers, body, now);
-        self.begin_verified(verified, body, started, now)
-    }
-
-    async fn begin_verified<'a>(
-        &self,
-        verified: Result<(String, Option<DateTime<Utc>>), Rejection>,
-        body: &'a [u8],
-        started: Instant,
-        now: DateTime<Utc>,
-    ) -> Begin<'a> {
-        match verified {
-            Ok((id, _)) => {
-                record_on_span("webhook.event_id", id.as_str());
-                self.claim(id, body, started, now).await
-            }
-            Err(r) => self.done(Outcome::Rejected(r), None, started),
-        }
+        self.claim(verified, body, started, now)
     }
 
     /// Reports `outcome`, reached before any handler ran, with the attempt when this
@@ -1797,14 +1781,21 @@ impl WebhookGuard {
         Begin::Done(outcome)
     }
 
-    /// Claims the id: the claim to run, or the outcome to answer (reported).
+    /// Claims the id of a verified delivery: the claim to run, or the outcome to
+    /// answer (reported), a rejection included. The callers await this future
+    /// directly (no wrapper future around it, which would copy it once more).
     async fn claim<'a>(
         &self,
-        id: String,
+        verified: Result<(String, Option<DateTime<Utc>>), Rejection>,
         body: &'a [u8],
         started: Instant,
         now: DateTime<Utc>,
     ) -> Begin<'a> {
+        let id = match verified {
+            Ok((id, _)) => id,
+            Err(r) => return self.done(Outcome::Rejected(r), None, started),
+        };
+        record_on_span("webhook.event_id", id.as_str());
         let inner = &self.inner;
         let fingerprint = if inner.fingerprint {
             Fingerprint::of(body)
@@ -1992,7 +1983,7 @@ impl WebhookGuard {
         let now = self.inner.clock.now();
         let verified = span.in_scope(|| self.verify_id_at(headers, body, now));
         async move {
-            let begin = self.begin_verified(verified, body, started, now).await;
+            let begin = self.claim(verified, body, started, now).await;
             run_claimed(begin, handler).await
         }
         .instrument(span)
@@ -2043,7 +2034,7 @@ impl WebhookGuard {
         let verified = span.in_scope(|| self.verify_id_at(headers, &body, now));
         async move {
             let shared = body.clone();
-            let begin = self.begin_verified(verified, &body, started, now).await;
+            let begin = self.claim(verified, &body, started, now).await;
             run_claimed(begin, move |event| {
                 handler(OwnedEvent {
                     body: shared,
