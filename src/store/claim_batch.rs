@@ -115,6 +115,29 @@ impl Waiting {
             ticket: 0,
         }
     }
+
+    /// `query` with this claim's values bound, borrowed, in the order of a claim
+    /// row of the SQLite and MySQL batch statements: namespace, id, fingerprint,
+    /// token, end of lease, expiry, now.
+    #[cfg(any(feature = "sqlite", feature = "mysql"))]
+    pub(crate) fn bind_row<'q, DB: sqlx::Database>(
+        &'q self,
+        query: sqlx::query::Query<'q, DB, DB::Arguments<'q>>,
+    ) -> sqlx::query::Query<'q, DB, DB::Arguments<'q>>
+    where
+        &'q str: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+        &'q [u8]: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+        i64: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    {
+        query
+            .bind(self.namespace.as_str())
+            .bind(self.id.as_str())
+            .bind(&self.fingerprint.0[..])
+            .bind(self.token)
+            .bind(self.lease_until)
+            .bind(self.expires_at)
+            .bind(self.now)
+    }
 }
 
 /// The claims waiting for a batch, and how many runners take them.

@@ -170,15 +170,8 @@ async fn insert(
     loop {
         let mut query = sqlx::query(&statement);
         for w in batch {
-            query = query
-                .bind(w.namespace.as_str())
-                .bind(w.id.as_str())
-                .bind(&w.fingerprint.0[..])
-                .bind(w.token)
-                .bind(w.lease_until)
-                .bind(w.expires_at)
-                .bind(w.now)
-                .bind(w.now);
+            // The row's `updated_at` takes `now` once more.
+            query = w.bind_row(query).bind(w.now);
         }
         match query.execute(&mut *conn).await {
             Err(e) if tries < DEADLOCK_RETRIES && server_error_number(&e) == Some(1213) => {

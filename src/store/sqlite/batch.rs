@@ -37,14 +37,7 @@ impl ClaimBatch for SqliteStore {
         let rows = {
             let mut query = sqlx::query(&statement);
             for w in &batch {
-                query = query
-                    .bind(w.namespace.as_str())
-                    .bind(w.id.as_str())
-                    .bind(&w.fingerprint.0[..])
-                    .bind(w.token)
-                    .bind(w.lease_until)
-                    .bind(w.expires_at)
-                    .bind(w.now);
+                query = w.bind_row(query);
             }
             let query = query.bind(&Fingerprint::UNKNOWN.0[..]);
             match self.write_gate().await {
