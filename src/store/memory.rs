@@ -1,9 +1,8 @@
 //! The in-process store: sharded sets of compact records.
 
-use std::cell::RefCell;
 use std::collections::{BinaryHeap, HashMap};
 use std::fmt;
-use std::hash::{BuildHasher, RandomState};
+use std::hash::{BuildHasher, Hasher, RandomState};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -201,15 +200,27 @@ impl MapKey {
         bytes: [0; INLINE_KEY],
     };
 
-    fn new(k: &str) -> Self {
-        match u8::try_from(k.len()) {
-            Ok(len) if k.len() <= INLINE_KEY => {
+    fn new(key: Key<'_>) -> Self {
+        let (ns, id) = (key.namespace.as_bytes(), key.id.as_bytes());
+        let n = ns.len() + 1 + id.len();
+        match u8::try_from(n) {
+            Ok(len) if n <= INLINE_KEY => {
                 let mut bytes = [0; INLINE_KEY];
-                bytes[..k.len()].copy_from_slice(k.as_bytes());
+                bytes[..ns.len()].copy_from_slice(ns);
+                bytes[ns.len() + 1..n].copy_from_slice(id);
                 Self::Inline { len, bytes }
             }
-            _ => Self::Heap(k.as_bytes().into()),
+            _ => Self::Heap(map_key(key).into_bytes().into()),
         }
+    }
+
+    /// Whether this is the map key of `key`, compared piece by piece.
+    fn spells(&self, key: Key<'_>) -> bool {
+        let (b, ns, id) = (self.as_bytes(), key.namespace.as_bytes(), key.id.as_bytes());
+        b.len() == ns.len() + 1 + id.len()
+            && b[..ns.len()] == *ns
+            && b[ns.len()] == 0
+            && b[ns.len() + 1..] == *id
     }
 
     fn as_bytes(&self) -> &[u8] {
@@ -271,35 +282,16 @@ impl Core {
     }
 }
 
-/// `namespace`, a NUL, then `id`: NUL cannot appear in a namespace the guard accepts.
+/// The map key of `key`: `namespace`, a NUL, then `id` (NUL cannot appear in a
+/// namespace the guard accepts). Lookups hash and compare it piece by piece
+/// ([`MemoryStore::hash`], [`MapKey::spells`]) without spelling it; it is spelled
+/// only to store a record and to file failure notes.
 fn map_key(key: Key<'_>) -> String {
     let mut k = String::with_capacity(key.namespace.len() + 1 + key.id.len());
-    push_key(&mut k, key);
-    k
-}
-
-fn push_key(k: &mut String, key: Key<'_>) {
     k.push_str(key.namespace);
     k.push('\0');
     k.push_str(key.id);
-}
-
-thread_local! {
-    /// Where lookups spell their map key, so a lookup does not allocate.
-    static SCRATCH: RefCell<String> = const { RefCell::new(String::new()) };
-}
-
-/// Calls `f` with the map key of `key`, spelled in a per-thread buffer.
-fn with_key<T>(key: Key<'_>, f: impl FnOnce(&str) -> T) -> T {
-    SCRATCH.with(|scratch| match scratch.try_borrow_mut() {
-        Ok(mut k) => {
-            k.clear();
-            push_key(&mut k, key);
-            f(&k)
-        }
-        // Only reachable if `f` itself came back here; stay correct regardless.
-        Err(_) => f(&map_key(key)),
-    })
+    k
 }
 
 impl Default for MemoryStore {
@@ -348,9 +340,29 @@ impl MemoryStore {
         &self.inner.ledger
     }
 
-    /// The hash of map key `k`, and its shard, locked.
-    fn shard(&self, k: &str) -> (u64, MutexGuard<'_, Shard>) {
-        let h = self.inner.hasher.hash_one(k.as_bytes());
+    /// The hash of the map key of `key`. A key that fits is spelled on the stack
+    /// and hashed in one write (cheaper than three); a longer one is written piece
+    /// by piece, which hashes the same bytes to the same value.
+    fn hash(&self, key: Key<'_>) -> u64 {
+        let (ns, id) = (key.namespace.as_bytes(), key.id.as_bytes());
+        let n = ns.len() + 1 + id.len();
+        let mut h = self.inner.hasher.build_hasher();
+        let mut buf = [0u8; 64];
+        if n <= buf.len() {
+            buf[..ns.len()].copy_from_slice(ns);
+            buf[ns.len() + 1..n].copy_from_slice(id);
+            h.write(&buf[..n]);
+        } else {
+            h.write(ns);
+            h.write_u8(0);
+            h.write(id);
+        }
+        h.finish()
+    }
+
+    /// The hash of `key`, and its shard, locked.
+    fn shard(&self, key: Key<'_>) -> (u64, MutexGuard<'_, Shard>) {
+        let h = self.hash(key);
         (h, lock(&self.inner.shards[self.shard_index(h)]))
     }
 
@@ -368,36 +380,37 @@ fn lock(m: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
 }
 
 impl Shard {
-    fn history_of(&self, k: &str, core: &Core) -> &[FailureNote] {
+    /// The failure notes of the record of `key` (spelled only when it has some).
+    fn history_of(&self, key: Key<'_>, core: &Core) -> &[FailureNote] {
         match core.has_history {
-            true => self.history.get(k).map_or(&[], |h| h),
+            true => self.history.get(map_key(key).as_str()).map_or(&[], |h| h),
             false => &[],
         }
     }
 
-    /// The slot of the record under `k` (hash `h`).
-    fn find(&self, h: u64, k: &str) -> Option<usize> {
+    /// The slot of the record of `key` (hash `h`).
+    fn find(&self, h: u64, key: Key<'_>) -> Option<usize> {
         let nodes = &self.nodes;
         let i = self
             .table
-            .find(h, |&i| nodes[i as usize].key.as_bytes() == k.as_bytes())?;
+            .find(h, |&i| nodes[i as usize].key.spells(key))?;
         Some(*i as usize)
     }
 
-    /// The slot of the record under `k` if it is `InProgress` with `token`, and its
+    /// The slot of the record of `key` if it is `InProgress` with `token`, and its
     /// fields.
-    fn fenced(&self, h: u64, k: &str, token: FencingToken) -> Option<(usize, Core)> {
-        let i = self.find(h, k)?;
+    fn fenced(&self, h: u64, key: Key<'_>, token: FencingToken) -> Option<(usize, Core)> {
+        let i = self.find(h, key)?;
         let core = self.nodes[i].core;
         (core.state == RecordState::InProgress && core.token == token).then_some((i, core))
     }
 
-    /// Stores a new record under `k` (hash `h`), in a free slot if there is one.
-    fn insert(&mut self, h: u64, k: &str, core: Core) {
+    /// Stores a new record of `key` (hash `h`), in a free slot if there is one.
+    fn insert(&mut self, h: u64, key: Key<'_>, core: Core) {
         let node = Node {
             core,
             hash: h,
-            key: MapKey::new(k),
+            key: MapKey::new(key),
         };
         let i = match self.free.pop() {
             Some(i) => {
@@ -430,7 +443,8 @@ impl Shard {
         free.push(i);
     }
 
-    fn claim(&mut self, h: u64, k: &str, req: &ClaimRequest<'_>) -> Claim {
+    fn claim(&mut self, h: u64, req: &ClaimRequest<'_>) -> Claim {
+        let key = req.key;
         let now = req.now;
         let fresh = Core {
             state: RecordState::InProgress,
@@ -444,8 +458,8 @@ impl Shard {
             updated_at: now,
             has_history: false,
         };
-        let Some(i) = self.find(h, k) else {
-            self.insert(h, k, fresh);
+        let Some(i) = self.find(h, key) else {
+            self.insert(h, key, fresh);
             self.in_progress += 1;
             self.next_due = self.next_due.min(fresh.due());
             return Claim::Acquired(fresh.record(req.key, &[]));
@@ -460,7 +474,7 @@ impl Shard {
         ) {
             Decision::Replace => {
                 if core.has_history {
-                    self.history.remove(k);
+                    self.history.remove(map_key(key).as_str());
                 }
                 core = fresh;
             }
@@ -479,7 +493,7 @@ impl Shard {
                 core.updated_at = now;
             }
             Decision::Keep => {
-                return Claim::Existing(core.record(req.key, self.history_of(k, &core)));
+                return Claim::Existing(core.record(key, self.history_of(key, &core)));
             }
         }
         self.nodes[i].core = core;
@@ -487,7 +501,7 @@ impl Shard {
             self.in_progress += 1;
         }
         self.next_due = self.next_due.min(core.due());
-        Claim::Acquired(core.record(req.key, self.history_of(k, &core)))
+        Claim::Acquired(core.record(key, self.history_of(key, &core)))
     }
 
     /// Removes up to `limit` records due at `now`; walks the whole shard (it is
@@ -526,10 +540,8 @@ impl Shard {
 #[async_trait]
 impl ProcessedStore for MemoryStore {
     async fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
-        Ok(with_key(request.key, |k| {
-            let (h, mut shard) = self.shard(k);
-            shard.claim(h, k, request)
-        }))
+        let (h, mut shard) = self.shard(request.key);
+        Ok(shard.claim(h, request))
     }
 
     async fn finish(
@@ -538,33 +550,33 @@ impl ProcessedStore for MemoryStore {
         token: FencingToken,
         finish: &Finish<'_>,
     ) -> Result<Fence, StoreError> {
-        Ok(with_key(key, |k| {
-            let (h, mut shard) = self.shard(k);
-            let shard = &mut *shard;
-            let Some((i, mut core)) = shard.fenced(h, k, token) else {
-                return Fence::LeaseLost;
-            };
-            core.state = finish.state;
-            core.failures = finish.failures;
-            core.updated_at = finish.now;
-            core.expires_at = finish.expires_at;
-            if finish.history.is_empty() {
-                if core.has_history {
-                    shard.history.remove(k);
-                }
-            } else if let Some(notes) = shard.history.get_mut(k) {
-                *notes = finish.history.into();
-            } else {
-                shard.history.insert(k.into(), finish.history.into());
+        let (h, mut shard) = self.shard(key);
+        let shard = &mut *shard;
+        let Some((i, mut core)) = shard.fenced(h, key, token) else {
+            return Ok(Fence::LeaseLost);
+        };
+        core.state = finish.state;
+        core.failures = finish.failures;
+        core.updated_at = finish.now;
+        core.expires_at = finish.expires_at;
+        if finish.history.is_empty() {
+            if core.has_history {
+                shard.history.remove(map_key(key).as_str());
             }
-            core.has_history = !finish.history.is_empty();
-            shard.nodes[i].core = core;
-            if finish.state != RecordState::InProgress {
-                shard.in_progress -= 1;
+        } else {
+            let k = map_key(key);
+            match shard.history.get_mut(k.as_str()) {
+                Some(notes) => *notes = finish.history.into(),
+                None => drop(shard.history.insert(k.into(), finish.history.into())),
             }
-            shard.next_due = shard.next_due.min(core.due());
-            Fence::Applied
-        }))
+        }
+        core.has_history = !finish.history.is_empty();
+        shard.nodes[i].core = core;
+        if finish.state != RecordState::InProgress {
+            shard.in_progress -= 1;
+        }
+        shard.next_due = shard.next_due.min(core.due());
+        Ok(Fence::Applied)
     }
 
     async fn renew(
@@ -574,51 +586,46 @@ impl ProcessedStore for MemoryStore {
         lease_until: DateTime<Utc>,
         expires_at: DateTime<Utc>,
     ) -> Result<Fence, StoreError> {
-        Ok(with_key(key, |k| {
-            let (h, mut shard) = self.shard(k);
-            let Some((i, mut core)) = shard.fenced(h, k, token) else {
-                return Fence::LeaseLost;
-            };
-            core.lease_until = lease_until;
-            core.expires_at = core.expires_at.max(expires_at);
-            shard.nodes[i].core = core;
-            shard.next_due = shard.next_due.min(core.due());
-            Fence::Applied
-        }))
+        let (h, mut shard) = self.shard(key);
+        let Some((i, mut core)) = shard.fenced(h, key, token) else {
+            return Ok(Fence::LeaseLost);
+        };
+        core.lease_until = lease_until;
+        core.expires_at = core.expires_at.max(expires_at);
+        shard.nodes[i].core = core;
+        shard.next_due = shard.next_due.min(core.due());
+        Ok(Fence::Applied)
     }
 
     async fn get(&self, key: Key<'_>) -> Result<Option<Record>, StoreError> {
-        Ok(with_key(key, |k| {
-            let (h, shard) = self.shard(k);
-            let core = shard.nodes[shard.find(h, k)?].core;
-            Some(core.record(key, shard.history_of(k, &core)))
-        }))
+        let (h, shard) = self.shard(key);
+        let Some(i) = shard.find(h, key) else {
+            return Ok(None);
+        };
+        let core = shard.nodes[i].core;
+        Ok(Some(core.record(key, shard.history_of(key, &core))))
     }
 
     async fn delete(&self, key: Key<'_>, now: DateTime<Utc>) -> Result<Deleted, StoreError> {
-        Ok(with_key(key, |k| {
-            let (h, mut shard) = self.shard(k);
-            let Shard {
-                table,
-                nodes,
-                free,
-                history,
-                in_progress,
-                ..
-            } = &mut *shard;
-            let Ok(entry) =
-                table.find_entry(h, |&i| nodes[i as usize].key.as_bytes() == k.as_bytes())
-            else {
-                return Deleted::NotFound;
-            };
-            let i = *entry.get();
-            if nodes[i as usize].core.lease_live(now) {
-                return Deleted::LeaseHeld;
-            }
-            entry.remove();
-            Shard::release(nodes, free, history, in_progress, i);
-            Deleted::Removed
-        }))
+        let (h, mut shard) = self.shard(key);
+        let Shard {
+            table,
+            nodes,
+            free,
+            history,
+            in_progress,
+            ..
+        } = &mut *shard;
+        let Ok(entry) = table.find_entry(h, |&i| nodes[i as usize].key.spells(key)) else {
+            return Ok(Deleted::NotFound);
+        };
+        let i = *entry.get();
+        if nodes[i as usize].core.lease_live(now) {
+            return Ok(Deleted::LeaseHeld);
+        }
+        entry.remove();
+        Shard::release(nodes, free, history, in_progress, i);
+        Ok(Deleted::Removed)
     }
 
     async fn purge_expired(&self, now: DateTime<Utc>, limit: usize) -> Result<u64, StoreError> {
@@ -673,7 +680,8 @@ impl ProcessedStore for MemoryStore {
                 }
                 let k = node.key.as_str();
                 let (namespace, id) = k.split_once('\0').unwrap_or(("", k));
-                let record = core.record(Key::new(namespace, id), shard.history_of(k, &core));
+                let key = Key::new(namespace, id);
+                let record = core.record(key, shard.history_of(key, &core));
                 best.push(ByLease(record));
             }
         }
@@ -716,8 +724,8 @@ mod tests {
         for width in [3, 10, 26] {
             let mut load = vec![0u32; 1024];
             for i in 0..100_000u32 {
-                let key = format!("stripe\0evt_{i:0width$}");
-                load[store.shard_index(store.inner.hasher.hash_one(key.as_bytes()))] += 1;
+                let id = format!("evt_{i:0width$}");
+                load[store.shard_index(store.hash(Key::new("stripe", &id)))] += 1;
             }
             let mean = 100_000 / 1024;
             let (min, max) = (load.iter().min().unwrap(), load.iter().max().unwrap());
@@ -766,12 +774,7 @@ mod tests {
         let store = MemoryStore::with_shards(2);
         let t0 = DateTime::from_timestamp(1_700_000_000, 0).unwrap();
         let shard_of = |id: &str| {
-            store.shard_index(
-                store
-                    .inner
-                    .hasher
-                    .hash_one(map_key(Key::new("ns", id)).as_bytes()),
-            )
+            store.shard_index(store.hash(Key::new("ns", id)))
         };
         let ids = |shard: usize, n: usize, tag: &str| -> Vec<String> {
             (0..)
@@ -942,7 +945,9 @@ mod tests {
         assert_eq!(store.len(), 3500);
     }
 
-    /// Keys too long to sit inside the record live on the heap and work the same.
+    /// Keys too long to sit inside the record live on the heap and work the same;
+    /// keys too long to be hashed in one write (over 64 bytes with the namespace
+    /// `ns` and its NUL) hash to what the one write would give, and work the same.
     #[test]
     fn long_keys_round_trip() {
         let store = MemoryStore::with_shards(1);
@@ -950,9 +955,14 @@ mod tests {
         for id in [
             "a".repeat(INLINE_KEY - 3),
             "b".repeat(INLINE_KEY - 2),
+            "c".repeat(61),
+            "d".repeat(62),
             "é".repeat(100),
         ] {
             let req = request(&id, t0);
+            let mut one_write = store.inner.hasher.build_hasher();
+            one_write.write(map_key(req.key).as_bytes());
+            assert_eq!(store.hash(req.key), one_write.finish(), "{} bytes", id.len());
             assert!(matches!(
                 ready(store.claim(&req)).unwrap(),
                 Claim::Acquired(_)
@@ -965,6 +975,24 @@ mod tests {
             assert_eq!(rec.id, id);
             let stuck = ready(store.stuck(t0 + TimeDelta::seconds(61), 10)).unwrap();
             assert!(stuck.iter().any(|r| r.id == id));
+            let done = Finish {
+                state: RecordState::Completed,
+                failures: 0,
+                history: &[],
+                now: t0,
+                expires_at: req.expires_at,
+            };
+            assert_eq!(
+                ready(store.finish(req.key, req.token, &done)).unwrap(),
+                Fence::Applied
+            );
+            let rec = ready(store.get(req.key)).unwrap().unwrap();
+            assert_eq!(rec.state, RecordState::Completed);
+            assert_eq!(
+                ready(store.delete(req.key, t0)).unwrap(),
+                Deleted::Removed
+            );
+            assert!(ready(store.get(req.key)).unwrap().is_none());
         }
     }
 }
