@@ -391,9 +391,7 @@ impl Shard {
     /// The slot of the record of `key` (hash `h`).
     fn find(&self, h: u64, key: Key<'_>) -> Option<usize> {
         let nodes = &self.nodes;
-        let i = self
-            .table
-            .find(h, |&i| nodes[i as usize].key.spells(key))?;
+        let i = self.table.find(h, |&i| nodes[i as usize].key.spells(key))?;
         Some(*i as usize)
     }
 
@@ -773,9 +771,7 @@ mod tests {
     fn purges_go_round_the_shards() {
         let store = MemoryStore::with_shards(2);
         let t0 = DateTime::from_timestamp(1_700_000_000, 0).unwrap();
-        let shard_of = |id: &str| {
-            store.shard_index(store.hash(Key::new("ns", id)))
-        };
+        let shard_of = |id: &str| store.shard_index(store.hash(Key::new("ns", id)));
         let ids = |shard: usize, n: usize, tag: &str| -> Vec<String> {
             (0..)
                 .map(|i| format!("{tag}{i}"))
@@ -962,7 +958,12 @@ mod tests {
             let req = request(&id, t0);
             let mut one_write = store.inner.hasher.build_hasher();
             one_write.write(map_key(req.key).as_bytes());
-            assert_eq!(store.hash(req.key), one_write.finish(), "{} bytes", id.len());
+            assert_eq!(
+                store.hash(req.key),
+                one_write.finish(),
+                "{} bytes",
+                id.len()
+            );
             assert!(matches!(
                 ready(store.claim(&req)).unwrap(),
                 Claim::Acquired(_)
@@ -988,10 +989,7 @@ mod tests {
             );
             let rec = ready(store.get(req.key)).unwrap().unwrap();
             assert_eq!(rec.state, RecordState::Completed);
-            assert_eq!(
-                ready(store.delete(req.key, t0)).unwrap(),
-                Deleted::Removed
-            );
+            assert_eq!(ready(store.delete(req.key, t0)).unwrap(), Deleted::Removed);
             assert!(ready(store.get(req.key)).unwrap().is_none());
         }
     }

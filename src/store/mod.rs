@@ -111,7 +111,19 @@ impl Fingerprint {
 
     /// Lowercase hex, as the SQL and Redis stores keep it.
     pub fn to_hex(&self) -> String {
-        hex::encode(self.0)
+        let mut text = String::with_capacity(64);
+        self.push_hex(&mut text);
+        text
+    }
+
+    /// Appends [`Fingerprint::to_hex`] to `out`, for a store that writes it into a
+    /// longer value.
+    pub(crate) fn push_hex(&self, out: &mut String) {
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        for b in self.0 {
+            out.push(char::from(DIGITS[usize::from(b >> 4)]));
+            out.push(char::from(DIGITS[usize::from(b & 0xf)]));
+        }
     }
 
     /// Parses the form written by [`Fingerprint::to_hex`].
@@ -703,7 +715,7 @@ pub(crate) fn ceil_millis(t: DateTime<Utc>) -> i64 {
 
 #[cfg(test)]
 mod tests {
-    use super::FencingToken;
+    use super::{FencingToken, Fingerprint};
     use std::collections::HashSet;
 
     #[test]
@@ -726,5 +738,20 @@ mod tests {
         // Consecutive tokens of one thread are not a counter.
         let t = &tokens[0];
         assert!(t.windows(2).all(|w| w[1].wrapping_sub(w[0]) != 1));
+    }
+
+    #[test]
+    fn fingerprints_spell_lowercase_hex_and_read_it_back() {
+        let fp = Fingerprint::of(b"body");
+        let text = fp.to_hex();
+        assert_eq!(
+            text,
+            "230d8358dc8e8890b4c58deeb62912ee2f20357ae92a5cc861b98e68fe31acb5"
+        );
+        assert_eq!(Fingerprint::from_hex(&text), Some(fp));
+        let mut out = String::from("x|");
+        Fingerprint([0xa5; 32]).push_hex(&mut out);
+        assert_eq!(out, format!("x|{}", "a5".repeat(32)));
+        assert_eq!(Fingerprint::from_hex(&text[..63]), None);
     }
 }
