@@ -891,6 +891,16 @@ fn fresh_record(request: &ClaimRequest<'_>) -> (String, i64) {
     (fresh, ttl(expires.max(lease), now))
 }
 
+/// `args` written into a string made with capacity `cap`, at least their length
+/// (a finish's fields are bounded: a `u64` token has at most 20 digits, an `i64`
+/// time 20 characters), so the string never grows, as a `format!` of them would
+/// several times.
+fn sized(cap: usize, args: fmt::Arguments<'_>) -> String {
+    let mut text = String::with_capacity(cap);
+    let _ = text.write_fmt(args);
+    text
+}
+
 fn stored_record(key: Key<'_>, v: &Value) -> Result<Record, StoreError> {
     record(key, text(v).ok_or_else(|| corrupt("not text"))?)
 }
@@ -1246,20 +1256,20 @@ impl ProcessedStore for RedisStore {
         let token = token.0;
         let (now, expires) = (millis(finish.now), ceil_millis(finish.expires_at));
         let state = finish.state.as_str();
-        let finished = self
-            .batcher()
-            .finish(batch::FinishJob {
-                shard,
-                rec,
-                member,
-                fence: format!("in_progress|{token}|"),
-                head: format!("{state}|{token}|"),
-                tail: format!("{}|{expires}|{now}|{history}", finish.failures),
-                ttl: ttl(expires, now),
-                expires,
-            })
-            .await
-            .map_err(store_error)?;
+        let job = batch::FinishJob {
+            shard,
+            rec,
+            member,
+            fence: sized(33, format_args!("in_progress|{token}|")),
+            head: sized(state.len() + 22, format_args!("{state}|{token}|")),
+            tail: sized(
+                54 + history.len(),
+                format_args!("{}|{expires}|{now}|{history}", finish.failures),
+            ),
+            ttl: ttl(expires, now),
+            expires,
+        };
+        let finished = self.batcher().finish(job).await.map_err(store_error)?;
         match finished {
             batch::Finished::Applied => Ok(Fence::Applied),
             batch::Finished::LeaseLost => Ok(Fence::LeaseLost),
