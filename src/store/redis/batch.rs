@@ -258,9 +258,11 @@ impl Sender {
             pipe.cmd("EXEC");
         }
         let entries: Vec<(u16, i64)> = entries.into_iter().map(|(s, (_, now))| (s, now)).collect();
-        let finish = (!finishes.is_empty()).then(|| finish_script(&self.keys, &finishes));
-        if let Some(inv) = &finish {
-            pipe.add_command(inv.cmd.clone());
+        // The finish script's command moves into the pipeline; the rare run again
+        // after `NOSCRIPT` builds it again rather than every batch copying it.
+        let finish = !finishes.is_empty();
+        if finish {
+            pipe.add_command(finish_script(&self.keys, &finishes).cmd);
         }
 
         let answers = match self
@@ -304,12 +306,13 @@ impl Sender {
                 _ => fail(claims, Vec::new(), &unexpected("transaction")),
             }
         }
-        if let Some(inv) = finish {
+        if finish {
             let mut answer = answers.next().unwrap_or(Ok(Value::Nil));
             if matches!(&answer, Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript))
             {
                 // The server lost its scripts (a restart, `SCRIPT FLUSH`): the script
                 // did not run; `eval` loads it and runs it again.
+                let inv = finish_script(&self.keys, &finishes);
                 answer = self.connection.eval(&inv).await;
             }
             answer_finishes(finishes, answer);
