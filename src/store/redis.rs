@@ -679,21 +679,45 @@ impl RedisStore {
         }
     }
 
-    /// The record key, the shard's keys, and the record's member in its index.
-    fn locate(&self, key: Key<'_>) -> (String, &ShardKeys, String) {
-        let (rec, shard, member) = self.locate_shard(key);
-        (rec, self.keys(shard), member)
+    /// The record's key (and member), and the shard's keys.
+    fn locate(&self, key: Key<'_>) -> (RecordKey, &ShardKeys) {
+        let (rec, shard) = self.locate_shard(key);
+        (rec, self.keys(shard))
     }
 
     /// [`locate`](Self::locate), with the shard's number.
-    fn locate_shard(&self, key: Key<'_>) -> (String, u16, String) {
+    fn locate_shard(&self, key: Key<'_>) -> (RecordKey, u16) {
         let shard = self.shard_of(key);
         let records = &self.keys(shard).records;
-        let member = member(key);
-        let mut rec = String::with_capacity(records.len() + member.len());
+        let mut rec = String::with_capacity(records.len() + key.namespace.len() + 1 + key.id.len());
         rec.push_str(records);
-        rec.push_str(&member);
-        (rec, shard, member)
+        // The member: `namespace`, a NUL, then `id` (NUL cannot appear in a
+        // namespace the guard accepts).
+        rec.push_str(key.namespace);
+        rec.push('\0');
+        rec.push_str(key.id);
+        let member_at = records.len();
+        (RecordKey { rec, member_at }, shard)
+    }
+}
+
+/// A record's key, `{<prefix>:<n>}:r:<namespace>\0<id>`, whose tail
+/// `<namespace>\0<id>` is the record's member in its shard's due index: one string
+/// for both.
+pub(super) struct RecordKey {
+    rec: String,
+    member_at: usize,
+}
+
+impl RecordKey {
+    /// The record's key.
+    pub(super) fn rec(&self) -> &str {
+        &self.rec
+    }
+
+    /// The record's member in its shard's due index.
+    pub(super) fn member(&self) -> &str {
+        &self.rec[self.member_at..]
     }
 }
 
@@ -712,15 +736,6 @@ impl ShardKeys {
             due: format!("{tag}:due"),
         }
     }
-}
-
-/// `namespace`, a NUL, then `id`: NUL cannot appear in a namespace the guard accepts.
-fn member(key: Key<'_>) -> String {
-    let mut m = String::with_capacity(key.namespace.len() + 1 + key.id.len());
-    m.push_str(key.namespace);
-    m.push('\0');
-    m.push_str(key.id);
-    m
 }
 
 fn is_unreachable(e: &RedisError) -> bool {
@@ -1149,7 +1164,7 @@ static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
 #[async_trait]
 impl ProcessedStore for RedisStore {
     async fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
-        let (rec, shard, member) = self.locate_shard(request.key);
+        let (rec, shard) = self.locate_shard(request.key);
         let (now, lease, expires) = (
             millis(request.now),
             ceil_millis(request.lease_until),
@@ -1182,7 +1197,6 @@ impl ProcessedStore for RedisStore {
             .claim(batch::ClaimJob {
                 shard,
                 rec,
-                member,
                 fresh,
                 ttl: fresh_ttl,
                 lease,
@@ -1204,14 +1218,14 @@ impl ProcessedStore for RedisStore {
         // A known record this claim may replace or take over: the script decides
         // again, atomically (the record may have changed since). Rare, so the keys
         // and the fresh record, moved into the batch, are built again.
-        let (rec, shard, member) = self.locate_shard(request.key);
+        let (rec, shard) = self.locate_shard(request.key);
         let (fresh, fresh_ttl) = fresh_record(request);
         let mut inv = Eval::new(&SCRIPTS.claim, 2);
-        inv.key(&rec)
+        inv.key(rec.rec())
             .key(&self.keys(shard).due)
             .arg(&fresh)
             .arg(fresh_ttl)
-            .arg(&member)
+            .arg(rec.member())
             .arg(request.fingerprint.to_hex())
             .arg(request.token.0)
             .arg(now)
@@ -1247,7 +1261,7 @@ impl ProcessedStore for RedisStore {
         token: FencingToken,
         finish: &Finish<'_>,
     ) -> Result<Fence, StoreError> {
-        let (rec, shard, member) = self.locate_shard(key);
+        let (rec, shard) = self.locate_shard(key);
         let history = if finish.history.is_empty() {
             String::new()
         } else {
@@ -1259,7 +1273,6 @@ impl ProcessedStore for RedisStore {
         let job = batch::FinishJob {
             shard,
             rec,
-            member,
             fence: sized(33, format_args!("in_progress|{token}|")),
             head: sized(state.len() + 22, format_args!("{state}|{token}|")),
             tail: sized(
@@ -1284,11 +1297,11 @@ impl ProcessedStore for RedisStore {
         lease_until: DateTime<Utc>,
         expires_at: DateTime<Utc>,
     ) -> Result<Fence, StoreError> {
-        let (rec, keys, member) = self.locate(key);
+        let (rec, keys) = self.locate(key);
         let mut inv = Eval::new(&SCRIPTS.renew, 2);
-        inv.key(&rec)
+        inv.key(rec.rec())
             .key(&keys.due)
-            .arg(&member)
+            .arg(rec.member())
             .arg(token.0)
             .arg(ceil_millis(lease_until))
             .arg(ceil_millis(expires_at));
@@ -1306,20 +1319,23 @@ impl ProcessedStore for RedisStore {
     }
 
     async fn get(&self, key: Key<'_>) -> Result<Option<Record>, StoreError> {
-        let (rec, _, _) = self.locate(key);
+        let (rec, _) = self.locate(key);
         let stored: Option<String> = self
             .inner
             .connection
-            .query(::redis::cmd("GET").arg(&rec))
+            .query(::redis::cmd("GET").arg(rec.rec()))
             .await
             .map_err(store_error)?;
         stored.map(|s| record(key, &s)).transpose()
     }
 
     async fn delete(&self, key: Key<'_>, now: DateTime<Utc>) -> Result<Deleted, StoreError> {
-        let (rec, keys, member) = self.locate(key);
+        let (rec, keys) = self.locate(key);
         let mut inv = Eval::new(&SCRIPTS.delete, 2);
-        inv.key(&rec).key(&keys.due).arg(&member).arg(millis(now));
+        inv.key(rec.rec())
+            .key(&keys.due)
+            .arg(rec.member())
+            .arg(millis(now));
         let answer: i64 = self
             .inner
             .connection

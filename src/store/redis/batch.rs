@@ -30,7 +30,7 @@ use std::time::Duration;
 use ::redis::{ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
-use super::{Eval, RedisConnection, ShardKeys, SCRIPTS, TIDY_BATCH};
+use super::{Eval, RecordKey, RedisConnection, ShardKeys, SCRIPTS, TIDY_BATCH};
 
 /// The most jobs one batch takes.
 const MAX_BATCH: usize = 256;
@@ -41,8 +41,7 @@ const IN_FLIGHT: usize = 2;
 /// shard's due index at `lease` unless it is there already.
 pub(super) struct ClaimJob {
     pub(super) shard: u16,
-    pub(super) rec: String,
-    pub(super) member: String,
+    pub(super) rec: RecordKey,
     pub(super) fresh: String,
     pub(super) ttl: i64,
     pub(super) lease: i64,
@@ -53,8 +52,7 @@ pub(super) struct ClaimJob {
 /// [`FINISH`](super::FINISH)).
 pub(super) struct FinishJob {
     pub(super) shard: u16,
-    pub(super) rec: String,
-    pub(super) member: String,
+    pub(super) rec: RecordKey,
     pub(super) fence: String,
     pub(super) head: String,
     pub(super) tail: String,
@@ -233,7 +231,7 @@ impl Sender {
         let mut entries: BTreeMap<u16, Entries<'_>> = BTreeMap::new();
         for (j, _) in &claims {
             let (members, now) = entries.entry(j.shard).or_default();
-            members.push((j.lease, &j.member));
+            members.push((j.lease, j.rec.member()));
             *now = (*now).max(j.now);
         }
         let mut pipe = ::redis::pipe();
@@ -248,7 +246,7 @@ impl Sender {
             }
             for (j, _) in &claims {
                 pipe.cmd("SET")
-                    .arg(&j.rec)
+                    .arg(j.rec.rec())
                     .arg(&j.fresh)
                     .arg("NX")
                     .arg("GET")
@@ -347,7 +345,7 @@ type Finishes = Vec<(FinishJob, oneshot::Sender<RedisResult<Finished>>)>;
 fn finish_script<'s>(keys: &[ShardKeys], finishes: &Finishes) -> Eval<'s> {
     let mut inv = Eval::new(&SCRIPTS.finish, 2 * finishes.len());
     for (j, _) in finishes {
-        inv.key(&j.rec).key(&keys[usize::from(j.shard)].due);
+        inv.key(j.rec.rec()).key(&keys[usize::from(j.shard)].due);
     }
     for (j, _) in finishes {
         inv.arg(&j.fence)
@@ -355,7 +353,7 @@ fn finish_script<'s>(keys: &[ShardKeys], finishes: &Finishes) -> Eval<'s> {
             .arg(&j.tail)
             .arg(j.ttl)
             .arg(j.expires)
-            .arg(&j.member);
+            .arg(j.rec.member());
     }
     inv
 }
