@@ -201,13 +201,10 @@ impl MapKey {
     };
 
     fn new(key: Key<'_>) -> Self {
-        let (ns, id) = (key.namespace.as_bytes(), key.id.as_bytes());
-        let n = ns.len() + 1 + id.len();
-        match u8::try_from(n) {
-            Ok(len) if n <= INLINE_KEY => {
+        match u8::try_from(key.joined_len()) {
+            Ok(len) if usize::from(len) <= INLINE_KEY => {
                 let mut bytes = [0; INLINE_KEY];
-                bytes[..ns.len()].copy_from_slice(ns);
-                bytes[ns.len() + 1..n].copy_from_slice(id);
+                join_into(key, &mut bytes);
                 Self::Inline { len, bytes }
             }
             _ => Self::Heap(map_key(key).into_bytes().into()),
@@ -282,16 +279,25 @@ impl Core {
     }
 }
 
-/// The map key of `key`: `namespace`, a NUL, then `id` (NUL cannot appear in a
-/// namespace the guard accepts). Lookups hash and compare it piece by piece
-/// ([`MemoryStore::hash`], [`MapKey::spells`]) without spelling it; it is spelled
-/// only to store a record and to file failure notes.
+/// The map key of `key`, as [`Key::push_joined`] spells it. Lookups hash and
+/// compare it piece by piece ([`MemoryStore::hash`], [`MapKey::spells`]) without
+/// spelling it on the heap; it is spelled there only to store a long key and to
+/// file failure notes.
 fn map_key(key: Key<'_>) -> String {
-    let mut k = String::with_capacity(key.namespace.len() + 1 + key.id.len());
-    k.push_str(key.namespace);
-    k.push('\0');
-    k.push_str(key.id);
+    let mut k = String::with_capacity(key.joined_len());
+    key.push_joined(&mut k);
     k
+}
+
+/// Spells the map key of `key` at the front of `buf` (at least
+/// `key.joined_len()` long); its length.
+fn join_into(key: Key<'_>, buf: &mut [u8]) -> usize {
+    let (ns, id) = (key.namespace.as_bytes(), key.id.as_bytes());
+    let n = key.joined_len();
+    buf[..ns.len()].copy_from_slice(ns);
+    buf[ns.len()] = 0;
+    buf[ns.len() + 1..n].copy_from_slice(id);
+    n
 }
 
 impl Default for MemoryStore {
@@ -344,18 +350,15 @@ impl MemoryStore {
     /// and hashed in one write (cheaper than three); a longer one is written piece
     /// by piece, which hashes the same bytes to the same value.
     fn hash(&self, key: Key<'_>) -> u64 {
-        let (ns, id) = (key.namespace.as_bytes(), key.id.as_bytes());
-        let n = ns.len() + 1 + id.len();
         let mut h = self.inner.hasher.build_hasher();
         let mut buf = [0u8; 64];
-        if n <= buf.len() {
-            buf[..ns.len()].copy_from_slice(ns);
-            buf[ns.len() + 1..n].copy_from_slice(id);
+        if key.joined_len() <= buf.len() {
+            let n = join_into(key, &mut buf);
             h.write(&buf[..n]);
         } else {
-            h.write(ns);
+            h.write(key.namespace.as_bytes());
             h.write_u8(0);
-            h.write(id);
+            h.write(key.id.as_bytes());
         }
         h.finish()
     }
@@ -676,9 +679,7 @@ impl ProcessedStore for MemoryStore {
                         _ => continue,
                     }
                 }
-                let k = node.key.as_str();
-                let (namespace, id) = k.split_once('\0').unwrap_or(("", k));
-                let key = Key::new(namespace, id);
+                let key = Key::split_joined(node.key.as_str());
                 let record = core.record(key, shard.history_of(key, &core));
                 best.push(ByLease(record));
             }

@@ -80,6 +80,25 @@ impl<'a> Key<'a> {
     pub fn new(namespace: &'a str, id: &'a str) -> Self {
         Self { namespace, id }
     }
+
+    /// The length of the key as [`Key::push_joined`] spells it.
+    pub(crate) fn joined_len(&self) -> usize {
+        self.namespace.len() + 1 + self.id.len()
+    }
+
+    /// Appends `namespace`, a NUL, then `id`: how the memory and Redis stores spell
+    /// a key (hence no NUL in a namespace).
+    pub(crate) fn push_joined(&self, out: &mut String) {
+        out.push_str(self.namespace);
+        out.push('\0');
+        out.push_str(self.id);
+    }
+
+    /// The key that [`Key::push_joined`] spelled as `joined`.
+    pub(crate) fn split_joined(joined: &'a str) -> Self {
+        let (namespace, id) = joined.split_once('\0').unwrap_or(("", joined));
+        Self { namespace, id }
+    }
 }
 
 impl fmt::Display for Key<'_> {
@@ -119,10 +138,10 @@ impl Fingerprint {
     /// Appends [`Fingerprint::to_hex`] to `out`, for a store that writes it into a
     /// longer value.
     pub(crate) fn push_hex(&self, out: &mut String) {
-        const DIGITS: &[u8; 16] = b"0123456789abcdef";
-        for b in self.0 {
-            out.push(char::from(DIGITS[usize::from(b >> 4)]));
-            out.push(char::from(DIGITS[usize::from(b & 0xf)]));
+        let mut digits = [0u8; 64];
+        // 64 digits for 32 bytes: the lengths always agree.
+        if hex::encode_to_slice(self.0, &mut digits).is_ok() {
+            out.push_str(std::str::from_utf8(&digits).unwrap_or_default());
         }
     }
 

@@ -689,13 +689,9 @@ impl RedisStore {
     fn locate_shard(&self, key: Key<'_>) -> (RecordKey, u16) {
         let shard = self.shard_of(key);
         let records = &self.keys(shard).records;
-        let mut rec = String::with_capacity(records.len() + key.namespace.len() + 1 + key.id.len());
+        let mut rec = String::with_capacity(records.len() + key.joined_len());
         rec.push_str(records);
-        // The member: `namespace`, a NUL, then `id` (NUL cannot appear in a
-        // namespace the guard accepts).
-        rec.push_str(key.namespace);
-        rec.push('\0');
-        rec.push_str(key.id);
+        key.push_joined(&mut rec);
         let member_at = records.len();
         (RecordKey { rec, member_at }, shard)
     }
@@ -1421,14 +1417,14 @@ impl ProcessedStore for RedisStore {
                         return Err(corrupt("unexpected stuck answer"));
                     };
                     let m = text(m).ok_or_else(|| corrupt("member"))?;
-                    let (namespace, id) = m.split_once('\0').unwrap_or(("", m));
+                    let key = Key::split_joined(m);
                     if found_here < limit {
                         // One record this crate cannot read fails no scan (the
                         // scripts keep such records in place, for the purge).
-                        match stored_record(Key::new(namespace, id), r) {
+                        match stored_record(key, r) {
                             Ok(record) => out.push(record),
                             Err(e) => {
-                                tracing::warn!(%namespace, %id, error = %e, "a stuck record that does not read: skipped");
+                                tracing::warn!(namespace = %key.namespace, id = %key.id, error = %e, "a stuck record that does not read: skipped");
                             }
                         }
                         found_here += 1;
