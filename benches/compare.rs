@@ -1372,8 +1372,9 @@ async fn ceiling_cycles(
             .arg(600_000);
         index.arg(lease).arg(key);
     }
-    claims.add_command(index).ignore();
-    let stored: Vec<Option<String>> = claims.query_async(conn).await.expect("claims");
+    claims.add_command(index);
+    let mut stored: Vec<redis::Value> = claims.query_async(conn).await.expect("claims");
+    let filed = stored.pop() == Some(redis::Value::Int(CEILING_BATCH as i64));
     let mut run = finish.prepare_invoke();
     for (i, key) in ids.zip(&keys) {
         run.key(key).arg(format!("in_progress|{i}|")).arg(format!(
@@ -1381,32 +1382,55 @@ async fn ceiling_cycles(
         ));
     }
     let applied: Vec<i64> = run.invoke_async(conn).await.expect("finish script");
-    stored.len() == keys.len()
-        && stored.iter().all(Option::is_none)
+    filed
+        && stored.len() == keys.len()
+        && stored.iter().all(|v| *v == redis::Value::Nil)
         && applied.len() == keys.len()
         && applied.iter().all(|&a| a == 1)
 }
 
+/// CPU seconds the server's main thread (the one that runs commands) has used, from
+/// `INFO cpu`.
+async fn server_main_cpu(conn: &mut redis::aio::ConnectionManager) -> f64 {
+    let info: String = redis::cmd("INFO")
+        .arg("cpu")
+        .query_async(conn)
+        .await
+        .expect("INFO cpu");
+    let field = |name: &str| -> f64 {
+        info.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':')?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("INFO cpu has no {name}"))
+    };
+    field("used_cpu_user_main_thread") + field("used_cpu_sys_main_thread")
+}
+
 /// A round of the ceiling side ([`ceiling_cycles`]) on `conn`, keys under `prefix`.
+/// Each round also pushes to `busy` the share of its time the server's main thread
+/// was busy (1.0: a full core, all a Redis server runs commands on).
 fn ceiling_side(
     conn: &redis::aio::ConnectionManager,
     prefix: &str,
     dur: Duration,
+    busy: Arc<Mutex<Vec<f64>>>,
 ) -> impl Fn(u64) -> RoundFuture {
     let finish = Arc::new(redis::Script::new(CEILING_FINISH));
     let (conn, prefix) = (conn.clone(), prefix.to_owned());
     move |first| {
-        let (conn, prefix, finish) = (conn.clone(), prefix.clone(), finish.clone());
-        Box::pin(tput_each(
-            CEILING_TASKS,
-            dur,
-            first,
-            CEILING_BATCH,
-            move |i0| {
+        let (conn, prefix, finish, busy) =
+            (conn.clone(), prefix.clone(), finish.clone(), busy.clone());
+        Box::pin(async move {
+            let mut probe = conn.clone();
+            let (cpu, t) = (server_main_cpu(&mut probe).await, Instant::now());
+            let round = tput_each(CEILING_TASKS, dur, first, CEILING_BATCH, move |i0| {
                 let (mut conn, prefix, finish) = (conn.clone(), prefix.clone(), finish.clone());
                 async move { ceiling_cycles(&mut conn, &prefix, i0, &finish).await }
-            },
-        ))
+            })
+            .await;
+            let share = (server_main_cpu(&mut probe).await - cpu) / t.elapsed().as_secs_f64();
+            busy.lock().unwrap().push(share);
+            round
+        })
     }
 }
 
@@ -1473,13 +1497,15 @@ fn redis_cycle_tput(ctx: &Ctx) -> Result<Report, Skip> {
         }))
     };
     // The bound of any guard here: the server work of a cycle, batched, no crate code.
-    let ceiling_side = ceiling_side(&conn, &format!("{raw_prefix}c:"), dur);
+    let busy = Arc::new(Mutex::new(Vec::new()));
+    let ceiling_side = ceiling_side(&conn, &format!("{raw_prefix}c:"), dur, busy.clone());
     let sides: [&dyn Fn(u64) -> RoundFuture; 4] =
         [&guard_side, &set_side, &reference_side, &ceiling_side];
     // Rounds in whole turns, so that each side goes first equally often.
-    let rounds = (ctx.rounds.min(6) / sides.len()).max(1) * sides.len();
+    let rounds = ctx.rounds.div_ceil(sides.len()).min(2) * sides.len();
     let m = interleave_tput_sides(ctx, &rt, rounds, &sides);
     let (g, b, r, c) = (m[0], m[1], m[2], m[3]);
+    let busy = median(busy.lock().unwrap().clone());
     rt.block_on(async {
         redis_cleanup(&url, &format!("{{{prefix}:*")).await;
         redis_cleanup(&url, &format!("{raw_prefix}*")).await;
@@ -1496,8 +1522,9 @@ fn redis_cycle_tput(ctx: &Ctx) -> Result<Report, Skip> {
         g / r
     ));
     report.notes.push(format!(
-        "ceiling, same run: the store's server work for a cycle as raw commands, {CEILING_TASKS} tasks of {CEILING_BATCH} cycles batched (MULTI of SET NX GET PX + one ZADD NX, then one fenced-rewrite script): {c:.0} cycles/s, {:.3} of SET NX PX; guard {:.3} of it",
+        "ceiling, same run: the store's server work for a cycle as raw commands, {CEILING_TASKS} tasks of {CEILING_BATCH} cycles batched (MULTI of SET NX GET PX + one ZADD NX, then one fenced-rewrite script): {c:.0} cycles/s, {:.3} of SET NX PX, the server's command thread busy {:.0} % of those rounds; guard {:.3} of it",
         c / b,
+        busy * 100.0,
         g / c
     ));
     Ok(report)
@@ -1545,6 +1572,7 @@ where
         }))
     };
     let ceiling_prefix = format!("{prefix}_ceiling:");
+    let busy = Arc::new(Mutex::new(Vec::new()));
     let m = if with_ceiling {
         let conn = rt.block_on(async {
             redis::Client::open(url.as_str())
@@ -1553,7 +1581,7 @@ where
                 .await
                 .expect("connect")
         });
-        let ceiling_side = ceiling_side(&conn, &ceiling_prefix, dur);
+        let ceiling_side = ceiling_side(&conn, &ceiling_prefix, dur, busy.clone());
         let sides: [&dyn Fn(u64) -> RoundFuture; 3] = [&guard_side, &peer_side, &ceiling_side];
         // Rounds in whole turns, so that each side goes first equally often.
         let rounds = (ctx.rounds.min(6) / sides.len()).max(1) * sides.len();
@@ -1578,8 +1606,9 @@ where
     );
     if let Some(c) = m.get(2) {
         report.notes.push(format!(
-            "ceiling, same run: the store's server work for a cycle as raw commands (as in redis_cycle_tput): {c:.0} cycles/s, {:.3} of the peer; guard {:.3} of it",
+            "ceiling, same run: the store's server work for a cycle as raw commands (as in redis_cycle_tput): {c:.0} cycles/s, {:.3} of the peer, the server's command thread busy {:.0} % of those rounds; guard {:.3} of it",
             c / b,
+            median(busy.lock().unwrap().clone()) * 100.0,
             g / c
         ));
     }
