@@ -1592,7 +1592,9 @@ where
     rt.block_on(async {
         redis_cleanup(&url, &format!("{{{prefix}:*")).await;
         redis_cleanup(&url, &format!("{peer_prefix}*")).await;
-        redis_cleanup(&url, &format!("{ceiling_prefix}*")).await;
+        if with_ceiling {
+            redis_cleanup(&url, &format!("{ceiling_prefix}*")).await;
+        }
     });
     let (g, b) = (m[0], m[1]);
     let mut report = tput_report(
