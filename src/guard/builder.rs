@@ -1,5 +1,6 @@
 //! The builder of a [`WebhookGuard`], its defaults, and the configurations it refuses.
 
+use std::any::Any;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -117,17 +118,22 @@ pub struct WebhookGuardBuilder {
 pub(super) const KINDS: usize = OutcomeKind::ALL.len();
 
 impl WebhookGuardBuilder {
-    /// The inbox for [`WebhookGuard::accept`] and [`WebhookGuard::worker`].
-    pub fn inbox(mut self, inbox: Arc<dyn InboxStore>) -> Self {
-        self.inbox = Some(inbox);
+    /// The inbox for [`WebhookGuard::accept`] and [`WebhookGuard::worker`]: a
+    /// store, or an `Arc` of one to share it.
+    pub fn inbox(mut self, inbox: impl InboxStore) -> Self {
+        self.inbox = Some(shared(inbox, |inbox| {
+            Arc::new(inbox) as Arc<dyn InboxStore>
+        }));
         self
     }
 
     /// The ordering store: with it, an event older than one already seen for its
     /// target object and family (see [`EventMeta`]) does not run the handler: it is
     /// answered [`Outcome::Stale`] and the stale hook is called.
-    pub fn ordering(mut self, ordering: Arc<dyn OrderingStore>) -> Self {
-        self.ordering = Some(ordering);
+    pub fn ordering(mut self, ordering: impl OrderingStore) -> Self {
+        self.ordering = Some(shared(ordering, |ordering| {
+            Arc::new(ordering) as Arc<dyn OrderingStore>
+        }));
         self
     }
 
@@ -135,8 +141,10 @@ impl WebhookGuardBuilder {
     /// permanently, when a handler succeeded but its lease was taken over meanwhile
     /// or a newer event of its object was seen while it ran, and by
     /// [`WebhookGuard::reconcile_stale`].
-    pub fn reconciler(mut self, reconciler: Arc<dyn Reconciler>) -> Self {
-        self.reconciler = Some(reconciler);
+    pub fn reconciler(mut self, reconciler: impl Reconciler) -> Self {
+        self.reconciler = Some(shared(reconciler, |reconciler| {
+            Arc::new(reconciler) as Arc<dyn Reconciler>
+        }));
         self
     }
 
@@ -156,22 +164,21 @@ impl WebhookGuardBuilder {
         self
     }
 
-    /// The store (required).
+    /// The store (required): a store, or an `Arc` of one to share it (an
+    /// `Arc<dyn ProcessedStore>` is kept as it is, not wrapped again).
     pub fn store(mut self, store: impl ProcessedStore) -> Self {
-        self.store = Some(Arc::new(store));
-        self
-    }
-
-    /// The store, already shared.
-    pub fn shared_store(mut self, store: Arc<DynProcessedStore>) -> Self {
-        self.store = Some(store);
+        self.store = Some(shared(store, |store| {
+            Arc::new(store) as Arc<DynProcessedStore>
+        }));
         self
     }
 
     /// The signature verifier (required; [`NoVerification`](crate::verify::NoVerification)
     /// turns verification off explicitly).
     pub fn verifier(mut self, verifier: impl Verifier) -> Self {
-        self.verifier = Some(Arc::new(verifier));
+        self.verifier = Some(shared(verifier, |verifier| {
+            Arc::new(verifier) as Arc<dyn Verifier>
+        }));
         self
     }
 
@@ -184,7 +191,7 @@ impl WebhookGuardBuilder {
     /// Hooks called on claims, duplicates, conflicts, failures, escalations and
     /// unrecorded completions.
     pub fn hooks(mut self, hooks: impl Hooks) -> Self {
-        self.hooks = Arc::new(hooks);
+        self.hooks = shared(hooks, |hooks| Arc::new(hooks) as Arc<dyn Hooks>);
         self
     }
 
@@ -331,6 +338,17 @@ impl WebhookGuardBuilder {
             }),
         })
     }
+}
+
+/// `value` behind an `Arc<D>`: an `Arc<D>` itself as it is, anything else put in
+/// one by `wrap`. An `Arc` in an `Arc` would answer each call through two forwarding
+/// impls (for a store, a second boxed future per call).
+fn shared<T: 'static, D: ?Sized + 'static>(value: T, wrap: impl FnOnce(T) -> Arc<D>) -> Arc<D> {
+    let mut value = Some(value);
+    if let Some(arc) = (&mut value as &mut dyn Any).downcast_mut::<Option<Arc<D>>>() {
+        return arc.take().expect("the value is there");
+    }
+    wrap(value.expect("the value is there"))
 }
 
 fn delta(d: Duration, what: &'static str) -> Result<TimeDelta, ConfigError> {
