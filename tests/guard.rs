@@ -155,10 +155,7 @@ async fn first_delivery_is_processed_and_a_retry_is_a_duplicate() {
 /// numbers `panic_on` holds), with an ordering store, which reads the metadata.
 fn counting_meta_guard(panic_on: &'static [usize]) -> (WebhookGuard, Arc<AtomicUsize>) {
     let (builder, reads) = counting_meta_builder(panic_on);
-    let guard = builder
-        .ordering(MemoryStore::new())
-        .build()
-        .unwrap();
+    let guard = builder.ordering(MemoryStore::new()).build().unwrap();
     (guard, reads)
 }
 

@@ -16,7 +16,7 @@ use tracing::Instrument as _;
 use super::claim::ClaimState;
 use super::{store, WebhookGuard};
 use crate::runtime::{self, Backoff};
-use crate::store::{FencingToken, Finish, Key, RecordState};
+use crate::store::{FencingToken, Key, RecordState};
 
 /// How many claims the store did not answer are looked for at once, per guard, and
 /// as many whose delivery was dropped: during an outage every delivery fails so,
@@ -256,14 +256,8 @@ impl WebhookGuard {
                         // this claim's to release.
                         return;
                     }
-                    let now = inner.clock.now();
-                    let release = Finish {
-                        state: RecordState::Failed,
-                        failures: record.failures,
-                        history: &record.history,
-                        now,
-                        expires_at: crate::later(now, inner.retention_delta),
-                    };
+                    let (failed, now) = (RecordState::Failed, inner.clock.now());
+                    let release = self.finish_at(failed, record.failures, &record.history, now);
                     match store(inner).finish(key, token, &release).await {
                         // Released, or taken over meanwhile: nothing left to do.
                         Ok(_) => return,

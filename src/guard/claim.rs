@@ -24,10 +24,15 @@ use crate::store::{Fence, FencingToken, Finish, Key, Record, RecordState, StoreE
 /// left to the background.
 #[derive(Debug)]
 pub(super) struct ClaimState {
+    /// The guard that claimed.
     pub(super) guard: WebhookGuard,
+    /// The event id.
     pub(super) id: String,
+    /// The claim's fencing token: every write of this claim carries it.
     pub(super) token: FencingToken,
+    /// The record as the claim left it (attempts, failures, history).
     pub(super) record: Record,
+    /// Type, creation time and object, read once the id was claimed.
     pub(super) meta: EventMeta,
     /// Whether the event takes part in ordering: an ordering store is set and the
     /// event has an object and a plausible `created_at` (decided at arrival).
@@ -42,13 +47,8 @@ impl ClaimState {
     /// The finish that ends this claim in `state` at `now`, keeping its failure
     /// count and history.
     pub(super) fn finish_as(&self, state: RecordState, now: DateTime<Utc>) -> Finish<'_> {
-        Finish {
-            state,
-            failures: self.record.failures,
-            history: &self.record.history,
-            now,
-            expires_at: crate::later(now, self.guard.inner.retention_delta),
-        }
+        let record = &self.record;
+        (self.guard).finish_at(state, record.failures, &record.history, now)
     }
 
     /// The event's object and `created_at`, when it takes part in ordering.
@@ -253,9 +253,9 @@ impl<'a> Claimed<'a> {
             let state = pending.state();
             let inner = &state.guard.inner;
             let now = inner.clock.now();
-            let finish = state.finish_as(RecordState::Completed, now);
-            let result = store(inner).finish(state.key(), state.token, &finish).await;
-            let result = state.own_fence(result, RecordState::Completed).await;
+            let record = &state.record;
+            let completed = RecordState::Completed;
+            let result = (state.finish(completed, record.failures, &record.history, now)).await;
             Self::completed(pending.disarm(), result, handler_elapsed).await
         }
     }

@@ -126,12 +126,22 @@ pub struct Event<'a> {
 
 impl fmt::Debug for Event<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Event")
-            .field("id", &self.claim.id)
-            .field("attempt", &self.claim.record.attempts)
-            .field("body", &crate::BodyLen(self.body.len()))
-            .finish()
+        debug_event(f, "Event", &self.claim, self.body)
     }
+}
+
+/// The `Debug` of an event: its id, its attempt and its body's length only.
+fn debug_event(
+    f: &mut fmt::Formatter<'_>,
+    name: &str,
+    claim: &ClaimState,
+    body: &[u8],
+) -> fmt::Result {
+    f.debug_struct(name)
+        .field("id", &claim.id)
+        .field("attempt", &claim.record.attempts)
+        .field("body", &crate::BodyLen(body.len()))
+        .finish()
 }
 
 impl<'a> Event<'a> {
@@ -179,11 +189,7 @@ pub struct OwnedEvent {
 
 impl fmt::Debug for OwnedEvent {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("OwnedEvent")
-            .field("id", &self.claim.id)
-            .field("attempt", &self.claim.record.attempts)
-            .field("body", &crate::BodyLen(self.body.len()))
-            .finish()
+        debug_event(f, "OwnedEvent", &self.claim, &self.body)
     }
 }
 

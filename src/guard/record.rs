@@ -153,27 +153,16 @@ impl ClaimState {
         if failures >= inner.escalate_after {
             return self.escalate(body, failures, &history, now).await;
         }
-        let finish = Finish {
-            state: RecordState::Failed,
-            failures,
-            history: &history,
-            now,
-            expires_at: crate::later(now, inner.retention_delta),
-        };
         // Whatever the store says, the sender must retry. A release the store
         // missed is made in the background: held to the end of its lease, the
         // claim would answer the sender's early retries 409 and run nothing, so a
         // provider with few deliveries could give up before the failures reach
         // `escalate_after`. (Should it never land, the next claim after the lease
         // counts the failure.)
-        let fence = store(inner).finish(self.key(), self.token, &finish).await;
-        match self.own_fence(fence, RecordState::Failed).await {
-            Ok(Fence::Applied) => {}
-            Ok(Fence::LeaseLost) => return self.lease_lost_before(&error, "failure"),
-            Err(e) => {
-                tracing::warn!(id = %self.id, error = %e, "could not release a failed claim; retrying in the background");
-                self.finish_in_background(RecordState::Failed, failures, &history);
-            }
+        let (state, unrecorded) = (RecordState::Failed, "could not release a failed claim");
+        let ended = self.record_end(state, failures, &history, now, "failure", unrecorded);
+        if let Err(lost) = ended.await {
+            return lost;
         }
         inner.safe_hooks.on_failure(self.key(), failures, &error);
         Outcome::RetryableFailure {
@@ -200,29 +189,28 @@ impl ClaimState {
         let inner = &self.guard.inner;
         let now = inner.clock.now();
         let history = self.history_with(now, error.clone());
-        let finish = Finish {
-            state: RecordState::PermanentFailure,
-            failures: self.record.failures.saturating_add(1),
-            history: &history,
+        let (state, failures) = (
+            RecordState::PermanentFailure,
+            self.record.failures.saturating_add(1),
+        );
+        // Answered 200 even when the store fails (the sender must not retry a
+        // permanent failure): recorded in the background then, or a redelivery
+        // after the lease would run the handler again.
+        let unrecorded = "could not record a permanent failure";
+        let ended = self.record_end(
+            state,
+            failures,
+            &history,
             now,
-            expires_at: crate::later(now, inner.retention_delta),
-        };
-        let state = RecordState::PermanentFailure;
-        let fence = store(inner).finish(self.key(), self.token, &finish).await;
-        match self.own_fence(fence, state).await {
-            Ok(Fence::Applied) => {}
-            Ok(Fence::LeaseLost) => return self.lease_lost_before(&error, "permanent failure"),
-            Err(e) => {
-                // Answered 200 all the same (the sender must not retry a permanent
-                // failure): recorded in the background, or a redelivery after the
-                // lease would run the handler again.
-                tracing::warn!(id = %self.id, error = %e, "could not record a permanent failure; retrying in the background");
-                self.finish_in_background(state, finish.failures, &history);
-            }
+            "permanent failure",
+            unrecorded,
+        );
+        if let Err(lost) = ended.await {
+            return lost;
         }
         inner.safe_hooks.on_permanent_failure(self.key(), &error);
-        self.settle_object(ObjectStatus::Failed).await;
-        self.reconcile(ReconcileReason::PermanentFailure);
+        self.failed_for_good(ReconcileReason::PermanentFailure)
+            .await;
         Outcome::PermanentFailure {
             id: self.id.clone(),
             error,
@@ -236,31 +224,40 @@ impl ClaimState {
         history: &[FailureNote],
         now: DateTime<Utc>,
     ) -> Outcome {
-        let inner = &self.guard.inner;
-        let finish = Finish {
-            state: RecordState::Escalated,
-            failures,
-            history,
-            now,
-            expires_at: crate::later(now, inner.retention_delta),
-        };
-        let state = RecordState::Escalated;
-        let fence = store(inner).finish(self.key(), self.token, &finish).await;
-        match self.own_fence(fence, state).await {
-            Err(e) => {
-                // Escalated all the same (answered 200, the hook called): recorded in
-                // the background, as a permanent failure is. Should that never land,
-                // a redelivery after the lease escalates at its claim, and calls the
-                // hook again.
-                tracing::warn!(id = %self.id, error = %e, "could not record an escalation; retrying in the background");
-                self.finish_in_background(state, failures, history);
-                self.escalated(body, failures, history).await
-            }
-            Ok(Fence::Applied) => self.escalated(body, failures, history).await,
-            // Someone else holds the id now; they will see the count.
+        // Escalated even when the store fails (answered 200, the hook called):
+        // recorded in the background then, as a permanent failure is. Should that
+        // never land, a redelivery after the lease escalates at its claim, and calls
+        // the hook again. When someone else holds the id now, they see the count.
+        let (state, unrecorded) = (RecordState::Escalated, "could not record an escalation");
+        match (self.record_end(state, failures, history, now, "escalation", unrecorded)).await {
+            Ok(()) => self.escalated(body, failures, history).await,
+            Err(lost) => lost,
+        }
+    }
+
+    /// Records this claim's end to `state` at `now`, the latest of `history` being
+    /// the failure's text. `Err` with the answer when another delivery took the
+    /// lease over before the `what` was recorded; a store error is logged
+    /// (`unrecorded`) and the end recorded in the background.
+    async fn record_end(
+        &self,
+        state: RecordState,
+        failures: u32,
+        history: &[FailureNote],
+        now: DateTime<Utc>,
+        what: &str,
+        unrecorded: &str,
+    ) -> Result<(), Outcome> {
+        match self.finish(state, failures, history, now).await {
+            Ok(Fence::Applied) => Ok(()),
             Ok(Fence::LeaseLost) => {
                 let error = history.last().map_or("", |note| note.error.as_str());
-                self.lease_lost_before(error, "escalation")
+                Err(self.lease_lost_before(error, what))
+            }
+            Err(e) => {
+                tracing::warn!(id = %self.id, error = %e, "{unrecorded}; retrying in the background");
+                self.finish_in_background(state, failures, history);
+                Ok(())
             }
         }
     }
@@ -274,12 +271,34 @@ impl ClaimState {
             failures,
             history,
         });
-        self.settle_object(ObjectStatus::Failed).await;
-        self.reconcile(ReconcileReason::Escalated);
+        self.failed_for_good(ReconcileReason::Escalated).await;
         Outcome::Escalated {
             id: self.id.clone(),
             failures,
         }
+    }
+
+    /// An id that failed for good (`reason`): its object settled as failed, the
+    /// reconciler asked.
+    async fn failed_for_good(&self, reason: ReconcileReason) {
+        self.settle_object(ObjectStatus::Failed).await;
+        self.reconcile(reason);
+    }
+
+    /// Finishes this claim to `state` at `now`, fenced by its token: the store's
+    /// answer, read by [`ClaimState::own_fence`].
+    pub(super) async fn finish(
+        &self,
+        state: RecordState,
+        failures: u32,
+        history: &[FailureNote],
+        now: DateTime<Utc>,
+    ) -> Result<Fence, StoreError> {
+        let finish = self.guard.finish_at(state, failures, history, now);
+        let fence = store(&self.guard.inner)
+            .finish(self.key(), self.token, &finish)
+            .await;
+        self.own_fence(fence, state).await
     }
 
     /// The answer of this claim's finish to `state`, with a `LeaseLost` that met
@@ -287,7 +306,7 @@ impl ClaimState {
     /// `state` (a transport sent the finish again after a lost reply, as a Redis
     /// Cluster connection does). When the record cannot be read to tell, the read's
     /// error: the finish may or may not have been made.
-    pub(super) async fn own_fence(
+    async fn own_fence(
         &self,
         fence: Result<Fence, StoreError>,
         state: RecordState,
@@ -334,6 +353,23 @@ impl ClaimState {
 }
 
 impl WebhookGuard {
+    /// A finish to `state` at `now`, kept for the guard's retention from then.
+    pub(super) fn finish_at<'h>(
+        &self,
+        state: RecordState,
+        failures: u32,
+        history: &'h [FailureNote],
+        now: DateTime<Utc>,
+    ) -> Finish<'h> {
+        Finish {
+            state,
+            failures,
+            history,
+            now,
+            expires_at: crate::later(now, self.inner.retention_delta),
+        }
+    }
+
     /// Records a finish the store failed to record, fenced by `token`: again at
     /// doubling intervals (at most a second apart) for at least the lease (and at
     /// least a minute), until the store answers.
@@ -351,14 +387,7 @@ impl WebhookGuard {
         let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1), within);
         let mut failed = None;
         while backoff.wait().await {
-            let now = inner.clock.now();
-            let finish = Finish {
-                state,
-                failures,
-                history,
-                now,
-                expires_at: crate::later(now, inner.retention_delta),
-            };
+            let finish = self.finish_at(state, failures, history, inner.clock.now());
             let error = match store(inner).finish(key, token, &finish).await {
                 Ok(Fence::Applied) => return Late::Recorded,
                 // Taken over, or recorded by the try whose answer was lost: the
