@@ -128,8 +128,8 @@ impl WebhookGuardBuilder {
     }
 
     /// The ordering store: with it, an event older than one already seen for its
-    /// target object and family (see [`EventMeta`]) does not run the handler: it is
-    /// answered [`Outcome::Stale`] and the stale hook is called.
+    /// target object and family (see [`EventMeta`](crate::meta::EventMeta)) does not run the handler: it is
+    /// answered [`Outcome::Stale`](crate::Outcome::Stale) and the stale hook is called.
     pub fn ordering(mut self, ordering: impl OrderingStore) -> Self {
         self.ordering = Some(shared(ordering, |ordering| {
             Arc::new(ordering) as Arc<dyn OrderingStore>
@@ -210,7 +210,7 @@ impl WebhookGuardBuilder {
 
     /// How long a claim holds before another delivery may take it over (default
     /// [`DEFAULT_LEASE`]). Choose it longer than your handler's slowest run; long
-    /// handlers can renew with [`Event::renew_lease`].
+    /// handlers can renew with [`Event::renew_lease`](crate::Event::renew_lease).
     pub fn lease(mut self, lease: Duration) -> Self {
         self.lease = lease;
         self
@@ -245,7 +245,7 @@ impl WebhookGuardBuilder {
         self
     }
 
-    /// Whether to answer [`Outcome::Conflict`] when an id comes back with another body
+    /// Whether to answer [`Outcome::Conflict`](crate::Outcome::Conflict) when an id comes back with another body
     /// (compared by SHA-256). Default: on, unless the verifier says its provider
     /// changes the body between retries (Linear). Off, the body is not hashed and the
     /// record keeps [`Fingerprint::UNKNOWN`](crate::store::Fingerprint::UNKNOWN).

@@ -112,7 +112,7 @@ pub struct VerifiedDelivery {
     /// The signed timestamp, where the scheme signs one.
     pub signed_at: Option<DateTime<Utc>>,
     /// Type, creation time and target object, as configured with
-    /// [`WebhookGuardBuilder::event_meta`].
+    /// [`WebhookGuardBuilder::event_meta`](crate::WebhookGuardBuilder::event_meta).
     pub meta: EventMeta,
 }
 
@@ -177,7 +177,7 @@ impl<'a> Event<'a> {
     }
 }
 
-/// An [`Event`] that owns its body: what [`WebhookGuard::handle_owned`] and the
+/// An [`Event`] that owns its body: what [`WebhookGuard::handle_owned`](crate::WebhookGuard::handle_owned) and the
 /// framework integrations hand to a handler, so its future can be `'static`.
 ///
 /// Cloning is cheap (the body is a [`Bytes`], the claim is shared).

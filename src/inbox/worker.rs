@@ -173,7 +173,7 @@ impl Worker {
                 lease: Duration::from_secs(300),
                 poll: Duration::from_secs(1),
                 timeout: None,
-                retention: crate::DEFAULT_RETENTION,
+                retention: Duration::from_secs(72 * 3600),
                 retention_floor: Duration::ZERO,
             }),
         }
