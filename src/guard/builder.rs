@@ -394,3 +394,23 @@ impl WebhookGuard {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use crate::store::DynProcessedStore;
+    use crate::verify::NoVerification;
+    use crate::{MemoryStore, WebhookGuard};
+
+    #[test]
+    fn a_shared_store_is_kept_as_it_is() {
+        let store: Arc<DynProcessedStore> = Arc::new(MemoryStore::new());
+        let guard = WebhookGuard::builder()
+            .store(store.clone())
+            .verifier(NoVerification)
+            .build()
+            .unwrap();
+        assert!(Arc::ptr_eq(guard.store(), &store), "not wrapped again");
+    }
+}
