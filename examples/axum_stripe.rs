@@ -92,7 +92,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let guard = WebhookGuard::builder()
         .namespace("stripe")
-        .shared_store(opened.shared())
+        .store(opened.shared())
         // Verifies `Stripe-Signature` over the raw body (300 s tolerance) and takes
         // the event id from the body's `id`. Retention defaults to Stripe's 72 h.
         .verifier(Stripe::new([secret])?)

@@ -198,8 +198,8 @@ async fn main() -> Result<(), BoxError> {
     });
     let guard = WebhookGuard::builder()
         .store(store.clone())
-        .inbox(Arc::new(store.clone()))
-        .ordering(Arc::new(store.clone()))
+        .inbox(store.clone())
+        .ordering(store.clone())
         .reconciler(api.clone())
         // The Jamm preset reads the id (`mwh-…`), and the type, `created_at` and target
         // charge (`trx-…`, family `charge` for charge and refund events) from the body.

@@ -24,7 +24,7 @@ const FORGED: &str = "whsec_guessed_by_an_attacker";
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let store = Arc::new(Switchable::new(MemoryStore::new()));
     let guard = WebhookGuard::builder()
-        .shared_store(store.clone())
+        .store(store.clone())
         .verifier(signer())
         .event_id(EventId::FromVerifier) // the Stripe preset reads the body's `id`
         .namespace("quickstart")

@@ -9,7 +9,6 @@ use crate::inbox::InboxEvent;
 use crate::meta::EventMeta;
 use crate::outcome::{Outcome, Unrecorded};
 use crate::store::{FailureNote, Key, Record};
-use crate::sweeper::SweepReport;
 
 /// What the escalation hook is told. Its `Debug` shows the body's length only.
 #[non_exhaustive]
@@ -49,6 +48,21 @@ pub struct DeliveryReport<'a> {
     pub elapsed: Duration,
     /// From winning the claim to the handler's result, when this delivery ran it.
     pub handler: Option<Duration>,
+}
+
+/// What one sweep did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SweepReport {
+    /// Records purged.
+    pub purged: u64,
+    /// `InProgress` records whose lease ran out (up to the sweeper's stuck limit).
+    pub stuck: usize,
+    /// How long ago the oldest of those leases ran out.
+    pub oldest_stuck: Option<Duration>,
+    /// Whether the stuck leases were counted: `false` when the store failed to list
+    /// them (then `stuck` and `oldest_stuck` say nothing; `purged` still holds).
+    pub stuck_counted: bool,
 }
 
 /// Callbacks on what the guard does. Every method has a no-op default; implement the
@@ -149,7 +163,7 @@ impl PanicSafe {
 
 fn caught(hook: &'static str, call: impl FnOnce()) {
     if let Err(panic) = std::panic::catch_unwind(AssertUnwindSafe(call)) {
-        let panic = crate::guard::panic_message(&*panic);
+        let panic = crate::runtime::panic_message(&*panic);
         tracing::error!(
             hook,
             panic,

@@ -143,24 +143,25 @@ pub mod metrics;
 pub mod ordering;
 pub mod outcome;
 pub mod reconcile;
+mod runtime;
 pub mod store;
 mod sweeper;
 pub mod verify;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use guard::{
-    Begin, Claimed, ConfigError, Event, EventId, HandlerError, IdExtractor, InProgressAnswer,
-    LeaseError, OwnedEvent, ReconcileReport, VerifiedDelivery, WebhookGuard, WebhookGuardBuilder,
-    DEFAULT_ESCALATE_AFTER, DEFAULT_LEASE, DEFAULT_MAX_BODY, DEFAULT_RETENTION, MAX_ERROR_LEN,
-    MAX_ID_LEN,
+    Begin, Claimed, ConfigError, Event, EventId, IdExtractor, InProgressAnswer, LeaseError,
+    OwnedEvent, ReconcileReport, VerifiedDelivery, WebhookGuard, WebhookGuardBuilder,
+    DEFAULT_ESCALATE_AFTER, DEFAULT_LEASE, DEFAULT_MAX_BODY, DEFAULT_RETENTION, MAX_ID_LEN,
 };
 pub use headers::Headers;
-pub use hooks::{Hooks, NoHooks};
-pub use outcome::{Answer, Outcome, OutcomeKind, Rejection};
+pub use hooks::{Hooks, NoHooks, SweepReport};
+pub use outcome::{Answer, HandlerError, Outcome, OutcomeKind, Rejection};
+pub use runtime::MAX_ERROR_LEN;
 pub use store::{MemoryStore, ProcessedStore, Record, RecordState, StoreError};
+pub use sweeper::Sweeper;
 #[cfg(feature = "tokio")]
 pub use sweeper::SweeperHandle;
-pub use sweeper::{SweepReport, Sweeper};
 
 /// A body in `Debug` output: its length only, since a payload may hold personal
 /// data that must not reach logs.

@@ -41,13 +41,13 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
+use crate::hooks::SweepReport;
 use crate::hooks::{DeliveryReport, Escalation, Hooks, NoHooks};
 use crate::outcome::Unrecorded;
 use crate::store::{
     Claim, ClaimRequest, Deleted, Fence, FencingToken, Finish, Key, ProcessedStore, Record,
     StoreError,
 };
-use crate::sweeper::SweepReport;
 
 /// Counter: deliveries by `namespace` and `outcome`.
 pub const DELIVERIES_TOTAL: &str = "webhook_guard_deliveries_total";

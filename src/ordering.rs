@@ -247,7 +247,7 @@ pub(crate) fn settle_failed_later(
                 family: &family,
             };
             let (first, cap) = (std::time::Duration::from_millis(50), std::time::Duration::from_secs(1));
-            let mut backoff = crate::guard::Backoff::new(first, cap, std::time::Duration::from_secs(60));
+            let mut backoff = crate::runtime::Backoff::new(first, cap, std::time::Duration::from_secs(60));
             while backoff.wait().await {
                 let now = clock.now();
                 match ordering.settle_object(key, created_at, ObjectStatus::Failed, now).await {

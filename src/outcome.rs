@@ -1,4 +1,5 @@
-//! What happened to a delivery, and what to answer the sender.
+//! What happened to a delivery, and what to answer the sender; what a handler
+//! returns when it fails.
 
 use std::fmt;
 use std::time::Duration;
@@ -7,6 +8,38 @@ use http::StatusCode;
 
 use crate::store::{RecordState, StoreError};
 use crate::verify::VerifyError;
+
+/// What a handler returns when it fails. Its error's text is kept (in the
+/// record's history, the outcome, the log) up to [`MAX_ERROR_LEN`](crate::MAX_ERROR_LEN) bytes.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum HandlerError {
+    /// Worth retrying: the claim is released and the failure counted.
+    Retryable(crate::store::BoxError),
+    /// Retrying cannot help: answered 200 with the alert hook.
+    Permanent(crate::store::BoxError),
+}
+
+impl HandlerError {
+    /// A retryable failure.
+    pub fn retryable(e: impl Into<crate::store::BoxError>) -> Self {
+        Self::Retryable(e.into())
+    }
+
+    /// A permanent failure.
+    pub fn permanent(e: impl Into<crate::store::BoxError>) -> Self {
+        Self::Permanent(e.into())
+    }
+}
+
+/// Any error turns into a retryable failure, so `?` works in handlers. Its text is
+/// logged and stored in the record's history: an error that quotes the payload (as
+/// serde's do) puts payload contents there too.
+impl<E: std::error::Error + Send + Sync + 'static> From<E> for HandlerError {
+    fn from(e: E) -> Self {
+        Self::Retryable(Box::new(e))
+    }
+}
 
 /// What became of one delivery. Each variant says what the sender should be told:
 /// see [`Outcome::kind`] and [`WebhookGuard::answer`](crate::WebhookGuard::answer).

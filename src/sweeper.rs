@@ -4,23 +4,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::clock::Clock;
-use crate::hooks::{Hooks, PanicSafe};
+use crate::hooks::{Hooks, PanicSafe, SweepReport};
 use crate::store::{DynProcessedStore, StoreError};
-
-/// What one sweep did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct SweepReport {
-    /// Records purged.
-    pub purged: u64,
-    /// `InProgress` records whose lease ran out (up to the sweeper's stuck limit).
-    pub stuck: usize,
-    /// How long ago the oldest of those leases ran out.
-    pub oldest_stuck: Option<Duration>,
-    /// Whether the stuck leases were counted: `false` when the store failed to list
-    /// them (then `stuck` and `oldest_stuck` say nothing; `purged` still holds).
-    pub stuck_counted: bool,
-}
 
 /// Purges expired records in batches and counts stuck leases.
 ///
@@ -134,7 +119,7 @@ impl Sweeper {
     /// tokio `JoinHandle` does); keep the handle to stop it.
     #[must_use = "keep the handle to stop the sweeper (dropping it leaves it running)"]
     pub fn spawn(self) -> SweeperHandle {
-        let (stop, mut stopped) = stop_signal();
+        let (stop, mut stopped) = crate::runtime::stop_signal();
         let task = tokio::spawn(async move {
             let mut ticks = tokio::time::interval(self.interval);
             ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -147,7 +132,7 @@ impl Sweeper {
                     _ = ticks.tick() => {}
                 }
                 // A panicking hook or store must not end the sweeps for good.
-                match crate::guard::catch_unwind(self.sweep()).await {
+                match crate::runtime::catch_unwind(self.sweep()).await {
                     Ok(Ok(r)) if r.purged > 0 || r.stuck > 0 => {
                         tracing::info!(purged = r.purged, stuck = r.stuck, "webhook-guard sweep");
                     }
@@ -156,51 +141,13 @@ impl Sweeper {
                         tracing::warn!(error = %e, "webhook-guard sweep failed; will retry")
                     }
                     Err(panic) => tracing::error!(
-                        panic = crate::guard::panic_message(&*panic),
+                        panic = crate::runtime::panic_message(&*panic),
                         "webhook-guard sweep panicked; will retry"
                     ),
                 }
             }
         });
         SweeperHandle { stop, task }
-    }
-}
-
-/// The sending end of a spawned task's stop signal, and the task's end.
-#[cfg(feature = "tokio")]
-pub(crate) fn stop_signal() -> (tokio::sync::watch::Sender<bool>, Stopped) {
-    let (tx, rx) = tokio::sync::watch::channel(false);
-    (
-        tx,
-        Stopped {
-            rx,
-            detached: false,
-        },
-    )
-}
-
-/// What a spawned loop waits on to stop. A dropped handle detaches the loop: it
-/// never stops it (it did once, silently, the next time the loop waited).
-#[cfg(feature = "tokio")]
-pub(crate) struct Stopped {
-    rx: tokio::sync::watch::Receiver<bool>,
-    detached: bool,
-}
-
-#[cfg(feature = "tokio")]
-impl Stopped {
-    /// Whether a stop was requested.
-    pub(crate) fn is_requested(&self) -> bool {
-        *self.rx.borrow()
-    }
-
-    /// Resolves when a stop is requested; never, once the handle is dropped.
-    pub(crate) async fn requested(&mut self) {
-        if !self.detached && self.rx.changed().await.is_ok() {
-            return;
-        }
-        self.detached = true;
-        std::future::pending().await
     }
 }
 

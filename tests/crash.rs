@@ -28,7 +28,7 @@ const BODY: &[u8] = br#"{"id":"evt_crash","type":"order.paid"}"#;
 
 fn guard(store: Arc<DynProcessedStore>, clock: &ManualClock) -> WebhookGuard {
     WebhookGuard::builder()
-        .shared_store(store)
+        .store(store)
         .verifier(NoVerification)
         .event_id(EventId::json_field(["id"]))
         .lease(LEASE)
@@ -228,7 +228,7 @@ async fn sigkill_while_holding_a_lease_postgres() {
 fn inbox_guard(store: webhook_guard::store::SqliteStore, clock: &ManualClock) -> WebhookGuard {
     WebhookGuard::builder()
         .store(store.clone())
-        .inbox(Arc::new(store))
+        .inbox(store)
         .verifier(NoVerification)
         .event_id(EventId::json_field(["id"]))
         .clock(clock.clone())
@@ -283,7 +283,7 @@ async fn a_worker_killed_mid_handler_is_finished_by_another_after_the_lease() {
     let clock = ManualClock::new(start());
     let guard = WebhookGuard::builder()
         .store(store.clone())
-        .inbox(Arc::new(store.clone()))
+        .inbox(store.clone())
         .verifier(NoVerification)
         .event_id(EventId::json_field(["id"]))
         .clock(clock.clone())

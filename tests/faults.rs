@@ -72,7 +72,7 @@ async fn outage(backend: Backend) {
         .unwrap();
     let alerts = Arc::new(Alerts::default());
     let guard = WebhookGuard::builder()
-        .shared_store(store)
+        .store(store)
         .verifier(verifier())
         .event_id(EventId::json_field(["id"]))
         // Longer than the cut: the guarantee for a completion the store missed holds
@@ -313,7 +313,7 @@ async fn cut_mid_handler(backend: Backend) {
     let clock = ManualClock::new(Utc.timestamp_opt(1_700_000_000, 0).unwrap());
     let alerts = Arc::new(Alerts::default());
     let guard = WebhookGuard::builder()
-        .shared_store(store)
+        .store(store)
         .verifier(verifier())
         .event_id(EventId::json_field(["id"]))
         .clock(clock.clone())

@@ -155,10 +155,7 @@ async fn first_delivery_is_processed_and_a_retry_is_a_duplicate() {
 /// numbers `panic_on` holds), with an ordering store, which reads the metadata.
 fn counting_meta_guard(panic_on: &'static [usize]) -> (WebhookGuard, Arc<AtomicUsize>) {
     let (builder, reads) = counting_meta_builder(panic_on);
-    let guard = builder
-        .ordering(Arc::new(MemoryStore::new()))
-        .build()
-        .unwrap();
+    let guard = builder.ordering(MemoryStore::new()).build().unwrap();
     (guard, reads)
 }
 
@@ -207,7 +204,7 @@ async fn a_claimed_delivery_reads_the_metadata_only_for_ordering_or_reconciliati
 
     let (builder, reads) = counting_meta_builder(&[]);
     let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
-    let guard = builder.reconciler(Arc::new(Reasons(tx))).build().unwrap();
+    let guard = builder.reconciler(Reasons(tx)).build().unwrap();
     let outcome = ok_run(&guard, "evt_1", b"{}").await;
     assert!(matches!(outcome, Outcome::Processed { .. }), "{outcome:?}");
     assert_eq!(reads.load(Ordering::SeqCst), 1, "a reconciler may need it");
@@ -800,7 +797,7 @@ async fn a_store_outage_answers_503_runs_nothing_and_loses_nothing() {
     let store = Arc::new(Flaky::default());
     let hooks = Arc::new(Recorder::default());
     let guard = WebhookGuard::builder()
-        .shared_store(store.clone())
+        .store(store.clone())
         .verifier(NoVerification)
         .event_id(EventId::header("x-id"))
         .hooks(hooks.clone())
@@ -824,7 +821,7 @@ async fn a_store_outage_answers_503_runs_nothing_and_loses_nothing() {
     assert_eq!((answer.status.as_u16(), answer.retry_after), (503, Some(5)));
     // Overridden to a success, the answer asks for no retry.
     let relaxed = WebhookGuard::builder()
-        .shared_store(store.clone())
+        .store(store.clone())
         .verifier(NoVerification)
         .event_id(EventId::header("x-id"))
         .status(OutcomeKind::StoreUnavailable, http::StatusCode::OK)
@@ -853,7 +850,7 @@ async fn a_store_outage_answers_503_runs_nothing_and_loses_nothing() {
 /// A guard on a `Flaky` store, with the id in `x-id`.
 fn flaky_guard(store: &Arc<Flaky>) -> WebhookGuard {
     WebhookGuard::builder()
-        .shared_store(store.clone())
+        .store(store.clone())
         .verifier(NoVerification)
         .event_id(EventId::header("x-id"))
         .build()
@@ -939,7 +936,7 @@ async fn a_failure_recorded_as_the_sender_hangs_up_still_calls_its_hooks() {
     let store = Arc::new(Flaky::default());
     let hooks = Arc::new(Recorder::default());
     let guard = WebhookGuard::builder()
-        .shared_store(store.clone())
+        .store(store.clone())
         .verifier(NoVerification)
         .event_id(EventId::header("x-id"))
         .hooks(hooks.clone())
@@ -1700,7 +1697,7 @@ async fn the_stripe_preset_feeds_the_ordering_guard_by_itself() {
     let store = MemoryStore::new();
     let guard = WebhookGuard::builder()
         .store(store.clone())
-        .ordering(Arc::new(store))
+        .ordering(store)
         .verifier(stripe.clone())
         .build()
         .unwrap();
@@ -1741,7 +1738,7 @@ async fn a_stale_event_is_recorded_completed_even_when_the_store_failed_at_first
     let hooks = Arc::new(Recorder::default());
     let guard = WebhookGuard::builder()
         .store(store.clone())
-        .ordering(Arc::new(MemoryStore::new()))
+        .ordering(MemoryStore::new())
         .event_meta(MetaExtractor::json(&["type"], &["created"], &["object"]))
         .verifier(NoVerification)
         .event_id(EventId::header("x-id"))
@@ -1780,7 +1777,7 @@ async fn a_failure_after_a_lost_lease_changes_nothing() {
     let store = MemoryStore::new();
     let guard = WebhookGuard::builder()
         .store(store.clone())
-        .ordering(Arc::new(store.clone()))
+        .ordering(store.clone())
         .event_meta(MetaExtractor::stripe())
         .verifier(NoVerification)
         .event_id(EventId::header("x-id"))
@@ -1855,7 +1852,7 @@ async fn a_success_after_a_lost_lease_is_reconciled() {
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let guard = WebhookGuard::builder()
         .store(MemoryStore::new())
-        .reconciler(Arc::new(Reasons(tx)))
+        .reconciler(Reasons(tx))
         .verifier(NoVerification)
         .event_id(EventId::header("x-id"))
         .clock(clock.clone())
@@ -2061,7 +2058,7 @@ async fn a_success_dropped_after_its_record_still_settles_its_object() {
     let ordering = Arc::new(SlowOrdering::default());
     let hooks = Arc::new(Recorder::default());
     let guard = WebhookGuard::builder()
-        .shared_store(store.clone())
+        .store(store.clone())
         .hooks(hooks.clone())
         .ordering(ordering.clone())
         .event_meta(MetaExtractor::json(&["type"], &["created"], &["object"]))
@@ -2147,7 +2144,7 @@ async fn an_escalation_at_claim_finishes_when_its_delivery_is_dropped() {
     let clock = ManualClock::new(start());
     let hooks = Arc::new(Recorder::default());
     let guard = WebhookGuard::builder()
-        .shared_store(store.clone())
+        .store(store.clone())
         .verifier(NoVerification)
         .event_id(EventId::header("x-id"))
         .clock(clock.clone())
@@ -2180,7 +2177,7 @@ async fn an_unrecorded_success_calls_its_hook_once() {
     let store = Arc::new(Flaky::default());
     let hooks = Arc::new(Recorder::default());
     let guard = WebhookGuard::builder()
-        .shared_store(store.clone())
+        .store(store.clone())
         .verifier(NoVerification)
         .event_id(EventId::header("x-id"))
         .hooks(hooks.clone())
@@ -2197,7 +2194,7 @@ async fn an_unrecorded_success_calls_its_hook_once() {
 /// A guard on `store` reporting to `hooks`, escalating at `escalate_after` failures.
 fn recorded_guard(store: &Arc<Flaky>, hooks: &Arc<Recorder>, escalate_after: u32) -> WebhookGuard {
     WebhookGuard::builder()
-        .shared_store(store.clone())
+        .store(store.clone())
         .hooks(hooks.clone())
         .verifier(NoVerification)
         .event_id(EventId::header("x-id"))

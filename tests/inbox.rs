@@ -75,8 +75,8 @@ fn setup() -> Setup {
     let api = Arc::new(Api::default());
     let guard = WebhookGuard::builder()
         .store(store.clone())
-        .inbox(Arc::new(store.clone()))
-        .ordering(Arc::new(store.clone()))
+        .inbox(store.clone())
+        .ordering(store.clone())
         .reconciler(api.clone())
         .verifier(NoVerification)
         .event_id(EventId::json_field(["id"]))
@@ -589,7 +589,7 @@ fn escalating_guard(
 ) -> webhook_guard::WebhookGuardBuilder {
     WebhookGuard::builder()
         .store(store.clone())
-        .ordering(Arc::new(store.clone()))
+        .ordering(store.clone())
         .reconciler(api)
         .verifier(NoVerification)
         .event_id(EventId::json_field(["id"]))
@@ -919,7 +919,7 @@ async fn a_worker_killed_at_any_store_call_loses_nothing() {
         let clock = ManualClock::new(start());
         let guard = WebhookGuard::builder()
             .store(store.clone())
-            .inbox(Arc::new(store.clone()))
+            .inbox(store.clone())
             .verifier(NoVerification)
             .event_id(EventId::json_field(["id"]))
             .clock(clock.clone())
@@ -985,7 +985,7 @@ async fn an_ordering_store_outage_is_503_and_counts_no_handler_failure() {
     let store = MemoryStore::new();
     let guard = WebhookGuard::builder()
         .store(store.clone())
-        .ordering(Arc::new(OrderingDown::new(&store, true)))
+        .ordering(OrderingDown::new(&store, true))
         .verifier(NoVerification)
         .event_id(EventId::json_field(["id"]))
         .event_meta(MetaExtractor::json(&["type"], &["created"], &["object"]))
@@ -1080,7 +1080,7 @@ async fn reconcile_stale_gets_past_an_object_that_keeps_failing() {
     let api = Arc::new(FailsFirst::default());
     let guard = WebhookGuard::builder()
         .store(store.clone())
-        .ordering(Arc::new(store.clone()))
+        .ordering(store.clone())
         .reconciler(api.clone())
         .verifier(NoVerification)
         .event_id(EventId::header("x-id"))
@@ -1416,8 +1416,8 @@ async fn a_panicking_dead_letter_hook_still_reconciles() {
     let api = Arc::new(Api::default());
     let guard = WebhookGuard::builder()
         .store(store.clone())
-        .inbox(Arc::new(store.clone()))
-        .ordering(Arc::new(store.clone()))
+        .inbox(store.clone())
+        .ordering(store.clone())
         .reconciler(api.clone())
         .verifier(NoVerification)
         .event_id(EventId::json_field(["id"]))
@@ -1545,7 +1545,7 @@ fn outage_guard(
 ) -> WebhookGuard {
     WebhookGuard::builder()
         .store(store.clone())
-        .inbox(Arc::new(store.clone()))
+        .inbox(store.clone())
         .ordering(ordering)
         .verifier(NoVerification)
         .event_id(EventId::json_field(["id"]))
@@ -1703,8 +1703,8 @@ async fn a_panicking_reconciler_does_not_leave_a_timed_out_event_running() {
     let store = MemoryStore::new();
     let guard = WebhookGuard::builder()
         .store(store.clone())
-        .inbox(Arc::new(store.clone()))
-        .reconciler(Arc::new(PanickingReconciler))
+        .inbox(store.clone())
+        .reconciler(PanickingReconciler)
         .verifier(NoVerification)
         .event_id(EventId::json_field(["id"]))
         .namespace("panics")
@@ -1774,7 +1774,7 @@ async fn a_dead_letter_is_listed_for_reconcile_stale_even_if_its_worker_dies_set
     let guard = WebhookGuard::builder()
         .store(store.clone())
         .inbox(dying.clone())
-        .ordering(Arc::new(store.clone()))
+        .ordering(store.clone())
         .reconciler(api.clone())
         .verifier(NoVerification)
         .event_id(EventId::json_field(["id"]))
@@ -1844,7 +1844,7 @@ fn ordered_inbox_guard(
 ) -> webhook_guard::WebhookGuardBuilder {
     WebhookGuard::builder()
         .store(store.clone())
-        .inbox(Arc::new(store.clone()))
+        .inbox(store.clone())
         .ordering(ordering)
         .verifier(NoVerification)
         .event_id(EventId::json_field(["id"]))
@@ -1976,7 +1976,7 @@ async fn a_guards_worker_keeps_settled_events_past_the_guards_lease() {
     let clock = ManualClock::new(start());
     let guard = WebhookGuard::builder()
         .store(store.clone())
-        .inbox(Arc::new(store.clone()))
+        .inbox(store.clone())
         .verifier(NoVerification)
         .event_id(EventId::json_field(["id"]))
         .namespace("short")
@@ -2076,7 +2076,7 @@ async fn accept_shares_an_inbox_across_conflict_settings() {
     let guard = |detect: bool| {
         WebhookGuard::builder()
             .store(store.clone())
-            .inbox(Arc::new(store.clone()))
+            .inbox(store.clone())
             .verifier(NoVerification)
             .event_id(EventId::json_field(["id"]))
             .namespace("shared")
@@ -2393,9 +2393,9 @@ fn ledger_guard(store: &MemoryStore, clock: &ManualClock) -> (WebhookGuard, Arc<
     let ordering = Arc::new(OrderingDown::new(store, false));
     let guard = WebhookGuard::builder()
         .store(store.clone())
-        .inbox(Arc::new(store.clone()))
+        .inbox(store.clone())
         .ordering(ordering.clone())
-        .reconciler(Arc::new(ApiDown))
+        .reconciler(ApiDown)
         .verifier(NoVerification)
         .event_id(EventId::json_field(["id"]))
         .event_meta(MetaExtractor::json(&["type"], &["created"], &["object"]))

@@ -52,7 +52,7 @@ async fn load(backend: Backend) {
     let batch = events.div_ceil(batches);
     let retention_secs = 3; // batches
     let guard = WebhookGuard::builder()
-        .shared_store(store)
+        .store(store)
         .verifier(HmacSha256Header::new("X-Signature", ["load"]).unwrap())
         .event_id(EventId::json_field(["id"]))
         .clock(clock.clone())

@@ -815,8 +815,8 @@ async fn an_unreachable_server_is_unavailable_and_the_store_recovers() {
 fn inbox_guard(store: &RedisStore) -> WebhookGuard {
     WebhookGuard::builder()
         .store(store.clone())
-        .inbox(Arc::new(store.clone()))
-        .ordering(Arc::new(store.clone()))
+        .inbox(store.clone())
+        .ordering(store.clone())
         .verifier(NoVerification)
         .event_id(EventId::json_field(["id"]))
         .event_meta(MetaExtractor::json(&["type"], &["created"], &["object"]))

@@ -138,7 +138,7 @@ async fn play(provider: Provider, behavior: Behavior) -> Played {
     let store: Arc<DynProcessedStore> = Arc::new(MemoryStore::new());
     let alerts = Arc::new(Alerts::default());
     let builder = WebhookGuard::builder()
-        .shared_store(store.clone())
+        .store(store.clone())
         .clock(clock.clone())
         .hooks(alerts.clone())
         .reconciler(alerts.clone())

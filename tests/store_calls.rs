@@ -89,7 +89,7 @@ fn ready<F: Future>(f: F) -> F::Output {
 fn processed_takes_two_round_trips_and_a_duplicate_one() {
     let store = Arc::new(Counted::default());
     let guard = WebhookGuard::builder()
-        .shared_store(store.clone())
+        .store(store.clone())
         .verifier(NoVerification)
         .event_id(EventId::header("x-event-id"))
         .build()

@@ -160,7 +160,7 @@ fn an_undated_event_is_processed_unordered_with_a_warning() {
     let store = MemoryStore::new();
     let guard = WebhookGuard::builder()
         .store(store.clone())
-        .ordering(Arc::new(store))
+        .ordering(store)
         .event_meta(webhook_guard::meta::MetaExtractor::stripe())
         .verifier(NoVerification)
         .event_id(EventId::header("x-id"))
@@ -248,8 +248,8 @@ fn the_worker_warns_once_about_an_unordered_event() {
     let store = MemoryStore::new();
     let guard = WebhookGuard::builder()
         .store(store.clone())
-        .inbox(Arc::new(store.clone()))
-        .ordering(Arc::new(store))
+        .inbox(store.clone())
+        .ordering(store)
         .event_meta(webhook_guard::meta::MetaExtractor::stripe())
         .verifier(NoVerification)
         .event_id(EventId::header("x-id"))

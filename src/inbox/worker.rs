@@ -10,10 +10,11 @@ use chrono::{DateTime, TimeDelta, Utc};
 
 use super::{InboxEvent, InboxState, InboxStore, Settle};
 use crate::clock::{Clock, SystemClock};
-use crate::guard::{catch_unwind, panic_message, HandlerError};
 use crate::hooks::{Hooks, NoHooks, PanicSafe};
 use crate::ordering::{Freshness, ObjectKey, ObjectStatus, OrderingStore};
+use crate::outcome::HandlerError;
 use crate::reconcile::{ReconcileReason, ReconcileRequest, Reconciler};
+use crate::runtime::{catch_unwind, panic_message};
 use crate::store::{Fence, FencingToken, StoreError};
 
 /// Processes one stored event. Implemented for closures
@@ -172,7 +173,7 @@ impl Worker {
                 lease: Duration::from_secs(300),
                 poll: Duration::from_secs(1),
                 timeout: None,
-                retention: crate::DEFAULT_RETENTION,
+                retention: Duration::from_secs(72 * 3600),
                 retention_floor: Duration::ZERO,
             }),
         }
@@ -322,7 +323,7 @@ impl Worker {
     /// tokio `JoinHandle` does); keep the handle to stop it.
     #[must_use = "keep the handle to stop the worker (dropping it leaves it running)"]
     pub fn spawn(self) -> WorkerHandle {
-        let (stop, mut stopped) = crate::sweeper::stop_signal();
+        let (stop, mut stopped) = crate::runtime::stop_signal();
         let task = tokio::spawn(async move {
             let mut running = tokio::task::JoinSet::new();
             // The purge, on a task of its own: a long one holds up no lease.
@@ -337,14 +338,15 @@ impl Worker {
                 // A lease that panics (a custom store) ends no more than that lease:
                 // the worker goes on, as after a store error.
                 let full = free == 0
-                    || match crate::guard::catch_unwind(self.lease_into(&mut running, free)).await {
+                    || match crate::runtime::catch_unwind(self.lease_into(&mut running, free)).await
+                    {
                         Ok(Ok(n)) => n == free,
                         Ok(Err(e)) => {
                             tracing::warn!(error = %e, "inbox lease failed; will retry");
                             false
                         }
                         Err(panic) => {
-                            let panic = crate::guard::panic_message(&*panic);
+                            let panic = crate::runtime::panic_message(&*panic);
                             tracing::error!(panic, "inbox lease panicked; will retry");
                             false
                         }
@@ -505,12 +507,12 @@ impl Inner {
                 }
             }
             Ran::Failed(HandlerError::Permanent(e)) => {
-                let error = crate::guard::error_text(&e);
+                let error = crate::runtime::error_text(&e);
                 self.dead(&event, &error, ReconcileReason::PermanentFailure)
                     .await;
             }
             Ran::Failed(HandlerError::Retryable(e)) => {
-                let error = crate::guard::error_text(&e);
+                let error = crate::runtime::error_text(&e);
                 self.fail(&event, error).await;
             }
             Ran::LeaseLost => {
@@ -742,7 +744,8 @@ impl Inner {
     ) -> bool {
         let now = self.clock.now();
         // Bounded once NULs are replaced (each becomes three bytes).
-        let error = error.map(|e| crate::guard::bounded_error(crate::without_nul(e).into_owned()));
+        let error =
+            error.map(|e| crate::runtime::bounded_error(crate::without_nul(e).into_owned()));
         let settle = Settle {
             state,
             next_attempt_at,
@@ -819,14 +822,14 @@ impl Inner {
         );
         // A panicking reconciler is a failed reconcile: the event's own end (its
         // settle after a timeout, say) must still follow.
-        match crate::guard::catch_unwind(reconciler.reconcile(&request)).await {
+        match crate::runtime::catch_unwind(reconciler.reconcile(&request)).await {
             Ok(Ok(())) => true,
             Ok(Err(e)) => {
                 tracing::warn!(id = %event.id, reason = reason.as_str(), error = %e, "reconciliation failed");
                 false
             }
             Err(panic) => {
-                let msg = crate::guard::panic_message(&*panic);
+                let msg = crate::runtime::panic_message(&*panic);
                 tracing::error!(id = %event.id, reason = reason.as_str(), panic = msg, "reconciler panicked");
                 false
             }

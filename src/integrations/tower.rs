@@ -143,7 +143,7 @@ where
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
         let guard = self.guard.clone();
-        let span = crate::guard::enterable(guard.delivery_span());
+        let span = crate::runtime::enterable(guard.delivery_span());
         Box::pin(tracing::Instrument::instrument(
             guarded_call(guard, inner, request),
             span,
@@ -177,32 +177,32 @@ where
     // A panicking inner service fails the delivery as a panicking handler does in
     // `axum::guarded`: a retryable failure, answered 500, not a dropped connection.
     // `call` itself inside the catch: a service may panic before its future exists.
-    let response = match crate::guard::catch_unwind(async move { inner.call(request).await }).await
-    {
-        Ok(Ok(response)) => response,
-        Err(panic) => {
-            let msg = crate::guard::panic_message(&*panic);
-            let outcome = claimed
-                .fail(HandlerError::retryable(format!(
-                    "the inner service panicked: {msg}"
-                )))
-                .await;
-            return Ok(guard.respond(outcome).into_http());
-        }
-        Ok(Err(error)) => {
-            let outcome = claimed
-                .fail(HandlerError::retryable(
-                    "the inner service returned an error",
-                ))
-                .await;
-            // Escalated: the sender must be told to stop, not shown the error.
-            let answer = guard.respond(outcome);
-            if answer.answer().status.is_success() {
-                return Ok(answer.into_http());
+    let response =
+        match crate::runtime::catch_unwind(async move { inner.call(request).await }).await {
+            Ok(Ok(response)) => response,
+            Err(panic) => {
+                let msg = crate::runtime::panic_message(&*panic);
+                let outcome = claimed
+                    .fail(HandlerError::retryable(format!(
+                        "the inner service panicked: {msg}"
+                    )))
+                    .await;
+                return Ok(guard.respond(outcome).into_http());
             }
-            return Err(error);
-        }
-    };
+            Ok(Err(error)) => {
+                let outcome = claimed
+                    .fail(HandlerError::retryable(
+                        "the inner service returned an error",
+                    ))
+                    .await;
+                // Escalated: the sender must be told to stop, not shown the error.
+                let answer = guard.respond(outcome);
+                if answer.answer().status.is_success() {
+                    return Ok(answer.into_http());
+                }
+                return Err(error);
+            }
+        };
     let status = response.status();
     let outcome = if status.is_success() {
         claimed.complete().await

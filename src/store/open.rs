@@ -29,7 +29,7 @@
 //! let opened = store::open(&url).await?;
 //! opened.migrate().await?;
 //! let guard = WebhookGuard::builder()
-//!     .shared_store(opened.shared())
+//!     .store(opened.shared())
 //!     .verifier(Stripe::new(["whsec_..."])?)
 //!     .build()?;
 //! # let _ = guard;
@@ -494,7 +494,7 @@ enum Schema {
 }
 
 /// A store opened from a URL: hand [`OpenedStore::shared`] to
-/// [`WebhookGuardBuilder::shared_store`](crate::WebhookGuardBuilder::shared_store).
+/// [`WebhookGuardBuilder::store`](crate::WebhookGuardBuilder::store).
 #[derive(Clone)]
 pub struct OpenedStore {
     store: Arc<DynProcessedStore>,

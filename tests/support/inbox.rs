@@ -37,8 +37,8 @@ where
     let clock = ManualClock::new(now_ms());
     let guard = WebhookGuard::builder()
         .store(store.clone())
-        .inbox(Arc::new(store.clone()))
-        .ordering(Arc::new(store.clone()))
+        .inbox(store.clone())
+        .ordering(store.clone())
         .verifier(NoVerification)
         .event_id(EventId::json_field(["id"]))
         .event_meta(MetaExtractor::json(&["type"], &["created"], &["object"]))

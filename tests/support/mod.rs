@@ -92,9 +92,9 @@ pub async fn two_replicas_run_each_handler_exactly_once(
     use std::sync::Arc;
     use webhook_guard::{verify::NoVerification, EventId, OutcomeKind, WebhookGuard};
 
-    let guard = |store| {
+    let guard = |store: Arc<dyn webhook_guard::ProcessedStore>| {
         WebhookGuard::builder()
-            .shared_store(store)
+            .store(store)
             .verifier(NoVerification)
             .event_id(EventId::header("x-id"))
             .namespace("test")

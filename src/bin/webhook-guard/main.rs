@@ -197,7 +197,7 @@ async fn guard(args: &StoreArgs) -> Result<WebhookGuard, Fail> {
             (fail, _) => fail,
         })?;
     WebhookGuard::builder()
-        .shared_store(opened.shared())
+        .store(opened.shared())
         .verifier(NoVerification)
         .namespace(args.namespace.as_str())
         .build()

@@ -1,0 +1,129 @@
+//! Inbox mode: [`WebhookGuard::accept`] stores a verified delivery for later, and
+//! [`WebhookGuard::worker`] makes the worker that processes it.
+
+use std::future::Future;
+use std::time::Instant;
+
+use chrono::{DateTime, Utc};
+use tracing::Instrument as _;
+
+use super::{record_on_span, VerifiedDelivery, WebhookGuard};
+use crate::inbox::{Enqueued, NewEvent};
+use crate::outcome::{Outcome, Rejection};
+use crate::runtime::enterable;
+use crate::store::{Fingerprint, Key, StoreError};
+use crate::Headers;
+
+impl WebhookGuard {
+    /// Persist, then acknowledge: verifies the delivery, deduplicates it and stores
+    /// the event (payload, id, type, `created_at`, object) in the inbox in one atomic
+    /// step, and returns at once — [`Outcome::Accepted`] (answer 200) whether this
+    /// delivery stored it or an earlier one did. A [`Worker`](crate::inbox::Worker)
+    /// processes it afterwards. Without an inbox configured the outcome is
+    /// [`Outcome::StoreUnavailable`].
+    pub fn accept<'s, 'a>(
+        &'s self,
+        headers: &dyn Headers,
+        body: &'a [u8],
+    ) -> impl Future<Output = Outcome> + Send + use<'s, 'a> {
+        let span = enterable(self.delivery_span());
+        let started = Instant::now();
+        let now = self.inner.clock.now();
+        let verified = span.in_scope(|| self.verify_at(headers, body, now));
+        async move {
+            let outcome = self.enqueue(verified, body, now).await;
+            self.report(&outcome, None, started, None);
+            outcome
+        }
+        .instrument(span)
+    }
+
+    async fn enqueue(
+        &self,
+        verified: Result<VerifiedDelivery, Rejection>,
+        body: &[u8],
+        now: DateTime<Utc>,
+    ) -> Outcome {
+        let delivery = match verified {
+            Ok(d) => d,
+            Err(r) => return Outcome::Rejected(r),
+        };
+        record_on_span("webhook.event_id", delivery.id.as_str());
+        let inner = &self.inner;
+        let Some(inbox) = &inner.inbox else {
+            tracing::error!("accept called on a guard without an inbox");
+            return Outcome::StoreUnavailable {
+                id: Some(delivery.id),
+                error: StoreError::backend("no inbox configured on this guard"),
+            };
+        };
+        // As for a claim: with conflict detection off, the body is not hashed and the
+        // event keeps `UNKNOWN`, which no guard compares.
+        let fingerprint = if inner.fingerprint {
+            Fingerprint::of(body)
+        } else {
+            Fingerprint::UNKNOWN
+        };
+        let key = Key::new(&inner.namespace, &delivery.id);
+        let event = NewEvent {
+            key,
+            fingerprint,
+            meta: &delivery.meta,
+            payload: body,
+            now,
+            expires_at: crate::later(now, inner.retention_delta),
+        };
+        match inbox.enqueue(&event).await {
+            Ok(Enqueued::Inserted) => Outcome::Accepted {
+                id: delivery.id,
+                new: true,
+            },
+            Ok(Enqueued::Existing { fingerprint: f, .. })
+                if inner.fingerprint && !f.matches(&fingerprint) =>
+            {
+                inner.safe_hooks.on_conflict(key);
+                Outcome::Conflict { id: delivery.id }
+            }
+            Ok(Enqueued::Existing { .. }) => Outcome::Accepted {
+                id: delivery.id,
+                new: false,
+            },
+            Err(error) => Outcome::StoreUnavailable {
+                id: Some(delivery.id),
+                error,
+            },
+        }
+    }
+
+    /// A [`Worker`](crate::inbox::Worker) over this guard's inbox, with its
+    /// namespace, ordering store, reconciler, hooks, clock and retention.
+    ///
+    /// # Errors
+    /// [`ConfigError::NoInbox`](crate::ConfigError::NoInbox) when the guard has no inbox.
+    #[cfg(feature = "tokio")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+    pub fn worker(
+        &self,
+        handler: impl crate::inbox::InboxHandler,
+    ) -> Result<crate::inbox::Worker, super::ConfigError> {
+        let inner = &self.inner;
+        let inbox = inner.inbox.clone().ok_or(super::ConfigError::NoInbox)?;
+        // The shortest retention `build` allows: settled events are the dedup
+        // horizon of `accept`, so a worker keeps them at least as long.
+        let lease = inner.lease_delta.to_std().unwrap_or_default();
+        let tolerance = inner.verifier.tolerance().unwrap_or_default();
+        let floor = lease.max(tolerance.saturating_mul(2));
+        let mut worker = crate::inbox::Worker::new(inbox, inner.namespace.clone(), handler)
+            .hooks(inner.hooks.clone())
+            .clock(inner.clock.clone())
+            .retention_floor(floor)
+            .retention(inner.retention);
+        if let Some(ordering) = &inner.ordering {
+            worker = worker.ordering(ordering.clone());
+        }
+        if let Some(reconciler) = &inner.reconciler {
+            worker = worker.reconciler(reconciler.clone());
+        }
+        Ok(worker)
+    }
+}

@@ -1,0 +1,665 @@
+//! The delivery flow: verify → extract the id → claim → run → record → answer.
+//!
+//! This file holds one delivery from top to bottom: [`WebhookGuard::handle`],
+//! [`WebhookGuard::handle_owned`] and [`WebhookGuard::begin`] verify and claim
+//! ([`WebhookGuard::claim`]), and [`run_claimed`] runs the handler and records how
+//! it ended through [`Claimed`]. The rest lives beside it: the builder
+//! (`builder.rs`), the event types (`event.rs`), a won claim (`claim.rs`), recording
+//! its end (`record.rs`), what a dropped delivery leaves to the background
+//! (`cancellation.rs`), and the inbox and reconcile glue (`inbox.rs`, `reconcile.rs`).
+
+mod builder;
+mod cancellation;
+mod claim;
+mod event;
+mod inbox;
+mod reconcile;
+mod record;
+
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::AtomicUsize;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use chrono::{DateTime, TimeDelta, Utc};
+use http::StatusCode;
+use tracing::Instrument as _;
+
+use crate::clock::Clock;
+use crate::hooks::{DeliveryReport, Hooks};
+use crate::inbox::InboxStore;
+use crate::meta::{EventMeta, MetaExtractor};
+use crate::ordering::OrderingStore;
+use crate::outcome::{Answer, HandlerError, Outcome, OutcomeKind, Rejection};
+use crate::reconcile::Reconciler;
+use crate::runtime::{bounded_error, catch_unwind, current_span, enterable, panic_message};
+use crate::store::{
+    Claim, ClaimRequest, Deleted, DynProcessedStore, FencingToken, Fingerprint, Key, Record,
+    RecordState, StoreError,
+};
+use crate::verify::Verifier;
+use crate::Headers;
+
+pub use builder::{
+    ConfigError, InProgressAnswer, WebhookGuardBuilder, DEFAULT_ESCALATE_AFTER, DEFAULT_LEASE,
+    DEFAULT_MAX_BODY, DEFAULT_RETENTION,
+};
+pub use claim::Claimed;
+pub use event::{
+    Event, EventId, IdExtractor, LeaseError, OwnedEvent, VerifiedDelivery, MAX_ID_LEN,
+};
+pub use reconcile::ReconcileReport;
+
+use builder::KINDS;
+use cancellation::{Detachable, ReleaseOnDrop};
+use claim::ClaimState;
+use event::check_id;
+
+/// The guard: one per endpoint, built at start-up, cloned into every request.
+///
+/// Cloning is cheap (an [`Arc`] inside).
+#[derive(Clone, Debug)]
+pub struct WebhookGuard {
+    inner: Arc<Inner>,
+}
+
+// Aligned to 128 bytes so that `Arc`'s counters, which every claimed delivery
+// changes (its `ClaimState` holds a clone of the guard), share no cache line with
+// the fields every delivery reads: on two cores, each count change would evict
+// them from the other core's cache.
+#[repr(align(128))]
+struct Inner {
+    store: Arc<DynProcessedStore>,
+    verifier: Arc<dyn Verifier>,
+    clock: Arc<dyn Clock>,
+    /// The hooks as given (a worker or sweeper made from the guard wraps them itself).
+    hooks: Arc<dyn Hooks>,
+    /// What the guard calls: `hooks`, panic-safe.
+    safe_hooks: Arc<dyn Hooks>,
+    namespace: String,
+    event_id: EventId,
+    lease: Duration,
+    lease_delta: TimeDelta,
+    retention: Duration,
+    retention_delta: TimeDelta,
+    escalate_after: u32,
+    max_body: usize,
+    in_progress: InProgressAnswer,
+    fingerprint: bool,
+    status: [Option<StatusCode>; KINDS],
+    inbox: Option<Arc<dyn InboxStore>>,
+    ordering: Option<Arc<dyn OrderingStore>>,
+    reconciler: Option<Arc<dyn Reconciler>>,
+    meta: MetaExtractor,
+    /// Background searches for claims the store did not answer, running now (at
+    /// most [`MAX_SEARCHES`](cancellation::MAX_SEARCHES)).
+    lost_searches: Arc<AtomicUsize>,
+    /// The same for claims whose delivery was dropped: a slot count of their own,
+    /// as such a search may run for a whole lease (one whose claim was answered
+    /// `Existing` never finds its token) and must not starve the others.
+    dropped_searches: Arc<AtomicUsize>,
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebhookGuard")
+            .field("namespace", &self.namespace)
+            .field("store", &self.store)
+            .field("verifier", &self.verifier)
+            .field("event_id", &self.event_id)
+            .field("lease", &self.lease)
+            .field("retention", &self.retention)
+            .field("escalate_after", &self.escalate_after)
+            .field("max_body", &self.max_body)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One delivery: verify, claim, run, record.
+impl WebhookGuard {
+    /// Runs one delivery through the whole flow: verify, claim, run `handler` only if
+    /// this delivery won the claim, record the result, and return the [`Outcome`].
+    ///
+    /// A handler that panics is treated as a retryable failure; the panic does not
+    /// reach the caller.
+    ///
+    /// The headers and the clock are read before the returned future first runs, so
+    /// the headers need not outlive it; the future is `Send` when the handler's
+    /// future is. The whole
+    /// delivery, handler included, runs in a `webhook_delivery` tracing span (see
+    /// [`WebhookGuard::delivery_span`]); its outcome is logged once at the end and
+    /// reported to [`Hooks::on_outcome`]. Neither the body nor any secret is logged
+    /// by the guard; a handler's error text is logged and kept in the record's
+    /// history as the handler wrote it (a serde error quotes the value it refused),
+    /// so keep payload contents out of it.
+    ///
+    /// # Cost
+    ///
+    /// A processed delivery makes two store round trips (claim, then complete); a
+    /// duplicate makes one (the claim answers with the record). On [`MemoryStore`]
+    /// with the id in a header (or with the Stripe preset, which reads it from the
+    /// body), a processed delivery allocates 6 times (and, while
+    /// the store is still growing, one more per 8 new records, plus now and then a
+    /// shard's chunk list or table doubling) and a duplicate 4 times
+    /// (`tests/allocations.rs` holds these bounds); the body is
+    /// hashed once (SHA-256) for conflict detection, and read for the event's
+    /// metadata only by a delivery that claims its id, and only when the guard has
+    /// an ordering store or a reconciler (a duplicate skips that scan).
+    /// `benches/README.md` has measured figures.
+    ///
+    /// [`MemoryStore`]: crate::MemoryStore
+    pub fn handle<'s, 'a, F, Fut>(
+        &'s self,
+        headers: &dyn Headers,
+        body: &'a [u8],
+        handler: F,
+    ) -> impl Future<Output = Outcome> + use<'s, 'a, F, Fut>
+    where
+        F: FnOnce(Event<'a>) -> Fut,
+        Fut: Future<Output = Result<(), HandlerError>>,
+    {
+        let span = enterable(self.delivery_span());
+        let started = Instant::now();
+        let now = self.inner.clock.now();
+        let verified = span.in_scope(|| self.verify_id_at(headers, body, now));
+        async move {
+            let begin = self.claim(verified, body, started, now).await;
+            run_claimed(begin, handler).await
+        }
+        .instrument(span)
+    }
+
+    /// [`WebhookGuard::handle`] for a body held in [`Bytes`]: the handler receives an
+    /// [`OwnedEvent`], which owns (a cheap clone of) the body, so its future can be
+    /// `'static` — what web frameworks and `tokio::spawn` need.
+    ///
+    /// ```
+    /// use bytes::Bytes;
+    /// use webhook_guard::{verify::HmacSha256Header, EventId, MemoryStore, Outcome, WebhookGuard};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let verifier = HmacSha256Header::new("X-Signature", ["s3cret"]).unwrap();
+    /// let body = Bytes::from_static(br#"{"id":"evt_1"}"#);
+    /// let headers = [("X-Signature", verifier.sign(&body))];
+    /// let guard = WebhookGuard::builder()
+    ///     .store(MemoryStore::new())
+    ///     .verifier(verifier)
+    ///     .event_id(EventId::json_field(["id"]))
+    ///     .build()
+    ///     .unwrap();
+    /// let outcome = guard
+    ///     .handle_owned(&headers, body, |event| async move {
+    ///         // `event` is `'static`: it could be moved into a spawned task.
+    ///         assert_eq!(event.id(), "evt_1");
+    ///         Ok(())
+    ///     })
+    ///     .await;
+    /// assert!(matches!(outcome, Outcome::Processed { .. }));
+    /// # }
+    /// ```
+    pub fn handle_owned<'s, F, Fut>(
+        &'s self,
+        headers: &dyn Headers,
+        body: Bytes,
+        handler: F,
+    ) -> impl Future<Output = Outcome> + use<'s, F, Fut>
+    where
+        F: FnOnce(OwnedEvent) -> Fut,
+        Fut: Future<Output = Result<(), HandlerError>>,
+    {
+        let span = enterable(self.delivery_span());
+        let started = Instant::now();
+        let now = self.inner.clock.now();
+        let verified = span.in_scope(|| self.verify_id_at(headers, &body, now));
+        async move {
+            let shared = body.clone();
+            let begin = self.claim(verified, &body, started, now).await;
+            run_claimed(begin, move |event| {
+                handler(OwnedEvent {
+                    body: shared,
+                    claim: event.claim,
+                })
+            })
+            .await
+        }
+        .instrument(span)
+    }
+
+    /// Verifies the delivery and claims its id. Returns [`Begin::Claimed`] when this
+    /// delivery must run the work, or [`Begin::Done`] with the outcome to answer.
+    ///
+    /// The headers are read and the clock is read (once, for the signature's tolerance
+    /// and the claim's lease) before the returned future first runs, so the headers
+    /// need not outlive it (nor be `Sync`); await it promptly. The event id and attempt are recorded on the current
+    /// span when it is a delivery span (as in [`WebhookGuard::handle`]); an outcome
+    /// answered here, and the one [`Claimed::complete`] or [`Claimed::fail`] returns,
+    /// is logged and reported to [`Hooks::on_outcome`].
+    pub fn begin<'s, 'a>(
+        &'s self,
+        headers: &dyn Headers,
+        body: &'a [u8],
+    ) -> impl Future<Output = Begin<'a>> + Send + use<'s, 'a> {
+        let started = Instant::now();
+        let now = self.inner.clock.now();
+        let verified = self.verify_id_at(headers, body, now);
+        self.claim(verified, body, started, now)
+    }
+
+    /// Verifies a delivery and extracts its id, without touching the store.
+    ///
+    /// # Errors
+    /// The [`Rejection`]: body too large, signature not verified, id missing or invalid.
+    pub fn verify(
+        &self,
+        headers: &dyn Headers,
+        body: &[u8],
+    ) -> Result<VerifiedDelivery, Rejection> {
+        self.verify_at(headers, body, self.inner.clock.now())
+    }
+
+    /// [`WebhookGuard::verify`] at `now`, the delivery's arrival: the flow reads the
+    /// clock once and uses the time for the signature's tolerance and the claim.
+    fn verify_at(
+        &self,
+        headers: &dyn Headers,
+        body: &[u8],
+        now: DateTime<Utc>,
+    ) -> Result<VerifiedDelivery, Rejection> {
+        let (id, signed_at) = self.verify_id_at(headers, body, now)?;
+        Ok(VerifiedDelivery {
+            id,
+            signed_at,
+            meta: self.inner.meta.extract(body),
+        })
+    }
+
+    /// The checks of [`WebhookGuard::verify_at`]: the event id and the signed time.
+    /// The flow reads the metadata only once it has claimed the id, so that a
+    /// duplicate costs no scan of the body for it.
+    fn verify_id_at(
+        &self,
+        headers: &dyn Headers,
+        body: &[u8],
+        now: DateTime<Utc>,
+    ) -> Result<(String, Option<DateTime<Utc>>), Rejection> {
+        let inner = &self.inner;
+        if body.len() > inner.max_body {
+            return Err(Rejection::BodyTooLarge {
+                size: body.len(),
+                limit: inner.max_body,
+            });
+        }
+        let verified = inner.verifier.verify(headers, body, now)?;
+        let signed_at = verified.signed_at;
+        let id = inner.event_id.extract(headers, body, verified)?;
+        check_id(&id)?;
+        Ok((id, signed_at))
+    }
+
+    /// Claims the id of a verified delivery: the claim to run, or the outcome to
+    /// answer (reported), a rejection included. The callers await this future
+    /// directly (no wrapper future around it, which would copy it once more).
+    async fn claim<'a>(
+        &self,
+        verified: Result<(String, Option<DateTime<Utc>>), Rejection>,
+        body: &'a [u8],
+        started: Instant,
+        now: DateTime<Utc>,
+    ) -> Begin<'a> {
+        let id = match verified {
+            Ok((id, _)) => id,
+            Err(r) => return self.done(Outcome::Rejected(r), None, started),
+        };
+        record_on_span("webhook.event_id", id.as_str());
+        let inner = &self.inner;
+        let fingerprint = if inner.fingerprint {
+            Fingerprint::of(body)
+        } else {
+            Fingerprint::UNKNOWN
+        };
+        let key = Key::new(&inner.namespace, &id);
+        let request = ClaimRequest {
+            key,
+            fingerprint,
+            token: FencingToken::random(),
+            now,
+            lease_until: crate::later(now, inner.lease_delta),
+            expires_at: crate::later(now, inner.retention_delta),
+        };
+        // No `Claimed` exists yet to release the claim if this future is dropped
+        // while the store answers (a claim the store granted would hold its lease
+        // until it ran out, and count as a failure).
+        let release = ReleaseOnDrop::arm(self, &id, request.token, request.now);
+        let claimed = store(inner).claim(&request).await;
+        match &claimed {
+            // Any error but a corrupt record (which a search would only read again)
+            // may come after the store applied the claim.
+            Err(StoreError::Corrupt(_)) | Ok(_) => release.disarm(),
+            Err(_) => release.lost(),
+        }
+        let record = match claimed {
+            Ok(Claim::Acquired(record)) => record,
+            // This very claim, met again: a driver sent the round trip again after
+            // its first run was applied, and the contract lets the store answer
+            // either way. Held by no one else, it is this delivery's.
+            Ok(Claim::Existing(record)) if request.made(&record) => record,
+            Ok(Claim::Existing(record)) => {
+                record_on_span("webhook.attempt", record.attempts);
+                let outcome = self.existing(id, record, fingerprint, now);
+                return self.done(outcome, None, started);
+            }
+            Err(error) => {
+                let outcome = Outcome::StoreUnavailable {
+                    id: Some(id),
+                    error,
+                };
+                return self.done(outcome, None, started);
+            }
+        };
+        // Panic-safe (as every hook): nothing would release the claim yet.
+        inner.safe_hooks.on_claim(key, record.attempts);
+        record_on_span("webhook.attempt", record.attempts);
+        // The metadata is read now that this delivery holds the claim, and only for
+        // its readers, ordering and reconciliation: a guard with neither skips the
+        // scan of the body (and the strings it would allocate). A custom extractor
+        // that panics fails the delivery as a panicking handler would: the claim is
+        // released (retryable), not left to run out its lease.
+        let mut panicked = None;
+        let meta = if inner.ordering.is_some() || inner.reconciler.is_some() {
+            std::panic::catch_unwind(AssertUnwindSafe(|| inner.meta.extract(body))).unwrap_or_else(
+                |panic| {
+                    panicked = Some(panic_message(&*panic).to_owned());
+                    EventMeta::default()
+                },
+            )
+        } else {
+            EventMeta::default()
+        };
+        let ordered = inner.ordering.is_some() && crate::ordering::ordered(&id, &meta, now);
+        let state = Arc::new(ClaimState {
+            guard: self.clone(),
+            token: request.token,
+            id,
+            record,
+            meta,
+            ordered,
+            started,
+            claimed_at: Instant::now(),
+        });
+        // The two rare early ends below are boxed (kept out of every delivery's
+        // future) and detachable: they finish, hooks and report included, even if
+        // the delivery is dropped meanwhile.
+        let attempt = Some(state.record.attempts);
+        if let Some(msg) = panicked {
+            let error = bounded_error(format!("metadata extractor panicked: {msg}"));
+            let (state, body) = (state.clone(), body.to_vec());
+            let outcome = Detachable::new(async move {
+                let outcome = state.fail_retryable(&body, error).await;
+                state.guard.report(&outcome, attempt, started, None);
+                outcome
+            });
+            return Begin::Done(outcome.await);
+        }
+        if state.record.failures >= inner.escalate_after {
+            // Earlier holders crashed or hung until their leases ran out: stop here.
+            let history = state.history_with(now, "lease expired".into());
+            let failures = state.record.failures;
+            let (state, body) = (state.clone(), body.to_vec());
+            let outcome = Detachable::new(async move {
+                let outcome = state.escalate(&body, failures, &history, now).await;
+                state.guard.report(&outcome, attempt, started, None);
+                outcome
+            });
+            return Begin::Done(outcome.await);
+        }
+        let claimed_at = state.record.updated_at;
+        let release = ReleaseOnDrop::arm(self, &state.id, state.token, claimed_at);
+        let order = state.check_order(now).await;
+        release.disarm();
+        if let Some(outcome) = order {
+            return self.done(outcome, Some(state.record.attempts), started);
+        }
+        let claimed = Claimed {
+            state: Some(state),
+            body,
+        };
+        Begin::Claimed(claimed)
+    }
+
+    fn existing(
+        &self,
+        id: String,
+        record: Record,
+        fingerprint: Fingerprint,
+        now: DateTime<Utc>,
+    ) -> Outcome {
+        let hooks = &self.inner.safe_hooks;
+        if !record.fingerprint.matches(&fingerprint) {
+            hooks.on_conflict(record.key());
+            return Outcome::Conflict { id };
+        }
+        if record.state == RecordState::InProgress {
+            let left = (record.lease_until - now).to_std().unwrap_or_default();
+            return Outcome::InProgress {
+                id,
+                retry_after: left.max(Duration::from_secs(1)),
+            };
+        }
+        hooks.on_duplicate(&record);
+        Outcome::Duplicate {
+            id,
+            state: record.state,
+        }
+    }
+
+    /// Reports `outcome`, reached before any handler ran, with the attempt when this
+    /// delivery won the claim (stale, escalated at claim, extractor panic).
+    fn done<'a>(&self, outcome: Outcome, attempt: Option<u32>, started: Instant) -> Begin<'a> {
+        self.report(&outcome, attempt, started, None);
+        Begin::Done(outcome)
+    }
+}
+
+/// The answer to [`WebhookGuard::begin`]: either this delivery won the claim, or
+/// there is already an outcome (duplicate, in progress, rejected, ...).
+#[derive(Debug)]
+#[must_use]
+pub enum Begin<'a> {
+    /// This delivery holds the claim: run the work, then call
+    /// [`Claimed::complete`] or [`Claimed::fail`].
+    Claimed(Claimed<'a>),
+    /// Nothing to run: answer this outcome.
+    Done(Outcome),
+}
+
+/// Runs `handler` when `begin` won the claim, and records how it ended.
+async fn run_claimed<'a, F, Fut>(begin: Begin<'a>, handler: F) -> Outcome
+where
+    F: FnOnce(Event<'a>) -> Fut,
+    Fut: Future<Output = Result<(), HandlerError>>,
+{
+    let claimed = match begin {
+        Begin::Claimed(c) => c,
+        Begin::Done(outcome) => return outcome,
+    };
+    // The handler is called inside `catch_unwind` too: a closure may panic before
+    // it returns its future.
+    let event = claimed.event();
+    let result = catch_unwind(async move { handler(event).await }).await;
+    match result {
+        Ok(Ok(())) => claimed.complete().await,
+        Ok(Err(e)) => claimed.fail(e).await,
+        Err(panic) => {
+            let msg = panic_message(&*panic);
+            claimed
+                .fail(HandlerError::retryable(format!("handler panicked: {msg}")))
+                .await
+        }
+    }
+}
+
+/// Telling how a delivery ended: its span, its log line and hook, its answer.
+impl WebhookGuard {
+    /// A new `webhook_delivery` span, at `INFO` level, for one delivery: field
+    /// `webhook.namespace` is set, and `webhook.event_id`, `webhook.attempt`,
+    /// `webhook.outcome` and `webhook.elapsed_ms` are recorded as the flow learns them.
+    ///
+    /// [`WebhookGuard::handle`] runs in one; an integration driving
+    /// [`WebhookGuard::begin`] itself can instrument its delivery future with it.
+    pub fn delivery_span(&self) -> tracing::Span {
+        tracing::info_span!(
+            "webhook_delivery",
+            webhook.namespace = %self.inner.namespace,
+            webhook.event_id = tracing::field::Empty,
+            webhook.attempt = tracing::field::Empty,
+            webhook.outcome = tracing::field::Empty,
+            webhook.elapsed_ms = tracing::field::Empty,
+        )
+    }
+
+    /// Logs the end of a delivery and reports it to the outcome hook.
+    fn report(
+        &self,
+        outcome: &Outcome,
+        attempt: Option<u32>,
+        started: Instant,
+        handler: Option<Duration>,
+    ) {
+        let elapsed = started.elapsed();
+        let kind = outcome.kind();
+        let elapsed_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
+        if let Some(span) = current_span() {
+            span.record("webhook.outcome", kind.as_str());
+            span.record("webhook.elapsed_ms", elapsed_ms);
+        }
+        let namespace = self.inner.namespace.as_str();
+        let id = outcome.id().unwrap_or("");
+        match kind {
+            OutcomeKind::Processed
+            | OutcomeKind::Duplicate
+            | OutcomeKind::InProgress
+            | OutcomeKind::Accepted => {
+                tracing::info!(namespace, id, attempt, outcome = %kind, elapsed_ms, "webhook delivery");
+            }
+            _ => {
+                // `Display` of an outcome holds reasons and error messages, never the
+                // body or a secret.
+                tracing::warn!(namespace, id, attempt, outcome = %kind, elapsed_ms, detail = %outcome, "webhook delivery");
+            }
+        }
+        self.inner.safe_hooks.on_outcome(&DeliveryReport {
+            namespace,
+            outcome,
+            attempt,
+            elapsed,
+            handler,
+        });
+    }
+
+    /// A rejection found before the guard saw the body (an integration refusing an
+    /// oversized body it did not read whole), logged and reported like any outcome.
+    #[cfg_attr(not(any(feature = "axum", feature = "tower")), allow(dead_code))]
+    pub(crate) fn rejected_early(&self, rejection: Rejection, started: Instant) -> Outcome {
+        let outcome = Outcome::Rejected(rejection);
+        self.report(&outcome, None, started, None);
+        outcome
+    }
+
+    /// What to answer the sender for `outcome`, with this guard's overrides applied.
+    pub fn answer(&self, outcome: &Outcome) -> Answer {
+        let kind = outcome.kind();
+        let default = match (outcome, self.inner.in_progress) {
+            (Outcome::Rejected(r), _) => r.status(),
+            (Outcome::InProgress { .. }, InProgressAnswer::Accept) => StatusCode::OK,
+            _ => kind.default_status(),
+        };
+        let status = self.inner.status[kind.index()].unwrap_or(default);
+        Answer::with_status(outcome, status)
+    }
+}
+
+/// The guard's configuration and its records, for operators.
+impl WebhookGuard {
+    /// The store.
+    pub fn store(&self) -> &Arc<DynProcessedStore> {
+        &self.inner.store
+    }
+
+    /// The clock.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.inner.clock
+    }
+
+    /// The hooks, as given to the builder (the guard calls them panic-safe).
+    pub fn hooks(&self) -> &Arc<dyn Hooks> {
+        &self.inner.hooks
+    }
+
+    /// The namespace.
+    pub fn namespace(&self) -> &str {
+        &self.inner.namespace
+    }
+
+    /// The lease duration.
+    pub fn lease(&self) -> Duration {
+        self.inner.lease
+    }
+
+    /// The retention.
+    pub fn retention(&self) -> Duration {
+        self.inner.retention
+    }
+
+    /// The largest body accepted, in bytes: integrations stop reading a body past it.
+    pub fn max_body(&self) -> usize {
+        self.inner.max_body
+    }
+
+    /// The record kept for `id`, for operators.
+    ///
+    /// # Errors
+    /// The store's error.
+    pub async fn inspect(&self, id: &str) -> Result<Option<Record>, StoreError> {
+        store(&self.inner)
+            .get(Key::new(&self.inner.namespace, id))
+            .await
+    }
+
+    /// Forgets `id` so its next delivery runs the handler again (the "resend from the
+    /// provider's dashboard" workflow). Refused while a live lease holds the id.
+    ///
+    /// # Errors
+    /// The store's error.
+    pub async fn forget(&self, id: &str) -> Result<Deleted, StoreError> {
+        let now = self.inner.clock.now();
+        store(&self.inner)
+            .delete(Key::new(&self.inner.namespace, id), now)
+            .await
+    }
+
+    /// Claims whose lease ran out without completion (crashed or hung holders).
+    ///
+    /// # Errors
+    /// The store's error.
+    pub async fn stuck(&self, limit: usize) -> Result<Vec<Record>, StoreError> {
+        store(&self.inner)
+            .stuck(self.inner.clock.now(), limit)
+            .await
+    }
+}
+
+/// The store behind the guard's `Arc`. Calling through `Arc<dyn ProcessedStore>`
+/// itself would go through its forwarding impl, which boxes a second future per call.
+fn store(inner: &Inner) -> &DynProcessedStore {
+    &*inner.store
+}
+
+/// Records `value` as `field` on the current span (a no-op on a span without it).
+fn record_on_span(field: &str, value: impl tracing::Value) {
+    if let Some(span) = current_span() {
+        span.record(field, value);
+    }
+}
