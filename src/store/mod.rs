@@ -29,7 +29,8 @@ use std::error::Error as StdError;
 use std::fmt;
 use std::hash::{BuildHasher, Hasher};
 
-use async_trait::async_trait;
+#[doc(no_inline)]
+pub use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -414,22 +415,38 @@ impl Record {
         self.state == RecordState::InProgress && self.token == token
     }
 
-    /// Applies `finish` to this record (which [`Record::is_held_by`] its token):
-    /// state, failures, history, expiry and `updated_at` from `finish`.
-    pub fn apply_finish(&mut self, finish: &Finish<'_>) {
+    /// [`ProcessedStore::finish`] on this record: if the claim holding `token`
+    /// holds it ([`Record::is_held_by`]), sets state, failures, history, expiry and
+    /// `updated_at` from `finish` and answers [`Fence::Applied`]; otherwise changes
+    /// nothing and answers [`Fence::LeaseLost`].
+    pub fn apply_finish(&mut self, token: FencingToken, finish: &Finish<'_>) -> Fence {
+        if !self.is_held_by(token) {
+            return Fence::LeaseLost;
+        }
         self.state = finish.state;
         self.failures = finish.failures;
         self.history = finish.history.to_vec();
         self.expires_at = finish.expires_at;
         self.updated_at = finish.now;
+        Fence::Applied
     }
 
-    /// Applies a renewal to this record (which [`Record::is_held_by`] its token):
-    /// the lease ends at `lease_until`, and the expiry becomes the later of its
-    /// value and `expires_at`.
-    pub fn apply_renew(&mut self, lease_until: DateTime<Utc>, expires_at: DateTime<Utc>) {
+    /// [`ProcessedStore::renew`] on this record: if the claim holding `token` holds
+    /// it, the lease ends at `lease_until`, the expiry becomes the later of its value
+    /// and `expires_at`, and the answer is [`Fence::Applied`]; otherwise nothing
+    /// changes and the answer is [`Fence::LeaseLost`].
+    pub fn apply_renew(
+        &mut self,
+        token: FencingToken,
+        lease_until: DateTime<Utc>,
+        expires_at: DateTime<Utc>,
+    ) -> Fence {
+        if !self.is_held_by(token) {
+            return Fence::LeaseLost;
+        }
         self.lease_until = lease_until;
         self.expires_at = self.expires_at.max(expires_at);
+        Fence::Applied
     }
 
     /// Whether the record is `InProgress` with a lease still live at `now`: a
@@ -734,6 +751,92 @@ impl StoreError {
 ///
 /// The public conformance suite (feature `conformance`, module
 /// `conformance`) checks all of this against any store.
+///
+/// # Writing a store
+///
+/// The trait is declared with [`async_trait`] (re-exported here as
+/// `webhook_guard::store::async_trait`): put `#[async_trait]` on the impl too (a
+/// plain `async fn` in the impl fails with E0195). [`ClaimRequest::decide`] makes
+/// the claim's decision, [`Record::claimed`] and [`Record::taken_over`] build the
+/// record it stores, and [`Record::apply_finish`] and [`Record::apply_renew`] make
+/// the fenced changes; the store's part is to read and write atomically. A sketch
+/// over one lock (the complete store, which passes the conformance suite, is
+/// `examples/custom_store.rs` in the crate's repository: `cargo run --example
+/// custom_store --features conformance`):
+///
+/// ```
+/// use std::collections::HashMap;
+/// use std::sync::Mutex;
+///
+/// use chrono::{DateTime, Utc};
+/// use webhook_guard::store::{
+///     async_trait, Claim, ClaimRequest, Decision, Deleted, Fence, FencingToken, Finish, Key,
+///     ProcessedStore, Record, StoreError,
+/// };
+///
+/// #[derive(Debug, Default)]
+/// struct MyStore(Mutex<HashMap<(String, String), Record>>);
+///
+/// #[async_trait]
+/// impl ProcessedStore for MyStore {
+///     async fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
+///         let key = (request.key.namespace.to_owned(), request.key.id.to_owned());
+///         // Read, decide and write in one atomic step: here, under one lock.
+///         let mut records = self.0.lock().unwrap();
+///         let existing = records.get(&key);
+///         let next = match (request.decide(existing), existing) {
+///             (Decision::Keep, Some(record)) => return Ok(Claim::Existing(record.clone())),
+///             (Decision::TakeOver, Some(record)) => record.taken_over(request),
+///             _ => Record::claimed(request),
+///         };
+///         records.insert(key, next.clone());
+///         Ok(Claim::Acquired(next))
+///     }
+///
+///     async fn finish(
+///         &self,
+///         key: Key<'_>,
+///         token: FencingToken,
+///         finish: &Finish<'_>,
+///     ) -> Result<Fence, StoreError> {
+///         let mut records = self.0.lock().unwrap();
+///         let record = records.get_mut(&(key.namespace.to_owned(), key.id.to_owned()));
+///         Ok(record.map_or(Fence::LeaseLost, |r| r.apply_finish(token, finish)))
+///     }
+///
+///     // `renew` as `finish`, with `Record::apply_renew`; `get`, `delete`,
+///     // `purge_expired` and `stuck` as the contract says (see the example).
+/// #   async fn renew(&self, _: Key<'_>, _: FencingToken, _: DateTime<Utc>, _: DateTime<Utc>)
+/// #       -> Result<Fence, StoreError> { unimplemented!() }
+/// #   async fn get(&self, _: Key<'_>) -> Result<Option<Record>, StoreError> { unimplemented!() }
+/// #   async fn delete(&self, _: Key<'_>, _: DateTime<Utc>) -> Result<Deleted, StoreError> {
+/// #       unimplemented!()
+/// #   }
+/// #   async fn purge_expired(&self, _: DateTime<Utc>, _: usize) -> Result<u64, StoreError> {
+/// #       unimplemented!()
+/// #   }
+/// #   async fn stuck(&self, _: DateTime<Utc>, _: usize) -> Result<Vec<Record>, StoreError> {
+/// #       unimplemented!()
+/// #   }
+/// }
+/// ```
+///
+/// # Why `purge_expired` and `stuck` are in this trait
+///
+/// A separate maintenance trait with default methods (as tower-sessions does with
+/// `ExpiredDeletion`) was considered and not taken:
+///
+/// - Nothing else removes a record: a claim replaces an expired one, but an id
+///   never delivered again stays until a purge. A default that does nothing would
+///   let a store that forgot the method grow without bound and still compile;
+///   tower-sessions' stores can leave deletion out because their backends expire
+///   entries by themselves.
+/// - The sweeper, the operator tool's `purge` and `stuck`, and the conformance
+///   suite all work on one `dyn ProcessedStore`; a second trait would need a second
+///   object beside it everywhere, for two methods.
+/// - Both are short to write (about fifteen lines in the example). A store whose
+///   backend expires records by itself answers `Ok(0)` from `purge_expired`, and
+///   still lists stuck leases: the sweeper reports them.
 #[async_trait]
 pub trait ProcessedStore: fmt::Debug + Send + Sync + 'static {
     /// Claims `request.key` if it is free, expired, failed or abandoned.
@@ -789,6 +892,7 @@ macro_rules! forward_processed_store {
     };
 }
 
+#[cfg_attr(not(feature = "metrics"), allow(unused_imports))]
 pub(crate) use forward_processed_store;
 
 forward_processed_store!(ProcessedStore);
