@@ -1,0 +1,578 @@
+//! The conformance suite for [`InboxStore`](crate::inbox::InboxStore) implementations.
+
+use chrono::{DateTime, TimeDelta, Utc};
+use futures_util::future::join_all;
+
+use crate::inbox::{Enqueued, InboxState, InboxStore, NewEvent, Settle};
+use crate::meta::EventMeta;
+use crate::store::{Fence, FencingToken, Fingerprint, Key};
+
+/// Runs every inbox check, one after another.
+pub async fn run_all(store: &dyn InboxStore) {
+    enqueue_is_idempotent(store).await;
+    lease_is_exclusive_and_fenced(store).await;
+    retries_wait_until_due(store).await;
+    an_attempt_may_be_given_back(store).await;
+    dead_workers_lose_their_lease(store).await;
+    a_lease_is_held_to_its_end(store).await;
+    renew_is_fenced_and_moves_the_lease(store).await;
+    the_longest_due_is_leased_first(store).await;
+    settled_events_are_purged(store).await;
+}
+
+struct Fixture {
+    namespace: String,
+    now: DateTime<Utc>,
+}
+
+impl Fixture {
+    fn new() -> Self {
+        let now = DateTime::from_timestamp_millis(Utc::now().timestamp_millis()).expect("in range");
+        Self::at_time(now)
+    }
+
+    /// At `now`: the purge check works in 2001, so that its purges remove
+    /// nothing but events of that year (the store may hold other data).
+    fn at_time(now: DateTime<Utc>) -> Self {
+        Self {
+            namespace: format!("conformance-inbox-{:016x}", FencingToken::random().0),
+            now,
+        }
+    }
+
+    fn at(&self, secs: i64) -> DateTime<Utc> {
+        self.now + TimeDelta::seconds(secs)
+    }
+
+    async fn enqueue(&self, store: &dyn InboxStore, id: &str, payload: &[u8], at: i64) -> Enqueued {
+        let meta = EventMeta::new(
+            Some("charge.succeeded".into()),
+            Some(self.at(-10)),
+            Some(format!("obj-{id}")),
+        );
+        let event = NewEvent {
+            key: Key::new(&self.namespace, id),
+            fingerprint: Fingerprint::of(payload),
+            meta: &meta,
+            payload,
+            now: self.at(at),
+            expires_at: self.at(at + 3600),
+        };
+        store.enqueue(&event).await.expect("enqueue failed")
+    }
+
+    /// What a lease of this namespace at `at`, until `until`, takes (up to 10).
+    async fn lease(
+        &self,
+        store: &dyn InboxStore,
+        at: i64,
+        until: i64,
+    ) -> Vec<crate::inbox::InboxEvent> {
+        store
+            .lease(&self.namespace, self.at(at), self.at(until), 10)
+            .await
+            .expect("lease failed")
+    }
+
+    /// The event a lease of this namespace at `at`, until `until`, takes
+    /// (there must be one: `why`).
+    async fn lease_one(
+        &self,
+        store: &dyn InboxStore,
+        at: i64,
+        until: i64,
+        why: &str,
+    ) -> crate::inbox::InboxEvent {
+        let mut leased = self.lease(store, at, until).await;
+        leased
+            .pop()
+            .unwrap_or_else(|| panic!("nothing leased: {why}"))
+    }
+
+    fn settle(&self, state: InboxState, at: i64, next: i64) -> Settle<'static> {
+        Settle {
+            state,
+            next_attempt_at: self.at(next),
+            error: Some("boom"),
+            now: self.at(at),
+            expires_at: self.at(at + 3600),
+            attempt_counts: true,
+        }
+    }
+}
+
+/// An id is stored once; its payload, fingerprint and metadata round-trip.
+pub async fn enqueue_is_idempotent(store: &dyn InboxStore) {
+    let f = Fixture::new();
+    let payload = b"{\"id\":\"e1\",\"x\":\"\xc3\xbc\"}";
+    assert_eq!(f.enqueue(store, "e1", payload, 0).await, Enqueued::Inserted);
+    let again = f.enqueue(store, "e1", b"other", 1).await;
+    assert_eq!(
+        again,
+        Enqueued::Existing {
+            fingerprint: Fingerprint::of(payload),
+            state: InboxState::Pending
+        },
+        "a known id is not stored again"
+    );
+    let e = store
+        .get_event(Key::new(&f.namespace, "e1"))
+        .await
+        .unwrap()
+        .expect("stored");
+    assert_eq!(e.payload, payload);
+    assert_eq!(e.state, InboxState::Pending);
+    assert_eq!(e.attempts, 0);
+    assert_eq!(e.received_at, f.now);
+    assert_eq!(e.meta.object.as_deref(), Some("obj-e1"));
+    assert_eq!(e.meta.event_type.as_deref(), Some("charge.succeeded"));
+    assert_eq!(e.meta.family.as_deref(), Some("charge"));
+    assert_eq!(e.meta.created_at, Some(f.at(-10)));
+    assert!(store
+        .get_event(Key::new(&f.namespace, "nope"))
+        .await
+        .unwrap()
+        .is_none());
+}
+
+/// Concurrent leases never hand out one event twice; settle is fenced by token.
+pub async fn lease_is_exclusive_and_fenced(store: &dyn InboxStore) {
+    let f = Fixture::new();
+    for i in 0..20 {
+        f.enqueue(store, &format!("x{i}"), b"p", 0).await;
+    }
+    let leases = join_all((0..8).map(|_| store.lease(&f.namespace, f.at(1), f.at(61), 5))).await;
+    let mut ids: Vec<String> = leases
+        .into_iter()
+        .flat_map(|l| l.expect("lease failed"))
+        .map(|e| {
+            assert_eq!(e.state, InboxState::Running);
+            assert_eq!(e.attempts, 1);
+            assert_eq!(e.lease_until, f.at(61));
+            assert_eq!(e.updated_at, f.at(1), "a lease sets updated_at");
+            e.id
+        })
+        .collect();
+    ids.sort();
+    let n = ids.len();
+    ids.dedup();
+    assert_eq!(ids.len(), n, "no event is leased twice");
+    assert_eq!(n, 20, "all due events are leased");
+    assert!(
+        store
+            .lease(&f.namespace, f.at(2), f.at(62), 100)
+            .await
+            .unwrap()
+            .is_empty(),
+        "running events are not due"
+    );
+    let e = store
+        .get_event(Key::new(&f.namespace, "x0"))
+        .await
+        .unwrap()
+        .unwrap();
+    let done = f.settle(InboxState::Done, 3, 3);
+    let wrong = FencingToken(e.token.0 ^ 1);
+    assert_eq!(
+        store.settle_event(e.key(), wrong, &done).await.unwrap(),
+        Fence::LeaseLost
+    );
+    assert_eq!(
+        store
+            .renew_event(e.key(), e.token, f.at(120))
+            .await
+            .unwrap(),
+        Fence::Applied
+    );
+    assert_eq!(
+        store.settle_event(e.key(), e.token, &done).await.unwrap(),
+        Fence::Applied
+    );
+    assert_eq!(
+        store.settle_event(e.key(), e.token, &done).await.unwrap(),
+        Fence::Applied,
+        "the same settle made again (a resend) finds its own change"
+    );
+    let later = f.settle(InboxState::Pending, 4, 4);
+    assert_eq!(
+        store.settle_event(e.key(), e.token, &later).await.unwrap(),
+        Fence::LeaseLost,
+        "settled once"
+    );
+    assert_eq!(
+        store
+            .renew_event(e.key(), e.token, f.at(130))
+            .await
+            .unwrap(),
+        Fence::LeaseLost,
+        "a settled event's lease cannot be renewed, even with its token"
+    );
+    let e = store.get_event(e.key()).await.unwrap().unwrap();
+    assert_eq!(e.state, InboxState::Done);
+    assert_eq!(e.last_error.as_deref(), Some("boom"));
+    assert_eq!(e.updated_at, f.at(3));
+
+    // A settle without an error keeps the last one.
+    let x1 = store
+        .get_event(Key::new(&f.namespace, "x1"))
+        .await
+        .unwrap()
+        .unwrap();
+    let retry = f.settle(InboxState::Pending, 3, 5);
+    assert_eq!(
+        store
+            .settle_event(x1.key(), x1.token, &retry)
+            .await
+            .unwrap(),
+        Fence::Applied
+    );
+    let again = store
+        .lease(&f.namespace, f.at(5), f.at(65), 100)
+        .await
+        .unwrap();
+    let x1 = again
+        .into_iter()
+        .find(|e| e.id == "x1")
+        .expect("x1 is due again");
+    let ok = Settle {
+        error: None,
+        ..f.settle(InboxState::Done, 6, 6)
+    };
+    assert_eq!(
+        store.settle_event(x1.key(), x1.token, &ok).await.unwrap(),
+        Fence::Applied
+    );
+    let x1 = store.get_event(x1.key()).await.unwrap().unwrap();
+    assert_eq!(
+        (x1.state, x1.last_error.as_deref()),
+        (InboxState::Done, Some("boom")),
+        "a settle without an error keeps the last one"
+    );
+    let other = Fixture::new();
+    assert!(
+        store
+            .lease(&other.namespace, f.at(1000), f.at(1060), 100)
+            .await
+            .unwrap()
+            .is_empty(),
+        "namespaces are separate"
+    );
+}
+
+/// A retried event is leased again only once due, with its attempts counted.
+pub async fn retries_wait_until_due(store: &dyn InboxStore) {
+    let f = Fixture::new();
+    f.enqueue(store, "r", b"p", 0).await;
+    let e = f.lease_one(store, 0, 60, "due").await;
+    let retry = f.settle(InboxState::Pending, 1, 30);
+    assert_eq!(
+        store.settle_event(e.key(), e.token, &retry).await.unwrap(),
+        Fence::Applied
+    );
+    assert!(f.lease(store, 29, 89).await.is_empty(), "not due yet");
+    let again = f.lease(store, 30, 90).await;
+    assert_eq!(again.len(), 1);
+    assert_eq!(again[0].attempts, 2);
+    assert_ne!(again[0].token, e.token, "a new lease gets a new token");
+    assert_eq!(again[0].last_error.as_deref(), Some("boom"));
+    assert_eq!(again[0].payload, b"p");
+
+    // A retry due between two milliseconds is not due in the one before: a
+    // store that keeps milliseconds rounds the time up, never down.
+    let ms = |us: i64| f.now + TimeDelta::microseconds(us);
+    let e = &again[0];
+    let retry = Settle {
+        next_attempt_at: ms(91_001_500),
+        ..f.settle(InboxState::Pending, 91, 91)
+    };
+    assert_eq!(
+        store.settle_event(e.key(), e.token, &retry).await.unwrap(),
+        Fence::Applied
+    );
+    let early = store
+        .lease(&f.namespace, ms(91_001_200), ms(151_000_000), 10)
+        .await
+        .unwrap();
+    assert!(early.is_empty(), "not due 0.3 ms before its time");
+    let due = store
+        .lease(&f.namespace, ms(91_002_000), ms(151_000_000), 10)
+        .await
+        .unwrap();
+    assert_eq!(due.len(), 1, "due once its time has come");
+
+    // A fresh event is due in the very instant it was accepted, even one between
+    // two milliseconds.
+    let meta = EventMeta::default();
+    let at = ms(200_000_500);
+    let fresh = NewEvent {
+        key: Key::new(&f.namespace, "fresh"),
+        fingerprint: Fingerprint::of(b"p"),
+        meta: &meta,
+        payload: b"p",
+        now: at,
+        expires_at: at + TimeDelta::hours(1),
+    };
+    assert_eq!(store.enqueue(&fresh).await.unwrap(), Enqueued::Inserted);
+    let leased = store
+        .lease(&f.namespace, at, at + TimeDelta::seconds(60), 10)
+        .await
+        .unwrap();
+    assert!(
+        leased.iter().any(|e| e.id == "fresh"),
+        "a fresh event is due at once"
+    );
+}
+
+/// A settle whose attempt does not count takes it back, and only once: a settle
+/// made again (a resend) changes nothing.
+pub async fn an_attempt_may_be_given_back(store: &dyn InboxStore) {
+    let f = Fixture::new();
+    f.enqueue(store, "g", b"p", 0).await;
+    let lease = |at: i64| store.lease(&f.namespace, f.at(at), f.at(at + 60), 10);
+    let first = lease(0).await.unwrap().pop().expect("due");
+    let counted = f.settle(InboxState::Pending, 1, 2);
+    assert_eq!(
+        store
+            .settle_event(first.key(), first.token, &counted)
+            .await
+            .unwrap(),
+        Fence::Applied
+    );
+    let second = lease(2).await.unwrap().pop().expect("due again");
+    assert_eq!(second.attempts, 2);
+    let uncounted = Settle {
+        attempt_counts: false,
+        ..f.settle(InboxState::Pending, 3, 4)
+    };
+    for _ in 0..2 {
+        assert_eq!(
+            store
+                .settle_event(second.key(), second.token, &uncounted)
+                .await
+                .unwrap(),
+            Fence::Applied
+        );
+    }
+    let stored = store.get_event(second.key()).await.unwrap().unwrap();
+    assert_eq!(
+        stored.attempts, 1,
+        "the second attempt was given back, once"
+    );
+    assert_eq!(stored.state, InboxState::Pending);
+    let third = lease(4).await.unwrap().pop().expect("due again");
+    assert_eq!(
+        third.attempts, 2,
+        "counted again from the attempt given back"
+    );
+}
+
+/// A lease is held to its very end, even one that ends between two
+/// milliseconds: an inbox that keeps milliseconds rounds its end up.
+pub async fn a_lease_is_held_to_its_end(store: &dyn InboxStore) {
+    let f = Fixture::new();
+    let us = |n: i64| f.now + TimeDelta::microseconds(n);
+    f.enqueue(store, "edge", b"p", 0).await;
+    let leased = store.lease(&f.namespace, us(0), us(700), 10).await.unwrap();
+    assert_eq!(leased.len(), 1, "due");
+    assert!(
+        store
+            .lease(&f.namespace, us(300), us(60_000_000), 10)
+            .await
+            .unwrap()
+            .is_empty(),
+        "0.4 ms before the lease ends, in its last millisecond"
+    );
+    assert_eq!(
+        store
+            .lease(&f.namespace, us(1_000), us(60_000_000), 10)
+            .await
+            .unwrap()
+            .len(),
+        1,
+        "0.3 ms after the lease ended"
+    );
+}
+
+/// A renewal needs the lease's token, and moves the lease's end.
+pub async fn renew_is_fenced_and_moves_the_lease(store: &dyn InboxStore) {
+    let f = Fixture::new();
+    f.enqueue(store, "long", b"p", 0).await;
+    let e = f.lease_one(store, 0, 60, "due").await;
+    let stale = FencingToken(e.token.0.wrapping_add(1));
+    assert_eq!(
+        store.renew_event(e.key(), stale, f.at(120)).await.unwrap(),
+        Fence::LeaseLost,
+        "another token renews nothing"
+    );
+    assert_eq!(
+        store
+            .renew_event(e.key(), e.token, f.at(120))
+            .await
+            .unwrap(),
+        Fence::Applied
+    );
+    assert!(
+        f.lease(store, 119, 180).await.is_empty(),
+        "held to the renewed end"
+    );
+    let again = f.lease(store, 120, 180).await;
+    assert_eq!(
+        again.len(),
+        1,
+        "leased again once the renewed lease ran out"
+    );
+}
+
+/// Of the due events, a lease takes those due longest first, and only its own
+/// namespace's.
+pub async fn the_longest_due_is_leased_first(store: &dyn InboxStore) {
+    let f = Fixture::new();
+    let other = Fixture::new();
+    other.enqueue(store, "elsewhere", b"p", -5).await;
+    // Enqueued newest first, so that no store returns them in order by luck.
+    for (id, at) in [("third", 2), ("second", 1), ("first", 0)] {
+        f.enqueue(store, id, b"p", at).await;
+    }
+    let mut order = Vec::new();
+    for _ in 0..3 {
+        let leased = store
+            .lease(&f.namespace, f.at(5), f.at(65), 1)
+            .await
+            .unwrap();
+        assert_eq!(leased.len(), 1, "one at a time");
+        assert_eq!(leased[0].namespace, f.namespace, "its own namespace only");
+        order.push(leased[0].id.clone());
+    }
+    assert_eq!(order, ["first", "second", "third"]);
+    assert!(f.lease(store, 5, 65).await.is_empty());
+    let theirs = store.lease(&other.namespace, other.at(5), other.at(65), 10);
+    assert_eq!(
+        theirs.await.unwrap().len(),
+        1,
+        "the other namespace's is left"
+    );
+}
+
+/// A `Running` event whose lease ran out is leased again; the old token is stale.
+pub async fn dead_workers_lose_their_lease(store: &dyn InboxStore) {
+    let f = Fixture::new();
+    f.enqueue(store, "d", b"p", 0).await;
+    let first = f.lease_one(store, 0, 60, "due").await;
+    assert!(f.lease(store, 59, 119).await.is_empty());
+    let second = f.lease_one(store, 60, 120, "lease ran out").await;
+    assert_eq!(second.attempts, 2);
+    let done = f.settle(InboxState::Done, 61, 61);
+    assert_eq!(
+        store
+            .settle_event(first.key(), first.token, &done)
+            .await
+            .unwrap(),
+        Fence::LeaseLost
+    );
+    assert_eq!(
+        store
+            .settle_event(second.key(), second.token, &done)
+            .await
+            .unwrap(),
+        Fence::Applied
+    );
+}
+
+/// Settled events past their expiry are purged; unsettled ones never are; a purged
+/// id can be enqueued again. Works in 2001: its purges remove only events that
+/// expired that year.
+pub async fn settled_events_are_purged(store: &dyn InboxStore) {
+    let base = DateTime::from_timestamp(978_307_200, 0).expect("2001-01-01");
+    let f = Fixture::at_time(base);
+    f.enqueue(store, "old", b"p", 0).await;
+    f.enqueue(store, "waiting", b"p", 0).await;
+    let mut one = store.lease(&f.namespace, f.at(0), f.at(60), 1).await;
+    let e = one.as_mut().expect("lease failed").pop().expect("due");
+    let done = f.settle(InboxState::Done, 1, 1);
+    let _ = store.settle_event(e.key(), e.token, &done).await.unwrap();
+    assert!(
+        matches!(
+            f.enqueue(store, &e.id, b"p", 3600).await,
+            Enqueued::Existing { .. }
+        ),
+        "kept until expiry"
+    );
+    // A purge before the expiry leaves it.
+    while store.purge_settled(f.at(3600), 1000).await.unwrap() > 0 {}
+    assert!(
+        store.get_event(e.key()).await.unwrap().is_some(),
+        "not purged before its expiry"
+    );
+    let mut purged = 0;
+    loop {
+        let n = store.purge_settled(f.at(7200), 1000).await.unwrap();
+        purged += n;
+        if n == 0 {
+            break;
+        }
+    }
+    assert!(purged >= 1);
+    assert!(
+        store.get_event(e.key()).await.unwrap().is_none(),
+        "the settled event is gone"
+    );
+    let other = if e.id == "old" { "waiting" } else { "old" };
+    assert!(
+        store
+            .get_event(Key::new(&f.namespace, other))
+            .await
+            .unwrap()
+            .is_some(),
+        "a pending event is never purged"
+    );
+    assert_eq!(
+        f.enqueue(store, &e.id, b"p", 7201).await,
+        Enqueued::Inserted
+    );
+    // An event not settled is never replaced, however old: pending, then running.
+    assert!(
+        matches!(
+            f.enqueue(store, other, b"p2", 7201).await,
+            Enqueued::Existing {
+                state: InboxState::Pending,
+                ..
+            }
+        ),
+        "a pending event past its expiry is not replaced"
+    );
+    let running = store
+        .lease(&f.namespace, f.at(7202), f.at(7262), 10)
+        .await
+        .unwrap();
+    assert!(running.iter().any(|r| r.id == other), "{other} is due");
+    assert!(
+        matches!(
+            f.enqueue(store, other, b"p2", 7203).await,
+            Enqueued::Existing {
+                state: InboxState::Running,
+                ..
+            }
+        ),
+        "a running event past its expiry is not replaced"
+    );
+
+    // An expired event that no purge removed yet is replaced by a new delivery.
+    let g = Fixture::at_time(base);
+    g.enqueue(store, "late", b"p", 0).await;
+    let late = g.lease_one(store, 0, 60, "due").await;
+    let done = g.settle(InboxState::Done, 1, 1);
+    let _ = store
+        .settle_event(late.key(), late.token, &done)
+        .await
+        .unwrap();
+    assert_eq!(
+        g.enqueue(store, "late", b"new", 3601).await,
+        Enqueued::Inserted,
+        "an expired event is replaced"
+    );
+    let fresh = store.get_event(late.key()).await.unwrap().expect("stored");
+    assert_eq!(
+        (fresh.state, fresh.payload.as_slice()),
+        (InboxState::Pending, &b"new"[..])
+    );
+}

@@ -1,0 +1,416 @@
+//! Checks of the fenced changes ([`ProcessedStore::finish`], [`ProcessedStore::renew`])
+//! and of reading, deleting, listing and purging records.
+
+use chrono::{TimeDelta, TimeZone, Utc};
+
+use super::{acquired, claim, existing, Fixture};
+use crate::store::{
+    Deleted, FailureNote, Fence, FencingToken, Fingerprint, ProcessedStore, Record, RecordState,
+};
+
+/// Finish applies only with the current token and only to an `InProgress` record.
+pub async fn finish_is_fenced(store: &dyn ProcessedStore) {
+    let f = Fixture::new();
+    let req = f.request("fence", b"b", 0);
+    acquired(claim(store, &req).await, "fresh claim");
+    let done = f.finish(RecordState::Completed, 0, &[], 1);
+    let wrong = FencingToken(req.token.0 ^ 1);
+    assert_eq!(
+        store.finish(f.key("fence"), wrong, &done).await.unwrap(),
+        Fence::LeaseLost,
+        "a wrong token is refused"
+    );
+    assert_eq!(
+        store.get(f.key("fence")).await.unwrap().unwrap().state,
+        RecordState::InProgress,
+        "a refused finish changes nothing"
+    );
+    assert_eq!(
+        store
+            .finish(f.key("fence"), req.token, &done)
+            .await
+            .unwrap(),
+        Fence::Applied
+    );
+    assert_eq!(
+        store
+            .finish(f.key("fence"), req.token, &done)
+            .await
+            .unwrap(),
+        Fence::LeaseLost,
+        "a finished record cannot be finished again"
+    );
+    assert_eq!(
+        store
+            .finish(f.key("absent"), req.token, &done)
+            .await
+            .unwrap(),
+        Fence::LeaseLost,
+        "a missing record cannot be finished"
+    );
+    let rec = store.get(f.key("fence")).await.unwrap().unwrap();
+    assert_eq!(rec.state, RecordState::Completed);
+    assert_eq!(rec.updated_at, f.at_secs(1), "finish sets updated_at");
+    assert_eq!(rec.expires_at, f.at_secs(3601), "finish sets expires_at");
+
+    // A lease that ran out but was not taken over may still be finished.
+    let late = f.request("late", b"b", 0);
+    acquired(claim(store, &late).await, "fresh claim");
+    let done = f.finish(RecordState::Completed, 0, &[], 90);
+    assert_eq!(
+        store
+            .finish(f.key("late"), late.token, &done)
+            .await
+            .unwrap(),
+        Fence::Applied,
+        "a finish after the lease ran out, not taken over, applies"
+    );
+    assert_eq!(
+        store.get(f.key("late")).await.unwrap().unwrap().state,
+        RecordState::Completed
+    );
+}
+
+/// Renew extends the lease only for the current holder.
+pub async fn renew_is_fenced(store: &dyn ProcessedStore) {
+    let f = Fixture::new();
+    let req = f.request("long", b"b", 0);
+    acquired(claim(store, &req).await, "fresh claim");
+    let k = f.key("long");
+    assert_eq!(
+        store
+            .renew(
+                k,
+                FencingToken(req.token.0 ^ 1),
+                f.at_secs(200),
+                f.at_secs(7200)
+            )
+            .await
+            .unwrap(),
+        Fence::LeaseLost
+    );
+    assert_eq!(
+        store
+            .renew(k, req.token, f.at_secs(200), f.at_secs(7200))
+            .await
+            .unwrap(),
+        Fence::Applied
+    );
+    existing(
+        claim(store, &f.request("long", b"b", 100)).await,
+        "a renewed lease holds",
+    );
+    let rec = store.get(k).await.unwrap().unwrap();
+    assert_eq!(rec.lease_until, f.at_secs(200));
+    assert_eq!(rec.expires_at, f.at_secs(7200), "renew raises the expiry");
+    assert_eq!(
+        store
+            .renew(k, req.token, f.at_secs(210), f.at_secs(10))
+            .await
+            .unwrap(),
+        Fence::Applied
+    );
+    let rec = store.get(k).await.unwrap().unwrap();
+    assert_eq!(rec.lease_until, f.at_secs(210), "renew moves the lease");
+    assert_eq!(
+        rec.expires_at,
+        f.at_secs(7200),
+        "renew never lowers the expiry"
+    );
+    assert_eq!(
+        store
+            .renew(
+                f.key("never-claimed"),
+                req.token,
+                f.at_secs(200),
+                f.at_secs(7200)
+            )
+            .await
+            .unwrap(),
+        Fence::LeaseLost,
+        "a missing record cannot be renewed"
+    );
+    let done = f.finish(RecordState::Completed, 0, &[], 1);
+    let _ = store.finish(k, req.token, &done).await.unwrap();
+    assert_eq!(
+        store
+            .renew(k, req.token, f.at_secs(300), f.at_secs(7200))
+            .await
+            .unwrap(),
+        Fence::LeaseLost,
+        "a finished record cannot be renewed"
+    );
+}
+
+/// Every field, ids with unusual characters and the history survive a round trip.
+pub async fn record_round_trips(store: &dyn ProcessedStore) {
+    let f = Fixture::new();
+    let id = "evt:ü/{tag}*\"'; DROP TABLE x;--";
+    let req = f.request(id, b"payload", 0);
+    acquired(claim(store, &req).await, "fresh claim");
+    let history = vec![
+        FailureNote {
+            at: f.at_secs(1),
+            error: "first: \"quoted\" ✓".into(),
+        },
+        FailureNote {
+            at: f.at_secs(2),
+            error: "second".into(),
+        },
+    ];
+    let perm = f.finish(RecordState::PermanentFailure, 2, &history, 2);
+    assert_eq!(
+        store.finish(f.key(id), req.token, &perm).await.unwrap(),
+        Fence::Applied
+    );
+    let rec = store.get(f.key(id)).await.unwrap().expect("record exists");
+    assert_eq!(rec.id, id);
+    assert_eq!(rec.state, RecordState::PermanentFailure);
+    assert_eq!(rec.failures, 2);
+    assert_eq!(rec.history, history);
+    assert_eq!(rec.fingerprint, Fingerprint::of(b"payload"));
+    assert_eq!(rec.token, req.token);
+    assert_eq!(rec.attempts, 1);
+    assert_eq!(
+        rec.lease_until, req.lease_until,
+        "the lease survives a finish"
+    );
+    assert_eq!(rec.expires_at, perm.expires_at);
+    assert_eq!(rec.created_at, req.now);
+    assert_eq!(rec.updated_at, perm.now);
+    assert!(store.get(f.key("never-seen")).await.unwrap().is_none());
+    let big = f.request("big-token", b"x", 0);
+    let mut big = big;
+    big.token = FencingToken(u64::MAX - 7);
+    let rec = acquired(claim(store, &big).await, "fresh claim");
+    assert_eq!(
+        rec.token,
+        FencingToken(u64::MAX - 7),
+        "tokens keep all 64 bits"
+    );
+}
+
+/// A live lease outlives the record's expiry: an `InProgress` record whose lease
+/// was renewed past `expires_at` is neither replaced by a claim nor deleted until
+/// the lease ends; then it is claimed afresh.
+pub async fn a_live_lease_outlives_the_expiry(store: &dyn ProcessedStore) {
+    let f = Fixture::new();
+    let req = f.request("outlives", b"b", 0);
+    acquired(claim(store, &req).await, "fresh claim");
+    let k = f.key("outlives");
+    assert_eq!(
+        store
+            .renew(k, req.token, f.at_secs(10_000), f.at_secs(3601))
+            .await
+            .unwrap(),
+        Fence::Applied
+    );
+    let held = existing(
+        claim(store, &f.request("outlives", b"b", 5000)).await,
+        "a claim after the expiry, the lease still live",
+    );
+    assert_eq!(held.token, req.token);
+    assert_eq!(
+        store.delete(k, f.at_secs(5000)).await.unwrap(),
+        Deleted::LeaseHeld,
+        "a live lease is not deleted, expired or not"
+    );
+    let fresh = acquired(
+        claim(store, &f.request("outlives", b"b", 10_000)).await,
+        "a claim once the lease ended (and the record expired)",
+    );
+    assert_eq!(fresh.attempts, 1, "an expired record is replaced");
+}
+
+/// Delete refuses a live lease and removes anything else.
+pub async fn delete_spares_live_leases(store: &dyn ProcessedStore) {
+    let f = Fixture::new();
+    let req = f.request("forget", b"b", 0);
+    acquired(claim(store, &req).await, "fresh claim");
+    assert_eq!(
+        store.delete(f.key("forget"), f.at_secs(1)).await.unwrap(),
+        Deleted::LeaseHeld
+    );
+    assert_eq!(
+        store
+            .delete(f.key("forget"), f.at_secs(60) - TimeDelta::milliseconds(1))
+            .await
+            .unwrap(),
+        Deleted::LeaseHeld,
+        "a lease is live until its last millisecond"
+    );
+    assert_eq!(
+        store.delete(f.key("forget"), f.at_secs(60)).await.unwrap(),
+        Deleted::Removed,
+        "a lease ends at its `lease_until`: it may then be deleted"
+    );
+    assert_eq!(
+        store.delete(f.key("forget"), f.at_secs(62)).await.unwrap(),
+        Deleted::NotFound
+    );
+    acquired(
+        claim(store, &f.request("forget", b"b", 63)).await,
+        "a deleted id is claimed afresh",
+    );
+}
+
+/// Stuck lists `InProgress` records whose lease ran out, and nothing else of ours.
+pub async fn stuck_lists_expired_leases(store: &dyn ProcessedStore) {
+    let f = Fixture::new();
+    let a = f.request("stuck-a", b"b", 0);
+    acquired(claim(store, &a).await, "fresh claim");
+    let b = f.request("stuck-b", b"b", 0);
+    acquired(claim(store, &b).await, "fresh claim");
+    let _ = store
+        .finish(
+            f.key("stuck-b"),
+            b.token,
+            &f.finish(RecordState::Completed, 0, &[], 1),
+        )
+        .await
+        .unwrap();
+    let ours = |records: Vec<Record>| {
+        records
+            .into_iter()
+            .filter(|r| r.namespace == f.namespace)
+            .map(|r| r.id)
+            .collect::<Vec<_>>()
+    };
+    assert!(
+        ours(store.stuck(f.at_secs(30), 10_000).await.unwrap()).is_empty(),
+        "a live lease is not stuck"
+    );
+    assert!(
+        ours(
+            store
+                .stuck(f.at_secs(60) - TimeDelta::milliseconds(1), 10_000)
+                .await
+                .unwrap()
+        )
+        .is_empty(),
+        "a lease is live until its last millisecond"
+    );
+    assert_eq!(
+        ours(store.stuck(f.at_secs(60), 10_000).await.unwrap()),
+        vec!["stuck-a".to_owned()],
+        "a lease ends at its `lease_until`"
+    );
+    assert!(
+        store.stuck(f.at_secs(61), 0).await.unwrap().is_empty(),
+        "the limit is kept"
+    );
+
+    // The longest-expired first: four more leases, claimed later (claimed in the
+    // reverse order of their ends, so no store lists them in claim order by luck).
+    let later: Vec<String> = (1..=4).map(|i| format!("stuck-{i}")).collect();
+    for (i, id) in later.iter().enumerate().rev() {
+        let at = i64::try_from(i).expect("small") + 1;
+        acquired(claim(store, &f.request(id, b"b", at)).await, "fresh claim");
+    }
+    let page = store.stuck(f.at_secs(100), 10_000).await.unwrap();
+    assert!(
+        page.windows(2)
+            .all(|w| w[0].lease_until <= w[1].lease_until),
+        "stuck lists the longest-expired leases first"
+    );
+    let mut expected = vec!["stuck-a".to_owned()];
+    expected.extend(later);
+    assert_eq!(
+        ours(page),
+        expected,
+        "stuck lists the longest-expired first"
+    );
+    let first = store.stuck(f.at_secs(100), 1).await.unwrap();
+    assert!(
+        first.len() == 1 && first[0].lease_until <= a.lease_until,
+        "a page of one holds the longest-expired lease"
+    );
+}
+
+/// Purge removes expired records (up to the limit), never a live lease, never a
+/// record not yet expired. Uses records dated 2001 so that it leaves other data alone.
+pub async fn purge_removes_only_expired(store: &dyn ProcessedStore) {
+    let base = Utc.with_ymd_and_hms(2001, 1, 1, 0, 0, 0).unwrap();
+    let f = Fixture::at(base);
+    let mut tokens = Vec::new();
+    for i in 0..10 {
+        let id = format!("p{i}");
+        let req = f.request(&id, b"b", 0);
+        acquired(claim(store, &req).await, "fresh claim");
+        tokens.push(req.token);
+    }
+    // p0..p7 completed (expire at +3601 s); p8 stays InProgress with a lease renewed
+    // past the purge time; p9 completed with a long expiry.
+    for (i, token) in tokens.iter().enumerate().take(8) {
+        let id = format!("p{i}");
+        let _ = store
+            .finish(
+                f.key(&id),
+                *token,
+                &f.finish(RecordState::Completed, 0, &[], 1),
+            )
+            .await
+            .unwrap();
+    }
+    let _ = store
+        .renew(f.key("p8"), tokens[8], f.at_secs(100_000), f.at_secs(3601))
+        .await
+        .unwrap();
+    let mut long = f.finish(RecordState::Completed, 0, &[], 1);
+    long.expires_at = f.at_secs(200_000);
+    let _ = store.finish(f.key("p9"), tokens[9], &long).await.unwrap();
+
+    let at = f.at_secs(5000);
+    let first = store.purge_expired(at, 3).await.unwrap();
+    assert!(
+        (1..=3).contains(&first),
+        "purge keeps its limit (removed {first})"
+    );
+    let mut total = first;
+    loop {
+        let n = store.purge_expired(at, 3).await.unwrap();
+        assert!(n <= 3, "purge keeps its limit");
+        if n == 0 {
+            break;
+        }
+        total += n;
+    }
+    assert!(
+        total >= 8,
+        "all 8 expired records were purged (removed {total})"
+    );
+    for i in 0..8 {
+        assert!(
+            store.get(f.key(&format!("p{i}"))).await.unwrap().is_none(),
+            "p{i} expired and was purged"
+        );
+    }
+    assert!(
+        store.get(f.key("p8")).await.unwrap().is_some(),
+        "a live lease is never purged"
+    );
+    assert!(
+        store.get(f.key("p9")).await.unwrap().is_some(),
+        "an unexpired record is never purged"
+    );
+
+    // An expiry is the first millisecond a record may be purged.
+    let edge = f.request("edge", b"b", 10_000);
+    acquired(claim(store, &edge).await, "fresh claim");
+    let done = f.finish(RecordState::Completed, 0, &[], 10_001);
+    let _ = store
+        .finish(f.key("edge"), edge.token, &done)
+        .await
+        .unwrap();
+    let purge_all = |at| async move { while store.purge_expired(at, 1000).await.unwrap() > 0 {} };
+    purge_all(done.expires_at - TimeDelta::milliseconds(1)).await;
+    assert!(
+        store.get(f.key("edge")).await.unwrap().is_some(),
+        "a record is kept until its last millisecond"
+    );
+    purge_all(done.expires_at).await;
+    assert!(
+        store.get(f.key("edge")).await.unwrap().is_none(),
+        "a record expires at its `expires_at`"
+    );
+}
