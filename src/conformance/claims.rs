@@ -4,7 +4,7 @@
 use chrono::TimeDelta;
 use futures_util::future::join_all;
 
-use super::{acquired, claim, existing, Fixture};
+use super::{acquired, existing, fence_is, finish_applies, Fixture};
 use crate::store::{
     Claim, ClaimRequest, Deleted, FailureNote, Fence, Fingerprint, Finish, Key, ProcessedStore,
     Record, RecordState,
@@ -19,7 +19,7 @@ pub async fn a_repeated_token_is_not_the_claims_own(store: &dyn ProcessedStore) 
     for state in [RecordState::InProgress, RecordState::Completed] {
         let id = format!("evt_{state:?}");
         let first = f.request(&id, b"body", 0);
-        let token = acquired(claim(store, &first).await, "fresh claim").token;
+        let token = acquired(store, &first, "fresh claim").await.token;
         if state == RecordState::Completed {
             let done = f.finish(state, 0, &[], 1);
             let fence = store.finish(f.key(&id), token, &done).await;
@@ -29,7 +29,7 @@ pub async fn a_repeated_token_is_not_the_claims_own(store: &dyn ProcessedStore) 
             token,
             ..f.request(&id, b"body", 2)
         };
-        let rec = existing(claim(store, &again).await, rule);
+        let rec = existing(store, &again, rule).await;
         assert_eq!(rec.state, state, "{rule}: the stored record");
     }
 }
@@ -38,7 +38,7 @@ pub async fn a_repeated_token_is_not_the_claims_own(store: &dyn ProcessedStore) 
 pub async fn fresh_claim_then_existing(store: &dyn ProcessedStore) {
     let f = Fixture::new();
     let req = f.request("evt_1", b"body", 0);
-    let rec = acquired(claim(store, &req).await, "fresh claim");
+    let rec = acquired(store, &req, "fresh claim").await;
     assert_eq!(
         rec.state,
         RecordState::InProgress,
@@ -69,7 +69,8 @@ pub async fn fresh_claim_then_existing(store: &dyn ProcessedStore) {
     assert_eq!(rec.updated_at, req.now, "fresh claim sets updated_at");
     assert_eq!(
         (rec.namespace.as_str(), rec.id.as_str()),
-        (f.namespace.as_str(), "evt_1")
+        (f.namespace.as_str(), "evt_1"),
+        "fresh claim answers the request's key"
     );
     assert!(rec.history.is_empty(), "fresh claim has no history");
     assert_eq!(
@@ -83,7 +84,7 @@ pub async fn fresh_claim_then_existing(store: &dyn ProcessedStore) {
     let by = TimeDelta::microseconds(400);
     (odd.now, odd.lease_until, odd.expires_at) =
         (odd.now + by, odd.lease_until + by, odd.expires_at + by);
-    let rec = acquired(claim(store, &odd).await, "fresh claim between milliseconds");
+    let rec = acquired(store, &odd, "fresh claim between milliseconds").await;
     assert_eq!(
         Some(rec),
         store.get(f.key("evt_odd")).await.unwrap(),
@@ -92,9 +93,11 @@ pub async fn fresh_claim_then_existing(store: &dyn ProcessedStore) {
 
     let before = store.get(f.key("evt_1")).await.unwrap();
     let again = existing(
-        claim(store, &f.request("evt_1", b"body", 1)).await,
+        store,
+        &f.request("evt_1", b"body", 1),
         "claim under a live lease",
-    );
+    )
+    .await;
     assert_eq!(again.token, req.token, "a refused claim leaves the token");
     assert_eq!(again.attempts, 1, "a refused claim counts nothing");
     assert_eq!(
@@ -104,19 +107,19 @@ pub async fn fresh_claim_then_existing(store: &dyn ProcessedStore) {
     );
 
     let done = f.finish(RecordState::Completed, 0, &[], 2);
-    assert_eq!(
-        store
-            .finish(f.key("evt_1"), req.token, &done)
-            .await
-            .unwrap(),
-        Fence::Applied
-    );
+    finish_applies(store.finish(f.key("evt_1"), req.token, &done)).await;
     let before = store.get(f.key("evt_1")).await.unwrap();
     let dup = existing(
-        claim(store, &f.request("evt_1", b"body", 3)).await,
+        store,
+        &f.request("evt_1", b"body", 3),
         "claim of a completed id",
+    )
+    .await;
+    assert_eq!(
+        dup.state,
+        RecordState::Completed,
+        "a claim of a completed id answers the completed record"
     );
-    assert_eq!(dup.state, RecordState::Completed);
     assert_eq!(
         store.get(f.key("evt_1")).await.unwrap(),
         before,
@@ -174,13 +177,10 @@ pub async fn concurrent_takeovers_have_one_winner(store: &dyn ProcessedStore) {
     let f = Fixture::new();
     for (id, failed) in [("retake_failed", true), ("retake_expired", false)] {
         let first = f.request(id, b"same", 0);
-        acquired(claim(store, &first).await, "fresh claim");
+        acquired(store, &first, "fresh claim").await;
         let at = if failed {
             let fail = f.finish(RecordState::Failed, 1, &[], 1);
-            assert_eq!(
-                store.finish(f.key(id), first.token, &fail).await.unwrap(),
-                Fence::Applied
-            );
+            finish_applies(store.finish(f.key(id), first.token, &fail)).await;
             2
         } else {
             60 // the lease has run out
@@ -194,7 +194,11 @@ pub async fn concurrent_takeovers_have_one_winner(store: &dyn ProcessedStore) {
         );
         assert_eq!(winners[0].attempts, 2, "one takeover counted");
         let stored = store.get(f.key(id)).await.unwrap().expect("record exists");
-        assert_eq!((stored.token, stored.attempts), (winners[0].token, 2));
+        assert_eq!(
+            (stored.token, stored.attempts),
+            (winners[0].token, 2),
+            "the store holds the one takeover that won"
+        );
     }
 }
 
@@ -202,22 +206,20 @@ pub async fn concurrent_takeovers_have_one_winner(store: &dyn ProcessedStore) {
 pub async fn failed_record_is_reclaimed(store: &dyn ProcessedStore) {
     let f = Fixture::new();
     let first = f.request("retry", b"b", 0);
-    acquired(claim(store, &first).await, "fresh claim");
+    acquired(store, &first, "fresh claim").await;
     let note = [FailureNote {
         at: f.at_secs(1),
         error: "db down".into(),
     }];
     let fail = f.finish(RecordState::Failed, 1, &note, 1);
-    assert_eq!(
-        store
-            .finish(f.key("retry"), first.token, &fail)
-            .await
-            .unwrap(),
-        Fence::Applied
-    );
+    finish_applies(store.finish(f.key("retry"), first.token, &fail)).await;
     let second = f.request("retry", b"b", 2);
-    let rec = acquired(claim(store, &second).await, "claim of a failed id");
-    assert_eq!(rec.state, RecordState::InProgress);
+    let rec = acquired(store, &second, "claim of a failed id").await;
+    assert_eq!(
+        rec.state,
+        RecordState::InProgress,
+        "a failed id taken over is InProgress"
+    );
     assert_eq!(rec.token, second.token, "the new claim's token");
     assert_eq!(
         (rec.attempts, rec.failures),
@@ -225,21 +227,22 @@ pub async fn failed_record_is_reclaimed(store: &dyn ProcessedStore) {
         "attempts + 1, failures kept"
     );
     assert_eq!(rec.history, note, "history kept");
-    assert_eq!(rec.lease_until, second.lease_until);
+    assert_eq!(
+        rec.lease_until, second.lease_until,
+        "takeover sets the new lease"
+    );
     assert_eq!(rec.created_at, f.now, "created_at kept");
     assert_eq!(
         rec.expires_at, second.expires_at,
         "takeover keeps the later of the two expiries (here the claim's)"
     );
     let done = f.finish(RecordState::Completed, 1, &note, 3);
-    assert_eq!(
-        store
-            .finish(f.key("retry"), first.token, &done)
-            .await
-            .unwrap(),
+    fence_is(
+        store.finish(f.key("retry"), first.token, &done),
         Fence::LeaseLost,
-        "the old token is stale"
-    );
+        "the old token is stale",
+    )
+    .await;
 }
 
 /// An `InProgress` record whose lease ran out is taken over and the lost attempt
@@ -247,21 +250,23 @@ pub async fn failed_record_is_reclaimed(store: &dyn ProcessedStore) {
 pub async fn expired_lease_is_taken_over(store: &dyn ProcessedStore) {
     let f = Fixture::new();
     let first = f.request("crash", b"b", 0);
-    acquired(claim(store, &first).await, "fresh claim");
+    acquired(store, &first, "fresh claim").await;
     existing(
-        claim(store, &f.request("crash", b"b", 59)).await,
+        store,
+        &f.request("crash", b"b", 59),
         "claim 1 s before the lease runs out",
-    );
+    )
+    .await;
     // A shorter retention than the first claim's: a takeover keeps the later expiry.
     let mut late = f.request("crash", b"b", 60);
     late.expires_at = f.at_secs(600);
-    let rec = acquired(claim(store, &late).await, "claim when the lease ran out");
+    let rec = acquired(store, &late, "claim when the lease ran out").await;
     assert_eq!(
         (rec.attempts, rec.failures),
         (2, 1),
         "takeover counts the lost attempt"
     );
-    assert_eq!(rec.token, late.token);
+    assert_eq!(rec.token, late.token, "takeover sets the new token");
     assert_eq!(
         rec.lease_until, late.lease_until,
         "takeover sets the new lease"
@@ -279,21 +284,13 @@ pub async fn expired_lease_is_taken_over(store: &dyn ProcessedStore) {
         "the takeover's answer is what the store holds"
     );
     let done = f.finish(RecordState::Completed, 0, &[], 61);
-    assert_eq!(
-        store
-            .finish(f.key("crash"), first.token, &done)
-            .await
-            .unwrap(),
+    fence_is(
+        store.finish(f.key("crash"), first.token, &done),
         Fence::LeaseLost,
-        "the crashed holder is fenced off"
-    );
-    assert_eq!(
-        store
-            .finish(f.key("crash"), late.token, &done)
-            .await
-            .unwrap(),
-        Fence::Applied
-    );
+        "the crashed holder is fenced off",
+    )
+    .await;
+    finish_applies(store.finish(f.key("crash"), late.token, &done)).await;
 }
 
 /// A lease is live to its very end, even one that ends between two milliseconds:
@@ -307,15 +304,19 @@ pub async fn lease_is_live_to_its_end(store: &dyn ProcessedStore) {
         lease_until,
         ..f.request("edge", b"b", 0)
     };
-    acquired(claim(store, &claim_at(0, at(700))).await, "fresh claim");
+    acquired(store, &claim_at(0, at(700)), "fresh claim").await;
     existing(
-        claim(store, &claim_at(300, at(60_000_000))).await,
+        store,
+        &claim_at(300, at(60_000_000)),
         "a claim 0.4 ms before the lease ends (in its last millisecond)",
-    );
+    )
+    .await;
     acquired(
-        claim(store, &claim_at(1_000, at(60_000_000))).await,
+        store,
+        &claim_at(1_000, at(60_000_000)),
         "a claim 0.3 ms after the lease ended",
-    );
+    )
+    .await;
 }
 
 /// A record is kept to its very expiry, even one that ends between two
@@ -331,7 +332,7 @@ pub async fn record_is_kept_to_its_expiry(store: &dyn ProcessedStore) {
         ..f.request("kept", b"b", 0)
     };
     let first = claim_at(0);
-    acquired(claim(store, &first).await, "fresh claim");
+    acquired(store, &first, "fresh claim").await;
     let done = Finish {
         state: RecordState::Completed,
         failures: 0,
@@ -341,21 +342,19 @@ pub async fn record_is_kept_to_its_expiry(store: &dyn ProcessedStore) {
         // must not run out while this test runs.
         expires_at: at(10_000_700),
     };
-    assert_eq!(
-        store
-            .finish(f.key("kept"), first.token, &done)
-            .await
-            .unwrap(),
-        Fence::Applied
-    );
+    finish_applies(store.finish(f.key("kept"), first.token, &done)).await;
     existing(
-        claim(store, &claim_at(10_000_300)).await,
+        store,
+        &claim_at(10_000_300),
         "a claim 0.4 ms before the record expires (in its last millisecond)",
-    );
+    )
+    .await;
     let fresh = acquired(
-        claim(store, &claim_at(10_001_000)).await,
+        store,
+        &claim_at(10_001_000),
         "a claim 0.3 ms after the record expired",
-    );
+    )
+    .await;
     assert_eq!(fresh.attempts, 1, "an expired record is replaced");
 }
 
@@ -363,33 +362,41 @@ pub async fn record_is_kept_to_its_expiry(store: &dyn ProcessedStore) {
 pub async fn different_body_is_not_taken_over(store: &dyn ProcessedStore) {
     let f = Fixture::new();
     let first = f.request("conflict", b"one", 0);
-    acquired(claim(store, &first).await, "fresh claim");
+    acquired(store, &first, "fresh claim").await;
     let other = existing(
-        claim(store, &f.request("conflict", b"two", 1)).await,
+        store,
+        &f.request("conflict", b"two", 1),
         "other body, live lease",
-    );
+    )
+    .await;
     assert_eq!(
         other.fingerprint,
         Fingerprint::of(b"one"),
         "the stored fingerprint is returned"
     );
     existing(
-        claim(store, &f.request("conflict", b"two", 120)).await,
+        store,
+        &f.request("conflict", b"two", 120),
         "other body, expired lease",
-    );
+    )
+    .await;
     let fail = f.finish(RecordState::Failed, 1, &[], 1);
     let _ = store
         .finish(f.key("conflict"), first.token, &fail)
         .await
         .unwrap();
     let _ = existing(
-        claim(store, &f.request("conflict", b"two", 2)).await,
+        store,
+        &f.request("conflict", b"two", 2),
         "other body, failed record",
-    );
+    )
+    .await;
     acquired(
-        claim(store, &f.request("conflict", b"one", 3)).await,
+        store,
+        &f.request("conflict", b"one", 3),
         "same body, failed record",
-    );
+    )
+    .await;
 }
 
 /// [`Fingerprint::UNKNOWN`] (kept by a guard that detects no conflicts) is never
@@ -402,94 +409,114 @@ pub async fn unknown_fingerprint_matches_any(store: &dyn ProcessedStore) {
         ..f.request(id, b"", at)
     };
     let first = f.request("known", b"one", 0);
-    acquired(claim(store, &first).await, "fresh claim");
+    acquired(store, &first, "fresh claim").await;
     existing(
-        claim(store, &unknown("known", 1)).await,
+        store,
+        &unknown("known", 1),
         "an unknown fingerprint, live lease",
-    );
+    )
+    .await;
     let fail = f.finish(RecordState::Failed, 1, &[], 1);
-    assert_eq!(
-        store
-            .finish(f.key("known"), first.token, &fail)
-            .await
-            .unwrap(),
-        Fence::Applied
-    );
+    finish_applies(store.finish(f.key("known"), first.token, &fail)).await;
     let rec = acquired(
-        claim(store, &unknown("known", 2)).await,
+        store,
+        &unknown("known", 2),
         "an unknown fingerprint, failed record",
-    );
+    )
+    .await;
     assert_eq!(
         rec.fingerprint,
         Fingerprint::of(b"one"),
         "a record taken over keeps its known fingerprint"
     );
-    assert_eq!((rec.attempts, rec.failures), (2, 1));
+    assert_eq!(
+        (rec.attempts, rec.failures),
+        (2, 1),
+        "a failed record taken over: attempts + 1, failures kept"
+    );
     existing(
-        claim(store, &f.request("known", b"two", 63)).await,
+        store,
+        &f.request("known", b"two", 63),
         "another body is still refused after the unknown holder's lease ran out",
-    );
+    )
+    .await;
     acquired(
-        claim(store, &f.request("known", b"one", 64)).await,
+        store,
+        &f.request("known", b"one", 64),
         "the known body takes over the unknown holder's run-out lease",
-    );
+    )
+    .await;
 
     let first = unknown("unknown", 0);
-    acquired(
-        claim(store, &first).await,
-        "fresh claim, unknown fingerprint",
-    );
+    acquired(store, &first, "fresh claim, unknown fingerprint").await;
     existing(
-        claim(store, &f.request("unknown", b"two", 1)).await,
+        store,
+        &f.request("unknown", b"two", 1),
         "a known fingerprint, live lease",
-    );
+    )
+    .await;
     let late = f.request("unknown", b"two", 60);
     let rec = acquired(
-        claim(store, &late).await,
+        store,
+        &late,
         "a known fingerprint, the unknown holder's lease ran out",
-    );
+    )
+    .await;
     assert_eq!(
         rec.fingerprint,
         Fingerprint::of(b"two"),
         "a record taken over takes the known fingerprint"
     );
-    assert_eq!((rec.attempts, rec.failures), (2, 1));
-    let done = f.finish(RecordState::Completed, 1, &[], 61);
     assert_eq!(
-        store
-            .finish(f.key("unknown"), late.token, &done)
-            .await
-            .unwrap(),
-        Fence::Applied
+        (rec.attempts, rec.failures),
+        (2, 1),
+        "a run-out lease taken over counts the lost attempt"
     );
+    let done = f.finish(RecordState::Completed, 1, &[], 61);
+    finish_applies(store.finish(f.key("unknown"), late.token, &done)).await;
     let rec = existing(
-        claim(store, &unknown("unknown", 62)).await,
+        store,
+        &unknown("unknown", 62),
         "an unknown fingerprint, completed record",
+    )
+    .await;
+    assert_eq!(
+        rec.fingerprint,
+        Fingerprint::of(b"two"),
+        "a completed record keeps its known fingerprint"
     );
-    assert_eq!(rec.fingerprint, Fingerprint::of(b"two"));
 }
 
 /// A record past its expiry is claimed as if new.
 pub async fn expired_record_is_claimed_afresh(store: &dyn ProcessedStore) {
     let f = Fixture::new();
     let first = f.request("old", b"one", 0);
-    acquired(claim(store, &first).await, "fresh claim");
+    acquired(store, &first, "fresh claim").await;
     let done = f.finish(RecordState::Completed, 0, &[], 1);
     let _ = store
         .finish(f.key("old"), first.token, &done)
         .await
         .unwrap();
     existing(
-        claim(store, &f.request("old", b"one", 3600)).await,
+        store,
+        &f.request("old", b"one", 3600),
         "claim before expiry",
-    );
+    )
+    .await;
     let later = f.request("old", b"two", 3601);
-    let rec = acquired(claim(store, &later).await, "claim at expiry");
+    let rec = acquired(store, &later, "claim at expiry").await;
     assert_eq!(
         (rec.attempts, rec.failures),
         (1, 0),
         "an expired record starts over"
     );
-    assert_eq!(rec.fingerprint, Fingerprint::of(b"two"));
-    assert_eq!(rec.created_at, later.now);
+    assert_eq!(
+        rec.fingerprint,
+        Fingerprint::of(b"two"),
+        "an expired record starts over with the new body"
+    );
+    assert_eq!(
+        rec.created_at, later.now,
+        "an expired record starts over: created_at is the claim's"
+    );
 }

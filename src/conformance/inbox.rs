@@ -3,6 +3,7 @@
 use chrono::{DateTime, TimeDelta, Utc};
 use futures_util::future::join_all;
 
+use super::fence_is;
 use crate::inbox::{Enqueued, InboxState, InboxStore, NewEvent, Settle};
 use crate::meta::EventMeta;
 use crate::store::{Fence, FencingToken, Fingerprint, Key};
@@ -19,6 +20,11 @@ pub async fn run_all(store: &dyn InboxStore) {
     the_longest_due_is_leased_first(store).await;
     settled_events_are_purged(store).await;
 }
+
+// The rules of the fenced changes of an event.
+const SETTLE_HELD: &str = "settle by the lease holding the event applies";
+const SETTLE_LOST: &str = "settle without the lease is refused";
+const RENEW_HELD: &str = "renew by the lease holding the event applies";
 
 struct Fixture {
     namespace: String,
@@ -105,7 +111,8 @@ impl Fixture {
 pub async fn enqueue_is_idempotent(store: &dyn InboxStore) {
     let f = Fixture::new();
     let payload = b"{\"id\":\"e1\",\"x\":\"\xc3\xbc\"}";
-    assert_eq!(f.enqueue(store, "e1", payload, 0).await, Enqueued::Inserted);
+    let first = f.enqueue(store, "e1", payload, 0).await;
+    assert_eq!(first, Enqueued::Inserted, "a new id is stored");
     let again = f.enqueue(store, "e1", b"other", 1).await;
     assert_eq!(
         again,
@@ -120,19 +127,20 @@ pub async fn enqueue_is_idempotent(store: &dyn InboxStore) {
         .await
         .unwrap()
         .expect("stored");
-    assert_eq!(e.payload, payload);
-    assert_eq!(e.state, InboxState::Pending);
-    assert_eq!(e.attempts, 0);
-    assert_eq!(e.received_at, f.now);
-    assert_eq!(e.meta.object.as_deref(), Some("obj-e1"));
-    assert_eq!(e.meta.event_type.as_deref(), Some("charge.succeeded"));
-    assert_eq!(e.meta.family.as_deref(), Some("charge"));
-    assert_eq!(e.meta.created_at, Some(f.at(-10)));
-    assert!(store
-        .get_event(Key::new(&f.namespace, "nope"))
-        .await
-        .unwrap()
-        .is_none());
+    let rule = "an accepted event reads back as enqueued";
+    assert_eq!(e.payload, payload, "{rule}: payload");
+    assert_eq!(e.state, InboxState::Pending, "{rule}: Pending");
+    assert_eq!(e.attempts, 0, "{rule}: no attempt yet");
+    assert_eq!(e.received_at, f.now, "{rule}: received_at");
+    let meta = &e.meta;
+    assert_eq!(meta.object.as_deref(), Some("obj-e1"), "{rule}: object");
+    let event_type = meta.event_type.as_deref();
+    assert_eq!(event_type, Some("charge.succeeded"), "{rule}: event type");
+    assert_eq!(meta.family.as_deref(), Some("charge"), "{rule}: family");
+    assert_eq!(meta.created_at, Some(f.at(-10)), "{rule}: created_at");
+    let nope = store.get_event(Key::new(&f.namespace, "nope")).await;
+    let rule = "get_event of an id never enqueued answers None";
+    assert!(nope.unwrap().is_none(), "{rule}");
 }
 
 /// Concurrent leases never hand out one event twice; settle is fenced by token.
@@ -146,9 +154,9 @@ pub async fn lease_is_exclusive_and_fenced(store: &dyn InboxStore) {
         .into_iter()
         .flat_map(|l| l.expect("lease failed"))
         .map(|e| {
-            assert_eq!(e.state, InboxState::Running);
-            assert_eq!(e.attempts, 1);
-            assert_eq!(e.lease_until, f.at(61));
+            assert_eq!(e.state, InboxState::Running, "a lease sets Running");
+            assert_eq!(e.attempts, 1, "a lease counts an attempt");
+            assert_eq!(e.lease_until, f.at(61), "a lease sets lease_until");
             assert_eq!(e.updated_at, f.at(1), "a lease sets updated_at");
             e.id
         })
@@ -173,44 +181,48 @@ pub async fn lease_is_exclusive_and_fenced(store: &dyn InboxStore) {
         .unwrap();
     let done = f.settle(InboxState::Done, 3, 3);
     let wrong = FencingToken(e.token.0 ^ 1);
-    assert_eq!(
-        store.settle_event(e.key(), wrong, &done).await.unwrap(),
-        Fence::LeaseLost
-    );
-    assert_eq!(
-        store
-            .renew_event(e.key(), e.token, f.at(120))
-            .await
-            .unwrap(),
-        Fence::Applied
-    );
-    assert_eq!(
-        store.settle_event(e.key(), e.token, &done).await.unwrap(),
-        Fence::Applied
-    );
-    assert_eq!(
-        store.settle_event(e.key(), e.token, &done).await.unwrap(),
+    fence_is(
+        store.settle_event(e.key(), wrong, &done),
+        Fence::LeaseLost,
+        SETTLE_LOST,
+    )
+    .await;
+    fence_is(
+        store.renew_event(e.key(), e.token, f.at(120)),
         Fence::Applied,
-        "the same settle made again (a resend) finds its own change"
-    );
+        RENEW_HELD,
+    )
+    .await;
+    fence_is(
+        store.settle_event(e.key(), e.token, &done),
+        Fence::Applied,
+        SETTLE_HELD,
+    )
+    .await;
+    fence_is(
+        store.settle_event(e.key(), e.token, &done),
+        Fence::Applied,
+        "the same settle made again (a resend) finds its own change",
+    )
+    .await;
     let later = f.settle(InboxState::Pending, 4, 4);
-    assert_eq!(
-        store.settle_event(e.key(), e.token, &later).await.unwrap(),
+    fence_is(
+        store.settle_event(e.key(), e.token, &later),
         Fence::LeaseLost,
-        "settled once"
-    );
-    assert_eq!(
-        store
-            .renew_event(e.key(), e.token, f.at(130))
-            .await
-            .unwrap(),
+        "settled once",
+    )
+    .await;
+    fence_is(
+        store.renew_event(e.key(), e.token, f.at(130)),
         Fence::LeaseLost,
-        "a settled event's lease cannot be renewed, even with its token"
-    );
+        "a settled event's lease cannot be renewed, even with its token",
+    )
+    .await;
     let e = store.get_event(e.key()).await.unwrap().unwrap();
-    assert_eq!(e.state, InboxState::Done);
-    assert_eq!(e.last_error.as_deref(), Some("boom"));
-    assert_eq!(e.updated_at, f.at(3));
+    assert_eq!(e.state, InboxState::Done, "a settle sets the state");
+    let error = e.last_error.as_deref();
+    assert_eq!(error, Some("boom"), "a settle sets last_error");
+    assert_eq!(e.updated_at, f.at(3), "a settle sets updated_at");
 
     // A settle without an error keeps the last one.
     let x1 = store
@@ -219,13 +231,12 @@ pub async fn lease_is_exclusive_and_fenced(store: &dyn InboxStore) {
         .unwrap()
         .unwrap();
     let retry = f.settle(InboxState::Pending, 3, 5);
-    assert_eq!(
-        store
-            .settle_event(x1.key(), x1.token, &retry)
-            .await
-            .unwrap(),
-        Fence::Applied
-    );
+    fence_is(
+        store.settle_event(x1.key(), x1.token, &retry),
+        Fence::Applied,
+        SETTLE_HELD,
+    )
+    .await;
     let again = store
         .lease(&f.namespace, f.at(5), f.at(65), 100)
         .await
@@ -238,10 +249,12 @@ pub async fn lease_is_exclusive_and_fenced(store: &dyn InboxStore) {
         error: None,
         ..f.settle(InboxState::Done, 6, 6)
     };
-    assert_eq!(
-        store.settle_event(x1.key(), x1.token, &ok).await.unwrap(),
-        Fence::Applied
-    );
+    fence_is(
+        store.settle_event(x1.key(), x1.token, &ok),
+        Fence::Applied,
+        SETTLE_HELD,
+    )
+    .await;
     let x1 = store.get_event(x1.key()).await.unwrap().unwrap();
     assert_eq!(
         (x1.state, x1.last_error.as_deref()),
@@ -265,17 +278,20 @@ pub async fn retries_wait_until_due(store: &dyn InboxStore) {
     f.enqueue(store, "r", b"p", 0).await;
     let e = f.lease_one(store, 0, 60, "due").await;
     let retry = f.settle(InboxState::Pending, 1, 30);
-    assert_eq!(
-        store.settle_event(e.key(), e.token, &retry).await.unwrap(),
-        Fence::Applied
-    );
+    fence_is(
+        store.settle_event(e.key(), e.token, &retry),
+        Fence::Applied,
+        SETTLE_HELD,
+    )
+    .await;
     assert!(f.lease(store, 29, 89).await.is_empty(), "not due yet");
     let again = f.lease(store, 30, 90).await;
-    assert_eq!(again.len(), 1);
-    assert_eq!(again[0].attempts, 2);
+    assert_eq!(again.len(), 1, "a retry is leased once due");
+    assert_eq!(again[0].attempts, 2, "a retry's lease counts an attempt");
     assert_ne!(again[0].token, e.token, "a new lease gets a new token");
-    assert_eq!(again[0].last_error.as_deref(), Some("boom"));
-    assert_eq!(again[0].payload, b"p");
+    let error = again[0].last_error.as_deref();
+    assert_eq!(error, Some("boom"), "a retry keeps its last error");
+    assert_eq!(again[0].payload, b"p", "a retry keeps its payload");
 
     // A retry due between two milliseconds is not due in the one before: a
     // store that keeps milliseconds rounds the time up, never down.
@@ -285,10 +301,12 @@ pub async fn retries_wait_until_due(store: &dyn InboxStore) {
         next_attempt_at: ms(91_001_500),
         ..f.settle(InboxState::Pending, 91, 91)
     };
-    assert_eq!(
-        store.settle_event(e.key(), e.token, &retry).await.unwrap(),
-        Fence::Applied
-    );
+    fence_is(
+        store.settle_event(e.key(), e.token, &retry),
+        Fence::Applied,
+        SETTLE_HELD,
+    )
+    .await;
     let early = store
         .lease(&f.namespace, ms(91_001_200), ms(151_000_000), 10)
         .await
@@ -312,7 +330,8 @@ pub async fn retries_wait_until_due(store: &dyn InboxStore) {
         now: at,
         expires_at: at + TimeDelta::hours(1),
     };
-    assert_eq!(store.enqueue(&fresh).await.unwrap(), Enqueued::Inserted);
+    let inserted = store.enqueue(&fresh).await.unwrap();
+    assert_eq!(inserted, Enqueued::Inserted, "a new id is stored");
     let leased = store
         .lease(&f.namespace, at, at + TimeDelta::seconds(60), 10)
         .await
@@ -331,34 +350,36 @@ pub async fn an_attempt_may_be_given_back(store: &dyn InboxStore) {
     let lease = |at: i64| store.lease(&f.namespace, f.at(at), f.at(at + 60), 10);
     let first = lease(0).await.unwrap().pop().expect("due");
     let counted = f.settle(InboxState::Pending, 1, 2);
-    assert_eq!(
-        store
-            .settle_event(first.key(), first.token, &counted)
-            .await
-            .unwrap(),
-        Fence::Applied
-    );
+    fence_is(
+        store.settle_event(first.key(), first.token, &counted),
+        Fence::Applied,
+        SETTLE_HELD,
+    )
+    .await;
     let second = lease(2).await.unwrap().pop().expect("due again");
-    assert_eq!(second.attempts, 2);
+    assert_eq!(second.attempts, 2, "a counted attempt stays counted");
     let uncounted = Settle {
         attempt_counts: false,
         ..f.settle(InboxState::Pending, 3, 4)
     };
     for _ in 0..2 {
-        assert_eq!(
-            store
-                .settle_event(second.key(), second.token, &uncounted)
-                .await
-                .unwrap(),
-            Fence::Applied
-        );
+        fence_is(
+            store.settle_event(second.key(), second.token, &uncounted),
+            Fence::Applied,
+            SETTLE_HELD,
+        )
+        .await;
     }
     let stored = store.get_event(second.key()).await.unwrap().unwrap();
     assert_eq!(
         stored.attempts, 1,
         "the second attempt was given back, once"
     );
-    assert_eq!(stored.state, InboxState::Pending);
+    assert_eq!(
+        stored.state,
+        InboxState::Pending,
+        "an attempt given back leaves the event Pending"
+    );
     let third = lease(4).await.unwrap().pop().expect("due again");
     assert_eq!(
         third.attempts, 2,
@@ -399,18 +420,18 @@ pub async fn renew_is_fenced_and_moves_the_lease(store: &dyn InboxStore) {
     f.enqueue(store, "long", b"p", 0).await;
     let e = f.lease_one(store, 0, 60, "due").await;
     let stale = FencingToken(e.token.0.wrapping_add(1));
-    assert_eq!(
-        store.renew_event(e.key(), stale, f.at(120)).await.unwrap(),
+    fence_is(
+        store.renew_event(e.key(), stale, f.at(120)),
         Fence::LeaseLost,
-        "another token renews nothing"
-    );
-    assert_eq!(
-        store
-            .renew_event(e.key(), e.token, f.at(120))
-            .await
-            .unwrap(),
-        Fence::Applied
-    );
+        "another token renews nothing",
+    )
+    .await;
+    fence_is(
+        store.renew_event(e.key(), e.token, f.at(120)),
+        Fence::Applied,
+        RENEW_HELD,
+    )
+    .await;
     assert!(
         f.lease(store, 119, 180).await.is_empty(),
         "held to the renewed end"
@@ -443,8 +464,13 @@ pub async fn the_longest_due_is_leased_first(store: &dyn InboxStore) {
         assert_eq!(leased[0].namespace, f.namespace, "its own namespace only");
         order.push(leased[0].id.clone());
     }
-    assert_eq!(order, ["first", "second", "third"]);
-    assert!(f.lease(store, 5, 65).await.is_empty());
+    assert_eq!(
+        order,
+        ["first", "second", "third"],
+        "the longest due is leased first"
+    );
+    let rule = "a lease takes only its own namespace's events";
+    assert!(f.lease(store, 5, 65).await.is_empty(), "{rule}");
     let theirs = store.lease(&other.namespace, other.at(5), other.at(65), 10);
     assert_eq!(
         theirs.await.unwrap().len(),
@@ -458,24 +484,24 @@ pub async fn dead_workers_lose_their_lease(store: &dyn InboxStore) {
     let f = Fixture::new();
     f.enqueue(store, "d", b"p", 0).await;
     let first = f.lease_one(store, 0, 60, "due").await;
-    assert!(f.lease(store, 59, 119).await.is_empty());
+    let rule = "a running event is not leased again before its lease ends";
+    assert!(f.lease(store, 59, 119).await.is_empty(), "{rule}");
     let second = f.lease_one(store, 60, 120, "lease ran out").await;
-    assert_eq!(second.attempts, 2);
+    let rule = "a dead worker's lease taken over counts an attempt";
+    assert_eq!(second.attempts, 2, "{rule}");
     let done = f.settle(InboxState::Done, 61, 61);
-    assert_eq!(
-        store
-            .settle_event(first.key(), first.token, &done)
-            .await
-            .unwrap(),
-        Fence::LeaseLost
-    );
-    assert_eq!(
-        store
-            .settle_event(second.key(), second.token, &done)
-            .await
-            .unwrap(),
-        Fence::Applied
-    );
+    fence_is(
+        store.settle_event(first.key(), first.token, &done),
+        Fence::LeaseLost,
+        SETTLE_LOST,
+    )
+    .await;
+    fence_is(
+        store.settle_event(second.key(), second.token, &done),
+        Fence::Applied,
+        SETTLE_HELD,
+    )
+    .await;
 }
 
 /// Settled events past their expiry are purged; unsettled ones never are; a purged
@@ -511,7 +537,7 @@ pub async fn settled_events_are_purged(store: &dyn InboxStore) {
             break;
         }
     }
-    assert!(purged >= 1);
+    assert!(purged >= 1, "a purge answers how many it removed");
     assert!(
         store.get_event(e.key()).await.unwrap().is_none(),
         "the settled event is gone"
@@ -527,7 +553,8 @@ pub async fn settled_events_are_purged(store: &dyn InboxStore) {
     );
     assert_eq!(
         f.enqueue(store, &e.id, b"p", 7201).await,
-        Enqueued::Inserted
+        Enqueued::Inserted,
+        "a purged id is stored again"
     );
     // An event not settled is never replaced, however old: pending, then running.
     assert!(
@@ -573,6 +600,7 @@ pub async fn settled_events_are_purged(store: &dyn InboxStore) {
     let fresh = store.get_event(late.key()).await.unwrap().expect("stored");
     assert_eq!(
         (fresh.state, fresh.payload.as_slice()),
-        (InboxState::Pending, &b"new"[..])
+        (InboxState::Pending, &b"new"[..]),
+        "an expired event replaced is the new delivery, Pending"
     );
 }

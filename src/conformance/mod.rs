@@ -28,11 +28,13 @@
 //! the contract is understood better; a store that passed may fail a later
 //! version's suite. The entry points (`run_all` of each suite) keep their names.
 
+use std::future::Future;
+
 use chrono::{DateTime, TimeDelta, Utc};
 
 use crate::store::{
-    Claim, ClaimRequest, FailureNote, FencingToken, Fingerprint, Finish, Key, ProcessedStore,
-    Record, RecordState,
+    Claim, ClaimRequest, FailureNote, Fence, FencingToken, Fingerprint, Finish, Key,
+    ProcessedStore, Record, RecordState, StoreError,
 };
 
 mod claims;
@@ -133,20 +135,40 @@ impl Fixture {
     }
 }
 
-async fn claim(store: &dyn ProcessedStore, request: &ClaimRequest<'_>) -> Claim {
-    store.claim(request).await.expect("claim failed")
-}
-
-fn acquired(claim: Claim, rule: &str) -> Record {
-    match claim {
+/// Claims with `request`, which must be acquired.
+async fn acquired(store: &dyn ProcessedStore, request: &ClaimRequest<'_>, rule: &str) -> Record {
+    match store.claim(request).await.expect("claim failed") {
         Claim::Acquired(r) => r,
         Claim::Existing(r) => panic!("{rule}: expected Acquired, got Existing({r:?})"),
     }
 }
 
-fn existing(claim: Claim, rule: &str) -> Record {
-    match claim {
+/// Claims with `request`, which must be answered `Existing`.
+async fn existing(store: &dyn ProcessedStore, request: &ClaimRequest<'_>, rule: &str) -> Record {
+    match store.claim(request).await.expect("claim failed") {
         Claim::Existing(r) => r,
         Claim::Acquired(r) => panic!("{rule}: expected Existing, got Acquired({r:?})"),
     }
+}
+
+/// The record under `key`, which the check knows is there.
+async fn stored(store: &dyn ProcessedStore, key: Key<'_>, rule: &str) -> Record {
+    let record = store.get(key).await.expect("get failed");
+    record.unwrap_or_else(|| panic!("{rule}: no record under {key}"))
+}
+
+/// Awaits a fenced change (a finish, a renewal, an inbox settle or renewal) and
+/// checks that its answer is `expected`.
+async fn fence_is(
+    change: impl Future<Output = Result<Fence, StoreError>>,
+    expected: Fence,
+    rule: &str,
+) {
+    assert_eq!(change.await.expect("the store failed"), expected, "{rule}");
+}
+
+/// Awaits a finish by the claim holding the lease, which must apply.
+async fn finish_applies(finish: impl Future<Output = Result<Fence, StoreError>>) {
+    let rule = "finish by the claim holding the lease applies";
+    fence_is(finish, Fence::Applied, rule).await;
 }

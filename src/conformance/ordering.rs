@@ -36,10 +36,13 @@ pub async fn a_failure_is_marked_only_while_it_stands(store: &dyn OrderingStore)
         let _ = store.observe(key(object), at(1), at(2)).await.unwrap();
         if object != "pending" {
             let ended = ObjectStatus::Failed;
-            assert!(store
-                .settle_object(key(object), at(1), ended, at(10))
-                .await
-                .unwrap());
+            assert!(
+                store
+                    .settle_object(key(object), at(1), ended, at(10))
+                    .await
+                    .unwrap(),
+                "settle_object of the object's newest event applies"
+            );
         }
     }
     // Failed again at 20 (another event created at the same time).
@@ -51,12 +54,16 @@ pub async fn a_failure_is_marked_only_while_it_stands(store: &dyn OrderingStore)
     // A newer event, failed early enough: only its time tells it apart.
     let _ = store.observe(key("newer"), at(5), at(11)).await.unwrap();
     let newer_failed = store.settle_object(key("newer"), at(5), ObjectStatus::Failed, at(12));
-    assert!(newer_failed.await.unwrap());
+    let rule = "settle_object of the object's newest event applies";
+    assert!(newer_failed.await.unwrap(), "{rule}");
     // Applied early enough: only its status tells it apart.
-    assert!(store
-        .mark_object(key("applied"), at(1), ObjectStatus::Applied, at(12))
-        .await
-        .unwrap());
+    assert!(
+        store
+            .mark_object(key("applied"), at(1), ObjectStatus::Applied, at(12))
+            .await
+            .unwrap(),
+        "mark_object of the object's newest event applies"
+    );
 
     let clear = |object, since| {
         let applied = ObjectStatus::Applied;
@@ -68,7 +75,8 @@ pub async fn a_failure_is_marked_only_while_it_stands(store: &dyn OrderingStore)
     );
     assert_eq!(
         status("cleared").await,
-        Some((ObjectStatus::Applied, at(30)))
+        Some((ObjectStatus::Applied, at(30))),
+        "a failure cleared meanwhile is left as it is"
     );
     for (object, before) in [
         ("failed_later", (ObjectStatus::Failed, at(20))),
@@ -80,7 +88,8 @@ pub async fn a_failure_is_marked_only_while_it_stands(store: &dyn OrderingStore)
         assert_eq!(status(object).await, Some(before), "{object}: unchanged");
     }
     assert!(!clear("unknown", 15).await.unwrap(), "no record");
-    assert_eq!(status("unknown").await, None);
+    let rule = "mark_object_if_failed makes no record";
+    assert_eq!(status("unknown").await, None, "{rule}");
     let listed = store.failed_objects(&ns, at(100), 10).await.unwrap();
     let listed: Vec<_> = listed.iter().map(|r| r.object.as_str()).collect();
     assert_eq!(
@@ -94,15 +103,18 @@ pub async fn a_failure_is_marked_only_while_it_stands(store: &dyn OrderingStore)
         let failed = ObjectStatus::Failed;
         store.mark_object_if_failed(key(object), at(1), at(since), failed, at(40))
     };
-    assert!(requeue("failed_later", 20).await.unwrap());
+    let rule = "a failure that still stands is marked";
+    assert!(requeue("failed_later", 20).await.unwrap(), "{rule}");
     assert_eq!(
         status("failed_later").await,
-        Some((ObjectStatus::Failed, at(40)))
+        Some((ObjectStatus::Failed, at(40))),
+        "{rule}: status and time"
     );
     assert!(!requeue("cleared", 30).await.unwrap(), "cleared meanwhile");
     assert_eq!(
         status("cleared").await,
-        Some((ObjectStatus::Applied, at(30)))
+        Some((ObjectStatus::Applied, at(30))),
+        "a failure cleared meanwhile is left as it is"
     );
     let listed = store.failed_objects(&ns, at(30), 10).await.unwrap();
     let listed: Vec<_> = listed.iter().map(|r| r.object.as_str()).collect();
@@ -129,10 +141,13 @@ pub async fn failed_objects_are_listed_oldest_first(store: &dyn OrderingStore) {
     ] {
         let k = key(namespace, object);
         let _ = store.observe(k, at(1), at(2)).await.unwrap();
-        assert!(store
-            .settle_object(k, at(1), ObjectStatus::Failed, at(failed_at))
-            .await
-            .unwrap());
+        assert!(
+            store
+                .settle_object(k, at(1), ObjectStatus::Failed, at(failed_at))
+                .await
+                .unwrap(),
+            "settle_object of the object's newest event applies"
+        );
     }
     let objects = |list: Vec<crate::ordering::ObjectRecord>| {
         list.into_iter().map(|r| r.object).collect::<Vec<_>>()
@@ -148,19 +163,27 @@ pub async fn failed_objects_are_listed_oldest_first(store: &dyn OrderingStore) {
     let early = store.failed_objects(&ns, at(22), 10).await.unwrap();
     assert_eq!(objects(early), ["trx-a", "trx-b"], "changed at or before");
     // Marked failed again later (a reconcile that failed): to the back.
-    assert!(store
-        .mark_object(key(&ns, "trx-a"), at(1), ObjectStatus::Failed, at(30))
-        .await
-        .unwrap());
+    assert!(
+        store
+            .mark_object(key(&ns, "trx-a"), at(1), ObjectStatus::Failed, at(30))
+            .await
+            .unwrap(),
+        "mark_object of the object's newest event applies"
+    );
     let requeued = store.failed_objects(&ns, at(100), 10).await.unwrap();
-    assert_eq!(objects(requeued), ["trx-b", "trx-c", "trx-a"]);
+    let rule = "an object marked failed again goes to the back";
+    assert_eq!(objects(requeued), ["trx-b", "trx-c", "trx-a"], "{rule}");
     // Reconciled: no longer listed.
-    assert!(store
-        .mark_object(key(&ns, "trx-b"), at(1), ObjectStatus::Applied, at(31))
-        .await
-        .unwrap());
+    assert!(
+        store
+            .mark_object(key(&ns, "trx-b"), at(1), ObjectStatus::Applied, at(31))
+            .await
+            .unwrap(),
+        "mark_object of the object's newest event applies"
+    );
     let left = store.failed_objects(&ns, at(100), 10).await.unwrap();
-    assert_eq!(objects(left), ["trx-c", "trx-a"]);
+    let rule = "a reconciled object is no longer listed";
+    assert_eq!(objects(left), ["trx-c", "trx-a"], "{rule}");
     let all = store
         .failed_objects(&ns, at(100), usize::MAX)
         .await
@@ -187,11 +210,13 @@ pub async fn newest_wins(store: &dyn OrderingStore) {
     };
     assert_eq!(
         store.observe(key, at(10), at(100)).await.unwrap(),
-        Freshness::Fresh
+        Freshness::Fresh,
+        "the first event of an object is fresh"
     );
     assert_eq!(
         store.observe(key, at(5), at(101)).await.unwrap(),
-        Freshness::Stale { newest: at(10) }
+        Freshness::Stale { newest: at(10) },
+        "an older event is stale, naming the newest"
     );
     assert_eq!(
         store.observe(key, at(10), at(102)).await.unwrap(),
@@ -200,7 +225,8 @@ pub async fn newest_wins(store: &dyn OrderingStore) {
     );
     assert_eq!(
         store.observe(key, at(20), at(103)).await.unwrap(),
-        Freshness::Fresh
+        Freshness::Fresh,
+        "a newer event is fresh"
     );
     let refund = ObjectKey {
         family: "refund",
@@ -223,13 +249,15 @@ pub async fn newest_wins(store: &dyn OrderingStore) {
     let r = store.get_object(key).await.unwrap().expect("recorded");
     assert_eq!(
         (r.newest, r.status, r.updated_at),
-        (at(20), ObjectStatus::Pending, at(103))
+        (at(20), ObjectStatus::Pending, at(103)),
+        "the newest event wins: its time, Pending, updated_at"
     );
     let never = ObjectKey {
         object: "nope",
         ..key
     };
-    assert!(store.get_object(never).await.unwrap().is_none());
+    let rule = "get_object of an object never observed answers None";
+    assert!(store.get_object(never).await.unwrap().is_none(), "{rule}");
     assert!(
         !store
             .mark_object(never, at(1), ObjectStatus::Applied, at(106))
@@ -264,7 +292,8 @@ pub async fn settle_applies_to_the_newest_only(store: &dyn OrderingStore) {
     );
     assert_eq!(
         store.get_object(key).await.unwrap().unwrap().status,
-        ObjectStatus::Pending
+        ObjectStatus::Pending,
+        "a settle of an older event changes nothing"
     );
     assert!(
         store
@@ -275,7 +304,8 @@ pub async fn settle_applies_to_the_newest_only(store: &dyn OrderingStore) {
     );
     assert_eq!(
         store.get_object(key).await.unwrap().unwrap().status,
-        ObjectStatus::Failed
+        ObjectStatus::Failed,
+        "a settle of the newest event sets its status"
     );
     assert!(
         store
@@ -286,10 +316,12 @@ pub async fn settle_applies_to_the_newest_only(store: &dyn OrderingStore) {
         "not failed before 22"
     );
     let failed = store.failed_objects(&ns, at(22), 10).await.unwrap();
-    assert_eq!(failed.len(), 1);
+    let rule = "failed_objects lists the object whose newest event failed";
+    assert_eq!(failed.len(), 1, "{rule}");
     assert_eq!(
         (failed[0].object.as_str(), failed[0].family.as_str()),
-        ("cus-1", "customer")
+        ("cus-1", "customer"),
+        "{rule}: its object and family"
     );
     assert!(
         store
@@ -316,11 +348,9 @@ pub async fn settle_applies_to_the_newest_only(store: &dyn OrderingStore) {
             .unwrap(),
         "settling an object never observed answers false"
     );
-    assert!(store
-        .failed_objects(&ns, at(100), 10)
-        .await
-        .unwrap()
-        .is_empty());
+    let failed = store.failed_objects(&ns, at(100), 10).await.unwrap();
+    let rule = "no object is listed failed whose newest event did not fail";
+    assert!(failed.is_empty(), "{rule}");
 }
 
 /// Events created at the same time are all fresh, but only the first to settle
@@ -347,10 +377,13 @@ pub async fn events_created_at_the_same_time_settle_once(store: &dyn OrderingSto
         (ObjectStatus::Pending, at(1)),
         "a tie changes nothing"
     );
-    assert!(store
-        .settle_object(key, at(0), ObjectStatus::Applied, at(3))
-        .await
-        .unwrap());
+    assert!(
+        store
+            .settle_object(key, at(0), ObjectStatus::Applied, at(3))
+            .await
+            .unwrap(),
+        "settle_object of the object's newest event applies"
+    );
     assert!(
         !store
             .settle_object(key, at(0), ObjectStatus::Applied, at(4))
@@ -359,7 +392,11 @@ pub async fn events_created_at_the_same_time_settle_once(store: &dyn OrderingSto
         "the second event of the same time to settle answers false"
     );
     let r = store.get_object(key).await.unwrap().unwrap();
-    assert_eq!((r.status, r.updated_at), (ObjectStatus::Applied, at(3)));
+    assert_eq!(
+        (r.status, r.updated_at),
+        (ObjectStatus::Applied, at(3)),
+        "one settle of events created at the same time applies"
+    );
     assert_eq!(
         store.observe(key, at(0), at(5)).await.unwrap(),
         Freshness::Fresh,
@@ -383,14 +420,19 @@ pub async fn events_created_at_the_same_time_settle_once(store: &dyn OrderingSto
         (ObjectStatus::Failed, at(6)),
         "but is kept"
     );
-    assert_eq!(store.failed_objects(&ns, at(6), 10).await.unwrap().len(), 1);
-    assert!(store
-        .mark_object(key, at(0), ObjectStatus::Applied, at(7))
-        .await
-        .unwrap());
+    let failed = store.failed_objects(&ns, at(6), 10).await.unwrap();
+    assert_eq!(failed.len(), 1, "the failed object is listed");
+    assert!(
+        store
+            .mark_object(key, at(0), ObjectStatus::Applied, at(7))
+            .await
+            .unwrap(),
+        "mark_object of the object's newest event applies"
+    );
     assert_eq!(
         store.observe(key, at(1), at(8)).await.unwrap(),
-        Freshness::Fresh
+        Freshness::Fresh,
+        "a newer event after a settle is fresh"
     );
     assert!(
         store
@@ -424,6 +466,7 @@ pub async fn concurrent_observations_keep_the_newest(store: &dyn OrderingStore) 
     }
     assert_eq!(
         store.get_object(key).await.unwrap().unwrap().newest,
-        now + TimeDelta::seconds(31)
+        now + TimeDelta::seconds(31),
+        "concurrent observations keep the newest"
     );
 }

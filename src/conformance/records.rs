@@ -3,7 +3,7 @@
 
 use chrono::{TimeDelta, TimeZone, Utc};
 
-use super::{acquired, claim, existing, Fixture};
+use super::{acquired, existing, fence_is, finish_applies, stored, Fixture};
 use crate::store::{
     Deleted, FailureNote, Fence, FencingToken, Fingerprint, ProcessedStore, Record, RecordState,
 };
@@ -12,62 +12,54 @@ use crate::store::{
 pub async fn finish_is_fenced(store: &dyn ProcessedStore) {
     let f = Fixture::new();
     let req = f.request("fence", b"b", 0);
-    acquired(claim(store, &req).await, "fresh claim");
+    acquired(store, &req, "fresh claim").await;
     let done = f.finish(RecordState::Completed, 0, &[], 1);
     let wrong = FencingToken(req.token.0 ^ 1);
-    assert_eq!(
-        store.finish(f.key("fence"), wrong, &done).await.unwrap(),
+    fence_is(
+        store.finish(f.key("fence"), wrong, &done),
         Fence::LeaseLost,
-        "a wrong token is refused"
-    );
+        "a wrong token is refused",
+    )
+    .await;
     assert_eq!(
         store.get(f.key("fence")).await.unwrap().unwrap().state,
         RecordState::InProgress,
         "a refused finish changes nothing"
     );
-    assert_eq!(
-        store
-            .finish(f.key("fence"), req.token, &done)
-            .await
-            .unwrap(),
-        Fence::Applied
-    );
-    assert_eq!(
-        store
-            .finish(f.key("fence"), req.token, &done)
-            .await
-            .unwrap(),
+    finish_applies(store.finish(f.key("fence"), req.token, &done)).await;
+    fence_is(
+        store.finish(f.key("fence"), req.token, &done),
         Fence::LeaseLost,
-        "a finished record cannot be finished again"
-    );
-    assert_eq!(
-        store
-            .finish(f.key("absent"), req.token, &done)
-            .await
-            .unwrap(),
+        "a finished record cannot be finished again",
+    )
+    .await;
+    fence_is(
+        store.finish(f.key("absent"), req.token, &done),
         Fence::LeaseLost,
-        "a missing record cannot be finished"
-    );
-    let rec = store.get(f.key("fence")).await.unwrap().unwrap();
-    assert_eq!(rec.state, RecordState::Completed);
+        "a missing record cannot be finished",
+    )
+    .await;
+    let rec = stored(store, f.key("fence"), "a finished record").await;
+    assert_eq!(rec.state, RecordState::Completed, "finish sets the state");
     assert_eq!(rec.updated_at, f.at_secs(1), "finish sets updated_at");
     assert_eq!(rec.expires_at, f.at_secs(3601), "finish sets expires_at");
 
     // A lease that ran out but was not taken over may still be finished.
     let late = f.request("late", b"b", 0);
-    acquired(claim(store, &late).await, "fresh claim");
+    acquired(store, &late, "fresh claim").await;
     let done = f.finish(RecordState::Completed, 0, &[], 90);
-    assert_eq!(
-        store
-            .finish(f.key("late"), late.token, &done)
-            .await
-            .unwrap(),
+    fence_is(
+        store.finish(f.key("late"), late.token, &done),
         Fence::Applied,
-        "a finish after the lease ran out, not taken over, applies"
-    );
+        "a finish after the lease ran out, not taken over, applies",
+    )
+    .await;
     assert_eq!(
-        store.get(f.key("late")).await.unwrap().unwrap().state,
-        RecordState::Completed
+        stored(store, f.key("late"), "a finished record")
+            .await
+            .state,
+        RecordState::Completed,
+        "a finish after the lease ran out sets the state"
     );
 }
 
@@ -75,71 +67,67 @@ pub async fn finish_is_fenced(store: &dyn ProcessedStore) {
 pub async fn renew_is_fenced(store: &dyn ProcessedStore) {
     let f = Fixture::new();
     let req = f.request("long", b"b", 0);
-    acquired(claim(store, &req).await, "fresh claim");
+    acquired(store, &req, "fresh claim").await;
     let k = f.key("long");
-    assert_eq!(
-        store
-            .renew(
-                k,
-                FencingToken(req.token.0 ^ 1),
-                f.at_secs(200),
-                f.at_secs(7200)
-            )
-            .await
-            .unwrap(),
-        Fence::LeaseLost
+    let (wrong, to_200) = (
+        FencingToken(req.token.0 ^ 1),
+        (f.at_secs(200), f.at_secs(7200)),
     );
-    assert_eq!(
-        store
-            .renew(k, req.token, f.at_secs(200), f.at_secs(7200))
-            .await
-            .unwrap(),
-        Fence::Applied
-    );
+    let refused = "renew with another claim's token is refused";
+    fence_is(
+        store.renew(k, wrong, to_200.0, to_200.1),
+        Fence::LeaseLost,
+        refused,
+    )
+    .await;
+    let held = "renew by the claim holding the lease applies";
+    fence_is(
+        store.renew(k, req.token, to_200.0, to_200.1),
+        Fence::Applied,
+        held,
+    )
+    .await;
     existing(
-        claim(store, &f.request("long", b"b", 100)).await,
+        store,
+        &f.request("long", b"b", 100),
         "a renewed lease holds",
-    );
-    let rec = store.get(k).await.unwrap().unwrap();
-    assert_eq!(rec.lease_until, f.at_secs(200));
+    )
+    .await;
+    let rec = stored(store, k, "a renewed record").await;
+    assert_eq!(rec.lease_until, f.at_secs(200), "renew sets the lease");
     assert_eq!(rec.expires_at, f.at_secs(7200), "renew raises the expiry");
-    assert_eq!(
-        store
-            .renew(k, req.token, f.at_secs(210), f.at_secs(10))
-            .await
-            .unwrap(),
-        Fence::Applied
-    );
-    let rec = store.get(k).await.unwrap().unwrap();
+    let lower = (f.at_secs(210), f.at_secs(10));
+    fence_is(
+        store.renew(k, req.token, lower.0, lower.1),
+        Fence::Applied,
+        held,
+    )
+    .await;
+    let rec = stored(store, k, "a renewed record").await;
     assert_eq!(rec.lease_until, f.at_secs(210), "renew moves the lease");
     assert_eq!(
         rec.expires_at,
         f.at_secs(7200),
         "renew never lowers the expiry"
     );
-    assert_eq!(
-        store
-            .renew(
-                f.key("never-claimed"),
-                req.token,
-                f.at_secs(200),
-                f.at_secs(7200)
-            )
-            .await
-            .unwrap(),
+    let missing = (f.key("never-claimed"), req.token);
+    let rule = "a missing record cannot be renewed";
+    fence_is(
+        store.renew(missing.0, missing.1, to_200.0, to_200.1),
         Fence::LeaseLost,
-        "a missing record cannot be renewed"
-    );
+        rule,
+    )
+    .await;
     let done = f.finish(RecordState::Completed, 0, &[], 1);
     let _ = store.finish(k, req.token, &done).await.unwrap();
-    assert_eq!(
-        store
-            .renew(k, req.token, f.at_secs(300), f.at_secs(7200))
-            .await
-            .unwrap(),
+    let rule = "a finished record cannot be renewed";
+    let to_300 = (f.at_secs(300), f.at_secs(7200));
+    fence_is(
+        store.renew(k, req.token, to_300.0, to_300.1),
         Fence::LeaseLost,
-        "a finished record cannot be renewed"
-    );
+        rule,
+    )
+    .await;
 }
 
 /// Every field, ids with unusual characters and the history survive a round trip.
@@ -147,7 +135,7 @@ pub async fn record_round_trips(store: &dyn ProcessedStore) {
     let f = Fixture::new();
     let id = "evt:ü/{tag}*\"'; DROP TABLE x;--";
     let req = f.request(id, b"payload", 0);
-    acquired(claim(store, &req).await, "fresh claim");
+    acquired(store, &req, "fresh claim").await;
     let history = vec![
         FailureNote {
             at: f.at_secs(1),
@@ -159,30 +147,30 @@ pub async fn record_round_trips(store: &dyn ProcessedStore) {
         },
     ];
     let perm = f.finish(RecordState::PermanentFailure, 2, &history, 2);
-    assert_eq!(
-        store.finish(f.key(id), req.token, &perm).await.unwrap(),
-        Fence::Applied
-    );
-    let rec = store.get(f.key(id)).await.unwrap().expect("record exists");
-    assert_eq!(rec.id, id);
-    assert_eq!(rec.state, RecordState::PermanentFailure);
-    assert_eq!(rec.failures, 2);
-    assert_eq!(rec.history, history);
-    assert_eq!(rec.fingerprint, Fingerprint::of(b"payload"));
-    assert_eq!(rec.token, req.token);
-    assert_eq!(rec.attempts, 1);
+    finish_applies(store.finish(f.key(id), req.token, &perm)).await;
+    let rule = "a record reads back as written";
+    let rec = stored(store, f.key(id), rule).await;
+    assert_eq!(rec.id, id, "{rule}: id");
+    assert_eq!(rec.state, RecordState::PermanentFailure, "{rule}: state");
+    assert_eq!(rec.failures, 2, "{rule}: failures");
+    assert_eq!(rec.history, history, "{rule}: history");
+    let fingerprint = Fingerprint::of(b"payload");
+    assert_eq!(rec.fingerprint, fingerprint, "{rule}: fingerprint");
+    assert_eq!(rec.token, req.token, "{rule}: token");
+    assert_eq!(rec.attempts, 1, "{rule}: attempts");
     assert_eq!(
         rec.lease_until, req.lease_until,
         "the lease survives a finish"
     );
-    assert_eq!(rec.expires_at, perm.expires_at);
-    assert_eq!(rec.created_at, req.now);
-    assert_eq!(rec.updated_at, perm.now);
-    assert!(store.get(f.key("never-seen")).await.unwrap().is_none());
+    assert_eq!(rec.expires_at, perm.expires_at, "{rule}: expires_at");
+    assert_eq!(rec.created_at, req.now, "{rule}: created_at");
+    assert_eq!(rec.updated_at, perm.now, "{rule}: updated_at");
+    let never = store.get(f.key("never-seen")).await.unwrap();
+    assert!(never.is_none(), "get of a key never claimed answers None");
     let big = f.request("big-token", b"x", 0);
     let mut big = big;
     big.token = FencingToken(u64::MAX - 7);
-    let rec = acquired(claim(store, &big).await, "fresh claim");
+    let rec = acquired(store, &big, "fresh claim").await;
     assert_eq!(
         rec.token,
         FencingToken(u64::MAX - 7),
@@ -196,29 +184,37 @@ pub async fn record_round_trips(store: &dyn ProcessedStore) {
 pub async fn a_live_lease_outlives_the_expiry(store: &dyn ProcessedStore) {
     let f = Fixture::new();
     let req = f.request("outlives", b"b", 0);
-    acquired(claim(store, &req).await, "fresh claim");
+    acquired(store, &req, "fresh claim").await;
     let k = f.key("outlives");
-    assert_eq!(
-        store
-            .renew(k, req.token, f.at_secs(10_000), f.at_secs(3601))
-            .await
-            .unwrap(),
-        Fence::Applied
-    );
+    let to_10_000 = (f.at_secs(10_000), f.at_secs(3601));
+    let rule = "renew by the claim holding the lease applies";
+    fence_is(
+        store.renew(k, req.token, to_10_000.0, to_10_000.1),
+        Fence::Applied,
+        rule,
+    )
+    .await;
     let held = existing(
-        claim(store, &f.request("outlives", b"b", 5000)).await,
+        store,
+        &f.request("outlives", b"b", 5000),
         "a claim after the expiry, the lease still live",
+    )
+    .await;
+    assert_eq!(
+        held.token, req.token,
+        "a live lease keeps its holder's token"
     );
-    assert_eq!(held.token, req.token);
     assert_eq!(
         store.delete(k, f.at_secs(5000)).await.unwrap(),
         Deleted::LeaseHeld,
         "a live lease is not deleted, expired or not"
     );
     let fresh = acquired(
-        claim(store, &f.request("outlives", b"b", 10_000)).await,
+        store,
+        &f.request("outlives", b"b", 10_000),
         "a claim once the lease ended (and the record expired)",
-    );
+    )
+    .await;
     assert_eq!(fresh.attempts, 1, "an expired record is replaced");
 }
 
@@ -226,10 +222,11 @@ pub async fn a_live_lease_outlives_the_expiry(store: &dyn ProcessedStore) {
 pub async fn delete_spares_live_leases(store: &dyn ProcessedStore) {
     let f = Fixture::new();
     let req = f.request("forget", b"b", 0);
-    acquired(claim(store, &req).await, "fresh claim");
+    acquired(store, &req, "fresh claim").await;
     assert_eq!(
         store.delete(f.key("forget"), f.at_secs(1)).await.unwrap(),
-        Deleted::LeaseHeld
+        Deleted::LeaseHeld,
+        "a live lease is not deleted"
     );
     assert_eq!(
         store
@@ -246,21 +243,24 @@ pub async fn delete_spares_live_leases(store: &dyn ProcessedStore) {
     );
     assert_eq!(
         store.delete(f.key("forget"), f.at_secs(62)).await.unwrap(),
-        Deleted::NotFound
+        Deleted::NotFound,
+        "delete of a missing record answers NotFound"
     );
     acquired(
-        claim(store, &f.request("forget", b"b", 63)).await,
+        store,
+        &f.request("forget", b"b", 63),
         "a deleted id is claimed afresh",
-    );
+    )
+    .await;
 }
 
 /// Stuck lists `InProgress` records whose lease ran out, and nothing else of ours.
 pub async fn stuck_lists_expired_leases(store: &dyn ProcessedStore) {
     let f = Fixture::new();
     let a = f.request("stuck-a", b"b", 0);
-    acquired(claim(store, &a).await, "fresh claim");
+    acquired(store, &a, "fresh claim").await;
     let b = f.request("stuck-b", b"b", 0);
-    acquired(claim(store, &b).await, "fresh claim");
+    acquired(store, &b, "fresh claim").await;
     let _ = store
         .finish(
             f.key("stuck-b"),
@@ -305,7 +305,7 @@ pub async fn stuck_lists_expired_leases(store: &dyn ProcessedStore) {
     let later: Vec<String> = (1..=4).map(|i| format!("stuck-{i}")).collect();
     for (i, id) in later.iter().enumerate().rev() {
         let at = i64::try_from(i).expect("small") + 1;
-        acquired(claim(store, &f.request(id, b"b", at)).await, "fresh claim");
+        acquired(store, &f.request(id, b"b", at), "fresh claim").await;
     }
     let page = store.stuck(f.at_secs(100), 10_000).await.unwrap();
     assert!(
@@ -336,7 +336,7 @@ pub async fn purge_removes_only_expired(store: &dyn ProcessedStore) {
     for i in 0..10 {
         let id = format!("p{i}");
         let req = f.request(&id, b"b", 0);
-        acquired(claim(store, &req).await, "fresh claim");
+        acquired(store, &req, "fresh claim").await;
         tokens.push(req.token);
     }
     // p0..p7 completed (expire at +3601 s); p8 stays InProgress with a lease renewed
@@ -396,7 +396,7 @@ pub async fn purge_removes_only_expired(store: &dyn ProcessedStore) {
 
     // An expiry is the first millisecond a record may be purged.
     let edge = f.request("edge", b"b", 10_000);
-    acquired(claim(store, &edge).await, "fresh claim");
+    acquired(store, &edge, "fresh claim").await;
     let done = f.finish(RecordState::Completed, 0, &[], 10_001);
     let _ = store
         .finish(f.key("edge"), edge.token, &done)
