@@ -1,12 +1,14 @@
 //! The conformance suite for [`InboxStore`](crate::inbox::InboxStore) implementations.
 
+use std::future::Future;
+
 use chrono::{DateTime, TimeDelta, Utc};
 use futures_util::future::join_all;
 
 use super::fence_is;
 use crate::inbox::{Enqueued, InboxState, InboxStore, NewEvent, Settle};
 use crate::meta::EventMeta;
-use crate::store::{Fence, FencingToken, Fingerprint, Key};
+use crate::store::{Fence, FencingToken, Fingerprint, Key, StoreError};
 
 /// Runs every inbox check, one after another.
 pub async fn run_all(store: &dyn InboxStore) {
@@ -21,10 +23,20 @@ pub async fn run_all(store: &dyn InboxStore) {
     settled_events_are_purged(store).await;
 }
 
-// The rules of the fenced changes of an event.
-const SETTLE_HELD: &str = "settle by the lease holding the event applies";
+/// The rule of a settle without the lease.
 const SETTLE_LOST: &str = "settle without the lease is refused";
-const RENEW_HELD: &str = "renew by the lease holding the event applies";
+
+/// Awaits a settle by the lease holding the event, which must apply.
+async fn settle_applies(settle: impl Future<Output = Result<Fence, StoreError>>) {
+    let rule = "settle by the lease holding the event applies";
+    fence_is(settle, Fence::Applied, rule).await;
+}
+
+/// Awaits a renewal by the lease holding the event, which must apply.
+async fn renew_applies(renew: impl Future<Output = Result<Fence, StoreError>>) {
+    let rule = "renew by the lease holding the event applies";
+    fence_is(renew, Fence::Applied, rule).await;
+}
 
 struct Fixture {
     namespace: String,
@@ -187,18 +199,8 @@ pub async fn lease_is_exclusive_and_fenced(store: &dyn InboxStore) {
         SETTLE_LOST,
     )
     .await;
-    fence_is(
-        store.renew_event(e.key(), e.token, f.at(120)),
-        Fence::Applied,
-        RENEW_HELD,
-    )
-    .await;
-    fence_is(
-        store.settle_event(e.key(), e.token, &done),
-        Fence::Applied,
-        SETTLE_HELD,
-    )
-    .await;
+    renew_applies(store.renew_event(e.key(), e.token, f.at(120))).await;
+    settle_applies(store.settle_event(e.key(), e.token, &done)).await;
     fence_is(
         store.settle_event(e.key(), e.token, &done),
         Fence::Applied,
@@ -231,12 +233,7 @@ pub async fn lease_is_exclusive_and_fenced(store: &dyn InboxStore) {
         .unwrap()
         .unwrap();
     let retry = f.settle(InboxState::Pending, 3, 5);
-    fence_is(
-        store.settle_event(x1.key(), x1.token, &retry),
-        Fence::Applied,
-        SETTLE_HELD,
-    )
-    .await;
+    settle_applies(store.settle_event(x1.key(), x1.token, &retry)).await;
     let again = store
         .lease(&f.namespace, f.at(5), f.at(65), 100)
         .await
@@ -249,12 +246,7 @@ pub async fn lease_is_exclusive_and_fenced(store: &dyn InboxStore) {
         error: None,
         ..f.settle(InboxState::Done, 6, 6)
     };
-    fence_is(
-        store.settle_event(x1.key(), x1.token, &ok),
-        Fence::Applied,
-        SETTLE_HELD,
-    )
-    .await;
+    settle_applies(store.settle_event(x1.key(), x1.token, &ok)).await;
     let x1 = store.get_event(x1.key()).await.unwrap().unwrap();
     assert_eq!(
         (x1.state, x1.last_error.as_deref()),
@@ -278,12 +270,7 @@ pub async fn retries_wait_until_due(store: &dyn InboxStore) {
     f.enqueue(store, "r", b"p", 0).await;
     let e = f.lease_one(store, 0, 60, "due").await;
     let retry = f.settle(InboxState::Pending, 1, 30);
-    fence_is(
-        store.settle_event(e.key(), e.token, &retry),
-        Fence::Applied,
-        SETTLE_HELD,
-    )
-    .await;
+    settle_applies(store.settle_event(e.key(), e.token, &retry)).await;
     assert!(f.lease(store, 29, 89).await.is_empty(), "not due yet");
     let again = f.lease(store, 30, 90).await;
     assert_eq!(again.len(), 1, "a retry is leased once due");
@@ -301,12 +288,7 @@ pub async fn retries_wait_until_due(store: &dyn InboxStore) {
         next_attempt_at: ms(91_001_500),
         ..f.settle(InboxState::Pending, 91, 91)
     };
-    fence_is(
-        store.settle_event(e.key(), e.token, &retry),
-        Fence::Applied,
-        SETTLE_HELD,
-    )
-    .await;
+    settle_applies(store.settle_event(e.key(), e.token, &retry)).await;
     let early = store
         .lease(&f.namespace, ms(91_001_200), ms(151_000_000), 10)
         .await
@@ -350,12 +332,7 @@ pub async fn an_attempt_may_be_given_back(store: &dyn InboxStore) {
     let lease = |at: i64| store.lease(&f.namespace, f.at(at), f.at(at + 60), 10);
     let first = lease(0).await.unwrap().pop().expect("due");
     let counted = f.settle(InboxState::Pending, 1, 2);
-    fence_is(
-        store.settle_event(first.key(), first.token, &counted),
-        Fence::Applied,
-        SETTLE_HELD,
-    )
-    .await;
+    settle_applies(store.settle_event(first.key(), first.token, &counted)).await;
     let second = lease(2).await.unwrap().pop().expect("due again");
     assert_eq!(second.attempts, 2, "a counted attempt stays counted");
     let uncounted = Settle {
@@ -363,12 +340,7 @@ pub async fn an_attempt_may_be_given_back(store: &dyn InboxStore) {
         ..f.settle(InboxState::Pending, 3, 4)
     };
     for _ in 0..2 {
-        fence_is(
-            store.settle_event(second.key(), second.token, &uncounted),
-            Fence::Applied,
-            SETTLE_HELD,
-        )
-        .await;
+        settle_applies(store.settle_event(second.key(), second.token, &uncounted)).await;
     }
     let stored = store.get_event(second.key()).await.unwrap().unwrap();
     assert_eq!(
@@ -426,12 +398,7 @@ pub async fn renew_is_fenced_and_moves_the_lease(store: &dyn InboxStore) {
         "another token renews nothing",
     )
     .await;
-    fence_is(
-        store.renew_event(e.key(), e.token, f.at(120)),
-        Fence::Applied,
-        RENEW_HELD,
-    )
-    .await;
+    renew_applies(store.renew_event(e.key(), e.token, f.at(120))).await;
     assert!(
         f.lease(store, 119, 180).await.is_empty(),
         "held to the renewed end"
@@ -496,12 +463,7 @@ pub async fn dead_workers_lose_their_lease(store: &dyn InboxStore) {
         SETTLE_LOST,
     )
     .await;
-    fence_is(
-        store.settle_event(second.key(), second.token, &done),
-        Fence::Applied,
-        SETTLE_HELD,
-    )
-    .await;
+    settle_applies(store.settle_event(second.key(), second.token, &done)).await;
 }
 
 /// Settled events past their expiry are purged; unsettled ones never are; a purged
