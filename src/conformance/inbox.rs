@@ -1,4 +1,4 @@
-//! The conformance suite for [`InboxStore`](crate::inbox::InboxStore) implementations.
+//! The conformance suite for [`InboxStore`] implementations.
 
 use std::future::Future;
 

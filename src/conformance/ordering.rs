@@ -1,4 +1,4 @@
-//! The conformance suite for [`OrderingStore`](crate::ordering::OrderingStore) implementations.
+//! The conformance suite for [`OrderingStore`] implementations.
 
 use chrono::{DateTime, TimeDelta, Utc};
 use futures_util::future::join_all;

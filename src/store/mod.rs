@@ -754,7 +754,7 @@ impl StoreError {
 ///
 /// # Writing a store
 ///
-/// The trait is declared with [`async_trait`] (re-exported here as
+/// The trait is declared with [`async_trait`](macro@async_trait) (re-exported here as
 /// `webhook_guard::store::async_trait`): put `#[async_trait]` on the impl too (a
 /// plain `async fn` in the impl fails with E0195). [`ClaimRequest::decide`] makes
 /// the claim's decision, [`Record::claimed`] and [`Record::taken_over`] build the
@@ -896,7 +896,6 @@ macro_rules! forward_processed_store {
 pub(crate) use forward_processed_store;
 
 forward_processed_store!(ProcessedStore);
-
 
 /// The end of a lease or of a retention in whole milliseconds, rounded up, for
 /// stores and indexes that keep times in milliseconds: an end kept to the
