@@ -92,12 +92,8 @@ pub async fn fresh_claim_then_existing(store: &dyn ProcessedStore) {
     );
 
     let before = store.get(f.key("evt_1")).await.unwrap();
-    let again = existing(
-        store,
-        &f.request("evt_1", b"body", 1),
-        "claim under a live lease",
-    )
-    .await;
+    let case = "claim under a live lease";
+    let again = existing(store, &f.request("evt_1", b"body", 1), case).await;
     assert_eq!(again.token, req.token, "a refused claim leaves the token");
     assert_eq!(again.attempts, 1, "a refused claim counts nothing");
     assert_eq!(
@@ -109,12 +105,8 @@ pub async fn fresh_claim_then_existing(store: &dyn ProcessedStore) {
     let done = f.finish(RecordState::Completed, 0, &[], 2);
     finish_applies(store.finish(f.key("evt_1"), req.token, &done)).await;
     let before = store.get(f.key("evt_1")).await.unwrap();
-    let dup = existing(
-        store,
-        &f.request("evt_1", b"body", 3),
-        "claim of a completed id",
-    )
-    .await;
+    let case = "claim of a completed id";
+    let dup = existing(store, &f.request("evt_1", b"body", 3), case).await;
     assert_eq!(
         dup.state,
         RecordState::Completed,
@@ -251,12 +243,8 @@ pub async fn expired_lease_is_taken_over(store: &dyn ProcessedStore) {
     let f = Fixture::new();
     let first = f.request("crash", b"b", 0);
     acquired(store, &first, "fresh claim").await;
-    existing(
-        store,
-        &f.request("crash", b"b", 59),
-        "claim 1 s before the lease runs out",
-    )
-    .await;
+    let case = "claim 1 s before the lease runs out";
+    existing(store, &f.request("crash", b"b", 59), case).await;
     // A shorter retention than the first claim's: a takeover keeps the later expiry.
     let mut late = f.request("crash", b"b", 60);
     late.expires_at = f.at_secs(600);
@@ -305,18 +293,10 @@ pub async fn lease_is_live_to_its_end(store: &dyn ProcessedStore) {
         ..f.request("edge", b"b", 0)
     };
     acquired(store, &claim_at(0, at(700)), "fresh claim").await;
-    existing(
-        store,
-        &claim_at(300, at(60_000_000)),
-        "a claim 0.4 ms before the lease ends (in its last millisecond)",
-    )
-    .await;
-    acquired(
-        store,
-        &claim_at(1_000, at(60_000_000)),
-        "a claim 0.3 ms after the lease ended",
-    )
-    .await;
+    let case = "a claim 0.4 ms before the lease ends (in its last millisecond)";
+    existing(store, &claim_at(300, at(60_000_000)), case).await;
+    let case = "a claim 0.3 ms after the lease ended";
+    acquired(store, &claim_at(1_000, at(60_000_000)), case).await;
 }
 
 /// A record is kept to its very expiry, even one that ends between two
@@ -343,18 +323,10 @@ pub async fn record_is_kept_to_its_expiry(store: &dyn ProcessedStore) {
         expires_at: at(10_000_700),
     };
     finish_applies(store.finish(f.key("kept"), first.token, &done)).await;
-    existing(
-        store,
-        &claim_at(10_000_300),
-        "a claim 0.4 ms before the record expires (in its last millisecond)",
-    )
-    .await;
-    let fresh = acquired(
-        store,
-        &claim_at(10_001_000),
-        "a claim 0.3 ms after the record expired",
-    )
-    .await;
+    let case = "a claim 0.4 ms before the record expires (in its last millisecond)";
+    existing(store, &claim_at(10_000_300), case).await;
+    let case = "a claim 0.3 ms after the record expired";
+    let fresh = acquired(store, &claim_at(10_001_000), case).await;
     assert_eq!(fresh.attempts, 1, "an expired record is replaced");
 }
 
@@ -363,40 +335,24 @@ pub async fn different_body_is_not_taken_over(store: &dyn ProcessedStore) {
     let f = Fixture::new();
     let first = f.request("conflict", b"one", 0);
     acquired(store, &first, "fresh claim").await;
-    let other = existing(
-        store,
-        &f.request("conflict", b"two", 1),
-        "other body, live lease",
-    )
-    .await;
+    let case = "other body, live lease";
+    let other = existing(store, &f.request("conflict", b"two", 1), case).await;
     assert_eq!(
         other.fingerprint,
         Fingerprint::of(b"one"),
         "the stored fingerprint is returned"
     );
-    existing(
-        store,
-        &f.request("conflict", b"two", 120),
-        "other body, expired lease",
-    )
-    .await;
+    let case = "other body, expired lease";
+    existing(store, &f.request("conflict", b"two", 120), case).await;
     let fail = f.finish(RecordState::Failed, 1, &[], 1);
     let _ = store
         .finish(f.key("conflict"), first.token, &fail)
         .await
         .unwrap();
-    let _ = existing(
-        store,
-        &f.request("conflict", b"two", 2),
-        "other body, failed record",
-    )
-    .await;
-    acquired(
-        store,
-        &f.request("conflict", b"one", 3),
-        "same body, failed record",
-    )
-    .await;
+    let case = "other body, failed record";
+    let _ = existing(store, &f.request("conflict", b"two", 2), case).await;
+    let case = "same body, failed record";
+    acquired(store, &f.request("conflict", b"one", 3), case).await;
 }
 
 /// [`Fingerprint::UNKNOWN`] (kept by a guard that detects no conflicts) is never
@@ -410,20 +366,12 @@ pub async fn unknown_fingerprint_matches_any(store: &dyn ProcessedStore) {
     };
     let first = f.request("known", b"one", 0);
     acquired(store, &first, "fresh claim").await;
-    existing(
-        store,
-        &unknown("known", 1),
-        "an unknown fingerprint, live lease",
-    )
-    .await;
+    let case = "an unknown fingerprint, live lease";
+    existing(store, &unknown("known", 1), case).await;
     let fail = f.finish(RecordState::Failed, 1, &[], 1);
     finish_applies(store.finish(f.key("known"), first.token, &fail)).await;
-    let rec = acquired(
-        store,
-        &unknown("known", 2),
-        "an unknown fingerprint, failed record",
-    )
-    .await;
+    let case = "an unknown fingerprint, failed record";
+    let rec = acquired(store, &unknown("known", 2), case).await;
     assert_eq!(
         rec.fingerprint,
         Fingerprint::of(b"one"),
@@ -434,34 +382,18 @@ pub async fn unknown_fingerprint_matches_any(store: &dyn ProcessedStore) {
         (2, 1),
         "a failed record taken over: attempts + 1, failures kept"
     );
-    existing(
-        store,
-        &f.request("known", b"two", 63),
-        "another body is still refused after the unknown holder's lease ran out",
-    )
-    .await;
-    acquired(
-        store,
-        &f.request("known", b"one", 64),
-        "the known body takes over the unknown holder's run-out lease",
-    )
-    .await;
+    let case = "another body is still refused after the unknown holder's lease ran out";
+    existing(store, &f.request("known", b"two", 63), case).await;
+    let case = "the known body takes over the unknown holder's run-out lease";
+    acquired(store, &f.request("known", b"one", 64), case).await;
 
     let first = unknown("unknown", 0);
     acquired(store, &first, "fresh claim, unknown fingerprint").await;
-    existing(
-        store,
-        &f.request("unknown", b"two", 1),
-        "a known fingerprint, live lease",
-    )
-    .await;
+    let case = "a known fingerprint, live lease";
+    existing(store, &f.request("unknown", b"two", 1), case).await;
     let late = f.request("unknown", b"two", 60);
-    let rec = acquired(
-        store,
-        &late,
-        "a known fingerprint, the unknown holder's lease ran out",
-    )
-    .await;
+    let case = "a known fingerprint, the unknown holder's lease ran out";
+    let rec = acquired(store, &late, case).await;
     assert_eq!(
         rec.fingerprint,
         Fingerprint::of(b"two"),
@@ -474,12 +406,8 @@ pub async fn unknown_fingerprint_matches_any(store: &dyn ProcessedStore) {
     );
     let done = f.finish(RecordState::Completed, 1, &[], 61);
     finish_applies(store.finish(f.key("unknown"), late.token, &done)).await;
-    let rec = existing(
-        store,
-        &unknown("unknown", 62),
-        "an unknown fingerprint, completed record",
-    )
-    .await;
+    let case = "an unknown fingerprint, completed record";
+    let rec = existing(store, &unknown("unknown", 62), case).await;
     assert_eq!(
         rec.fingerprint,
         Fingerprint::of(b"two"),
@@ -497,12 +425,8 @@ pub async fn expired_record_is_claimed_afresh(store: &dyn ProcessedStore) {
         .finish(f.key("old"), first.token, &done)
         .await
         .unwrap();
-    existing(
-        store,
-        &f.request("old", b"one", 3600),
-        "claim before expiry",
-    )
-    .await;
+    let case = "claim before expiry";
+    existing(store, &f.request("old", b"one", 3600), case).await;
     let later = f.request("old", b"two", 3601);
     let rec = acquired(store, &later, "claim at expiry").await;
     assert_eq!(

@@ -25,14 +25,14 @@ type ClaimFuture<'a> = Pin<Box<dyn Future<Output = Result<Claim, StoreError>> + 
 /// acquired, round after round: a claim must read and write in one atomic step
 /// across threads, not only across the tasks of one thread.
 ///
-/// Each thread polls its claim once, all released at the same instant (on a
-/// machine with more than one core: on one, the threads take turns and the check
-/// shows nothing); a claim
-/// that has not finished by then (one that waits on a server) is finished on the
-/// caller's task, as the other checks' concurrent claims are. A store whose calls
-/// never wait therefore runs its claims truly in parallel here, and one that reads
-/// the record, then writes it, without holding anything between (one lock for the
-/// read and another for the write, say) lets two of them win.
+/// Each thread enters the caller's tokio runtime, if any, and polls its claim
+/// once, all released at the same instant; a claim that has not finished by then
+/// (one that waits on a server) is finished on the caller's task, as the other
+/// checks' concurrent claims are. A store whose calls never wait therefore runs
+/// its claims truly in parallel here, and one that reads the record, then writes
+/// it, without holding anything between (one lock for the read and another for the
+/// write, say) lets two of them win. That shows on a machine with more than one
+/// core; on one, the threads take turns.
 pub async fn claims_racing_on_threads_have_one_winner(store: &dyn ProcessedStore) {
     let rule =
         "claim is atomic across threads: of claims of one key racing on threads, exactly one wins";

@@ -87,12 +87,8 @@ pub async fn renew_is_fenced(store: &dyn ProcessedStore) {
         held,
     )
     .await;
-    existing(
-        store,
-        &f.request("long", b"b", 100),
-        "a renewed lease holds",
-    )
-    .await;
+    let case = "a renewed lease holds";
+    existing(store, &f.request("long", b"b", 100), case).await;
     let rec = stored(store, k, "a renewed record").await;
     assert_eq!(rec.lease_until, f.at_secs(200), "renew sets the lease");
     assert_eq!(rec.expires_at, f.at_secs(7200), "renew raises the expiry");
@@ -194,12 +190,8 @@ pub async fn a_live_lease_outlives_the_expiry(store: &dyn ProcessedStore) {
         rule,
     )
     .await;
-    let held = existing(
-        store,
-        &f.request("outlives", b"b", 5000),
-        "a claim after the expiry, the lease still live",
-    )
-    .await;
+    let case = "a claim after the expiry, the lease still live";
+    let held = existing(store, &f.request("outlives", b"b", 5000), case).await;
     assert_eq!(
         held.token, req.token,
         "a live lease keeps its holder's token"
@@ -209,12 +201,8 @@ pub async fn a_live_lease_outlives_the_expiry(store: &dyn ProcessedStore) {
         Deleted::LeaseHeld,
         "a live lease is not deleted, expired or not"
     );
-    let fresh = acquired(
-        store,
-        &f.request("outlives", b"b", 10_000),
-        "a claim once the lease ended (and the record expired)",
-    )
-    .await;
+    let case = "a claim once the lease ended (and the record expired)";
+    let fresh = acquired(store, &f.request("outlives", b"b", 10_000), case).await;
     assert_eq!(fresh.attempts, 1, "an expired record is replaced");
 }
 
@@ -246,12 +234,8 @@ pub async fn delete_spares_live_leases(store: &dyn ProcessedStore) {
         Deleted::NotFound,
         "delete of a missing record answers NotFound"
     );
-    acquired(
-        store,
-        &f.request("forget", b"b", 63),
-        "a deleted id is claimed afresh",
-    )
-    .await;
+    let case = "a deleted id is claimed afresh";
+    acquired(store, &f.request("forget", b"b", 63), case).await;
 }
 
 /// Stuck lists `InProgress` records whose lease ran out, and nothing else of ours.
