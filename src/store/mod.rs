@@ -823,14 +823,14 @@ impl StoreError {
 ///
 /// # Why `purge_expired` and `stuck` are in this trait
 ///
-/// A separate maintenance trait with default methods (as tower-sessions does with
-/// `ExpiredDeletion`) was considered and not taken:
+/// They are required methods here, not a separate maintenance trait with default
+/// methods (as tower-sessions' `ExpiredDeletion` is), because:
 ///
-/// - Nothing else removes a record: a claim replaces an expired one, but an id
-///   never delivered again stays until a purge. A default that does nothing would
-///   let a store that forgot the method grow without bound and still compile;
-///   tower-sessions' stores can leave deletion out because their backends expire
-///   entries by themselves.
+/// - Nothing else removes an expired record: a claim replaces one, but an id never
+///   delivered again stays until a purge (or an operator's `delete`). A default
+///   that does nothing would let a store that forgot the method grow without
+///   bound and still compile; tower-sessions' stores can leave deletion out
+///   because their backends expire entries by themselves.
 /// - The sweeper, the operator tool's `purge` and `stuck`, and the conformance
 ///   suite all work on one `dyn ProcessedStore`; a second trait would need a second
 ///   object beside it everywhere, for two methods.
