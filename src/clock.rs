@@ -15,6 +15,10 @@ pub trait Clock: fmt::Debug + Send + Sync + 'static {
     fn now(&self) -> DateTime<Utc>;
 }
 
+crate::forward::forward!(Clock {
+    fn now(&self) -> DateTime<Utc>;
+});
+
 /// The system's wall clock.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SystemClock;

@@ -217,42 +217,19 @@ pub struct NoHooks;
 
 impl Hooks for NoHooks {}
 
-#[deny(clippy::missing_trait_methods)]
-impl<H: Hooks + ?Sized> Hooks for std::sync::Arc<H> {
-    fn on_claim(&self, key: Key<'_>, attempt: u32) {
-        (**self).on_claim(key, attempt);
-    }
-    fn on_duplicate(&self, record: &Record) {
-        (**self).on_duplicate(record);
-    }
-    fn on_conflict(&self, key: Key<'_>) {
-        (**self).on_conflict(key);
-    }
-    fn on_failure(&self, key: Key<'_>, failures: u32, error: &str) {
-        (**self).on_failure(key, failures, error);
-    }
-    fn on_escalation(&self, escalation: &Escalation<'_>) {
-        (**self).on_escalation(escalation);
-    }
-    fn on_permanent_failure(&self, key: Key<'_>, error: &str) {
-        (**self).on_permanent_failure(key, error);
-    }
-    fn on_unrecorded(&self, key: Key<'_>, reason: &Unrecorded) {
-        (**self).on_unrecorded(key, reason);
-    }
-    fn on_stale(&self, key: Key<'_>, meta: &EventMeta) {
-        (**self).on_stale(key, meta);
-    }
-    fn on_dead_letter(&self, event: &InboxEvent, error: &str) {
-        (**self).on_dead_letter(event, error);
-    }
-    fn on_sweep(&self, report: &SweepReport) {
-        (**self).on_sweep(report);
-    }
-    fn on_outcome(&self, report: &DeliveryReport<'_>) {
-        (**self).on_outcome(report);
-    }
-}
+crate::forward::forward!(Hooks {
+    fn on_claim(&self, key: Key<'_>, attempt: u32);
+    fn on_duplicate(&self, record: &Record);
+    fn on_conflict(&self, key: Key<'_>);
+    fn on_failure(&self, key: Key<'_>, failures: u32, error: &str);
+    fn on_escalation(&self, escalation: &Escalation<'_>);
+    fn on_permanent_failure(&self, key: Key<'_>, error: &str);
+    fn on_unrecorded(&self, key: Key<'_>, reason: &Unrecorded);
+    fn on_stale(&self, key: Key<'_>, meta: &EventMeta);
+    fn on_dead_letter(&self, event: &InboxEvent, error: &str);
+    fn on_sweep(&self, report: &SweepReport);
+    fn on_outcome(&self, report: &DeliveryReport<'_>);
+});
 
 #[cfg(test)]
 mod tests {

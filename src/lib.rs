@@ -130,6 +130,7 @@ pub mod clock;
 #[cfg(feature = "conformance")]
 #[cfg_attr(docsrs, doc(cfg(feature = "conformance")))]
 pub mod conformance;
+mod forward;
 mod guard;
 mod headers;
 pub mod hooks;

@@ -36,9 +36,9 @@
 //! The names are also constants in this module. No label holds an event id, a body
 //! or a secret.
 
+use std::future::Future;
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use crate::hooks::SweepReport;
@@ -192,73 +192,19 @@ impl<S: ProcessedStore> MeteredStore<S> {
     }
 }
 
-fn timed<T>(op: &'static str, started: Instant, result: &Result<T, StoreError>) {
+/// Awaits `call`, then records how long it took and whether it failed.
+async fn timed<T>(
+    op: &'static str,
+    call: impl Future<Output = Result<T, StoreError>>,
+) -> Result<T, StoreError> {
+    let started = Instant::now();
+    let result = call.await;
     let elapsed: Duration = started.elapsed();
-    let result = if result.is_ok() { "ok" } else { "error" };
-    ::metrics::histogram!(STORE_CALL_DURATION, "op" => op, "result" => result)
+    let outcome = if result.is_ok() { "ok" } else { "error" };
+    ::metrics::histogram!(STORE_CALL_DURATION, "op" => op, "result" => outcome)
         .record(elapsed.as_secs_f64());
+    result
 }
 
-#[deny(clippy::missing_trait_methods)]
-#[async_trait]
-impl<S: ProcessedStore> ProcessedStore for MeteredStore<S> {
-    async fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
-        let started = Instant::now();
-        let result = self.inner.claim(request).await;
-        timed("claim", started, &result);
-        result
-    }
-
-    async fn finish(
-        &self,
-        key: Key<'_>,
-        token: FencingToken,
-        finish: &Finish<'_>,
-    ) -> Result<Fence, StoreError> {
-        let started = Instant::now();
-        let result = self.inner.finish(key, token, finish).await;
-        timed("finish", started, &result);
-        result
-    }
-
-    async fn renew(
-        &self,
-        key: Key<'_>,
-        token: FencingToken,
-        lease_until: DateTime<Utc>,
-        expires_at: DateTime<Utc>,
-    ) -> Result<Fence, StoreError> {
-        let started = Instant::now();
-        let result = self.inner.renew(key, token, lease_until, expires_at).await;
-        timed("renew", started, &result);
-        result
-    }
-
-    async fn get(&self, key: Key<'_>) -> Result<Option<Record>, StoreError> {
-        let started = Instant::now();
-        let result = self.inner.get(key).await;
-        timed("get", started, &result);
-        result
-    }
-
-    async fn delete(&self, key: Key<'_>, now: DateTime<Utc>) -> Result<Deleted, StoreError> {
-        let started = Instant::now();
-        let result = self.inner.delete(key, now).await;
-        timed("delete", started, &result);
-        result
-    }
-
-    async fn purge_expired(&self, now: DateTime<Utc>, limit: usize) -> Result<u64, StoreError> {
-        let started = Instant::now();
-        let result = self.inner.purge_expired(now, limit).await;
-        timed("purge_expired", started, &result);
-        result
-    }
-
-    async fn stuck(&self, now: DateTime<Utc>, limit: usize) -> Result<Vec<Record>, StoreError> {
-        let started = Instant::now();
-        let result = self.inner.stuck(now, limit).await;
-        timed("stuck", started, &result);
-        result
-    }
-}
+crate::store::forward_processed_store!(impl[S: ProcessedStore] ProcessedStore for MeteredStore<S>,
+    via MeteredStore::inner, wrap timed);

@@ -369,64 +369,20 @@ pub trait OrderingStore: fmt::Debug + Send + Sync + 'static {
     ) -> Result<Vec<ObjectRecord>, StoreError>;
 }
 
-#[deny(clippy::missing_trait_methods)]
-#[async_trait]
-impl<T: OrderingStore + ?Sized> OrderingStore for std::sync::Arc<T> {
-    async fn observe(
-        &self,
-        key: ObjectKey<'_>,
-        created_at: DateTime<Utc>,
-        now: DateTime<Utc>,
-    ) -> Result<Freshness, StoreError> {
-        (**self).observe(key, created_at, now).await
-    }
-
-    async fn settle_object(
-        &self,
-        key: ObjectKey<'_>,
-        created_at: DateTime<Utc>,
-        status: ObjectStatus,
-        now: DateTime<Utc>,
-    ) -> Result<bool, StoreError> {
-        (**self).settle_object(key, created_at, status, now).await
-    }
-
-    async fn mark_object(
-        &self,
-        key: ObjectKey<'_>,
-        created_at: DateTime<Utc>,
-        status: ObjectStatus,
-        now: DateTime<Utc>,
-    ) -> Result<bool, StoreError> {
-        (**self).mark_object(key, created_at, status, now).await
-    }
-
-    async fn mark_object_if_failed(
-        &self,
-        key: ObjectKey<'_>,
-        created_at: DateTime<Utc>,
-        failed_since: DateTime<Utc>,
-        status: ObjectStatus,
-        now: DateTime<Utc>,
-    ) -> Result<bool, StoreError> {
-        (**self)
-            .mark_object_if_failed(key, created_at, failed_since, status, now)
-            .await
-    }
-
-    async fn get_object(&self, key: ObjectKey<'_>) -> Result<Option<ObjectRecord>, StoreError> {
-        (**self).get_object(key).await
-    }
-
-    async fn failed_objects(
-        &self,
-        namespace: &str,
-        before: DateTime<Utc>,
-        limit: usize,
-    ) -> Result<Vec<ObjectRecord>, StoreError> {
-        (**self).failed_objects(namespace, before, limit).await
-    }
-}
+crate::forward::forward!(OrderingStore {
+    async fn observe(&self, key: ObjectKey<'_>, created_at: DateTime<Utc>, now: DateTime<Utc>)
+        -> Result<Freshness, StoreError>;
+    async fn settle_object(&self, key: ObjectKey<'_>, created_at: DateTime<Utc>,
+        status: ObjectStatus, now: DateTime<Utc>) -> Result<bool, StoreError>;
+    async fn mark_object(&self, key: ObjectKey<'_>, created_at: DateTime<Utc>,
+        status: ObjectStatus, now: DateTime<Utc>) -> Result<bool, StoreError>;
+    async fn mark_object_if_failed(&self, key: ObjectKey<'_>, created_at: DateTime<Utc>,
+        failed_since: DateTime<Utc>, status: ObjectStatus, now: DateTime<Utc>)
+        -> Result<bool, StoreError>;
+    async fn get_object(&self, key: ObjectKey<'_>) -> Result<Option<ObjectRecord>, StoreError>;
+    async fn failed_objects(&self, namespace: &str, before: DateTime<Utc>, limit: usize)
+        -> Result<Vec<ObjectRecord>, StoreError>;
+});
 
 #[cfg(test)]
 mod tests {

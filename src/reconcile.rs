@@ -99,12 +99,9 @@ pub trait Reconciler: fmt::Debug + Send + Sync + 'static {
     async fn reconcile(&self, request: &ReconcileRequest) -> Result<(), BoxError>;
 }
 
-#[async_trait]
-impl<R: Reconciler + ?Sized> Reconciler for std::sync::Arc<R> {
-    async fn reconcile(&self, request: &ReconcileRequest) -> Result<(), BoxError> {
-        (**self).reconcile(request).await
-    }
-}
+crate::forward::forward!(Reconciler {
+    async fn reconcile(&self, request: &ReconcileRequest) -> Result<(), BoxError>;
+});
 
 /// The two-layer read: answer from local state; when it has nothing, ask the
 /// provider's API, and record what it said so the next read is local.

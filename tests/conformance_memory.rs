@@ -19,8 +19,8 @@ async fn a_single_shard_store_passes_too() {
     conformance::run_all(&MemoryStore::with_shards(1)).await;
 }
 
-/// The conformance suite's concurrent claims run on one task; here they race on
-/// four threads, released together, for 500 ids.
+/// Claims racing on four threads, released together by a barrier, for 500 ids:
+/// the suite's own race on threads, in a second form.
 #[test]
 fn claims_racing_on_threads_have_one_winner() {
     for store in [MemoryStore::new(), MemoryStore::with_shards(1)] {

@@ -302,46 +302,14 @@ pub trait InboxStore: fmt::Debug + Send + Sync + 'static {
     async fn purge_settled(&self, now: DateTime<Utc>, limit: usize) -> Result<u64, StoreError>;
 }
 
-#[deny(clippy::missing_trait_methods)]
-#[async_trait]
-impl<T: InboxStore + ?Sized> InboxStore for std::sync::Arc<T> {
-    async fn enqueue(&self, event: &NewEvent<'_>) -> Result<Enqueued, StoreError> {
-        (**self).enqueue(event).await
-    }
-
-    async fn lease(
-        &self,
-        namespace: &str,
-        now: DateTime<Utc>,
-        lease_until: DateTime<Utc>,
-        limit: usize,
-    ) -> Result<Vec<InboxEvent>, StoreError> {
-        (**self).lease(namespace, now, lease_until, limit).await
-    }
-
-    async fn settle_event(
-        &self,
-        key: Key<'_>,
-        token: FencingToken,
-        settle: &Settle<'_>,
-    ) -> Result<Fence, StoreError> {
-        (**self).settle_event(key, token, settle).await
-    }
-
-    async fn renew_event(
-        &self,
-        key: Key<'_>,
-        token: FencingToken,
-        lease_until: DateTime<Utc>,
-    ) -> Result<Fence, StoreError> {
-        (**self).renew_event(key, token, lease_until).await
-    }
-
-    async fn get_event(&self, key: Key<'_>) -> Result<Option<InboxEvent>, StoreError> {
-        (**self).get_event(key).await
-    }
-
-    async fn purge_settled(&self, now: DateTime<Utc>, limit: usize) -> Result<u64, StoreError> {
-        (**self).purge_settled(now, limit).await
-    }
-}
+crate::forward::forward!(InboxStore {
+    async fn enqueue(&self, event: &NewEvent<'_>) -> Result<Enqueued, StoreError>;
+    async fn lease(&self, namespace: &str, now: DateTime<Utc>, lease_until: DateTime<Utc>,
+        limit: usize) -> Result<Vec<InboxEvent>, StoreError>;
+    async fn settle_event(&self, key: Key<'_>, token: FencingToken, settle: &Settle<'_>)
+        -> Result<Fence, StoreError>;
+    async fn renew_event(&self, key: Key<'_>, token: FencingToken, lease_until: DateTime<Utc>)
+        -> Result<Fence, StoreError>;
+    async fn get_event(&self, key: Key<'_>) -> Result<Option<InboxEvent>, StoreError>;
+    async fn purge_settled(&self, now: DateTime<Utc>, limit: usize) -> Result<u64, StoreError>;
+});

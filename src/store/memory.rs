@@ -467,7 +467,7 @@ impl Shard {
         };
         let mut core = self.nodes[i].core;
         let was_in_progress = core.state == RecordState::InProgress;
-        match req.decide(
+        match req.decide_parts(
             core.state,
             core.fingerprint,
             core.lease_until,

@@ -28,9 +28,9 @@ use std::cell::Cell;
 use std::error::Error as StdError;
 use std::fmt;
 use std::hash::{BuildHasher, Hasher};
-use std::sync::Arc;
 
-use async_trait::async_trait;
+#[doc(no_inline)]
+pub use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -330,7 +330,54 @@ pub struct Record {
 }
 
 impl Record {
-    /// Builds a record from its parts, for store implementations.
+    /// The record a claim stores for a key without a live record
+    /// ([`Decision::Replace`]): `InProgress` with the request's token, fingerprint,
+    /// lease and expiry, `attempts = 1`, `failures = 0`, empty history,
+    /// `created_at = updated_at = now`.
+    pub fn claimed(request: &ClaimRequest<'_>) -> Self {
+        Self {
+            namespace: request.key.namespace.to_owned(),
+            id: request.key.id.to_owned(),
+            state: RecordState::InProgress,
+            fingerprint: request.fingerprint,
+            token: request.token,
+            attempts: 1,
+            failures: 0,
+            lease_until: request.lease_until,
+            expires_at: request.expires_at,
+            created_at: request.now,
+            updated_at: request.now,
+            history: Vec::new(),
+        }
+    }
+
+    /// This record as `request` takes it over ([`Decision::TakeOver`]):
+    /// `InProgress` with the request's token and lease, the later of the two
+    /// expiries, `attempts + 1`, `updated_at = now`, the request's fingerprint if
+    /// this one is [`Fingerprint::UNKNOWN`], and `failures + 1` if this record's
+    /// lease ran out (an abandoned holder's attempt counts as failed).
+    pub fn taken_over(&self, request: &ClaimRequest<'_>) -> Self {
+        let fingerprint = if self.fingerprint == Fingerprint::UNKNOWN {
+            request.fingerprint
+        } else {
+            self.fingerprint
+        };
+        let abandoned = self.state == RecordState::InProgress;
+        Self {
+            state: RecordState::InProgress,
+            fingerprint,
+            token: request.token,
+            attempts: self.attempts.saturating_add(1),
+            failures: self.failures.saturating_add(u32::from(abandoned)),
+            lease_until: request.lease_until,
+            expires_at: self.expires_at.max(request.expires_at),
+            updated_at: request.now,
+            ..self.clone()
+        }
+    }
+
+    /// Builds a record from all its parts, for a store that reads one back from
+    /// its storage.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         key: Key<'_>,
@@ -361,6 +408,58 @@ impl Record {
         }
     }
 
+    /// Whether the claim holding `token` may change this record: it is
+    /// `InProgress` and carries `token` (the fence of [`ProcessedStore::finish`]
+    /// and [`ProcessedStore::renew`]).
+    pub fn is_held_by(&self, token: FencingToken) -> bool {
+        self.state == RecordState::InProgress && self.token == token
+    }
+
+    /// [`ProcessedStore::finish`] on this record: if the claim holding `token`
+    /// holds it ([`Record::is_held_by`]), sets state, failures, history, expiry and
+    /// `updated_at` from `finish` and answers [`Fence::Applied`]; otherwise changes
+    /// nothing and answers [`Fence::LeaseLost`].
+    pub fn apply_finish(&mut self, token: FencingToken, finish: &Finish<'_>) -> Fence {
+        if !self.is_held_by(token) {
+            return Fence::LeaseLost;
+        }
+        self.state = finish.state;
+        self.failures = finish.failures;
+        self.history = finish.history.to_vec();
+        self.expires_at = finish.expires_at;
+        self.updated_at = finish.now;
+        Fence::Applied
+    }
+
+    /// [`ProcessedStore::renew`] on this record: if the claim holding `token` holds
+    /// it, the lease ends at `lease_until`, the expiry becomes the later of its value
+    /// and `expires_at`, and the answer is [`Fence::Applied`]; otherwise nothing
+    /// changes and the answer is [`Fence::LeaseLost`].
+    pub fn apply_renew(
+        &mut self,
+        token: FencingToken,
+        lease_until: DateTime<Utc>,
+        expires_at: DateTime<Utc>,
+    ) -> Fence {
+        if !self.is_held_by(token) {
+            return Fence::LeaseLost;
+        }
+        self.lease_until = lease_until;
+        self.expires_at = self.expires_at.max(expires_at);
+        Fence::Applied
+    }
+
+    /// Whether the record is `InProgress` with a lease still live at `now`: a
+    /// delete leaves it alone, and a purge too, even past its expiry.
+    pub fn lease_live(&self, now: DateTime<Utc>) -> bool {
+        self.state == RecordState::InProgress && self.lease_until > now
+    }
+
+    /// Whether a purge at `now` may remove the record: expired, and no live lease.
+    pub fn purgeable(&self, now: DateTime<Utc>) -> bool {
+        self.expires_at <= now && !self.lease_live(now)
+    }
+
     /// The record's key.
     pub fn key(&self) -> Key<'_> {
         Key::new(&self.namespace, &self.id)
@@ -389,16 +488,22 @@ pub struct ClaimRequest<'a> {
     pub expires_at: DateTime<Utc>,
 }
 
-/// What a claim does to a record it finds: the decision of the contract on
-/// [`ProcessedStore::claim`], for stores that decide in Rust.
+/// What a claim does, given the record it finds under its key: the decision of
+/// the contract on [`ProcessedStore::claim`], made by [`ClaimRequest::decide`].
+///
+/// A store that decides in its own code reads the record, decides, and writes
+/// within one atomic step (one lock, one transaction, one script): see
+/// [`ProcessedStore`] for a whole `claim` built on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Decision {
-    /// The record expired (and no live lease holds it): store a fresh one.
+pub enum Decision {
+    /// No record, or one that expired (and no live lease holds it): store
+    /// [`Record::claimed`] and answer [`Claim::Acquired`].
     Replace,
-    /// Failed, or abandoned by a holder whose lease ran out, with a matching
-    /// fingerprint: take it over (a run-out lease also counts a failure).
+    /// `Failed`, or `InProgress` with a lease that ran out, with a matching
+    /// fingerprint: store [`Record::taken_over`] and answer [`Claim::Acquired`].
     TakeOver,
-    /// Anything else: answer the record unchanged.
+    /// Anything else (a terminal state, a live lease, a different known body):
+    /// change nothing and answer [`Claim::Existing`] with the record.
     Keep,
 }
 
@@ -419,9 +524,41 @@ impl ClaimRequest<'_> {
         record.state == RecordState::InProgress && made_at(record, self.token, self.now)
     }
 
-    /// The contract's decision on a record in `state`, with `fingerprint`, whose
-    /// lease ends at `lease_until` and which expires at `expires_at`.
-    pub(crate) fn decide(
+    /// The contract's decision on `existing`, the record found under the key
+    /// (`None` when there is none): see [`Decision`].
+    ///
+    /// ```
+    /// use chrono::{TimeDelta, Utc};
+    /// use webhook_guard::store::{ClaimRequest, Decision, FencingToken, Fingerprint, Key, Record};
+    ///
+    /// let now = Utc::now();
+    /// let request = |now| ClaimRequest {
+    ///     key: Key::new("stripe", "evt_1"),
+    ///     fingerprint: Fingerprint::of(b"{}"),
+    ///     token: FencingToken::random(),
+    ///     now,
+    ///     lease_until: now + TimeDelta::seconds(30),
+    ///     expires_at: now + TimeDelta::days(3),
+    /// };
+    /// let first = request(now);
+    /// assert_eq!(first.decide(None), Decision::Replace);
+    /// let held = Record::claimed(&first);
+    /// // A live lease holds the id; once it has run out, a retry takes it over.
+    /// assert_eq!(request(now).decide(Some(&held)), Decision::Keep);
+    /// let later = request(now + TimeDelta::seconds(31));
+    /// assert_eq!(later.decide(Some(&held)), Decision::TakeOver);
+    /// assert_eq!(held.taken_over(&later).failures, 1);
+    /// ```
+    pub fn decide(&self, existing: Option<&Record>) -> Decision {
+        existing.map_or(Decision::Replace, |r| {
+            self.decide_parts(r.state, r.fingerprint, r.lease_until, r.expires_at)
+        })
+    }
+
+    /// [`ClaimRequest::decide`] on the parts of a record in `state`, with
+    /// `fingerprint`, whose lease ends at `lease_until` and which expires at
+    /// `expires_at`.
+    pub(crate) fn decide_parts(
         &self,
         state: RecordState,
         fingerprint: Fingerprint,
@@ -448,12 +585,7 @@ impl ClaimRequest<'_> {
         feature = "redis"
     ))]
     pub(crate) fn decide_on(&self, record: &Record) -> Decision {
-        self.decide(
-            record.state,
-            record.fingerprint,
-            record.lease_until,
-            record.expires_at,
-        )
+        self.decide(Some(record))
     }
 }
 
@@ -619,6 +751,92 @@ impl StoreError {
 ///
 /// The public conformance suite (feature `conformance`, module
 /// `conformance`) checks all of this against any store.
+///
+/// # Writing a store
+///
+/// The trait is declared with [`async_trait`](macro@async_trait) (re-exported here as
+/// `webhook_guard::store::async_trait`): put `#[async_trait]` on the impl too (a
+/// plain `async fn` in the impl fails with E0195). [`ClaimRequest::decide`] makes
+/// the claim's decision, [`Record::claimed`] and [`Record::taken_over`] build the
+/// record it stores, and [`Record::apply_finish`] and [`Record::apply_renew`] make
+/// the fenced changes; the store's part is to read and write atomically. A sketch
+/// over one lock (the complete store, which passes the conformance suite, is
+/// `examples/custom_store.rs` in the crate's repository: `cargo run --example
+/// custom_store --features conformance`):
+///
+/// ```
+/// use std::collections::HashMap;
+/// use std::sync::Mutex;
+///
+/// use chrono::{DateTime, Utc};
+/// use webhook_guard::store::{
+///     async_trait, Claim, ClaimRequest, Decision, Deleted, Fence, FencingToken, Finish, Key,
+///     ProcessedStore, Record, StoreError,
+/// };
+///
+/// #[derive(Debug, Default)]
+/// struct MyStore(Mutex<HashMap<(String, String), Record>>);
+///
+/// #[async_trait]
+/// impl ProcessedStore for MyStore {
+///     async fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
+///         let key = (request.key.namespace.to_owned(), request.key.id.to_owned());
+///         // Read, decide and write in one atomic step: here, under one lock.
+///         let mut records = self.0.lock().unwrap();
+///         let existing = records.get(&key);
+///         let next = match (request.decide(existing), existing) {
+///             (Decision::Keep, Some(record)) => return Ok(Claim::Existing(record.clone())),
+///             (Decision::TakeOver, Some(record)) => record.taken_over(request),
+///             _ => Record::claimed(request),
+///         };
+///         records.insert(key, next.clone());
+///         Ok(Claim::Acquired(next))
+///     }
+///
+///     async fn finish(
+///         &self,
+///         key: Key<'_>,
+///         token: FencingToken,
+///         finish: &Finish<'_>,
+///     ) -> Result<Fence, StoreError> {
+///         let mut records = self.0.lock().unwrap();
+///         let record = records.get_mut(&(key.namespace.to_owned(), key.id.to_owned()));
+///         Ok(record.map_or(Fence::LeaseLost, |r| r.apply_finish(token, finish)))
+///     }
+///
+///     // `renew` as `finish`, with `Record::apply_renew`; `get`, `delete`,
+///     // `purge_expired` and `stuck` as the contract says (see the example).
+/// #   async fn renew(&self, _: Key<'_>, _: FencingToken, _: DateTime<Utc>, _: DateTime<Utc>)
+/// #       -> Result<Fence, StoreError> { unimplemented!() }
+/// #   async fn get(&self, _: Key<'_>) -> Result<Option<Record>, StoreError> { unimplemented!() }
+/// #   async fn delete(&self, _: Key<'_>, _: DateTime<Utc>) -> Result<Deleted, StoreError> {
+/// #       unimplemented!()
+/// #   }
+/// #   async fn purge_expired(&self, _: DateTime<Utc>, _: usize) -> Result<u64, StoreError> {
+/// #       unimplemented!()
+/// #   }
+/// #   async fn stuck(&self, _: DateTime<Utc>, _: usize) -> Result<Vec<Record>, StoreError> {
+/// #       unimplemented!()
+/// #   }
+/// }
+/// ```
+///
+/// # Why `purge_expired` and `stuck` are in this trait
+///
+/// They are required methods here, not a separate maintenance trait with default
+/// methods (as tower-sessions' `ExpiredDeletion` is), because:
+///
+/// - Nothing else removes an expired record: a claim replaces one, but an id never
+///   delivered again stays until a purge (or an operator's `delete`). A default
+///   that does nothing would let a store that forgot the method grow without
+///   bound and still compile; tower-sessions' stores can leave deletion out
+///   because their backends expire entries by themselves.
+/// - The sweeper, the operator tool's `purge` and `stuck`, and the conformance
+///   suite all work on one `dyn ProcessedStore`; a second trait would need a second
+///   object beside it everywhere, for two methods.
+/// - Both are short to write (about fifteen lines in the example). A store whose
+///   backend expires records by itself answers `Ok(0)` from `purge_expired`, and
+///   still lists stuck leases: the sweeper reports them.
 #[async_trait]
 pub trait ProcessedStore: fmt::Debug + Send + Sync + 'static {
     /// Claims `request.key` if it is free, expired, failed or abandoned.
@@ -656,67 +874,28 @@ pub trait ProcessedStore: fmt::Debug + Send + Sync + 'static {
     async fn stuck(&self, now: DateTime<Utc>, limit: usize) -> Result<Vec<Record>, StoreError>;
 }
 
-macro_rules! forward_store {
-    ($ty:ty) => {
-        #[deny(clippy::missing_trait_methods)]
-        #[async_trait]
-        impl<T: ProcessedStore + ?Sized> ProcessedStore for $ty {
-            async fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
-                (**self).claim(request).await
-            }
-
-            async fn finish(
-                &self,
-                key: Key<'_>,
-                token: FencingToken,
-                finish: &Finish<'_>,
-            ) -> Result<Fence, StoreError> {
-                (**self).finish(key, token, finish).await
-            }
-
-            async fn renew(
-                &self,
-                key: Key<'_>,
-                token: FencingToken,
-                lease_until: DateTime<Utc>,
-                expires_at: DateTime<Utc>,
-            ) -> Result<Fence, StoreError> {
-                (**self).renew(key, token, lease_until, expires_at).await
-            }
-
-            async fn get(&self, key: Key<'_>) -> Result<Option<Record>, StoreError> {
-                (**self).get(key).await
-            }
-
-            async fn delete(
-                &self,
-                key: Key<'_>,
-                now: DateTime<Utc>,
-            ) -> Result<Deleted, StoreError> {
-                (**self).delete(key, now).await
-            }
-
-            async fn purge_expired(
-                &self,
-                now: DateTime<Utc>,
-                limit: usize,
-            ) -> Result<u64, StoreError> {
-                (**self).purge_expired(now, limit).await
-            }
-
-            async fn stuck(
-                &self,
-                now: DateTime<Utc>,
-                limit: usize,
-            ) -> Result<Vec<Record>, StoreError> {
-                (**self).stuck(now, limit).await
-            }
-        }
+/// Writes a [`forward!`](crate::forward::forward) impl of [`ProcessedStore`] for the
+/// head given (see there), its methods listed here once.
+macro_rules! forward_processed_store {
+    ($($head:tt)*) => {
+        crate::forward::forward!($($head)* {
+            async fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claim, StoreError>;
+            async fn finish(&self, key: Key<'_>, token: FencingToken, finish: &Finish<'_>)
+                -> Result<Fence, StoreError>;
+            async fn renew(&self, key: Key<'_>, token: FencingToken, lease_until: DateTime<Utc>,
+                expires_at: DateTime<Utc>) -> Result<Fence, StoreError>;
+            async fn get(&self, key: Key<'_>) -> Result<Option<Record>, StoreError>;
+            async fn delete(&self, key: Key<'_>, now: DateTime<Utc>) -> Result<Deleted, StoreError>;
+            async fn purge_expired(&self, now: DateTime<Utc>, limit: usize) -> Result<u64, StoreError>;
+            async fn stuck(&self, now: DateTime<Utc>, limit: usize) -> Result<Vec<Record>, StoreError>;
+        });
     };
 }
 
-forward_store!(Arc<T>);
-forward_store!(Box<T>);
+#[cfg_attr(not(feature = "metrics"), allow(unused_imports))]
+pub(crate) use forward_processed_store;
+
+forward_processed_store!(ProcessedStore);
 
 /// The end of a lease or of a retention in whole milliseconds, rounded up, for
 /// stores and indexes that keep times in milliseconds: an end kept to the

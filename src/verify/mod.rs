@@ -118,67 +118,15 @@ pub trait Verifier: fmt::Debug + Send + Sync + 'static {
     }
 }
 
-impl<V: Verifier + ?Sized> Verifier for Box<V> {
-    fn verify(
-        &self,
-        headers: &dyn Headers,
-        body: &[u8],
-        now: DateTime<Utc>,
-    ) -> Result<Verified, VerifyError> {
-        (**self).verify(headers, body, now)
-    }
-
-    fn retry_window(&self) -> Option<Duration> {
-        (**self).retry_window()
-    }
-
-    fn deliveries(&self) -> Option<u32> {
-        (**self).deliveries()
-    }
-
-    fn tolerance(&self) -> Option<Duration> {
-        (**self).tolerance()
-    }
-
-    fn body_changes_on_retry(&self) -> bool {
-        (**self).body_changes_on_retry()
-    }
-
-    fn event_meta(&self) -> Option<crate::meta::MetaExtractor> {
-        (**self).event_meta()
-    }
-}
-
-impl<V: Verifier + ?Sized> Verifier for std::sync::Arc<V> {
-    fn verify(
-        &self,
-        headers: &dyn Headers,
-        body: &[u8],
-        now: DateTime<Utc>,
-    ) -> Result<Verified, VerifyError> {
-        (**self).verify(headers, body, now)
-    }
-
-    fn retry_window(&self) -> Option<Duration> {
-        (**self).retry_window()
-    }
-
-    fn deliveries(&self) -> Option<u32> {
-        (**self).deliveries()
-    }
-
-    fn tolerance(&self) -> Option<Duration> {
-        (**self).tolerance()
-    }
-
-    fn body_changes_on_retry(&self) -> bool {
-        (**self).body_changes_on_retry()
-    }
-
-    fn event_meta(&self) -> Option<crate::meta::MetaExtractor> {
-        (**self).event_meta()
-    }
-}
+crate::forward::forward!(Verifier {
+    fn verify(&self, headers: &dyn Headers, body: &[u8], now: DateTime<Utc>)
+        -> Result<Verified, VerifyError>;
+    fn retry_window(&self) -> Option<Duration>;
+    fn deliveries(&self) -> Option<u32>;
+    fn tolerance(&self) -> Option<Duration>;
+    fn body_changes_on_retry(&self) -> bool;
+    fn event_meta(&self) -> Option<crate::meta::MetaExtractor>;
+});
 
 /// Accepts every delivery. For tests and for hosts that verify before calling the
 /// guard; it must be chosen explicitly.
