@@ -272,28 +272,12 @@ fn query_param(query: &str, key: &str) -> Option<String> {
         .map(|(_, v)| percent_decoded(v))
 }
 
-/// `text` with `%XX` escapes decoded and `+` read as a space, as in a URL query.
+/// `text` with `%XX` escapes decoded and `+` read as a space, as in a URL query
+/// (a `+` written `%2B` stays a `+`). Invalid UTF-8 becomes U+FFFD.
 fn percent_decoded(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| char::from(b).to_digit(16);
-        match bytes[i] {
-            b'%' if i + 2 < bytes.len() => match (hex(bytes[i + 1]), hex(bytes[i + 2])) {
-                (Some(h), Some(l)) => {
-                    out.push(u8::try_from(h * 16 + l).unwrap_or(b'?'));
-                    i += 3;
-                    continue;
-                }
-                _ => out.push(b'%'),
-            },
-            b'+' => out.push(b' '),
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    percent_encoding::percent_decode_str(&text.replace('+', " "))
+        .decode_utf8_lossy()
+        .into_owned()
 }
 
 impl StoreUrl {

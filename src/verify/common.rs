@@ -152,40 +152,11 @@ pub(crate) fn body_field(body: &[u8], name: &str) -> Option<String> {
     crate::json::first_field(body, &[name]).ok()
 }
 
-/// Decodes exactly 64 hex digits (either case) into 32 bytes: what
-/// `hex::decode_to_slice` into 32 bytes accepts, through a table and with one check
-/// at the end instead of a branch per digit.
+/// Decodes exactly 64 hex digits (either case) into 32 bytes.
 pub(crate) fn hex32(text: &[u8]) -> Option<[u8; 32]> {
-    let text: &[u8; 64] = text.try_into().ok()?;
     let mut out = [0u8; 32];
-    let mut bad = 0u8;
-    for (byte, pair) in out.iter_mut().zip(text.chunks_exact(2)) {
-        let (hi, lo) = (HEX[usize::from(pair[0])], HEX[usize::from(pair[1])]);
-        bad |= hi | lo;
-        *byte = (hi << 4) | (lo & 0x0f);
-    }
-    (bad & INVALID == 0).then_some(out)
+    hex::decode_to_slice(text, &mut out).ok().map(|()| out)
 }
-
-/// Marks a byte that is not a hex digit in [`HEX`].
-const INVALID: u8 = 0x80;
-
-/// The value of each hex digit (`0-9`, `a-f`, `A-F`), [`INVALID`] for other bytes.
-const HEX: [u8; 256] = {
-    let mut table = [INVALID; 256];
-    let mut i = 0;
-    while i < 10 {
-        table[b'0' as usize + i] = i as u8;
-        i += 1;
-    }
-    let mut i = 0;
-    while i < 6 {
-        table[b'a' as usize + i] = 10 + i as u8;
-        table[b'A' as usize + i] = 10 + i as u8;
-        i += 1;
-    }
-    table
-};
 
 /// Decodes standard base64 (padded) of exactly 32 bytes.
 pub(crate) fn base64_32(text: &[u8]) -> Option<[u8; 32]> {
