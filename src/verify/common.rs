@@ -8,7 +8,9 @@ use base64::Engine as _;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-use super::{KeyError, Secret, VerifyError};
+use chrono::{DateTime, Utc};
+
+use super::{check_tolerance, Encoding, KeyError, Secret, Verified, VerifyError};
 use crate::Headers;
 
 pub(crate) type HmacSha256 = Hmac<Sha256>;
@@ -87,6 +89,121 @@ impl Keys {
     }
 }
 
+impl Keys {
+    /// [`Keys::any_match`] as a verification step: [`VerifyError::NoMatch`] when no
+    /// secret's MAC over `parts` equals any of `tags`.
+    pub(crate) fn check(&self, parts: &[&[u8]], tags: &[[u8; 32]]) -> Result<(), VerifyError> {
+        if self.any_match(parts, tags) {
+            Ok(())
+        } else {
+            Err(VerifyError::NoMatch)
+        }
+    }
+}
+
+/// The end of verifying a scheme that signs a time, once the MAC has matched:
+/// `signed_at` must lie within `tolerance` of `now`; then `event_id` is read.
+pub(crate) fn timed(
+    signed_at: DateTime<Utc>,
+    now: DateTime<Utc>,
+    tolerance: std::time::Duration,
+    event_id: impl FnOnce() -> Option<String>,
+) -> Result<Verified, VerifyError> {
+    check_tolerance(signed_at, now, tolerance)?;
+    Ok(Verified {
+        event_id: event_id(),
+        signed_at: Some(signed_at),
+    })
+}
+
+/// The one MAC of a header value written as `prefix` then the MAC in `encoding`
+/// (surrounding whitespace included, as the sender wrote it).
+///
+/// # Errors
+/// [`VerifyError::NoUsableSignature`] without the prefix; a
+/// [`VerifyError::MalformedHeader`] naming `header` when the rest does not decode.
+pub(crate) fn single_tag(
+    value: &[u8],
+    prefix: &[u8],
+    encoding: Encoding,
+    header: &Cow<'static, str>,
+) -> Result<[u8; 32], VerifyError> {
+    let encoded = value
+        .strip_prefix(prefix)
+        .ok_or(VerifyError::NoUsableSignature)?;
+    encoding
+        .decode32(encoded)
+        .map_err(|reason| VerifyError::MalformedHeader {
+            header: header.clone(),
+            reason,
+        })
+}
+
+/// The constructor `new` of a preset keyed with secrets used as their raw bytes
+/// (fields `keys`, and `tolerance` starting at the preset's `DEFAULT_TOLERANCE`),
+/// and the `tolerance` setter of a preset that signs a time. The doc comments
+/// given are the preset's own.
+macro_rules! keyed {
+    ($(#[$new:meta])* new; $(#[$tolerance:meta])* tolerance;) => {
+        $crate::verify::common::keyed!(@new $(#[$new])* tolerance: Self::DEFAULT_TOLERANCE);
+        $crate::verify::common::keyed!($(#[$tolerance])* tolerance;);
+    };
+    ($(#[$new:meta])* new;) => {
+        $crate::verify::common::keyed!(@new $(#[$new])*);
+    };
+    ($(#[$tolerance:meta])* tolerance;) => {
+        $(#[$tolerance])*
+        #[must_use]
+        pub fn tolerance(mut self, tolerance: std::time::Duration) -> Self {
+            self.tolerance = tolerance;
+            self
+        }
+    };
+    (@new $(#[$new:meta])* $($field:ident: $value:expr)?) => {
+        $(#[$new])*
+        ///
+        /// # Errors
+        /// [`KeyError::EmptySecret`](crate::verify::KeyError::EmptySecret) if no
+        /// secret is given or one is empty.
+        pub fn new<S: Into<$crate::verify::Secret>>(
+            secrets: impl IntoIterator<Item = S>,
+        ) -> Result<Self, $crate::verify::KeyError> {
+            Ok(Self {
+                keys: $crate::verify::common::Keys::from_secrets(secrets)?,
+                $($field: $value,)?
+            })
+        }
+    };
+}
+pub(crate) use keyed;
+
+/// The [`Verifier`](super::Verifier) methods that state a preset's published
+/// limits, in this order, each optional: `tolerance` (the preset's `tolerance`
+/// field), `retry_window` (its `RETRY_WINDOW`) and `deliveries: N` (with its doc
+/// comment).
+macro_rules! limits {
+    (tolerance; $($rest:tt)*) => {
+        fn tolerance(&self) -> Option<std::time::Duration> {
+            Some(self.tolerance)
+        }
+        $crate::verify::common::limits!($($rest)*);
+    };
+    (retry_window; $($rest:tt)*) => {
+        fn retry_window(&self) -> Option<std::time::Duration> {
+            Some(Self::RETRY_WINDOW)
+        }
+        $crate::verify::common::limits!($($rest)*);
+    };
+    ($(#[$doc:meta])* deliveries: $n:literal;) => {
+        $(#[$doc])*
+        fn deliveries(&self) -> Option<u32> {
+            Some($n)
+        }
+    };
+    () => {};
+}
+pub(crate) use limits;
+
 impl fmt::Debug for Keys {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "<{} secret(s), redacted>", self.0.len())
@@ -98,10 +215,24 @@ pub(crate) fn bounded_header<'h>(
     headers: &'h dyn Headers,
     name: &'static str,
 ) -> Result<&'h [u8], VerifyError> {
+    header_within(headers, &Cow::Borrowed(name), MAX_HEADER_LEN)
+}
+
+/// The value of header `name`, refusing one longer than `max` bytes.
+pub(crate) fn header_within<'h>(
+    headers: &'h dyn Headers,
+    name: &Cow<'static, str>,
+    max: usize,
+) -> Result<&'h [u8], VerifyError> {
     let value = headers
         .get_bytes(name)
-        .ok_or(VerifyError::MissingHeader(Cow::Borrowed(name)))?;
-    check_len(value, name)?;
+        .ok_or_else(|| VerifyError::MissingHeader(name.clone()))?;
+    if value.len() > max {
+        return Err(VerifyError::MalformedHeader {
+            header: name.clone(),
+            reason: "header too long",
+        });
+    }
     Ok(value)
 }
 
@@ -180,6 +311,12 @@ pub(crate) fn base64_encode(bytes: &[u8]) -> String {
 pub(crate) fn split_pair(entry: &[u8]) -> Option<(&[u8], &[u8])> {
     let eq = entry.iter().position(|&b| b == b'=')?;
     Some((&entry[..eq], &entry[eq + 1..]))
+}
+
+/// The time `secs` seconds after the Unix epoch, for the presets' tests.
+#[cfg(test)]
+pub(crate) fn at(secs: i64) -> DateTime<Utc> {
+    DateTime::from_timestamp(secs, 0).expect("a time in range")
 }
 
 #[cfg(test)]

@@ -118,67 +118,30 @@ pub trait Verifier: fmt::Debug + Send + Sync + 'static {
     }
 }
 
-impl<V: Verifier + ?Sized> Verifier for Box<V> {
-    fn verify(
-        &self,
-        headers: &dyn Headers,
-        body: &[u8],
-        now: DateTime<Utc>,
-    ) -> Result<Verified, VerifyError> {
-        (**self).verify(headers, body, now)
-    }
-
-    fn retry_window(&self) -> Option<Duration> {
-        (**self).retry_window()
-    }
-
-    fn deliveries(&self) -> Option<u32> {
-        (**self).deliveries()
-    }
-
-    fn tolerance(&self) -> Option<Duration> {
-        (**self).tolerance()
-    }
-
-    fn body_changes_on_retry(&self) -> bool {
-        (**self).body_changes_on_retry()
-    }
-
-    fn event_meta(&self) -> Option<crate::meta::MetaExtractor> {
-        (**self).event_meta()
-    }
+/// `Verifier` for a pointer to a verifier (`Box`, `Arc`): every method forwards.
+macro_rules! forward_verifier {
+    ($($pointer:ident)::+) => {
+        impl<V: Verifier + ?Sized> Verifier for $($pointer)::+<V> {
+            forward_verifier!(@each
+                verify(headers: &dyn Headers, body: &[u8], now: DateTime<Utc>)
+                    -> Result<Verified, VerifyError>;
+                retry_window() -> Option<Duration>;
+                deliveries() -> Option<u32>;
+                tolerance() -> Option<Duration>;
+                body_changes_on_retry() -> bool;
+                event_meta() -> Option<crate::meta::MetaExtractor>;
+            );
+        }
+    };
+    (@each $($method:ident($($arg:ident: $ty:ty),*) -> $out:ty;)*) => {
+        $(fn $method(&self, $($arg: $ty),*) -> $out {
+            (**self).$method($($arg),*)
+        })*
+    };
 }
 
-impl<V: Verifier + ?Sized> Verifier for std::sync::Arc<V> {
-    fn verify(
-        &self,
-        headers: &dyn Headers,
-        body: &[u8],
-        now: DateTime<Utc>,
-    ) -> Result<Verified, VerifyError> {
-        (**self).verify(headers, body, now)
-    }
-
-    fn retry_window(&self) -> Option<Duration> {
-        (**self).retry_window()
-    }
-
-    fn deliveries(&self) -> Option<u32> {
-        (**self).deliveries()
-    }
-
-    fn tolerance(&self) -> Option<Duration> {
-        (**self).tolerance()
-    }
-
-    fn body_changes_on_retry(&self) -> bool {
-        (**self).body_changes_on_retry()
-    }
-
-    fn event_meta(&self) -> Option<crate::meta::MetaExtractor> {
-        (**self).event_meta()
-    }
-}
+forward_verifier!(Box);
+forward_verifier!(std::sync::Arc);
 
 /// Accepts every delivery. For tests and for hosts that verify before calling the
 /// guard; it must be chosen explicitly.

@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 
 use super::common::{self, Keys};
 use super::{
-    check_tolerance, parse_unix_seconds, KeyError, Secret, Verified, Verifier, VerifyError,
+    parse_unix_seconds, Verified, Verifier, VerifyError,
 };
 use crate::Headers;
 
@@ -47,22 +47,11 @@ impl Paddle {
     /// Live accounts: up to 60 retries over 3 days.
     pub const RETRY_WINDOW: Duration = Duration::from_secs(72 * 3600);
 
-    /// A verifier keyed with one or more secret keys.
-    ///
-    /// # Errors
-    /// [`KeyError::EmptySecret`] if no secret is given or one is empty.
-    pub fn new<S: Into<Secret>>(secrets: impl IntoIterator<Item = S>) -> Result<Self, KeyError> {
-        Ok(Self {
-            keys: Keys::from_secrets(secrets)?,
-            tolerance: Self::DEFAULT_TOLERANCE,
-        })
-    }
-
-    /// How far the signed timestamp may be from `now`, either way (default 5 s).
-    #[must_use]
-    pub fn tolerance(mut self, tolerance: Duration) -> Self {
-        self.tolerance = tolerance;
-        self
+    common::keyed! {
+        /// A verifier keyed with one or more secret keys.
+        new;
+        /// How far the signed timestamp may be from `now`, either way (default 5 s).
+        tolerance;
     }
 
     /// The `Paddle-Signature` value for `body` at `timestamp`, signed with the first
@@ -127,44 +116,26 @@ impl Verifier for Paddle {
     ) -> Result<Verified, VerifyError> {
         let parsed = parse_header(common::bounded_header(headers, HEADER)?)?;
         let signed_at = parse_unix_seconds(parsed.timestamp, HEADER)?;
-        if !self
-            .keys
-            .any_match(&[parsed.timestamp, b":", body], &parsed.h1)
-        {
-            return Err(VerifyError::NoMatch);
-        }
-        check_tolerance(signed_at, now, self.tolerance)?;
-        Ok(Verified {
-            event_id: common::body_field(body, "event_id"),
-            signed_at: Some(signed_at),
-        })
+        self.keys.check(&[parsed.timestamp, b":", body], &parsed.h1)?;
+        common::timed(signed_at, now, self.tolerance, || common::body_field(body, "event_id"))
     }
 
-    fn tolerance(&self) -> Option<Duration> {
-        Some(self.tolerance)
-    }
-
-    fn retry_window(&self) -> Option<Duration> {
-        Some(Self::RETRY_WINDOW)
-    }
-
-    /// Paddle's first attempt and up to 60 retries (live accounts).
-    fn deliveries(&self) -> Option<u32> {
-        Some(61)
+    common::limits! {
+        tolerance;
+        retry_window;
+        /// Paddle's first attempt and up to 60 retries (live accounts).
+        deliveries: 61;
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::common::at;
     use super::*;
 
     // Published vectors: paddle-node-sdk, src/__tests__/notifications/webhooks-validator.test.ts.
     const SECRET: &str = "VALID_SECRET";
     const T: i64 = 1_698_796_800;
-
-    fn at(secs: i64) -> DateTime<Utc> {
-        DateTime::from_timestamp(secs, 0).unwrap()
-    }
 
     fn check(body: &str, header: &str, now: i64) -> Result<Verified, VerifyError> {
         Paddle::new([SECRET]).unwrap().verify(

@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 
 use super::common::{self, Keys};
 use super::{
-    check_tolerance, parse_unix_seconds, KeyError, Secret, Verified, Verifier, VerifyError,
+    parse_unix_seconds, KeyError, Secret, Verified, Verifier, VerifyError,
 };
 use crate::Headers;
 
@@ -123,11 +123,9 @@ impl StandardWebhooks {
         })
     }
 
-    /// How far the signed timestamp may be from `now`, either way (default 300 s).
-    #[must_use]
-    pub fn tolerance(mut self, tolerance: Duration) -> Self {
-        self.tolerance = tolerance;
-        self
+    common::keyed! {
+        /// How far the signed timestamp may be from `now`, either way (default 300 s).
+        tolerance;
     }
 
     /// The `webhook-signature` value (`v1,<base64>`) for a message, signed with the
@@ -335,29 +333,20 @@ impl Verifier for StandardWebhooks {
         if !ok {
             return Err(VerifyError::NoMatch);
         }
-        check_tolerance(signed_at, now, self.tolerance)?;
-        Ok(Verified {
-            event_id: common::id_value(id),
-            signed_at: Some(signed_at),
-        })
+        common::timed(signed_at, now, self.tolerance, || common::id_value(id))
     }
 
-    fn tolerance(&self) -> Option<Duration> {
-        Some(self.tolerance)
-    }
-
-    fn retry_window(&self) -> Option<Duration> {
-        Some(Self::RETRY_WINDOW)
-    }
-
-    /// Svix's schedule: the first attempt and 7 retries.
-    fn deliveries(&self) -> Option<u32> {
-        Some(8)
+    common::limits! {
+        tolerance;
+        retry_window;
+        /// Svix's schedule: the first attempt and 7 retries.
+        deliveries: 8;
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::common::at;
     use super::*;
 
     // Published vector from the Standard Webhooks spec libraries' tests.
@@ -366,10 +355,6 @@ mod tests {
     const TS: &str = "1649367553";
     const BODY: &[u8] = br#"{"email":"test@example.com","username":"test_user"}"#;
     const SIG: &str = "v1,tZ1I4/hDygAJgO5TYxiSd6Sd0kDW6hPenDe+bTa3Kkw=";
-
-    fn at(secs: i64) -> DateTime<Utc> {
-        DateTime::from_timestamp(secs, 0).unwrap()
-    }
 
     fn now() -> DateTime<Utc> {
         at(1_649_367_553)

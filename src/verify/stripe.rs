@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 
 use super::common::{self, Keys};
 use super::{
-    check_tolerance, parse_unix_seconds, KeyError, Secret, Verified, Verifier, VerifyError,
+    parse_unix_seconds, Verified, Verifier, VerifyError,
 };
 use crate::Headers;
 
@@ -45,22 +45,11 @@ impl Stripe {
     /// Stripe retries a live-mode event for up to 72 hours.
     pub const RETRY_WINDOW: Duration = Duration::from_secs(72 * 3600);
 
-    /// A verifier keyed with one or more endpoint secrets (`whsec_...`, used as-is).
-    ///
-    /// # Errors
-    /// [`KeyError::EmptySecret`] if no secret is given or one is empty.
-    pub fn new<S: Into<Secret>>(secrets: impl IntoIterator<Item = S>) -> Result<Self, KeyError> {
-        Ok(Self {
-            keys: Keys::from_secrets(secrets)?,
-            tolerance: Self::DEFAULT_TOLERANCE,
-        })
-    }
-
-    /// How far the signed timestamp may be from `now`, either way (default 300 s).
-    #[must_use]
-    pub fn tolerance(mut self, tolerance: Duration) -> Self {
-        self.tolerance = tolerance;
-        self
+    common::keyed! {
+        /// A verifier keyed with one or more endpoint secrets (`whsec_...`, used as-is).
+        new;
+        /// How far the signed timestamp may be from `now`, either way (default 300 s).
+        tolerance;
     }
 
     /// The `Stripe-Signature` value Stripe would send for `body` at `timestamp`
@@ -153,40 +142,28 @@ impl Verifier for Stripe {
         let mut v1 = [[0u8; 32]; common::MAX_ENTRIES];
         let (timestamp, count) = parse(value, &mut v1)?;
         let signed_at = parse_unix_seconds(timestamp, HEADER)?;
-        if !self.keys.any_match(&[timestamp, b".", body], &v1[..count]) {
-            return Err(VerifyError::NoMatch);
-        }
-        check_tolerance(signed_at, now, self.tolerance)?;
-        Ok(Verified {
-            event_id: common::body_field(body, "id"),
-            signed_at: Some(signed_at),
-        })
+        self.keys.check(&[timestamp, b".", body], &v1[..count])?;
+        common::timed(signed_at, now, self.tolerance, || common::body_field(body, "id"))
     }
 
     fn event_meta(&self) -> Option<crate::meta::MetaExtractor> {
         Some(crate::meta::MetaExtractor::stripe())
     }
 
-    fn tolerance(&self) -> Option<Duration> {
-        Some(self.tolerance)
-    }
-
-    fn retry_window(&self) -> Option<Duration> {
-        Some(Self::RETRY_WINDOW)
+    common::limits! {
+        tolerance;
+        retry_window;
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::common::at;
     use super::*;
 
     const SECRET: &str = "whsec_test_secret";
     const BODY: &[u8] = br#"{"id":"evt_test_webhook","object":"event"}"#;
     const T: i64 = 1_700_000_000;
-
-    fn at(secs: i64) -> DateTime<Utc> {
-        DateTime::from_timestamp(secs, 0).unwrap()
-    }
 
     fn verify(header: &str) -> Result<Verified, VerifyError> {
         Stripe::new([SECRET])
