@@ -18,7 +18,7 @@ use seed::{Found, MultiSeed, PathSeed};
 /// public API: hidden from the docs and outside semver.
 #[cfg(feature = "__fuzz")]
 pub mod fuzz {
-    /// What [`field`](super::field) answers for `path` in `body`: the value's
+    /// What the crate's `json::field` answers for `path` in `body`: the value's
     /// text, or why there is none.
     ///
     /// # Errors

@@ -548,6 +548,17 @@ mod tests {
     use super::*;
 
     #[test]
+    fn percent_decoding_reads_a_query_as_the_driver_does() {
+        assert_eq!(percent_decoded("a%20b+c%2Bd"), "a b c+d");
+        assert_eq!(percent_decoded("%4d%4F%zz%4"), "MO%zz%4");
+        assert_eq!(percent_decoded("%ff%C3%A9"), "\u{fffd}\u{e9}");
+        assert_eq!(
+            query_param("mode=ro&m%6fde=memory", "mode").as_deref(),
+            Some("memory")
+        );
+    }
+
+    #[test]
     fn schemes() {
         let p = |u: &str| u.parse::<StoreUrl>();
         assert_eq!(p("memory:").unwrap().backend(), Backend::Memory);

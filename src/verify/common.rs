@@ -122,6 +122,8 @@ pub(crate) fn timed(
 /// # Errors
 /// [`VerifyError::NoUsableSignature`] without the prefix; a
 /// [`VerifyError::MalformedHeader`] naming `header` when the rest does not decode.
+// `&Cow`, not `&str`: the error takes the name as it is (a static name stays borrowed).
+#[allow(clippy::ptr_arg)]
 pub(crate) fn single_tag(
     value: &[u8],
     prefix: &[u8],
@@ -219,6 +221,8 @@ pub(crate) fn bounded_header<'h>(
 }
 
 /// The value of header `name`, refusing one longer than `max` bytes.
+// `&Cow`, not `&str`: the error takes the name as it is (a static name stays borrowed).
+#[allow(clippy::ptr_arg)]
 pub(crate) fn header_within<'h>(
     headers: &'h dyn Headers,
     name: &Cow<'static, str>,

@@ -79,7 +79,9 @@ impl Verifier for Linear {
         let signed_at = parse_millis(&ts).ok_or(VerifyError::MalformedBody(
             "webhookTimestamp is not Unix milliseconds",
         ))?;
-        common::timed(signed_at, now, self.tolerance, || common::id_header(headers, &[DELIVERY]))
+        common::timed(signed_at, now, self.tolerance, || {
+            common::id_header(headers, &[DELIVERY])
+        })
     }
 
     /// Linear puts a fresh `webhookTimestamp` in each retry's body (the 60 s

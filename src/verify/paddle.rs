@@ -5,9 +5,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::common::{self, Keys};
-use super::{
-    parse_unix_seconds, Verified, Verifier, VerifyError,
-};
+use super::{parse_unix_seconds, Verified, Verifier, VerifyError};
 use crate::Headers;
 
 const HEADER: &str = "Paddle-Signature";
@@ -116,8 +114,11 @@ impl Verifier for Paddle {
     ) -> Result<Verified, VerifyError> {
         let parsed = parse_header(common::bounded_header(headers, HEADER)?)?;
         let signed_at = parse_unix_seconds(parsed.timestamp, HEADER)?;
-        self.keys.check(&[parsed.timestamp, b":", body], &parsed.h1)?;
-        common::timed(signed_at, now, self.tolerance, || common::body_field(body, "event_id"))
+        self.keys
+            .check(&[parsed.timestamp, b":", body], &parsed.h1)?;
+        common::timed(signed_at, now, self.tolerance, || {
+            common::body_field(body, "event_id")
+        })
     }
 
     common::limits! {

@@ -5,9 +5,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::common::{self, Keys};
-use super::{
-    parse_unix_seconds, Encoding, Verified, Verifier, VerifyError,
-};
+use super::{parse_unix_seconds, Encoding, Verified, Verifier, VerifyError};
 use crate::Headers;
 
 const HEADER: &str = "X-Slack-Signature";
@@ -88,7 +86,9 @@ impl Verifier for Slack {
         let signed_at = parse_unix_seconds(ts, TIMESTAMP)?;
         let tag = common::single_tag(value, PREFIX, Encoding::Hex, &HEADER.into())?;
         self.keys.check(&[b"v0:", ts, b":", body], &[tag])?;
-        common::timed(signed_at, now, self.tolerance, || common::body_field(body, "event_id"))
+        common::timed(signed_at, now, self.tolerance, || {
+            common::body_field(body, "event_id")
+        })
     }
 
     common::limits! {

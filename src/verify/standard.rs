@@ -8,9 +8,7 @@ use base64::Engine as _;
 use chrono::{DateTime, Utc};
 
 use super::common::{self, Keys};
-use super::{
-    parse_unix_seconds, KeyError, Secret, Verified, Verifier, VerifyError,
-};
+use super::{parse_unix_seconds, KeyError, Secret, Verified, Verifier, VerifyError};
 use crate::Headers;
 
 /// Header names: the Standard Webhooks spelling and Svix's.

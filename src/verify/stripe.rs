@@ -5,9 +5,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::common::{self, Keys};
-use super::{
-    parse_unix_seconds, Verified, Verifier, VerifyError,
-};
+use super::{parse_unix_seconds, Verified, Verifier, VerifyError};
 use crate::Headers;
 
 const HEADER: &str = "Stripe-Signature";
@@ -143,7 +141,9 @@ impl Verifier for Stripe {
         let (timestamp, count) = parse(value, &mut v1)?;
         let signed_at = parse_unix_seconds(timestamp, HEADER)?;
         self.keys.check(&[timestamp, b".", body], &v1[..count])?;
-        common::timed(signed_at, now, self.tolerance, || common::body_field(body, "id"))
+        common::timed(signed_at, now, self.tolerance, || {
+            common::body_field(body, "id")
+        })
     }
 
     fn event_meta(&self) -> Option<crate::meta::MetaExtractor> {

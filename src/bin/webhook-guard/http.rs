@@ -267,7 +267,10 @@ mod tests {
             (200, "OK", "ok")
         );
         let request = request.to_ascii_lowercase();
-        assert!(request.starts_with("post /hook?a=1 http/1.1\r\n"), "{request}");
+        assert!(
+            request.starts_with("post /hook?a=1 http/1.1\r\n"),
+            "{request}"
+        );
         for line in [
             "\r\nhost: 127.0.0.1:",
             "\r\nconnection: close\r\n",
@@ -294,16 +297,21 @@ mod tests {
             "\u{e9}"
         );
         assert_eq!(
-            body(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n\xc3\xa9\r\n0\r\n\r\n").await,
+            body(
+                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n\xc3\xa9\r\n0\r\n\r\n"
+            )
+            .await,
             "\u{e9}"
         );
         assert_eq!(
-            body(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n\xffa\r\n0\r\n\r\n").await,
+            body(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n\xffa\r\n0\r\n\r\n")
+                .await,
             "\u{fffd}a"
         );
         // A malformed chunk: the answer is what arrived before it.
         assert_eq!(
-            body(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\nzz\r\nb\r\n").await,
+            body(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\nzz\r\nb\r\n")
+                .await,
             "a"
         );
     }
