@@ -256,6 +256,123 @@ pub(crate) fn check_entries(value: &[u8], sep: u8, name: &'static str) -> Result
     Ok(())
 }
 
+/// A signature header of `key=value` entries that carries one timestamp and any
+/// number of hex MACs (Stripe's `t=..,v1=..`, Paddle's `ts=..;h1=..`). Entries of
+/// other keys are ignored, never a downgrade path.
+pub(crate) struct TimedHeader {
+    /// The header's name, for errors.
+    pub(crate) name: &'static str,
+    /// The byte between entries.
+    pub(crate) separator: u8,
+    /// The key of the timestamp.
+    pub(crate) timestamp: &'static [u8],
+    /// The key of each MAC.
+    pub(crate) signature: &'static [u8],
+    /// What the MAC covers between the timestamp and the body.
+    pub(crate) joiner: &'static [u8],
+    /// Why a repeated timestamp is refused.
+    pub(crate) repeated: &'static str,
+    /// Why an empty timestamp is refused.
+    pub(crate) empty: &'static str,
+    /// Why a header without a timestamp is refused.
+    pub(crate) missing: &'static str,
+}
+
+/// The MACs of a header, decoded in place: a header holds at most [`MAX_ENTRIES`]
+/// entries, so reading one allocates nothing.
+pub(crate) type Tags = [[u8; 32]; MAX_ENTRIES];
+
+impl TimedHeader {
+    /// Reads `value`: the timestamp's digits, and how many MACs were decoded into
+    /// `tags`. Bounded: refuses more than [`MAX_HEADER_LEN`] bytes or
+    /// [`MAX_ENTRIES`] entries before reading any.
+    ///
+    /// # Errors
+    /// [`VerifyError::MalformedHeader`] for an entry without `=`, a repeated, empty
+    /// or missing timestamp, too long a header or too many entries;
+    /// [`VerifyError::NoUsableSignature`] when no MAC is 64 hex digits.
+    pub(crate) fn parse<'a>(
+        &self,
+        value: &'a [u8],
+        tags: &mut Tags,
+    ) -> Result<(&'a [u8], usize), VerifyError> {
+        check_len(value, self.name)?;
+        check_entries(value, self.separator, self.name)?;
+        let mut timestamp = None;
+        let mut count = 0;
+        for entry in value.split(|&b| b == self.separator) {
+            let (key, val) =
+                split_pair(entry).ok_or_else(|| malformed(self.name, "entry is not key=value"))?;
+            if key == self.timestamp {
+                if timestamp.is_some() {
+                    return Err(malformed(self.name, self.repeated));
+                }
+                if val.is_empty() {
+                    return Err(malformed(self.name, self.empty));
+                }
+                timestamp = Some(val);
+            } else if key == self.signature {
+                // An unreadable MAC next to a readable one is ignored, as the
+                // providers' SDKs do. (`check_entries` leaves at most MAX_ENTRIES.)
+                if let Some(tag) = hex32(val) {
+                    tags[count] = tag;
+                    count += 1;
+                }
+            }
+        }
+        let timestamp = timestamp.ok_or_else(|| malformed(self.name, self.missing))?;
+        if count == 0 {
+            return Err(VerifyError::NoUsableSignature);
+        }
+        Ok((timestamp, count))
+    }
+
+    /// Verifies a delivery whose MAC, under one of `keys`, covers
+    /// `{timestamp}{joiner}{raw body}`, signed within `tolerance` of `now`; then
+    /// reads its `event_id`.
+    pub(crate) fn verify(
+        &self,
+        keys: &Keys,
+        headers: &dyn Headers,
+        body: &[u8],
+        now: DateTime<Utc>,
+        tolerance: std::time::Duration,
+        event_id: impl FnOnce() -> Option<String>,
+    ) -> Result<Verified, VerifyError> {
+        let value = bounded_header(headers, self.name)?;
+        let mut tags = [[0u8; 32]; MAX_ENTRIES];
+        let (timestamp, count) = self.parse(value, &mut tags)?;
+        let signed_at = super::parse_unix_seconds(timestamp, self.name)?;
+        keys.check(&[timestamp, self.joiner, body], &tags[..count])?;
+        timed(signed_at, now, tolerance, event_id)
+    }
+
+    /// The header value a sender puts on `body` at `timestamp` (Unix seconds):
+    /// the timestamp, then the MAC under the first of `keys`, in hex.
+    pub(crate) fn sign(&self, keys: &Keys, timestamp: i64, body: &[u8]) -> String {
+        let t = timestamp.to_string();
+        let tag = keys.sign_first(&[t.as_bytes(), self.joiner, body]);
+        let text = |key| String::from_utf8_lossy(key);
+        format!(
+            "{}={t}{}{}={}",
+            text(self.timestamp),
+            char::from(self.separator),
+            text(self.signature),
+            hex::encode(tag)
+        )
+    }
+
+    /// [`TimedHeader::parse`] with the MACs returned.
+    pub(crate) fn parse_owned<'a>(
+        &self,
+        value: &'a [u8],
+    ) -> Result<(&'a [u8], Vec<[u8; 32]>), VerifyError> {
+        let mut tags = [[0u8; 32]; MAX_ENTRIES];
+        let (timestamp, count) = self.parse(value, &mut tags)?;
+        Ok((timestamp, tags[..count].to_vec()))
+    }
+}
+
 /// A [`VerifyError::MalformedHeader`].
 pub(crate) fn malformed(header: &'static str, reason: &'static str) -> VerifyError {
     VerifyError::MalformedHeader {

@@ -5,10 +5,22 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::common::{self, Keys};
-use super::{parse_unix_seconds, Verified, Verifier, VerifyError};
+use super::{Verified, Verifier, VerifyError};
 use crate::Headers;
 
 const HEADER: &str = "Paddle-Signature";
+
+/// `ts=<unix>;h1=<hex>;...`: only `h1` entries are read.
+pub(super) const SIGNATURE: common::TimedHeader = common::TimedHeader {
+    name: HEADER,
+    separator: b';',
+    timestamp: b"ts",
+    signature: b"h1",
+    joiner: b":",
+    repeated: "empty or repeated ts",
+    empty: "empty or repeated ts",
+    missing: "no ts",
+};
 
 /// Verifies Paddle Billing webhooks.
 ///
@@ -55,54 +67,8 @@ impl Paddle {
     /// The `Paddle-Signature` value for `body` at `timestamp`, signed with the first
     /// secret.
     pub fn sign(&self, timestamp: i64, body: &[u8]) -> String {
-        let t = timestamp.to_string();
-        let tag = self.keys.sign_first(&[t.as_bytes(), b":", body]);
-        format!("ts={t};h1={}", hex::encode(tag))
+        SIGNATURE.sign(&self.keys, timestamp, body)
     }
-}
-
-/// A parsed `Paddle-Signature` header.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[doc(hidden)]
-pub struct PaddleHeader<'a> {
-    /// The raw digits of `ts`.
-    pub timestamp: &'a [u8],
-    /// The decoded `h1` signatures (unreadable ones skipped).
-    pub h1: Vec<[u8; 32]>,
-}
-
-/// Parses a `Paddle-Signature` value. Bounded: refuses more than 8 KiB or 32 entries
-/// before reading any.
-///
-/// # Errors
-/// [`VerifyError::MalformedHeader`] for an entry without `=`, a missing, empty or
-/// repeated `ts`, too long a header or too many entries;
-/// [`VerifyError::NoUsableSignature`] when no `h1` decodes.
-#[doc(hidden)]
-pub fn parse_header(value: &[u8]) -> Result<PaddleHeader<'_>, VerifyError> {
-    common::check_len(value, HEADER)?;
-    common::check_entries(value, b';', HEADER)?;
-    let mut timestamp = None;
-    let mut h1 = Vec::new();
-    for entry in value.split(|&b| b == b';') {
-        let (key, val) = common::split_pair(entry)
-            .ok_or_else(|| common::malformed(HEADER, "entry is not key=value"))?;
-        match key {
-            b"ts" => {
-                if timestamp.is_some() || val.is_empty() {
-                    return Err(common::malformed(HEADER, "empty or repeated ts"));
-                }
-                timestamp = Some(val);
-            }
-            b"h1" => h1.extend(common::hex32(val)),
-            _ => {}
-        }
-    }
-    let timestamp = timestamp.ok_or_else(|| common::malformed(HEADER, "no ts"))?;
-    if h1.is_empty() {
-        return Err(VerifyError::NoUsableSignature);
-    }
-    Ok(PaddleHeader { timestamp, h1 })
 }
 
 impl Verifier for Paddle {
@@ -112,11 +78,7 @@ impl Verifier for Paddle {
         body: &[u8],
         now: DateTime<Utc>,
     ) -> Result<Verified, VerifyError> {
-        let parsed = parse_header(common::bounded_header(headers, HEADER)?)?;
-        let signed_at = parse_unix_seconds(parsed.timestamp, HEADER)?;
-        self.keys
-            .check(&[parsed.timestamp, b":", body], &parsed.h1)?;
-        common::timed(signed_at, now, self.tolerance, || {
+        SIGNATURE.verify(&self.keys, headers, body, now, self.tolerance, || {
             common::body_field(body, "event_id")
         })
     }
