@@ -1,14 +1,15 @@
 //! Pieces shared by the provider presets: keyed HMAC states, bounded header reads,
-//! fixed-size decoding. Private to the `verify` module.
+//! fixed-size decoding, the timestamped `key=value` header, the end of a timed
+//! verification, and the macros that write a preset's constructor and limits.
+//! Private to the `verify` module.
 
 use std::borrow::Cow;
 use std::fmt;
 
 use base64::Engine as _;
+use chrono::{DateTime, Utc};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
-
-use chrono::{DateTime, Utc};
 
 use super::{check_tolerance, Encoding, KeyError, Secret, Verified, VerifyError};
 use crate::Headers;
@@ -87,9 +88,7 @@ impl Keys {
             }
         })
     }
-}
 
-impl Keys {
     /// [`Keys::any_match`] as a verification step: [`VerifyError::NoMatch`] when no
     /// secret's MAC over `parts` equals any of `tags`.
     pub(crate) fn check(&self, parts: &[&[u8]], tags: &[[u8; 32]]) -> Result<(), VerifyError> {
