@@ -136,7 +136,7 @@ mod headers;
 pub mod hooks;
 pub mod inbox;
 pub mod integrations;
-pub mod json;
+mod json;
 pub mod meta;
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
@@ -148,6 +148,11 @@ mod runtime;
 pub mod store;
 mod sweeper;
 pub mod verify;
+
+// Not public API: the fuzz targets' way into the private JSON reader (see `json::fuzz`).
+#[cfg(feature = "__fuzz")]
+#[doc(hidden)]
+pub use json::fuzz as __fuzz;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use guard::{

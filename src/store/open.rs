@@ -272,28 +272,12 @@ fn query_param(query: &str, key: &str) -> Option<String> {
         .map(|(_, v)| percent_decoded(v))
 }
 
-/// `text` with `%XX` escapes decoded and `+` read as a space, as in a URL query.
+/// `text` with `%XX` escapes decoded and `+` read as a space, as in a URL query
+/// (a `+` written `%2B` stays a `+`). Invalid UTF-8 becomes U+FFFD.
 fn percent_decoded(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| char::from(b).to_digit(16);
-        match bytes[i] {
-            b'%' if i + 2 < bytes.len() => match (hex(bytes[i + 1]), hex(bytes[i + 2])) {
-                (Some(h), Some(l)) => {
-                    out.push(u8::try_from(h * 16 + l).unwrap_or(b'?'));
-                    i += 3;
-                    continue;
-                }
-                _ => out.push(b'%'),
-            },
-            b'+' => out.push(b' '),
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    percent_encoding::percent_decode_str(&text.replace('+', " "))
+        .decode_utf8_lossy()
+        .into_owned()
 }
 
 impl StoreUrl {
@@ -562,6 +546,17 @@ impl OpenedStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn percent_decoding_reads_a_query_as_the_driver_does() {
+        assert_eq!(percent_decoded("a%20b+c%2Bd"), "a b c+d");
+        assert_eq!(percent_decoded("%4d%4F%zz%4"), "MO%zz%4");
+        assert_eq!(percent_decoded("%ff%C3%A9"), "\u{fffd}\u{e9}");
+        assert_eq!(
+            query_param("mode=ro&m%6fde=memory", "mode").as_deref(),
+            Some("memory")
+        );
+    }
 
     #[test]
     fn schemes() {

@@ -1,14 +1,17 @@
 //! Pieces shared by the provider presets: keyed HMAC states, bounded header reads,
-//! fixed-size decoding. Private to the `verify` module.
+//! fixed-size decoding, the timestamped `key=value` header, the end of a timed
+//! verification, and the macros that write a preset's constructor and limits.
+//! Private to the `verify` module.
 
 use std::borrow::Cow;
 use std::fmt;
 
 use base64::Engine as _;
+use chrono::{DateTime, Utc};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-use super::{KeyError, Secret, VerifyError};
+use super::{check_tolerance, Encoding, KeyError, Secret, Verified, VerifyError};
 use crate::Headers;
 
 pub(crate) type HmacSha256 = Hmac<Sha256>;
@@ -85,7 +88,122 @@ impl Keys {
             }
         })
     }
+
+    /// [`Keys::any_match`] as a verification step: [`VerifyError::NoMatch`] when no
+    /// secret's MAC over `parts` equals any of `tags`.
+    pub(crate) fn check(&self, parts: &[&[u8]], tags: &[[u8; 32]]) -> Result<(), VerifyError> {
+        if self.any_match(parts, tags) {
+            Ok(())
+        } else {
+            Err(VerifyError::NoMatch)
+        }
+    }
 }
+
+/// The end of verifying a scheme that signs a time, once the MAC has matched:
+/// `signed_at` must lie within `tolerance` of `now`; then `event_id` is read.
+pub(crate) fn timed(
+    signed_at: DateTime<Utc>,
+    now: DateTime<Utc>,
+    tolerance: std::time::Duration,
+    event_id: impl FnOnce() -> Option<String>,
+) -> Result<Verified, VerifyError> {
+    check_tolerance(signed_at, now, tolerance)?;
+    Ok(Verified {
+        event_id: event_id(),
+        signed_at: Some(signed_at),
+    })
+}
+
+/// The one MAC of a header value written as `prefix` then the MAC in `encoding`
+/// (surrounding whitespace included, as the sender wrote it).
+///
+/// # Errors
+/// [`VerifyError::NoUsableSignature`] without the prefix; a
+/// [`VerifyError::MalformedHeader`] naming `header` when the rest does not decode.
+// `&Cow`, not `&str`: the error takes the name as it is (a static name stays borrowed).
+#[allow(clippy::ptr_arg)]
+pub(crate) fn single_tag(
+    value: &[u8],
+    prefix: &[u8],
+    encoding: Encoding,
+    header: &Cow<'static, str>,
+) -> Result<[u8; 32], VerifyError> {
+    let encoded = value
+        .strip_prefix(prefix)
+        .ok_or(VerifyError::NoUsableSignature)?;
+    encoding
+        .decode32(encoded)
+        .map_err(|reason| VerifyError::MalformedHeader {
+            header: header.clone(),
+            reason,
+        })
+}
+
+/// The constructor `new` of a preset keyed with secrets used as their raw bytes
+/// (fields `keys`, and `tolerance` starting at the preset's `DEFAULT_TOLERANCE`),
+/// and the `tolerance` setter of a preset that signs a time. The doc comments
+/// given are the preset's own.
+macro_rules! keyed {
+    ($(#[$new:meta])* new; $(#[$tolerance:meta])* tolerance;) => {
+        $crate::verify::common::keyed!(@new $(#[$new])* tolerance: Self::DEFAULT_TOLERANCE);
+        $crate::verify::common::keyed!($(#[$tolerance])* tolerance;);
+    };
+    ($(#[$new:meta])* new;) => {
+        $crate::verify::common::keyed!(@new $(#[$new])*);
+    };
+    ($(#[$tolerance:meta])* tolerance;) => {
+        $(#[$tolerance])*
+        #[must_use]
+        pub fn tolerance(mut self, tolerance: std::time::Duration) -> Self {
+            self.tolerance = tolerance;
+            self
+        }
+    };
+    (@new $(#[$new:meta])* $($field:ident: $value:expr)?) => {
+        $(#[$new])*
+        ///
+        /// # Errors
+        /// [`KeyError::EmptySecret`](crate::verify::KeyError::EmptySecret) if no
+        /// secret is given or one is empty.
+        pub fn new<S: Into<$crate::verify::Secret>>(
+            secrets: impl IntoIterator<Item = S>,
+        ) -> Result<Self, $crate::verify::KeyError> {
+            Ok(Self {
+                keys: $crate::verify::common::Keys::from_secrets(secrets)?,
+                $($field: $value,)?
+            })
+        }
+    };
+}
+pub(crate) use keyed;
+
+/// The [`Verifier`](super::Verifier) methods that state a preset's published
+/// limits, in this order, each optional: `tolerance` (the preset's `tolerance`
+/// field), `retry_window` (its `RETRY_WINDOW`) and `deliveries: N` (with its doc
+/// comment).
+macro_rules! limits {
+    (tolerance; $($rest:tt)*) => {
+        fn tolerance(&self) -> Option<std::time::Duration> {
+            Some(self.tolerance)
+        }
+        $crate::verify::common::limits!($($rest)*);
+    };
+    (retry_window; $($rest:tt)*) => {
+        fn retry_window(&self) -> Option<std::time::Duration> {
+            Some(Self::RETRY_WINDOW)
+        }
+        $crate::verify::common::limits!($($rest)*);
+    };
+    ($(#[$doc:meta])* deliveries: $n:literal;) => {
+        $(#[$doc])*
+        fn deliveries(&self) -> Option<u32> {
+            Some($n)
+        }
+    };
+    () => {};
+}
+pub(crate) use limits;
 
 impl fmt::Debug for Keys {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -98,10 +216,26 @@ pub(crate) fn bounded_header<'h>(
     headers: &'h dyn Headers,
     name: &'static str,
 ) -> Result<&'h [u8], VerifyError> {
+    header_within(headers, &Cow::Borrowed(name), MAX_HEADER_LEN)
+}
+
+/// The value of header `name`, refusing one longer than `max` bytes.
+// `&Cow`, not `&str`: the error takes the name as it is (a static name stays borrowed).
+#[allow(clippy::ptr_arg)]
+pub(crate) fn header_within<'h>(
+    headers: &'h dyn Headers,
+    name: &Cow<'static, str>,
+    max: usize,
+) -> Result<&'h [u8], VerifyError> {
     let value = headers
         .get_bytes(name)
-        .ok_or(VerifyError::MissingHeader(Cow::Borrowed(name)))?;
-    check_len(value, name)?;
+        .ok_or_else(|| VerifyError::MissingHeader(name.clone()))?;
+    if value.len() > max {
+        return Err(VerifyError::MalformedHeader {
+            header: name.clone(),
+            reason: "header too long",
+        });
+    }
     Ok(value)
 }
 
@@ -119,6 +253,123 @@ pub(crate) fn check_entries(value: &[u8], sep: u8, name: &'static str) -> Result
         return Err(malformed(name, "too many entries"));
     }
     Ok(())
+}
+
+/// A signature header of `key=value` entries that carries one timestamp and any
+/// number of hex MACs (Stripe's `t=..,v1=..`, Paddle's `ts=..;h1=..`). Entries of
+/// other keys are ignored, never a downgrade path.
+pub(crate) struct TimedHeader {
+    /// The header's name, for errors.
+    pub(crate) name: &'static str,
+    /// The byte between entries.
+    pub(crate) separator: u8,
+    /// The key of the timestamp.
+    pub(crate) timestamp: &'static [u8],
+    /// The key of each MAC.
+    pub(crate) signature: &'static [u8],
+    /// What the MAC covers between the timestamp and the body.
+    pub(crate) joiner: &'static [u8],
+    /// Why a repeated timestamp is refused.
+    pub(crate) repeated: &'static str,
+    /// Why an empty timestamp is refused.
+    pub(crate) empty: &'static str,
+    /// Why a header without a timestamp is refused.
+    pub(crate) missing: &'static str,
+}
+
+/// The MACs of a header, decoded in place: a header holds at most [`MAX_ENTRIES`]
+/// entries, so reading one allocates nothing.
+pub(crate) type Tags = [[u8; 32]; MAX_ENTRIES];
+
+impl TimedHeader {
+    /// Reads `value`: the timestamp's digits, and how many MACs were decoded into
+    /// `tags`. Bounded: refuses more than [`MAX_HEADER_LEN`] bytes or
+    /// [`MAX_ENTRIES`] entries before reading any.
+    ///
+    /// # Errors
+    /// [`VerifyError::MalformedHeader`] for an entry without `=`, a repeated, empty
+    /// or missing timestamp, too long a header or too many entries;
+    /// [`VerifyError::NoUsableSignature`] when no MAC is 64 hex digits.
+    pub(crate) fn parse<'a>(
+        &self,
+        value: &'a [u8],
+        tags: &mut Tags,
+    ) -> Result<(&'a [u8], usize), VerifyError> {
+        check_len(value, self.name)?;
+        check_entries(value, self.separator, self.name)?;
+        let mut timestamp = None;
+        let mut count = 0;
+        for entry in value.split(|&b| b == self.separator) {
+            let (key, val) =
+                split_pair(entry).ok_or_else(|| malformed(self.name, "entry is not key=value"))?;
+            if key == self.timestamp {
+                if timestamp.is_some() {
+                    return Err(malformed(self.name, self.repeated));
+                }
+                if val.is_empty() {
+                    return Err(malformed(self.name, self.empty));
+                }
+                timestamp = Some(val);
+            } else if key == self.signature {
+                // An unreadable MAC next to a readable one is ignored, as the
+                // providers' SDKs do. (`check_entries` leaves at most MAX_ENTRIES.)
+                if let Some(tag) = hex32(val) {
+                    tags[count] = tag;
+                    count += 1;
+                }
+            }
+        }
+        let timestamp = timestamp.ok_or_else(|| malformed(self.name, self.missing))?;
+        if count == 0 {
+            return Err(VerifyError::NoUsableSignature);
+        }
+        Ok((timestamp, count))
+    }
+
+    /// Verifies a delivery whose MAC, under one of `keys`, covers
+    /// `{timestamp}{joiner}{raw body}`, signed within `tolerance` of `now`; then
+    /// reads its `event_id`.
+    pub(crate) fn verify(
+        &self,
+        keys: &Keys,
+        headers: &dyn Headers,
+        body: &[u8],
+        now: DateTime<Utc>,
+        tolerance: std::time::Duration,
+        event_id: impl FnOnce() -> Option<String>,
+    ) -> Result<Verified, VerifyError> {
+        let value = bounded_header(headers, self.name)?;
+        let mut tags = [[0u8; 32]; MAX_ENTRIES];
+        let (timestamp, count) = self.parse(value, &mut tags)?;
+        let signed_at = super::parse_unix_seconds(timestamp, self.name)?;
+        keys.check(&[timestamp, self.joiner, body], &tags[..count])?;
+        timed(signed_at, now, tolerance, event_id)
+    }
+
+    /// The header value a sender puts on `body` at `timestamp` (Unix seconds):
+    /// the timestamp, then the MAC under the first of `keys`, in hex.
+    pub(crate) fn sign(&self, keys: &Keys, timestamp: i64, body: &[u8]) -> String {
+        let t = timestamp.to_string();
+        let tag = keys.sign_first(&[t.as_bytes(), self.joiner, body]);
+        let text = |key| String::from_utf8_lossy(key);
+        format!(
+            "{}={t}{}{}={}",
+            text(self.timestamp),
+            char::from(self.separator),
+            text(self.signature),
+            hex::encode(tag)
+        )
+    }
+
+    /// [`TimedHeader::parse`] with the MACs returned.
+    pub(crate) fn parse_owned<'a>(
+        &self,
+        value: &'a [u8],
+    ) -> Result<(&'a [u8], Vec<[u8; 32]>), VerifyError> {
+        let mut tags = [[0u8; 32]; MAX_ENTRIES];
+        let (timestamp, count) = self.parse(value, &mut tags)?;
+        Ok((timestamp, tags[..count].to_vec()))
+    }
 }
 
 /// A [`VerifyError::MalformedHeader`].
@@ -152,40 +403,11 @@ pub(crate) fn body_field(body: &[u8], name: &str) -> Option<String> {
     crate::json::first_field(body, &[name]).ok()
 }
 
-/// Decodes exactly 64 hex digits (either case) into 32 bytes: what
-/// `hex::decode_to_slice` into 32 bytes accepts, through a table and with one check
-/// at the end instead of a branch per digit.
+/// Decodes exactly 64 hex digits (either case) into 32 bytes.
 pub(crate) fn hex32(text: &[u8]) -> Option<[u8; 32]> {
-    let text: &[u8; 64] = text.try_into().ok()?;
     let mut out = [0u8; 32];
-    let mut bad = 0u8;
-    for (byte, pair) in out.iter_mut().zip(text.chunks_exact(2)) {
-        let (hi, lo) = (HEX[usize::from(pair[0])], HEX[usize::from(pair[1])]);
-        bad |= hi | lo;
-        *byte = (hi << 4) | (lo & 0x0f);
-    }
-    (bad & INVALID == 0).then_some(out)
+    hex::decode_to_slice(text, &mut out).ok().map(|()| out)
 }
-
-/// Marks a byte that is not a hex digit in [`HEX`].
-const INVALID: u8 = 0x80;
-
-/// The value of each hex digit (`0-9`, `a-f`, `A-F`), [`INVALID`] for other bytes.
-const HEX: [u8; 256] = {
-    let mut table = [INVALID; 256];
-    let mut i = 0;
-    while i < 10 {
-        table[b'0' as usize + i] = i as u8;
-        i += 1;
-    }
-    let mut i = 0;
-    while i < 6 {
-        table[b'a' as usize + i] = 10 + i as u8;
-        table[b'A' as usize + i] = 10 + i as u8;
-        i += 1;
-    }
-    table
-};
 
 /// Decodes standard base64 (padded) of exactly 32 bytes.
 pub(crate) fn base64_32(text: &[u8]) -> Option<[u8; 32]> {
@@ -209,6 +431,12 @@ pub(crate) fn base64_encode(bytes: &[u8]) -> String {
 pub(crate) fn split_pair(entry: &[u8]) -> Option<(&[u8], &[u8])> {
     let eq = entry.iter().position(|&b| b == b'=')?;
     Some((&entry[..eq], &entry[eq + 1..]))
+}
+
+/// The time `secs` seconds after the Unix epoch, for the presets' tests.
+#[cfg(test)]
+pub(crate) fn at(secs: i64) -> DateTime<Utc> {
+    DateTime::from_timestamp(secs, 0).expect("a time in range")
 }
 
 #[cfg(test)]

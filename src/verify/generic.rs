@@ -294,11 +294,9 @@ impl GenericHmac {
         self
     }
 
-    /// How far a signed `{timestamp:...}` may be from `now`, either way (default 300 s).
-    #[must_use]
-    pub fn tolerance(mut self, tolerance: Duration) -> Self {
-        self.tolerance = tolerance;
-        self
+    common::keyed! {
+        /// How far a signed `{timestamp:...}` may be from `now`, either way (default 300 s).
+        tolerance;
     }
 
     /// How long the provider retries one event, if you know it.
@@ -316,11 +314,7 @@ impl GenericHmac {
     pub fn sign(&self, headers: &dyn Headers, body: &[u8]) -> Result<String, VerifyError> {
         let (parts, _) = self.signed_parts(headers, body)?;
         let tag = self.keys.sign_first(&parts);
-        let encoded = match self.encoding {
-            Encoding::Hex => hex::encode(tag),
-            Encoding::Base64 => common::base64_encode(&tag),
-        };
-        Ok(format!("{}{encoded}", self.prefix))
+        Ok(format!("{}{}", self.prefix, self.encoding.encode(&tag)))
     }
 
     fn signed_parts<'a>(
@@ -370,17 +364,13 @@ impl GenericHmac {
     }
 
     fn tags(&self, value: &[u8]) -> Result<Vec<[u8; 32]>, VerifyError> {
-        let malformed = |reason| VerifyError::MalformedHeader {
-            header: self.header.clone(),
-            reason,
-        };
-        if value.len() > common::MAX_HEADER_LEN {
-            return Err(malformed("header too long"));
-        }
         let entries: Vec<&[u8]> = match self.separator {
             Some(sep) => {
                 if value.iter().filter(|&&b| b == sep).count() >= common::MAX_ENTRIES {
-                    return Err(malformed("too many entries"));
+                    return Err(VerifyError::MalformedHeader {
+                        header: self.header.clone(),
+                        reason: "too many entries",
+                    });
                 }
                 value.split(|&b| b == sep).collect()
             }
@@ -389,10 +379,7 @@ impl GenericHmac {
         let tags: Vec<[u8; 32]> = entries
             .into_iter()
             .filter_map(|e| e.trim_ascii().strip_prefix(self.prefix.as_bytes()))
-            .filter_map(|e| match self.encoding {
-                Encoding::Hex => common::hex32(e),
-                Encoding::Base64 => common::base64_32(e),
-            })
+            .filter_map(|e| self.encoding.decode32(e).ok())
             .collect();
         if tags.is_empty() {
             return Err(VerifyError::NoUsableSignature);
@@ -432,14 +419,10 @@ impl Verifier for GenericHmac {
         body: &[u8],
         now: DateTime<Utc>,
     ) -> Result<Verified, VerifyError> {
-        let value = headers
-            .get_bytes(&self.header)
-            .ok_or_else(|| VerifyError::MissingHeader(self.header.clone()))?;
+        let value = common::header_within(headers, &self.header, common::MAX_HEADER_LEN)?;
         let tags = self.tags(value)?;
         let (parts, signed_at) = self.signed_parts(headers, body)?;
-        if !self.keys.any_match(&parts, &tags) {
-            return Err(VerifyError::NoMatch);
-        }
+        self.keys.check(&parts, &tags)?;
         if let Some(at) = signed_at {
             check_tolerance(at, now, self.tolerance)?;
         }
@@ -469,11 +452,8 @@ pub fn parse_template(text: &str) -> Result<Template, TemplateError> {
 
 #[cfg(test)]
 mod tests {
+    use super::common::at;
     use super::*;
-
-    fn at(secs: i64) -> DateTime<Utc> {
-        DateTime::from_timestamp(secs, 0).unwrap()
-    }
 
     #[test]
     fn templates_parse_and_print() {

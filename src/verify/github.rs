@@ -5,7 +5,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::common::{self, Keys};
-use super::{KeyError, Secret, Verified, Verifier, VerifyError};
+use super::{Encoding, Verified, Verifier, VerifyError};
 use crate::Headers;
 
 const HEADER: &str = "X-Hub-Signature-256";
@@ -46,14 +46,9 @@ impl GitHub {
     /// Redeliveries are possible for 3 days.
     pub const RETRY_WINDOW: Duration = Duration::from_secs(72 * 3600);
 
-    /// A verifier keyed with one or more webhook secrets.
-    ///
-    /// # Errors
-    /// [`KeyError::EmptySecret`] if no secret is given or one is empty.
-    pub fn new<S: Into<Secret>>(secrets: impl IntoIterator<Item = S>) -> Result<Self, KeyError> {
-        Ok(Self {
-            keys: Keys::from_secrets(secrets)?,
-        })
+    common::keyed! {
+        /// A verifier keyed with one or more webhook secrets.
+        new;
     }
 
     /// The `X-Hub-Signature-256` value GitHub would send for `body`, signed with the
@@ -71,27 +66,18 @@ impl Verifier for GitHub {
         _now: DateTime<Utc>,
     ) -> Result<Verified, VerifyError> {
         let value = common::bounded_header(headers, HEADER)?;
-        let hex = value
-            .strip_prefix(PREFIX)
-            .ok_or(VerifyError::NoUsableSignature)?;
-        let tag =
-            common::hex32(hex).ok_or_else(|| common::malformed(HEADER, "not 64 hex digits"))?;
-        if !self.keys.any_match(&[body], &[tag]) {
-            return Err(VerifyError::NoMatch);
-        }
+        let tag = common::single_tag(value, PREFIX, Encoding::Hex, &HEADER.into())?;
+        self.keys.check(&[body], &[tag])?;
         Ok(Verified {
             event_id: common::id_header(headers, &[DELIVERY]),
             signed_at: None,
         })
     }
 
-    fn retry_window(&self) -> Option<Duration> {
-        Some(Self::RETRY_WINDOW)
-    }
-
-    /// GitHub delivers an event once (no automatic retry).
-    fn deliveries(&self) -> Option<u32> {
-        Some(1)
+    common::limits! {
+        retry_window;
+        /// GitHub delivers an event once (no automatic retry).
+        deliveries: 1;
     }
 }
 

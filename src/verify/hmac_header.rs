@@ -1,15 +1,10 @@
 use std::borrow::Cow;
-use std::fmt;
 
-use base64::Engine as _;
 use chrono::{DateTime, Utc};
-use hmac::{Hmac, Mac};
-use sha2::Sha256;
 
+use super::common::{self, Keys};
 use super::{Secret, Verified, Verifier, VerifyError};
 use crate::Headers;
-
-type HmacSha256 = Hmac<Sha256>;
 
 /// Longest signature header this verifier reads; longer ones are rejected unread.
 const MAX_HEADER_LEN: usize = 4096;
@@ -22,6 +17,24 @@ pub enum Encoding {
     Hex,
     /// Standard base64 with padding.
     Base64,
+}
+
+impl Encoding {
+    /// A 32-byte MAC written in this encoding, or why the text is not one.
+    pub(crate) fn decode32(self, text: &[u8]) -> Result<[u8; 32], &'static str> {
+        match self {
+            Self::Hex => super::common::hex32(text).ok_or("not 64 hex digits"),
+            Self::Base64 => super::common::base64_32(text).ok_or("not base64 of 32 bytes"),
+        }
+    }
+
+    /// `mac` written in this encoding (hex in lowercase).
+    pub(crate) fn encode(self, mac: &[u8]) -> String {
+        match self {
+            Self::Hex => hex::encode(mac),
+            Self::Base64 => super::common::base64_encode(mac),
+        }
+    }
 }
 
 /// A generic verifier for schemes that put `prefix + encode(HMAC-SHA256(secret, raw body))`
@@ -43,13 +56,13 @@ pub enum Encoding {
 /// let verified = verifier.verify(&headers, body, chrono::Utc::now()).unwrap();
 /// assert_eq!(verified.event_id.as_deref(), Some("evt_1"));
 /// ```
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub struct HmacSha256Header {
     header: Cow<'static, str>,
     prefix: Cow<'static, str>,
     encoding: Encoding,
     id_header: Option<Cow<'static, str>>,
-    keys: Vec<HmacSha256>,
+    keys: Keys,
 }
 
 /// Why a verifier could not be built.
@@ -73,25 +86,12 @@ impl HmacSha256Header {
         header: impl Into<Cow<'static, str>>,
         secrets: impl IntoIterator<Item = S>,
     ) -> Result<Self, KeyError> {
-        let keys = secrets
-            .into_iter()
-            .map(|s| {
-                let s: Secret = s.into();
-                if s.is_empty() {
-                    return Err(KeyError::EmptySecret);
-                }
-                Ok(HmacSha256::new_from_slice(s.expose()).expect("HMAC takes keys of any length"))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        if keys.is_empty() {
-            return Err(KeyError::EmptySecret);
-        }
         Ok(Self {
             header: header.into(),
             prefix: Cow::Borrowed(""),
             encoding: Encoding::Hex,
             id_header: None,
-            keys,
+            keys: Keys::from_secrets(secrets)?,
         })
     }
 
@@ -121,48 +121,8 @@ impl HmacSha256Header {
 
     /// The header value the sender would put on `body`, signed with the first secret.
     pub fn sign(&self, body: &[u8]) -> String {
-        let mut mac = self.keys[0].clone();
-        mac.update(body);
-        let tag = mac.finalize().into_bytes();
-        let encoded = match self.encoding {
-            Encoding::Hex => hex::encode(tag),
-            Encoding::Base64 => base64::engine::general_purpose::STANDARD.encode(tag),
-        };
-        format!("{}{encoded}", self.prefix)
-    }
-
-    fn decode(&self, text: &[u8]) -> Result<[u8; 32], VerifyError> {
-        let malformed = |reason| VerifyError::MalformedHeader {
-            header: self.header.clone(),
-            reason,
-        };
-        let mut out = [0u8; 32];
-        match self.encoding {
-            Encoding::Hex => {
-                hex::decode_to_slice(text, &mut out).map_err(|_| malformed("not 64 hex digits"))?
-            }
-            Encoding::Base64 => {
-                let n = base64::engine::general_purpose::STANDARD
-                    .decode_slice(text, &mut out)
-                    .map_err(|_| malformed("not base64 of 32 bytes"))?;
-                if n != 32 {
-                    return Err(malformed("not base64 of 32 bytes"));
-                }
-            }
-        }
-        Ok(out)
-    }
-}
-
-impl fmt::Debug for HmacSha256Header {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("HmacSha256Header")
-            .field("header", &self.header)
-            .field("prefix", &self.prefix)
-            .field("encoding", &self.encoding)
-            .field("id_header", &self.id_header)
-            .field("secrets", &self.keys.len())
-            .finish()
+        let tag = self.keys.sign_first(&[body]);
+        format!("{}{}", self.prefix, self.encoding.encode(&tag))
     }
 }
 
@@ -173,35 +133,13 @@ impl Verifier for HmacSha256Header {
         body: &[u8],
         _now: DateTime<Utc>,
     ) -> Result<Verified, VerifyError> {
-        let value = headers
-            .get_bytes(&self.header)
-            .ok_or_else(|| VerifyError::MissingHeader(self.header.clone()))?;
-        if value.len() > MAX_HEADER_LEN {
-            return Err(VerifyError::MalformedHeader {
-                header: self.header.clone(),
-                reason: "header too long",
-            });
-        }
-        let encoded = value
-            .strip_prefix(self.prefix.as_bytes())
-            .ok_or(VerifyError::NoUsableSignature)?;
-        let tag = self.decode(encoded)?;
-        let matched = self.keys.iter().any(|key| {
-            let mut mac = key.clone();
-            mac.update(body);
-            mac.verify_slice(&tag).is_ok()
-        });
-        if !matched {
-            return Err(VerifyError::NoMatch);
-        }
+        let value = common::header_within(headers, &self.header, MAX_HEADER_LEN)?;
+        let tag = common::single_tag(value, self.prefix.as_bytes(), self.encoding, &self.header)?;
+        self.keys.check(&[body], &[tag])?;
         // Read as the presets read theirs: trimmed, and absent when empty.
-        let event_id = self
-            .id_header
-            .as_deref()
-            .and_then(|name| headers.get_bytes(name))
-            .and_then(super::common::id_value);
+        let id_header = self.id_header.as_deref();
         Ok(Verified {
-            event_id,
+            event_id: id_header.and_then(|name| common::id_header(headers, &[name])),
             signed_at: None,
         })
     }

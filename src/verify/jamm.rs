@@ -8,7 +8,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::common::{self, Keys};
-use super::{KeyError, Secret, Verified, Verifier, VerifyError};
+use super::{Verified, Verifier, VerifyError};
 use crate::Headers;
 
 const PREFIX: &str = "sha256=";
@@ -64,14 +64,9 @@ impl Jamm {
     /// ("about 2 days" in Jamm's prose; the schedule itself is longer.)
     pub const RETRY_WINDOW: Duration = Duration::from_secs(56 * 3600);
 
-    /// A verifier keyed with one or more client secrets.
-    ///
-    /// # Errors
-    /// [`KeyError::EmptySecret`] if no secret is given or one is empty.
-    pub fn new<S: Into<Secret>>(secrets: impl IntoIterator<Item = S>) -> Result<Self, KeyError> {
-        Ok(Self {
-            keys: Keys::from_secrets(secrets)?,
-        })
+    common::keyed! {
+        /// A verifier keyed with one or more client secrets.
+        new;
     }
 
     /// The `signature` field value (`sha256=<hex>`) for a `content` JSON text,
@@ -193,9 +188,7 @@ impl Verifier for Jamm {
     ) -> Result<Verified, VerifyError> {
         let parsed = parse_body(body)?;
         let content = minify(parsed.content);
-        if !self.keys.any_match(&[&content], &[parsed.tag]) {
-            return Err(VerifyError::NoMatch);
-        }
+        self.keys.check(&[&content], &[parsed.tag])?;
         Ok(Verified {
             event_id: common::body_field(body, "id"),
             signed_at: None,
@@ -206,13 +199,10 @@ impl Verifier for Jamm {
         Some(crate::meta::MetaExtractor::jamm())
     }
 
-    fn retry_window(&self) -> Option<Duration> {
-        Some(Self::RETRY_WINDOW)
-    }
-
-    /// Jamm's 20 attempts.
-    fn deliveries(&self) -> Option<u32> {
-        Some(20)
+    common::limits! {
+        retry_window;
+        /// Jamm's 20 attempts.
+        deliveries: 20;
     }
 }
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::common::{self, Keys};
-use super::{check_tolerance, KeyError, Secret, Verified, Verifier, VerifyError};
+use super::{Encoding, Verified, Verifier, VerifyError};
 use crate::Headers;
 
 const HEADER: &str = "Linear-Signature";
@@ -43,22 +43,11 @@ impl Linear {
     /// Linear's retries (about 10 min, 30 min, 1 h) span about 100 minutes.
     pub const RETRY_WINDOW: Duration = Duration::from_secs(100 * 60);
 
-    /// A verifier keyed with one or more webhook signing secrets.
-    ///
-    /// # Errors
-    /// [`KeyError::EmptySecret`] if no secret is given or one is empty.
-    pub fn new<S: Into<Secret>>(secrets: impl IntoIterator<Item = S>) -> Result<Self, KeyError> {
-        Ok(Self {
-            keys: Keys::from_secrets(secrets)?,
-            tolerance: Self::DEFAULT_TOLERANCE,
-        })
-    }
-
-    /// How far `webhookTimestamp` may be from `now`, either way (default 60 s).
-    #[must_use]
-    pub fn tolerance(mut self, tolerance: Duration) -> Self {
-        self.tolerance = tolerance;
-        self
+    common::keyed! {
+        /// A verifier keyed with one or more webhook signing secrets.
+        new;
+        /// How far `webhookTimestamp` may be from `now`, either way (default 60 s).
+        tolerance;
     }
 
     /// The `Linear-Signature` value for `body`, signed with the first secret.
@@ -83,20 +72,15 @@ impl Verifier for Linear {
         now: DateTime<Utc>,
     ) -> Result<Verified, VerifyError> {
         let value = common::bounded_header(headers, HEADER)?;
-        let tag = common::hex32(value.trim_ascii())
-            .ok_or_else(|| common::malformed(HEADER, "not 64 hex digits"))?;
-        if !self.keys.any_match(&[body], &[tag]) {
-            return Err(VerifyError::NoMatch);
-        }
+        let tag = common::single_tag(value.trim_ascii(), b"", Encoding::Hex, &HEADER.into())?;
+        self.keys.check(&[body], &[tag])?;
         let ts = common::body_field(body, "webhookTimestamp")
             .ok_or(VerifyError::MalformedBody("no webhookTimestamp"))?;
         let signed_at = parse_millis(&ts).ok_or(VerifyError::MalformedBody(
             "webhookTimestamp is not Unix milliseconds",
         ))?;
-        check_tolerance(signed_at, now, self.tolerance)?;
-        Ok(Verified {
-            event_id: common::id_header(headers, &[DELIVERY]),
-            signed_at: Some(signed_at),
+        common::timed(signed_at, now, self.tolerance, || {
+            common::id_header(headers, &[DELIVERY])
         })
     }
 
@@ -106,27 +90,18 @@ impl Verifier for Linear {
         true
     }
 
-    fn tolerance(&self) -> Option<Duration> {
-        Some(self.tolerance)
-    }
-
-    fn retry_window(&self) -> Option<Duration> {
-        Some(Self::RETRY_WINDOW)
-    }
-
-    /// Linear's first attempt and its 3 retries.
-    fn deliveries(&self) -> Option<u32> {
-        Some(4)
+    common::limits! {
+        tolerance;
+        retry_window;
+        /// Linear's first attempt and its 3 retries.
+        deliveries: 4;
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::common::at;
     use super::*;
-
-    fn at(secs: i64) -> DateTime<Utc> {
-        DateTime::from_timestamp(secs, 0).unwrap()
-    }
 
     #[test]
     fn independent_vector_and_timestamp_window() {

@@ -262,10 +262,24 @@ pub fn parse_unix_seconds(text: &[u8], header: &'static str) -> Result<DateTime<
 pub mod __fuzz {
     pub use super::generic::parse_template;
     pub use super::jamm::parse_body as jamm_body;
-    pub use super::paddle::parse_header as paddle_header;
     pub use super::parse_unix_seconds;
     pub use super::standard::parse_signatures as standard_signatures;
-    pub use super::stripe::parse_header as stripe_header;
+
+    /// Parses a `Stripe-Signature` value: the digits of `t` and the `v1` MACs.
+    ///
+    /// # Errors
+    /// As the Stripe verifier refuses the header.
+    pub fn stripe_header(value: &[u8]) -> Result<(&[u8], Vec<[u8; 32]>), super::VerifyError> {
+        super::stripe::SIGNATURE.parse_owned(value)
+    }
+
+    /// Parses a `Paddle-Signature` value: the digits of `ts` and the `h1` MACs.
+    ///
+    /// # Errors
+    /// As the Paddle verifier refuses the header.
+    pub fn paddle_header(value: &[u8]) -> Result<(&[u8], Vec<[u8; 32]>), super::VerifyError> {
+        super::paddle::SIGNATURE.parse_owned(value)
+    }
 
     /// The Jamm verifier's whitespace remover, owned.
     pub fn jamm_minify(json: &[u8]) -> Vec<u8> {

@@ -5,12 +5,22 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::common::{self, Keys};
-use super::{
-    check_tolerance, parse_unix_seconds, KeyError, Secret, Verified, Verifier, VerifyError,
-};
+use super::{Verified, Verifier, VerifyError};
 use crate::Headers;
 
 const HEADER: &str = "Paddle-Signature";
+
+/// `ts=<unix>;h1=<hex>;...`: only `h1` entries are read.
+pub(super) const SIGNATURE: common::TimedHeader = common::TimedHeader {
+    name: HEADER,
+    separator: b';',
+    timestamp: b"ts",
+    signature: b"h1",
+    joiner: b":",
+    repeated: "empty or repeated ts",
+    empty: "empty or repeated ts",
+    missing: "no ts",
+};
 
 /// Verifies Paddle Billing webhooks.
 ///
@@ -47,75 +57,18 @@ impl Paddle {
     /// Live accounts: up to 60 retries over 3 days.
     pub const RETRY_WINDOW: Duration = Duration::from_secs(72 * 3600);
 
-    /// A verifier keyed with one or more secret keys.
-    ///
-    /// # Errors
-    /// [`KeyError::EmptySecret`] if no secret is given or one is empty.
-    pub fn new<S: Into<Secret>>(secrets: impl IntoIterator<Item = S>) -> Result<Self, KeyError> {
-        Ok(Self {
-            keys: Keys::from_secrets(secrets)?,
-            tolerance: Self::DEFAULT_TOLERANCE,
-        })
-    }
-
-    /// How far the signed timestamp may be from `now`, either way (default 5 s).
-    #[must_use]
-    pub fn tolerance(mut self, tolerance: Duration) -> Self {
-        self.tolerance = tolerance;
-        self
+    common::keyed! {
+        /// A verifier keyed with one or more secret keys.
+        new;
+        /// How far the signed timestamp may be from `now`, either way (default 5 s).
+        tolerance;
     }
 
     /// The `Paddle-Signature` value for `body` at `timestamp`, signed with the first
     /// secret.
     pub fn sign(&self, timestamp: i64, body: &[u8]) -> String {
-        let t = timestamp.to_string();
-        let tag = self.keys.sign_first(&[t.as_bytes(), b":", body]);
-        format!("ts={t};h1={}", hex::encode(tag))
+        SIGNATURE.sign(&self.keys, timestamp, body)
     }
-}
-
-/// A parsed `Paddle-Signature` header.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[doc(hidden)]
-pub struct PaddleHeader<'a> {
-    /// The raw digits of `ts`.
-    pub timestamp: &'a [u8],
-    /// The decoded `h1` signatures (unreadable ones skipped).
-    pub h1: Vec<[u8; 32]>,
-}
-
-/// Parses a `Paddle-Signature` value. Bounded: refuses more than 8 KiB or 32 entries
-/// before reading any.
-///
-/// # Errors
-/// [`VerifyError::MalformedHeader`] for an entry without `=`, a missing, empty or
-/// repeated `ts`, too long a header or too many entries;
-/// [`VerifyError::NoUsableSignature`] when no `h1` decodes.
-#[doc(hidden)]
-pub fn parse_header(value: &[u8]) -> Result<PaddleHeader<'_>, VerifyError> {
-    common::check_len(value, HEADER)?;
-    common::check_entries(value, b';', HEADER)?;
-    let mut timestamp = None;
-    let mut h1 = Vec::new();
-    for entry in value.split(|&b| b == b';') {
-        let (key, val) = common::split_pair(entry)
-            .ok_or_else(|| common::malformed(HEADER, "entry is not key=value"))?;
-        match key {
-            b"ts" => {
-                if timestamp.is_some() || val.is_empty() {
-                    return Err(common::malformed(HEADER, "empty or repeated ts"));
-                }
-                timestamp = Some(val);
-            }
-            b"h1" => h1.extend(common::hex32(val)),
-            _ => {}
-        }
-    }
-    let timestamp = timestamp.ok_or_else(|| common::malformed(HEADER, "no ts"))?;
-    if h1.is_empty() {
-        return Err(VerifyError::NoUsableSignature);
-    }
-    Ok(PaddleHeader { timestamp, h1 })
 }
 
 impl Verifier for Paddle {
@@ -125,46 +78,27 @@ impl Verifier for Paddle {
         body: &[u8],
         now: DateTime<Utc>,
     ) -> Result<Verified, VerifyError> {
-        let parsed = parse_header(common::bounded_header(headers, HEADER)?)?;
-        let signed_at = parse_unix_seconds(parsed.timestamp, HEADER)?;
-        if !self
-            .keys
-            .any_match(&[parsed.timestamp, b":", body], &parsed.h1)
-        {
-            return Err(VerifyError::NoMatch);
-        }
-        check_tolerance(signed_at, now, self.tolerance)?;
-        Ok(Verified {
-            event_id: common::body_field(body, "event_id"),
-            signed_at: Some(signed_at),
+        SIGNATURE.verify(&self.keys, headers, body, now, self.tolerance, || {
+            common::body_field(body, "event_id")
         })
     }
 
-    fn tolerance(&self) -> Option<Duration> {
-        Some(self.tolerance)
-    }
-
-    fn retry_window(&self) -> Option<Duration> {
-        Some(Self::RETRY_WINDOW)
-    }
-
-    /// Paddle's first attempt and up to 60 retries (live accounts).
-    fn deliveries(&self) -> Option<u32> {
-        Some(61)
+    common::limits! {
+        tolerance;
+        retry_window;
+        /// Paddle's first attempt and up to 60 retries (live accounts).
+        deliveries: 61;
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::common::at;
     use super::*;
 
     // Published vectors: paddle-node-sdk, src/__tests__/notifications/webhooks-validator.test.ts.
     const SECRET: &str = "VALID_SECRET";
     const T: i64 = 1_698_796_800;
-
-    fn at(secs: i64) -> DateTime<Utc> {
-        DateTime::from_timestamp(secs, 0).unwrap()
-    }
 
     fn check(body: &str, header: &str, now: i64) -> Result<Verified, VerifyError> {
         Paddle::new([SECRET]).unwrap().verify(

@@ -5,7 +5,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::common::{self, Keys};
-use super::{KeyError, Secret, Verified, Verifier, VerifyError};
+use super::{Encoding, Verified, Verifier, VerifyError};
 use crate::Headers;
 
 const HEADERS: [&str; 2] = ["X-Shopify-Hmac-Sha256", "Shopify-Hmac-Sha256"];
@@ -40,14 +40,9 @@ impl Shopify {
     /// Shopify retries a failed webhook 8 times over 4 hours.
     pub const RETRY_WINDOW: Duration = Duration::from_secs(4 * 3600);
 
-    /// A verifier keyed with one or more app / webhook secrets.
-    ///
-    /// # Errors
-    /// [`KeyError::EmptySecret`] if no secret is given or one is empty.
-    pub fn new<S: Into<Secret>>(secrets: impl IntoIterator<Item = S>) -> Result<Self, KeyError> {
-        Ok(Self {
-            keys: Keys::from_secrets(secrets)?,
-        })
+    common::keyed! {
+        /// A verifier keyed with one or more app / webhook secrets.
+        new;
     }
 
     /// The `X-Shopify-Hmac-Sha256` value for `body`, signed with the first secret.
@@ -74,24 +69,18 @@ impl Verifier for Shopify {
             })
             .ok_or(VerifyError::MissingHeader(HEADERS[0].into()))?;
         let value = common::bounded_header(headers, name)?;
-        let tag = common::base64_32(value)
-            .ok_or_else(|| common::malformed(name, "not base64 of 32 bytes"))?;
-        if !self.keys.any_match(&[body], &[tag]) {
-            return Err(VerifyError::NoMatch);
-        }
+        let tag = common::single_tag(value, b"", Encoding::Base64, &name.into())?;
+        self.keys.check(&[body], &[tag])?;
         Ok(Verified {
             event_id: common::id_header(headers, &ID_HEADERS),
             signed_at: None,
         })
     }
 
-    fn retry_window(&self) -> Option<Duration> {
-        Some(Self::RETRY_WINDOW)
-    }
-
-    /// Shopify's first attempt and its 8 retries.
-    fn deliveries(&self) -> Option<u32> {
-        Some(9)
+    common::limits! {
+        retry_window;
+        /// Shopify's first attempt and its 8 retries.
+        deliveries: 9;
     }
 }
 

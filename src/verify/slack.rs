@@ -5,9 +5,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::common::{self, Keys};
-use super::{
-    check_tolerance, parse_unix_seconds, KeyError, Secret, Verified, Verifier, VerifyError,
-};
+use super::{parse_unix_seconds, Encoding, Verified, Verifier, VerifyError};
 use crate::Headers;
 
 const HEADER: &str = "X-Slack-Signature";
@@ -52,22 +50,11 @@ impl Slack {
     /// Slack's 3 retries span about 6 minutes.
     pub const RETRY_WINDOW: Duration = Duration::from_secs(6 * 60);
 
-    /// A verifier keyed with one or more signing secrets.
-    ///
-    /// # Errors
-    /// [`KeyError::EmptySecret`] if no secret is given or one is empty.
-    pub fn new<S: Into<Secret>>(secrets: impl IntoIterator<Item = S>) -> Result<Self, KeyError> {
-        Ok(Self {
-            keys: Keys::from_secrets(secrets)?,
-            tolerance: Self::DEFAULT_TOLERANCE,
-        })
-    }
-
-    /// How far the signed timestamp may be from `now`, either way (default 300 s).
-    #[must_use]
-    pub fn tolerance(mut self, tolerance: Duration) -> Self {
-        self.tolerance = tolerance;
-        self
+    common::keyed! {
+        /// A verifier keyed with one or more signing secrets.
+        new;
+        /// How far the signed timestamp may be from `now`, either way (default 300 s).
+        tolerance;
     }
 
     /// The `X-Slack-Signature` value for `body` at `timestamp`, signed with the
@@ -97,37 +84,24 @@ impl Verifier for Slack {
         let value = common::bounded_header(headers, HEADER)?;
         let ts = common::bounded_header(headers, TIMESTAMP)?;
         let signed_at = parse_unix_seconds(ts, TIMESTAMP)?;
-        let hex = value
-            .strip_prefix(PREFIX)
-            .ok_or(VerifyError::NoUsableSignature)?;
-        let tag =
-            common::hex32(hex).ok_or_else(|| common::malformed(HEADER, "not 64 hex digits"))?;
-        if !self.keys.any_match(&[b"v0:", ts, b":", body], &[tag]) {
-            return Err(VerifyError::NoMatch);
-        }
-        check_tolerance(signed_at, now, self.tolerance)?;
-        Ok(Verified {
-            event_id: common::body_field(body, "event_id"),
-            signed_at: Some(signed_at),
+        let tag = common::single_tag(value, PREFIX, Encoding::Hex, &HEADER.into())?;
+        self.keys.check(&[b"v0:", ts, b":", body], &[tag])?;
+        common::timed(signed_at, now, self.tolerance, || {
+            common::body_field(body, "event_id")
         })
     }
 
-    fn tolerance(&self) -> Option<Duration> {
-        Some(self.tolerance)
-    }
-
-    fn retry_window(&self) -> Option<Duration> {
-        Some(Self::RETRY_WINDOW)
-    }
-
-    /// Slack's first attempt and its 3 retries.
-    fn deliveries(&self) -> Option<u32> {
-        Some(4)
+    common::limits! {
+        tolerance;
+        retry_window;
+        /// Slack's first attempt and its 3 retries.
+        deliveries: 4;
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::common::at;
     use super::*;
 
     // Published vector: Slack's "Verifying requests from Slack" worked example. The
@@ -137,10 +111,6 @@ mod tests {
     const TS: &str = "1531420618";
     const BODY: &str = "token=xyzz0WbapA4vBCDEFasx0q6G&team_id=T1DC2JH3J&team_domain=testteamnow&channel_id=G8PSS9T3V&channel_name=foobar&user_id=U2CERLKJA&user_name=roadrunner&command=%2Fwebhook-collect&text=&response_url=https%3A%2F%2Fhooks.slack.com%2Fcommands%2FT1DC2JH3J%2F397700885554%2F96rGlfmibIGlgcZRskXaIFfN&trigger_id=398738663015.47445629121.803a0bc887a14d10d2c447fce8b6703c";
     const SIG: &str = "v0=a2114d57b48eac39b9ad189dd8316235a7b4a8d21a10bd27519666489c69b503";
-
-    fn at(secs: i64) -> DateTime<Utc> {
-        DateTime::from_timestamp(secs, 0).unwrap()
-    }
 
     #[test]
     fn published_vector_passes() {

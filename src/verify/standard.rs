@@ -8,9 +8,7 @@ use base64::Engine as _;
 use chrono::{DateTime, Utc};
 
 use super::common::{self, Keys};
-use super::{
-    check_tolerance, parse_unix_seconds, KeyError, Secret, Verified, Verifier, VerifyError,
-};
+use super::{parse_unix_seconds, KeyError, Secret, Verified, Verifier, VerifyError};
 use crate::Headers;
 
 /// Header names: the Standard Webhooks spelling and Svix's.
@@ -123,11 +121,9 @@ impl StandardWebhooks {
         })
     }
 
-    /// How far the signed timestamp may be from `now`, either way (default 300 s).
-    #[must_use]
-    pub fn tolerance(mut self, tolerance: Duration) -> Self {
-        self.tolerance = tolerance;
-        self
+    common::keyed! {
+        /// How far the signed timestamp may be from `now`, either way (default 300 s).
+        tolerance;
     }
 
     /// The `webhook-signature` value (`v1,<base64>`) for a message, signed with the
@@ -335,29 +331,20 @@ impl Verifier for StandardWebhooks {
         if !ok {
             return Err(VerifyError::NoMatch);
         }
-        check_tolerance(signed_at, now, self.tolerance)?;
-        Ok(Verified {
-            event_id: common::id_value(id),
-            signed_at: Some(signed_at),
-        })
+        common::timed(signed_at, now, self.tolerance, || common::id_value(id))
     }
 
-    fn tolerance(&self) -> Option<Duration> {
-        Some(self.tolerance)
-    }
-
-    fn retry_window(&self) -> Option<Duration> {
-        Some(Self::RETRY_WINDOW)
-    }
-
-    /// Svix's schedule: the first attempt and 7 retries.
-    fn deliveries(&self) -> Option<u32> {
-        Some(8)
+    common::limits! {
+        tolerance;
+        retry_window;
+        /// Svix's schedule: the first attempt and 7 retries.
+        deliveries: 8;
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::common::at;
     use super::*;
 
     // Published vector from the Standard Webhooks spec libraries' tests.
@@ -367,22 +354,23 @@ mod tests {
     const BODY: &[u8] = br#"{"email":"test@example.com","username":"test_user"}"#;
     const SIG: &str = "v1,tZ1I4/hDygAJgO5TYxiSd6Sd0kDW6hPenDe+bTa3Kkw=";
 
-    fn at(secs: i64) -> DateTime<Utc> {
-        DateTime::from_timestamp(secs, 0).unwrap()
-    }
-
     fn now() -> DateTime<Utc> {
         at(1_649_367_553)
+    }
+
+    /// The published id and timestamp, with `signature`, in the standard spelling.
+    fn headers(signature: &str) -> [(&'static str, &str); 3] {
+        [
+            ("webhook-id", ID),
+            ("webhook-timestamp", TS),
+            ("webhook-signature", signature),
+        ]
     }
 
     #[test]
     fn published_vector_passes_with_both_header_spellings() {
         let v = StandardWebhooks::new([SECRET]).unwrap();
-        let std_h = [
-            ("webhook-id", ID),
-            ("webhook-timestamp", TS),
-            ("webhook-signature", SIG),
-        ];
+        let std_h = headers(SIG);
         let svix_h = [
             ("Svix-Id", ID),
             ("Svix-Timestamp", TS),
@@ -441,17 +429,9 @@ mod tests {
     fn any_entry_and_any_secret_passes() {
         let v = StandardWebhooks::new(["whsec_bmV3", SECRET]).unwrap();
         let list = format!("v1,{} v2,abc {SIG}", common::base64_encode(&[0; 32]));
-        let h = [
-            ("webhook-id", ID),
-            ("webhook-timestamp", TS),
-            ("webhook-signature", list.as_str()),
-        ];
+        let h = headers(list.as_str());
         assert!(v.verify(&h, BODY, now()).is_ok());
-        let none = [
-            ("webhook-id", ID),
-            ("webhook-timestamp", TS),
-            ("webhook-signature", "v2,abc"),
-        ];
+        let none = headers("v2,abc");
         assert_eq!(
             v.verify(&none, BODY, now()),
             Err(VerifyError::NoUsableSignature)
@@ -461,11 +441,7 @@ mod tests {
     #[test]
     fn tolerance_both_directions_and_missing_headers() {
         let v = StandardWebhooks::new([SECRET]).unwrap();
-        let h = [
-            ("webhook-id", ID),
-            ("webhook-timestamp", TS),
-            ("webhook-signature", SIG),
-        ];
+        let h = headers(SIG);
         assert!(v.verify(&h, BODY, at(1_649_367_553 + 300)).is_ok());
         assert!(v.verify(&h, BODY, at(1_649_367_553 - 300)).is_ok());
         assert!(matches!(
@@ -523,11 +499,7 @@ mod tests {
         let pk = StandardWebhooks::public_key_of(&sk).unwrap();
         let sig = StandardWebhooks::sign_ed25519(&sk, ID, 1_649_367_553, BODY).unwrap();
         let v = StandardWebhooks::ed25519([pk.as_str()]).unwrap();
-        let h = [
-            ("webhook-id", ID),
-            ("webhook-timestamp", TS),
-            ("webhook-signature", sig.as_str()),
-        ];
+        let h = headers(sig.as_str());
         assert_eq!(
             v.verify(&h, BODY, now()).unwrap().event_id.as_deref(),
             Some(ID)
@@ -542,21 +514,13 @@ mod tests {
             sym.verify(&h, BODY, now()),
             Err(VerifyError::NoUsableSignature)
         );
-        let h1 = [
-            ("webhook-id", ID),
-            ("webhook-timestamp", TS),
-            ("webhook-signature", SIG),
-        ];
+        let h1 = headers(SIG);
         assert_eq!(
             v.verify(&h1, BODY, now()),
             Err(VerifyError::NoUsableSignature)
         );
         let both = format!("{SIG} {sig}");
-        let h2 = [
-            ("webhook-id", ID),
-            ("webhook-timestamp", TS),
-            ("webhook-signature", both.as_str()),
-        ];
+        let h2 = headers(both.as_str());
         assert!(
             v.verify(&h2, BODY, now()).is_ok(),
             "its own entry among others"

@@ -5,12 +5,23 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::common::{self, Keys};
-use super::{
-    check_tolerance, parse_unix_seconds, KeyError, Secret, Verified, Verifier, VerifyError,
-};
+use super::{Verified, Verifier, VerifyError};
 use crate::Headers;
 
 const HEADER: &str = "Stripe-Signature";
+
+/// `t=<unix>,v1=<hex>,...`: only `v1` entries are read; `v0` (test mode's fake)
+/// and unknown schemes are ignored.
+pub(super) const SIGNATURE: common::TimedHeader = common::TimedHeader {
+    name: HEADER,
+    separator: b',',
+    timestamp: b"t",
+    signature: b"v1",
+    joiner: b".",
+    repeated: "more than one timestamp",
+    empty: "empty timestamp",
+    missing: "no timestamp",
+};
 
 /// Verifies Stripe webhooks.
 ///
@@ -45,101 +56,18 @@ impl Stripe {
     /// Stripe retries a live-mode event for up to 72 hours.
     pub const RETRY_WINDOW: Duration = Duration::from_secs(72 * 3600);
 
-    /// A verifier keyed with one or more endpoint secrets (`whsec_...`, used as-is).
-    ///
-    /// # Errors
-    /// [`KeyError::EmptySecret`] if no secret is given or one is empty.
-    pub fn new<S: Into<Secret>>(secrets: impl IntoIterator<Item = S>) -> Result<Self, KeyError> {
-        Ok(Self {
-            keys: Keys::from_secrets(secrets)?,
-            tolerance: Self::DEFAULT_TOLERANCE,
-        })
-    }
-
-    /// How far the signed timestamp may be from `now`, either way (default 300 s).
-    #[must_use]
-    pub fn tolerance(mut self, tolerance: Duration) -> Self {
-        self.tolerance = tolerance;
-        self
+    common::keyed! {
+        /// A verifier keyed with one or more endpoint secrets (`whsec_...`, used as-is).
+        new;
+        /// How far the signed timestamp may be from `now`, either way (default 300 s).
+        tolerance;
     }
 
     /// The `Stripe-Signature` value Stripe would send for `body` at `timestamp`
     /// (Unix seconds), signed with the first secret.
     pub fn sign(&self, body: &[u8], timestamp: i64) -> String {
-        let t = timestamp.to_string();
-        let tag = self.keys.sign_first(&[t.as_bytes(), b".", body]);
-        format!("t={t},v1={}", hex::encode(tag))
+        SIGNATURE.sign(&self.keys, timestamp, body)
     }
-}
-
-/// A parsed `Stripe-Signature` header.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[doc(hidden)]
-pub struct StripeHeader<'a> {
-    /// The raw digits of `t`.
-    pub timestamp: &'a [u8],
-    /// The decoded `v1` signatures (entries that are not 64 hex digits are skipped).
-    pub v1: Vec<[u8; 32]>,
-}
-
-/// Parses a `Stripe-Signature` value. Bounded: refuses more than 8 KiB or 32 entries
-/// before looking at any of them.
-///
-/// # Errors
-/// [`VerifyError::MalformedHeader`] for an entry without `=`, an empty, missing or
-/// repeated `t`, too long a header or too many entries;
-/// [`VerifyError::NoUsableSignature`] when no `v1` entry decodes.
-#[doc(hidden)]
-pub fn parse_header(value: &[u8]) -> Result<StripeHeader<'_>, VerifyError> {
-    let mut v1 = [[0u8; 32]; common::MAX_ENTRIES];
-    let (timestamp, count) = parse(value, &mut v1)?;
-    Ok(StripeHeader {
-        timestamp,
-        v1: v1[..count].to_vec(),
-    })
-}
-
-/// [`parse_header`], writing the decoded `v1` signatures into `v1` (the header has
-/// at most [`common::MAX_ENTRIES`] entries, so verifying allocates nothing): the
-/// timestamp's digits and how many signatures were decoded.
-fn parse<'a>(
-    value: &'a [u8],
-    v1: &mut [[u8; 32]; common::MAX_ENTRIES],
-) -> Result<(&'a [u8], usize), VerifyError> {
-    common::check_len(value, HEADER)?;
-    common::check_entries(value, b',', HEADER)?;
-    let mut timestamp = None;
-    let mut count = 0;
-    for entry in value.split(|&b| b == b',') {
-        let (key, val) = common::split_pair(entry)
-            .ok_or_else(|| common::malformed(HEADER, "entry is not key=value"))?;
-        match key {
-            b"t" => {
-                if timestamp.is_some() {
-                    return Err(common::malformed(HEADER, "more than one timestamp"));
-                }
-                if val.is_empty() {
-                    return Err(common::malformed(HEADER, "empty timestamp"));
-                }
-                timestamp = Some(val);
-            }
-            // An unreadable v1 next to a readable one is ignored, as Stripe's SDKs do.
-            // (`check_entries` leaves at most MAX_ENTRIES entries.)
-            b"v1" => {
-                if let Some(tag) = common::hex32(val) {
-                    v1[count] = tag;
-                    count += 1;
-                }
-            }
-            // v0 (test-mode fake) and unknown schemes: ignored, never a downgrade path.
-            _ => {}
-        }
-    }
-    let timestamp = timestamp.ok_or_else(|| common::malformed(HEADER, "no timestamp"))?;
-    if count == 0 {
-        return Err(VerifyError::NoUsableSignature);
-    }
-    Ok((timestamp, count))
 }
 
 impl Verifier for Stripe {
@@ -149,17 +77,8 @@ impl Verifier for Stripe {
         body: &[u8],
         now: DateTime<Utc>,
     ) -> Result<Verified, VerifyError> {
-        let value = common::bounded_header(headers, HEADER)?;
-        let mut v1 = [[0u8; 32]; common::MAX_ENTRIES];
-        let (timestamp, count) = parse(value, &mut v1)?;
-        let signed_at = parse_unix_seconds(timestamp, HEADER)?;
-        if !self.keys.any_match(&[timestamp, b".", body], &v1[..count]) {
-            return Err(VerifyError::NoMatch);
-        }
-        check_tolerance(signed_at, now, self.tolerance)?;
-        Ok(Verified {
-            event_id: common::body_field(body, "id"),
-            signed_at: Some(signed_at),
+        SIGNATURE.verify(&self.keys, headers, body, now, self.tolerance, || {
+            common::body_field(body, "id")
         })
     }
 
@@ -167,26 +86,20 @@ impl Verifier for Stripe {
         Some(crate::meta::MetaExtractor::stripe())
     }
 
-    fn tolerance(&self) -> Option<Duration> {
-        Some(self.tolerance)
-    }
-
-    fn retry_window(&self) -> Option<Duration> {
-        Some(Self::RETRY_WINDOW)
+    common::limits! {
+        tolerance;
+        retry_window;
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::common::at;
     use super::*;
 
     const SECRET: &str = "whsec_test_secret";
     const BODY: &[u8] = br#"{"id":"evt_test_webhook","object":"event"}"#;
     const T: i64 = 1_700_000_000;
-
-    fn at(secs: i64) -> DateTime<Utc> {
-        DateTime::from_timestamp(secs, 0).unwrap()
-    }
 
     fn verify(header: &str) -> Result<Verified, VerifyError> {
         Stripe::new([SECRET])

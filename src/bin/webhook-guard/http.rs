@@ -1,10 +1,12 @@
-//! A small HTTP/1.1 client over plain TCP: one `POST` per connection, no TLS.
-//! Enough to drive a local endpoint like a provider would, without a client stack.
+//! The HTTP client of `send`: one `POST` per connection over plain TCP (HTTP/1.1
+//! through hyper, no TLS). Enough to drive a local endpoint as a provider would.
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
 /// The largest response read (the guard's answers are a few dozen bytes).
@@ -97,46 +99,77 @@ impl Target {
     }
 
     async fn exchange(&self, headers: &[(String, String)], body: &[u8]) -> Result<Reply, String> {
-        let mut stream = TcpStream::connect(&self.addrs[..])
+        let stream = TcpStream::connect(&self.addrs[..])
             .await
             .map_err(|e| format!("cannot connect to {}: {e}", self.host))?;
-        let mut request = format!(
-            "POST {} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nContent-Length: {}\r\n",
-            self.path,
-            self.host,
-            body.len()
-        );
-        for (name, value) in headers {
-            request.push_str(name);
-            request.push_str(": ");
-            request.push_str(value);
-            request.push_str("\r\n");
-        }
-        request.push_str("\r\n");
-        let mut bytes = request.into_bytes();
-        bytes.extend_from_slice(body);
-        stream
-            .write_all(&bytes)
+        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
             .await
+            .map_err(|e| failed("send failed", &e))?;
+        // Drives the connection while the request is sent and the answer read.
+        let connection = tokio::spawn(connection);
+        let mut request = hyper::Request::post(self.path.as_str())
+            .header(hyper::header::HOST, self.host.as_str())
+            .header(hyper::header::CONNECTION, "close");
+        for (name, value) in headers {
+            request = request.header(name.as_str(), value.as_str());
+        }
+        let request = request
+            .body(Full::new(Bytes::copy_from_slice(body)))
             .map_err(|e| format!("send failed: {e}"))?;
-        let mut raw = Vec::new();
-        let mut buf = [0u8; 8192];
-        loop {
-            match stream.read(&mut buf).await {
-                Ok(0) => break,
-                Ok(n) => {
-                    raw.extend_from_slice(&buf[..n]);
+        let reply = sender.send_request(request).await;
+        let reply = match reply {
+            Ok(response) => read(response).await,
+            Err(e) if e.is_incomplete_message() => {
+                Err("the connection closed before a complete answer".into())
+            }
+            Err(e) if e.is_parse() => Err(failed("not an HTTP/1.x answer", &e)),
+            Err(e) => Err(failed("send failed", &e)),
+        };
+        connection.abort();
+        reply
+    }
+}
+
+/// The status, reason and body of `response`, the body read up to [`MAX_REPLY`].
+async fn read(response: hyper::Response<hyper::body::Incoming>) -> Result<Reply, String> {
+    let status = response.status();
+    let reason = match response.extensions().get::<hyper::ext::ReasonPhrase>() {
+        Some(reason) => String::from_utf8_lossy(reason.as_bytes()).into_owned(),
+        None => status.canonical_reason().unwrap_or_default().to_owned(),
+    };
+    let mut body = response.into_body();
+    let mut raw = Vec::new();
+    while let Some(frame) = body.frame().await {
+        match frame {
+            Ok(frame) => {
+                if let Some(data) = frame.data_ref() {
+                    raw.extend_from_slice(data);
                     if raw.len() > MAX_REPLY {
                         return Err("response larger than 1 MiB".into());
                     }
                 }
-                // A reset after the answer arrived is fine.
-                Err(_) if has_head(&raw) => break,
-                Err(e) => return Err(format!("receive failed: {e}")),
             }
+            // A fault after the head (a reset, a malformed chunk): the answer is what
+            // arrived before it.
+            Err(_) => break,
         }
-        parse(&raw)
     }
+    Ok(Reply {
+        status: status.as_u16(),
+        reason,
+        body: String::from_utf8_lossy(&raw).into_owned(),
+    })
+}
+
+/// `what: error: its causes`.
+fn failed(what: &str, e: &hyper::Error) -> String {
+    let mut text = format!("{what}: {e}");
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        text.push_str(&format!(": {c}"));
+        cause = c.source();
+    }
+    text
 }
 
 fn split_host_port(authority: &str) -> Result<(&str, u16), String> {
@@ -155,65 +188,6 @@ fn split_host_port(authority: &str) -> Result<(&str, u16), String> {
         None if !authority.is_empty() => Ok((authority, 80)),
         None => Err(bad()),
     }
-}
-
-fn has_head(raw: &[u8]) -> bool {
-    find(raw, b"\r\n\r\n").is_some()
-}
-
-fn parse(raw: &[u8]) -> Result<Reply, String> {
-    let end = find(raw, b"\r\n\r\n").ok_or("the connection closed before a complete answer")?;
-    let head = String::from_utf8_lossy(&raw[..end]);
-    let body = &raw[end + 4..];
-    let mut lines = head.split("\r\n");
-    let status_line = lines.next().unwrap_or_default();
-    let mut parts = status_line.splitn(3, ' ');
-    let (version, status, reason) = (parts.next(), parts.next(), parts.next());
-    if !version.is_some_and(|v| v.starts_with("HTTP/1.")) {
-        return Err(format!("not an HTTP/1.x answer: `{status_line}`"));
-    }
-    let status = status
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| format!("bad status line `{status_line}`"))?;
-    let chunked = lines.any(|l| {
-        l.split_once(':').is_some_and(|(k, v)| {
-            k.trim().eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked")
-        })
-    });
-    Ok(Reply {
-        status,
-        reason: reason.unwrap_or_default().to_owned(),
-        body: if chunked {
-            String::from_utf8_lossy(&dechunk(body)).into_owned()
-        } else {
-            String::from_utf8_lossy(body).into_owned()
-        },
-    })
-}
-
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
-}
-
-/// The bytes of a chunked body, up to the last chunk or the first malformed one.
-fn dechunk(mut rest: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    while let Some(eol) = find(rest, b"\r\n") {
-        let size = std::str::from_utf8(&rest[..eol])
-            .ok()
-            .and_then(|s| usize::from_str_radix(s.trim(), 16).ok())
-            .unwrap_or(0);
-        let after = &rest[eol + 2..];
-        if size == 0 || size > after.len() {
-            break;
-        }
-        out.extend_from_slice(&after[..size]);
-        rest = &after[size..];
-        while let Some(next) = rest.strip_prefix(b"\r\n") {
-            rest = next;
-        }
-    }
-    out
 }
 
 #[cfg(test)]
@@ -257,41 +231,89 @@ mod tests {
         assert_eq!(target.path, "/hook?to=a%40b");
     }
 
-    #[test]
-    fn parses_answers() {
-        let r = parse(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").unwrap();
+    /// What `post` makes of `raw`, sent by a server as its whole answer (the
+    /// connection closed after it), and the request the server read.
+    async fn answer(raw: &'static [u8]) -> (Result<Reply, String>, String) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/hook?a=1", listener.local_addr().unwrap());
+        let server = tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut seen = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !seen.ends_with(b"\r\n\r\nbody") {
+                let n = socket.read(&mut buf).await.unwrap();
+                assert!(n > 0, "the request ended early");
+                seen.extend_from_slice(&buf[..n]);
+            }
+            socket.write_all(raw).await.unwrap();
+            socket.shutdown().await.unwrap();
+            String::from_utf8(seen).unwrap()
+        });
+        let target = Target::resolve(&url, false).await.unwrap();
+        let headers = [("X-Test-Signature".to_owned(), "v1=ab".to_owned())];
+        let reply = target
+            .post(&headers, b"body", Duration::from_secs(10))
+            .await;
+        (reply, server.await.unwrap())
+    }
+
+    #[tokio::test]
+    async fn sends_one_post_and_reads_its_answer() {
+        let (r, request) = answer(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await;
+        let r = r.unwrap();
         assert_eq!(
             (r.status, r.reason.as_str(), r.body.as_str()),
             (200, "OK", "ok")
         );
-        let r = parse(b"HTTP/1.1 409 Conflict\r\ntransfer-encoding: chunked\r\n\r\n2\r\nab\r\n1\r\nc\r\n0\r\n\r\n")
-            .unwrap();
+        let request = request.to_ascii_lowercase();
+        assert!(
+            request.starts_with("post /hook?a=1 http/1.1\r\n"),
+            "{request}"
+        );
+        for line in [
+            "\r\nhost: 127.0.0.1:",
+            "\r\nconnection: close\r\n",
+            "\r\ncontent-length: 4\r\n",
+            "\r\nx-test-signature: v1=ab\r\n",
+        ] {
+            assert!(request.contains(line), "{line:?} in {request}");
+        }
+        let (r, _) = answer(b"HTTP/1.1 409 Conflict\r\ntransfer-encoding: chunked\r\n\r\n2\r\nab\r\n1\r\nc\r\n0\r\n\r\n")
+            .await;
+        let r = r.unwrap();
         assert_eq!((r.status, r.body.as_str()), (409, "abc"));
-        assert!(parse(b"HTTP/1.1 200 OK\r\n").is_err());
-        assert!(parse(b"SSH-2.0\r\n\r\n").is_err());
+        let (r, _) = answer(b"HTTP/1.1 200 Fine\r\ncontent-length: 0\r\n\r\n").await;
+        assert_eq!(r.unwrap().reason, "Fine");
+        assert!(answer(b"HTTP/1.1 200 OK\r\n").await.0.is_err());
+        assert!(answer(b"SSH-2.0\r\n\r\n").await.0.is_err());
     }
 
-    #[test]
-    fn chunks_may_split_characters() {
-        let r = parse(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\n\xc3\r\n1\r\n\xa9\r\n0\r\n\r\n")
-            .unwrap();
-        assert_eq!(r.body, "\u{e9}");
-        let r = parse(
-            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n\xc3\xa9\r\n0\r\n\r\n",
-        )
-        .unwrap();
-        assert_eq!(r.body, "\u{e9}");
-        let r =
-            parse(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n\xffa\r\n0\r\n\r\n")
-                .unwrap();
-        assert_eq!(r.body, "\u{fffd}a");
-        let r =
-            parse(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\nzz\r\nb\r\n")
-                .unwrap();
-        assert_eq!(r.body, "a");
-        let r = parse(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n9\r\n\xc3\xa9\r\n")
-            .unwrap();
-        assert_eq!(r.body, "");
+    #[tokio::test]
+    async fn chunks_may_split_characters() {
+        let body = |raw| async move { answer(raw).await.0.unwrap().body };
+        assert_eq!(
+            body(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\n\xc3\r\n1\r\n\xa9\r\n0\r\n\r\n").await,
+            "\u{e9}"
+        );
+        assert_eq!(
+            body(
+                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n\xc3\xa9\r\n0\r\n\r\n"
+            )
+            .await,
+            "\u{e9}"
+        );
+        assert_eq!(
+            body(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n\xffa\r\n0\r\n\r\n")
+                .await,
+            "\u{fffd}a"
+        );
+        // A malformed chunk: the answer is what arrived before it.
+        assert_eq!(
+            body(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\nzz\r\nb\r\n")
+                .await,
+            "a"
+        );
     }
 
     #[test]

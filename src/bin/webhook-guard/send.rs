@@ -153,16 +153,10 @@ fn random_hex(len: usize) -> String {
     out
 }
 
+/// A random (version 4) UUID, hyphenated and lowercase, as GitHub, Shopify and
+/// Linear write their delivery ids.
 fn uuid() -> String {
-    let h = random_hex(32);
-    format!(
-        "{}-{}-4{}-a{}-{}",
-        &h[..8],
-        &h[8..12],
-        &h[13..16],
-        &h[17..20],
-        &h[20..]
-    )
+    uuid::Uuid::new_v4().to_string()
 }
 
 impl Signer {
