@@ -129,7 +129,8 @@ const COMPARISONS: &[Comparison] = &[
 
 /// Runs every comparison whose name contains one of the arguments (all of them
 /// without arguments), prints the table and the `ratio` lines, and exits non-zero
-/// when a comparison could not run in CI.
+/// when a comparison could not run in CI. Started by itself as a child process
+/// (`WG_BENCH_CHILD` set), it measures one memory figure instead.
 pub fn main() {
     if let Ok(child) = std::env::var(CHILD_VAR) {
         child_main(&child);
