@@ -219,6 +219,7 @@ use super::{
 pub use ::redis;
 
 mod batch;
+mod inbox;
 
 /// The key prefix of a store built without [`RedisStoreBuilder::prefix`].
 pub const DEFAULT_PREFIX: &str = "webhook-guard";
@@ -931,48 +932,19 @@ struct Scripts {
 /// record this crate did not write must not raise a script error: that would fail
 /// every other record of a batch or a scan); `ttl` is the time left until `due`, at
 /// least 1 ms.
-const PRELUDE: &str = r"
-local function int(x)
-  return string.find(x, '^%-?%d+$') ~= nil
-end
-local function parse(v)
-  local s, t, f, a, l, c, x, e, u, h = string.match(v, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$')
-  if not (s and int(a) and int(l) and int(c) and int(x) and int(e) and int(u)) then return end
-  return s, t, f, a, l, c, x, e, u, h
-end
-local function ttl(due, now)
-  return string.format('%d', math.max(due - now, 1))
-end
-";
+const PRELUDE: &str = include_str!("lua/records/prelude.lua");
 
 /// The claim script, for the rare claim that must decide on a known record (see
 /// [`RedisStore::claim`]): its first lines store the id if the record vanished since
 /// the claim's `SET NX GET`; KEYS record, due; ARGV the fresh record, its TTL,
 /// member, fingerprint, token, now, lease_until, expires_at. Answers 0 (stored: the
 /// caller knows the record).
-const CLAIM_HEAD: &str = r"
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  redis.call('ZADD', KEYS[2], ARGV[7], ARGV[3])
-  return 0
-end
-";
+const CLAIM_HEAD: &str = include_str!("lua/records/claim_head.lua");
 
 /// Tidies [`TIDY_BATCH`] entries of a shard's due index that are due: drops those
 /// whose record is gone (dropped by its TTL) and re-files finished ones at their
 /// expiry. KEYS due; ARGV record key prefix, now.
-const TIDY: &str = r"
-for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[2], 'LIMIT', 0, TIDY_BATCH)) do
-  local v = redis.call('GET', ARGV[1] .. m)
-  if not v then
-    redis.call('ZREM', KEYS[1], m)
-  elseif string.sub(v, 1, 12) ~= 'in_progress|' then
-    local e = string.match(v, '^[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|([^|]*)|')
-    -- One that does not read stays where it is, for the purge to remove.
-    if e and string.find(e, '^%-?%d+$') then redis.call('ZADD', KEYS[1], e, m) end
-  end
-end
-return 0
-";
+const TIDY: &str = include_str!("lua/records/tidy.lua");
 
 /// Each time a process has filed this many new records in a shard's due index, it
 /// tidies as many of the shard's due entries ([`TIDY`]): gone records dropped,
@@ -984,30 +956,7 @@ const TIDY_BATCH: u32 = 256;
 /// an expired record is replaced (0), a failed or abandoned one with a matching
 /// fingerprint (equal, or either one unknown: all zeros) taken over ({1, record}),
 /// keeping a known fingerprint, and anything else answered unchanged ({2, record}).
-const CLAIM_DECIDE: &str = r"
-local now = tonumber(ARGV[6])
-local v = redis.call('GET', KEYS[1])
-local s, t, f, a, l, c, x, e, u, h = parse(v)
-if not s then return redis.error_reply('webhook-guard: corrupt record') end
-local ln, en = tonumber(l), tonumber(e)
-local live = s == 'in_progress' and ln > now
-if en <= now and not live then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  redis.call('ZADD', KEYS[2], ARGV[7], ARGV[3])
-  return 0
-end
-local unknown = string.rep('0', 64)
-if (f == ARGV[4] or f == unknown or ARGV[4] == unknown) and (s == 'failed' or (s == 'in_progress' and not live)) then
-  if s == 'in_progress' then x = tonumber(x) + 1 end
-  if tonumber(ARGV[8]) > en then e = ARGV[8] end
-  if f == unknown then f = ARGV[4] end
-  local nv = table.concat({'in_progress', ARGV[5], f, tonumber(a) + 1, ARGV[7], c, x, e, ARGV[6], h}, '|')
-  redis.call('SET', KEYS[1], nv, 'PX', ttl(math.max(tonumber(e), tonumber(ARGV[7])), now))
-  redis.call('ZADD', KEYS[2], ARGV[7], ARGV[3])
-  return {1, nv}
-end
-return {2, v}
-";
+const CLAIM_DECIDE: &str = include_str!("lua/records/claim_decide.lua");
 
 /// Finish, for a batch of records: KEYS record and due of each; ARGV six per
 /// record: the fence prefix `in_progress|<token>|`, the new record's head
@@ -1017,132 +966,27 @@ return {2, v}
 /// index entry stays at the lease's end (at or before the new expiry, where purge
 /// and stuck re-file it) unless the new expiry is earlier. Without the prelude:
 /// every line here is paid by every processed delivery.
-const FINISH: &str = r"
-local out = {}
-for i = 1, #KEYS / 2 do
-  local k, a = 2 * i - 1, 6 * i - 6
-  local v, fence = redis.call('GET', KEYS[k]), ARGV[a + 1]
-  if not v or string.sub(v, 1, #fence) ~= fence then
-    out[i] = 0
-  else
-    local fa, l, c = string.match(v, '^([^|]*|[^|]*|)([^|]*)|([^|]*)|', #fence + 1)
-    if not c or not string.find(l, '^%-?%d+$') then
-      out[i] = -1
-    else
-      redis.call('SET', KEYS[k], ARGV[a + 2] .. fa .. l .. '|' .. c .. '|' .. ARGV[a + 3], 'PX', ARGV[a + 4])
-      if tonumber(ARGV[a + 5]) < tonumber(l) then redis.call('ZADD', KEYS[k + 1], ARGV[a + 5], ARGV[a + 6]) end
-      out[i] = 1
-    end
-  end
-end
-return out
-";
+const FINISH: &str = include_str!("lua/records/finish.lua");
 
 /// Renew: KEYS record, due; ARGV member, token, lease_until, expires_at. No `now`
 /// is given, so the TTL moves by as much as the record's due time does.
-const RENEW: &str = r"
-local v = redis.call('GET', KEYS[1])
-if not v then return 0 end
-local s, t, f, a, l, c, x, e, u, h = parse(v)
-if s ~= 'in_progress' or t ~= ARGV[2] then return 0 end
-local ne = e
-if tonumber(ARGV[4]) > tonumber(e) then ne = ARGV[4] end
-local nv = table.concat({s, t, f, a, ARGV[3], c, x, ne, u, h}, '|')
-local pttl = redis.call('PTTL', KEYS[1])
-if pttl >= 0 then
-  local left = pttl + math.max(tonumber(ne), tonumber(ARGV[3])) - math.max(tonumber(e), tonumber(l))
-  redis.call('SET', KEYS[1], nv, 'PX', string.format('%d', math.max(left, 1)))
-else
-  redis.call('SET', KEYS[1], nv, 'KEEPTTL')
-end
-redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
-return 1
-";
+const RENEW: &str = include_str!("lua/records/renew.lua");
 
 /// Delete: KEYS record, due; ARGV member, now. Answers 1 (removed), 0 (not found)
 /// or 2 (live lease).
-const DELETE: &str = r"
-local v = redis.call('GET', KEYS[1])
-if v then
-  local s, t, f, a, l = parse(v)
-  if s == 'in_progress' and tonumber(l) > tonumber(ARGV[2]) then return 2 end
-  redis.call('DEL', KEYS[1])
-end
-redis.call('ZREM', KEYS[2], ARGV[1])
-if v then return 1 end
-return 0
-";
+const DELETE: &str = include_str!("lua/records/delete.lua");
 
 /// Purge one batch of a shard: KEYS due; ARGV now, limit, record key prefix,
 /// offset. Answers {removed, looked at, kept in place}: stuck records whose expiry
 /// has not come stay at the front of the range (for stuck), everything else leaves
 /// it (removed, or re-filed at its next due time).
-const PURGE: &str = r"
-local now = tonumber(ARGV[1])
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', tonumber(ARGV[4]), tonumber(ARGV[2]))
-local removed, kept = 0, 0
-for _, m in ipairs(due) do
-  local k = ARGV[3] .. m
-  local v = redis.call('GET', k)
-  local s, t, f, a, l, c, x, e
-  if v then s, t, f, a, l, c, x, e = parse(v) end
-  if not s then
-    if v then redis.call('DEL', k) end
-    redis.call('ZREM', KEYS[1], m)
-    removed = removed + 1
-  else
-    local ln, en = tonumber(l), tonumber(e)
-    local live = s == 'in_progress' and ln > now
-    if en <= now and not live then
-      redis.call('DEL', k)
-      redis.call('ZREM', KEYS[1], m)
-      removed = removed + 1
-    elseif live then
-      redis.call('ZADD', KEYS[1], l, m)
-    elseif s == 'in_progress' then
-      kept = kept + 1
-    else
-      redis.call('ZADD', KEYS[1], e, m)
-    end
-  end
-end
-return {removed, #due, kept}
-";
+const PURGE: &str = include_str!("lua/records/purge.lua");
 
 /// Stuck records of one shard: KEYS due; ARGV now, limit, record key prefix,
 /// offset. Answers {looked at, kept in place, then member and record of each stuck
 /// one}: stuck and expired records stay at the front of the range, everything else
 /// leaves it (dropped if gone, or re-filed at its next due time).
-const STUCK: &str = r"
-local now = tonumber(ARGV[1])
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', tonumber(ARGV[4]), tonumber(ARGV[2]))
-local out, n, kept = {#due, 0}, 2, 0
-for _, m in ipairs(due) do
-  local v = redis.call('GET', ARGV[3] .. m)
-  local s, t, f, a, l, c, x, e
-  if v then s, t, f, a, l, c, x, e = parse(v) end
-  if not v then
-    redis.call('ZREM', KEYS[1], m)
-  elseif not s then
-    kept = kept + 1
-  elseif s == 'in_progress' then
-    if tonumber(l) > now then
-      redis.call('ZADD', KEYS[1], l, m)
-    else
-      kept = kept + 1
-      out[n + 1] = m
-      out[n + 2] = v
-      n = n + 2
-    end
-  elseif tonumber(e) > now then
-    redis.call('ZADD', KEYS[1], e, m)
-  else
-    kept = kept + 1
-  end
-end
-out[2] = kept
-return out
-";
+const STUCK: &str = include_str!("lua/records/stuck.lua");
 
 static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
     let script = |body: &str| Script::new(&format!("{PRELUDE}{body}"));

@@ -43,7 +43,7 @@ use crate::inbox::{Enqueued, InboxEvent, InboxStore, NewEvent, Settle};
 use crate::ordering::{Freshness, ObjectKey, ObjectRecord, ObjectStatus, OrderingStore};
 
 /// The schema for the default table name; [`MySqlStore::schema_sql`] renames it.
-const SCHEMA: &str = include_str!("mysql.sql");
+const SCHEMA: &str = include_str!("schema.sql");
 
 /// How many rows one statement of `purge_settled` removes at most, so that it
 /// holds its row locks for a few milliseconds only.
@@ -96,7 +96,7 @@ pub use super::sql::InvalidTableName;
 /// your own migration tool. The schema for the default table name:
 ///
 /// ```sql
-#[doc = include_str!("mysql.sql")]
+#[doc = include_str!("schema.sql")]
 /// ```
 ///
 /// - `namespace` and `id` are `VARBINARY`, compared byte for byte. (`utf8mb4_bin`
@@ -239,7 +239,7 @@ pub struct MySqlStore {
     pool: MySqlPool,
     table: Arc<str>,
     sql: Arc<Sql>,
-    batcher: Arc<super::claim_batch::ClaimBatcher>,
+    batcher: Arc<super::sql::claim_batch::ClaimBatcher>,
     /// How the server lets a claim batch bound its lock wait, once known.
     lock_wait: Arc<std::sync::OnceLock<batch::LockWait>>,
 }
@@ -915,7 +915,7 @@ where
 impl ProcessedStore for MySqlStore {
     async fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
         if batch::fits(request.key.namespace, request.key.id) {
-            use super::claim_batch::{Batched, ClaimBatcher};
+            use super::sql::claim_batch::{Batched, ClaimBatcher};
             match ClaimBatcher::claim(self, request).await {
                 Batched::Fresh => return Ok(Claim::Acquired(fresh_record(request))),
                 Batched::Existing(record) if request.decide_on(&record) == Decision::Keep => {

@@ -7,8 +7,14 @@ use std::fmt;
 
 use chrono::{DateTime, Utc};
 
-use super::{decode_history, encode_history, FailureNote, FencingToken, Fingerprint, Key, Record};
-use super::{RecordState, Recorded, StoreError};
+pub(crate) mod claim_batch;
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+pub(crate) mod impls;
+
+use crate::store::{
+    decode_history, encode_history, FailureNote, FencingToken, Fingerprint, Key, Record,
+};
+use crate::store::{RecordState, Recorded, StoreError};
 use crate::inbox::{InboxEvent, InboxState};
 use crate::meta::EventMeta;
 use crate::ordering::{ObjectRecord, ObjectStatus};

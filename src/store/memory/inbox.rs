@@ -6,7 +6,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-use super::{Enqueued, InboxEvent, InboxState, InboxStore, NewEvent, Settle};
+use crate::inbox::{Enqueued, InboxEvent, InboxState, InboxStore, NewEvent, Settle};
 use crate::ordering::{Freshness, ObjectKey, ObjectRecord, ObjectStatus, OrderingStore};
 use crate::store::{Fence, FencingToken, Key, MemoryStore, StoreError};
 
@@ -224,7 +224,7 @@ impl InboxStore for MemoryStore {
             if queue
                 .events
                 .get(&k)
-                .is_some_and(|e| super::settled_already(e, token, settle))
+                .is_some_and(|e| crate::inbox::settled_already(e, token, settle))
             {
                 return Ok(Fence::Applied);
             }

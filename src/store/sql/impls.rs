@@ -13,7 +13,7 @@
 /// (`Arc<Statements>`), and an `async fn write_gate(&self)` whose result is held
 /// while a write statement runs (SQLite serialises its writes there; PostgreSQL
 /// holds nothing), and must batch its claims
-/// ([`ClaimBatch`](crate::store::claim_batch::ClaimBatch)). `$err` maps a driver error to a [`StoreError`](crate::store::StoreError).
+/// ([`ClaimBatch`](crate::store::sql::claim_batch::ClaimBatch)). `$err` maps a driver error to a [`StoreError`](crate::store::StoreError).
 macro_rules! sql_store_impls {
     ($store:ty, $conn:ty, $err:path) => {
         const _: () = {
@@ -84,7 +84,7 @@ macro_rules! sql_store_impls {
                     &self,
                     request: &ClaimRequest<'_>,
                 ) -> Result<Result<Record, Option<Record>>, StoreError> {
-                    use $crate::store::claim_batch::{Batched, ClaimBatcher};
+                    use $crate::store::sql::claim_batch::{Batched, ClaimBatcher};
                     Ok(match ClaimBatcher::claim(self, request).await {
                         Batched::Acquired(record) => Ok(record),
                         Batched::Existing(record) => Err(Some(record)),

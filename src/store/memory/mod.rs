@@ -10,6 +10,8 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use hashbrown::HashTable;
 
+mod inbox;
+
 use super::{
     Claim, ClaimRequest, Decision, Deleted, FailureNote, Fence, FencingToken, Fingerprint, Finish,
     Key, ProcessedStore, Record, RecordState, StoreError,
@@ -64,8 +66,8 @@ struct Inner {
     shards: Box<[Mutex<Shard>]>,
     /// The shard the next purge starts at.
     purge_from: AtomicUsize,
-    queue: Mutex<crate::inbox::memory::Queue>,
-    ledger: Mutex<crate::inbox::memory::Ledger>,
+    queue: Mutex<inbox::Queue>,
+    ledger: Mutex<inbox::Ledger>,
 }
 
 /// One lock stripe: its records in a slab, and a table of slab indices found by
@@ -338,11 +340,11 @@ impl MemoryStore {
         self.len() == 0
     }
 
-    pub(crate) fn queue(&self) -> &Mutex<crate::inbox::memory::Queue> {
+    pub(crate) fn queue(&self) -> &Mutex<inbox::Queue> {
         &self.inner.queue
     }
 
-    pub(crate) fn ledger(&self) -> &Mutex<crate::inbox::memory::Ledger> {
+    pub(crate) fn ledger(&self) -> &Mutex<inbox::Ledger> {
         &self.inner.ledger
     }
 

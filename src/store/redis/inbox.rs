@@ -9,7 +9,7 @@ use ::redis::{Script, Value};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-use super::{Enqueued, InboxEvent, InboxState, InboxStore, NewEvent, Settle};
+use crate::inbox::{Enqueued, InboxEvent, InboxState, InboxStore, NewEvent, Settle};
 use crate::meta::EventMeta;
 use crate::ordering::{Freshness, ObjectKey, ObjectRecord, ObjectStatus, OrderingStore};
 use crate::store::redis::{corrupt, int, millis, store_error, text, time, Eval};
@@ -190,20 +190,7 @@ fn is_settled_lua() -> &'static str {
 
 /// Enqueue: KEYS event, due, settled; ARGV id, now, then the fresh event's hash as
 /// field-value pairs. Answers 1 (inserted) or {state, fingerprint} (existing).
-const ENQUEUE: &str = r"
-local old = redis.call('HMGET', KEYS[1], 's', 'f', 'x')
-local s = old[1]
-if s then
-  if not ((SETTLED) and tonumber(old[3] or '0') <= tonumber(ARGV[2])) then
-    return {s, old[2]}
-  end
-  redis.call('DEL', KEYS[1])
-  redis.call('ZREM', KEYS[3], ARGV[1])
-end
-redis.call('HSET', KEYS[1], unpack(ARGV, 3))
-redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
-return 1
-";
+const ENQUEUE: &str = include_str!("lua/inbox/enqueue.lua");
 
 /// Lease: KEYS due, receipt; ARGV now, lease_until, event key prefix, then one fresh
 /// token per event wanted. Answers id, event hash, id, event hash, … Each taken event
@@ -212,122 +199,27 @@ return 1
 /// for as long as the lease, so the same script run again (a cluster connection resends
 /// after a lost reply) answers the events of its first run that it still holds,
 /// instead of leasing others.
-const LEASE: &str = r"
-local limit = #ARGV - 3
-local out, n, seen = {}, 0, {}
-local taken = redis.call('LRANGE', KEYS[2], 0, -1)
-if #taken > 0 then
-  for i, id in ipairs(taken) do
-    local k = ARGV[3] .. id
-    local cur = redis.call('HMGET', k, 's', 't')
-    if cur[1] == 'running' and cur[2] == ARGV[3 + i] then
-      out[#out + 1] = id
-      out[#out + 1] = redis.call('HGETALL', k)
-    end
-  end
-  return out
-end
-while n < limit do
-  local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, limit - n)
-  local progressed = false
-  for _, id in ipairs(ids) do
-    if not seen[id] then
-      seen[id] = true
-      progressed = true
-      local k = ARGV[3] .. id
-      local s = redis.call('HGET', k, 's')
-      if s == 'pending' or s == 'running' then
-        n = n + 1
-        redis.call('HSET', k, 's', 'running', 't', ARGV[3 + n], 'l', ARGV[2], 'u', ARGV[1])
-        redis.call('HINCRBY', k, 'a', 1)
-        redis.call('ZADD', KEYS[1], ARGV[2], id)
-        out[#out + 1] = id
-        out[#out + 1] = redis.call('HGETALL', k)
-      else
-        redis.call('ZREM', KEYS[1], id)
-      end
-    end
-  end
-  if not progressed then break end
-end
-if n > 0 then
-  for i = 1, #out, 2 do redis.call('RPUSH', KEYS[2], out[i]) end
-  redis.call('PEXPIRE', KEYS[2], math.max(1, tonumber(ARGV[2]) - tonumber(ARGV[1])))
-end
-return out
-";
+const LEASE: &str = include_str!("lua/inbox/lease.lua");
 
 /// Settle: KEYS event, due, settled; ARGV id, token, state, next_attempt_at, now,
 /// expires_at, TTL (ms) for a settled state, `0` to give the attempt back (else
 /// `1`), and the error if any. Answers 1 (applied) or 0 (lease lost). Run again (a
 /// cluster connection resends after a lost reply), it finds its own change (state,
 /// token and time) and answers 1 again.
-const SETTLE: &str = r"
-local cur = redis.call('HMGET', KEYS[1], 's', 't', 'l', 'u', 'a')
-if ARGV[3] ~= 'running' and cur[1] == ARGV[3] and cur[2] == ARGV[2] and cur[4] == ARGV[5] then return 1 end
-if cur[1] ~= 'running' or cur[2] ~= ARGV[2] then return 0 end
-redis.call('HSET', KEYS[1], 's', ARGV[3], 'n', ARGV[4], 'u', ARGV[5], 'x', ARGV[6])
-if ARGV[8] == '0' and (tonumber(cur[5]) or 0) > 0 then redis.call('HINCRBY', KEYS[1], 'a', -1) end
-if ARGV[9] then redis.call('HSET', KEYS[1], 'e', ARGV[9]) end
-if ARGV[3] == 'pending' then
-  redis.call('ZADD', KEYS[2], ARGV[4], ARGV[1])
-elseif ARGV[3] == 'running' then
-  redis.call('ZADD', KEYS[2], cur[3], ARGV[1])
-else
-  redis.call('ZREM', KEYS[2], ARGV[1])
-  redis.call('ZADD', KEYS[3], ARGV[6], ARGV[1])
-  redis.call('PEXPIRE', KEYS[1], ARGV[7])
-end
-return 1
-";
+const SETTLE: &str = include_str!("lua/inbox/settle.lua");
 
 /// Renew: KEYS event, due; ARGV id, token, lease_until. Answers 1 or 0.
-const RENEW: &str = r"
-local cur = redis.call('HMGET', KEYS[1], 's', 't')
-if cur[1] ~= 'running' or cur[2] ~= ARGV[2] then return 0 end
-redis.call('HSET', KEYS[1], 'l', ARGV[3])
-redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
-return 1
-";
+const RENEW: &str = include_str!("lua/inbox/renew.lua");
 
 /// Purge one batch of a namespace: KEYS settled; ARGV now, limit, event key prefix.
 /// Answers {removed, looked at}. Every entry looked at leaves the range: removed
 /// (with its event, or because the TTL already dropped the event) or re-filed.
-const PURGE: &str = r"
-local now = tonumber(ARGV[1])
-local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
-local removed = 0
-for _, id in ipairs(ids) do
-  local k = ARGV[3] .. id
-  local cur = redis.call('HMGET', k, 's', 'x')
-  local s, x = cur[1], tonumber(cur[2] or '0')
-  if not s then
-    redis.call('ZREM', KEYS[1], id)
-    removed = removed + 1
-  elseif (SETTLED) and x <= now then
-    redis.call('DEL', k)
-    redis.call('ZREM', KEYS[1], id)
-    removed = removed + 1
-  elseif (SETTLED) then
-    redis.call('ZADD', KEYS[1], x, id)
-  else
-    redis.call('ZREM', KEYS[1], id)
-  end
-end
-return {removed, #ids}
-";
+const PURGE: &str = include_str!("lua/inbox/purge.lua");
 
 /// Observe: KEYS record, failed; ARGV created_at, now, member. Answers nil (fresh)
 /// or the stored newest (stale). A tie with the stored newest is fresh and changes
 /// nothing.
-const OBSERVE: &str = r"
-local cur = redis.call('HMGET', KEYS[1], 'n', 's')
-if cur[1] and tonumber(ARGV[1]) < tonumber(cur[1]) then return tonumber(cur[1]) end
-if cur[1] and tonumber(ARGV[1]) == tonumber(cur[1]) then return false end
-redis.call('HSET', KEYS[1], 'n', ARGV[1], 's', 'pending', 'u', ARGV[2])
-if cur[2] == 'failed' then redis.call('ZREM', KEYS[2], ARGV[3]) end
-return false
-";
+const OBSERVE: &str = include_str!("lua/ordering/observe.lua");
 
 /// How [`SETTLE_OBJECT`] changes an object's status.
 #[derive(Clone, Copy)]
@@ -345,39 +237,11 @@ enum Mode {
 /// only over a failure recorded at or before ARGV[6]), and that time. Answers 1 when
 /// it set it as the first settle (or a mark); 0 otherwise, having set
 /// `failed` over a status another event of the same time settled first.
-const SETTLE_OBJECT: &str = r"
-local cur = redis.call('HMGET', KEYS[1], 'n', 's', 'u')
-if cur[1] ~= ARGV[1] then return 0 end
-if ARGV[5] == 'if_failed' and not (cur[2] == 'failed' and tonumber(cur[3]) and tonumber(cur[3]) <= tonumber(ARGV[6])) then return 0 end
-local first = cur[2] == 'pending' or ARGV[5] ~= 'settle'
-if not first and ARGV[2] ~= 'failed' then return 0 end
-redis.call('HSET', KEYS[1], 's', ARGV[2], 'u', ARGV[3])
-if ARGV[2] == 'failed' then
-  redis.call('ZADD', KEYS[2], ARGV[3], ARGV[4])
-elseif cur[2] == 'failed' then
-  redis.call('ZREM', KEYS[2], ARGV[4])
-end
-if first then return 1 end
-return 0
-";
+const SETTLE_OBJECT: &str = include_str!("lua/ordering/settle_object.lua");
 
 /// Failed records of one shard and namespace: KEYS failed; ARGV before, limit,
 /// record key prefix. Answers member, newest, updated_at, … oldest failure first.
-const FAILED: &str = r"
-local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
-local out = {}
-for _, m in ipairs(ids) do
-  local cur = redis.call('HMGET', ARGV[3] .. m, 'n', 's', 'u')
-  if cur[2] == 'failed' then
-    out[#out + 1] = m
-    out[#out + 1] = cur[1]
-    out[#out + 1] = cur[3]
-  else
-    redis.call('ZREM', KEYS[1], m)
-  end
-end
-return out
-";
+const FAILED: &str = include_str!("lua/ordering/failed.lua");
 
 struct Scripts {
     enqueue: Script,
