@@ -167,10 +167,10 @@ use chrono::{DateTime, Utc};
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::PgConnection;
 
+use super::sql::impls::sql_store_impls;
 use super::sql::{
     self, map_error, Dialect, InvalidTableName, Statements, TableName, DEFAULT_TABLE,
 };
-use super::sql::impls::sql_store_impls;
 use super::{Fingerprint, Key, Recorded, StoreError};
 
 pub use sqlx;

@@ -11,13 +11,13 @@ pub(crate) mod claim_batch;
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub(crate) mod impls;
 
+use crate::inbox::{InboxEvent, InboxState};
+use crate::meta::EventMeta;
+use crate::ordering::{ObjectRecord, ObjectStatus};
 use crate::store::{
     decode_history, encode_history, FailureNote, FencingToken, Fingerprint, Key, Record,
 };
 use crate::store::{RecordState, Recorded, StoreError};
-use crate::inbox::{InboxEvent, InboxState};
-use crate::meta::EventMeta;
-use crate::ordering::{ObjectRecord, ObjectStatus};
 
 /// The table the SQL stores use unless told otherwise.
 pub const DEFAULT_TABLE: &str = "webhook_guard_records";

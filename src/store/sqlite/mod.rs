@@ -134,8 +134,8 @@ use sqlx::sqlite::{
 use sqlx::SqliteConnection;
 use tokio::sync::{Mutex, MutexGuard};
 
-use super::sql::{map_error, Dialect, InvalidTableName, Statements, TableName, DEFAULT_TABLE};
 use super::sql::impls::sql_store_impls;
+use super::sql::{map_error, Dialect, InvalidTableName, Statements, TableName, DEFAULT_TABLE};
 use super::{Fingerprint, Key, Recorded, StoreError};
 
 pub use sqlx;
