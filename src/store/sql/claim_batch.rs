@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::oneshot;
 
 use super::{ceil_millis, millis};
-use crate::store::{BoxError, ClaimRequest, Fingerprint, Key, Record, StoreError};
+use crate::store::{BoxError, ClaimRequest, Fingerprint, Record, StoreError};
 
 /// The most claims one batch takes.
 pub(crate) const MAX_BATCH: usize = 64;
@@ -380,7 +380,10 @@ pub(crate) fn answer_upserted<R: super::SqlRow>(
                     .integer(0)
                     .and_then(|claimed| Ok((claimed == 1, RawRecord::read(row, 3)?)));
                 match read.map_err(map).and_then(|(claimed, raw)| {
-                    Ok((claimed, raw.into_record(Key::new(namespace, id))?))
+                    Ok((
+                        claimed,
+                        raw.into_record(crate::store::Key::new(namespace, id))?,
+                    ))
                 }) {
                     Ok((true, record)) => Batched::Acquired(record),
                     Ok((false, record)) => Batched::Existing(record),
