@@ -8,6 +8,7 @@ use std::fmt;
 use chrono::{DateTime, Utc};
 
 pub(crate) mod claim_batch;
+mod common;
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub(crate) mod impls;
 mod rows;
@@ -24,6 +25,8 @@ pub(crate) use rows::{
     fingerprint, inbox_state, RawEvent, RawObject, RawRecord, COLUMNS, EVENT_COLUMNS,
     OBJECT_COLUMNS,
 };
+#[cfg(feature = "mysql")]
+pub(crate) use common::{positional, Common};
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub(crate) use statements::{Dialect, Statements};
 

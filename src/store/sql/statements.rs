@@ -1,6 +1,7 @@
 //! The statements of the PostgreSQL and SQLite stores, written once for both dialects.
 
-use super::{TableName, COLUMNS, EVENT_COLUMNS, OBJECT_COLUMNS};
+use super::common::Common;
+use super::{TableName, COLUMNS, EVENT_COLUMNS};
 
 /// The contract's fingerprint test ([`Fingerprint::matches`]) in SQL, of the stored
 /// row `r` and the inserted one, with `unknown` the parameter holding
@@ -164,7 +165,13 @@ impl Statements {
 
     pub(crate) fn new(table: TableName, dialect: Dialect) -> Self {
         let t = table.quoted();
-        let queue = QueueSql::new(&table, dialect);
+        let common = Common::new(
+            &t,
+            &table.derived("inbox").quoted(),
+            &table.derived("objects").quoted(),
+            dialect.greatest(),
+        );
+        let queue = QueueSql::new(&table, dialect, common.clone());
         let (key, bytes, int) = dialect.types();
         let mut schema = format!(
             "CREATE TABLE IF NOT EXISTS {t} (\n    \
@@ -234,19 +241,14 @@ impl Statements {
                  WHERE NOT EXISTS (SELECT 1 FROM up WHERE up.namespace = k.ns AND up.id = k.vid)"
             )
         });
-        let get = format!("SELECT {COLUMNS} FROM {t} WHERE namespace = $1 AND id = $2");
-        let fence = "namespace = $1 AND id = $2 AND state = 'in_progress' AND token = $3";
-        let finish = format!(
-            "UPDATE {t} SET state = $4, failures = $5, history = $6, updated_at = $7, \
-                 expires_at = $8 WHERE {fence}"
-        );
-        let renew = format!(
-            "UPDATE {t} SET lease_until = $4, expires_at = {greatest}(expires_at, $5) WHERE {fence}"
-        );
-        let delete = format!(
-            "DELETE FROM {t} WHERE namespace = $1 AND id = $2 \
-                 AND NOT (state = 'in_progress' AND lease_until > $3)"
-        );
+        let Common {
+            get,
+            finish,
+            renew,
+            delete,
+            stuck,
+            ..
+        } = common;
         // Oldest first, through the `expires_at` index (the `ORDER BY` keeps the planner
         // on it even when most of the table is expired: a sequential scan would walk
         // the dead rows of earlier batches again and again).
@@ -271,11 +273,6 @@ impl Statements {
                      SELECT rowid FROM {t} WHERE {due} ORDER BY expires_at LIMIT $2)"
             ),
         };
-        let stuck = format!(
-            "SELECT namespace, id, {COLUMNS} FROM {t} \
-             WHERE state = 'in_progress' AND lease_until <= $1 \
-             ORDER BY lease_until LIMIT $2"
-        );
         let mut sql = Self {
             table,
             schema,
@@ -333,7 +330,8 @@ pub(crate) struct QueueSql {
 impl QueueSql {
     /// The statements for the dedup table `table`, its inbox `<table>_inbox` and its
     /// ordering ledger `<table>_objects`.
-    pub(crate) fn new(table: &TableName, dialect: Dialect) -> Self {
+    /// `common` holds the statements every dialect writes alike.
+    pub(crate) fn new(table: &TableName, dialect: Dialect, common: Common) -> Self {
         let (key, bytes, int) = dialect.types();
         let records = table.quoted();
         let inbox = table.derived("inbox");
@@ -399,8 +397,6 @@ impl QueueSql {
              WHERE e.due_at IS NULL AND e.expires_at <= $9 \
              RETURNING state"
         );
-        let existing =
-            format!("SELECT fingerprint, state FROM {i} WHERE namespace = $1 AND id = $2");
         // $1 namespace, $2 now, $3 token, $4 lease_until, $5 limit. Oldest due first;
         // PostgreSQL skips rows a concurrent lease has locked, SQLite has one writer.
         let (pick, picked, locking) = dialect.pick();
@@ -412,18 +408,6 @@ impl QueueSql {
                  ORDER BY due_at LIMIT $5{locking}) \
              RETURNING {EVENT_COLUMNS}"
         );
-        let fence = "namespace = $1 AND id = $2 AND state = 'running' AND token = $3";
-        // $4 state, $5 next_attempt_at, $6 error, $7 now, $8 expires_at, $9 1 to give
-        // the attempt back, else 0.
-        let settle = format!(
-            "UPDATE {i} SET state = $4, next_attempt_at = $5, \
-                 due_at = CASE $4 WHEN 'pending' THEN $5 WHEN 'running' THEN lease_until END, \
-                 last_error = COALESCE($6, last_error), updated_at = $7, expires_at = $8, \
-                 attempts = attempts - CASE WHEN attempts > 0 THEN $9 ELSE 0 END \
-             WHERE {fence}"
-        );
-        let renew = format!("UPDATE {i} SET lease_until = $4, due_at = $4 WHERE {fence}");
-        let get = format!("SELECT {EVENT_COLUMNS} FROM {i} WHERE namespace = $1 AND id = $2");
         // Oldest first: the `ORDER BY` keeps the planner on the partial index
         // `…_settled` even when most of the table has expired (as for the dedup
         // table's purge).
@@ -432,7 +416,6 @@ impl QueueSql {
                  WHERE due_at IS NULL AND expires_at <= $1 ORDER BY expires_at LIMIT $2{locking})"
         );
         // $1 namespace, $2 object, $3 family, $4 created_at, $5 now.
-        let object_key = "namespace = $1 AND object = $2 AND family = $3";
         let observe = format!(
             "INSERT INTO {o} AS o (namespace, object, family, newest, status, updated_at) \
              VALUES ($1, $2, $3, $4, 'pending', $5) \
@@ -440,18 +423,6 @@ impl QueueSql {
                  newest = excluded.newest, status = 'pending', updated_at = excluded.updated_at \
              WHERE excluded.newest > o.newest \
              RETURNING newest"
-        );
-        let newest = format!("SELECT newest FROM {o} WHERE {object_key}");
-        let mark_object = format!(
-            "UPDATE {o} SET status = $5, updated_at = $6 WHERE {object_key} AND newest = $4"
-        );
-        let settle_object = format!("{mark_object} AND status = 'pending'");
-        let mark_if_failed = format!("{mark_object} AND status = 'failed' AND updated_at <= $7");
-        let get_object = format!("SELECT {OBJECT_COLUMNS} FROM {o} WHERE {object_key}");
-        let failed = format!(
-            "SELECT {OBJECT_COLUMNS} FROM {o} \
-             WHERE namespace = $1 AND status = 'failed' AND updated_at <= $2 \
-             ORDER BY updated_at LIMIT $3"
         );
         // $1 namespace, $2 id, $3 fingerprint, $4 token, $5 now, $6 expires_at, $7 the
         // unknown fingerprint. Inserts a `completed` record; replaces an expired one, or
@@ -482,8 +453,20 @@ impl QueueSql {
              RETURNING state",
             matches = matches("$7"),
         );
-        let recorded =
-            format!("SELECT fingerprint, state FROM {records} WHERE namespace = $1 AND id = $2");
+        let Common {
+            existing,
+            settle,
+            renew_event: renew,
+            get_event: get,
+            newest,
+            settle_object,
+            mark_object,
+            mark_if_failed,
+            get_object,
+            failed,
+            recorded,
+            ..
+        } = common;
         let mut sql = Self {
             schema,
             enqueue,
