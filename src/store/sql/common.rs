@@ -74,7 +74,9 @@ impl Common {
                  WHERE state = 'in_progress' AND lease_until <= $1 \
                  ORDER BY lease_until LIMIT $2"
             ),
-            existing: format!("SELECT fingerprint, state FROM {i} WHERE namespace = $1 AND id = $2"),
+            existing: format!(
+                "SELECT fingerprint, state FROM {i} WHERE namespace = $1 AND id = $2"
+            ),
             settle: format!(
                 "UPDATE {i} SET state = $4, next_attempt_at = $5, \
                      due_at = CASE $4 WHEN 'pending' THEN $5 WHEN 'running' THEN lease_until END, \

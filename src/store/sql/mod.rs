@@ -1,6 +1,8 @@
-//! What the sqlx-backed stores share: table names, row decoding, error mapping, and
-//! the inbox and ordering statements of the PostgreSQL and SQLite stores.
-// The MySQL store uses the table names and the inbox and ordering rows only.
+//! What the sqlx-backed stores share: table names, row decoding, error mapping,
+//! purging in paced batches, and the statements every dialect writes alike. MySQL
+//! is the third dialect: it runs the shared statements with positional binds and
+//! writes its own where it must (see `store::mysql`).
+// Some helpers serve the PostgreSQL and SQLite stores only.
 #![cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
 
 use std::fmt;
@@ -19,14 +21,14 @@ use crate::store::{
     encode_history, FailureNote, Fingerprint, Key, RecordState, Recorded, StoreError,
 };
 
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
-pub(crate) use rows::SqlRow;
-pub(crate) use rows::{
-    fingerprint, inbox_state, RawEvent, RawObject, RawRecord, COLUMNS, EVENT_COLUMNS,
-    OBJECT_COLUMNS,
-};
 #[cfg(feature = "mysql")]
 pub(crate) use common::{positional, Common};
+#[cfg(feature = "mysql")]
+pub(crate) use rows::Columns;
+pub(crate) use rows::{
+    fingerprint, inbox_state, RawEvent, RawObject, RawRecord, SqlRow, COLUMNS, EVENT_COLUMNS,
+    OBJECT_COLUMNS,
+};
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub(crate) use statements::{Dialect, Statements};
 
@@ -171,7 +173,6 @@ pub(crate) fn history_text(history: &[FailureNote]) -> String {
 }
 
 /// A fenced update's outcome: it applied when it changed the one row it names.
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub(crate) fn fence(rows_affected: u64) -> super::Fence {
     if rows_affected == 1 {
         super::Fence::Applied
@@ -321,6 +322,7 @@ mod tests {
             "a b",
             "a\"b",
             "a;drop",
+            "`t`",
             "é",
             "s.t",
             &"a".repeat(64),

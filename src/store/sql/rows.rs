@@ -59,9 +59,8 @@ impl RawRecord {
     }
 }
 
-/// A row of the PostgreSQL or SQLite stores, read by column position with the
-/// column types the schema gives it.
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
+/// A row of a SQL store, read by column position with the column types the schema
+/// gives it.
 pub(crate) trait SqlRow {
     fn text(&self, at: usize) -> Result<String, sqlx::Error>;
     fn optional_text(&self, at: usize) -> Result<Option<String>, sqlx::Error>;
@@ -73,39 +72,51 @@ pub(crate) trait SqlRow {
     fn integer(&self, at: usize) -> Result<i64, sqlx::Error>;
 }
 
-/// How a database decodes an `INTEGER` column.
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
-pub(crate) trait IntegerColumn: sqlx::Database {
-    /// `INT4` on PostgreSQL; SQLite keeps every integer in 64 bits.
+/// How a database decodes the columns whose type differs between dialects.
+pub(crate) trait Columns: sqlx::Database {
+    /// An `INTEGER` column: `INT4` on PostgreSQL, `INT UNSIGNED` on MySQL; SQLite
+    /// keeps every integer in 64 bits.
     type Integer: Into<i64> + for<'r> sqlx::Decode<'r, Self> + sqlx::Type<Self>;
+    /// A text column as the driver reads it.
+    type Text: for<'r> sqlx::Decode<'r, Self> + sqlx::Type<Self>;
+    /// The text of column `at`, read as [`Self::Text`].
+    fn text(read: Self::Text, at: usize) -> Result<String, sqlx::Error>;
 }
 
 #[cfg(feature = "postgres")]
-impl IntegerColumn for sqlx::Postgres {
+impl Columns for sqlx::Postgres {
     type Integer = i32;
+    type Text = String;
+    fn text(read: String, _: usize) -> Result<String, sqlx::Error> {
+        Ok(read)
+    }
 }
 
 #[cfg(feature = "sqlite")]
-impl IntegerColumn for sqlx::Sqlite {
+impl Columns for sqlx::Sqlite {
     type Integer = i64;
+    type Text = String;
+    fn text(read: String, _: usize) -> Result<String, sqlx::Error> {
+        Ok(read)
+    }
 }
 
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
 impl<R> SqlRow for R
 where
     R: sqlx::Row,
-    R::Database: IntegerColumn,
+    R::Database: Columns,
     usize: sqlx::ColumnIndex<R>,
-    for<'r> String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
     for<'r> Vec<u8>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
     for<'r> i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
 {
     fn text(&self, at: usize) -> Result<String, sqlx::Error> {
-        self.try_get(at)
+        <R::Database as Columns>::text(self.try_get(at)?, at)
     }
 
     fn optional_text(&self, at: usize) -> Result<Option<String>, sqlx::Error> {
-        self.try_get(at)
+        let read: Option<<R::Database as Columns>::Text> = self.try_get(at)?;
+        read.map(|read| <R::Database as Columns>::text(read, at))
+            .transpose()
     }
 
     fn bytes(&self, at: usize) -> Result<Vec<u8>, sqlx::Error> {
@@ -121,12 +132,11 @@ where
     }
 
     fn integer(&self, at: usize) -> Result<i64, sqlx::Error> {
-        self.try_get::<<R::Database as IntegerColumn>::Integer, _>(at)
+        self.try_get::<<R::Database as Columns>::Integer, _>(at)
             .map(Into::into)
     }
 }
 
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
 impl RawRecord {
     /// Reads the [`COLUMNS`] starting at column `at`.
     pub(crate) fn read(row: &impl SqlRow, at: usize) -> Result<Self, sqlx::Error> {
@@ -171,7 +181,6 @@ pub(crate) struct RawEvent {
     pub(crate) expires_at: i64,
 }
 
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
 impl RawEvent {
     /// Reads the [`EVENT_COLUMNS`].
     pub(crate) fn read(row: &impl SqlRow) -> Result<Self, sqlx::Error> {
@@ -257,7 +266,6 @@ pub(crate) struct RawObject {
     pub(crate) updated_at: i64,
 }
 
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
 impl RawObject {
     /// Reads the [`OBJECT_COLUMNS`].
     pub(crate) fn read(row: &impl SqlRow) -> Result<Self, sqlx::Error> {
