@@ -6,7 +6,7 @@ use super::{COLUMNS, EVENT_COLUMNS, OBJECT_COLUMNS};
 
 /// The statements written once for every dialect, on the quoted dedup table, inbox
 /// and ordering table. Each comment names its binds.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) struct Common {
     /// $1 namespace, $2 id: the record's [`COLUMNS`].
     pub(crate) get: String,
@@ -99,6 +99,33 @@ impl Common {
             recorded: format!(
                 "SELECT fingerprint, state FROM {t} WHERE namespace = $1 AND id = $2"
             ),
+        }
+    }
+}
+
+impl Common {
+    /// Runs `f` on every statement.
+    #[cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
+    pub(crate) fn each_mut(&mut self, mut f: impl FnMut(&mut String)) {
+        for s in [
+            &mut self.get,
+            &mut self.finish,
+            &mut self.renew,
+            &mut self.delete,
+            &mut self.stuck,
+            &mut self.existing,
+            &mut self.settle,
+            &mut self.renew_event,
+            &mut self.get_event,
+            &mut self.newest,
+            &mut self.settle_object,
+            &mut self.mark_object,
+            &mut self.mark_if_failed,
+            &mut self.get_object,
+            &mut self.failed,
+            &mut self.recorded,
+        ] {
+            f(s);
         }
     }
 }

@@ -120,12 +120,9 @@ pub(crate) struct Statements {
     /// The claim of many ids in one statement (PostgreSQL; `None` on SQLite).
     #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub(crate) claim_batch: Option<String>,
-    pub(crate) get: String,
-    pub(crate) finish: String,
-    pub(crate) renew: String,
-    pub(crate) delete: String,
     pub(crate) purge: String,
-    pub(crate) stuck: String,
+    /// The statements every dialect writes alike.
+    pub(crate) common: Common,
     pub(crate) queue: QueueSql,
 }
 
@@ -171,7 +168,7 @@ impl Statements {
             &table.derived("objects").quoted(),
             dialect.greatest(),
         );
-        let queue = QueueSql::new(&table, dialect, common.clone());
+        let queue = QueueSql::new(&table, dialect);
         let (key, bytes, int) = dialect.types();
         let mut schema = format!(
             "CREATE TABLE IF NOT EXISTS {t} (\n    \
@@ -241,14 +238,6 @@ impl Statements {
                  WHERE NOT EXISTS (SELECT 1 FROM up WHERE up.namespace = k.ns AND up.id = k.vid)"
             )
         });
-        let Common {
-            get,
-            finish,
-            renew,
-            delete,
-            stuck,
-            ..
-        } = common;
         // Oldest first, through the `expires_at` index (the `ORDER BY` keeps the planner
         // on it even when most of the table is expired: a sequential scan would walk
         // the dead rows of earlier batches again and again).
@@ -278,25 +267,14 @@ impl Statements {
             schema,
             claim,
             claim_batch,
-            get,
-            finish,
-            renew,
-            delete,
             purge,
-            stuck,
+            common,
             queue,
         };
-        for s in [
-            &mut sql.claim,
-            &mut sql.get,
-            &mut sql.finish,
-            &mut sql.renew,
-            &mut sql.delete,
-            &mut sql.purge,
-            &mut sql.stuck,
-        ] {
+        for s in [&mut sql.claim, &mut sql.purge] {
             dialect.binds(s);
         }
+        sql.common.each_mut(|s| dialect.binds(s));
         sql
     }
 }
@@ -309,29 +287,17 @@ pub(crate) struct QueueSql {
     /// `CREATE TABLE` and `CREATE INDEX` for the inbox and the ordering ledger.
     pub(crate) schema: String,
     pub(crate) enqueue: String,
-    pub(crate) existing: String,
     pub(crate) lease: String,
-    pub(crate) settle: String,
-    pub(crate) renew: String,
-    pub(crate) get: String,
     pub(crate) purge: String,
     pub(crate) observe: String,
-    pub(crate) newest: String,
-    pub(crate) settle_object: String,
-    pub(crate) mark_object: String,
-    pub(crate) mark_if_failed: String,
-    pub(crate) get_object: String,
-    pub(crate) failed: String,
     pub(crate) record: String,
-    pub(crate) recorded: String,
 }
 
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 impl QueueSql {
     /// The statements for the dedup table `table`, its inbox `<table>_inbox` and its
     /// ordering ledger `<table>_objects`.
-    /// `common` holds the statements every dialect writes alike.
-    pub(crate) fn new(table: &TableName, dialect: Dialect, common: Common) -> Self {
+    pub(crate) fn new(table: &TableName, dialect: Dialect) -> Self {
         let (key, bytes, int) = dialect.types();
         let records = table.quoted();
         let inbox = table.derived("inbox");
@@ -453,64 +419,24 @@ impl QueueSql {
              RETURNING state",
             matches = matches("$7"),
         );
-        let Common {
-            existing,
-            settle,
-            renew_event: renew,
-            get_event: get,
-            newest,
-            settle_object,
-            mark_object,
-            mark_if_failed,
-            get_object,
-            failed,
-            recorded,
-            ..
-        } = common;
         let mut sql = Self {
             schema,
             enqueue,
-            existing,
             lease,
-            settle,
-            renew,
-            get,
             purge,
             observe,
-            newest,
-            settle_object,
-            mark_object,
-            mark_if_failed,
-            get_object,
-            failed,
             record,
-            recorded,
         };
-        for s in sql.statements_mut() {
+        for s in [
+            &mut sql.enqueue,
+            &mut sql.lease,
+            &mut sql.purge,
+            &mut sql.observe,
+            &mut sql.record,
+        ] {
             dialect.binds(s);
         }
         sql
-    }
-
-    fn statements_mut(&mut self) -> [&mut String; 16] {
-        [
-            &mut self.enqueue,
-            &mut self.existing,
-            &mut self.lease,
-            &mut self.settle,
-            &mut self.renew,
-            &mut self.get,
-            &mut self.purge,
-            &mut self.observe,
-            &mut self.newest,
-            &mut self.settle_object,
-            &mut self.mark_object,
-            &mut self.mark_if_failed,
-            &mut self.get_object,
-            &mut self.failed,
-            &mut self.record,
-            &mut self.recorded,
-        ]
     }
 }
 
@@ -523,35 +449,35 @@ mod tests {
     fn statements_use_the_table_name() {
         for dialect in [Dialect::Postgres, Dialect::Sqlite] {
             let s = Statements::new(TableName::new("my_hooks").unwrap(), dialect);
+            let (c, q) = (&s.common, &s.queue);
             for sql in [
-                &s.claim, &s.get, &s.finish, &s.renew, &s.delete, &s.purge, &s.stuck,
+                &s.claim, &c.get, &c.finish, &c.renew, &c.delete, &s.purge, &c.stuck,
             ] {
                 assert!(sql.contains("\"my_hooks\""), "{sql}");
             }
-            let q = &s.queue;
             for sql in [
                 &q.enqueue,
-                &q.existing,
+                &c.existing,
                 &q.lease,
-                &q.settle,
-                &q.renew,
-                &q.get,
+                &c.settle,
+                &c.renew_event,
+                &c.get_event,
                 &q.purge,
             ] {
                 assert!(sql.contains("\"my_hooks_inbox\""), "{sql}");
             }
             for sql in [
                 &q.observe,
-                &q.newest,
-                &q.settle_object,
-                &q.mark_object,
-                &q.mark_if_failed,
-                &q.get_object,
-                &q.failed,
+                &c.newest,
+                &c.settle_object,
+                &c.mark_object,
+                &c.mark_if_failed,
+                &c.get_object,
+                &c.failed,
             ] {
                 assert!(sql.contains("\"my_hooks_objects\""), "{sql}");
             }
-            for sql in [&q.record, &q.recorded] {
+            for sql in [&q.record, &c.recorded] {
                 assert!(sql.contains("\"my_hooks\""), "{sql}");
             }
         }
