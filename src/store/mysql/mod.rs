@@ -1,7 +1,7 @@
 //! The MySQL / MariaDB store, on [`sqlx`].
 //!
 //! [`MySqlStore`] keeps one row per `(namespace, id)` in one InnoDB table and makes
-//! every change of the [`ProcessedStore`] contract in a single statement, so it is
+//! every change of the [`ProcessedStore`](crate::store::ProcessedStore) contract in a single statement, so it is
 //! atomic across every process sharing the database. It is tested on MariaDB 10.11
 //! and written for MySQL 8 as well (see [Compatibility](MySqlStore#compatibility)).
 //!
@@ -79,7 +79,7 @@ const CODE_TAKEOVER: u64 = 3;
 /// the database in the URL).
 pub use super::sql::InvalidTableName;
 
-/// A [`ProcessedStore`] in a MySQL 8 or MariaDB (10.5 and later; 10.6 for the
+/// A [`ProcessedStore`](crate::store::ProcessedStore) in a MySQL 8 or MariaDB (10.5 and later; 10.6 for the
 /// inbox) table.
 ///
 /// Cheap to clone: clones share the pool. Create the table once with
@@ -98,9 +98,9 @@ pub use super::sql::InvalidTableName;
 /// - Times are `BIGINT` milliseconds since the Unix epoch, always the caller's
 ///   (`now` of each request), never the server's clock; the end of a lease and an
 ///   expiry are rounded up to the millisecond, never down. The fencing token is the
-///   `BIGINT` of [`FencingToken::as_i64`] (all 64 bits kept).
-/// - `by_expiry` keeps [`purge_expired`](ProcessedStore::purge_expired) a range scan
-///   and `by_lease` keeps [`stuck`](ProcessedStore::stuck) one, at any table size.
+///   `BIGINT` of [`FencingToken::as_i64`](crate::store::FencingToken::as_i64) (all 64 bits kept).
+/// - `by_expiry` keeps [`purge_expired`](crate::store::ProcessedStore::purge_expired) a range scan
+///   and `by_lease` keeps [`stuck`](crate::store::ProcessedStore::stuck) one, at any table size.
 ///   A purge deletes at most 1,000 rows per statement, oldest first, under `READ
 ///   COMMITTED` (it locks only the rows it deletes, no gaps; unlike PostgreSQL's, it
 ///   waits for a row another transaction holds, such as a `record_in` taking an
@@ -117,7 +117,7 @@ pub use super::sql::InvalidTableName;
 /// database:
 ///
 /// - a new key is inserted (`InProgress`, attempts 1) and the claim is
-///   [`Acquired`](Claim::Acquired) without reading anything back: one round trip;
+///   [`Acquired`](crate::store::Claim::Acquired) without reading anything back: one round trip;
 /// - on a duplicate key, the first assignment computes the decision **once**, from
 ///   the row as it was, and stores it with `LAST_INSERT_ID(code)`: 2 when the
 ///   record expired (it is overwritten with fresh values, again one round trip),
@@ -133,7 +133,7 @@ pub use super::sql::InvalidTableName;
 /// - the code comes back in the OK packet. For 1 and 3 the store reads the row back
 ///   (a second round trip) and answers `Acquired` exactly when the row carries the
 ///   request's token and was changed at the request's time (a process forked
-///   mid-sequence may repeat a token), else [`Existing`](Claim::Existing).
+///   mid-sequence may repeat a token), else [`Existing`](crate::store::Claim::Existing).
 ///
 /// The full statement is shown by [`MySqlStore::claim_sql`].
 ///
@@ -174,7 +174,7 @@ pub use super::sql::InvalidTableName;
 ///
 /// # Inbox, ordering guard and transactional mode
 ///
-/// The same store is an [`InboxStore`] in `<table>_inbox` and an [`OrderingStore`]
+/// The same store is an [`InboxStore`](crate::inbox::InboxStore) in `<table>_inbox` and an [`OrderingStore`](crate::ordering::OrderingStore)
 /// in `<table>_objects` ([`MySqlStore::inbox_table`], [`MySqlStore::objects_table`]),
 /// created by [`MySqlStore::migrate`] with the schema above:
 ///

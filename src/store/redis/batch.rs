@@ -49,7 +49,7 @@ pub(super) struct ClaimJob {
 }
 
 /// A fenced finish: the arguments of one entry of the finish script (see
-/// [`FINISH`](super::FINISH)).
+/// `lua/records/finish.lua`).
 pub(super) struct FinishJob {
     pub(super) shard: u16,
     pub(super) rec: RecordKey,

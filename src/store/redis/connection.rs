@@ -191,7 +191,7 @@ impl RedisStoreBuilder {
     }
 
     /// How many shards records are spread over (default [`DEFAULT_SHARDS`], at most
-    /// [`MAX_SHARDS`]): see the [module docs](self). Every process sharing a prefix
+    /// [`MAX_SHARDS`]): see the [module docs](crate::store::redis). Every process sharing a prefix
     /// must use the same count.
     pub fn shards(mut self, shards: u16) -> Self {
         self.shards = shards;

@@ -47,8 +47,8 @@
 //!   (times in ms since the epoch, history as JSON);
 //! - `{<prefix>:<n>}:due` — a sorted set of the shard's records (member
 //!   `<namespace>\0<id>`) scored at or before the time each needs attention: the
-//!   end of its lease (to find [stuck](ProcessedStore::stuck) claims) or its expiry
-//!   (to [purge](ProcessedStore::purge_expired) it). A claim files a new record at
+//!   end of its lease (to find [stuck](crate::store::ProcessedStore::stuck) claims) or its expiry
+//!   (to [purge](crate::store::ProcessedStore::purge_expired) it). A claim files a new record at
 //!   the end of its lease; a finish leaves the entry there unless the expiry is
 //!   earlier. Entries scored too early are re-filed when a purge or a stuck scan
 //!   meets them, and so are finished records when a tidy (below) does.
@@ -89,7 +89,7 @@
 //! is exactly the contract's expiry, and a claim treats a record expired by its
 //! `now` as absent even while the key lives on.
 //!
-//! [`purge_expired`](ProcessedStore::purge_expired) honours the contract for any
+//! [`purge_expired`](crate::store::ProcessedStore::purge_expired) honours the contract for any
 //! `now` through the `due` index: it removes records expired by then, in batches of
 //! at most 256 per script, and clears the index entries of records the TTL already
 //! dropped (those count as removed). **No sweeper is needed**: the records expire

@@ -89,7 +89,7 @@ enum Mode {
 
 /// Settle an object: KEYS record, failed; ARGV created_at, status, now, member, the
 /// mode (`settle`; `mark` to set the status whatever it was; `if_failed` to set it
-/// only over a failure recorded at or before ARGV[6]), and that time. Answers 1 when
+/// only over a failure recorded at or before `ARGV[6]`), and that time. Answers 1 when
 /// it set it as the first settle (or a mark); 0 otherwise, having set
 /// `failed` over a status another event of the same time settled first.
 const SETTLE_OBJECT: &str = include_str!("lua/ordering/settle_object.lua");

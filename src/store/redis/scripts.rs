@@ -14,7 +14,7 @@ pub(super) struct Scripts {
     pub(super) stuck: Script,
 }
 
-/// Shared by every script: `parse` splits a stored record (see [`record`]) into its
+/// Shared by every script: `parse` splits a stored record (see [`record`](super::codec::record)) into its
 /// ten fields, or answers nothing for one that does not parse, numbers included (a
 /// record this crate did not write must not raise a script error: that would fail
 /// every other record of a batch or a scan); `ttl` is the time left until `due`, at
@@ -22,7 +22,7 @@ pub(super) struct Scripts {
 const PRELUDE: &str = include_str!("lua/records/prelude.lua");
 
 /// The claim script, for the rare claim that must decide on a known record (see
-/// [`RedisStore::claim`]): its first lines store the id if the record vanished since
+/// [`RedisStore::claim`](crate::store::ProcessedStore::claim)): its first lines store the id if the record vanished since
 /// the claim's `SET NX GET`; KEYS record, due; ARGV the fresh record, its TTL,
 /// member, fingerprint, token, now, lease_until, expires_at. Answers 0 (stored: the
 /// caller knows the record).

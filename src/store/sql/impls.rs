@@ -1,6 +1,6 @@
 //! The store traits of the PostgreSQL and SQLite stores, written once.
 //!
-//! Both stores run the same statements (built by [`Statements`](super::sql::Statements)
+//! Both stores run the same statements (built by [`Statements`](super::Statements)
 //! for their dialect) with the same binds and read the same rows; only the sqlx
 //! database type differs, so [`sql_store_impls!`] expands the one body for each.
 

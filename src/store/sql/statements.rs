@@ -3,9 +3,9 @@
 use super::common::Common;
 use super::{TableName, COLUMNS, EVENT_COLUMNS};
 
-/// The contract's fingerprint test ([`Fingerprint::matches`]) in SQL, of the stored
+/// The contract's fingerprint test ([`Fingerprint::matches`](crate::store::Fingerprint::matches)) in SQL, of the stored
 /// row `r` and the inserted one, with `unknown` the parameter holding
-/// [`Fingerprint::UNKNOWN`].
+/// [`Fingerprint::UNKNOWN`](crate::store::Fingerprint::UNKNOWN).
 fn matches(unknown: &str) -> String {
     format!(
         "(r.fingerprint = excluded.fingerprint OR r.fingerprint = {unknown} \
