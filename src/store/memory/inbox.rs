@@ -16,7 +16,7 @@ type EventKey = (String, String);
 /// events, and one of settled events by expiry, so that a purge reads only expired
 /// ones.
 #[derive(Debug, Default)]
-pub(crate) struct Queue {
+pub(super) struct Queue {
     events: HashMap<EventKey, InboxEvent>,
     /// (namespace, due ms, id) for every `Pending` or `Running` event.
     due: BTreeSet<(String, i64, String)>,

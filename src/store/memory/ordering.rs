@@ -14,7 +14,7 @@ type ObjectKeyOwned = (String, String, String);
 /// The ordering ledger of a [`MemoryStore`], with an index of failed objects per
 /// namespace by when they last changed (what `failed_objects` reads).
 #[derive(Debug, Default)]
-pub(crate) struct Ledger {
+pub(super) struct Ledger {
     objects: HashMap<ObjectKeyOwned, ObjectRecord>,
     /// (namespace, updated_at, object, family) for every `Failed` object.
     failed: BTreeSet<(String, DateTime<Utc>, String, String)>,

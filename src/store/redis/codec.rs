@@ -11,11 +11,11 @@ use crate::store::{
     StoreError,
 };
 
-pub(crate) fn millis(t: DateTime<Utc>) -> i64 {
+pub(super) fn millis(t: DateTime<Utc>) -> i64 {
     t.timestamp_millis()
 }
 
-pub(crate) fn time(ms: i64) -> DateTime<Utc> {
+pub(super) fn time(ms: i64) -> DateTime<Utc> {
     DateTime::from_timestamp_millis(ms).unwrap_or(DateTime::<Utc>::MAX_UTC)
 }
 
@@ -24,18 +24,18 @@ pub(super) fn ttl(due: i64, now: i64) -> i64 {
     due.saturating_sub(now).max(1)
 }
 
-pub(crate) fn corrupt(what: &str) -> StoreError {
+pub(super) fn corrupt(what: &str) -> StoreError {
     StoreError::Corrupt(format!("redis record: {what}"))
 }
 
-pub(crate) fn int(v: &Value) -> Option<i64> {
+pub(super) fn int(v: &Value) -> Option<i64> {
     match v {
         Value::Int(i) => Some(*i),
         _ => text(v)?.parse().ok(),
     }
 }
 
-pub(crate) fn text(v: &Value) -> Option<&str> {
+pub(super) fn text(v: &Value) -> Option<&str> {
     match v {
         Value::BulkString(b) => std::str::from_utf8(b).ok(),
         Value::SimpleString(s) => Some(s),

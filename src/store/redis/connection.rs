@@ -93,7 +93,7 @@ impl From<ClusterConnection> for RedisConnection {
 /// One `EVALSHA` built in place: keys and arguments are written straight into the
 /// command (a [`ScriptInvocation`](::redis::ScriptInvocation) buffers each in its
 /// own vector, then copies them all into a command per call).
-pub(crate) struct Eval<'s> {
+pub(super) struct Eval<'s> {
     script: &'s Script,
     pub(super) cmd: ::redis::Cmd,
 }
@@ -101,20 +101,20 @@ pub(crate) struct Eval<'s> {
 impl<'s> Eval<'s> {
     /// An `EVALSHA` of `script` with `keys` keys, to be given first with
     /// [`Eval::key`], then the arguments.
-    pub(crate) fn new(script: &'s Script, keys: usize) -> Self {
+    pub(super) fn new(script: &'s Script, keys: usize) -> Self {
         let mut cmd = ::redis::cmd("EVALSHA");
         cmd.arg(script.get_hash()).arg(keys);
         Self { script, cmd }
     }
 
     /// Adds a key (before any argument).
-    pub(crate) fn key(&mut self, key: impl ToRedisArgs) -> &mut Self {
+    pub(super) fn key(&mut self, key: impl ToRedisArgs) -> &mut Self {
         self.cmd.arg(key);
         self
     }
 
     /// Adds an argument.
-    pub(crate) fn arg(&mut self, arg: impl ToRedisArgs) -> &mut Self {
+    pub(super) fn arg(&mut self, arg: impl ToRedisArgs) -> &mut Self {
         self.cmd.arg(arg);
         self
     }
@@ -122,7 +122,7 @@ impl<'s> Eval<'s> {
 
 impl RedisConnection {
     /// Runs `eval`, loading its script first if the server does not know it.
-    pub(crate) async fn eval<T: FromRedisValue>(&self, eval: &Eval<'_>) -> Result<T, RedisError> {
+    pub(super) async fn eval<T: FromRedisValue>(&self, eval: &Eval<'_>) -> Result<T, RedisError> {
         match self.query(&eval.cmd).await {
             Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
                 // As `ScriptInvocation::invoke_async` does (on a cluster the driver
@@ -137,7 +137,7 @@ impl RedisConnection {
         }
     }
 
-    pub(crate) async fn query_pipe<T: FromRedisValue>(
+    pub(super) async fn query_pipe<T: FromRedisValue>(
         &self,
         pipe: &::redis::Pipeline,
     ) -> Result<T, RedisError> {
@@ -147,7 +147,7 @@ impl RedisConnection {
         }
     }
 
-    pub(crate) async fn query<T: FromRedisValue>(
+    pub(super) async fn query<T: FromRedisValue>(
         &self,
         cmd: &::redis::Cmd,
     ) -> Result<T, RedisError> {
@@ -341,7 +341,7 @@ fn is_unreachable(e: &RedisError) -> bool {
         )
 }
 
-pub(crate) fn store_error(e: RedisError) -> StoreError {
+pub(super) fn store_error(e: RedisError) -> StoreError {
     if is_unreachable(&e) {
         StoreError::unavailable(e)
     } else {

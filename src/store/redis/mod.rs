@@ -324,7 +324,7 @@ impl RedisStore {
     }
 
     /// The shard of `parts` joined by NULs.
-    pub(crate) fn shard_for(&self, parts: &[&str]) -> u16 {
+    fn shard_for(&self, parts: &[&str]) -> u16 {
         // FNV-1a: stable across processes, platforms and versions (part of the layout).
         let mut h: u64 = 0xcbf2_9ce4_8422_2325;
         for (i, part) in parts.iter().enumerate() {
@@ -341,15 +341,13 @@ impl RedisStore {
     }
 
     /// The hash tag of shard `shard`: `{<prefix>:<shard>}`.
-    pub(crate) fn shard_tag(&self, shard: u16) -> String {
+    fn shard_tag(&self, shard: u16) -> String {
         format!("{{{}:{shard}}}", self.inner.prefix)
     }
 
-    /// The namespaces this process has registered for the inbox (see
-    /// `inbox::redis`).
-    pub(crate) fn registered_inboxes(
-        &self,
-    ) -> &std::sync::Mutex<std::collections::HashSet<String>> {
+    /// The namespaces this process has registered for the inbox (see the `inbox`
+    /// module).
+    fn registered_inboxes(&self) -> &std::sync::Mutex<std::collections::HashSet<String>> {
         &self.inner.inboxes
     }
 
