@@ -105,8 +105,14 @@ impl InboxStore for MySqlStore {
                 CODE_UNCHANGED => {}
                 code => return Err(StoreError::Corrupt(format!("enqueue answered code {code}"))),
             }
-            let row =
-                retry_deadlocks(|| q.existing.bind(&args[..2]).fetch_optional(&self.pool)).await?;
+            let row = retry_deadlocks(|| {
+                self.sql
+                    .common
+                    .existing
+                    .bind(&args[..2])
+                    .fetch_optional(&self.pool)
+            })
+            .await?;
             if let Some(row) = row {
                 let fingerprint: Vec<u8> = row.try_get(0).map_err(map_err)?;
                 let state: Vec<u8> = row.try_get(1).map_err(map_err)?;
@@ -178,7 +184,7 @@ impl InboxStore for MySqlStore {
             Arg::Count(u32::from(!settle.attempt_counts)),
         ];
         let done =
-            retry_deadlocks(|| self.sql.queue.settle.bind(&args).execute(&self.pool)).await?;
+            retry_deadlocks(|| self.sql.common.settle.bind(&args).execute(&self.pool)).await?;
         if done.rows_affected() == 0 {
             // The same settle made again (its answer was lost)?
             let event = self.get_event(key).await?;
@@ -201,14 +207,21 @@ impl InboxStore for MySqlStore {
             Arg::Int(token.as_i64()),
             Arg::Int(ceil_millis(lease_until)),
         ];
-        let done = retry_deadlocks(|| self.sql.queue.renew.bind(&args).execute(&self.pool)).await?;
+        let done =
+            retry_deadlocks(|| self.sql.common.renew_event.bind(&args).execute(&self.pool)).await?;
         Ok(fence(done.rows_affected()))
     }
 
     async fn get_event(&self, key: Key<'_>) -> Result<Option<InboxEvent>, StoreError> {
         let args = [Arg::Text(key.namespace), Arg::Text(key.id)];
-        let row =
-            retry_deadlocks(|| self.sql.queue.get.bind(&args).fetch_optional(&self.pool)).await?;
+        let row = retry_deadlocks(|| {
+            self.sql
+                .common
+                .get_event
+                .bind(&args)
+                .fetch_optional(&self.pool)
+        })
+        .await?;
         row.as_ref().map(event).transpose()
     }
 

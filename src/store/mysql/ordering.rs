@@ -68,7 +68,14 @@ impl OrderingStore for MySqlStore {
         }
         // Refused: a newer event is stored (records are never deleted, and the
         // newest only grows), so this read finds it.
-        let row = retry_deadlocks(|| q.newest.bind(&args[..3]).fetch_one(&self.pool)).await?;
+        let row = retry_deadlocks(|| {
+            self.sql
+                .common
+                .newest
+                .bind(&args[..3])
+                .fetch_one(&self.pool)
+        })
+        .await?;
         let newest: i64 = row.try_get(0).map_err(map_err)?;
         Ok(Freshness::Stale {
             newest: time(newest),
@@ -82,7 +89,7 @@ impl OrderingStore for MySqlStore {
         status: ObjectStatus,
         now: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
-        let stmt = &self.sql.queue.settle_object;
+        let stmt = &self.sql.common.settle_object;
         if self
             .object_update(stmt, key, created_at, status, now, None)
             .await?
@@ -104,7 +111,7 @@ impl OrderingStore for MySqlStore {
         status: ObjectStatus,
         now: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
-        let stmt = &self.sql.queue.mark_object;
+        let stmt = &self.sql.common.mark_object;
         self.object_update(stmt, key, created_at, status, now, None)
             .await
     }
@@ -117,7 +124,7 @@ impl OrderingStore for MySqlStore {
         status: ObjectStatus,
         now: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
-        let stmt = &self.sql.queue.mark_if_failed;
+        let stmt = &self.sql.common.mark_if_failed;
         self.object_update(stmt, key, created_at, status, now, Some(failed_since))
             .await
     }
@@ -128,7 +135,7 @@ impl OrderingStore for MySqlStore {
             Arg::Text(key.object),
             Arg::Text(key.family),
         ];
-        let stmt = &self.sql.queue.get_object;
+        let stmt = &self.sql.common.get_object;
         let row = retry_deadlocks(|| stmt.bind(&args).fetch_optional(&self.pool)).await?;
         row.as_ref().map(object).transpose()
     }
@@ -147,7 +154,7 @@ impl OrderingStore for MySqlStore {
             Arg::Int(millis(before)),
             Arg::Limit(limit as u64),
         ];
-        let stmt = &self.sql.queue.failed;
+        let stmt = &self.sql.common.failed;
         let rows = retry_deadlocks(|| stmt.bind(&args).fetch_all(&self.pool)).await?;
         rows.iter().map(object).collect()
     }

@@ -53,7 +53,8 @@ impl MySqlStore {
 
     async fn fetch(&self, key: Key<'_>) -> Result<Option<Record>, StoreError> {
         let args = [Arg::Text(key.namespace), Arg::Text(key.id)];
-        let row = retry_deadlocks(|| self.sql.get.bind(&args).fetch_optional(&self.pool)).await?;
+        let row =
+            retry_deadlocks(|| self.sql.common.get.bind(&args).fetch_optional(&self.pool)).await?;
         row.map(|row| RawRecord::read(&row, 0).map_err(map_err)?.into_record(key))
             .transpose()
     }
@@ -251,7 +252,8 @@ impl ProcessedStore for MySqlStore {
             Arg::Int(millis(finish.now)),
             Arg::Int(ceil_millis(finish.expires_at)),
         ];
-        let done = retry_deadlocks(|| self.sql.finish.bind(&args).execute(&self.pool)).await?;
+        let done =
+            retry_deadlocks(|| self.sql.common.finish.bind(&args).execute(&self.pool)).await?;
         Ok(fence(done.rows_affected()))
     }
 
@@ -269,7 +271,8 @@ impl ProcessedStore for MySqlStore {
             Arg::Int(ceil_millis(lease_until)),
             Arg::Int(ceil_millis(expires_at)),
         ];
-        let done = retry_deadlocks(|| self.sql.renew.bind(&args).execute(&self.pool)).await?;
+        let done =
+            retry_deadlocks(|| self.sql.common.renew.bind(&args).execute(&self.pool)).await?;
         Ok(fence(done.rows_affected()))
     }
 
@@ -284,7 +287,8 @@ impl ProcessedStore for MySqlStore {
             Arg::Int(millis(now)),
         ];
         for _ in 0..VANISHED_RETRIES {
-            let done = retry_deadlocks(|| self.sql.delete.bind(&args).execute(&self.pool)).await?;
+            let done =
+                retry_deadlocks(|| self.sql.common.delete.bind(&args).execute(&self.pool)).await?;
             if done.rows_affected() > 0 {
                 return Ok(Deleted::Removed);
             }
@@ -325,7 +329,8 @@ impl ProcessedStore for MySqlStore {
             return Ok(Vec::new());
         }
         let args = [Arg::Int(millis(now)), Arg::Limit(limit as u64)];
-        let rows = retry_deadlocks(|| self.sql.stuck.bind(&args).fetch_all(&self.pool)).await?;
+        let rows =
+            retry_deadlocks(|| self.sql.common.stuck.bind(&args).fetch_all(&self.pool)).await?;
         rows.iter().map(record_from_row).collect()
     }
 }

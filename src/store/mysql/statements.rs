@@ -66,16 +66,13 @@ pub(super) struct Sql {
     /// $1 namespace, $2 id, $3 fingerprint, $4 token, $5 lease_until, $6 expires_at,
     /// $7 now, $8 the unknown fingerprint.
     pub(super) claim: Stmt,
-    pub(super) get: Stmt,
-    pub(super) finish: Stmt,
-    pub(super) renew: Stmt,
-    pub(super) delete: Stmt,
     /// $1 namespace, $2 id, $3 now: whether a live lease holds the record (1) or not
     /// (0), no row for no record.
     pub(super) probe: Stmt,
     /// $1 now, $2 limit.
     pub(super) purge: Stmt,
-    pub(super) stuck: Stmt,
+    /// The statements every dialect writes alike.
+    pub(super) common: Common<Stmt>,
     pub(super) queue: QueueSql,
 }
 
@@ -87,26 +84,16 @@ pub(super) struct QueueSql {
     /// $1 namespace, $2 id, $3 fingerprint, $4 event_type, $5 created_at, $6 object,
     /// $7 family, $8 payload, $9 now, $10 expires_at.
     pub(super) enqueue: Stmt,
-    pub(super) existing: Stmt,
     /// $1 namespace, $2 now, $3 limit: the ids of due events, locked.
     pub(super) pick: Stmt,
     /// Binds token, lease_until, lease_until, now, namespace, then an `IN` list of ids.
     pub(super) take: String,
     /// Binds namespace, then an `IN` list of ids.
     pub(super) taken: String,
-    pub(super) settle: Stmt,
-    pub(super) renew: Stmt,
-    pub(super) get: Stmt,
     /// $1 now, $2 limit.
     pub(super) purge: Stmt,
     /// $1 namespace, $2 object, $3 family, $4 created_at, $5 now.
     pub(super) observe: Stmt,
-    pub(super) newest: Stmt,
-    pub(super) settle_object: Stmt,
-    pub(super) mark_object: Stmt,
-    pub(super) mark_if_failed: Stmt,
-    pub(super) get_object: Stmt,
-    pub(super) failed: Stmt,
     /// $1 namespace, $2 id, $3 fingerprint, $4 token, $5 now, $6 expires_at, $7 the
     /// unknown fingerprint.
     pub(super) record: Stmt,
@@ -209,7 +196,6 @@ impl Sql {
         let live = "(state = 'in_progress' AND lease_until > $1)";
         let queue = QueueSql {
             enqueue: Stmt::new(&enqueue(i)),
-            existing: Stmt::new(&common.existing),
             pick: Stmt::new(&format!(
                 "SELECT id FROM {i} WHERE namespace = $1 AND due_at <= $2 \
                  ORDER BY due_at LIMIT $3 FOR UPDATE SKIP LOCKED"
@@ -219,20 +205,11 @@ impl Sql {
                  lease_until = ?, due_at = ?, updated_at = ? WHERE namespace = ? AND id IN"
             ),
             taken: format!("SELECT {EVENT_COLUMNS} FROM {i} WHERE namespace = ? AND id IN"),
-            settle: Stmt::new(&common.settle),
-            renew: Stmt::new(&common.renew_event),
-            get: Stmt::new(&common.get_event),
             purge: Stmt::new(&format!(
                 "DELETE FROM {i} WHERE due_at IS NULL AND expires_at <= $1 \
                  ORDER BY due_at, expires_at LIMIT $2"
             )),
             observe: Stmt::new(&observe(o)),
-            newest: Stmt::new(&common.newest),
-            settle_object: Stmt::new(&common.settle_object),
-            mark_object: Stmt::new(&common.mark_object),
-            mark_if_failed: Stmt::new(&common.mark_if_failed),
-            get_object: Stmt::new(&common.get_object),
-            failed: Stmt::new(&common.failed),
             record: Stmt::new(&upsert(t, "completed", "$5", "$5", "$7")),
             recorded: Stmt::new(&format!("{} FOR UPDATE", common.recorded)),
             inbox,
@@ -240,10 +217,6 @@ impl Sql {
         };
         Self {
             claim: Stmt::new(&upsert(t, "in_progress", "$5", "$7", "$8")),
-            get: Stmt::new(&common.get),
-            finish: Stmt::new(&common.finish),
-            renew: Stmt::new(&common.renew),
-            delete: Stmt::new(&common.delete),
             probe: Stmt::new(&format!(
                 "SELECT CAST(state = 'in_progress' AND lease_until > $3 AS SIGNED) FROM {t} \
                  WHERE namespace = $1 AND id = $2"
@@ -252,7 +225,7 @@ impl Sql {
                 "DELETE FROM {t} WHERE expires_at <= $1 AND NOT {live} \
                  ORDER BY expires_at LIMIT $2"
             )),
-            stuck: Stmt::new(&common.stuck),
+            common: common.map(|s| Stmt::new(&s)),
             queue,
             table: t.clone(),
         }
@@ -291,30 +264,30 @@ mod tests {
     #[test]
     fn statements_bind_what_their_callers_pass() {
         let sql = Sql::new("t");
-        let q = &sql.queue;
+        let (c, q) = (&sql.common, &sql.queue);
         for (stmt, args) in [
             (&sql.claim, 8),
-            (&sql.get, 2),
-            (&sql.finish, 8),
-            (&sql.renew, 5),
-            (&sql.delete, 3),
+            (&c.get, 2),
+            (&c.finish, 8),
+            (&c.renew, 5),
+            (&c.delete, 3),
             (&sql.probe, 3),
             (&sql.purge, 2),
-            (&sql.stuck, 2),
+            (&c.stuck, 2),
             (&q.enqueue, 10),
-            (&q.existing, 2),
+            (&c.existing, 2),
             (&q.pick, 3),
-            (&q.settle, 9),
-            (&q.renew, 4),
-            (&q.get, 2),
+            (&c.settle, 9),
+            (&c.renew_event, 4),
+            (&c.get_event, 2),
             (&q.purge, 2),
             (&q.observe, 5),
-            (&q.newest, 3),
-            (&q.settle_object, 6),
-            (&q.mark_object, 6),
-            (&q.mark_if_failed, 7),
-            (&q.get_object, 3),
-            (&q.failed, 3),
+            (&c.newest, 3),
+            (&c.settle_object, 6),
+            (&c.mark_object, 6),
+            (&c.mark_if_failed, 7),
+            (&c.get_object, 3),
+            (&c.failed, 3),
             (&q.record, 7),
             (&q.recorded, 2),
         ] {

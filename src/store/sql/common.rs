@@ -7,45 +7,45 @@ use super::{COLUMNS, EVENT_COLUMNS, OBJECT_COLUMNS};
 /// The statements written once for every dialect, on the quoted dedup table, inbox
 /// and ordering table. Each comment names its binds.
 #[derive(Debug)]
-pub(crate) struct Common {
+pub(crate) struct Common<S = String> {
     /// $1 namespace, $2 id: the record's [`COLUMNS`].
-    pub(crate) get: String,
+    pub(crate) get: S,
     /// $1 namespace, $2 id, $3 token, $4 state, $5 failures, $6 history, $7 now,
     /// $8 expires_at.
-    pub(crate) finish: String,
+    pub(crate) finish: S,
     /// $1 namespace, $2 id, $3 token, $4 lease_until, $5 expires_at.
-    pub(crate) renew: String,
+    pub(crate) renew: S,
     /// $1 namespace, $2 id, $3 now: removes the record unless a live lease holds it.
-    pub(crate) delete: String,
+    pub(crate) delete: S,
     /// $1 now, $2 limit: the key and the [`COLUMNS`] of each stuck record.
-    pub(crate) stuck: String,
+    pub(crate) stuck: S,
     /// $1 namespace, $2 id: the stored fingerprint and state of an event.
-    pub(crate) existing: String,
+    pub(crate) existing: S,
     /// $1 namespace, $2 id, $3 token, $4 state, $5 next_attempt_at, $6 error, $7 now,
     /// $8 expires_at, $9 1 to give the attempt back, else 0.
-    pub(crate) settle: String,
+    pub(crate) settle: S,
     /// $1 namespace, $2 id, $3 token, $4 lease_until.
-    pub(crate) renew_event: String,
+    pub(crate) renew_event: S,
     /// $1 namespace, $2 id: the event's [`EVENT_COLUMNS`].
-    pub(crate) get_event: String,
+    pub(crate) get_event: S,
     /// $1 namespace, $2 object, $3 family: the object's newest `created_at`.
-    pub(crate) newest: String,
+    pub(crate) newest: S,
     /// $1 namespace, $2 object, $3 family, $4 created_at, $5 status, $6 now: sets
     /// the status of a `pending` object whose newest is `created_at`.
-    pub(crate) settle_object: String,
+    pub(crate) settle_object: S,
     /// As `settle_object`, whatever the status.
-    pub(crate) mark_object: String,
+    pub(crate) mark_object: S,
     /// As `settle_object`, over a failure recorded at or before $7.
-    pub(crate) mark_if_failed: String,
+    pub(crate) mark_if_failed: S,
     /// $1 namespace, $2 object, $3 family: the object's [`OBJECT_COLUMNS`].
-    pub(crate) get_object: String,
+    pub(crate) get_object: S,
     /// $1 namespace, $2 before, $3 limit: failed objects, oldest failure first.
-    pub(crate) failed: String,
+    pub(crate) failed: S,
     /// $1 namespace, $2 id: the stored fingerprint and state of a record.
-    pub(crate) recorded: String,
+    pub(crate) recorded: S,
 }
 
-impl Common {
+impl Common<String> {
     /// The statements on the dedup table `t`, the inbox `i` and the ordering table
     /// `o` (all quoted), with `greatest` the dialect's larger-of-two function.
     pub(crate) fn new(t: &str, i: &str, o: &str, greatest: &str) -> Self {
@@ -103,29 +103,26 @@ impl Common {
     }
 }
 
-impl Common {
-    /// Runs `f` on every statement.
-    #[cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
-    pub(crate) fn each_mut(&mut self, mut f: impl FnMut(&mut String)) {
-        for s in [
-            &mut self.get,
-            &mut self.finish,
-            &mut self.renew,
-            &mut self.delete,
-            &mut self.stuck,
-            &mut self.existing,
-            &mut self.settle,
-            &mut self.renew_event,
-            &mut self.get_event,
-            &mut self.newest,
-            &mut self.settle_object,
-            &mut self.mark_object,
-            &mut self.mark_if_failed,
-            &mut self.get_object,
-            &mut self.failed,
-            &mut self.recorded,
-        ] {
-            f(s);
+impl<S> Common<S> {
+    /// Every statement turned into what a dialect runs.
+    pub(crate) fn map<T>(self, mut f: impl FnMut(S) -> T) -> Common<T> {
+        Common {
+            get: f(self.get),
+            finish: f(self.finish),
+            renew: f(self.renew),
+            delete: f(self.delete),
+            stuck: f(self.stuck),
+            existing: f(self.existing),
+            settle: f(self.settle),
+            renew_event: f(self.renew_event),
+            get_event: f(self.get_event),
+            newest: f(self.newest),
+            settle_object: f(self.settle_object),
+            mark_object: f(self.mark_object),
+            mark_if_failed: f(self.mark_if_failed),
+            get_object: f(self.get_object),
+            failed: f(self.failed),
+            recorded: f(self.recorded),
         }
     }
 }

@@ -268,13 +268,15 @@ impl Statements {
             claim,
             claim_batch,
             purge,
-            common,
+            common: common.map(|mut s| {
+                dialect.binds(&mut s);
+                s
+            }),
             queue,
         };
         for s in [&mut sql.claim, &mut sql.purge] {
             dialect.binds(s);
         }
-        sql.common.each_mut(|s| dialect.binds(s));
         sql
     }
 }
