@@ -30,8 +30,8 @@ mod ordering;
 mod processed;
 mod statements;
 
-use self::statements::Sql;
-use super::sql::{self as shared, Columns, RawRecord, SqlRow, TableName};
+use self::statements::Stmt;
+use super::sql::{self as shared, Columns, Common, RawRecord, SqlRow, TableName};
 use super::{Key, Record, StoreError};
 
 /// The schema for the default table name; [`MySqlStore::schema_sql`] renames it.
@@ -363,6 +363,49 @@ fn schema_for(table: &str) -> String {
 /// name is validated (letters, digits and `_`), so it holds no backtick.
 fn quote(table: &str) -> String {
     format!("`{table}`")
+}
+
+/// Every statement, built once per table name.
+#[derive(Debug)]
+pub(super) struct Sql {
+    /// The table's name, quoted.
+    table: String,
+    /// $1 namespace, $2 id, $3 fingerprint, $4 token, $5 lease_until, $6 expires_at,
+    /// $7 now, $8 the unknown fingerprint.
+    claim: Stmt,
+    /// $1 namespace, $2 id, $3 now: whether a live lease holds the record (1) or not
+    /// (0), no row for no record.
+    probe: Stmt,
+    /// $1 now, $2 limit.
+    purge: Stmt,
+    /// The statements every dialect writes alike.
+    common: Common<Stmt>,
+    queue: QueueSql,
+}
+
+/// The inbox, ordering and transactional statements.
+#[derive(Debug)]
+pub(super) struct QueueSql {
+    inbox: String,
+    objects: String,
+    /// $1 namespace, $2 id, $3 fingerprint, $4 event_type, $5 created_at, $6 object,
+    /// $7 family, $8 payload, $9 now, $10 expires_at.
+    enqueue: Stmt,
+    /// $1 namespace, $2 now, $3 limit: the ids of due events, locked.
+    pick: Stmt,
+    /// Binds token, lease_until, lease_until, now, namespace, then an `IN` list of ids.
+    take: String,
+    /// Binds namespace, then an `IN` list of ids.
+    taken: String,
+    /// $1 now, $2 limit.
+    purge: Stmt,
+    /// $1 namespace, $2 object, $3 family, $4 created_at, $5 now.
+    observe: Stmt,
+    /// $1 namespace, $2 id, $3 fingerprint, $4 token, $5 now, $6 expires_at, $7 the
+    /// unknown fingerprint.
+    record: Stmt,
+    /// As [`Common::recorded`], locking the row.
+    recorded: Stmt,
 }
 
 /// A text column that is not UTF-8. Text columns are read as bytes (sqlx takes any

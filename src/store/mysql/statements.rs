@@ -10,7 +10,7 @@
 use sqlx::mysql::{MySql, MySqlArguments};
 use sqlx::query::Query;
 
-use super::quote;
+use super::{quote, QueueSql, Sql};
 use crate::store::sql::{positional, Common, TableName, COLUMNS, EVENT_COLUMNS};
 
 /// A value bound into a [`Stmt`], by its `$n` (the `n - 1`-th of the slice).
@@ -56,49 +56,6 @@ impl Stmt {
                 Arg::Limit(v) => query.bind(v),
             })
     }
-}
-
-/// Every statement, built once per table name.
-#[derive(Debug)]
-pub(super) struct Sql {
-    /// The table's name, quoted.
-    pub(super) table: String,
-    /// $1 namespace, $2 id, $3 fingerprint, $4 token, $5 lease_until, $6 expires_at,
-    /// $7 now, $8 the unknown fingerprint.
-    pub(super) claim: Stmt,
-    /// $1 namespace, $2 id, $3 now: whether a live lease holds the record (1) or not
-    /// (0), no row for no record.
-    pub(super) probe: Stmt,
-    /// $1 now, $2 limit.
-    pub(super) purge: Stmt,
-    /// The statements every dialect writes alike.
-    pub(super) common: Common<Stmt>,
-    pub(super) queue: QueueSql,
-}
-
-/// The inbox, ordering and transactional statements.
-#[derive(Debug)]
-pub(super) struct QueueSql {
-    pub(super) inbox: String,
-    pub(super) objects: String,
-    /// $1 namespace, $2 id, $3 fingerprint, $4 event_type, $5 created_at, $6 object,
-    /// $7 family, $8 payload, $9 now, $10 expires_at.
-    pub(super) enqueue: Stmt,
-    /// $1 namespace, $2 now, $3 limit: the ids of due events, locked.
-    pub(super) pick: Stmt,
-    /// Binds token, lease_until, lease_until, now, namespace, then an `IN` list of ids.
-    pub(super) take: String,
-    /// Binds namespace, then an `IN` list of ids.
-    pub(super) taken: String,
-    /// $1 now, $2 limit.
-    pub(super) purge: Stmt,
-    /// $1 namespace, $2 object, $3 family, $4 created_at, $5 now.
-    pub(super) observe: Stmt,
-    /// $1 namespace, $2 id, $3 fingerprint, $4 token, $5 now, $6 expires_at, $7 the
-    /// unknown fingerprint.
-    pub(super) record: Stmt,
-    /// As [`Common::recorded`], locking the row.
-    pub(super) recorded: Stmt,
 }
 
 /// A record written into `table` in `state` as one decide-once upsert: a new key

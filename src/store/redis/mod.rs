@@ -206,7 +206,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ::redis::IntoConnectionInfo;
+use ::redis::{IntoConnectionInfo, Script};
 
 use super::Key;
 
@@ -414,6 +414,17 @@ impl RecordKey {
     pub(super) fn member(&self) -> &str {
         &self.rec[self.member_at..]
     }
+}
+
+/// The scripts of the dedup records ([`SCRIPTS`]).
+struct Scripts {
+    claim: Script,
+    tidy: Script,
+    finish: Script,
+    renew: Script,
+    delete: Script,
+    purge: Script,
+    stuck: Script,
 }
 
 /// The keys of one shard, built once per store.

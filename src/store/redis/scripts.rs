@@ -4,15 +4,7 @@ use std::sync::LazyLock;
 
 use ::redis::Script;
 
-pub(super) struct Scripts {
-    pub(super) claim: Script,
-    pub(super) tidy: Script,
-    pub(super) finish: Script,
-    pub(super) renew: Script,
-    pub(super) delete: Script,
-    pub(super) purge: Script,
-    pub(super) stuck: Script,
-}
+use super::Scripts;
 
 /// Shared by every script: `parse` splits a stored record (see [`record`](super::codec::record)) into its
 /// ten fields, or answers nothing for one that does not parse, numbers included (a
