@@ -12,8 +12,9 @@ use ::redis::{
     ToRedisArgs, Value,
 };
 
+use super::codec::text;
 use super::{
-    text, Inner, RedisStore, ShardKeys, DEFAULT_CONNECTION_TIMEOUT, DEFAULT_PREFIX,
+    Inner, RedisStore, ShardKeys, DEFAULT_CONNECTION_TIMEOUT, DEFAULT_PREFIX,
     DEFAULT_RESPONSE_TIMEOUT, DEFAULT_SHARDS, MAX_PREFIX_LEN, MAX_SHARDS,
 };
 use crate::store::StoreError;

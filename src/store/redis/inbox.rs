@@ -9,8 +9,9 @@ use ::redis::{Script, Value};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-use super::codec::{array, bytes};
-use super::{corrupt, int, millis, store_error, text, time, Eval, RedisStore};
+use super::codec::{array, bytes, corrupt, int, millis, text, time};
+use super::connection::{store_error, Eval};
+use super::RedisStore;
 use crate::inbox::{Enqueued, InboxEvent, InboxState, InboxStore, NewEvent, Settle};
 use crate::meta::EventMeta;
 use crate::store::{ceil_millis, Fence, FencingToken, Fingerprint, Key, StoreError};

@@ -221,10 +221,7 @@ mod ordering;
 mod processed;
 mod scripts;
 
-use codec::{corrupt, int, millis, text, time};
-use connection::{store_error, Eval};
 pub use connection::{RedisConnection, RedisStoreBuilder, RedisStoreError};
-use scripts::{SCRIPTS, TIDY_BATCH};
 
 /// The key prefix of a store built without [`RedisStoreBuilder::prefix`].
 pub const DEFAULT_PREFIX: &str = "webhook-guard";
@@ -441,15 +438,5 @@ impl ShardKeys {
             records: format!("{tag}:r:"),
             due: format!("{tag}:due"),
         }
-    }
-}
-
-/// Tidies part of a shard's due index (see [`TIDY`](scripts::TIDY)). A failure is only logged:
-/// the claims it follows stand, and a later batch tries again.
-async fn tidy(connection: &RedisConnection, keys: &ShardKeys, now: i64) {
-    let mut inv = Eval::new(&SCRIPTS.tidy, 1);
-    inv.key(&keys.due).arg(&keys.records).arg(now);
-    if let Err(e) = connection.eval::<i64>(&inv).await {
-        tracing::debug!(error = %e, "redis store: tidying the due index failed");
     }
 }

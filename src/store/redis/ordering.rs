@@ -7,8 +7,9 @@ use ::redis::{Script, Value};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-use super::codec::{array, bytes};
-use super::{corrupt, int, millis, store_error, time, Eval, RedisStore};
+use super::codec::{array, bytes, corrupt, int, millis, time};
+use super::connection::{store_error, Eval};
+use super::RedisStore;
 use crate::ordering::{Freshness, ObjectKey, ObjectRecord, ObjectStatus, OrderingStore};
 use crate::store::StoreError;
 

@@ -5,8 +5,12 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use super::batch;
-use super::codec::{fresh_record, own_claim, record, sized, stored_record, ttl};
-use super::{corrupt, int, millis, store_error, text, time, Eval, RedisStore, BATCH, SCRIPTS};
+use super::codec::{
+    corrupt, fresh_record, int, millis, own_claim, record, sized, stored_record, text, time, ttl,
+};
+use super::connection::{store_error, Eval};
+use super::scripts::SCRIPTS;
+use super::{RedisStore, BATCH};
 use crate::store::{
     ceil_millis, encode_history, Claim, ClaimRequest, Decision, Deleted, Fence, FencingToken,
     Finish, Key, ProcessedStore, Record, RecordState, StoreError,
