@@ -413,7 +413,7 @@ impl RecordKey {
     }
 }
 
-/// The scripts of the dedup records ([`SCRIPTS`]).
+/// The scripts of the dedup records ([`SCRIPTS`](scripts::SCRIPTS)).
 struct Scripts {
     claim: Script,
     tidy: Script,
