@@ -7,9 +7,6 @@
 //! 2 minutes). A [`Worker`] then processes stored events on your own infrastructure
 //! with your own retry policy: the provider's hourly retries are never your job queue.
 
-pub(crate) mod memory;
-#[cfg(feature = "redis")]
-mod redis;
 #[cfg(feature = "tokio")]
 mod worker;
 

@@ -3,8 +3,6 @@
 //! A store knows nothing of signatures, HTTP or providers: it keeps one
 //! [`Record`] per `(namespace, id)` and changes it atomically.
 
-#[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
-mod claim_batch;
 mod memory;
 #[cfg(feature = "mysql")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
@@ -18,8 +16,6 @@ pub mod postgres;
 pub mod redis;
 #[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
 mod sql;
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
-mod sql_impls;
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub mod sqlite;

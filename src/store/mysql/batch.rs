@@ -1,6 +1,6 @@
 //! The MySQL / MariaDB claim batch: the claims of concurrent deliveries inserted as
 //! new records in one statement and one commit. See
-//! [`claim_batch`](crate::store::claim_batch) for how batches are gathered.
+//! [`claim_batch`](crate::store::sql::claim_batch) for how batches are gathered.
 //!
 //! Most claims are of ids the store has never seen. A batch inserts them all with
 //! one `INSERT IGNORE … VALUES (…), (…)`: a key already stored is left as it is
@@ -35,7 +35,7 @@ use sqlx::pool::PoolConnection;
 use sqlx::Row as _;
 
 use super::{map_err, record_from_row, server_error_number, MySqlStore, DEADLOCK_RETRIES};
-use crate::store::claim_batch::{failed_driver, Batched, ClaimBatch, ClaimBatcher, Waiting};
+use crate::store::sql::claim_batch::{failed_driver, Batched, ClaimBatch, ClaimBatcher, Waiting};
 
 /// The widest key a batch takes: the columns' widths (`VARBINARY(64)`,
 /// `VARBINARY(255)`, the longest namespace and id the guard accepts), so that

@@ -1,6 +1,6 @@
 //! The PostgreSQL claim batch: the claim upsert for many keys at once, its values
 //! passed as arrays (`INSERT … SELECT … FROM unnest(…) ON CONFLICT … RETURNING`).
-//! See [`claim_batch`](crate::store::claim_batch) for how batches are gathered.
+//! See [`claim_batch`](crate::store::sql::claim_batch) for how batches are gathered.
 //!
 //! The statement answers the rows it claimed and, in the same statement, the stored
 //! records of the keys it did not claim, as its snapshot has them (each row says
@@ -20,7 +20,7 @@
 //! store) fails only its own claim, and a lock waited out fails none.
 
 use super::PostgresStore;
-use crate::store::claim_batch::{
+use crate::store::sql::claim_batch::{
     answer_upserted, failed_driver, ClaimBatch, ClaimBatcher, Waiting,
 };
 use crate::store::Fingerprint;

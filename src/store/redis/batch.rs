@@ -30,7 +30,9 @@ use std::time::Duration;
 use ::redis::{ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
-use super::{Eval, RecordKey, RedisConnection, ShardKeys, SCRIPTS, TIDY_BATCH};
+use super::connection::Eval;
+use super::scripts::{SCRIPTS, TIDY_BATCH};
+use super::{RecordKey, RedisConnection, ShardKeys};
 
 /// The most jobs one batch takes.
 const MAX_BATCH: usize = 256;
@@ -49,7 +51,7 @@ pub(super) struct ClaimJob {
 }
 
 /// A fenced finish: the arguments of one entry of the finish script (see
-/// [`FINISH`](super::FINISH)).
+/// `lua/records/finish.lua`).
 pub(super) struct FinishJob {
     pub(super) shard: u16,
     pub(super) rec: RecordKey,
@@ -324,7 +326,7 @@ impl Sender {
             if filed.fetch_add(n, Ordering::Relaxed) + n >= TIDY_BATCH
                 && filed.swap(0, Ordering::Relaxed) >= TIDY_BATCH
             {
-                super::tidy(&self.connection, &self.keys[usize::from(shard)], now).await;
+                tidy(&self.connection, &self.keys[usize::from(shard)], now).await;
             }
         }
     }
@@ -380,5 +382,15 @@ fn fail(claims: Claims, finishes: Finishes, e: &RedisError) {
     }
     for (_, reply) in finishes {
         let _ = reply.send(Err(e.clone()));
+    }
+}
+
+/// Tidies part of a shard's due index (see [`TIDY`](super::scripts::TIDY)). A failure is only logged:
+/// the claims it follows stand, and a later batch tries again.
+async fn tidy(connection: &RedisConnection, keys: &ShardKeys, now: i64) {
+    let mut inv = Eval::new(&SCRIPTS.tidy, 1);
+    inv.key(&keys.due).arg(&keys.records).arg(now);
+    if let Err(e) = connection.eval::<i64>(&inv).await {
+        tracing::debug!(error = %e, "redis store: tidying the due index failed");
     }
 }

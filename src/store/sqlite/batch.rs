@@ -1,6 +1,6 @@
 //! The SQLite claim batch: the claim upsert for many keys at once, one `VALUES`
 //! row each, in one statement and one commit (the commit's fsync is what a write
-//! costs here). See [`claim_batch`](crate::store::claim_batch) for how batches are
+//! costs here). See [`claim_batch`](crate::store::sql::claim_batch) for how batches are
 //! gathered; one runs at a time, since the store's writes take turns at its write
 //! gate anyway.
 //!
@@ -14,7 +14,7 @@
 //! `Unavailable`, as a write queued at the gate does.
 
 use super::SqliteStore;
-use crate::store::claim_batch::{
+use crate::store::sql::claim_batch::{
     answer_upserted, failed, failed_driver, ClaimBatch, ClaimBatcher, Waiting,
 };
 use crate::store::Fingerprint;

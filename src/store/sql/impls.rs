@@ -1,6 +1,6 @@
 //! The store traits of the PostgreSQL and SQLite stores, written once.
 //!
-//! Both stores run the same statements (built by [`Statements`](super::sql::Statements)
+//! Both stores run the same statements (built by [`Statements`](super::Statements)
 //! for their dialect) with the same binds and read the same rows; only the sqlx
 //! database type differs, so [`sql_store_impls!`] expands the one body for each.
 
@@ -13,7 +13,7 @@
 /// (`Arc<Statements>`), and an `async fn write_gate(&self)` whose result is held
 /// while a write statement runs (SQLite serialises its writes there; PostgreSQL
 /// holds nothing), and must batch its claims
-/// ([`ClaimBatch`](crate::store::claim_batch::ClaimBatch)). `$err` maps a driver error to a [`StoreError`](crate::store::StoreError).
+/// ([`ClaimBatch`](crate::store::sql::claim_batch::ClaimBatch)). `$err` maps a driver error to a [`StoreError`](crate::store::StoreError).
 macro_rules! sql_store_impls {
     ($store:ty, $conn:ty, $err:path) => {
         const _: () = {
@@ -84,7 +84,7 @@ macro_rules! sql_store_impls {
                     &self,
                     request: &ClaimRequest<'_>,
                 ) -> Result<Result<Record, Option<Record>>, StoreError> {
-                    use $crate::store::claim_batch::{Batched, ClaimBatcher};
+                    use $crate::store::sql::claim_batch::{Batched, ClaimBatcher};
                     Ok(match ClaimBatcher::claim(self, request).await {
                         Batched::Acquired(record) => Ok(record),
                         Batched::Existing(record) => Err(Some(record)),
@@ -121,12 +121,13 @@ macro_rules! sql_store_impls {
                     if !inserted.is_empty() {
                         return Ok(Recorded::First);
                     }
-                    let stored: Option<(Vec<u8>, String)> = ::sqlx::query_as(&q.recorded)
-                        .bind(key.namespace)
-                        .bind(key.id)
-                        .fetch_optional(&mut *conn)
-                        .await
-                        .map_err($err)?;
+                    let stored: Option<(Vec<u8>, String)> =
+                        ::sqlx::query_as(&self.sql.common.recorded)
+                            .bind(key.namespace)
+                            .bind(key.id)
+                            .fetch_optional(&mut *conn)
+                            .await
+                            .map_err($err)?;
                     let (stored, state) = stored.ok_or_else(|| vanished(key))?;
                     sql::recorded(&stored, state.as_bytes(), fingerprint, key)
                 }
@@ -207,7 +208,7 @@ macro_rules! sql_store_impls {
                     finish: &Finish<'_>,
                 ) -> Result<Fence, StoreError> {
                     let _gate = self.write_gate().await?;
-                    let done = ::sqlx::query(&self.sql.finish)
+                    let done = ::sqlx::query(&self.sql.common.finish)
                         .bind(key.namespace)
                         .bind(key.id)
                         .bind(token.as_i64())
@@ -230,7 +231,7 @@ macro_rules! sql_store_impls {
                     expires_at: DateTime<Utc>,
                 ) -> Result<Fence, StoreError> {
                     let _gate = self.write_gate().await?;
-                    let done = ::sqlx::query(&self.sql.renew)
+                    let done = ::sqlx::query(&self.sql.common.renew)
                         .bind(key.namespace)
                         .bind(key.id)
                         .bind(token.as_i64())
@@ -243,7 +244,7 @@ macro_rules! sql_store_impls {
                 }
 
                 async fn get(&self, key: Key<'_>) -> Result<Option<Record>, StoreError> {
-                    let row = ::sqlx::query(&self.sql.get)
+                    let row = ::sqlx::query(&self.sql.common.get)
                         .bind(key.namespace)
                         .bind(key.id)
                         .fetch_optional(&self.pool)
@@ -260,7 +261,7 @@ macro_rules! sql_store_impls {
                     for _ in 0..3 {
                         let done = {
                             let _gate = self.write_gate().await?;
-                            ::sqlx::query(&self.sql.delete)
+                            ::sqlx::query(&self.sql.common.delete)
                                 .bind(key.namespace)
                                 .bind(key.id)
                                 .bind(millis(now))
@@ -312,7 +313,7 @@ macro_rules! sql_store_impls {
                     if limit == 0 {
                         return Ok(Vec::new());
                     }
-                    let rows = ::sqlx::query(&self.sql.stuck)
+                    let rows = ::sqlx::query(&self.sql.common.stuck)
                         .bind(millis(now))
                         .bind(sql::limit(limit))
                         .fetch_all(&self.pool)
@@ -357,7 +358,7 @@ macro_rules! sql_store_impls {
                         if !inserted.is_empty() {
                             return Ok(Enqueued::Inserted);
                         }
-                        let row = ::sqlx::query(&q.existing)
+                        let row = ::sqlx::query(&self.sql.common.existing)
                             .bind(key.namespace)
                             .bind(key.id)
                             .fetch_optional(&self.pool)
@@ -408,7 +409,7 @@ macro_rules! sql_store_impls {
                     settle: &Settle<'_>,
                 ) -> Result<Fence, StoreError> {
                     let _gate = self.write_gate().await?;
-                    let done = ::sqlx::query(&self.sql.queue.settle)
+                    let done = ::sqlx::query(&self.sql.common.settle)
                         .bind(key.namespace)
                         .bind(key.id)
                         .bind(token.as_i64())
@@ -438,7 +439,7 @@ macro_rules! sql_store_impls {
                     lease_until: DateTime<Utc>,
                 ) -> Result<Fence, StoreError> {
                     let _gate = self.write_gate().await?;
-                    let done = ::sqlx::query(&self.sql.queue.renew)
+                    let done = ::sqlx::query(&self.sql.common.renew_event)
                         .bind(key.namespace)
                         .bind(key.id)
                         .bind(token.as_i64())
@@ -450,7 +451,7 @@ macro_rules! sql_store_impls {
                 }
 
                 async fn get_event(&self, key: Key<'_>) -> Result<Option<InboxEvent>, StoreError> {
-                    let row = ::sqlx::query(&self.sql.queue.get)
+                    let row = ::sqlx::query(&self.sql.common.get_event)
                         .bind(key.namespace)
                         .bind(key.id)
                         .fetch_optional(&self.pool)
@@ -505,7 +506,7 @@ macro_rules! sql_store_impls {
                     }
                     // Not stored: an event as new or newer is (records are never
                     // deleted, and the newest only grows), so this read finds it.
-                    let newest: i64 = ::sqlx::query_scalar(&q.newest)
+                    let newest: i64 = ::sqlx::query_scalar(&self.sql.common.newest)
                         .bind(key.namespace)
                         .bind(key.object)
                         .bind(key.family)
@@ -529,9 +530,9 @@ macro_rules! sql_store_impls {
                     now: DateTime<Utc>,
                 ) -> Result<bool, StoreError> {
                     let _gate = self.write_gate().await?;
-                    let q = &self.sql.queue;
+                    let c = &self.sql.common;
                     if self
-                        .object_update(&q.settle_object, key, created_at, status, now)
+                        .object_update(&c.settle_object, key, created_at, status, now)
                         .await?
                     {
                         return Ok(true);
@@ -539,7 +540,7 @@ macro_rules! sql_store_impls {
                     if status == ObjectStatus::Failed {
                         // Settled first by another event created at the same time: a
                         // failure is never hidden.
-                        self.object_update(&q.mark_object, key, created_at, status, now)
+                        self.object_update(&c.mark_object, key, created_at, status, now)
                             .await?;
                     }
                     Ok(false)
@@ -553,7 +554,7 @@ macro_rules! sql_store_impls {
                     now: DateTime<Utc>,
                 ) -> Result<bool, StoreError> {
                     let _gate = self.write_gate().await?;
-                    let sql = &self.sql.queue.mark_object;
+                    let sql = &self.sql.common.mark_object;
                     self.object_update(sql, key, created_at, status, now).await
                 }
 
@@ -566,7 +567,7 @@ macro_rules! sql_store_impls {
                     now: DateTime<Utc>,
                 ) -> Result<bool, StoreError> {
                     let _gate = self.write_gate().await?;
-                    let sql = &self.sql.queue.mark_if_failed;
+                    let sql = &self.sql.common.mark_if_failed;
                     self.object_update_since(sql, key, created_at, status, now, Some(failed_since))
                         .await
                 }
@@ -575,7 +576,7 @@ macro_rules! sql_store_impls {
                     &self,
                     key: ObjectKey<'_>,
                 ) -> Result<Option<ObjectRecord>, StoreError> {
-                    let row = ::sqlx::query(&self.sql.queue.get_object)
+                    let row = ::sqlx::query(&self.sql.common.get_object)
                         .bind(key.namespace)
                         .bind(key.object)
                         .bind(key.family)
@@ -594,7 +595,7 @@ macro_rules! sql_store_impls {
                     if limit == 0 {
                         return Ok(Vec::new());
                     }
-                    let rows = ::sqlx::query(&self.sql.queue.failed)
+                    let rows = ::sqlx::query(&self.sql.common.failed)
                         .bind(namespace)
                         .bind(millis(before))
                         .bind(sql::limit(limit))

@@ -25,8 +25,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::oneshot;
 
-use super::sql::{ceil_millis, millis};
-use super::{BoxError, ClaimRequest, Fingerprint, Record, StoreError};
+use super::{ceil_millis, millis};
+use crate::store::{BoxError, ClaimRequest, Fingerprint, Record, StoreError};
 
 /// The most claims one batch takes.
 pub(crate) const MAX_BATCH: usize = 64;
@@ -344,18 +344,18 @@ impl std::error::Error for Shared {
 
 /// Answers the claims of a batch whose statement answered `rows`: whether the
 /// statement claimed the row (an integer, 1 or 0), namespace, id, then the
-/// record's [`COLUMNS`](super::sql::COLUMNS). A claim whose key came back claimed
+/// record's [`COLUMNS`](super::COLUMNS). A claim whose key came back claimed
 /// has its record; one whose key came back unclaimed was refused by that record;
 /// the others were refused by a record the statement did not read. `keys` are the
 /// batch's, in the order of `answers`; `map` reads a driver error.
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
-pub(crate) fn answer_upserted<R: super::sql::SqlRow>(
+pub(crate) fn answer_upserted<R: super::SqlRow>(
     keys: &[(String, String)],
     answers: Vec<oneshot::Sender<Batched>>,
     rows: &[R],
     map: fn(sqlx::Error) -> StoreError,
 ) {
-    use super::sql::RawRecord;
+    use super::RawRecord;
 
     let mut answered: Vec<Option<&R>> = vec![None; answers.len()];
     for row in rows {
@@ -380,7 +380,10 @@ pub(crate) fn answer_upserted<R: super::sql::SqlRow>(
                     .integer(0)
                     .and_then(|claimed| Ok((claimed == 1, RawRecord::read(row, 3)?)));
                 match read.map_err(map).and_then(|(claimed, raw)| {
-                    Ok((claimed, raw.into_record(super::Key::new(namespace, id))?))
+                    Ok((
+                        claimed,
+                        raw.into_record(crate::store::Key::new(namespace, id))?,
+                    ))
                 }) {
                     Ok((true, record)) => Batched::Acquired(record),
                     Ok((false, record)) => Batched::Existing(record),

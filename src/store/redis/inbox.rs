@@ -1,4 +1,4 @@
-//! The inbox and the ordering ledger of a [`RedisStore`], each change one Lua script.
+//! The inbox of a [`RedisStore`], each change one Lua script.
 //!
 //! The key layout, the scripts' shape and the trade-offs are documented with the
 //! store, in [`crate::store::redis`].
@@ -9,11 +9,12 @@ use ::redis::{Script, Value};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-use super::{Enqueued, InboxEvent, InboxState, InboxStore, NewEvent, Settle};
+use super::codec::{array, bytes, corrupt, int, millis, text, time};
+use super::connection::{store_error, Eval};
+use super::RedisStore;
+use crate::inbox::{Enqueued, InboxEvent, InboxState, InboxStore, NewEvent, Settle};
 use crate::meta::EventMeta;
-use crate::ordering::{Freshness, ObjectKey, ObjectRecord, ObjectStatus, OrderingStore};
-use crate::store::redis::{corrupt, int, millis, store_error, text, time, Eval};
-use crate::store::{ceil_millis, Fence, FencingToken, Fingerprint, Key, RedisStore, StoreError};
+use crate::store::{ceil_millis, Fence, FencingToken, Fingerprint, Key, StoreError};
 
 /// How many events one lease or purge script handles at most.
 const BATCH: usize = 256;
@@ -95,34 +96,6 @@ impl RedisStore {
         Ok((out, answer.len() / 2))
     }
 
-    /// Runs the settle script in `mode`.
-    async fn object_status(
-        &self,
-        key: ObjectKey<'_>,
-        created_at: DateTime<Utc>,
-        status: ObjectStatus,
-        now: DateTime<Utc>,
-        mode: Mode,
-    ) -> Result<bool, StoreError> {
-        let (record, failed, member) = self.object_keys(key);
-        let (mode, since) = match mode {
-            Mode::Settle => ("settle", 0),
-            Mode::Mark => ("mark", 0),
-            Mode::IfFailed { failed_since } => ("if_failed", millis(failed_since)),
-        };
-        let mut inv = Eval::new(&SCRIPTS.settle_object, 2);
-        inv.key(record)
-            .key(failed)
-            .arg(millis(created_at))
-            .arg(status.as_str())
-            .arg(millis(now))
-            .arg(member)
-            .arg(mode)
-            .arg(since);
-        let settled: i64 = self.connection().eval(&inv).await.map_err(store_error)?;
-        Ok(settled == 1)
-    }
-
     fn inbox_registry(&self) -> String {
         format!("{{{}:inboxes}}", self.prefix())
     }
@@ -153,35 +126,6 @@ impl RedisStore {
             .insert(namespace.to_owned());
         Ok(())
     }
-
-    fn object_keys(&self, key: ObjectKey<'_>) -> (String, String, String) {
-        let tag = self.shard_tag(self.shard_for(&[key.namespace, key.object, key.family]));
-        let member = object_member(key.object, key.family);
-        let records = object_prefix(&tag, key.namespace);
-        (
-            format!("{records}{member}"),
-            format!("{tag}:failed:{}", key.namespace),
-            member,
-        )
-    }
-}
-
-fn object_prefix(tag: &str, namespace: &str) -> String {
-    format!("{tag}:o:{}:{namespace}", namespace.len())
-}
-
-fn object_member(object: &str, family: &str) -> String {
-    format!("{}:{object}{family}", object.len())
-}
-
-/// Splits [`object_member`].
-fn split_member(member: &[u8]) -> Option<(String, String)> {
-    let text = std::str::from_utf8(member).ok()?;
-    let (len, rest) = text.split_once(':')?;
-    let len: usize = len.parse().ok()?;
-    let object = rest.get(..len)?;
-    let family = rest.get(len..)?;
-    Some((object.to_owned(), family.to_owned()))
 }
 
 fn is_settled_lua() -> &'static str {
@@ -190,20 +134,7 @@ fn is_settled_lua() -> &'static str {
 
 /// Enqueue: KEYS event, due, settled; ARGV id, now, then the fresh event's hash as
 /// field-value pairs. Answers 1 (inserted) or {state, fingerprint} (existing).
-const ENQUEUE: &str = r"
-local old = redis.call('HMGET', KEYS[1], 's', 'f', 'x')
-local s = old[1]
-if s then
-  if not ((SETTLED) and tonumber(old[3] or '0') <= tonumber(ARGV[2])) then
-    return {s, old[2]}
-  end
-  redis.call('DEL', KEYS[1])
-  redis.call('ZREM', KEYS[3], ARGV[1])
-end
-redis.call('HSET', KEYS[1], unpack(ARGV, 3))
-redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
-return 1
-";
+const ENQUEUE: &str = include_str!("lua/inbox/enqueue.lua");
 
 /// Lease: KEYS due, receipt; ARGV now, lease_until, event key prefix, then one fresh
 /// token per event wanted. Answers id, event hash, id, event hash, … Each taken event
@@ -212,172 +143,22 @@ return 1
 /// for as long as the lease, so the same script run again (a cluster connection resends
 /// after a lost reply) answers the events of its first run that it still holds,
 /// instead of leasing others.
-const LEASE: &str = r"
-local limit = #ARGV - 3
-local out, n, seen = {}, 0, {}
-local taken = redis.call('LRANGE', KEYS[2], 0, -1)
-if #taken > 0 then
-  for i, id in ipairs(taken) do
-    local k = ARGV[3] .. id
-    local cur = redis.call('HMGET', k, 's', 't')
-    if cur[1] == 'running' and cur[2] == ARGV[3 + i] then
-      out[#out + 1] = id
-      out[#out + 1] = redis.call('HGETALL', k)
-    end
-  end
-  return out
-end
-while n < limit do
-  local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, limit - n)
-  local progressed = false
-  for _, id in ipairs(ids) do
-    if not seen[id] then
-      seen[id] = true
-      progressed = true
-      local k = ARGV[3] .. id
-      local s = redis.call('HGET', k, 's')
-      if s == 'pending' or s == 'running' then
-        n = n + 1
-        redis.call('HSET', k, 's', 'running', 't', ARGV[3 + n], 'l', ARGV[2], 'u', ARGV[1])
-        redis.call('HINCRBY', k, 'a', 1)
-        redis.call('ZADD', KEYS[1], ARGV[2], id)
-        out[#out + 1] = id
-        out[#out + 1] = redis.call('HGETALL', k)
-      else
-        redis.call('ZREM', KEYS[1], id)
-      end
-    end
-  end
-  if not progressed then break end
-end
-if n > 0 then
-  for i = 1, #out, 2 do redis.call('RPUSH', KEYS[2], out[i]) end
-  redis.call('PEXPIRE', KEYS[2], math.max(1, tonumber(ARGV[2]) - tonumber(ARGV[1])))
-end
-return out
-";
+const LEASE: &str = include_str!("lua/inbox/lease.lua");
 
 /// Settle: KEYS event, due, settled; ARGV id, token, state, next_attempt_at, now,
 /// expires_at, TTL (ms) for a settled state, `0` to give the attempt back (else
 /// `1`), and the error if any. Answers 1 (applied) or 0 (lease lost). Run again (a
 /// cluster connection resends after a lost reply), it finds its own change (state,
 /// token and time) and answers 1 again.
-const SETTLE: &str = r"
-local cur = redis.call('HMGET', KEYS[1], 's', 't', 'l', 'u', 'a')
-if ARGV[3] ~= 'running' and cur[1] == ARGV[3] and cur[2] == ARGV[2] and cur[4] == ARGV[5] then return 1 end
-if cur[1] ~= 'running' or cur[2] ~= ARGV[2] then return 0 end
-redis.call('HSET', KEYS[1], 's', ARGV[3], 'n', ARGV[4], 'u', ARGV[5], 'x', ARGV[6])
-if ARGV[8] == '0' and (tonumber(cur[5]) or 0) > 0 then redis.call('HINCRBY', KEYS[1], 'a', -1) end
-if ARGV[9] then redis.call('HSET', KEYS[1], 'e', ARGV[9]) end
-if ARGV[3] == 'pending' then
-  redis.call('ZADD', KEYS[2], ARGV[4], ARGV[1])
-elseif ARGV[3] == 'running' then
-  redis.call('ZADD', KEYS[2], cur[3], ARGV[1])
-else
-  redis.call('ZREM', KEYS[2], ARGV[1])
-  redis.call('ZADD', KEYS[3], ARGV[6], ARGV[1])
-  redis.call('PEXPIRE', KEYS[1], ARGV[7])
-end
-return 1
-";
+const SETTLE: &str = include_str!("lua/inbox/settle.lua");
 
 /// Renew: KEYS event, due; ARGV id, token, lease_until. Answers 1 or 0.
-const RENEW: &str = r"
-local cur = redis.call('HMGET', KEYS[1], 's', 't')
-if cur[1] ~= 'running' or cur[2] ~= ARGV[2] then return 0 end
-redis.call('HSET', KEYS[1], 'l', ARGV[3])
-redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
-return 1
-";
+const RENEW: &str = include_str!("lua/inbox/renew.lua");
 
 /// Purge one batch of a namespace: KEYS settled; ARGV now, limit, event key prefix.
 /// Answers {removed, looked at}. Every entry looked at leaves the range: removed
 /// (with its event, or because the TTL already dropped the event) or re-filed.
-const PURGE: &str = r"
-local now = tonumber(ARGV[1])
-local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
-local removed = 0
-for _, id in ipairs(ids) do
-  local k = ARGV[3] .. id
-  local cur = redis.call('HMGET', k, 's', 'x')
-  local s, x = cur[1], tonumber(cur[2] or '0')
-  if not s then
-    redis.call('ZREM', KEYS[1], id)
-    removed = removed + 1
-  elseif (SETTLED) and x <= now then
-    redis.call('DEL', k)
-    redis.call('ZREM', KEYS[1], id)
-    removed = removed + 1
-  elseif (SETTLED) then
-    redis.call('ZADD', KEYS[1], x, id)
-  else
-    redis.call('ZREM', KEYS[1], id)
-  end
-end
-return {removed, #ids}
-";
-
-/// Observe: KEYS record, failed; ARGV created_at, now, member. Answers nil (fresh)
-/// or the stored newest (stale). A tie with the stored newest is fresh and changes
-/// nothing.
-const OBSERVE: &str = r"
-local cur = redis.call('HMGET', KEYS[1], 'n', 's')
-if cur[1] and tonumber(ARGV[1]) < tonumber(cur[1]) then return tonumber(cur[1]) end
-if cur[1] and tonumber(ARGV[1]) == tonumber(cur[1]) then return false end
-redis.call('HSET', KEYS[1], 'n', ARGV[1], 's', 'pending', 'u', ARGV[2])
-if cur[2] == 'failed' then redis.call('ZREM', KEYS[2], ARGV[3]) end
-return false
-";
-
-/// How [`SETTLE_OBJECT`] changes an object's status.
-#[derive(Clone, Copy)]
-enum Mode {
-    /// [`OrderingStore::settle_object`].
-    Settle,
-    /// [`OrderingStore::mark_object`].
-    Mark,
-    /// [`OrderingStore::mark_object_if_failed`].
-    IfFailed { failed_since: DateTime<Utc> },
-}
-
-/// Settle an object: KEYS record, failed; ARGV created_at, status, now, member, the
-/// mode (`settle`; `mark` to set the status whatever it was; `if_failed` to set it
-/// only over a failure recorded at or before ARGV[6]), and that time. Answers 1 when
-/// it set it as the first settle (or a mark); 0 otherwise, having set
-/// `failed` over a status another event of the same time settled first.
-const SETTLE_OBJECT: &str = r"
-local cur = redis.call('HMGET', KEYS[1], 'n', 's', 'u')
-if cur[1] ~= ARGV[1] then return 0 end
-if ARGV[5] == 'if_failed' and not (cur[2] == 'failed' and tonumber(cur[3]) and tonumber(cur[3]) <= tonumber(ARGV[6])) then return 0 end
-local first = cur[2] == 'pending' or ARGV[5] ~= 'settle'
-if not first and ARGV[2] ~= 'failed' then return 0 end
-redis.call('HSET', KEYS[1], 's', ARGV[2], 'u', ARGV[3])
-if ARGV[2] == 'failed' then
-  redis.call('ZADD', KEYS[2], ARGV[3], ARGV[4])
-elseif cur[2] == 'failed' then
-  redis.call('ZREM', KEYS[2], ARGV[4])
-end
-if first then return 1 end
-return 0
-";
-
-/// Failed records of one shard and namespace: KEYS failed; ARGV before, limit,
-/// record key prefix. Answers member, newest, updated_at, … oldest failure first.
-const FAILED: &str = r"
-local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
-local out = {}
-for _, m in ipairs(ids) do
-  local cur = redis.call('HMGET', ARGV[3] .. m, 'n', 's', 'u')
-  if cur[2] == 'failed' then
-    out[#out + 1] = m
-    out[#out + 1] = cur[1]
-    out[#out + 1] = cur[3]
-  else
-    redis.call('ZREM', KEYS[1], m)
-  end
-end
-return out
-";
+const PURGE: &str = include_str!("lua/inbox/purge.lua");
 
 struct Scripts {
     enqueue: Script,
@@ -385,9 +166,6 @@ struct Scripts {
     settle: Script,
     renew: Script,
     purge: Script,
-    observe: Script,
-    settle_object: Script,
-    failed: Script,
 }
 
 static SCRIPTS: std::sync::LazyLock<Scripts> = std::sync::LazyLock::new(|| {
@@ -398,9 +176,6 @@ static SCRIPTS: std::sync::LazyLock<Scripts> = std::sync::LazyLock::new(|| {
         settle: script(SETTLE),
         renew: script(RENEW),
         purge: script(PURGE),
-        observe: script(OBSERVE),
-        settle_object: script(SETTLE_OBJECT),
-        failed: script(FAILED),
     }
 });
 
@@ -409,14 +184,6 @@ fn fence(applied: i64) -> Fence {
         Fence::Applied
     } else {
         Fence::LeaseLost
-    }
-}
-
-fn bytes(v: &Value) -> Option<&[u8]> {
-    match v {
-        Value::BulkString(b) => Some(b),
-        Value::SimpleString(s) => Some(s.as_bytes()),
-        _ => None,
     }
 }
 
@@ -472,14 +239,6 @@ fn event(key: Key<'_>, fields: &[Value]) -> Result<InboxEvent, StoreError> {
         updated_at: updated.ok_or_else(|| missing("updated_at"))?,
         expires_at: expires.ok_or_else(|| missing("expires_at"))?,
     })
-}
-
-fn array(v: Value) -> Result<Vec<Value>, StoreError> {
-    match v {
-        Value::Array(items) => Ok(items),
-        Value::Nil => Ok(Vec::new()),
-        _ => Err(corrupt("expected an array")),
-    }
 }
 
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
@@ -667,135 +426,6 @@ impl InboxStore for RedisStore {
     }
 }
 
-#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-#[async_trait]
-impl OrderingStore for RedisStore {
-    async fn observe(
-        &self,
-        key: ObjectKey<'_>,
-        created_at: DateTime<Utc>,
-        now: DateTime<Utc>,
-    ) -> Result<Freshness, StoreError> {
-        let (record, failed, member) = self.object_keys(key);
-        let mut inv = Eval::new(&SCRIPTS.observe, 2);
-        inv.key(record)
-            .key(failed)
-            .arg(millis(created_at))
-            .arg(millis(now))
-            .arg(member);
-        let newest: Option<i64> = self.connection().eval(&inv).await.map_err(store_error)?;
-        Ok(match newest {
-            None => Freshness::Fresh,
-            Some(ms) => Freshness::Stale { newest: time(ms) },
-        })
-    }
-
-    async fn settle_object(
-        &self,
-        key: ObjectKey<'_>,
-        created_at: DateTime<Utc>,
-        status: ObjectStatus,
-        now: DateTime<Utc>,
-    ) -> Result<bool, StoreError> {
-        self.object_status(key, created_at, status, now, Mode::Settle)
-            .await
-    }
-
-    async fn mark_object(
-        &self,
-        key: ObjectKey<'_>,
-        created_at: DateTime<Utc>,
-        status: ObjectStatus,
-        now: DateTime<Utc>,
-    ) -> Result<bool, StoreError> {
-        self.object_status(key, created_at, status, now, Mode::Mark)
-            .await
-    }
-
-    async fn mark_object_if_failed(
-        &self,
-        key: ObjectKey<'_>,
-        created_at: DateTime<Utc>,
-        failed_since: DateTime<Utc>,
-        status: ObjectStatus,
-        now: DateTime<Utc>,
-    ) -> Result<bool, StoreError> {
-        let mode = Mode::IfFailed { failed_since };
-        self.object_status(key, created_at, status, now, mode).await
-    }
-
-    async fn get_object(&self, key: ObjectKey<'_>) -> Result<Option<ObjectRecord>, StoreError> {
-        let (record, _, _) = self.object_keys(key);
-        let (newest, status, updated): (Option<i64>, Option<String>, Option<i64>) = self
-            .connection()
-            .query(::redis::cmd("HMGET").arg(record).arg("n").arg("s").arg("u"))
-            .await
-            .map_err(store_error)?;
-        let Some(newest) = newest else {
-            return Ok(None);
-        };
-        let status = status
-            .as_deref()
-            .and_then(ObjectStatus::parse)
-            .ok_or_else(|| corrupt("object status"))?;
-        let updated = updated.ok_or_else(|| corrupt("object updated_at"))?;
-        Ok(Some(ObjectRecord::new(
-            key,
-            time(newest),
-            status,
-            time(updated),
-        )))
-    }
-
-    /// Visits every shard (one round trip each); answers the oldest failures first.
-    async fn failed_objects(
-        &self,
-        namespace: &str,
-        before: DateTime<Utc>,
-        limit: usize,
-    ) -> Result<Vec<ObjectRecord>, StoreError> {
-        let mut out = Vec::new();
-        if limit == 0 {
-            return Ok(out);
-        }
-        for shard in 0..self.shards() {
-            let tag = self.shard_tag(shard);
-            let mut inv = Eval::new(&SCRIPTS.failed, 1);
-            // Bounded so that the script's number prints as an integer (a limit
-            // such as `usize::MAX` would reach the server as `9.2e+18`, refused).
-            inv.key(format!("{tag}:failed:{namespace}"))
-                .arg(millis(before))
-                .arg(limit.min(i32::MAX as usize))
-                .arg(object_prefix(&tag, namespace));
-            let answer: Value = self.connection().eval(&inv).await.map_err(store_error)?;
-            for triple in array(answer)?.chunks(3) {
-                let [m, n, u] = triple else {
-                    return Err(corrupt("unexpected failed answer"));
-                };
-                let (object, family) = bytes(m)
-                    .and_then(split_member)
-                    .ok_or_else(|| corrupt("object member"))?;
-                let newest = int(n).ok_or_else(|| corrupt("object newest"))?;
-                let updated = int(u).ok_or_else(|| corrupt("object updated_at"))?;
-                let key = ObjectKey {
-                    namespace,
-                    object: &object,
-                    family: &family,
-                };
-                out.push(ObjectRecord::new(
-                    key,
-                    time(newest),
-                    ObjectStatus::Failed,
-                    time(updated),
-                ));
-            }
-        }
-        out.sort_by_key(|r| r.updated_at);
-        out.truncate(limit);
-        Ok(out)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -862,14 +492,5 @@ mod tests {
             .query(::redis::cmd("DEL").arg(&stored))
             .await
             .unwrap();
-    }
-
-    #[test]
-    fn object_members_split_unambiguously() {
-        for (o, f) in [("trx-1", "charge"), ("a:b", "c"), ("", "x"), ("12:3", "")] {
-            let m = object_member(o, f);
-            assert_eq!(split_member(m.as_bytes()), Some((o.into(), f.into())));
-        }
-        assert_ne!(object_member("ab", "c"), object_member("a", "bc"));
     }
 }

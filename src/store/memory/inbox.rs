@@ -1,13 +1,12 @@
-//! The in-memory inbox and ordering ledger, kept by [`MemoryStore`].
+//! The in-memory inbox, kept by [`MemoryStore`].
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-use super::{Enqueued, InboxEvent, InboxState, InboxStore, NewEvent, Settle};
-use crate::ordering::{Freshness, ObjectKey, ObjectRecord, ObjectStatus, OrderingStore};
+use super::lock;
+use crate::inbox::{Enqueued, InboxEvent, InboxState, InboxStore, NewEvent, Settle};
 use crate::store::{Fence, FencingToken, Key, MemoryStore, StoreError};
 
 type EventKey = (String, String);
@@ -17,55 +16,12 @@ type EventKey = (String, String);
 /// events, and one of settled events by expiry, so that a purge reads only expired
 /// ones.
 #[derive(Debug, Default)]
-pub(crate) struct Queue {
+pub(super) struct Queue {
     events: HashMap<EventKey, InboxEvent>,
     /// (namespace, due ms, id) for every `Pending` or `Running` event.
     due: BTreeSet<(String, i64, String)>,
     /// (expiry ms rounded up, namespace, id) for every settled event.
     settled: BTreeSet<(i64, String, String)>,
-}
-
-type ObjectKeyOwned = (String, String, String);
-
-/// The ordering ledger of a [`MemoryStore`], with an index of failed objects per
-/// namespace by when they last changed (what `failed_objects` reads).
-#[derive(Debug, Default)]
-pub(crate) struct Ledger {
-    objects: HashMap<ObjectKeyOwned, ObjectRecord>,
-    /// (namespace, updated_at, object, family) for every `Failed` object.
-    failed: BTreeSet<(String, DateTime<Utc>, String, String)>,
-}
-
-impl Ledger {
-    fn failed_entry(r: &ObjectRecord) -> (String, DateTime<Utc>, String, String) {
-        (
-            r.namespace.clone(),
-            r.updated_at,
-            r.object.clone(),
-            r.family.clone(),
-        )
-    }
-
-    /// Applies `change` to the record under `k`, keeping the failed index in step.
-    fn change<T>(
-        &mut self,
-        k: &ObjectKeyOwned,
-        change: impl FnOnce(&mut ObjectRecord) -> T,
-    ) -> Option<T> {
-        let r = self.objects.get_mut(k)?;
-        if r.status == ObjectStatus::Failed {
-            self.failed.remove(&Self::failed_entry(r));
-        }
-        let answer = change(r);
-        if r.status == ObjectStatus::Failed {
-            self.failed.insert(Self::failed_entry(r));
-        }
-        Some(answer)
-    }
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// An event's place in the due index: exactly when it is due, in nanoseconds (a
@@ -224,7 +180,7 @@ impl InboxStore for MemoryStore {
             if queue
                 .events
                 .get(&k)
-                .is_some_and(|e| super::settled_already(e, token, settle))
+                .is_some_and(|e| crate::inbox::settled_already(e, token, settle))
             {
                 return Ok(Fence::Applied);
             }
@@ -260,152 +216,5 @@ impl InboxStore for MemoryStore {
             q.events.remove(&(ns.clone(), id.clone()));
         }
         Ok(gone.len() as u64)
-    }
-}
-
-impl MemoryStore {
-    /// Sets the status of the object under `key` if its newest is `created_at` and
-    /// `decide(current record)` says to (`.0`); answers `decide`'s `.1`, or `false`
-    /// without such a record.
-    fn set_object_status(
-        &self,
-        key: ObjectKey<'_>,
-        created_at: DateTime<Utc>,
-        decide: impl FnOnce(&ObjectRecord) -> (bool, bool),
-        status: ObjectStatus,
-        now: DateTime<Utc>,
-    ) -> bool {
-        let mut ledger = lock(self.ledger());
-        let k = (
-            key.namespace.to_owned(),
-            key.object.to_owned(),
-            key.family.to_owned(),
-        );
-        ledger
-            .change(&k, |r| {
-                if r.newest != created_at {
-                    return false;
-                }
-                let (set, answer) = decide(r);
-                if set {
-                    r.status = status;
-                    r.updated_at = now;
-                }
-                answer
-            })
-            .unwrap_or(false)
-    }
-}
-
-#[async_trait]
-impl OrderingStore for MemoryStore {
-    async fn observe(
-        &self,
-        key: ObjectKey<'_>,
-        created_at: DateTime<Utc>,
-        now: DateTime<Utc>,
-    ) -> Result<Freshness, StoreError> {
-        let mut ledger = lock(self.ledger());
-        let k = (
-            key.namespace.to_owned(),
-            key.object.to_owned(),
-            key.family.to_owned(),
-        );
-        let seen = ledger.change(&k, |r| {
-            if created_at < r.newest {
-                return Freshness::Stale { newest: r.newest };
-            }
-            // Equal: a retry, or another event created at the same time (the first
-            // settled wins).
-            if created_at > r.newest {
-                r.newest = created_at;
-                r.status = ObjectStatus::Pending;
-                r.updated_at = now;
-            }
-            Freshness::Fresh
-        });
-        Ok(seen.unwrap_or_else(|| {
-            let record = ObjectRecord::new(key, created_at, ObjectStatus::Pending, now);
-            ledger.objects.insert(k, record);
-            Freshness::Fresh
-        }))
-    }
-
-    async fn settle_object(
-        &self,
-        key: ObjectKey<'_>,
-        created_at: DateTime<Utc>,
-        status: ObjectStatus,
-        now: DateTime<Utc>,
-    ) -> Result<bool, StoreError> {
-        Ok(self.set_object_status(
-            key,
-            created_at,
-            |current| {
-                // The first settle of this time sets it; a later one only a failure.
-                let first = current.status == ObjectStatus::Pending;
-                (first || status == ObjectStatus::Failed, first)
-            },
-            status,
-            now,
-        ))
-    }
-
-    async fn mark_object(
-        &self,
-        key: ObjectKey<'_>,
-        created_at: DateTime<Utc>,
-        status: ObjectStatus,
-        now: DateTime<Utc>,
-    ) -> Result<bool, StoreError> {
-        Ok(self.set_object_status(key, created_at, |_| (true, true), status, now))
-    }
-
-    async fn mark_object_if_failed(
-        &self,
-        key: ObjectKey<'_>,
-        created_at: DateTime<Utc>,
-        failed_since: DateTime<Utc>,
-        status: ObjectStatus,
-        now: DateTime<Utc>,
-    ) -> Result<bool, StoreError> {
-        let still_failed = |current: &ObjectRecord| {
-            let yes = current.status == ObjectStatus::Failed && current.updated_at <= failed_since;
-            (yes, yes)
-        };
-        Ok(self.set_object_status(key, created_at, still_failed, status, now))
-    }
-
-    async fn get_object(&self, key: ObjectKey<'_>) -> Result<Option<ObjectRecord>, StoreError> {
-        let k = (
-            key.namespace.to_owned(),
-            key.object.to_owned(),
-            key.family.to_owned(),
-        );
-        Ok(lock(self.ledger()).objects.get(&k).cloned())
-    }
-
-    async fn failed_objects(
-        &self,
-        namespace: &str,
-        before: DateTime<Utc>,
-        limit: usize,
-    ) -> Result<Vec<ObjectRecord>, StoreError> {
-        let ledger = lock(self.ledger());
-        let from = (
-            namespace.to_owned(),
-            DateTime::<Utc>::MIN_UTC,
-            String::new(),
-            String::new(),
-        );
-        let failed = (ledger.failed.range(from..))
-            .take_while(|(ns, at, _, _)| ns == namespace && *at <= before)
-            .take(limit)
-            .filter_map(|(ns, _, object, family)| {
-                let k = (ns.clone(), object.clone(), family.clone());
-                ledger.objects.get(&k).cloned()
-            })
-            .collect();
-        Ok(failed)
     }
 }

@@ -134,8 +134,8 @@ use sqlx::sqlite::{
 use sqlx::SqliteConnection;
 use tokio::sync::{Mutex, MutexGuard};
 
+use super::sql::impls::sql_store_impls;
 use super::sql::{map_error, Dialect, InvalidTableName, Statements, TableName, DEFAULT_TABLE};
-use super::sql_impls::sql_store_impls;
 use super::{Fingerprint, Key, Recorded, StoreError};
 
 pub use sqlx;
@@ -165,7 +165,7 @@ pub struct SqliteStore {
     /// Writes from this store wait here, in arrival order, rather than in SQLite's
     /// busy handler, which sleeps and retries and can starve a claim behind a purge.
     writes: Arc<Mutex<()>>,
-    batcher: Arc<super::claim_batch::ClaimBatcher>,
+    batcher: Arc<super::sql::claim_batch::ClaimBatcher>,
 }
 
 mod batch;
@@ -386,7 +386,7 @@ mod tests {
 
     #[test]
     fn module_docs_show_the_default_schema() {
-        let docs: String = include_str!("sqlite.rs")
+        let docs: String = include_str!("mod.rs")
             .lines()
             .filter_map(|l| l.strip_prefix("//! "))
             .collect::<Vec<_>>()

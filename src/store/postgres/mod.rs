@@ -167,10 +167,10 @@ use chrono::{DateTime, Utc};
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::PgConnection;
 
+use super::sql::impls::sql_store_impls;
 use super::sql::{
     self, map_error, Dialect, InvalidTableName, Statements, TableName, DEFAULT_TABLE,
 };
-use super::sql_impls::sql_store_impls;
 use super::{Fingerprint, Key, Recorded, StoreError};
 
 pub use sqlx;
@@ -195,7 +195,7 @@ pub use sqlx;
 pub struct PostgresStore {
     pool: PgPool,
     sql: Arc<Statements>,
-    batcher: Arc<super::claim_batch::ClaimBatcher>,
+    batcher: Arc<super::sql::claim_batch::ClaimBatcher>,
 }
 
 mod batch;
@@ -396,7 +396,7 @@ mod tests {
 
     #[test]
     fn module_docs_show_the_default_schema() {
-        let docs: String = include_str!("postgres.rs")
+        let docs: String = include_str!("mod.rs")
             .lines()
             .filter_map(|l| l.strip_prefix("//! "))
             .collect::<Vec<_>>()

@@ -1,0 +1,398 @@
+//! The connection a [`RedisStore`] runs on, its builder, and how driver errors are sorted.
+
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use ::redis::cluster::ClusterClient;
+use ::redis::cluster_async::ClusterConnection;
+use ::redis::{
+    ErrorKind, FromRedisValue, IntoConnectionInfo, RedisError, Script, ServerErrorKind,
+    ToRedisArgs, Value,
+};
+
+use super::codec::text;
+use super::{
+    Inner, RedisStore, ShardKeys, DEFAULT_CONNECTION_TIMEOUT, DEFAULT_PREFIX,
+    DEFAULT_RESPONSE_TIMEOUT, DEFAULT_SHARDS, MAX_PREFIX_LEN, MAX_SHARDS,
+};
+use crate::store::StoreError;
+
+/// A configuration or connection error while building a [`RedisStore`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RedisStoreError {
+    /// The key prefix is empty, too long, or holds a character that is not printable
+    /// ASCII, a space, `{` or `}` (braces would change the cluster hash tag).
+    #[error("invalid Redis key prefix {prefix:?}: {reason}")]
+    InvalidPrefix {
+        /// The prefix given.
+        prefix: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// The shard count is 0 or above [`MAX_SHARDS`].
+    #[error("invalid shard count {0}: must be 1 to {MAX_SHARDS}")]
+    InvalidShards(u16),
+    /// The URL is invalid or the server could not be reached.
+    #[error("could not connect to Redis: {source}")]
+    Connect {
+        /// The driver's error.
+        #[source]
+        source: RedisError,
+    },
+    /// The server is older than Redis 7.0, whose `SET` takes `NX` and `GET` together
+    /// (every claim needs it).
+    #[error("Redis {version} is too old: the store needs Redis 7.0 or later (or Valkey)")]
+    UnsupportedVersion {
+        /// The `redis_version` the server reported.
+        version: String,
+    },
+}
+
+impl RedisStoreError {
+    /// Whether connecting failed because the server could not be reached (rather
+    /// than a bad configuration).
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, Self::Connect { source } if is_unreachable(source))
+    }
+}
+
+/// A connection a [`RedisStore`] runs on: both kinds multiplex requests over one
+/// connection (per node) and reconnect by themselves.
+#[derive(Clone)]
+#[non_exhaustive]
+pub enum RedisConnection {
+    /// A standalone server (or a proxy in front of one).
+    Standalone(ConnectionManager),
+    /// A Redis Cluster.
+    Cluster(ClusterConnection),
+}
+
+impl fmt::Debug for RedisConnection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Standalone(_) => "Standalone",
+            Self::Cluster(_) => "Cluster",
+        })
+    }
+}
+
+impl From<ConnectionManager> for RedisConnection {
+    fn from(c: ConnectionManager) -> Self {
+        Self::Standalone(c)
+    }
+}
+
+impl From<ClusterConnection> for RedisConnection {
+    fn from(c: ClusterConnection) -> Self {
+        Self::Cluster(c)
+    }
+}
+
+/// One `EVALSHA` built in place: keys and arguments are written straight into the
+/// command (a [`ScriptInvocation`](::redis::ScriptInvocation) buffers each in its
+/// own vector, then copies them all into a command per call).
+pub(super) struct Eval<'s> {
+    script: &'s Script,
+    pub(super) cmd: ::redis::Cmd,
+}
+
+impl<'s> Eval<'s> {
+    /// An `EVALSHA` of `script` with `keys` keys, to be given first with
+    /// [`Eval::key`], then the arguments.
+    pub(super) fn new(script: &'s Script, keys: usize) -> Self {
+        let mut cmd = ::redis::cmd("EVALSHA");
+        cmd.arg(script.get_hash()).arg(keys);
+        Self { script, cmd }
+    }
+
+    /// Adds a key (before any argument).
+    pub(super) fn key(&mut self, key: impl ToRedisArgs) -> &mut Self {
+        self.cmd.arg(key);
+        self
+    }
+
+    /// Adds an argument.
+    pub(super) fn arg(&mut self, arg: impl ToRedisArgs) -> &mut Self {
+        self.cmd.arg(arg);
+        self
+    }
+}
+
+impl RedisConnection {
+    /// Runs `eval`, loading its script first if the server does not know it.
+    pub(super) async fn eval<T: FromRedisValue>(&self, eval: &Eval<'_>) -> Result<T, RedisError> {
+        match self.query(&eval.cmd).await {
+            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                // As `ScriptInvocation::invoke_async` does (on a cluster the driver
+                // sends `SCRIPT LOAD` to every primary).
+                let _: String = match self {
+                    Self::Standalone(c) => eval.script.load_async(&mut c.clone()).await?,
+                    Self::Cluster(c) => eval.script.load_async(&mut c.clone()).await?,
+                };
+                self.query(&eval.cmd).await
+            }
+            other => other,
+        }
+    }
+
+    pub(super) async fn query_pipe<T: FromRedisValue>(
+        &self,
+        pipe: &::redis::Pipeline,
+    ) -> Result<T, RedisError> {
+        match self {
+            Self::Standalone(c) => pipe.query_async(&mut c.clone()).await,
+            Self::Cluster(c) => pipe.query_async(&mut c.clone()).await,
+        }
+    }
+
+    pub(super) async fn query<T: FromRedisValue>(
+        &self,
+        cmd: &::redis::Cmd,
+    ) -> Result<T, RedisError> {
+        match self {
+            Self::Standalone(c) => cmd.query_async(&mut c.clone()).await,
+            Self::Cluster(c) => cmd.query_async(&mut c.clone()).await,
+        }
+    }
+}
+
+/// Builds a [`RedisStore`]: key prefix, shard count, timeouts, then a connection.
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct RedisStoreBuilder {
+    prefix: String,
+    shards: u16,
+    connection_timeout: Duration,
+    response_timeout: Duration,
+}
+
+impl Default for RedisStoreBuilder {
+    fn default() -> Self {
+        Self {
+            prefix: DEFAULT_PREFIX.to_owned(),
+            shards: DEFAULT_SHARDS,
+            connection_timeout: DEFAULT_CONNECTION_TIMEOUT,
+            response_timeout: DEFAULT_RESPONSE_TIMEOUT,
+        }
+    }
+}
+
+impl RedisStoreBuilder {
+    /// The prefix of every key the store writes (default [`DEFAULT_PREFIX`]): 1 to
+    /// [`MAX_PREFIX_LEN`] bytes of printable ASCII without spaces, `{` or `}`.
+    /// Stores with different prefixes share nothing, as long as neither prefix is
+    /// the other followed by `:` (`app` and `app:i` can meet in a key: keep the
+    /// prefixes of one server from nesting).
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// How many shards records are spread over (default [`DEFAULT_SHARDS`], at most
+    /// [`MAX_SHARDS`]): see the [module docs](crate::store::redis). Every process sharing a prefix
+    /// must use the same count.
+    pub fn shards(mut self, shards: u16) -> Self {
+        self.shards = shards;
+        self
+    }
+
+    /// How long one connection attempt may take (default
+    /// [`DEFAULT_CONNECTION_TIMEOUT`]). Used by [`connect`](Self::connect) and
+    /// [`connect_cluster`](Self::connect_cluster).
+    pub fn connection_timeout(mut self, timeout: Duration) -> Self {
+        self.connection_timeout = timeout;
+        self
+    }
+
+    /// How long a command may wait for its answer before the store answers
+    /// [`StoreError::Unavailable`] (default [`DEFAULT_RESPONSE_TIMEOUT`]). Used by
+    /// [`connect`](Self::connect) and [`connect_cluster`](Self::connect_cluster);
+    /// claims and finishes, which wait for their batch's turn first, wait at most
+    /// twice as long (with [`build`](Self::build) too).
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// Connects to the standalone server at `url` (such as `redis://127.0.0.1:6379`)
+    /// through a [`ConnectionManager`], which reconnects by itself.
+    ///
+    /// # Errors
+    /// [`RedisStoreError`] for a bad prefix or shard count, a bad URL, or a server
+    /// that cannot be reached now.
+    pub async fn connect(
+        self,
+        url: impl IntoConnectionInfo,
+    ) -> Result<RedisStore, RedisStoreError> {
+        self.validate()?;
+        let connect = |source| RedisStoreError::Connect { source };
+        let client = ::redis::Client::open(url).map_err(connect)?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(self.connection_timeout))
+            .set_response_timeout(Some(self.response_timeout))
+            // Fail fast while the server is away: the next request tries again.
+            .set_number_of_retries(1)
+            .set_min_delay(Duration::from_millis(50))
+            .set_max_delay(Duration::from_millis(500));
+        let manager = ConnectionManager::new_with_config(client, config)
+            .await
+            .map_err(connect)?;
+        let store = self.build(manager)?;
+        store.check_version().await?;
+        Ok(store)
+    }
+
+    /// Connects to the Redis Cluster that `nodes` belong to (one or more seed
+    /// addresses, such as `redis://127.0.0.1:7101`) through a [`ClusterConnection`],
+    /// which follows slot moves and reconnects by itself.
+    ///
+    /// # Errors
+    /// [`RedisStoreError`] for a bad prefix or shard count, a bad address, or a
+    /// cluster that cannot be reached now.
+    pub async fn connect_cluster<T: IntoConnectionInfo>(
+        self,
+        nodes: impl IntoIterator<Item = T>,
+    ) -> Result<RedisStore, RedisStoreError> {
+        self.validate()?;
+        let connect = |source| RedisStoreError::Connect { source };
+        let client = ClusterClient::builder(nodes)
+            .connection_timeout(self.connection_timeout)
+            .response_timeout(self.response_timeout)
+            .retries(2)
+            .build()
+            .map_err(connect)?;
+        let connection = client.get_async_connection().await.map_err(connect)?;
+        let store = self.build(connection)?;
+        store.check_version().await?;
+        Ok(store)
+    }
+
+    /// A store on a connection the host built. Unlike [`connect`](Self::connect), it
+    /// asks the server nothing, so it does not check for Redis 7.0 or later: on an
+    /// older server every claim fails with a syntax error.
+    ///
+    /// # Errors
+    /// [`RedisStoreError`] for a bad prefix or shard count.
+    pub fn build(
+        self,
+        connection: impl Into<RedisConnection>,
+    ) -> Result<RedisStore, RedisStoreError> {
+        self.validate()?;
+        let keys = (0..self.shards)
+            .map(|n| ShardKeys::new(&format!("{{{}:{n}}}", self.prefix)))
+            .collect();
+        Ok(RedisStore {
+            inner: Arc::new(Inner {
+                keys,
+                batcher: Mutex::new(None),
+                response_timeout: self.response_timeout,
+                connection: connection.into(),
+                prefix: self.prefix,
+                shards: self.shards,
+                inboxes: Default::default(),
+            }),
+        })
+    }
+
+    fn validate(&self) -> Result<(), RedisStoreError> {
+        let p = &self.prefix;
+        let bad = |reason| {
+            Err(RedisStoreError::InvalidPrefix {
+                prefix: p.clone(),
+                reason,
+            })
+        };
+        if p.is_empty() {
+            return bad("empty");
+        }
+        if p.len() > MAX_PREFIX_LEN {
+            return bad("longer than 64 bytes");
+        }
+        if !p
+            .bytes()
+            .all(|b| b.is_ascii_graphic() && b != b'{' && b != b'}')
+        {
+            return bad("only printable ASCII without spaces, `{` or `}`");
+        }
+        if self.shards == 0 || self.shards > MAX_SHARDS {
+            return Err(RedisStoreError::InvalidShards(self.shards));
+        }
+        Ok(())
+    }
+}
+
+fn is_unreachable(e: &RedisError) -> bool {
+    e.is_io_error()
+        || e.is_connection_refusal()
+        || e.is_connection_dropped()
+        || e.is_timeout()
+        || matches!(
+            e.kind(),
+            ErrorKind::ClusterConnectionNotFound
+                | ErrorKind::Server(
+                    ServerErrorKind::BusyLoading
+                        | ServerErrorKind::TryAgain
+                        | ServerErrorKind::ClusterDown
+                        | ServerErrorKind::MasterDown
+                        | ServerErrorKind::ReadOnly
+                )
+        )
+}
+
+pub(super) fn store_error(e: RedisError) -> StoreError {
+    if is_unreachable(&e) {
+        StoreError::unavailable(e)
+    } else {
+        StoreError::backend(e)
+    }
+}
+
+/// The `redis_version` in the text of `INFO server`, and whether it is 7.0 or later.
+fn server_version(info: &str) -> Option<(&str, bool)> {
+    let version = info
+        .lines()
+        .find_map(|line| line.strip_prefix("redis_version:"))?
+        .trim();
+    let major: u32 = version.split('.').next()?.parse().ok()?;
+    Some((version, major >= 7))
+}
+
+/// The version in an `INFO server` text if it is older than 7.0.
+fn too_old(info: &str) -> Option<String> {
+    match server_version(info) {
+        Some((version, false)) => Some(version.to_owned()),
+        _ => None,
+    }
+}
+
+impl RedisStore {
+    /// Refuses a server older than Redis 7.0 (see
+    /// [`RedisStoreError::UnsupportedVersion`]). A server whose `INFO` does not say
+    /// (a proxy, say) is let through.
+    async fn check_version(&self) -> Result<(), RedisStoreError> {
+        let info: Value = self
+            .inner
+            .connection
+            .query(::redis::cmd("INFO").arg("server"))
+            .await
+            .map_err(|source| RedisStoreError::Connect { source })?;
+        // A cluster answers one text per primary.
+        let mut texts = vec![&info];
+        let mut old = None;
+        while let Some(v) = texts.pop() {
+            match v {
+                Value::Map(pairs) => texts.extend(pairs.iter().map(|(_, v)| v)),
+                Value::Array(items) => texts.extend(items),
+                Value::VerbatimString { text, .. } => old = old.or(too_old(text)),
+                v => old = old.or(text(v).and_then(too_old)),
+            }
+        }
+        match old {
+            Some(version) => Err(RedisStoreError::UnsupportedVersion { version }),
+            None => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,301 @@
+//! The [`ProcessedStore`] of a [`RedisStore`].
+
+use ::redis::Value;
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+use super::batch;
+use super::codec::{
+    corrupt, fresh_record, int, millis, own_claim, record, sized, stored_record, text, time, ttl,
+};
+use super::connection::{store_error, Eval};
+use super::scripts::SCRIPTS;
+use super::{RedisStore, BATCH};
+use crate::store::{
+    ceil_millis, encode_history, Claim, ClaimRequest, Decision, Deleted, Fence, FencingToken,
+    Finish, Key, ProcessedStore, Record, RecordState, StoreError,
+};
+
+#[async_trait]
+impl ProcessedStore for RedisStore {
+    async fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
+        let (rec, shard) = self.locate_shard(request.key);
+        let (now, lease, expires) = (
+            millis(request.now),
+            ceil_millis(request.lease_until),
+            ceil_millis(request.expires_at),
+        );
+        let (fresh, fresh_ttl) = fresh_record(request);
+        // The record as stored: times in whole milliseconds.
+        let acquired = || {
+            Claim::Acquired(Record::new(
+                request.key,
+                RecordState::InProgress,
+                request.fingerprint,
+                request.token,
+                1,
+                0,
+                time(lease),
+                time(expires),
+                time(now),
+                time(now),
+                Vec::new(),
+            ))
+        };
+
+        // One round trip for a new id and for a duplicate: a native `SET NX GET`
+        // stores a new id or answers the record, and the due index learns the member
+        // in the same transaction (`ZADD NX`: a duplicate's entry stays as it is),
+        // sent with the other claims and finishes of its batch.
+        let stored = self
+            .batcher()
+            .claim(batch::ClaimJob {
+                shard,
+                rec,
+                fresh,
+                ttl: fresh_ttl,
+                lease,
+                now,
+            })
+            .await
+            .map_err(store_error)?;
+        let Some(stored) = stored else {
+            return Ok(acquired());
+        };
+        let existing = record(request.key, &stored)?;
+        if own_claim(&existing, request) {
+            return Ok(Claim::Acquired(existing));
+        }
+        if request.decide_on(&existing) == Decision::Keep {
+            return Ok(Claim::Existing(existing));
+        }
+
+        // A known record this claim may replace or take over: the script decides
+        // again, atomically (the record may have changed since). Rare, so the keys
+        // and the fresh record, moved into the batch, are built again.
+        let (rec, shard) = self.locate_shard(request.key);
+        let (fresh, fresh_ttl) = fresh_record(request);
+        let mut inv = Eval::new(&SCRIPTS.claim, 2);
+        inv.key(rec.rec())
+            .key(&self.keys(shard).due)
+            .arg(&fresh)
+            .arg(fresh_ttl)
+            .arg(rec.member())
+            .arg(request.fingerprint.to_hex())
+            .arg(request.token.0)
+            .arg(now)
+            .arg(lease)
+            .arg(expires);
+        let answer: Value = self
+            .inner
+            .connection
+            .eval(&inv)
+            .await
+            .map_err(store_error)?;
+        match answer {
+            Value::Int(0) => Ok(acquired()),
+            Value::Array(v) => match v.as_slice() {
+                [Value::Int(1), r] => Ok(Claim::Acquired(stored_record(request.key, r)?)),
+                [Value::Int(2), r] => {
+                    let existing = stored_record(request.key, r)?;
+                    Ok(if own_claim(&existing, request) {
+                        Claim::Acquired(existing)
+                    } else {
+                        Claim::Existing(existing)
+                    })
+                }
+                _ => Err(corrupt("unexpected claim answer")),
+            },
+            _ => Err(corrupt("unexpected claim answer")),
+        }
+    }
+
+    async fn finish(
+        &self,
+        key: Key<'_>,
+        token: FencingToken,
+        finish: &Finish<'_>,
+    ) -> Result<Fence, StoreError> {
+        let (rec, shard) = self.locate_shard(key);
+        let history = if finish.history.is_empty() {
+            String::new()
+        } else {
+            encode_history(finish.history)
+        };
+        let token = token.0;
+        let (now, expires) = (millis(finish.now), ceil_millis(finish.expires_at));
+        let state = finish.state.as_str();
+        let job = batch::FinishJob {
+            shard,
+            rec,
+            fence: sized(33, format_args!("in_progress|{token}|")),
+            head: sized(state.len() + 22, format_args!("{state}|{token}|")),
+            tail: sized(
+                54 + history.len(),
+                format_args!("{}|{expires}|{now}|{history}", finish.failures),
+            ),
+            ttl: ttl(expires, now),
+            expires,
+        };
+        let finished = self.batcher().finish(job).await.map_err(store_error)?;
+        match finished {
+            batch::Finished::Applied => Ok(Fence::Applied),
+            batch::Finished::LeaseLost => Ok(Fence::LeaseLost),
+            batch::Finished::Corrupt => Err(corrupt("record")),
+        }
+    }
+
+    async fn renew(
+        &self,
+        key: Key<'_>,
+        token: FencingToken,
+        lease_until: DateTime<Utc>,
+        expires_at: DateTime<Utc>,
+    ) -> Result<Fence, StoreError> {
+        let (rec, keys) = self.locate(key);
+        let mut inv = Eval::new(&SCRIPTS.renew, 2);
+        inv.key(rec.rec())
+            .key(&keys.due)
+            .arg(rec.member())
+            .arg(token.0)
+            .arg(ceil_millis(lease_until))
+            .arg(ceil_millis(expires_at));
+        let applied: i64 = self
+            .inner
+            .connection
+            .eval(&inv)
+            .await
+            .map_err(store_error)?;
+        Ok(if applied == 1 {
+            Fence::Applied
+        } else {
+            Fence::LeaseLost
+        })
+    }
+
+    async fn get(&self, key: Key<'_>) -> Result<Option<Record>, StoreError> {
+        let (rec, _) = self.locate(key);
+        let stored: Option<String> = self
+            .inner
+            .connection
+            .query(::redis::cmd("GET").arg(rec.rec()))
+            .await
+            .map_err(store_error)?;
+        stored.map(|s| record(key, &s)).transpose()
+    }
+
+    async fn delete(&self, key: Key<'_>, now: DateTime<Utc>) -> Result<Deleted, StoreError> {
+        let (rec, keys) = self.locate(key);
+        let mut inv = Eval::new(&SCRIPTS.delete, 2);
+        inv.key(rec.rec())
+            .key(&keys.due)
+            .arg(rec.member())
+            .arg(millis(now));
+        let answer: i64 = self
+            .inner
+            .connection
+            .eval(&inv)
+            .await
+            .map_err(store_error)?;
+        Ok(match answer {
+            1 => Deleted::Removed,
+            2 => Deleted::LeaseHeld,
+            _ => Deleted::NotFound,
+        })
+    }
+
+    /// Removes records expired at `now` through the shards' indexes, at most 256
+    /// per script. Records the TTL already dropped count as removed (their index
+    /// entries are cleared).
+    async fn purge_expired(&self, now: DateTime<Utc>, limit: usize) -> Result<u64, StoreError> {
+        let now = millis(now);
+        let mut removed = 0;
+        for shard in 0..self.inner.shards {
+            let keys = self.keys(shard);
+            let mut offset = 0;
+            loop {
+                let want = (limit - removed).min(BATCH);
+                if want == 0 {
+                    return Ok(removed as u64);
+                }
+                let mut inv = Eval::new(&SCRIPTS.purge, 1);
+                inv.key(&keys.due)
+                    .arg(now)
+                    .arg(want)
+                    .arg(&keys.records)
+                    .arg(offset);
+                let (n, seen, kept): (usize, usize, usize) = self
+                    .inner
+                    .connection
+                    .eval(&inv)
+                    .await
+                    .map_err(store_error)?;
+                removed += n.min(want);
+                offset += kept;
+                if seen < want {
+                    break;
+                }
+            }
+        }
+        Ok(removed as u64)
+    }
+
+    async fn stuck(&self, now: DateTime<Utc>, limit: usize) -> Result<Vec<Record>, StoreError> {
+        // Up to `limit` of each shard, each shard's in the order of its due index;
+        // then the `limit` longest-expired of them all.
+        let now = millis(now);
+        let mut out = Vec::new();
+        for shard in 0..self.inner.shards {
+            let keys = self.keys(shard);
+            let mut offset = 0;
+            let mut found_here = 0;
+            loop {
+                let want = (limit - found_here).min(BATCH);
+                if want == 0 {
+                    break;
+                }
+                let mut inv = Eval::new(&SCRIPTS.stuck, 1);
+                inv.key(&keys.due)
+                    .arg(now)
+                    .arg(want)
+                    .arg(&keys.records)
+                    .arg(offset);
+                let answer: Vec<Value> = self
+                    .inner
+                    .connection
+                    .eval(&inv)
+                    .await
+                    .map_err(store_error)?;
+                let [seen, kept, found @ ..] = answer.as_slice() else {
+                    return Err(corrupt("unexpected stuck answer"));
+                };
+                let seen = int(seen).ok_or_else(|| corrupt("stuck answer"))?;
+                offset += int(kept).ok_or_else(|| corrupt("stuck answer"))?;
+                for pair in found.chunks(2) {
+                    let [m, r] = pair else {
+                        return Err(corrupt("unexpected stuck answer"));
+                    };
+                    let m = text(m).ok_or_else(|| corrupt("member"))?;
+                    let key = Key::split_joined(m);
+                    if found_here < limit {
+                        // One record this crate cannot read fails no scan (the
+                        // scripts keep such records in place, for the purge).
+                        match stored_record(key, r) {
+                            Ok(record) => out.push(record),
+                            Err(e) => {
+                                tracing::warn!(namespace = %key.namespace, id = %key.id, error = %e, "a stuck record that does not read: skipped");
+                            }
+                        }
+                        found_here += 1;
+                    }
+                }
+                if seen < want as i64 {
+                    break;
+                }
+            }
+        }
+        out.sort_by_key(|r| r.lease_until);
+        out.truncate(limit);
+        Ok(out)
+    }
+}

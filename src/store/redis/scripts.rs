@@ -1,0 +1,81 @@
+//! The Lua scripts of the dedup records, loaded once per server.
+
+use std::sync::LazyLock;
+
+use ::redis::Script;
+
+use super::Scripts;
+
+/// Shared by every script: `parse` splits a stored record (see [`record`](super::codec::record)) into its
+/// ten fields, or answers nothing for one that does not parse, numbers included (a
+/// record this crate did not write must not raise a script error: that would fail
+/// every other record of a batch or a scan); `ttl` is the time left until `due`, at
+/// least 1 ms.
+const PRELUDE: &str = include_str!("lua/records/prelude.lua");
+
+/// The claim script, for the rare claim that must decide on a known record (see
+/// [`RedisStore::claim`](crate::store::ProcessedStore::claim)): its first lines store the id if the record vanished since
+/// the claim's `SET NX GET`; KEYS record, due; ARGV the fresh record, its TTL,
+/// member, fingerprint, token, now, lease_until, expires_at. Answers 0 (stored: the
+/// caller knows the record).
+const CLAIM_HEAD: &str = include_str!("lua/records/claim_head.lua");
+
+/// Tidies [`TIDY_BATCH`] entries of a shard's due index that are due: drops those
+/// whose record is gone (dropped by its TTL) and re-files finished ones at their
+/// expiry. KEYS due; ARGV record key prefix, now.
+pub(super) const TIDY: &str = include_str!("lua/records/tidy.lua");
+
+/// Each time a process has filed this many new records in a shard's due index, it
+/// tidies as many of the shard's due entries ([`TIDY`]): gone records dropped,
+/// finished ones re-filed at their expiry. With retention by key TTL, the index so
+/// stays bounded even when no sweeper runs.
+pub(super) const TIDY_BATCH: u32 = 256;
+
+/// The rest of the claim script, deciding on a known record in the same round trip:
+/// an expired record is replaced (0), a failed or abandoned one with a matching
+/// fingerprint (equal, or either one unknown: all zeros) taken over ({1, record}),
+/// keeping a known fingerprint, and anything else answered unchanged ({2, record}).
+const CLAIM_DECIDE: &str = include_str!("lua/records/claim_decide.lua");
+
+/// Finish, for a batch of records: KEYS record and due of each; ARGV six per
+/// record: the fence prefix `in_progress|<token>|`, the new record's head
+/// `<state>|<token>|`, its tail `<failures>|<expires_at>|<now>|<history>`, its TTL,
+/// expires_at, member. Answers one code per record: 1 (applied), 0 (lease lost) or
+/// -1 (corrupt). Keeps the fields `f|a|l|c` after the fence prefix as they are. The
+/// index entry stays at the lease's end (at or before the new expiry, where purge
+/// and stuck re-file it) unless the new expiry is earlier. Without the prelude:
+/// every line here is paid by every processed delivery.
+const FINISH: &str = include_str!("lua/records/finish.lua");
+
+/// Renew: KEYS record, due; ARGV member, token, lease_until, expires_at. No `now`
+/// is given, so the TTL moves by as much as the record's due time does.
+const RENEW: &str = include_str!("lua/records/renew.lua");
+
+/// Delete: KEYS record, due; ARGV member, now. Answers 1 (removed), 0 (not found)
+/// or 2 (live lease).
+const DELETE: &str = include_str!("lua/records/delete.lua");
+
+/// Purge one batch of a shard: KEYS due; ARGV now, limit, record key prefix,
+/// offset. Answers {removed, looked at, kept in place}: stuck records whose expiry
+/// has not come stay at the front of the range (for stuck), everything else leaves
+/// it (removed, or re-filed at its next due time).
+const PURGE: &str = include_str!("lua/records/purge.lua");
+
+/// Stuck records of one shard: KEYS due; ARGV now, limit, record key prefix,
+/// offset. Answers {looked at, kept in place, then member and record of each stuck
+/// one}: stuck and expired records stay at the front of the range, everything else
+/// leaves it (dropped if gone, or re-filed at its next due time).
+const STUCK: &str = include_str!("lua/records/stuck.lua");
+
+pub(super) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
+    let script = |body: &str| Script::new(&format!("{PRELUDE}{body}"));
+    Scripts {
+        claim: Script::new(&format!("{CLAIM_HEAD}{PRELUDE}{CLAIM_DECIDE}")),
+        tidy: Script::new(&TIDY.replace("TIDY_BATCH", &TIDY_BATCH.to_string())),
+        finish: Script::new(FINISH),
+        renew: script(RENEW),
+        delete: script(DELETE),
+        purge: script(PURGE),
+        stuck: script(STUCK),
+    }
+});

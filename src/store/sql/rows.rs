@@ -1,0 +1,300 @@
+//! The rows the SQL stores read: dedup records, inbox events and ordering records.
+
+use std::fmt;
+
+use super::time;
+use crate::inbox::{InboxEvent, InboxState};
+use crate::meta::EventMeta;
+use crate::ordering::{ObjectRecord, ObjectStatus};
+use crate::store::{
+    decode_history, FencingToken, Fingerprint, Key, Record, RecordState, StoreError,
+};
+
+/// The columns every query returns, in this order, after the key.
+pub(crate) const COLUMNS: &str = "state, fingerprint, token, attempts, failures, \
+     lease_until, expires_at, created_at, updated_at, history";
+
+/// One row as read from the database, before checking.
+pub(crate) struct RawRecord {
+    pub(crate) state: String,
+    pub(crate) fingerprint: Vec<u8>,
+    pub(crate) token: i64,
+    pub(crate) attempts: i64,
+    pub(crate) failures: i64,
+    pub(crate) lease_until: i64,
+    pub(crate) expires_at: i64,
+    pub(crate) created_at: i64,
+    pub(crate) updated_at: i64,
+    pub(crate) history: String,
+}
+
+impl RawRecord {
+    pub(crate) fn into_record(self, key: Key<'_>) -> Result<Record, StoreError> {
+        let state = RecordState::parse(&self.state)
+            .ok_or_else(|| StoreError::Corrupt(format!("{key}: unknown state {:?}", self.state)))?;
+        let fingerprint = <[u8; 32]>::try_from(self.fingerprint.as_slice())
+            .map(Fingerprint)
+            .map_err(|_| {
+                StoreError::Corrupt(format!(
+                    "{key}: fingerprint of {} bytes",
+                    self.fingerprint.len()
+                ))
+            })?;
+        let counter = |name: &str, v: i64| {
+            u32::try_from(v).map_err(|_| StoreError::Corrupt(format!("{key}: {name} = {v}")))
+        };
+        Ok(Record::new(
+            key,
+            state,
+            fingerprint,
+            FencingToken::from_i64(self.token),
+            counter("attempts", self.attempts)?,
+            counter("failures", self.failures)?,
+            time(self.lease_until),
+            time(self.expires_at),
+            time(self.created_at),
+            time(self.updated_at),
+            decode_history(&self.history)?,
+        ))
+    }
+}
+
+/// A row of a SQL store, read by column position with the column types the schema
+/// gives it.
+pub(crate) trait SqlRow {
+    fn text(&self, at: usize) -> Result<String, sqlx::Error>;
+    fn optional_text(&self, at: usize) -> Result<Option<String>, sqlx::Error>;
+    fn bytes(&self, at: usize) -> Result<Vec<u8>, sqlx::Error>;
+    /// A 64-bit integer column: times and tokens.
+    fn bigint(&self, at: usize) -> Result<i64, sqlx::Error>;
+    fn optional_bigint(&self, at: usize) -> Result<Option<i64>, sqlx::Error>;
+    /// An `INTEGER` column: attempts and failures.
+    fn integer(&self, at: usize) -> Result<i64, sqlx::Error>;
+}
+
+/// How a database decodes the columns whose type differs between dialects.
+pub(crate) trait Columns: sqlx::Database {
+    /// An `INTEGER` column: `INT4` on PostgreSQL, `INT UNSIGNED` on MySQL; SQLite
+    /// keeps every integer in 64 bits.
+    type Integer: Into<i64> + for<'r> sqlx::Decode<'r, Self> + sqlx::Type<Self>;
+    /// A text column as the driver reads it.
+    type Text: for<'r> sqlx::Decode<'r, Self> + sqlx::Type<Self>;
+    /// The text of column `at`, read as [`Self::Text`].
+    fn text(read: Self::Text, at: usize) -> Result<String, sqlx::Error>;
+}
+
+#[cfg(feature = "postgres")]
+impl Columns for sqlx::Postgres {
+    type Integer = i32;
+    type Text = String;
+    fn text(read: String, _: usize) -> Result<String, sqlx::Error> {
+        Ok(read)
+    }
+}
+
+#[cfg(feature = "sqlite")]
+impl Columns for sqlx::Sqlite {
+    type Integer = i64;
+    type Text = String;
+    fn text(read: String, _: usize) -> Result<String, sqlx::Error> {
+        Ok(read)
+    }
+}
+
+impl<R> SqlRow for R
+where
+    R: sqlx::Row,
+    R::Database: Columns,
+    usize: sqlx::ColumnIndex<R>,
+    for<'r> Vec<u8>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
+    fn text(&self, at: usize) -> Result<String, sqlx::Error> {
+        <R::Database as Columns>::text(self.try_get(at)?, at)
+    }
+
+    fn optional_text(&self, at: usize) -> Result<Option<String>, sqlx::Error> {
+        let read: Option<<R::Database as Columns>::Text> = self.try_get(at)?;
+        read.map(|read| <R::Database as Columns>::text(read, at))
+            .transpose()
+    }
+
+    fn bytes(&self, at: usize) -> Result<Vec<u8>, sqlx::Error> {
+        self.try_get(at)
+    }
+
+    fn bigint(&self, at: usize) -> Result<i64, sqlx::Error> {
+        self.try_get(at)
+    }
+
+    fn optional_bigint(&self, at: usize) -> Result<Option<i64>, sqlx::Error> {
+        self.try_get(at)
+    }
+
+    fn integer(&self, at: usize) -> Result<i64, sqlx::Error> {
+        self.try_get::<<R::Database as Columns>::Integer, _>(at)
+            .map(Into::into)
+    }
+}
+
+impl RawRecord {
+    /// Reads the [`COLUMNS`] starting at column `at`.
+    pub(crate) fn read(row: &impl SqlRow, at: usize) -> Result<Self, sqlx::Error> {
+        Ok(Self {
+            state: row.text(at)?,
+            fingerprint: row.bytes(at + 1)?,
+            token: row.bigint(at + 2)?,
+            attempts: row.integer(at + 3)?,
+            failures: row.integer(at + 4)?,
+            lease_until: row.bigint(at + 5)?,
+            expires_at: row.bigint(at + 6)?,
+            created_at: row.bigint(at + 7)?,
+            updated_at: row.bigint(at + 8)?,
+            history: row.text(at + 9)?,
+        })
+    }
+}
+
+/// The inbox columns every inbox read returns, in this order.
+pub(crate) const EVENT_COLUMNS: &str = "namespace, id, fingerprint, event_type, created_at, \
+     object, family, payload, state, attempts, token, lease_until, next_attempt_at, last_error, \
+     received_at, updated_at, expires_at";
+
+/// One inbox row as read from the database ([`EVENT_COLUMNS`]), before checking.
+pub(crate) struct RawEvent {
+    pub(crate) namespace: String,
+    pub(crate) id: String,
+    pub(crate) fingerprint: Vec<u8>,
+    pub(crate) event_type: Option<String>,
+    pub(crate) created_at: Option<i64>,
+    pub(crate) object: Option<String>,
+    pub(crate) family: Option<String>,
+    pub(crate) payload: Vec<u8>,
+    pub(crate) state: String,
+    pub(crate) attempts: i64,
+    pub(crate) token: i64,
+    pub(crate) lease_until: i64,
+    pub(crate) next_attempt_at: i64,
+    pub(crate) last_error: Option<String>,
+    pub(crate) received_at: i64,
+    pub(crate) updated_at: i64,
+    pub(crate) expires_at: i64,
+}
+
+impl RawEvent {
+    /// Reads the [`EVENT_COLUMNS`].
+    pub(crate) fn read(row: &impl SqlRow) -> Result<Self, sqlx::Error> {
+        Ok(Self {
+            namespace: row.text(0)?,
+            id: row.text(1)?,
+            fingerprint: row.bytes(2)?,
+            event_type: row.optional_text(3)?,
+            created_at: row.optional_bigint(4)?,
+            object: row.optional_text(5)?,
+            family: row.optional_text(6)?,
+            payload: row.bytes(7)?,
+            state: row.text(8)?,
+            attempts: row.integer(9)?,
+            token: row.bigint(10)?,
+            lease_until: row.bigint(11)?,
+            next_attempt_at: row.bigint(12)?,
+            last_error: row.optional_text(13)?,
+            received_at: row.bigint(14)?,
+            updated_at: row.bigint(15)?,
+            expires_at: row.bigint(16)?,
+        })
+    }
+}
+
+/// A stored fingerprint, checked to be 32 bytes.
+pub(crate) fn fingerprint(
+    bytes: &[u8],
+    what: &dyn fmt::Display,
+) -> Result<Fingerprint, StoreError> {
+    <[u8; 32]>::try_from(bytes)
+        .map(Fingerprint)
+        .map_err(|_| StoreError::Corrupt(format!("{what}: fingerprint of {} bytes", bytes.len())))
+}
+
+/// A stored inbox state name.
+pub(crate) fn inbox_state(text: &str, what: &dyn fmt::Display) -> Result<InboxState, StoreError> {
+    InboxState::parse(text)
+        .ok_or_else(|| StoreError::Corrupt(format!("{what}: unknown inbox state {text:?}")))
+}
+
+impl RawEvent {
+    pub(crate) fn into_event(self) -> Result<InboxEvent, StoreError> {
+        let what = Key::new(&self.namespace, &self.id).to_string();
+        let fingerprint = fingerprint(&self.fingerprint, &what)?;
+        let state = inbox_state(&self.state, &what)?;
+        let attempts = u32::try_from(self.attempts)
+            .map_err(|_| StoreError::Corrupt(format!("{what}: attempts = {}", self.attempts)))?;
+        Ok(InboxEvent {
+            namespace: self.namespace,
+            id: self.id,
+            fingerprint,
+            meta: EventMeta {
+                event_type: self.event_type,
+                created_at: self.created_at.map(time),
+                object: self.object,
+                family: self.family,
+            },
+            payload: self.payload,
+            state,
+            attempts,
+            token: FencingToken::from_i64(self.token),
+            lease_until: time(self.lease_until),
+            next_attempt_at: time(self.next_attempt_at),
+            last_error: self.last_error,
+            received_at: time(self.received_at),
+            updated_at: time(self.updated_at),
+            expires_at: time(self.expires_at),
+        })
+    }
+}
+
+/// The ordering columns every object read returns, in this order.
+pub(crate) const OBJECT_COLUMNS: &str = "namespace, object, family, newest, status, updated_at";
+
+/// One ordering row as read from the database ([`OBJECT_COLUMNS`]), before checking.
+pub(crate) struct RawObject {
+    pub(crate) namespace: String,
+    pub(crate) object: String,
+    pub(crate) family: String,
+    pub(crate) newest: i64,
+    pub(crate) status: String,
+    pub(crate) updated_at: i64,
+}
+
+impl RawObject {
+    /// Reads the [`OBJECT_COLUMNS`].
+    pub(crate) fn read(row: &impl SqlRow) -> Result<Self, sqlx::Error> {
+        Ok(Self {
+            namespace: row.text(0)?,
+            object: row.text(1)?,
+            family: row.text(2)?,
+            newest: row.bigint(3)?,
+            status: row.text(4)?,
+            updated_at: row.bigint(5)?,
+        })
+    }
+}
+
+impl RawObject {
+    pub(crate) fn into_record(self) -> Result<ObjectRecord, StoreError> {
+        let status = ObjectStatus::parse(&self.status).ok_or_else(|| {
+            StoreError::Corrupt(format!(
+                "{}/{}/{}: unknown object status {:?}",
+                self.namespace, self.object, self.family, self.status
+            ))
+        })?;
+        Ok(ObjectRecord {
+            namespace: self.namespace,
+            object: self.object,
+            family: self.family,
+            newest: time(self.newest),
+            status,
+            updated_at: time(self.updated_at),
+        })
+    }
+}
