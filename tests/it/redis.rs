@@ -3,7 +3,7 @@
 //! on ports 7101-7103 and single servers on 7195-7199), which need `redis-server`
 //! and `redis-cli` on the `PATH`.
 
-mod support;
+use crate::support;
 
 use support::fresh_request;
 

@@ -208,7 +208,13 @@ where
 }
 
 pub mod backends;
+#[cfg(any(feature = "axum", feature = "tower"))]
+pub mod http_client;
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
+pub mod inbox;
 pub mod proxy;
+#[cfg(any(feature = "axum", feature = "tower"))]
+pub mod web;
 
 /// The `record` function of
 /// [`record_in_leaves_a_live_claim_alone_and_takes_over_an_abandoned_one`] for the

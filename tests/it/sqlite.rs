@@ -3,9 +3,8 @@
 //! Every test uses a fresh file under the system's temporary directory with a random
 //! name and a random table name, and removes the file (and its WAL) at the end.
 
-#[path = "support/inbox.rs"]
-mod inbox_support;
-mod support;
+use crate::support::inbox as inbox_support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
