@@ -5,8 +5,8 @@
 //! test stops the server: recovery is shown by terminating the store's own
 //! connections and by closing a local TCP proxy.
 
-use crate::support::inbox as inbox_support;
 use crate::support;
+use crate::support::inbox as inbox_support;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;

@@ -3,8 +3,8 @@
 //! Every test uses a fresh file under the system's temporary directory with a random
 //! name and a random table name, and removes the file (and its WAL) at the end.
 
-use crate::support::inbox as inbox_support;
 use crate::support;
+use crate::support::inbox as inbox_support;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
