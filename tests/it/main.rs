@@ -43,7 +43,7 @@ mod redis;
 mod sqlite;
 
 // Reliability: faults, crashes, load and retry schedules across backends.
-#[cfg(all(feature = "sqlite", feature = "postgres"))]
+#[cfg(all(feature = "tokio", feature = "sqlite", feature = "postgres"))]
 mod crash;
 #[cfg(all(feature = "postgres", feature = "mysql", feature = "redis"))]
 mod faults;

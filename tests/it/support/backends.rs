@@ -45,6 +45,7 @@ impl Backend {
 /// One test per backend running the same scenario: for each `test => Variant`, a
 /// multi-threaded `#[tokio::test]` named `test` that awaits
 /// `scenario(Backend::Variant)`.
+#[allow(unused_macros)]
 macro_rules! per_backend {
     ($scenario:ident: $($test:ident => $backend:ident),+ $(,)?) => {$(
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

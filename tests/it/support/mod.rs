@@ -207,11 +207,26 @@ where
     (purged, calls)
 }
 
+#[cfg(any(
+    feature = "sqlite",
+    feature = "postgres",
+    feature = "mysql",
+    feature = "redis"
+))]
 pub mod backends;
 #[cfg(any(feature = "axum", feature = "tower"))]
 pub mod http_client;
-#[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
+#[cfg(all(
+    feature = "conformance",
+    any(feature = "sqlite", feature = "postgres", feature = "mysql")
+))]
 pub mod inbox;
+#[cfg(any(
+    feature = "sqlite",
+    feature = "postgres",
+    feature = "mysql",
+    feature = "redis"
+))]
 pub mod proxy;
 #[cfg(any(feature = "axum", feature = "tower"))]
 pub mod web;
