@@ -207,6 +207,11 @@ where
     (purged, calls)
 }
 
+/// `t` to the millisecond, the precision every store keeps.
+pub fn ms(t: chrono::DateTime<chrono::Utc>) -> chrono::DateTime<chrono::Utc> {
+    chrono::DateTime::from_timestamp_millis(t.timestamp_millis()).unwrap()
+}
+
 #[cfg(any(
     feature = "sqlite",
     feature = "postgres",
