@@ -42,6 +42,21 @@ impl Backend {
     }
 }
 
+/// One test per backend running the same scenario: for each `test => Variant`, a
+/// multi-threaded `#[tokio::test]` named `test` that awaits
+/// `scenario(Backend::Variant)`.
+#[allow(unused_macros)]
+macro_rules! per_backend {
+    ($scenario:ident: $($test:ident => $backend:ident),+ $(,)?) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $test() {
+            $scenario($crate::support::backends::Backend::$backend).await;
+        }
+    )+};
+}
+#[allow(unused_imports)]
+pub(crate) use per_backend;
+
 pub fn unique(prefix: &str) -> String {
     format!("{prefix}_{:016x}", FencingToken::random().0)
 }

@@ -1,9 +1,8 @@
 //! The `webhook-guard` tool, run as a process: the operator commands against
 //! SQLite and PostgreSQL, and `send` against an axum server on loopback.
 
-mod support;
-#[path = "support/web.rs"]
-mod web;
+use crate::support;
+use crate::support::web;
 
 use std::net::SocketAddr;
 use std::process::{Command, Output};

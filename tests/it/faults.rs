@@ -12,7 +12,7 @@
 //!   (the completion is recorded in the background once the store is back, so a
 //!   redelivery is a duplicate and nothing is left in `stuck`).
 
-mod support;
+use crate::support;
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, AtomicUsize, Ordering};
@@ -287,20 +287,11 @@ async fn outage(backend: Backend) {
     cleanup.run().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn outage_postgres() {
-    outage(Backend::Postgres).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn outage_mariadb() {
-    outage(Backend::MySql).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn outage_redis() {
-    outage(Backend::Redis).await;
-}
+backends::per_backend!(outage:
+    outage_postgres => Postgres,
+    outage_mariadb => MySql,
+    outage_redis => Redis,
+);
 
 async fn cut_mid_handler(backend: Backend) {
     let Some(url) = support::server_url(backend.url_var().unwrap()) else {
@@ -414,17 +405,8 @@ async fn cut_mid_handler(backend: Backend) {
     cleanup.run().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cut_mid_handler_postgres() {
-    cut_mid_handler(Backend::Postgres).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cut_mid_handler_mariadb() {
-    cut_mid_handler(Backend::MySql).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cut_mid_handler_redis() {
-    cut_mid_handler(Backend::Redis).await;
-}
+backends::per_backend!(cut_mid_handler:
+    cut_mid_handler_postgres => Postgres,
+    cut_mid_handler_mariadb => MySql,
+    cut_mid_handler_redis => Redis,
+);

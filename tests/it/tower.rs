@@ -1,9 +1,7 @@
 //! The tower layer around an axum route, driven through real HTTP on loopback.
 
-#[path = "support/http_client.rs"]
-mod http_client;
-#[path = "support/web.rs"]
-mod web;
+use crate::support::http_client;
+use crate::support::web;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -3,9 +3,10 @@
 //! on ports 7101-7103 and single servers on 7195-7199), which need `redis-server`
 //! and `redis-cli` on the `PATH`.
 
-mod support;
+use crate::support;
 
 use support::fresh_request;
+use support::ms;
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -103,10 +104,6 @@ async fn record_keys(url: &str, prefix: &str) -> Vec<String> {
 
 async fn count_records(url: &str, prefix: &str) -> usize {
     record_keys(url, prefix).await.len()
-}
-
-fn ms(t: DateTime<Utc>) -> DateTime<Utc> {
-    DateTime::from_timestamp_millis(t.timestamp_millis()).unwrap()
 }
 
 // ---------------------------------------------------------------------------

@@ -4,9 +4,8 @@
 //! `mysql://root@127.0.0.1:3306/test`). Every test works in a fresh table with a
 //! random name and drops it at the end.
 
-#[path = "support/inbox.rs"]
-mod inbox_support;
-mod support;
+use crate::support;
+use crate::support::inbox as inbox_support;
 
 use std::collections::BTreeMap;
 use std::future::Future;

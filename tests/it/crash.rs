@@ -7,7 +7,7 @@
 //! provider's retries on a manual clock: within the lease they are `InProgress` and
 //! run nothing; after it, one of them runs the handler, exactly once.
 
-mod support;
+use crate::support;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -96,6 +96,15 @@ async fn crash_child() {
     unreachable!("the handler never returns");
 }
 
+/// `crash_child`'s name as the test harness lists it: its module path within this
+/// test binary.
+fn child_test_name() -> String {
+    match module_path!().split_once("::") {
+        Some((_crate, module)) => format!("{module}::crash_child"),
+        None => "crash_child".to_owned(),
+    }
+}
+
 /// Runs this test binary's `crash_child` in `role` on `target`, waits until it
 /// prints `marker`, and kills it with SIGKILL (no destructor, no release runs).
 async fn sigkill_child_once(role: &str, target: &str, marker: &'static str) {
@@ -103,7 +112,7 @@ async fn sigkill_child_once(role: &str, target: &str, marker: &'static str) {
         .args([
             "--ignored",
             "--exact",
-            "crash_child",
+            child_test_name().as_str(),
             "--nocapture",
             "--test-threads",
             "1",
@@ -215,15 +224,10 @@ async fn killed_holder(backend: Backend) {
     cleanup.run().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigkill_while_holding_a_lease_sqlite() {
-    killed_holder(Backend::Sqlite).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigkill_while_holding_a_lease_postgres() {
-    killed_holder(Backend::Postgres).await;
-}
+backends::per_backend!(killed_holder:
+    sigkill_while_holding_a_lease_sqlite => Sqlite,
+    sigkill_while_holding_a_lease_postgres => Postgres,
+);
 
 fn inbox_guard(store: webhook_guard::store::SqliteStore, clock: &ManualClock) -> WebhookGuard {
     WebhookGuard::builder()

@@ -5,16 +5,17 @@
 //! test stops the server: recovery is shown by terminating the store's own
 //! connections and by closing a local TCP proxy.
 
-#[path = "support/inbox.rs"]
-mod inbox_support;
-mod support;
+use crate::support;
+use crate::support::inbox as inbox_support;
+use support::backends::unique;
+use support::ms;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
-use chrono::{DateTime, TimeDelta, Utc};
+use chrono::{TimeDelta, Utc};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::{JoinHandle, JoinSet};
 use webhook_guard::inbox::InboxEvent;
@@ -32,10 +33,6 @@ struct Db {
     options: PgConnectOptions,
     admin: PgPool,
     table: String,
-}
-
-fn unique(prefix: &str) -> String {
-    format!("{prefix}_{:016x}", FencingToken::random().0)
 }
 
 async fn db() -> Option<Db> {
@@ -112,10 +109,6 @@ impl Db {
             .map(|r| (r.get(0), r.get(1)))
             .collect()
     }
-}
-
-fn ms(t: DateTime<Utc>) -> DateTime<Utc> {
-    DateTime::from_timestamp_millis(t.timestamp_millis()).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -207,8 +207,34 @@ where
     (purged, calls)
 }
 
+/// `t` to the millisecond, the precision every store keeps.
+pub fn ms(t: chrono::DateTime<chrono::Utc>) -> chrono::DateTime<chrono::Utc> {
+    chrono::DateTime::from_timestamp_millis(t.timestamp_millis()).unwrap()
+}
+
+#[cfg(any(
+    feature = "sqlite",
+    feature = "postgres",
+    feature = "mysql",
+    feature = "redis"
+))]
 pub mod backends;
+#[cfg(any(feature = "axum", feature = "tower"))]
+pub mod http_client;
+#[cfg(all(
+    feature = "conformance",
+    any(feature = "sqlite", feature = "postgres", feature = "mysql")
+))]
+pub mod inbox;
+#[cfg(any(
+    feature = "sqlite",
+    feature = "postgres",
+    feature = "mysql",
+    feature = "redis"
+))]
 pub mod proxy;
+#[cfg(any(feature = "axum", feature = "tower"))]
+pub mod web;
 
 /// The `record` function of
 /// [`record_in_leaves_a_live_claim_alone_and_takes_over_an_abandoned_one`] for the

@@ -3,9 +3,10 @@
 //! Every test uses a fresh file under the system's temporary directory with a random
 //! name and a random table name, and removes the file (and its WAL) at the end.
 
-#[path = "support/inbox.rs"]
-mod inbox_support;
-mod support;
+use crate::support;
+use crate::support::inbox as inbox_support;
+use support::backends::unique;
+use support::ms;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -22,10 +23,6 @@ use webhook_guard::store::{
     Claim, ClaimRequest, FencingToken, Fingerprint, Key, ProcessedStore, Recorded, SqliteStore,
 };
 use webhook_guard::{conformance, HandlerError, StoreError};
-
-fn unique(prefix: &str) -> String {
-    format!("{prefix}_{:016x}", FencingToken::random().0)
-}
 
 /// A temporary database file and a table name; the files go when this is dropped.
 struct Db {
@@ -104,10 +101,6 @@ impl Drop for Db {
             let _ = std::fs::remove_file(p);
         }
     }
-}
-
-fn ms(t: DateTime<Utc>) -> DateTime<Utc> {
-    DateTime::from_timestamp_millis(t.timestamp_millis()).unwrap()
 }
 
 fn request(key: Key<'_>, now: DateTime<Utc>) -> ClaimRequest<'_> {

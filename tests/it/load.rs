@@ -9,7 +9,7 @@
 //! is delivered in the same batch as its original (a provider's retries come within
 //! its window, and retention here is several batches long).
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -186,27 +186,10 @@ async fn load(backend: Backend) {
     cleanup.run().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn load_memory() {
-    load(Backend::Memory).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn load_sqlite() {
-    load(Backend::Sqlite).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn load_postgres() {
-    load(Backend::Postgres).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn load_mariadb() {
-    load(Backend::MySql).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn load_redis() {
-    load(Backend::Redis).await;
-}
+backends::per_backend!(load:
+    load_memory => Memory,
+    load_sqlite => Sqlite,
+    load_postgres => Postgres,
+    load_mariadb => MySql,
+    load_redis => Redis,
+);

@@ -1,0 +1,60 @@
+//! The integration tests in one binary: a module per area, all sharing [`support`].
+//!
+//! Each module is built when the features it needs are on, so any feature set
+//! builds this binary (`cargo test --all-features` runs every module). Two tests
+//! are binaries of their own because they install process-wide state: `allocations`
+//! (a counting global allocator) and `tracing` (it reads the delivery span through
+//! its own subscriber; [`support::statements_run`] installs a global one here).
+
+// The guard's flow on the memory store.
+#[cfg(feature = "conformance")]
+mod conformance_memory;
+#[cfg(feature = "tokio")]
+mod guard;
+#[cfg(feature = "tokio")]
+mod inbox;
+#[cfg(feature = "metrics")]
+mod metrics;
+mod store_calls;
+
+// Signatures and hostile input.
+#[cfg(feature = "tokio")]
+mod forgery;
+mod fuzz_regressions;
+mod verify_providers;
+mod verify_tool;
+
+// Web integrations and the operator tool.
+#[cfg(feature = "axum")]
+mod axum;
+#[cfg(all(feature = "cli", feature = "axum"))]
+mod cli;
+#[cfg(feature = "tower")]
+mod tower;
+
+// Each store backend against its live server.
+#[cfg(all(feature = "mysql", feature = "conformance"))]
+mod mysql;
+#[cfg(all(feature = "postgres", feature = "conformance"))]
+mod postgres;
+#[cfg(all(feature = "redis", feature = "conformance"))]
+mod redis;
+#[cfg(all(feature = "sqlite", feature = "conformance"))]
+mod sqlite;
+
+// Reliability: faults, crashes, load and retry schedules across backends.
+#[cfg(all(feature = "tokio", feature = "sqlite", feature = "postgres"))]
+mod crash;
+#[cfg(all(feature = "postgres", feature = "mysql", feature = "redis"))]
+mod faults;
+#[cfg(all(
+    feature = "sqlite",
+    feature = "postgres",
+    feature = "mysql",
+    feature = "redis"
+))]
+mod load;
+#[cfg(feature = "tokio")]
+mod schedules;
+
+mod support;
