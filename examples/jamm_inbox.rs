@@ -23,13 +23,14 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, TimeDelta, TimeZone, Utc};
+use webhook_guard::clock::{Clock, ManualClock};
 use webhook_guard::inbox::{InboxEvent, RetryPolicy};
 use webhook_guard::meta::EventMeta;
 use webhook_guard::ordering::{ObjectKey, ObjectStatus, OrderingStore};
 use webhook_guard::reconcile::{ReconcileRequest, Reconciler};
 use webhook_guard::store::{BoxError, SqliteStore};
 use webhook_guard::verify::Jamm;
-use webhook_guard::{Clock, HandlerError, ManualClock, Outcome, WebhookGuard};
+use webhook_guard::{HandlerError, Outcome, WebhookGuard};
 
 const CHARGES: usize = 40;
 const SECRET: &str = "jamm-client-secret";

@@ -9,12 +9,13 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use webhook_guard::hooks::Escalation;
+use webhook_guard::store::Record;
 use webhook_guard::store::{
     Claim, ClaimRequest, Deleted, Fence, FencingToken, Finish, Key, StoreError,
 };
 use webhook_guard::verify::Stripe;
 use webhook_guard::{
-    EventId, HandlerError, Hooks, MemoryStore, Outcome, ProcessedStore, Record, WebhookGuard,
+    EventId, HandlerError, Hooks, MemoryStore, Outcome, ProcessedStore, WebhookGuard,
 };
 
 const SECRET: &str = "whsec_quickstart_demo";

@@ -33,7 +33,7 @@ impl Clock for SystemClock {
 ///
 /// ```
 /// use chrono::{TimeDelta, TimeZone, Utc};
-/// use webhook_guard::{Clock, ManualClock};
+/// use webhook_guard::clock::{Clock, ManualClock};
 ///
 /// let clock = ManualClock::new(Utc.timestamp_opt(1_700_000_000, 0).unwrap());
 /// clock.advance(TimeDelta::hours(1));

@@ -108,7 +108,7 @@ mod tests {
     /// A forwarded call reaches the pointee's own override of a default method.
     #[test]
     fn a_forwarded_default_method_reaches_the_override() {
-        let clock = crate::ManualClock::new(chrono::DateTime::UNIX_EPOCH);
+        let clock = crate::clock::ManualClock::new(chrono::DateTime::UNIX_EPOCH);
         let boxed: Box<dyn Clock> = Box::new(clock);
         assert_eq!(Arc::new(boxed).now(), chrono::DateTime::UNIX_EPOCH);
         let stripe = crate::verify::Stripe::new(["whsec_dGVzdA=="]).expect("a key");

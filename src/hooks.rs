@@ -128,7 +128,7 @@ pub trait Hooks: fmt::Debug + Send + Sync + 'static {
     }
 
     /// The sweeper finished a pass. Read
-    /// [`SweepReport::stuck_counted`](crate::SweepReport::stuck_counted) before
+    /// [`SweepReport::stuck_counted`](SweepReport::stuck_counted) before
     /// `stuck`: a pass whose stuck scan failed reports 0 stuck leases.
     fn on_sweep(&self, report: &SweepReport) {
         let _ = report;

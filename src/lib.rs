@@ -53,7 +53,7 @@
 //! |---|---|---|---|
 //! | [`Processed`](Outcome::Processed) | 200 | yes | stops |
 //! | [`Duplicate`](Outcome::Duplicate) | 200 | no | stops |
-//! | [`InProgress`](Outcome::InProgress) | 409 + `Retry-After` (or 200, see [`InProgressAnswer`]) | no | retries later |
+//! | [`InProgress`](Outcome::InProgress) | 409 + `Retry-After` (or 200, see [`InProgressAnswer`](guard::InProgressAnswer)) | no | retries later |
 //! | [`Rejected`](Outcome::Rejected) | 400 / 401 + reason | no, nothing stored | gives up or alerts its owner |
 //! | [`Conflict`](Outcome::Conflict) | 422 + conflict hook | no | gives up |
 //! | [`RetryableFailure`](Outcome::RetryableFailure) | 500 | yes | retries; the failure is counted |
@@ -90,7 +90,7 @@
 //!
 //! # Cargo features
 //!
-//! - `tokio` (default): the background sweeper ([`Sweeper::spawn`]), the inbox
+//! - `tokio` (default): the background sweeper ([`Sweeper::spawn`](sweeper::Sweeper::spawn)), the inbox
 //!   `Worker`, and releasing a dropped claim in the background.
 //! - `conformance`: the `conformance` module, a suite for store implementations.
 //! - `axum`: axum 0.8 integration ([`integrations::axum`]): outcomes as responses
@@ -131,7 +131,7 @@ pub mod clock;
 #[cfg_attr(docsrs, doc(cfg(feature = "conformance")))]
 pub mod conformance;
 mod forward;
-mod guard;
+pub mod guard;
 mod headers;
 pub mod hooks;
 pub mod inbox;
@@ -146,7 +146,7 @@ pub mod outcome;
 pub mod reconcile;
 mod runtime;
 pub mod store;
-mod sweeper;
+pub mod sweeper;
 pub mod verify;
 
 // Not public API: the fuzz targets' way into the private JSON reader (see `json::fuzz`).
@@ -154,20 +154,13 @@ pub mod verify;
 #[doc(hidden)]
 pub use json::fuzz as __fuzz;
 
-pub use clock::{Clock, ManualClock, SystemClock};
-pub use guard::{
-    Begin, Claimed, ConfigError, Event, EventId, IdExtractor, InProgressAnswer, LeaseError,
-    OwnedEvent, ReconcileReport, VerifiedDelivery, WebhookGuard, WebhookGuardBuilder,
-    DEFAULT_ESCALATE_AFTER, DEFAULT_LEASE, DEFAULT_MAX_BODY, DEFAULT_RETENTION, MAX_ID_LEN,
-};
+// The front door: what a user of the happy path touches. Everything else lives in
+// its module (`guard`, `store`, `outcome`, `hooks`, `clock`, `sweeper`, ...).
+pub use guard::{ConfigError, Event, EventId, OwnedEvent, WebhookGuard, WebhookGuardBuilder};
 pub use headers::Headers;
-pub use hooks::{Hooks, NoHooks, SweepReport};
-pub use outcome::{Answer, HandlerError, Outcome, OutcomeKind, Rejection};
-pub use runtime::MAX_ERROR_LEN;
-pub use store::{MemoryStore, ProcessedStore, Record, RecordState, StoreError};
-pub use sweeper::Sweeper;
-#[cfg(feature = "tokio")]
-pub use sweeper::SweeperHandle;
+pub use hooks::Hooks;
+pub use outcome::{HandlerError, Outcome};
+pub use store::{MemoryStore, ProcessedStore, StoreError};
 
 /// A body in `Debug` output: its length only, since a payload may hold personal
 /// data that must not reach logs.

@@ -227,7 +227,7 @@ pub(crate) async fn mark_reconciled(
 /// ledger, or `reconcile_stale` never lists the object should its reconcile fail.
 pub(crate) fn settle_failed_later(
     ordering: std::sync::Arc<dyn OrderingStore>,
-    clock: std::sync::Arc<dyn crate::Clock>,
+    clock: std::sync::Arc<dyn crate::clock::Clock>,
     key: ObjectKey<'_>,
     created_at: DateTime<Utc>,
     id: &str,

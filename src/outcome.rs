@@ -10,7 +10,7 @@ use crate::store::{RecordState, StoreError};
 use crate::verify::VerifyError;
 
 /// What a handler returns when it fails. Its error's text is kept (in the
-/// record's history, the outcome, the log) up to [`MAX_ERROR_LEN`](crate::MAX_ERROR_LEN) bytes.
+/// record's history, the outcome, the log) up to [`MAX_ERROR_LEN`](crate::guard::MAX_ERROR_LEN) bytes.
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum HandlerError {

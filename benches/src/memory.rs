@@ -9,11 +9,10 @@ use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
 
 use chrono::{TimeDelta, TimeZone, Utc};
+use webhook_guard::clock::{Clock, ManualClock};
 use webhook_guard::store::Fingerprint;
 use webhook_guard::verify::NoVerification;
-use webhook_guard::{
-    Clock, EventId, ManualClock, MemoryStore, Outcome, ProcessedStore, WebhookGuard,
-};
+use webhook_guard::{EventId, MemoryStore, Outcome, ProcessedStore, WebhookGuard};
 
 use crate::harness::{
     cycle, guard_on, ids, median, ns_per, p99, ready, Ctx, Figure, Report, Skip, BODY, ID_HEADER,
@@ -363,7 +362,7 @@ pub(crate) fn sweep_claim_p99_memory(ctx: &Ctx) -> Result<Report, Skip> {
             let t = Instant::now();
             let begin = ready(guard.begin(&headers, BODY));
             let ns = t.elapsed().as_nanos() as u64;
-            if let webhook_guard::Begin::Claimed(c) = begin {
+            if let webhook_guard::guard::Begin::Claimed(c) = begin {
                 ready(c.complete());
             }
             ns

@@ -362,7 +362,7 @@ pub(crate) async fn timed_claim(guard: &WebhookGuard, i: u64) -> u64 {
     let begin = guard.begin(&headers, BODY).await;
     let ns = t.elapsed().as_nanos() as u64;
     match begin {
-        webhook_guard::Begin::Claimed(c) => {
+        webhook_guard::guard::Begin::Claimed(c) => {
             c.complete().await;
         }
         _ => panic!("fresh id {id} not claimed"),

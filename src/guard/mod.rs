@@ -1,9 +1,13 @@
-//! The delivery flow: verify → extract the id → claim → run → record → answer.
+//! The guard and its delivery flow: verify → extract the id → claim → run → record
+//! → answer.
 //!
-//! This file holds one delivery from top to bottom: [`WebhookGuard::handle`],
-//! [`WebhookGuard::handle_owned`] and [`WebhookGuard::begin`] verify and claim
-//! ([`WebhookGuard::claim`]), and [`run_claimed`] runs the handler and records how
-//! it ended through [`Claimed`]. The rest lives beside it: the builder
+//! [`WebhookGuard`] and its builder are re-exported at the crate root; this module
+//! also holds the lower-level API ([`WebhookGuard::begin`] → [`Begin`] →
+//! [`Claimed::complete`] / [`Claimed::fail`]), the event types and the defaults.
+//!
+//! For contributors: `mod.rs` holds one delivery from top to bottom (`handle`,
+//! `handle_owned` and `begin` verify and claim, `run_claimed` runs the handler and
+//! records how it ended through `Claimed`). The rest lives beside it: the builder
 //! (`builder.rs`), the event types (`event.rs`), a won claim (`claim.rs`), recording
 //! its end (`record.rs`), what a dropped delivery leaves to the background
 //! (`cancellation.rs`), and the inbox and reconcile glue (`inbox.rs`, `reconcile.rs`).
@@ -42,6 +46,7 @@ use crate::store::{
 use crate::verify::Verifier;
 use crate::Headers;
 
+pub use crate::runtime::MAX_ERROR_LEN;
 pub use builder::{
     ConfigError, InProgressAnswer, WebhookGuardBuilder, DEFAULT_ESCALATE_AFTER, DEFAULT_LEASE,
     DEFAULT_MAX_BODY, DEFAULT_RETENTION,

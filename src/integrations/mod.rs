@@ -20,7 +20,7 @@
 //! `Content-Length` is over the limit is refused before its body is read, and a
 //! streamed body is refused as soon as it passes the limit, without buffering the
 //! rest. Either way the delivery is answered as the guard's
-//! [`Outcome::Rejected`] with [`Rejection::BodyTooLarge`](crate::Rejection::BodyTooLarge) — **400** by default, with
+//! [`Outcome::Rejected`] with [`Rejection::BodyTooLarge`](crate::outcome::Rejection::BodyTooLarge) — **400** by default, with
 //! reason `body_too_large`. Its `size` is the declared `Content-Length`, or
 //! `limit + 1` for a streamed body. (A status set with
 //! [`WebhookGuardBuilder::status`](crate::WebhookGuardBuilder::status) for
@@ -214,7 +214,8 @@ impl WebhookGuard {
     /// `outcome` with this guard's answer ([`WebhookGuard::answer`]), ready to send.
     ///
     /// ```
-    /// use webhook_guard::{verify::NoVerification, MemoryStore, Outcome, OutcomeKind, WebhookGuard};
+    /// use webhook_guard::outcome::OutcomeKind;
+    /// use webhook_guard::{verify::NoVerification, MemoryStore, Outcome, WebhookGuard};
     ///
     /// let guard = WebhookGuard::builder()
     ///     .store(MemoryStore::new())
@@ -224,7 +225,7 @@ impl WebhookGuard {
     ///     .unwrap();
     /// let response = guard.respond(Outcome::Duplicate {
     ///     id: "evt_1".into(),
-    ///     state: webhook_guard::RecordState::Completed,
+    ///     state: webhook_guard::store::RecordState::Completed,
     /// });
     /// assert_eq!(response.answer().status, 202);
     /// ```
@@ -289,8 +290,10 @@ where
     match read_limited(headers, body, limit).await {
         Ok(bytes) => Ok(bytes),
         Err(BodyError::TooLarge(size)) => {
-            let outcome =
-                guard.rejected_early(crate::Rejection::BodyTooLarge { size, limit }, started);
+            let outcome = guard.rejected_early(
+                crate::outcome::Rejection::BodyTooLarge { size, limit },
+                started,
+            );
             Err(guard.respond(outcome))
         }
         Err(BodyError::Unreadable) => {

@@ -18,7 +18,7 @@
 //!
 //! | Inner status | Recorded as | Answer |
 //! |---|---|---|
-//! | 2xx | success ([`Claimed::complete`](crate::Claimed::complete)) | the inner response, with the [`OutcomeKind`](crate::OutcomeKind) in its extensions |
+//! | 2xx | success ([`Claimed::complete`](crate::guard::Claimed::complete)) | the inner response, with the [`OutcomeKind`](crate::outcome::OutcomeKind) in its extensions |
 //! | 5xx, 408, 429 | retryable failure | from the outcome: 500 (with the inner `Retry-After`, if any), or 200 once escalated |
 //! | any other (1xx, 3xx, 4xx) | permanent failure (alert hook) | from the outcome: 200 |
 //! | the service's `Err` | retryable failure | the error, passed on; 200 once escalated |
@@ -73,7 +73,8 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use super::read_body;
-use crate::{Begin, HandlerError, OwnedEvent, WebhookGuard};
+use crate::guard::Begin;
+use crate::{HandlerError, OwnedEvent, WebhookGuard};
 
 /// Guards the services it wraps: see the [module docs](self).
 #[derive(Debug, Clone)]

@@ -17,10 +17,13 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use support::backends::{self, Backend};
+use webhook_guard::clock::ManualClock;
 use webhook_guard::inbox::InboxStore as _;
+use webhook_guard::outcome::OutcomeKind;
 use webhook_guard::store::DynProcessedStore;
+use webhook_guard::store::RecordState;
 use webhook_guard::verify::NoVerification;
-use webhook_guard::{EventId, ManualClock, MemoryStore, OutcomeKind, RecordState, WebhookGuard};
+use webhook_guard::{EventId, MemoryStore, WebhookGuard};
 
 const T0: i64 = 1_700_000_000;
 const LEASE: Duration = Duration::from_secs(60);

@@ -23,10 +23,13 @@ use bytes::Bytes;
 use chrono::{TimeDelta, TimeZone, Utc};
 use support::backends::{self, host_port, Backend};
 use support::proxy::FaultProxy;
+use webhook_guard::clock::ManualClock;
+use webhook_guard::outcome::OutcomeKind;
 use webhook_guard::outcome::Unrecorded;
 use webhook_guard::store::Key;
+use webhook_guard::store::RecordState;
 use webhook_guard::verify::HmacSha256Header;
-use webhook_guard::{EventId, Hooks, ManualClock, Outcome, OutcomeKind, RecordState, WebhookGuard};
+use webhook_guard::{EventId, Hooks, Outcome, WebhookGuard};
 
 const SECRET: &str = "fault-secret";
 

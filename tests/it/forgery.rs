@@ -6,10 +6,10 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use chrono::{DateTime, TimeDelta, Utc};
+use webhook_guard::clock::ManualClock;
+use webhook_guard::outcome::{OutcomeKind, Rejection};
 use webhook_guard::verify::{GitHub, HmacSha256Header, StandardWebhooks, Stripe, VerifyError};
-use webhook_guard::{
-    EventId, Headers, ManualClock, MemoryStore, Outcome, OutcomeKind, Rejection, WebhookGuard,
-};
+use webhook_guard::{EventId, Headers, MemoryStore, Outcome, WebhookGuard};
 
 const T: i64 = 1_700_000_000;
 const STRIPE_SECRET: &str = "whsec_forgery_test";
@@ -319,7 +319,7 @@ async fn hostile_bodies_are_bounded() {
         assert_eq!(o.kind(), OutcomeKind::Rejected, "depth {depth}");
     }
     // A body over the limit is refused before its MAC is computed.
-    let big = vec![b' '; webhook_guard::DEFAULT_MAX_BODY + 1];
+    let big = vec![b' '; webhook_guard::guard::DEFAULT_MAX_BODY + 1];
     let (o, runs) = deliver(&guard, &[("X-Signature", "00")], &big).await;
     assert_eq!((verify_code(&o), runs), ("body_too_large", 0));
     assert_eq!(guard.answer(&o).status, 400);

@@ -7,15 +7,18 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, TimeDelta, TimeZone, Utc};
+use webhook_guard::clock::ManualClock;
+use webhook_guard::guard::{Begin, InProgressAnswer};
 use webhook_guard::hooks::Escalation;
 use webhook_guard::meta::{EventMeta, MetaExtractor};
+use webhook_guard::outcome::{OutcomeKind, Rejection};
 use webhook_guard::store::{
     Claim, ClaimRequest, Deleted, Fence, FencingToken, Finish, Key, StoreError,
 };
+use webhook_guard::store::{Record, RecordState};
 use webhook_guard::verify::{HmacSha256Header, NoVerification};
 use webhook_guard::{
-    Begin, ConfigError, EventId, HandlerError, Hooks, InProgressAnswer, ManualClock, MemoryStore,
-    Outcome, OutcomeKind, ProcessedStore, Record, RecordState, Rejection, WebhookGuard,
+    ConfigError, EventId, HandlerError, Hooks, MemoryStore, Outcome, ProcessedStore, WebhookGuard,
 };
 
 fn start() -> DateTime<Utc> {
@@ -1349,7 +1352,7 @@ async fn a_failed_purge_still_counts_stuck_leases() {
     #[derive(Debug, Default)]
     struct Stuck(Mutex<Vec<usize>>);
     impl Hooks for Stuck {
-        fn on_sweep(&self, report: &webhook_guard::SweepReport) {
+        fn on_sweep(&self, report: &webhook_guard::hooks::SweepReport) {
             self.0.lock().unwrap().push(report.stuck);
         }
     }
@@ -1362,7 +1365,8 @@ async fn a_failed_purge_still_counts_stuck_leases() {
     store.purge_down.store(true, Ordering::SeqCst);
     let hooks = Arc::new(Stuck::default());
     let clock = ManualClock::new(Utc::now() + TimeDelta::hours(1));
-    let sweeper = webhook_guard::Sweeper::new(store.clone(), Arc::new(clock), hooks.clone());
+    let sweeper =
+        webhook_guard::sweeper::Sweeper::new(store.clone(), Arc::new(clock), hooks.clone());
     let error = sweeper.sweep().await.expect_err("the purge's error");
     assert!(error.is_unavailable(), "{error}");
     assert_eq!(*hooks.0.lock().unwrap(), [1], "the stuck lease is reported");
@@ -1375,7 +1379,7 @@ async fn a_failed_stuck_scan_still_reports_the_purge() {
     #[derive(Debug, Default)]
     struct Seen(Mutex<Vec<(u64, bool)>>);
     impl Hooks for Seen {
-        fn on_sweep(&self, report: &webhook_guard::SweepReport) {
+        fn on_sweep(&self, report: &webhook_guard::hooks::SweepReport) {
             self.0
                 .lock()
                 .unwrap()
@@ -1393,7 +1397,8 @@ async fn a_failed_stuck_scan_still_reports_the_purge() {
     store.stuck_down.store(true, Ordering::SeqCst);
     let hooks = Arc::new(Seen::default());
     let clock = ManualClock::new(Utc::now() + TimeDelta::days(30));
-    let sweeper = webhook_guard::Sweeper::new(store.clone(), Arc::new(clock), hooks.clone());
+    let sweeper =
+        webhook_guard::sweeper::Sweeper::new(store.clone(), Arc::new(clock), hooks.clone());
     let error = sweeper.sweep().await.expect_err("the stuck scan's error");
     assert!(error.is_unavailable(), "{error}");
     assert_eq!(
@@ -1408,15 +1413,15 @@ async fn the_spawned_sweeper_skips_the_first_tick_survives_errors_and_stops() {
     #[derive(Debug, Default)]
     struct Count(AtomicUsize);
     impl Hooks for Count {
-        fn on_sweep(&self, _: &webhook_guard::SweepReport) {
+        fn on_sweep(&self, _: &webhook_guard::hooks::SweepReport) {
             self.0.fetch_add(1, Ordering::SeqCst);
         }
     }
     let store = Arc::new(Flaky::default());
     let count = Arc::new(Count::default());
-    let sweeper = webhook_guard::Sweeper::new(
+    let sweeper = webhook_guard::sweeper::Sweeper::new(
         store.clone(),
-        Arc::new(webhook_guard::SystemClock),
+        Arc::new(webhook_guard::clock::SystemClock),
         count.clone(),
     )
     .interval(Duration::from_secs(10));
@@ -1445,16 +1450,16 @@ async fn a_panicking_sweep_hook_does_not_end_the_sweeper() {
     #[derive(Debug, Default)]
     struct PanicsOnce(AtomicUsize);
     impl Hooks for PanicsOnce {
-        fn on_sweep(&self, _: &webhook_guard::SweepReport) {
+        fn on_sweep(&self, _: &webhook_guard::hooks::SweepReport) {
             if self.0.fetch_add(1, Ordering::SeqCst) == 0 {
                 panic!("a hook bug");
             }
         }
     }
     let hooks = Arc::new(PanicsOnce::default());
-    let handle = webhook_guard::Sweeper::new(
+    let handle = webhook_guard::sweeper::Sweeper::new(
         Arc::new(MemoryStore::new()),
-        Arc::new(webhook_guard::SystemClock),
+        Arc::new(webhook_guard::clock::SystemClock),
         hooks.clone(),
     )
     .interval(Duration::from_secs(10))
@@ -1482,12 +1487,12 @@ async fn a_long_handler_error_is_kept_cut() {
         panic!("expected RetryableFailure, got {outcome:?}");
     };
     assert!(
-        error.len() <= webhook_guard::MAX_ERROR_LEN,
+        error.len() <= webhook_guard::guard::MAX_ERROR_LEN,
         "{}",
         error.len()
     );
     assert!(
-        error.len() > webhook_guard::MAX_ERROR_LEN - 16,
+        error.len() > webhook_guard::guard::MAX_ERROR_LEN - 16,
         "{}",
         error.len()
     );
@@ -1531,14 +1536,14 @@ async fn a_sweeper_whose_handle_is_dropped_runs_on() {
     #[derive(Debug, Default)]
     struct Count(AtomicUsize);
     impl Hooks for Count {
-        fn on_sweep(&self, _: &webhook_guard::SweepReport) {
+        fn on_sweep(&self, _: &webhook_guard::hooks::SweepReport) {
             self.0.fetch_add(1, Ordering::SeqCst);
         }
     }
     let count = Arc::new(Count::default());
-    let sweeper = webhook_guard::Sweeper::new(
+    let sweeper = webhook_guard::sweeper::Sweeper::new(
         Arc::new(MemoryStore::new()),
-        Arc::new(webhook_guard::SystemClock),
+        Arc::new(webhook_guard::clock::SystemClock),
         count.clone(),
     )
     .interval(Duration::from_secs(10));
@@ -1970,7 +1975,7 @@ async fn a_clock_at_the_end_of_time_does_not_panic() {
     let s = setup();
     s.clock.advance(TimeDelta::MAX);
     assert_eq!(
-        webhook_guard::Clock::now(&s.clock),
+        webhook_guard::clock::Clock::now(&s.clock),
         DateTime::<Utc>::MAX_UTC
     );
     let first = ok_run(&s.guard, "evt_end", b"{}").await;

@@ -8,16 +8,15 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, TimeDelta, TimeZone, Utc};
+use webhook_guard::clock::{Clock, ManualClock};
 use webhook_guard::inbox::{InboxEvent, InboxState, InboxStore, RetryPolicy, Worker};
 use webhook_guard::meta::{EventMeta, MetaExtractor};
 use webhook_guard::ordering::{ObjectKey, ObjectStatus, OrderingStore};
+use webhook_guard::outcome::OutcomeKind;
 use webhook_guard::reconcile::{ReconcileReason, ReconcileRequest, Reconciler};
 use webhook_guard::store::{BoxError, Key};
 use webhook_guard::verify::NoVerification;
-use webhook_guard::{
-    Clock, EventId, HandlerError, Hooks, ManualClock, MemoryStore, Outcome, OutcomeKind,
-    WebhookGuard,
-};
+use webhook_guard::{EventId, HandlerError, Hooks, MemoryStore, Outcome, WebhookGuard};
 
 fn start() -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2026, 3, 1, 0, 0, 0).unwrap()
@@ -127,7 +126,7 @@ async fn a_long_error_of_nuls_is_kept_within_the_bound() {
         .worker(|_: InboxEvent| async {
             // Each NUL is stored as U+FFFD, three bytes: bounded after that.
             Err(HandlerError::retryable(
-                "\0".repeat(webhook_guard::MAX_ERROR_LEN),
+                "\0".repeat(webhook_guard::guard::MAX_ERROR_LEN),
             ))
         })
         .unwrap();
@@ -135,7 +134,7 @@ async fn a_long_error_of_nuls_is_kept_within_the_bound() {
     let event = stored(&s.store, "inbox-test", "evt_nul").await;
     let error = event.last_error.expect("an error is kept");
     assert!(
-        error.len() <= webhook_guard::MAX_ERROR_LEN,
+        error.len() <= webhook_guard::guard::MAX_ERROR_LEN,
         "{}",
         error.len()
     );
@@ -1009,7 +1008,7 @@ async fn an_ordering_store_outage_is_503_and_counts_no_handler_failure() {
     );
     assert_eq!(
         record.state,
-        webhook_guard::RecordState::Failed,
+        webhook_guard::store::RecordState::Failed,
         "the claim was released"
     );
 }

@@ -18,8 +18,10 @@ use std::time::Duration;
 use chrono::{DateTime, TimeDelta};
 use futures_util::stream::{self, StreamExt};
 use support::backends::{self, Backend};
+use webhook_guard::clock::ManualClock;
+use webhook_guard::outcome::OutcomeKind;
 use webhook_guard::verify::HmacSha256Header;
-use webhook_guard::{EventId, ManualClock, MemoryStore, OutcomeKind, WebhookGuard};
+use webhook_guard::{EventId, MemoryStore, WebhookGuard};
 
 const CONCURRENCY: usize = 64;
 

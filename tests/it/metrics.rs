@@ -3,12 +3,13 @@
 
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use metrics_util::MetricKind;
+use webhook_guard::hooks::NoHooks;
 use webhook_guard::metrics::{
     MeteredStore, MetricsHooks, DELIVERIES_TOTAL, HANDLER_DURATION, STORE_CALL_DURATION,
     STUCK_LEASES, SWEEPER_PURGED_TOTAL,
 };
 use webhook_guard::verify::HmacSha256Header;
-use webhook_guard::{EventId, HandlerError, MemoryStore, NoHooks, WebhookGuard};
+use webhook_guard::{EventId, HandlerError, MemoryStore, WebhookGuard};
 
 type Snapshot = Vec<(String, Vec<(String, String)>, MetricKind, DebugValue)>;
 

@@ -19,13 +19,14 @@ use futures_util::future::join_all;
 use webhook_guard::inbox::{InboxEvent, InboxState, InboxStore};
 use webhook_guard::meta::MetaExtractor;
 use webhook_guard::ordering::{ObjectKey, ObjectStatus, OrderingStore};
+use webhook_guard::outcome::OutcomeKind;
 use webhook_guard::store::redis::{redis, RedisStoreError};
 use webhook_guard::store::{
     Claim, ClaimRequest, Fence, FencingToken, Fingerprint, Finish, Key, ProcessedStore,
     RecordState, RedisStore,
 };
 use webhook_guard::verify::NoVerification;
-use webhook_guard::{conformance, EventId, Outcome, OutcomeKind, WebhookGuard};
+use webhook_guard::{conformance, EventId, Outcome, WebhookGuard};
 
 const URL_VAR: &str = "WEBHOOK_GUARD_REDIS_URL";
 

@@ -18,14 +18,14 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use chrono::{DateTime, TimeDelta, Utc};
+use webhook_guard::clock::ManualClock;
 use webhook_guard::hooks::Escalation;
+use webhook_guard::outcome::OutcomeKind;
 use webhook_guard::reconcile::{ReconcileRequest, Reconciler};
+use webhook_guard::store::RecordState;
 use webhook_guard::store::{BoxError, DynProcessedStore, Key};
 use webhook_guard::verify::{Jamm, Stripe};
-use webhook_guard::{
-    HandlerError, Hooks, ManualClock, MemoryStore, Outcome, OutcomeKind, ProcessedStore,
-    RecordState, WebhookGuard,
-};
+use webhook_guard::{HandlerError, Hooks, MemoryStore, Outcome, ProcessedStore, WebhookGuard};
 
 const T0: i64 = 1_700_000_000;
 const N: u32 = 5; // escalate_after, the default
@@ -284,7 +284,7 @@ async fn play(provider: Provider, behavior: Behavior) -> Played {
 }
 
 fn clock_now(clock: &ManualClock) -> DateTime<Utc> {
-    webhook_guard::Clock::now(clock)
+    webhook_guard::clock::Clock::now(clock)
 }
 
 fn report(provider: Provider, behavior: Behavior, p: &Played) {

@@ -195,7 +195,7 @@ async fn a_panicking_inner_service_is_a_retryable_failure() {
     assert_eq!(first.status, 500, "{first:?}");
     assert_eq!(first.json()["outcome"], "retryable_failure");
     let record = guard.inspect("panic_1").await.unwrap().unwrap();
-    assert_eq!(record.state, webhook_guard::RecordState::Failed);
+    assert_eq!(record.state, webhook_guard::store::RecordState::Failed);
     assert!(
         record.history[0]
             .error
@@ -251,7 +251,7 @@ async fn a_service_panicking_in_call_is_a_retryable_failure() {
     let response = service.call(request).await.unwrap();
     assert_eq!(response.status(), 500);
     let record = guard.inspect("evt_sync").await.unwrap().unwrap();
-    assert_eq!(record.state, webhook_guard::RecordState::Failed);
+    assert_eq!(record.state, webhook_guard::store::RecordState::Failed);
     assert!(record.history[0].error.contains("broke before answering"));
 }
 
@@ -266,8 +266,8 @@ async fn a_passed_on_answer_carries_the_outcome_kind() {
     }));
     let body = body("evt_kind");
     for expected in [
-        webhook_guard::OutcomeKind::Processed,
-        webhook_guard::OutcomeKind::Duplicate,
+        webhook_guard::outcome::OutcomeKind::Processed,
+        webhook_guard::outcome::OutcomeKind::Duplicate,
     ] {
         let request = axum::http::Request::post("/webhooks")
             .header(SIGNATURE_HEADER, sign(&body))
@@ -276,7 +276,9 @@ async fn a_passed_on_answer_carries_the_outcome_kind() {
         let response = service.call(request).await.unwrap();
         assert_eq!(response.status(), 200);
         assert_eq!(
-            response.extensions().get::<webhook_guard::OutcomeKind>(),
+            response
+                .extensions()
+                .get::<webhook_guard::outcome::OutcomeKind>(),
             Some(&expected)
         );
     }
@@ -313,8 +315,10 @@ async fn an_inner_error_is_answered_200_once_escalated() {
         .expect("an answer, not the error");
     assert_eq!(second.status(), 200);
     assert_eq!(
-        second.extensions().get::<webhook_guard::OutcomeKind>(),
-        Some(&webhook_guard::OutcomeKind::Escalated)
+        second
+            .extensions()
+            .get::<webhook_guard::outcome::OutcomeKind>(),
+        Some(&webhook_guard::outcome::OutcomeKind::Escalated)
     );
 }
 

@@ -38,10 +38,10 @@ use super::{map_err, record_from_row, server_error_number, MySqlStore, DEADLOCK_
 use crate::store::sql::claim_batch::{failed_driver, Batched, ClaimBatch, ClaimBatcher, Waiting};
 
 /// The widest key a batch takes: the columns' widths (`VARBINARY(64)`,
-/// `VARBINARY(255)`, the longest namespace and id the guard accepts), so that
-/// `IGNORE` never truncates one.
+/// `VARBINARY(255)`, which hold the longest namespace and id the guard accepts), so
+/// that `IGNORE` never truncates one.
 pub(super) fn fits(namespace: &str, id: &str) -> bool {
-    namespace.len() <= 64 && id.len() <= crate::MAX_ID_LEN
+    namespace.len() <= 64 && id.len() <= 255
 }
 
 impl ClaimBatch for MySqlStore {

@@ -100,7 +100,7 @@
 //! it is (the stuck scan reports it) until the record's TTL drops the record, so
 //! while 256 or more stuck claims of one shard are due, its tidies make no
 //! progress and its index grows by the records filed meanwhile. Running the
-//! [`Sweeper`](crate::Sweeper) anyway reports stuck claims and keeps the index
+//! [`Sweeper`](crate::sweeper::Sweeper) anyway reports stuck claims and keeps the index
 //! smaller.
 //!
 //! Run the server with `maxmemory-policy noeviction` (Redis's default), or give

@@ -10,6 +10,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, TimeDelta, Utc};
 use tokio::sync::Notify;
+use webhook_guard::clock::ManualClock;
 use webhook_guard::inbox::{
     Enqueued, InboxEvent, InboxHandler, InboxState, InboxStore, NewEvent, Settle, Worker,
 };
@@ -17,7 +18,7 @@ use webhook_guard::meta::{EventMeta, MetaExtractor};
 use webhook_guard::ordering::{ObjectKey, ObjectStatus, OrderingStore};
 use webhook_guard::store::{Fence, FencingToken, Fingerprint, Key, ProcessedStore};
 use webhook_guard::verify::NoVerification;
-use webhook_guard::{EventId, ManualClock, Outcome, StoreError, WebhookGuard};
+use webhook_guard::{EventId, Outcome, StoreError, WebhookGuard};
 
 /// Millisecond-precision "now", as the SQL stores keep it.
 pub fn now_ms() -> DateTime<Utc> {
@@ -204,7 +205,7 @@ where
             let id = format!("k{i}");
             let payload = id.clone().into_bytes();
             let meta = EventMeta::default();
-            let now = webhook_guard::Clock::now(&clock);
+            let now = webhook_guard::clock::Clock::now(&clock);
             let event = NewEvent {
                 key: Key::new(&namespace, &id),
                 fingerprint: Fingerprint::of(&payload),

@@ -90,7 +90,8 @@ pub async fn two_replicas_run_each_handler_exactly_once(
 ) {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
-    use webhook_guard::{verify::NoVerification, EventId, OutcomeKind, WebhookGuard};
+    use webhook_guard::outcome::OutcomeKind;
+    use webhook_guard::{verify::NoVerification, EventId, WebhookGuard};
 
     let guard = |store: Arc<dyn webhook_guard::ProcessedStore>| {
         WebhookGuard::builder()
