@@ -13,7 +13,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use tracing::Instrument as _;
 
-use super::claim::ClaimState;
+use super::state::ClaimState;
 use super::{store, WebhookGuard};
 use crate::runtime::{self, Backoff};
 use crate::store::{FencingToken, Key, RecordState};

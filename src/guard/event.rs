@@ -10,7 +10,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
 
-use super::claim::ClaimState;
+use super::state::ClaimState;
 use crate::meta::EventMeta;
 use crate::outcome::Rejection;
 use crate::store::StoreError;

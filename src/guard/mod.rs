@@ -19,6 +19,7 @@ mod event;
 mod inbox;
 mod reconcile;
 mod record;
+mod state;
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -59,8 +60,8 @@ pub use reconcile::ReconcileReport;
 
 use builder::KINDS;
 use cancellation::{Detachable, ReleaseOnDrop};
-use claim::ClaimState;
 use event::check_id;
+use state::ClaimState;
 
 /// The guard: one per endpoint, built at start-up, cloned into every request.
 ///

@@ -8,7 +8,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use tracing::Instrument as _;
 
-use super::claim::ClaimState;
+use super::state::{ClaimState, Failure};
 use super::{store, WebhookGuard};
 use crate::hooks::Escalation;
 use crate::ordering::ObjectStatus;
@@ -27,13 +27,6 @@ enum Late {
     TakenOver,
     /// The store kept failing until the deadline.
     GaveUp(StoreError),
-}
-
-/// A handler's failure, as the guard records it.
-#[derive(Debug)]
-pub(super) enum Failure {
-    Retryable(String),
-    Permanent(String),
 }
 
 impl ClaimState {

@@ -1,0 +1,184 @@
+//! A won claim's state ([`ClaimState`], shared by the flow, the handler's event and
+//! the work left to the background), and the ordering check made before the
+//! handler runs. Recording the claim's end is in `record.rs`.
+
+use std::time::Instant;
+
+use chrono::{DateTime, Utc};
+
+use super::{store, LeaseError, WebhookGuard};
+use crate::meta::EventMeta;
+use crate::ordering::{Freshness, ObjectKey, ObjectStatus};
+use crate::outcome::Outcome;
+use crate::reconcile::{ReconcileReason, ReconcileRequest};
+use crate::store::{Fence, FencingToken, Finish, Key, Record, RecordState};
+
+/// What a won claim shares between the flow, the handler's event and the work
+/// left to the background.
+#[derive(Debug)]
+pub(super) struct ClaimState {
+    /// The guard that claimed.
+    pub(super) guard: WebhookGuard,
+    /// The event id.
+    pub(super) id: String,
+    /// The claim's fencing token: every write of this claim carries it.
+    pub(super) token: FencingToken,
+    /// The record as the claim left it (attempts, failures, history).
+    pub(super) record: Record,
+    /// Type, creation time and object, read once the id was claimed.
+    pub(super) meta: EventMeta,
+    /// Whether the event takes part in ordering: an ordering store is set and the
+    /// event has an object and a plausible `created_at` (decided at arrival).
+    pub(super) ordered: bool,
+    /// When the delivery began (before verification).
+    pub(super) started: Instant,
+    /// When the claim was won: the handler's clock starts here.
+    pub(super) claimed_at: Instant,
+}
+
+impl ClaimState {
+    /// The finish that ends this claim in `state` at `now`, keeping its failure
+    /// count and history.
+    pub(super) fn finish_as(&self, state: RecordState, now: DateTime<Utc>) -> Finish<'_> {
+        let record = &self.record;
+        (self.guard).finish_at(state, record.failures, &record.history, now)
+    }
+
+    /// The event's object and `created_at`, when it takes part in ordering.
+    pub(super) fn object_key(&self) -> Option<(ObjectKey<'_>, DateTime<Utc>)> {
+        let namespace = &self.guard.inner.namespace;
+        self.ordered
+            .then(|| crate::ordering::object_key(namespace, &self.meta))
+            .flatten()
+    }
+
+    /// With an ordering store: `Some(Stale)` (the claim finished as completed) when a
+    /// newer event was already seen for the object, `Some(StoreUnavailable)` when the
+    /// ordering store failed (the claim released), `None` to run the handler.
+    pub(super) async fn check_order(&self, now: DateTime<Utc>) -> Option<Outcome> {
+        let ordering = self.guard.inner.ordering.as_ref()?;
+        let (key, created_at) = self.object_key()?;
+        let newest = match ordering.observe(key, created_at, now).await {
+            Ok(Freshness::Fresh) => return None,
+            Ok(Freshness::Stale { newest }) => newest,
+            Err(error) => {
+                // Our outage, not the handler's failure: release the claim without
+                // counting a failure towards escalation.
+                let release = self.finish_as(RecordState::Failed, now);
+                if let Err(e) = store(&self.guard.inner)
+                    .finish(self.key(), self.token, &release)
+                    .await
+                {
+                    // Released in the background, or the lease would run out and
+                    // count as a failure.
+                    tracing::warn!(id = %self.id, error = %e, "could not release a claim");
+                    self.finish_in_background(
+                        RecordState::Failed,
+                        self.record.failures,
+                        &self.record.history,
+                    );
+                }
+                return Some(Outcome::StoreUnavailable {
+                    id: Some(self.id.clone()),
+                    error,
+                });
+            }
+        };
+        let finish = self.finish_as(RecordState::Completed, now);
+        let finished = store(&self.guard.inner)
+            .finish(self.key(), self.token, &finish)
+            .await;
+        if let Err(e) = finished {
+            // Recorded in the background: a claim left to run out its lease would
+            // count as a failure, and a resend could escalate an event that never ran.
+            tracing::warn!(id = %self.id, error = %e, "could not record a stale event");
+            self.finish_in_background(
+                RecordState::Completed,
+                self.record.failures,
+                &self.record.history,
+            );
+        }
+        self.guard.inner.safe_hooks.on_stale(self.key(), &self.meta);
+        Some(Outcome::Stale {
+            id: self.id.clone(),
+            newest,
+        })
+    }
+
+    /// Settles the event's object; `false` only when the ordering store answers that
+    /// a newer event of the object was seen since, or that another one created at
+    /// the same time settled it first.
+    pub(super) async fn settle_object(&self, status: ObjectStatus) -> bool {
+        let Some(ordering) = &self.guard.inner.ordering else {
+            return true;
+        };
+        let Some((key, created_at)) = self.object_key() else {
+            return true;
+        };
+        let now = self.guard.inner.clock.now();
+        match ordering.settle_object(key, created_at, status, now).await {
+            Ok(settled) => settled,
+            Err(e) => {
+                tracing::warn!(id = %self.id, error = %e, "could not settle object state");
+                if status == ObjectStatus::Failed {
+                    // A failure must reach the ledger, or `reconcile_stale` never
+                    // lists the object should the reconciler fail too.
+                    crate::ordering::settle_failed_later(
+                        ordering.clone(),
+                        self.guard.inner.clock.clone(),
+                        key,
+                        created_at,
+                        &self.id,
+                    );
+                }
+                true
+            }
+        }
+    }
+
+    pub(super) fn reconcile(&self, reason: ReconcileReason) {
+        let request = ReconcileRequest::new(
+            self.guard.inner.namespace.clone(),
+            Some(self.id.clone()),
+            self.meta.clone(),
+            reason,
+        );
+        // This event settled its object failed: once the reconciler has settled
+        // it, mark it applied, as `reconcile_stale` does (it would ask again).
+        // Other reasons leave the object to the event that holds it.
+        let failed = matches!(
+            reason,
+            ReconcileReason::Escalated | ReconcileReason::PermanentFailure
+        );
+        let mark = (failed && self.object_key().is_some()).then_some(self.guard.inner.clock.now());
+        self.guard.spawn_reconcile(request, mark);
+    }
+
+    pub(super) fn key(&self) -> Key<'_> {
+        Key::new(&self.guard.inner.namespace, &self.id)
+    }
+
+    pub(super) async fn renew(&self) -> Result<(), LeaseError> {
+        let inner = &self.guard.inner;
+        let now = inner.clock.now();
+        let fence = store(inner)
+            .renew(
+                self.key(),
+                self.token,
+                crate::later(now, inner.lease_delta),
+                crate::later(now, inner.retention_delta),
+            )
+            .await?;
+        match fence {
+            Fence::Applied => Ok(()),
+            Fence::LeaseLost => Err(LeaseError::Lost),
+        }
+    }
+}
+
+/// A handler's failure, as the guard records it.
+#[derive(Debug)]
+pub(super) enum Failure {
+    Retryable(String),
+    Permanent(String),
+}
