@@ -6,6 +6,8 @@ use std::fmt;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+#[cfg(doc)]
+use super::ProcessedStore;
 use super::{FencingToken, Fingerprint, Key, StoreError};
 
 /// The state of a record.
