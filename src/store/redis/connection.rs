@@ -369,6 +369,19 @@ fn too_old(info: &str) -> Option<String> {
 }
 
 impl RedisStore {
+    /// Runs a script on the store's connection.
+    pub(super) async fn eval<T: FromRedisValue>(&self, eval: &Eval<'_>) -> Result<T, StoreError> {
+        self.connection().eval(eval).await.map_err(store_error)
+    }
+
+    /// Sends a command on the store's connection.
+    pub(super) async fn query<T: FromRedisValue>(
+        &self,
+        cmd: &::redis::Cmd,
+    ) -> Result<T, StoreError> {
+        self.connection().query(cmd).await.map_err(store_error)
+    }
+
     /// Refuses a server older than Redis 7.0 (see
     /// [`RedisStoreError::UnsupportedVersion`]). A server whose `INFO` does not say
     /// (a proxy, say) is let through.

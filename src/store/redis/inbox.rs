@@ -9,8 +9,8 @@ use ::redis::{Script, Value};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-use super::codec::{array, bytes, corrupt, int, millis, text, time};
-use super::connection::{store_error, Eval};
+use super::codec::{array, bytes, corrupt, fence, int, millis, text, time};
+use super::connection::Eval;
 use super::RedisStore;
 use crate::inbox::{Enqueued, InboxEvent, InboxState, InboxStore, NewEvent, Settle};
 use crate::meta::EventMeta;
@@ -72,7 +72,7 @@ impl RedisStore {
         for token in tokens {
             inv.arg(*token);
         }
-        let answer: Value = self.connection().eval(&inv).await.map_err(store_error)?;
+        let answer: Value = self.eval(&inv).await?;
         let answer = array(answer)?;
         let mut out = Vec::with_capacity(answer.len() / 2);
         for pair in answer.chunks(2) {
@@ -112,14 +112,12 @@ impl RedisStore {
             return Ok(());
         }
         let _: i64 = self
-            .connection()
             .query(
                 ::redis::cmd("SADD")
                     .arg(self.inbox_registry())
                     .arg(namespace),
             )
-            .await
-            .map_err(store_error)?;
+            .await?;
         self.registered_inboxes()
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -178,14 +176,6 @@ static SCRIPTS: std::sync::LazyLock<Scripts> = std::sync::LazyLock::new(|| {
         purge: script(PURGE),
     }
 });
-
-fn fence(applied: i64) -> Fence {
-    if applied == 1 {
-        Fence::Applied
-    } else {
-        Fence::LeaseLost
-    }
-}
 
 /// An event from its hash, as `HGETALL` answers it (field, value, …).
 fn event(key: Key<'_>, fields: &[Value]) -> Result<InboxEvent, StoreError> {
@@ -281,7 +271,7 @@ impl InboxStore for RedisStore {
                 inv.arg(name).arg(value);
             }
         }
-        let answer: Value = self.connection().eval(&inv).await.map_err(store_error)?;
+        let answer: Value = self.eval(&inv).await?;
         match answer {
             Value::Int(1) => Ok(Enqueued::Inserted),
             Value::Array(v) => match v.as_slice() {
@@ -358,7 +348,7 @@ impl InboxStore for RedisStore {
         if let Some(error) = settle.error {
             inv.arg(error);
         }
-        let applied: i64 = self.connection().eval(&inv).await.map_err(store_error)?;
+        let applied: i64 = self.eval(&inv).await?;
         Ok(fence(applied))
     }
 
@@ -375,17 +365,15 @@ impl InboxStore for RedisStore {
             .arg(key.id)
             .arg(token.0)
             .arg(crate::store::ceil_millis(lease_until));
-        let applied: i64 = self.connection().eval(&inv).await.map_err(store_error)?;
+        let applied: i64 = self.eval(&inv).await?;
         Ok(fence(applied))
     }
 
     async fn get_event(&self, key: Key<'_>) -> Result<Option<InboxEvent>, StoreError> {
         let keys = self.inbox_keys(key.namespace);
         let answer: Value = self
-            .connection()
             .query(::redis::cmd("HGETALL").arg(format!("{}{}", keys.events, key.id)))
-            .await
-            .map_err(store_error)?;
+            .await?;
         let fields = match answer {
             Value::Map(map) => map.into_iter().flat_map(|(k, v)| [k, v]).collect(),
             other => array(other)?,
@@ -399,10 +387,8 @@ impl InboxStore for RedisStore {
     /// Visits every namespace in the registry, at most 256 events per script.
     async fn purge_settled(&self, now: DateTime<Utc>, limit: usize) -> Result<u64, StoreError> {
         let namespaces: Vec<String> = self
-            .connection()
             .query(::redis::cmd("SMEMBERS").arg(self.inbox_registry()))
-            .await
-            .map_err(store_error)?;
+            .await?;
         let now = millis(now);
         let mut removed = 0usize;
         for namespace in namespaces {
@@ -414,8 +400,7 @@ impl InboxStore for RedisStore {
                 }
                 let mut inv = Eval::new(&SCRIPTS.purge, 1);
                 inv.key(&keys.settled).arg(now).arg(want).arg(&keys.events);
-                let (n, seen): (usize, usize) =
-                    self.connection().eval(&inv).await.map_err(store_error)?;
+                let (n, seen): (usize, usize) = self.eval(&inv).await?;
                 removed += n.min(want);
                 if seen < want {
                     break;

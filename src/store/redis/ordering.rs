@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use super::codec::{array, bytes, corrupt, int, millis, time};
-use super::connection::{store_error, Eval};
+use super::connection::Eval;
 use super::RedisStore;
 use crate::ordering::{Freshness, ObjectKey, ObjectRecord, ObjectStatus, OrderingStore};
 use crate::store::StoreError;
@@ -38,7 +38,7 @@ impl RedisStore {
             .arg(member)
             .arg(mode)
             .arg(since);
-        let settled: i64 = self.connection().eval(&inv).await.map_err(store_error)?;
+        let settled: i64 = self.eval(&inv).await?;
         Ok(settled == 1)
     }
 
@@ -127,7 +127,7 @@ impl OrderingStore for RedisStore {
             .arg(millis(created_at))
             .arg(millis(now))
             .arg(member);
-        let newest: Option<i64> = self.connection().eval(&inv).await.map_err(store_error)?;
+        let newest: Option<i64> = self.eval(&inv).await?;
         Ok(match newest {
             None => Freshness::Fresh,
             Some(ms) => Freshness::Stale { newest: time(ms) },
@@ -171,10 +171,8 @@ impl OrderingStore for RedisStore {
     async fn get_object(&self, key: ObjectKey<'_>) -> Result<Option<ObjectRecord>, StoreError> {
         let (record, _, _) = self.object_keys(key);
         let (newest, status, updated): (Option<i64>, Option<String>, Option<i64>) = self
-            .connection()
             .query(::redis::cmd("HMGET").arg(record).arg("n").arg("s").arg("u"))
-            .await
-            .map_err(store_error)?;
+            .await?;
         let Some(newest) = newest else {
             return Ok(None);
         };
@@ -211,7 +209,7 @@ impl OrderingStore for RedisStore {
                 .arg(millis(before))
                 .arg(limit.min(i32::MAX as usize))
                 .arg(object_prefix(&tag, namespace));
-            let answer: Value = self.connection().eval(&inv).await.map_err(store_error)?;
+            let answer: Value = self.eval(&inv).await?;
             for triple in array(answer)?.chunks(3) {
                 let [m, n, u] = triple else {
                     return Err(corrupt("unexpected failed answer"));
