@@ -5,7 +5,7 @@
 
 use std::collections::HashSet;
 
-use ::redis::{Script, Value};
+use ::redis::Value;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
@@ -130,51 +130,35 @@ fn is_settled_lua() -> &'static str {
     "s == 'done' or s == 'dead' or s == 'skipped'"
 }
 
-/// Enqueue: KEYS event, due, settled; ARGV id, now, then the fresh event's hash as
-/// field-value pairs. Answers 1 (inserted) or {state, fingerprint} (existing).
-const ENQUEUE: &str = include_str!("lua/inbox/enqueue.lua");
-
-/// Lease: KEYS due, receipt; ARGV now, lease_until, event key prefix, then one fresh
-/// token per event wanted. Answers id, event hash, id, event hash, … Each taken event
-/// is re-scored at `lease_until`; index entries of events that are gone or settled
-/// are dropped. The ids taken are kept in the receipt (named after the first token)
-/// for as long as the lease, so the same script run again (a cluster connection resends
-/// after a lost reply) answers the events of its first run that it still holds,
-/// instead of leasing others.
-const LEASE: &str = include_str!("lua/inbox/lease.lua");
-
-/// Settle: KEYS event, due, settled; ARGV id, token, state, next_attempt_at, now,
-/// expires_at, TTL (ms) for a settled state, `0` to give the attempt back (else
-/// `1`), and the error if any. Answers 1 (applied) or 0 (lease lost). Run again (a
-/// cluster connection resends after a lost reply), it finds its own change (state,
-/// token and time) and answers 1 again.
-const SETTLE: &str = include_str!("lua/inbox/settle.lua");
-
-/// Renew: KEYS event, due; ARGV id, token, lease_until. Answers 1 or 0.
-const RENEW: &str = include_str!("lua/inbox/renew.lua");
-
-/// Purge one batch of a namespace: KEYS settled; ARGV now, limit, event key prefix.
-/// Answers {removed, looked at}. Every entry looked at leaves the range: removed
-/// (with its event, or because the TTL already dropped the event) or re-filed.
-const PURGE: &str = include_str!("lua/inbox/purge.lua");
-
-struct Scripts {
-    enqueue: Script,
-    lease: Script,
-    settle: Script,
-    renew: Script,
-    purge: Script,
+/// `body` with its `SETTLED` test filled in.
+fn settled_test(body: &str) -> String {
+    body.replace("SETTLED", is_settled_lua())
 }
 
-static SCRIPTS: std::sync::LazyLock<Scripts> = std::sync::LazyLock::new(|| {
-    let script = |body: &str| Script::new(&body.replace("SETTLED", is_settled_lua()));
-    Scripts {
-        enqueue: script(ENQUEUE),
-        lease: script(LEASE),
-        settle: script(SETTLE),
-        renew: script(RENEW),
-        purge: script(PURGE),
-    }
+scripts!(Scripts {
+    /// Enqueue: KEYS event, due, settled; ARGV id, now, then the fresh event's hash as
+    /// field-value pairs. Answers 1 (inserted) or {state, fingerprint} (existing).
+    enqueue: settled_test(include_str!("lua/inbox/enqueue.lua")),
+    /// Lease: KEYS due, receipt; ARGV now, lease_until, event key prefix, then one fresh
+    /// token per event wanted. Answers id, event hash, id, event hash, … Each taken event
+    /// is re-scored at `lease_until`; index entries of events that are gone or settled
+    /// are dropped. The ids taken are kept in the receipt (named after the first token)
+    /// for as long as the lease, so the same script run again (a cluster connection resends
+    /// after a lost reply) answers the events of its first run that it still holds,
+    /// instead of leasing others.
+    lease: settled_test(include_str!("lua/inbox/lease.lua")),
+    /// Settle: KEYS event, due, settled; ARGV id, token, state, next_attempt_at, now,
+    /// expires_at, TTL (ms) for a settled state, `0` to give the attempt back (else
+    /// `1`), and the error if any. Answers 1 (applied) or 0 (lease lost). Run again (a
+    /// cluster connection resends after a lost reply), it finds its own change (state,
+    /// token and time) and answers 1 again.
+    settle: settled_test(include_str!("lua/inbox/settle.lua")),
+    /// Renew: KEYS event, due; ARGV id, token, lease_until. Answers 1 or 0.
+    renew: settled_test(include_str!("lua/inbox/renew.lua")),
+    /// Purge one batch of a namespace: KEYS settled; ARGV now, limit, event key prefix.
+    /// Answers {removed, looked at}. Every entry looked at leaves the range: removed
+    /// (with its event, or because the TTL already dropped the event) or re-filed.
+    purge: settled_test(include_str!("lua/inbox/purge.lua")),
 });
 
 /// An event from its hash, as `HGETALL` answers it (field, value, …).

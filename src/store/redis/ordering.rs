@@ -3,7 +3,7 @@
 //! The key layout, the scripts' shape and the trade-offs are documented with the
 //! store, in [`crate::store::redis`].
 
-use ::redis::{Script, Value};
+use ::redis::Value;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
@@ -72,12 +72,7 @@ fn split_member(member: &[u8]) -> Option<(String, String)> {
     Some((object.to_owned(), family.to_owned()))
 }
 
-/// Observe: KEYS record, failed; ARGV created_at, now, member. Answers nil (fresh)
-/// or the stored newest (stale). A tie with the stored newest is fresh and changes
-/// nothing.
-const OBSERVE: &str = include_str!("lua/ordering/observe.lua");
-
-/// How [`SETTLE_OBJECT`] changes an object's status.
+/// How the settle script ([`Scripts::settle_object`]) changes an object's status.
 #[derive(Clone, Copy)]
 enum Mode {
     /// [`OrderingStore::settle_object`].
@@ -88,27 +83,20 @@ enum Mode {
     IfFailed { failed_since: DateTime<Utc> },
 }
 
-/// Settle an object: KEYS record, failed; ARGV created_at, status, now, member, the
-/// mode (`settle`; `mark` to set the status whatever it was; `if_failed` to set it
-/// only over a failure recorded at or before `ARGV[6]`), and that time. Answers 1 when
-/// it set it as the first settle (or a mark); 0 otherwise, having set
-/// `failed` over a status another event of the same time settled first.
-const SETTLE_OBJECT: &str = include_str!("lua/ordering/settle_object.lua");
-
-/// Failed records of one shard and namespace: KEYS failed; ARGV before, limit,
-/// record key prefix. Answers member, newest, updated_at, … oldest failure first.
-const FAILED: &str = include_str!("lua/ordering/failed.lua");
-
-struct Scripts {
-    observe: Script,
-    settle_object: Script,
-    failed: Script,
-}
-
-static SCRIPTS: std::sync::LazyLock<Scripts> = std::sync::LazyLock::new(|| Scripts {
-    observe: Script::new(OBSERVE),
-    settle_object: Script::new(SETTLE_OBJECT),
-    failed: Script::new(FAILED),
+scripts!(Scripts {
+    /// Observe: KEYS record, failed; ARGV created_at, now, member. Answers nil (fresh)
+    /// or the stored newest (stale). A tie with the stored newest is fresh and changes
+    /// nothing.
+    observe: include_str!("lua/ordering/observe.lua"),
+    /// Settle an object: KEYS record, failed; ARGV created_at, status, now, member, the
+    /// mode (`settle`; `mark` to set the status whatever it was; `if_failed` to set it
+    /// only over a failure recorded at or before `ARGV[6]`), and that time. Answers 1 when
+    /// it set it as the first settle (or a mark); 0 otherwise, having set
+    /// `failed` over a status another event of the same time settled first.
+    settle_object: include_str!("lua/ordering/settle_object.lua"),
+    /// Failed records of one shard and namespace: KEYS failed; ARGV before, limit,
+    /// record key prefix. Answers member, newest, updated_at, … oldest failure first.
+    failed: include_str!("lua/ordering/failed.lua"),
 });
 
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
