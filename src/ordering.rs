@@ -221,11 +221,42 @@ pub(crate) async fn mark_reconciled(
     }
 }
 
+/// Settles the object of event `id` (`object`: its key and `created_at`, if it is
+/// ordered) with `status`, for the guard and the worker alike; `false` only when the
+/// ordering store answers that a newer event of the object was seen since, or that
+/// another one created at the same time settled it first (not on an error, nor
+/// without an ordering store or object). A `Failed` status the store did not take is
+/// settled again in the background ([`settle_failed_later`]): a failure must reach
+/// the ledger, or `reconcile_stale` never lists the object should the reconciler
+/// fail too.
+pub(crate) async fn settle_object(
+    ordering: Option<&std::sync::Arc<dyn OrderingStore>>,
+    clock: &std::sync::Arc<dyn crate::clock::Clock>,
+    object: Option<(ObjectKey<'_>, DateTime<Utc>)>,
+    status: ObjectStatus,
+    id: &str,
+) -> bool {
+    let (Some(ordering), Some((key, created_at))) = (ordering, object) else {
+        return true;
+    };
+    let now = clock.now();
+    match ordering.settle_object(key, created_at, status, now).await {
+        Ok(settled) => settled,
+        Err(e) => {
+            tracing::warn!(%id, error = %e, "could not settle object state");
+            if status == ObjectStatus::Failed {
+                settle_failed_later(ordering.clone(), clock.clone(), key, created_at, id);
+            }
+            true
+        }
+    }
+}
+
 /// Settles the object `key` failed for an event created at `created_at` (event `id`,
 /// for the logs) in the background, again at doubling intervals (at most a second
 /// apart) for a minute, until the ordering store answers: a failure must reach the
 /// ledger, or `reconcile_stale` never lists the object should its reconcile fail.
-pub(crate) fn settle_failed_later(
+fn settle_failed_later(
     ordering: std::sync::Arc<dyn OrderingStore>,
     clock: std::sync::Arc<dyn crate::clock::Clock>,
     key: ObjectKey<'_>,

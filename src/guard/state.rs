@@ -109,31 +109,9 @@ impl ClaimState {
     /// a newer event of the object was seen since, or that another one created at
     /// the same time settled it first.
     pub(super) async fn settle_object(&self, status: ObjectStatus) -> bool {
-        let Some(ordering) = &self.guard.inner.ordering else {
-            return true;
-        };
-        let Some((key, created_at)) = self.object_key() else {
-            return true;
-        };
-        let now = self.guard.inner.clock.now();
-        match ordering.settle_object(key, created_at, status, now).await {
-            Ok(settled) => settled,
-            Err(e) => {
-                tracing::warn!(id = %self.id, error = %e, "could not settle object state");
-                if status == ObjectStatus::Failed {
-                    // A failure must reach the ledger, or `reconcile_stale` never
-                    // lists the object should the reconciler fail too.
-                    crate::ordering::settle_failed_later(
-                        ordering.clone(),
-                        self.guard.inner.clock.clone(),
-                        key,
-                        created_at,
-                        &self.id,
-                    );
-                }
-                true
-            }
-        }
+        let inner = &self.guard.inner;
+        let (ordering, object) = (inner.ordering.as_ref(), self.object_key());
+        crate::ordering::settle_object(ordering, &inner.clock, object, status, &self.id).await
     }
 
     pub(super) fn reconcile(&self, reason: ReconcileReason) {

@@ -784,29 +784,8 @@ impl Inner {
     /// the same time settled it first (not on an error, nor without an ordering
     /// store or object).
     async fn settle_object(&self, event: &InboxEvent, status: ObjectStatus) -> bool {
-        let Some(ordering) = &self.ordering else {
-            return true;
-        };
-        let Some((key, created_at)) = self.object_key(event) else {
-            return true;
-        };
-        let now = self.clock.now();
-        match ordering.settle_object(key, created_at, status, now).await {
-            Ok(settled) => settled,
-            Err(e) => {
-                tracing::warn!(id = %event.id, error = %e, "could not settle object state");
-                if status == ObjectStatus::Failed {
-                    crate::ordering::settle_failed_later(
-                        ordering.clone(),
-                        self.clock.clone(),
-                        key,
-                        created_at,
-                        &event.id,
-                    );
-                }
-                true
-            }
-        }
+        let (ordering, object) = (self.ordering.as_ref(), self.object_key(event));
+        crate::ordering::settle_object(ordering, &self.clock, object, status, &event.id).await
     }
 
     /// Asks the reconciler; `true` when it reconciled the object.

@@ -174,18 +174,10 @@ impl InboxStore for MemoryStore {
                 e.attempts = e.attempts.saturating_sub(1);
             }
         });
-        if fence == Fence::LeaseLost {
-            // The same settle made again (its answer was lost) finds its own change.
+        Ok(settle.answer(token, fence, || {
             let k = (key.namespace.to_owned(), key.id.to_owned());
-            if queue
-                .events
-                .get(&k)
-                .is_some_and(|e| crate::inbox::settled_already(e, token, settle))
-            {
-                return Ok(Fence::Applied);
-            }
-        }
-        Ok(fence)
+            queue.events.get(&k)
+        }))
     }
 
     async fn renew_event(

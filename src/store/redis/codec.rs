@@ -7,8 +7,8 @@ use ::redis::Value;
 use chrono::{DateTime, Utc};
 
 use crate::store::{
-    ceil_millis, decode_history, ClaimRequest, FencingToken, Fingerprint, Key, Record, RecordState,
-    StoreError,
+    ceil_millis, decode_history, ClaimRequest, Fence, FencingToken, Fingerprint, Key, Record,
+    RecordState, StoreError,
 };
 
 pub(super) fn millis(t: DateTime<Utc>) -> i64 {
@@ -22,6 +22,15 @@ pub(super) fn time(ms: i64) -> DateTime<Utc> {
 /// Milliseconds from `now` until `due`, at least 1 (a TTL).
 pub(super) fn ttl(due: i64, now: i64) -> i64 {
     due.saturating_sub(now).max(1)
+}
+
+/// A fenced script's answer: 1 applied, anything else the lease lost.
+pub(super) fn fence(applied: i64) -> Fence {
+    if applied == 1 {
+        Fence::Applied
+    } else {
+        Fence::LeaseLost
+    }
 }
 
 pub(super) fn corrupt(what: &str) -> StoreError {

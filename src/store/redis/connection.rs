@@ -121,6 +121,23 @@ impl<'s> Eval<'s> {
     }
 }
 
+/// Runs `$body` with `$c` a handle of its own to the connection (a clone: both kinds
+/// multiplex over the same connection), whichever kind it is.
+macro_rules! on_handle {
+    ($connection:expr, |$c:ident| $body:expr) => {
+        match $connection {
+            RedisConnection::Standalone(c) => {
+                let $c = &mut c.clone();
+                $body
+            }
+            RedisConnection::Cluster(c) => {
+                let $c = &mut c.clone();
+                $body
+            }
+        }
+    };
+}
+
 impl RedisConnection {
     /// Runs `eval`, loading its script first if the server does not know it.
     pub(super) async fn eval<T: FromRedisValue>(&self, eval: &Eval<'_>) -> Result<T, RedisError> {
@@ -128,10 +145,7 @@ impl RedisConnection {
             Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
                 // As `ScriptInvocation::invoke_async` does (on a cluster the driver
                 // sends `SCRIPT LOAD` to every primary).
-                let _: String = match self {
-                    Self::Standalone(c) => eval.script.load_async(&mut c.clone()).await?,
-                    Self::Cluster(c) => eval.script.load_async(&mut c.clone()).await?,
-                };
+                let _: String = on_handle!(self, |c| eval.script.load_async(c).await?);
                 self.query(&eval.cmd).await
             }
             other => other,
@@ -142,20 +156,14 @@ impl RedisConnection {
         &self,
         pipe: &::redis::Pipeline,
     ) -> Result<T, RedisError> {
-        match self {
-            Self::Standalone(c) => pipe.query_async(&mut c.clone()).await,
-            Self::Cluster(c) => pipe.query_async(&mut c.clone()).await,
-        }
+        on_handle!(self, |c| pipe.query_async(c).await)
     }
 
     pub(super) async fn query<T: FromRedisValue>(
         &self,
         cmd: &::redis::Cmd,
     ) -> Result<T, RedisError> {
-        match self {
-            Self::Standalone(c) => cmd.query_async(&mut c.clone()).await,
-            Self::Cluster(c) => cmd.query_async(&mut c.clone()).await,
-        }
+        on_handle!(self, |c| cmd.query_async(c).await)
     }
 }
 
@@ -369,6 +377,19 @@ fn too_old(info: &str) -> Option<String> {
 }
 
 impl RedisStore {
+    /// Runs a script on the store's connection.
+    pub(super) async fn eval<T: FromRedisValue>(&self, eval: &Eval<'_>) -> Result<T, StoreError> {
+        self.connection().eval(eval).await.map_err(store_error)
+    }
+
+    /// Sends a command on the store's connection.
+    pub(super) async fn query<T: FromRedisValue>(
+        &self,
+        cmd: &::redis::Cmd,
+    ) -> Result<T, StoreError> {
+        self.connection().query(cmd).await.map_err(store_error)
+    }
+
     /// Refuses a server older than Redis 7.0 (see
     /// [`RedisStoreError::UnsupportedVersion`]). A server whose `INFO` does not say
     /// (a proxy, say) is let through.

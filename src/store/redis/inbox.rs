@@ -5,12 +5,12 @@
 
 use std::collections::HashSet;
 
-use ::redis::{Script, Value};
+use ::redis::Value;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-use super::codec::{array, bytes, corrupt, int, millis, text, time};
-use super::connection::{store_error, Eval};
+use super::codec::{array, bytes, corrupt, fence, int, millis, text, time};
+use super::connection::Eval;
 use super::RedisStore;
 use crate::inbox::{Enqueued, InboxEvent, InboxState, InboxStore, NewEvent, Settle};
 use crate::meta::EventMeta;
@@ -72,7 +72,7 @@ impl RedisStore {
         for token in tokens {
             inv.arg(*token);
         }
-        let answer: Value = self.connection().eval(&inv).await.map_err(store_error)?;
+        let answer: Value = self.eval(&inv).await?;
         let answer = array(answer)?;
         let mut out = Vec::with_capacity(answer.len() / 2);
         for pair in answer.chunks(2) {
@@ -112,14 +112,12 @@ impl RedisStore {
             return Ok(());
         }
         let _: i64 = self
-            .connection()
             .query(
                 ::redis::cmd("SADD")
                     .arg(self.inbox_registry())
                     .arg(namespace),
             )
-            .await
-            .map_err(store_error)?;
+            .await?;
         self.registered_inboxes()
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -132,60 +130,36 @@ fn is_settled_lua() -> &'static str {
     "s == 'done' or s == 'dead' or s == 'skipped'"
 }
 
-/// Enqueue: KEYS event, due, settled; ARGV id, now, then the fresh event's hash as
-/// field-value pairs. Answers 1 (inserted) or {state, fingerprint} (existing).
-const ENQUEUE: &str = include_str!("lua/inbox/enqueue.lua");
-
-/// Lease: KEYS due, receipt; ARGV now, lease_until, event key prefix, then one fresh
-/// token per event wanted. Answers id, event hash, id, event hash, … Each taken event
-/// is re-scored at `lease_until`; index entries of events that are gone or settled
-/// are dropped. The ids taken are kept in the receipt (named after the first token)
-/// for as long as the lease, so the same script run again (a cluster connection resends
-/// after a lost reply) answers the events of its first run that it still holds,
-/// instead of leasing others.
-const LEASE: &str = include_str!("lua/inbox/lease.lua");
-
-/// Settle: KEYS event, due, settled; ARGV id, token, state, next_attempt_at, now,
-/// expires_at, TTL (ms) for a settled state, `0` to give the attempt back (else
-/// `1`), and the error if any. Answers 1 (applied) or 0 (lease lost). Run again (a
-/// cluster connection resends after a lost reply), it finds its own change (state,
-/// token and time) and answers 1 again.
-const SETTLE: &str = include_str!("lua/inbox/settle.lua");
-
-/// Renew: KEYS event, due; ARGV id, token, lease_until. Answers 1 or 0.
-const RENEW: &str = include_str!("lua/inbox/renew.lua");
-
-/// Purge one batch of a namespace: KEYS settled; ARGV now, limit, event key prefix.
-/// Answers {removed, looked at}. Every entry looked at leaves the range: removed
-/// (with its event, or because the TTL already dropped the event) or re-filed.
-const PURGE: &str = include_str!("lua/inbox/purge.lua");
-
-struct Scripts {
-    enqueue: Script,
-    lease: Script,
-    settle: Script,
-    renew: Script,
-    purge: Script,
+/// `body` with its `SETTLED` test filled in.
+fn settled_test(body: &str) -> String {
+    body.replace("SETTLED", is_settled_lua())
 }
 
-static SCRIPTS: std::sync::LazyLock<Scripts> = std::sync::LazyLock::new(|| {
-    let script = |body: &str| Script::new(&body.replace("SETTLED", is_settled_lua()));
-    Scripts {
-        enqueue: script(ENQUEUE),
-        lease: script(LEASE),
-        settle: script(SETTLE),
-        renew: script(RENEW),
-        purge: script(PURGE),
-    }
+scripts!(Scripts {
+    /// Enqueue: KEYS event, due, settled; ARGV id, now, then the fresh event's hash as
+    /// field-value pairs. Answers 1 (inserted) or {state, fingerprint} (existing).
+    enqueue: settled_test(include_str!("lua/inbox/enqueue.lua")),
+    /// Lease: KEYS due, receipt; ARGV now, lease_until, event key prefix, then one fresh
+    /// token per event wanted. Answers id, event hash, id, event hash, … Each taken event
+    /// is re-scored at `lease_until`; index entries of events that are gone or settled
+    /// are dropped. The ids taken are kept in the receipt (named after the first token)
+    /// for as long as the lease, so the same script run again (a cluster connection resends
+    /// after a lost reply) answers the events of its first run that it still holds,
+    /// instead of leasing others.
+    lease: settled_test(include_str!("lua/inbox/lease.lua")),
+    /// Settle: KEYS event, due, settled; ARGV id, token, state, next_attempt_at, now,
+    /// expires_at, TTL (ms) for a settled state, `0` to give the attempt back (else
+    /// `1`), and the error if any. Answers 1 (applied) or 0 (lease lost). Run again (a
+    /// cluster connection resends after a lost reply), it finds its own change (state,
+    /// token and time) and answers 1 again.
+    settle: settled_test(include_str!("lua/inbox/settle.lua")),
+    /// Renew: KEYS event, due; ARGV id, token, lease_until. Answers 1 or 0.
+    renew: settled_test(include_str!("lua/inbox/renew.lua")),
+    /// Purge one batch of a namespace: KEYS settled; ARGV now, limit, event key prefix.
+    /// Answers {removed, looked at}. Every entry looked at leaves the range: removed
+    /// (with its event, or because the TTL already dropped the event) or re-filed.
+    purge: settled_test(include_str!("lua/inbox/purge.lua")),
 });
-
-fn fence(applied: i64) -> Fence {
-    if applied == 1 {
-        Fence::Applied
-    } else {
-        Fence::LeaseLost
-    }
-}
 
 /// An event from its hash, as `HGETALL` answers it (field, value, …).
 fn event(key: Key<'_>, fields: &[Value]) -> Result<InboxEvent, StoreError> {
@@ -281,7 +255,7 @@ impl InboxStore for RedisStore {
                 inv.arg(name).arg(value);
             }
         }
-        let answer: Value = self.connection().eval(&inv).await.map_err(store_error)?;
+        let answer: Value = self.eval(&inv).await?;
         match answer {
             Value::Int(1) => Ok(Enqueued::Inserted),
             Value::Array(v) => match v.as_slice() {
@@ -358,7 +332,7 @@ impl InboxStore for RedisStore {
         if let Some(error) = settle.error {
             inv.arg(error);
         }
-        let applied: i64 = self.connection().eval(&inv).await.map_err(store_error)?;
+        let applied: i64 = self.eval(&inv).await?;
         Ok(fence(applied))
     }
 
@@ -375,17 +349,15 @@ impl InboxStore for RedisStore {
             .arg(key.id)
             .arg(token.0)
             .arg(crate::store::ceil_millis(lease_until));
-        let applied: i64 = self.connection().eval(&inv).await.map_err(store_error)?;
+        let applied: i64 = self.eval(&inv).await?;
         Ok(fence(applied))
     }
 
     async fn get_event(&self, key: Key<'_>) -> Result<Option<InboxEvent>, StoreError> {
         let keys = self.inbox_keys(key.namespace);
         let answer: Value = self
-            .connection()
             .query(::redis::cmd("HGETALL").arg(format!("{}{}", keys.events, key.id)))
-            .await
-            .map_err(store_error)?;
+            .await?;
         let fields = match answer {
             Value::Map(map) => map.into_iter().flat_map(|(k, v)| [k, v]).collect(),
             other => array(other)?,
@@ -399,10 +371,8 @@ impl InboxStore for RedisStore {
     /// Visits every namespace in the registry, at most 256 events per script.
     async fn purge_settled(&self, now: DateTime<Utc>, limit: usize) -> Result<u64, StoreError> {
         let namespaces: Vec<String> = self
-            .connection()
             .query(::redis::cmd("SMEMBERS").arg(self.inbox_registry()))
-            .await
-            .map_err(store_error)?;
+            .await?;
         let now = millis(now);
         let mut removed = 0usize;
         for namespace in namespaces {
@@ -414,8 +384,7 @@ impl InboxStore for RedisStore {
                 }
                 let mut inv = Eval::new(&SCRIPTS.purge, 1);
                 inv.key(&keys.settled).arg(now).arg(want).arg(&keys.events);
-                let (n, seen): (usize, usize) =
-                    self.connection().eval(&inv).await.map_err(store_error)?;
+                let (n, seen): (usize, usize) = self.eval(&inv).await?;
                 removed += n.min(want);
                 if seen < want {
                     break;

@@ -206,12 +206,28 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ::redis::{IntoConnectionInfo, Script};
+use ::redis::IntoConnectionInfo;
 
 use super::Key;
 
 /// The `redis` crate this store is built on, for building connections by hand.
 pub use ::redis;
+
+/// Declares a struct of scripts, one [`Script`](::redis::Script) per field, and
+/// `static SCRIPTS`, which builds each field's script from its source (a `&str` or
+/// `String` expression) once, at first use.
+macro_rules! scripts {
+    ($vis:vis $name:ident { $($(#[$doc:meta])* $field:ident: $source:expr),+ $(,)? }) => {
+        $vis struct $name {
+            $($(#[$doc])* $vis $field: ::redis::Script,)+
+        }
+
+        $vis static SCRIPTS: ::std::sync::LazyLock<$name> =
+            ::std::sync::LazyLock::new(|| $name {
+                $($field: ::redis::Script::new(&$source),)+
+            });
+    };
+}
 
 mod batch;
 mod codec;
@@ -411,17 +427,6 @@ impl RecordKey {
     pub(super) fn member(&self) -> &str {
         &self.rec[self.member_at..]
     }
-}
-
-/// The scripts of the dedup records ([`SCRIPTS`](scripts::SCRIPTS)).
-struct Scripts {
-    claim: Script,
-    tidy: Script,
-    finish: Script,
-    renew: Script,
-    delete: Script,
-    purge: Script,
-    stuck: Script,
 }
 
 /// The keys of one shard, built once per store.

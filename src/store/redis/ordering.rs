@@ -3,12 +3,12 @@
 //! The key layout, the scripts' shape and the trade-offs are documented with the
 //! store, in [`crate::store::redis`].
 
-use ::redis::{Script, Value};
+use ::redis::Value;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use super::codec::{array, bytes, corrupt, int, millis, time};
-use super::connection::{store_error, Eval};
+use super::connection::Eval;
 use super::RedisStore;
 use crate::ordering::{Freshness, ObjectKey, ObjectRecord, ObjectStatus, OrderingStore};
 use crate::store::StoreError;
@@ -38,7 +38,7 @@ impl RedisStore {
             .arg(member)
             .arg(mode)
             .arg(since);
-        let settled: i64 = self.connection().eval(&inv).await.map_err(store_error)?;
+        let settled: i64 = self.eval(&inv).await?;
         Ok(settled == 1)
     }
 
@@ -72,12 +72,7 @@ fn split_member(member: &[u8]) -> Option<(String, String)> {
     Some((object.to_owned(), family.to_owned()))
 }
 
-/// Observe: KEYS record, failed; ARGV created_at, now, member. Answers nil (fresh)
-/// or the stored newest (stale). A tie with the stored newest is fresh and changes
-/// nothing.
-const OBSERVE: &str = include_str!("lua/ordering/observe.lua");
-
-/// How [`SETTLE_OBJECT`] changes an object's status.
+/// How the settle script ([`Scripts::settle_object`]) changes an object's status.
 #[derive(Clone, Copy)]
 enum Mode {
     /// [`OrderingStore::settle_object`].
@@ -88,27 +83,20 @@ enum Mode {
     IfFailed { failed_since: DateTime<Utc> },
 }
 
-/// Settle an object: KEYS record, failed; ARGV created_at, status, now, member, the
-/// mode (`settle`; `mark` to set the status whatever it was; `if_failed` to set it
-/// only over a failure recorded at or before `ARGV[6]`), and that time. Answers 1 when
-/// it set it as the first settle (or a mark); 0 otherwise, having set
-/// `failed` over a status another event of the same time settled first.
-const SETTLE_OBJECT: &str = include_str!("lua/ordering/settle_object.lua");
-
-/// Failed records of one shard and namespace: KEYS failed; ARGV before, limit,
-/// record key prefix. Answers member, newest, updated_at, … oldest failure first.
-const FAILED: &str = include_str!("lua/ordering/failed.lua");
-
-struct Scripts {
-    observe: Script,
-    settle_object: Script,
-    failed: Script,
-}
-
-static SCRIPTS: std::sync::LazyLock<Scripts> = std::sync::LazyLock::new(|| Scripts {
-    observe: Script::new(OBSERVE),
-    settle_object: Script::new(SETTLE_OBJECT),
-    failed: Script::new(FAILED),
+scripts!(Scripts {
+    /// Observe: KEYS record, failed; ARGV created_at, now, member. Answers nil (fresh)
+    /// or the stored newest (stale). A tie with the stored newest is fresh and changes
+    /// nothing.
+    observe: include_str!("lua/ordering/observe.lua"),
+    /// Settle an object: KEYS record, failed; ARGV created_at, status, now, member, the
+    /// mode (`settle`; `mark` to set the status whatever it was; `if_failed` to set it
+    /// only over a failure recorded at or before `ARGV[6]`), and that time. Answers 1 when
+    /// it set it as the first settle (or a mark); 0 otherwise, having set
+    /// `failed` over a status another event of the same time settled first.
+    settle_object: include_str!("lua/ordering/settle_object.lua"),
+    /// Failed records of one shard and namespace: KEYS failed; ARGV before, limit,
+    /// record key prefix. Answers member, newest, updated_at, … oldest failure first.
+    failed: include_str!("lua/ordering/failed.lua"),
 });
 
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
@@ -127,7 +115,7 @@ impl OrderingStore for RedisStore {
             .arg(millis(created_at))
             .arg(millis(now))
             .arg(member);
-        let newest: Option<i64> = self.connection().eval(&inv).await.map_err(store_error)?;
+        let newest: Option<i64> = self.eval(&inv).await?;
         Ok(match newest {
             None => Freshness::Fresh,
             Some(ms) => Freshness::Stale { newest: time(ms) },
@@ -171,10 +159,8 @@ impl OrderingStore for RedisStore {
     async fn get_object(&self, key: ObjectKey<'_>) -> Result<Option<ObjectRecord>, StoreError> {
         let (record, _, _) = self.object_keys(key);
         let (newest, status, updated): (Option<i64>, Option<String>, Option<i64>) = self
-            .connection()
             .query(::redis::cmd("HMGET").arg(record).arg("n").arg("s").arg("u"))
-            .await
-            .map_err(store_error)?;
+            .await?;
         let Some(newest) = newest else {
             return Ok(None);
         };
@@ -211,7 +197,7 @@ impl OrderingStore for RedisStore {
                 .arg(millis(before))
                 .arg(limit.min(i32::MAX as usize))
                 .arg(object_prefix(&tag, namespace));
-            let answer: Value = self.connection().eval(&inv).await.map_err(store_error)?;
+            let answer: Value = self.eval(&inv).await?;
             for triple in array(answer)?.chunks(3) {
                 let [m, n, u] = triple else {
                     return Err(corrupt("unexpected failed answer"));

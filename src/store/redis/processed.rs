@@ -1,12 +1,13 @@
 //! The [`ProcessedStore`] of a [`RedisStore`].
 
-use ::redis::Value;
+use ::redis::{FromRedisValue, Script, ToRedisArgs, Value};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use super::batch;
 use super::codec::{
-    corrupt, fresh_record, int, millis, own_claim, record, sized, stored_record, text, time, ttl,
+    corrupt, fence, fresh_record, int, millis, own_claim, record, sized, stored_record, text, time,
+    ttl,
 };
 use super::connection::{store_error, Eval};
 use super::scripts::SCRIPTS;
@@ -86,12 +87,7 @@ impl ProcessedStore for RedisStore {
             .arg(now)
             .arg(lease)
             .arg(expires);
-        let answer: Value = self
-            .inner
-            .connection
-            .eval(&inv)
-            .await
-            .map_err(store_error)?;
+        let answer: Value = self.eval(&inv).await?;
         match answer {
             Value::Int(0) => Ok(acquired()),
             Value::Array(v) => match v.as_slice() {
@@ -160,27 +156,13 @@ impl ProcessedStore for RedisStore {
             .arg(token.0)
             .arg(ceil_millis(lease_until))
             .arg(ceil_millis(expires_at));
-        let applied: i64 = self
-            .inner
-            .connection
-            .eval(&inv)
-            .await
-            .map_err(store_error)?;
-        Ok(if applied == 1 {
-            Fence::Applied
-        } else {
-            Fence::LeaseLost
-        })
+        let applied: i64 = self.eval(&inv).await?;
+        Ok(fence(applied))
     }
 
     async fn get(&self, key: Key<'_>) -> Result<Option<Record>, StoreError> {
         let (rec, _) = self.locate(key);
-        let stored: Option<String> = self
-            .inner
-            .connection
-            .query(::redis::cmd("GET").arg(rec.rec()))
-            .await
-            .map_err(store_error)?;
+        let stored: Option<String> = self.query(::redis::cmd("GET").arg(rec.rec())).await?;
         stored.map(|s| record(key, &s)).transpose()
     }
 
@@ -191,12 +173,7 @@ impl ProcessedStore for RedisStore {
             .key(&keys.due)
             .arg(rec.member())
             .arg(millis(now));
-        let answer: i64 = self
-            .inner
-            .connection
-            .eval(&inv)
-            .await
-            .map_err(store_error)?;
+        let answer: i64 = self.eval(&inv).await?;
         Ok(match answer {
             1 => Deleted::Removed,
             2 => Deleted::LeaseHeld,
@@ -211,25 +188,15 @@ impl ProcessedStore for RedisStore {
         let now = millis(now);
         let mut removed = 0;
         for shard in 0..self.inner.shards {
-            let keys = self.keys(shard);
             let mut offset = 0;
             loop {
                 let want = (limit - removed).min(BATCH);
                 if want == 0 {
                     return Ok(removed as u64);
                 }
-                let mut inv = Eval::new(&SCRIPTS.purge, 1);
-                inv.key(&keys.due)
-                    .arg(now)
-                    .arg(want)
-                    .arg(&keys.records)
-                    .arg(offset);
                 let (n, seen, kept): (usize, usize, usize) = self
-                    .inner
-                    .connection
-                    .eval(&inv)
-                    .await
-                    .map_err(store_error)?;
+                    .scan_due(&SCRIPTS.purge, shard, now, want, offset)
+                    .await?;
                 removed += n.min(want);
                 offset += kept;
                 if seen < want {
@@ -246,7 +213,6 @@ impl ProcessedStore for RedisStore {
         let now = millis(now);
         let mut out = Vec::new();
         for shard in 0..self.inner.shards {
-            let keys = self.keys(shard);
             let mut offset = 0;
             let mut found_here = 0;
             loop {
@@ -254,18 +220,9 @@ impl ProcessedStore for RedisStore {
                 if want == 0 {
                     break;
                 }
-                let mut inv = Eval::new(&SCRIPTS.stuck, 1);
-                inv.key(&keys.due)
-                    .arg(now)
-                    .arg(want)
-                    .arg(&keys.records)
-                    .arg(offset);
                 let answer: Vec<Value> = self
-                    .inner
-                    .connection
-                    .eval(&inv)
-                    .await
-                    .map_err(store_error)?;
+                    .scan_due(&SCRIPTS.stuck, shard, now, want, offset)
+                    .await?;
                 let [seen, kept, found @ ..] = answer.as_slice() else {
                     return Err(corrupt("unexpected stuck answer"));
                 };
@@ -297,5 +254,27 @@ impl ProcessedStore for RedisStore {
         out.sort_by_key(|r| r.lease_until);
         out.truncate(limit);
         Ok(out)
+    }
+}
+
+impl RedisStore {
+    /// One batch of a scan of `shard`'s due index by the purge or the stuck script:
+    /// KEYS due; ARGV now, how many to look for, record key prefix, offset.
+    async fn scan_due<T: FromRedisValue>(
+        &self,
+        script: &Script,
+        shard: u16,
+        now: i64,
+        want: usize,
+        offset: impl ToRedisArgs,
+    ) -> Result<T, StoreError> {
+        let keys = self.keys(shard);
+        let mut inv = Eval::new(script, 1);
+        inv.key(&keys.due)
+            .arg(now)
+            .arg(want)
+            .arg(&keys.records)
+            .arg(offset);
+        self.eval(&inv).await
     }
 }

@@ -1,11 +1,5 @@
 //! The Lua scripts of the dedup records, loaded once per server.
 
-use std::sync::LazyLock;
-
-use ::redis::Script;
-
-use super::Scripts;
-
 /// Shared by every script: `parse` splits a stored record (see [`record`](super::codec::record)) into its
 /// ten fields, or answers nothing for one that does not parse, numbers included (a
 /// record this crate did not write must not raise a script error: that would fail
@@ -37,45 +31,37 @@ pub(super) const TIDY_BATCH: u32 = 256;
 /// keeping a known fingerprint, and anything else answered unchanged ({2, record}).
 const CLAIM_DECIDE: &str = include_str!("lua/records/claim_decide.lua");
 
-/// Finish, for a batch of records: KEYS record and due of each; ARGV six per
-/// record: the fence prefix `in_progress|<token>|`, the new record's head
-/// `<state>|<token>|`, its tail `<failures>|<expires_at>|<now>|<history>`, its TTL,
-/// expires_at, member. Answers one code per record: 1 (applied), 0 (lease lost) or
-/// -1 (corrupt). Keeps the fields `f|a|l|c` after the fence prefix as they are. The
-/// index entry stays at the lease's end (at or before the new expiry, where purge
-/// and stuck re-file it) unless the new expiry is earlier. Without the prelude:
-/// every line here is paid by every processed delivery.
-const FINISH: &str = include_str!("lua/records/finish.lua");
+/// `body` after the [`PRELUDE`].
+fn with_prelude(body: &str) -> String {
+    format!("{PRELUDE}{body}")
+}
 
-/// Renew: KEYS record, due; ARGV member, token, lease_until, expires_at. No `now`
-/// is given, so the TTL moves by as much as the record's due time does.
-const RENEW: &str = include_str!("lua/records/renew.lua");
-
-/// Delete: KEYS record, due; ARGV member, now. Answers 1 (removed), 0 (not found)
-/// or 2 (live lease).
-const DELETE: &str = include_str!("lua/records/delete.lua");
-
-/// Purge one batch of a shard: KEYS due; ARGV now, limit, record key prefix,
-/// offset. Answers {removed, looked at, kept in place}: stuck records whose expiry
-/// has not come stay at the front of the range (for stuck), everything else leaves
-/// it (removed, or re-filed at its next due time).
-const PURGE: &str = include_str!("lua/records/purge.lua");
-
-/// Stuck records of one shard: KEYS due; ARGV now, limit, record key prefix,
-/// offset. Answers {looked at, kept in place, then member and record of each stuck
-/// one}: stuck and expired records stay at the front of the range, everything else
-/// leaves it (dropped if gone, or re-filed at its next due time).
-const STUCK: &str = include_str!("lua/records/stuck.lua");
-
-pub(super) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
-    let script = |body: &str| Script::new(&format!("{PRELUDE}{body}"));
-    Scripts {
-        claim: Script::new(&format!("{CLAIM_HEAD}{PRELUDE}{CLAIM_DECIDE}")),
-        tidy: Script::new(&TIDY.replace("TIDY_BATCH", &TIDY_BATCH.to_string())),
-        finish: Script::new(FINISH),
-        renew: script(RENEW),
-        delete: script(DELETE),
-        purge: script(PURGE),
-        stuck: script(STUCK),
-    }
+scripts!(pub(super) Scripts {
+    claim: format!("{CLAIM_HEAD}{PRELUDE}{CLAIM_DECIDE}"),
+    tidy: TIDY.replace("TIDY_BATCH", &TIDY_BATCH.to_string()),
+    /// Finish, for a batch of records: KEYS record and due of each; ARGV six per
+    /// record: the fence prefix `in_progress|<token>|`, the new record's head
+    /// `<state>|<token>|`, its tail `<failures>|<expires_at>|<now>|<history>`, its TTL,
+    /// expires_at, member. Answers one code per record: 1 (applied), 0 (lease lost) or
+    /// -1 (corrupt). Keeps the fields `f|a|l|c` after the fence prefix as they are. The
+    /// index entry stays at the lease's end (at or before the new expiry, where purge
+    /// and stuck re-file it) unless the new expiry is earlier. Without the prelude:
+    /// every line here is paid by every processed delivery.
+    finish: include_str!("lua/records/finish.lua"),
+    /// Renew: KEYS record, due; ARGV member, token, lease_until, expires_at. No `now`
+    /// is given, so the TTL moves by as much as the record's due time does.
+    renew: with_prelude(include_str!("lua/records/renew.lua")),
+    /// Delete: KEYS record, due; ARGV member, now. Answers 1 (removed), 0 (not found)
+    /// or 2 (live lease).
+    delete: with_prelude(include_str!("lua/records/delete.lua")),
+    /// Purge one batch of a shard: KEYS due; ARGV now, limit, record key prefix,
+    /// offset. Answers {removed, looked at, kept in place}: stuck records whose expiry
+    /// has not come stay at the front of the range (for stuck), everything else leaves
+    /// it (removed, or re-filed at its next due time).
+    purge: with_prelude(include_str!("lua/records/purge.lua")),
+    /// Stuck records of one shard: KEYS due; ARGV now, limit, record key prefix,
+    /// offset. Answers {looked at, kept in place, then member and record of each stuck
+    /// one}: stuck and expired records stay at the front of the range, everything else
+    /// leaves it (dropped if gone, or re-filed at its next due time).
+    stuck: with_prelude(include_str!("lua/records/stuck.lua")),
 });
