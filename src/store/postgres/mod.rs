@@ -168,6 +168,7 @@ use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::PgConnection;
 
 use super::sql::impls::sql_store_impls;
+use super::sql::returning::returning_ops;
 use super::sql::{
     self, map_error, Dialect, InvalidTableName, Statements, TableName, DEFAULT_TABLE,
 };
@@ -388,7 +389,8 @@ impl PostgresStore {
     };
 }
 
-sql_store_impls!(PostgresStore, PgConnection, err);
+returning_ops!(PostgresStore, sqlx::Postgres, PgConnection, err);
+sql_store_impls!(PostgresStore, str, "postgres", err);
 
 #[cfg(test)]
 mod tests {

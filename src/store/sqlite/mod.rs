@@ -135,6 +135,7 @@ use sqlx::SqliteConnection;
 use tokio::sync::{Mutex, MutexGuard};
 
 use super::sql::impls::sql_store_impls;
+use super::sql::returning::returning_ops;
 use super::sql::{map_error, Dialect, InvalidTableName, Statements, TableName, DEFAULT_TABLE};
 use super::{Fingerprint, Key, Recorded, StoreError};
 
@@ -378,7 +379,8 @@ impl SqliteStore {
     };
 }
 
-sql_store_impls!(SqliteStore, SqliteConnection, err);
+returning_ops!(SqliteStore, sqlx::Sqlite, SqliteConnection, err);
+sql_store_impls!(SqliteStore, str, "sqlite", err);
 
 #[cfg(test)]
 mod tests {
