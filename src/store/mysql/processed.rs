@@ -41,28 +41,10 @@ impl MySqlStore {
     /// Records `key` as processed inside the caller's transaction: the
     /// **transactional mode**, for handlers whose effect lives in this same database.
     ///
-    /// Inserts a `completed` record into the dedup table through `conn` (pass
-    /// `&mut *tx` of an open [`sqlx::Transaction`]) and answers:
-    /// - [`Recorded::First`]: this transaction recorded the id. Apply the effect in
-    ///   the same transaction, then commit: the effect and the record commit together
-    ///   or not at all.
-    /// - [`Recorded::Duplicate`]: another transaction recorded it (a
-    ///   [matching](Fingerprint::matches) fingerprint): skip the effect.
-    /// - [`Recorded::Conflict`]: the id is recorded with a different known fingerprint.
-    /// - [`Recorded::InProgress`]: a delivery run by the guard holds the id under a
-    ///   live lease and has not finished: skip the effect and answer a retry (409, as the guard does).
-    ///
-    /// An expired record is replaced, and a record that failed or whose holder's lease
-    /// ran out (matching fingerprint) is taken over, as a claim would. A concurrent
-    /// transaction recording the same key waits on the row lock until this one ends:
-    /// after a commit it answers `Duplicate`, after a rollback `First`. So whatever
-    /// instruction the process dies at, the effect is applied exactly once.
-    ///
-    /// Whatever it answers, the transaction now holds the record's row lock until it
-    /// ends, even when it recorded nothing. On anything but `First`, end the
-    /// transaction at once: meanwhile a delivery the guard runs for the same id
-    /// cannot finish or renew its claim, and a retry of it waits instead of being
-    /// answered.
+    #[doc = include_str!("../sql/record_in.md")]
+    /// A concurrent transaction recording the same key waits on the row lock until this
+    /// one ends: after a commit it answers `Duplicate`, after a rollback `First`. So
+    /// whatever instruction the process dies at, the effect is applied exactly once.
     ///
     /// InnoDB may end a transaction as a deadlock victim (error 1213, a
     /// [`StoreError::Backend`] whose source is the [`sqlx::Error`]): it was rolled
@@ -72,12 +54,7 @@ impl MySqlStore {
     /// decision code, 1 to 3; see [`MySqlStore::claim_sql`]): read an
     /// `AUTO_INCREMENT` id you need before calling this, not after.
     ///
-    /// Do not drop the transaction's futures half-way (a `select!`, a timeout, an
-    /// aborted task): sqlx 0.8's `begin` is not cancellation-safe, and a future
-    /// dropped while `BEGIN` is in flight returns its connection to the pool inside a
-    /// transaction that nothing ends (launchbadge/sqlx#2054), so later statements on
-    /// that connection never commit. Where a handler may be cancelled, run the
-    /// transaction in a spawned task.
+    #[doc = include_str!("../sql/record_in_lock.md")]
     ///
     /// ```no_run
     /// # async fn demo(store: webhook_guard::store::MySqlStore, body: &[u8])
@@ -216,11 +193,7 @@ impl MySqlStore {
         key: Key<'_>,
         now: DateTime<Utc>,
     ) -> Result<Deleted, StoreError> {
-        let args = [
-            Arg::Text(key.namespace),
-            Arg::Text(key.id),
-            Arg::Int(millis(now)),
-        ];
+        let args = args::key_at(key, now);
         for _ in 0..VANISHED_RETRIES {
             if self.execute(&self.sql.common.delete, &args).await? > 0 {
                 return Ok(Deleted::Removed);

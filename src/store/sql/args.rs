@@ -32,18 +32,25 @@ pub(crate) trait Binds: sqlx::Database {
     ) -> Query<'q, Self, Self::Arguments<'q>>;
 }
 
-/// Binds every value but a count and a limit as itself, a count as `count(n)` and a
-/// limit as `limit(n)`.
-macro_rules! bind_arg {
-    ($query:expr, $arg:expr, $count:expr, $limit:expr) => {
-        match $arg {
-            Arg::Text(v) => $query.bind(v),
-            Arg::OptText(v) => $query.bind(v),
-            Arg::Bytes(v) => $query.bind(v),
-            Arg::Int(v) => $query.bind(v),
-            Arg::OptInt(v) => $query.bind(v),
-            Arg::Count(n) => $query.bind($count(n)),
-            Arg::Limit(n) => $query.bind($limit(n)),
+/// Implements [`Binds`] for the database `$db`: every value but a count and a
+/// limit bound as itself, a count as `$count(n)` and a limit as `$limit(n)`.
+macro_rules! binds {
+    ($db:ty, $count:expr, $limit:expr) => {
+        impl Binds for $db {
+            fn bind<'q>(
+                query: Query<'q, Self, Self::Arguments<'q>>,
+                arg: Arg<'q>,
+            ) -> Query<'q, Self, Self::Arguments<'q>> {
+                match arg {
+                    Arg::Text(v) => query.bind(v),
+                    Arg::OptText(v) => query.bind(v),
+                    Arg::Bytes(v) => query.bind(v),
+                    Arg::Int(v) => query.bind(v),
+                    Arg::OptInt(v) => query.bind(v),
+                    Arg::Count(n) => query.bind($count(n)),
+                    Arg::Limit(n) => query.bind($limit(n)),
+                }
+            }
         }
     };
 }
@@ -54,36 +61,14 @@ fn bigint(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
+// PostgreSQL and SQLite bind counts as `INTEGER` and limits as `BIGINT`; MySQL's
+// counts are `INT UNSIGNED` and its limits unsigned.
 #[cfg(feature = "postgres")]
-impl Binds for sqlx::Postgres {
-    fn bind<'q>(
-        query: Query<'q, Self, Self::Arguments<'q>>,
-        arg: Arg<'q>,
-    ) -> Query<'q, Self, Self::Arguments<'q>> {
-        bind_arg!(query, arg, super::count, bigint)
-    }
-}
-
+binds!(sqlx::Postgres, super::count, bigint);
 #[cfg(feature = "sqlite")]
-impl Binds for sqlx::Sqlite {
-    fn bind<'q>(
-        query: Query<'q, Self, Self::Arguments<'q>>,
-        arg: Arg<'q>,
-    ) -> Query<'q, Self, Self::Arguments<'q>> {
-        bind_arg!(query, arg, super::count, bigint)
-    }
-}
-
-/// MySQL's counts are `INT UNSIGNED` and its limits unsigned.
+binds!(sqlx::Sqlite, super::count, bigint);
 #[cfg(feature = "mysql")]
-impl Binds for sqlx::MySql {
-    fn bind<'q>(
-        query: Query<'q, Self, Self::Arguments<'q>>,
-        arg: Arg<'q>,
-    ) -> Query<'q, Self, Self::Arguments<'q>> {
-        bind_arg!(query, arg, u32::from, u64::from)
-    }
-}
+binds!(sqlx::MySql, u32::from, u64::from);
 
 /// The statement `sql`, written with `$n` binds in order (`$1` is `args[0]`), with
 /// `args` bound.
@@ -99,6 +84,15 @@ pub(crate) fn query<'q, DB: Binds>(
 /// A record's key: $1 namespace, $2 id.
 pub(crate) fn key<'a>(key: Key<'a>) -> [Arg<'a>; 2] {
     [Arg::Text(key.namespace), Arg::Text(key.id)]
+}
+
+/// A record's key at a time: $1 namespace, $2 id, $3 now.
+pub(crate) fn key_at(key: Key<'_>, now: DateTime<Utc>) -> [Arg<'_>; 3] {
+    [
+        Arg::Text(key.namespace),
+        Arg::Text(key.id),
+        Arg::Int(millis(now)),
+    ]
 }
 
 /// An object's key: $1 namespace, $2 object, $3 family.

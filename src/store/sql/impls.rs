@@ -34,8 +34,8 @@ macro_rules! sql_store_impls {
                 Freshness, ObjectKey, ObjectRecord, ObjectStatus, OrderingStore,
             };
             use $crate::store::sql::{
-                args, fence, history_text, keyed_record, purge_in_batches, RawEvent, RawObject,
-                RawRecord, SqlRow,
+                self, args, fence, history_text, keyed_record, purge_in_batches, RawEvent,
+                RawObject, RawRecord, SqlRow,
             };
             use $crate::store::{
                 Claim, ClaimRequest, Deleted, Fence, FencingToken, Finish, Key, ProcessedStore,
@@ -66,6 +66,24 @@ macro_rules! sql_store_impls {
                 ) -> Result<bool, StoreError> {
                     let args = args::object_status(key, created_at, status, now, failed_since);
                     Ok(self.execute(stmt, &args).await? == 1)
+                }
+
+                /// Removes up to `limit` rows with `stmt`, a `DELETE` of rows
+                /// stale at $1 limited to $2 rows, in paced statements (see
+                /// `PurgePace`); the gate is taken per statement, so claims
+                /// waiting for it go first.
+                async fn purge_paced(
+                    &self,
+                    stmt: &$stmt,
+                    pace: sql::PurgePace,
+                    now: DateTime<Utc>,
+                    limit: usize,
+                ) -> Result<u64, StoreError> {
+                    purge_in_batches(limit, pace, |n| async move {
+                        let _gate = self.write_gate().await?;
+                        self.execute(stmt, &args::until(now, n)).await
+                    })
+                    .await
                 }
             }
 
@@ -210,12 +228,9 @@ macro_rules! sql_store_impls {
                     now: DateTime<Utc>,
                     limit: usize,
                 ) -> Result<u64, StoreError> {
-                    purge_in_batches(limit, Self::SETTLED_PURGE, |n| async move {
-                        let _gate = self.write_gate().await?;
-                        self.execute(&self.sql.queue.purge, &args::until(now, n))
-                            .await
-                    })
-                    .await
+                    let purge = &self.sql.queue.purge;
+                    self.purge_paced(purge, Self::SETTLED_PURGE, now, limit)
+                        .await
                 }
             }
 

@@ -17,9 +17,7 @@ macro_rules! returning_ops {
             use ::chrono::{DateTime, Utc};
             use $crate::inbox::{Enqueued, NewEvent};
             use $crate::ordering::{Freshness, ObjectKey};
-            use $crate::store::sql::{
-                self, args, millis, purge_in_batches, vanished, Arg, RawRecord, SqlRow,
-            };
+            use $crate::store::sql::{self, args, millis, vanished, Arg, RawRecord, SqlRow};
             use $crate::store::{
                 Claim, ClaimRequest, Decision, Deleted, Fingerprint, Key, ProcessedStore, Record,
                 RecordState, Recorded, StoreError,
@@ -179,11 +177,7 @@ macro_rules! returning_ops {
                     key: Key<'_>,
                     now: DateTime<Utc>,
                 ) -> Result<Deleted, StoreError> {
-                    let args = [
-                        Arg::Text(key.namespace),
-                        Arg::Text(key.id),
-                        Arg::Int(millis(now)),
-                    ];
+                    let args = args::key_at(key, now);
                     for _ in 0..3 {
                         let done = {
                             let _gate = self.write_gate().await?;
@@ -205,19 +199,14 @@ macro_rules! returning_ops {
                     Err(vanished(key))
                 }
 
-                /// The purge: small statements, a rest after each (see
-                /// `PurgePace`); the gate is taken per statement, so claims waiting
-                /// for it go first.
+                /// The purge: small statements, a rest after each.
                 async fn purge_records(
                     &self,
                     now: DateTime<Utc>,
                     limit: usize,
                 ) -> Result<u64, StoreError> {
-                    purge_in_batches(limit, Self::PURGE_PACE, |n| async move {
-                        let _gate = self.write_gate().await?;
-                        self.execute(&self.sql.purge, &args::until(now, n)).await
-                    })
-                    .await
+                    self.purge_paced(&self.sql.purge, Self::PURGE_PACE, now, limit)
+                        .await
                 }
 
                 /// The enqueue: inserted, or the stored event's fingerprint and
