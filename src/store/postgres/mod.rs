@@ -281,23 +281,6 @@ impl PostgresStore {
         sqlx::raw_sql(&sql).execute(&self.pool).await.map_err(err)?;
         Ok(())
     }
-
-    /// The SQL that creates this store's table and indexes, for teams that apply
-    /// schema changes with their own tooling. Shown for the default table in the
-    /// [module docs](self).
-    pub fn schema_sql(&self) -> String {
-        self.sql.schema.clone()
-    }
-
-    /// The table name.
-    pub fn table(&self) -> &str {
-        self.sql.table.as_str()
-    }
-
-    /// The connection pool.
-    pub fn pool(&self) -> &PgPool {
-        &self.pool
-    }
 }
 
 impl PostgresStore {

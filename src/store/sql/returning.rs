@@ -4,7 +4,8 @@
 
 /// Implements, for `$store` on the sqlx database `$db`, the methods that
 /// [`sql_store_impls!`](crate::store::sql::impls::sql_store_impls) asks of a store,
-/// and a private `record_with` that runs the transactional record on a `$conn`.
+/// a private `record_with` that runs the transactional record on a `$conn`, and the
+/// accessors `schema_sql`, `table` and `pool`.
 ///
 /// `$store` must have the fields `pool` (its sqlx pool) and `sql`
 /// (`Arc<Statements>`), an `async fn write_gate(&self)` and the constant
@@ -13,6 +14,25 @@
 /// driver error to a [`StoreError`](crate::store::StoreError).
 macro_rules! returning_ops {
     ($store:ty, $db:ty, $conn:ty, $err:path) => {
+        impl $store {
+            /// The SQL that creates this store's table and indexes, for teams that
+            /// apply schema changes with their own tooling. Shown for the default
+            /// table in the module docs.
+            pub fn schema_sql(&self) -> String {
+                self.sql.schema.clone()
+            }
+
+            /// The table name.
+            pub fn table(&self) -> &str {
+                self.sql.table.as_str()
+            }
+
+            /// The connection pool.
+            pub fn pool(&self) -> &::sqlx::Pool<$db> {
+                &self.pool
+            }
+        }
+
         const _: () = {
             use ::chrono::{DateTime, Utc};
             use $crate::inbox::{Enqueued, NewEvent};

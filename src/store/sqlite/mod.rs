@@ -268,22 +268,6 @@ impl SqliteStore {
             .map_err(err)?;
         Ok(())
     }
-
-    /// The SQL that creates this store's table and indexes. Shown for the default
-    /// table in the [module docs](self).
-    pub fn schema_sql(&self) -> String {
-        self.sql.schema.clone()
-    }
-
-    /// The table name.
-    pub fn table(&self) -> &str {
-        self.sql.table.as_str()
-    }
-
-    /// The connection pool.
-    pub fn pool(&self) -> &SqlitePool {
-        &self.pool
-    }
 }
 
 impl SqliteStore {
