@@ -68,6 +68,17 @@ macro_rules! sql_store_impls {
                     Ok(self.execute(stmt, &args).await? == 1)
                 }
 
+                /// Runs the fenced `UPDATE` `stmt` under the write gate: applied
+                /// when it changed the one row it names.
+                async fn fenced(
+                    &self,
+                    stmt: &$stmt,
+                    args: &[sql::Arg<'_>],
+                ) -> Result<Fence, StoreError> {
+                    let _gate = self.write_gate().await?;
+                    Ok(fence(self.execute(stmt, args).await?))
+                }
+
                 /// Removes up to `limit` rows with `stmt`, a `DELETE` of rows
                 /// stale at $1 limited to $2 rows, in paced statements (see
                 /// `PurgePace`); the gate is taken per statement, so claims
@@ -102,8 +113,7 @@ macro_rules! sql_store_impls {
                 ) -> Result<Fence, StoreError> {
                     let history = history_text(finish.history);
                     let args = args::finish(key, token, finish, &history);
-                    let _gate = self.write_gate().await?;
-                    Ok(fence(self.execute(&self.sql.common.finish, &args).await?))
+                    self.fenced(&self.sql.common.finish, &args).await
                 }
 
                 async fn renew(
@@ -114,8 +124,7 @@ macro_rules! sql_store_impls {
                     expires_at: DateTime<Utc>,
                 ) -> Result<Fence, StoreError> {
                     let args = args::renew(key, token, lease_until, Some(expires_at));
-                    let _gate = self.write_gate().await?;
-                    Ok(fence(self.execute(&self.sql.common.renew, &args).await?))
+                    self.fenced(&self.sql.common.renew, &args).await
                 }
 
                 async fn get(&self, key: Key<'_>) -> Result<Option<Record>, StoreError> {
@@ -210,10 +219,7 @@ macro_rules! sql_store_impls {
                     lease_until: DateTime<Utc>,
                 ) -> Result<Fence, StoreError> {
                     let args = args::renew(key, token, lease_until, None);
-                    let _gate = self.write_gate().await?;
-                    Ok(fence(
-                        self.execute(&self.sql.common.renew_event, &args).await?,
-                    ))
+                    self.fenced(&self.sql.common.renew_event, &args).await
                 }
 
                 async fn get_event(&self, key: Key<'_>) -> Result<Option<InboxEvent>, StoreError> {
