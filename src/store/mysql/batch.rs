@@ -34,8 +34,9 @@ use sqlx::mysql::{MySql, MySqlConnection};
 use sqlx::pool::PoolConnection;
 use sqlx::Row as _;
 
-use super::{map_err, record_from_row, server_error_number, MySqlStore, DEADLOCK_RETRIES};
+use super::{map_err, server_error_number, MySqlStore, DEADLOCK_RETRIES};
 use crate::store::sql::claim_batch::{failed_driver, Batched, ClaimBatch, ClaimBatcher, Waiting};
+use crate::store::sql::keyed_record;
 
 /// The widest key a batch takes: the columns' widths (`VARBINARY(64)`,
 /// `VARBINARY(255)`, which hold the longest namespace and id the guard accepts), so
@@ -206,7 +207,7 @@ async fn read_back(
             answers[i] = if batch[i].token == token && batch[i].now == created_at {
                 Batched::Fresh
             } else {
-                match record_from_row(row) {
+                match keyed_record(row, map_err) {
                     Ok(record) => Batched::Existing(record),
                     Err(e) => Batched::Failed(e),
                 }

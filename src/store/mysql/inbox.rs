@@ -1,22 +1,16 @@
-//! The [`InboxStore`] of a [`MySqlStore`].
+//! What the MySQL dialect writes its own way of the
+//! [`InboxStore`](crate::inbox::InboxStore) contract of a [`MySqlStore`]: the
+//! decide-once enqueue and the lease transaction (the rest is shared: see
+//! `sql_store_impls!`).
 
-use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::mysql::MySqlRow;
 use sqlx::{Connection, Row};
 
-use super::statements::Arg;
-use super::{
-    map_err, retry_deadlocks, server_error_number, MySqlStore, CODE_FRESH, CODE_UNCHANGED,
-    DEADLOCK_RETRIES, SETTLED_PURGE, VANISHED_RETRIES,
-};
-use crate::inbox::{Enqueued, InboxEvent, InboxStore, NewEvent, Settle};
-use crate::store::sql::{self as shared, ceil_millis, fence, millis, purge_in_batches, RawEvent};
-use crate::store::{Fence, FencingToken, Key, StoreError};
-
-fn event(row: &MySqlRow) -> Result<InboxEvent, StoreError> {
-    RawEvent::read(row).map_err(map_err)?.into_event()
-}
+use super::{map_err, retry_deadlocks, MySqlStore, CODE_FRESH, CODE_UNCHANGED, VANISHED_RETRIES};
+use crate::inbox::{Enqueued, NewEvent};
+use crate::store::sql::{self as shared, args, ceil_millis, millis, Arg, SqlRow};
+use crate::store::{FencingToken, StoreError};
 
 /// `(?, ?, …)` with `n` marks, for an `IN` list of binds.
 fn marks(n: usize) -> String {
@@ -80,24 +74,13 @@ impl MySqlStore {
     }
 }
 
-#[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
-#[async_trait]
-impl InboxStore for MySqlStore {
-    async fn enqueue(&self, event: &NewEvent<'_>) -> Result<Enqueued, StoreError> {
+impl MySqlStore {
+    /// The enqueue: one decide-once upsert, then a read of the stored event unless
+    /// it was inserted or replaced.
+    pub(super) async fn enqueue_event(&self, event: &NewEvent<'_>) -> Result<Enqueued, StoreError> {
         let q = &self.sql.queue;
         let key = event.key;
-        let args = [
-            Arg::Text(key.namespace),
-            Arg::Text(key.id),
-            Arg::Bytes(&event.fingerprint.0),
-            Arg::OptText(event.meta.event_type.as_deref()),
-            Arg::OptInt(event.meta.created_at.map(millis)),
-            Arg::OptText(event.meta.object.as_deref()),
-            Arg::OptText(event.meta.family.as_deref()),
-            Arg::Bytes(event.payload),
-            Arg::Int(millis(event.now)),
-            Arg::Int(ceil_millis(event.expires_at)),
-        ];
+        let args = args::enqueue(event);
         for _ in 0..VANISHED_RETRIES {
             let done = retry_deadlocks(|| q.enqueue.bind(&args).execute(&self.pool)).await?;
             match done.last_insert_id() {
@@ -105,19 +88,10 @@ impl InboxStore for MySqlStore {
                 CODE_UNCHANGED => {}
                 code => return Err(StoreError::Corrupt(format!("enqueue answered code {code}"))),
             }
-            let row = retry_deadlocks(|| {
-                self.sql
-                    .common
-                    .existing
-                    .bind(&args[..2])
-                    .fetch_optional(&self.pool)
-            })
-            .await?;
-            if let Some(row) = row {
-                let fingerprint: Vec<u8> = row.try_get(0).map_err(map_err)?;
-                let state: Vec<u8> = row.try_get(1).map_err(map_err)?;
-                let state = String::from_utf8(state)
-                    .map_err(|_| StoreError::Corrupt("state is not UTF-8".into()))?;
+            let existing = &self.sql.common.existing;
+            if let Some(row) = self.fetch_optional(existing, &args[..2]).await? {
+                let fingerprint = row.bytes(0).map_err(map_err)?;
+                let state = row.text(1).map_err(map_err)?;
                 return Ok(Enqueued::Existing {
                     fingerprint: shared::fingerprint(&fingerprint, &key)?,
                     state: shared::inbox_state(&state, &key)?,
@@ -130,16 +104,14 @@ impl InboxStore for MySqlStore {
         )))
     }
 
-    async fn lease(
+    /// The lease: one transaction in a task of its own.
+    pub(super) async fn lease_events(
         &self,
         namespace: &str,
         now: DateTime<Utc>,
         lease_until: DateTime<Utc>,
         limit: usize,
-    ) -> Result<Vec<InboxEvent>, StoreError> {
-        if limit == 0 {
-            return Ok(Vec::new());
-        }
+    ) -> Result<Vec<MySqlRow>, StoreError> {
         let (now, until) = (millis(now), ceil_millis(lease_until));
         // The transaction runs in its own task, to completion even if the caller's
         // future is dropped: sqlx 0.8's `begin` is not cancellation-safe (a future
@@ -148,91 +120,10 @@ impl InboxStore for MySqlStore {
         // leased for a caller that went away are leased again when their lease ends.
         let store = self.clone();
         let namespace = namespace.to_owned();
-        let rows = tokio::spawn(async move {
-            let mut tries = 0;
-            loop {
-                match store.lease_once(&namespace, now, until, limit).await {
-                    Err(e) if tries < DEADLOCK_RETRIES && server_error_number(&e) == Some(1213) => {
-                        tries += 1;
-                    }
-                    other => return other.map_err(map_err),
-                }
-            }
+        tokio::spawn(async move {
+            retry_deadlocks(|| store.lease_once(&namespace, now, until, limit)).await
         })
         .await
-        .map_err(StoreError::backend)??;
-        let mut events = rows.iter().map(event).collect::<Result<Vec<_>, _>>()?;
-        events.sort_by_key(|e| e.next_attempt_at);
-        Ok(events)
-    }
-
-    async fn settle_event(
-        &self,
-        key: Key<'_>,
-        token: FencingToken,
-        settle: &Settle<'_>,
-    ) -> Result<Fence, StoreError> {
-        let args = [
-            Arg::Text(key.namespace),
-            Arg::Text(key.id),
-            Arg::Int(token.as_i64()),
-            Arg::Text(settle.state.as_str()),
-            Arg::Int(ceil_millis(settle.next_attempt_at)),
-            Arg::OptText(settle.error),
-            Arg::Int(millis(settle.now)),
-            Arg::Int(ceil_millis(settle.expires_at)),
-            Arg::Count(u32::from(!settle.attempt_counts)),
-        ];
-        let done =
-            retry_deadlocks(|| self.sql.common.settle.bind(&args).execute(&self.pool)).await?;
-        if done.rows_affected() == 0 {
-            // The same settle made again (its answer was lost)?
-            let event = self.get_event(key).await?;
-            if event.is_some_and(|e| crate::inbox::settled_already(&e, token, settle)) {
-                return Ok(Fence::Applied);
-            }
-        }
-        Ok(fence(done.rows_affected()))
-    }
-
-    async fn renew_event(
-        &self,
-        key: Key<'_>,
-        token: FencingToken,
-        lease_until: DateTime<Utc>,
-    ) -> Result<Fence, StoreError> {
-        let args = [
-            Arg::Text(key.namespace),
-            Arg::Text(key.id),
-            Arg::Int(token.as_i64()),
-            Arg::Int(ceil_millis(lease_until)),
-        ];
-        let done =
-            retry_deadlocks(|| self.sql.common.renew_event.bind(&args).execute(&self.pool)).await?;
-        Ok(fence(done.rows_affected()))
-    }
-
-    async fn get_event(&self, key: Key<'_>) -> Result<Option<InboxEvent>, StoreError> {
-        let args = [Arg::Text(key.namespace), Arg::Text(key.id)];
-        let row = retry_deadlocks(|| {
-            self.sql
-                .common
-                .get_event
-                .bind(&args)
-                .fetch_optional(&self.pool)
-        })
-        .await?;
-        row.as_ref().map(event).transpose()
-    }
-
-    async fn purge_settled(&self, now: DateTime<Utc>, limit: usize) -> Result<u64, StoreError> {
-        let now = millis(now);
-        purge_in_batches(limit, SETTLED_PURGE, |n| async move {
-            let args = [Arg::Int(now), Arg::Limit(n as u64)];
-            retry_deadlocks(|| self.sql.queue.purge.bind(&args).execute(&self.pool))
-                .await
-                .map(|done| done.rows_affected())
-        })
-        .await
+        .map_err(StoreError::backend)?
     }
 }

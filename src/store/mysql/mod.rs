@@ -31,8 +31,9 @@ mod processed;
 mod statements;
 
 use self::statements::Stmt;
-use super::sql::{self as shared, Columns, Common, RawRecord, SqlRow, TableName};
-use super::{Key, Record, StoreError};
+use super::sql::impls::sql_store_impls;
+use super::sql::{self as shared, Arg, Columns, Common, TableName};
+use super::StoreError;
 
 /// The schema for the default table name; [`MySqlStore::schema_sql`] renames it.
 const SCHEMA: &str = include_str!("schema.sql");
@@ -49,13 +50,6 @@ const SCHEMA: &str = include_str!("schema.sql");
 const PURGE_PACE: shared::PurgePace = shared::PurgePace {
     rows: 1_000,
     rest: 6.0,
-};
-
-/// How `purge_settled` removes settled events: statements of at most 500 rows, so
-/// that each holds its row locks for a few milliseconds only, back to back.
-const SETTLED_PURGE: shared::PurgePace = shared::PurgePace {
-    rows: 500,
-    rest: 0.0,
 };
 
 /// How often a statement is run again after InnoDB chose it as a deadlock victim
@@ -422,15 +416,43 @@ impl Columns for MySql {
     }
 }
 
-/// A record read with its key: the namespace and the id, then the record's
-/// columns.
-fn record_from_row(row: &MySqlRow) -> Result<Record, StoreError> {
-    let namespace = row.text(0).map_err(map_err)?;
-    let id = row.text(1).map_err(map_err)?;
-    RawRecord::read(row, 2)
-        .map_err(map_err)?
-        .into_record(Key::new(&namespace, &id))
+impl MySqlStore {
+    /// How `purge_settled` removes settled events: statements of at most 500 rows,
+    /// so that each holds its row locks for a few milliseconds only, back to back.
+    const SETTLED_PURGE: shared::PurgePace = shared::PurgePace {
+        rows: 500,
+        rest: 0.0,
+    };
+
+    /// InnoDB orders concurrent writes itself (row locks, `SKIP LOCKED`): a write
+    /// waits for nothing here.
+    async fn write_gate(&self) -> Result<shared::Ungated, StoreError> {
+        Ok(shared::Ungated)
+    }
+
+    /// Runs the write `stmt` with `args` (again after a deadlock): the rows it
+    /// changed.
+    async fn execute(&self, stmt: &Stmt, args: &[Arg<'_>]) -> Result<u64, StoreError> {
+        let done = retry_deadlocks(|| stmt.bind(args).execute(&self.pool)).await?;
+        Ok(done.rows_affected())
+    }
+
+    /// Runs `stmt` with `args`: its row, if any.
+    async fn fetch_optional(
+        &self,
+        stmt: &Stmt,
+        args: &[Arg<'_>],
+    ) -> Result<Option<MySqlRow>, StoreError> {
+        retry_deadlocks(|| stmt.bind(args).fetch_optional(&self.pool)).await
+    }
+
+    /// Runs `stmt` with `args`: all its rows.
+    async fn fetch_all(&self, stmt: &Stmt, args: &[Arg<'_>]) -> Result<Vec<MySqlRow>, StoreError> {
+        retry_deadlocks(|| stmt.bind(args).fetch_all(&self.pool)).await
+    }
 }
+
+sql_store_impls!(MySqlStore, Stmt, "mysql", map_err);
 
 /// MySQL / MariaDB server errors that mean the connection, not the statement, failed.
 const UNAVAILABLE_CODES: [u16; 9] = [

@@ -1,21 +1,17 @@
 //! The [`ProcessedStore`] of a [`MySqlStore`], and its transactional record.
 
-use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::mysql::{MySqlConnection, MySqlQueryResult};
 use sqlx::Row;
 
-use super::statements::Arg;
 use super::{
-    batch, map_err, record_from_row, retry_deadlocks, MySqlStore, CODE_FRESH, CODE_TAKEOVER,
-    CODE_UNCHANGED, PURGE_PACE, VANISHED_RETRIES,
+    batch, map_err, retry_deadlocks, MySqlStore, CODE_FRESH, CODE_TAKEOVER, CODE_UNCHANGED,
+    PURGE_PACE, VANISHED_RETRIES,
 };
-use crate::store::sql::{
-    self as shared, ceil_millis, fence, history_text, millis, time, RawRecord,
-};
+use crate::store::sql::{self as shared, args, ceil_millis, millis, time, Arg};
 use crate::store::{
-    Claim, ClaimRequest, Decision, Deleted, Fence, FencingToken, Fingerprint, Finish, Key,
-    ProcessedStore, Record, RecordState, Recorded, StoreError,
+    Claim, ClaimRequest, Decision, Deleted, Fingerprint, Key, ProcessedStore, Record, RecordState,
+    Recorded, StoreError,
 };
 
 /// The record a fresh claim stored: times in whole milliseconds, as stored.
@@ -38,52 +34,17 @@ fn fresh_record(req: &ClaimRequest<'_>) -> Record {
 
 impl MySqlStore {
     async fn run_claim(&self, req: &ClaimRequest<'_>) -> Result<MySqlQueryResult, StoreError> {
-        let args = [
-            Arg::Text(req.key.namespace),
-            Arg::Text(req.key.id),
-            Arg::Bytes(&req.fingerprint.0),
-            Arg::Int(req.token.as_i64()),
-            Arg::Int(ceil_millis(req.lease_until)),
-            Arg::Int(ceil_millis(req.expires_at)),
-            Arg::Int(millis(req.now)),
-            Arg::Bytes(&Fingerprint::UNKNOWN.0),
-        ];
+        let args = args::claim(req);
         retry_deadlocks(|| self.sql.claim.bind(&args).execute(&self.pool)).await
-    }
-
-    async fn fetch(&self, key: Key<'_>) -> Result<Option<Record>, StoreError> {
-        let args = [Arg::Text(key.namespace), Arg::Text(key.id)];
-        let row =
-            retry_deadlocks(|| self.sql.common.get.bind(&args).fetch_optional(&self.pool)).await?;
-        row.map(|row| RawRecord::read(&row, 0).map_err(map_err)?.into_record(key))
-            .transpose()
     }
 
     /// Records `key` as processed inside the caller's transaction: the
     /// **transactional mode**, for handlers whose effect lives in this same database.
     ///
-    /// Inserts a `completed` record into the dedup table through `conn` (pass
-    /// `&mut *tx` of an open [`sqlx::Transaction`]) and answers:
-    /// - [`Recorded::First`]: this transaction recorded the id. Apply the effect in
-    ///   the same transaction, then commit: the effect and the record commit together
-    ///   or not at all.
-    /// - [`Recorded::Duplicate`]: another transaction recorded it (a
-    ///   [matching](Fingerprint::matches) fingerprint): skip the effect.
-    /// - [`Recorded::Conflict`]: the id is recorded with a different known fingerprint.
-    /// - [`Recorded::InProgress`]: a delivery run by the guard holds the id under a
-    ///   live lease and has not finished: skip the effect and answer a retry (409, as the guard does).
-    ///
-    /// An expired record is replaced, and a record that failed or whose holder's lease
-    /// ran out (matching fingerprint) is taken over, as a claim would. A concurrent
-    /// transaction recording the same key waits on the row lock until this one ends:
-    /// after a commit it answers `Duplicate`, after a rollback `First`. So whatever
-    /// instruction the process dies at, the effect is applied exactly once.
-    ///
-    /// Whatever it answers, the transaction now holds the record's row lock until it
-    /// ends, even when it recorded nothing. On anything but `First`, end the
-    /// transaction at once: meanwhile a delivery the guard runs for the same id
-    /// cannot finish or renew its claim, and a retry of it waits instead of being
-    /// answered.
+    #[doc = include_str!("../sql/record_in.md")]
+    /// A concurrent transaction recording the same key waits on the row lock until this
+    /// one ends: after a commit it answers `Duplicate`, after a rollback `First`. So
+    /// whatever instruction the process dies at, the effect is applied exactly once.
     ///
     /// InnoDB may end a transaction as a deadlock victim (error 1213, a
     /// [`StoreError::Backend`] whose source is the [`sqlx::Error`]): it was rolled
@@ -93,12 +54,7 @@ impl MySqlStore {
     /// decision code, 1 to 3; see [`MySqlStore::claim_sql`]): read an
     /// `AUTO_INCREMENT` id you need before calling this, not after.
     ///
-    /// Do not drop the transaction's futures half-way (a `select!`, a timeout, an
-    /// aborted task): sqlx 0.8's `begin` is not cancellation-safe, and a future
-    /// dropped while `BEGIN` is in flight returns its connection to the pool inside a
-    /// transaction that nothing ends (launchbadge/sqlx#2054), so later statements on
-    /// that connection never commit. Where a handler may be cancelled, run the
-    /// transaction in a spawned task.
+    #[doc = include_str!("../sql/record_in_lock.md")]
     ///
     /// ```no_run
     /// # async fn demo(store: webhook_guard::store::MySqlStore, body: &[u8])
@@ -132,15 +88,7 @@ impl MySqlStore {
         expires_at: DateTime<Utc>,
     ) -> Result<Recorded, StoreError> {
         let q = &self.sql.queue;
-        let args = [
-            Arg::Text(key.namespace),
-            Arg::Text(key.id),
-            Arg::Bytes(&fingerprint.0),
-            Arg::Int(FencingToken::random().as_i64()),
-            Arg::Int(millis(now)),
-            Arg::Int(ceil_millis(expires_at)),
-            Arg::Bytes(&Fingerprint::UNKNOWN.0),
-        ];
+        let args = args::record(key, &fingerprint, now, expires_at);
         let done = q
             .record
             .bind(&args)
@@ -193,10 +141,14 @@ impl MySqlStore {
     }
 }
 
-#[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
-#[async_trait]
-impl ProcessedStore for MySqlStore {
-    async fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
+/// What the MySQL dialect writes its own way of the [`ProcessedStore`] contract (the
+/// rest is shared: see `sql_store_impls!`).
+impl MySqlStore {
+    /// The claim: in a batch first, then alone with the decide-once upsert.
+    pub(super) async fn claim_record(
+        &self,
+        request: &ClaimRequest<'_>,
+    ) -> Result<Claim, StoreError> {
         if batch::fits(request.key.namespace, request.key.id) {
             use crate::store::sql::claim_batch::{Batched, ClaimBatcher};
             match ClaimBatcher::claim(self, request).await {
@@ -220,7 +172,7 @@ impl ProcessedStore for MySqlStore {
                     )))
                 }
             }
-            match self.fetch(request.key).await? {
+            match self.get(request.key).await? {
                 // Taken over by this claim, or made by it and met again by a resend.
                 Some(record) if request.made(&record) => return Ok(Claim::Acquired(record)),
                 // Its holder failed since, or it expired: claim again.
@@ -235,65 +187,18 @@ impl ProcessedStore for MySqlStore {
         )))
     }
 
-    async fn finish(
+    /// The delete, with a probe of the lease to tell why not.
+    pub(super) async fn delete_record(
         &self,
         key: Key<'_>,
-        token: FencingToken,
-        finish: &Finish<'_>,
-    ) -> Result<Fence, StoreError> {
-        let history = history_text(finish.history);
-        let args = [
-            Arg::Text(key.namespace),
-            Arg::Text(key.id),
-            Arg::Int(token.as_i64()),
-            Arg::Text(finish.state.as_str()),
-            Arg::Count(finish.failures),
-            Arg::Text(&history),
-            Arg::Int(millis(finish.now)),
-            Arg::Int(ceil_millis(finish.expires_at)),
-        ];
-        let done =
-            retry_deadlocks(|| self.sql.common.finish.bind(&args).execute(&self.pool)).await?;
-        Ok(fence(done.rows_affected()))
-    }
-
-    async fn renew(
-        &self,
-        key: Key<'_>,
-        token: FencingToken,
-        lease_until: DateTime<Utc>,
-        expires_at: DateTime<Utc>,
-    ) -> Result<Fence, StoreError> {
-        let args = [
-            Arg::Text(key.namespace),
-            Arg::Text(key.id),
-            Arg::Int(token.as_i64()),
-            Arg::Int(ceil_millis(lease_until)),
-            Arg::Int(ceil_millis(expires_at)),
-        ];
-        let done =
-            retry_deadlocks(|| self.sql.common.renew.bind(&args).execute(&self.pool)).await?;
-        Ok(fence(done.rows_affected()))
-    }
-
-    async fn get(&self, key: Key<'_>) -> Result<Option<Record>, StoreError> {
-        self.fetch(key).await
-    }
-
-    async fn delete(&self, key: Key<'_>, now: DateTime<Utc>) -> Result<Deleted, StoreError> {
-        let args = [
-            Arg::Text(key.namespace),
-            Arg::Text(key.id),
-            Arg::Int(millis(now)),
-        ];
+        now: DateTime<Utc>,
+    ) -> Result<Deleted, StoreError> {
+        let args = args::key_at(key, now);
         for _ in 0..VANISHED_RETRIES {
-            let done =
-                retry_deadlocks(|| self.sql.common.delete.bind(&args).execute(&self.pool)).await?;
-            if done.rows_affected() > 0 {
+            if self.execute(&self.sql.common.delete, &args).await? > 0 {
                 return Ok(Deleted::Removed);
             }
-            let live =
-                retry_deadlocks(|| self.sql.probe.bind(&args).fetch_optional(&self.pool)).await?;
+            let live = self.fetch_optional(&self.sql.probe, &args).await?;
             match live.map(|row| row.try_get::<i64, _>(0)).transpose() {
                 Err(e) => return Err(map_err(e)),
                 Ok(None) => return Ok(Deleted::NotFound),
@@ -306,7 +211,12 @@ impl ProcessedStore for MySqlStore {
         )))
     }
 
-    async fn purge_expired(&self, now: DateTime<Utc>, limit: usize) -> Result<u64, StoreError> {
+    /// The purge, in paced statements under `READ COMMITTED`.
+    pub(super) async fn purge_records(
+        &self,
+        now: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<u64, StoreError> {
         let now = millis(now);
         // Paced statements, a rest after each (see `PurgePace`). Each statement runs
         // in a task of its own, to completion even if the caller's future is dropped:
@@ -322,15 +232,5 @@ impl ProcessedStore for MySqlStore {
             }
         })
         .await
-    }
-
-    async fn stuck(&self, now: DateTime<Utc>, limit: usize) -> Result<Vec<Record>, StoreError> {
-        if limit == 0 {
-            return Ok(Vec::new());
-        }
-        let args = [Arg::Int(millis(now)), Arg::Limit(limit as u64)];
-        let rows =
-            retry_deadlocks(|| self.sql.common.stuck.bind(&args).fetch_all(&self.pool)).await?;
-        rows.iter().map(record_from_row).collect()
     }
 }

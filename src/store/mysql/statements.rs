@@ -11,21 +11,8 @@ use sqlx::mysql::{MySql, MySqlArguments};
 use sqlx::query::Query;
 
 use super::{quote, QueueSql, Sql};
-use crate::store::sql::{positional, Common, TableName, COLUMNS, EVENT_COLUMNS};
-
-/// A value bound into a [`Stmt`], by its `$n` (the `n - 1`-th of the slice).
-#[derive(Debug, Clone, Copy)]
-pub(super) enum Arg<'a> {
-    Text(&'a str),
-    OptText(Option<&'a str>),
-    Bytes(&'a [u8]),
-    Int(i64),
-    OptInt(Option<i64>),
-    /// An `INT UNSIGNED` value.
-    Count(u32),
-    /// A `LIMIT`.
-    Limit(u64),
-}
+use crate::store::sql::args::Binds;
+use crate::store::sql::{positional, Arg, Common, TableName, COLUMNS, EVENT_COLUMNS};
 
 /// A statement written with `$n` binds, as MySQL runs it.
 #[derive(Debug)]
@@ -46,14 +33,8 @@ impl Stmt {
     pub(super) fn bind<'q>(&'q self, args: &[Arg<'q>]) -> Query<'q, MySql, MySqlArguments> {
         self.order
             .iter()
-            .fold(sqlx::query(&self.sql), |query, &at| match args[at] {
-                Arg::Text(v) => query.bind(v),
-                Arg::OptText(v) => query.bind(v),
-                Arg::Bytes(v) => query.bind(v),
-                Arg::Int(v) => query.bind(v),
-                Arg::OptInt(v) => query.bind(v),
-                Arg::Count(v) => query.bind(v),
-                Arg::Limit(v) => query.bind(v),
+            .fold(sqlx::query(&self.sql), |query, &at| {
+                MySql::bind(query, args[at])
             })
     }
 }

@@ -168,6 +168,7 @@ use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::PgConnection;
 
 use super::sql::impls::sql_store_impls;
+use super::sql::returning::returning_ops;
 use super::sql::{
     self, map_error, Dialect, InvalidTableName, Statements, TableName, DEFAULT_TABLE,
 };
@@ -280,61 +281,21 @@ impl PostgresStore {
         sqlx::raw_sql(&sql).execute(&self.pool).await.map_err(err)?;
         Ok(())
     }
-
-    /// The SQL that creates this store's table and indexes, for teams that apply
-    /// schema changes with their own tooling. Shown for the default table in the
-    /// [module docs](self).
-    pub fn schema_sql(&self) -> String {
-        self.sql.schema.clone()
-    }
-
-    /// The table name.
-    pub fn table(&self) -> &str {
-        self.sql.table.as_str()
-    }
-
-    /// The connection pool.
-    pub fn pool(&self) -> &PgPool {
-        &self.pool
-    }
 }
 
 impl PostgresStore {
     /// Records `key` as processed inside the caller's transaction: the
     /// **transactional mode**, for handlers whose effect lives in this same database.
     ///
-    /// Inserts a `completed` record into the dedup table through `conn` (pass
-    /// `&mut *tx` of an open [`sqlx::Transaction`]) and answers:
-    /// - [`Recorded::First`]: this transaction recorded the id. Apply the effect in
-    ///   the same transaction, then commit: the effect and the record commit together
-    ///   or not at all.
-    /// - [`Recorded::Duplicate`]: another transaction recorded it (a
-    ///   [matching](Fingerprint::matches) fingerprint): skip the effect.
-    /// - [`Recorded::Conflict`]: the id is recorded with a different known fingerprint.
-    /// - [`Recorded::InProgress`]: a delivery run by the guard holds the id under a
-    ///   live lease and has not finished: skip the effect and answer a retry (409, as the guard does).
-    ///
-    /// An expired record is replaced, and a record that failed or whose holder's lease
-    /// ran out (matching fingerprint) is taken over, as a claim would. A concurrent
-    /// transaction recording the same key waits on the primary key until this one
-    /// ends: after a commit it answers `Duplicate`, after a rollback `First`. So
-    /// whatever instruction the process dies at, the effect is applied exactly once.
+    #[doc = include_str!("../sql/record_in.md")]
+    /// A concurrent transaction recording the same key waits on the primary key until
+    /// this one ends: after a commit it answers `Duplicate`, after a rollback `First`.
+    /// So whatever instruction the process dies at, the effect is applied exactly once.
     /// Run it under `READ COMMITTED` (the default); under `REPEATABLE READ` or
-    /// `SERIALIZABLE` the waiting transaction fails with a serialization error
-    /// instead, to be run again.
+    /// `SERIALIZABLE` the waiting transaction fails with a serialization error instead,
+    /// to be run again.
     ///
-    /// Whatever it answers, the transaction now holds the record's row lock until it
-    /// ends, even when it recorded nothing. On anything but `First`, end the
-    /// transaction at once: meanwhile a delivery the guard runs for the same id
-    /// cannot finish or renew its claim, and a retry of it waits instead of being
-    /// answered.
-    ///
-    /// Do not drop the transaction's futures half-way (a `select!`, a timeout, an
-    /// aborted task): sqlx 0.8's `begin` is not cancellation-safe, and a future
-    /// dropped while `BEGIN` is in flight returns its connection to the pool inside a
-    /// transaction that nothing ends (launchbadge/sqlx#2054), so later statements on
-    /// that connection never commit. Where a handler may be cancelled, run the
-    /// transaction in a spawned task.
+    #[doc = include_str!("../sql/record_in_lock.md")]
     ///
     /// ```no_run
     /// # async fn demo(store: webhook_guard::store::PostgresStore, body: &[u8])
@@ -388,24 +349,5 @@ impl PostgresStore {
     };
 }
 
-sql_store_impls!(PostgresStore, PgConnection, err);
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn module_docs_show_the_default_schema() {
-        let docs: String = include_str!("mod.rs")
-            .lines()
-            .filter_map(|l| l.strip_prefix("//! "))
-            .collect::<Vec<_>>()
-            .join("\n");
-        let schema =
-            Statements::new(TableName::new(DEFAULT_TABLE).unwrap(), Dialect::Postgres).schema;
-        assert!(
-            docs.contains(schema.trim_end()),
-            "update the module docs:\n{schema}"
-        );
-    }
-}
+returning_ops!(PostgresStore, sqlx::Postgres, PgConnection, err);
+sql_store_impls!(PostgresStore, str, "postgres", err);

@@ -413,17 +413,27 @@ mod tests {
         StoreError::unavailable(e)
     }
 
+    /// The error each caller was answered, checked to be `Unavailable`.
+    fn unavailable_answers(answered: Vec<oneshot::Receiver<Batched>>) -> Vec<StoreError> {
+        answered
+            .into_iter()
+            .map(|mut answered| {
+                let Ok(Batched::Failed(error)) = answered.try_recv() else {
+                    panic!("not failed")
+                };
+                assert!(error.is_unavailable());
+                error
+            })
+            .collect()
+    }
+
     /// Each caller of a batch that could not reach the server keeps a driver error
     /// of its own where one can be made alike: a host may downcast it.
     #[test]
     fn each_caller_of_an_unreachable_batch_keeps_a_driver_error() {
-        let (answers, mut answered) = callers(3);
+        let (answers, answered) = callers(3);
         failed_driver(answers, sqlx::Error::PoolTimedOut, unavailable);
-        for answered in &mut answered {
-            let Ok(Batched::Failed(error)) = answered.try_recv() else {
-                panic!("not failed")
-            };
-            assert!(error.is_unavailable());
+        for error in unavailable_answers(answered) {
             let source = std::error::Error::source(&error).expect("a source");
             assert!(matches!(
                 source.downcast_ref::<sqlx::Error>(),
@@ -436,13 +446,9 @@ mod tests {
     /// showing its text.
     #[test]
     fn an_error_that_cannot_be_made_again_is_shared() {
-        let (answers, mut answered) = callers(2);
+        let (answers, answered) = callers(2);
         failed_driver(answers, sqlx::Error::RowNotFound, unavailable);
-        for answered in &mut answered {
-            let Ok(Batched::Failed(error)) = answered.try_recv() else {
-                panic!("not failed")
-            };
-            assert!(error.is_unavailable());
+        for error in unavailable_answers(answered) {
             assert_eq!(
                 error.to_string(),
                 format!("store unavailable: {}", sqlx::Error::RowNotFound)

@@ -9,10 +9,12 @@ use std::fmt;
 
 use chrono::{DateTime, Utc};
 
+pub(crate) mod args;
 pub(crate) mod claim_batch;
 mod common;
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub(crate) mod impls;
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+pub(crate) mod returning;
 mod rows;
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 mod statements;
@@ -21,13 +23,16 @@ use crate::store::{
     encode_history, FailureNote, Fingerprint, Key, RecordState, Recorded, StoreError,
 };
 
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+pub(crate) use args::query;
+pub(crate) use args::Arg;
 #[cfg(feature = "mysql")]
 pub(crate) use common::{positional, Common};
 #[cfg(feature = "mysql")]
 pub(crate) use rows::Columns;
 pub(crate) use rows::{
-    fingerprint, inbox_state, RawEvent, RawObject, RawRecord, SqlRow, COLUMNS, EVENT_COLUMNS,
-    OBJECT_COLUMNS,
+    fingerprint, inbox_state, keyed_record, RawEvent, RawObject, RawRecord, SqlRow, COLUMNS,
+    EVENT_COLUMNS, OBJECT_COLUMNS,
 };
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub(crate) use statements::{Dialect, Statements};
@@ -158,11 +163,6 @@ pub(crate) fn count(n: u32) -> i32 {
     i32::try_from(n).unwrap_or(i32::MAX)
 }
 
-/// A limit as an SQL `BIGINT` (saturating).
-pub(crate) fn limit(n: usize) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
-}
-
 /// The history as stored: empty text for no failures (most records), else JSON.
 pub(crate) fn history_text(history: &[FailureNote]) -> String {
     if history.is_empty() {
@@ -183,7 +183,7 @@ pub(crate) fn fence(rows_affected: u64) -> super::Fence {
 
 /// What a store whose database orders concurrent writes itself holds while it
 /// writes: nothing.
-#[cfg(feature = "postgres")]
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) struct Ungated;
 
 /// Maps a driver error: unreachable (I/O, TLS, pool exhausted or closed, broken

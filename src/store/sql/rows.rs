@@ -155,6 +155,19 @@ impl RawRecord {
     }
 }
 
+/// A record read with its key: the namespace and the id, then the [`COLUMNS`];
+/// `err` maps a driver error.
+pub(crate) fn keyed_record(
+    row: &impl SqlRow,
+    err: fn(sqlx::Error) -> StoreError,
+) -> Result<Record, StoreError> {
+    let namespace = row.text(0).map_err(err)?;
+    let id = row.text(1).map_err(err)?;
+    RawRecord::read(row, 2)
+        .map_err(err)?
+        .into_record(Key::new(&namespace, &id))
+}
+
 /// The inbox columns every inbox read returns, in this order.
 pub(crate) const EVENT_COLUMNS: &str = "namespace, id, fingerprint, event_type, created_at, \
      object, family, payload, state, attempts, token, lease_until, next_attempt_at, last_error, \

@@ -484,4 +484,31 @@ mod tests {
             }
         }
     }
+
+    /// Each store's module docs show the schema of the default table.
+    #[test]
+    fn module_docs_show_the_default_schema() {
+        let stores = [
+            #[cfg(feature = "postgres")]
+            (include_str!("../postgres/mod.rs"), Dialect::Postgres),
+            #[cfg(feature = "sqlite")]
+            (include_str!("../sqlite/mod.rs"), Dialect::Sqlite),
+        ];
+        for (source, dialect) in stores {
+            let docs: String = source
+                .lines()
+                .filter_map(|l| l.strip_prefix("//! "))
+                .collect::<Vec<_>>()
+                .join("\n");
+            let schema = Statements::new(
+                TableName::new(super::super::DEFAULT_TABLE).unwrap(),
+                dialect,
+            )
+            .schema;
+            assert!(
+                docs.contains(schema.trim_end()),
+                "update the module docs of {dialect:?}:\n{schema}"
+            );
+        }
+    }
 }

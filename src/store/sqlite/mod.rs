@@ -135,6 +135,7 @@ use sqlx::SqliteConnection;
 use tokio::sync::{Mutex, MutexGuard};
 
 use super::sql::impls::sql_store_impls;
+use super::sql::returning::returning_ops;
 use super::sql::{map_error, Dialect, InvalidTableName, Statements, TableName, DEFAULT_TABLE};
 use super::{Fingerprint, Key, Recorded, StoreError};
 
@@ -267,22 +268,6 @@ impl SqliteStore {
             .map_err(err)?;
         Ok(())
     }
-
-    /// The SQL that creates this store's table and indexes. Shown for the default
-    /// table in the [module docs](self).
-    pub fn schema_sql(&self) -> String {
-        self.sql.schema.clone()
-    }
-
-    /// The table name.
-    pub fn table(&self) -> &str {
-        self.sql.table.as_str()
-    }
-
-    /// The connection pool.
-    pub fn pool(&self) -> &SqlitePool {
-        &self.pool
-    }
 }
 
 impl SqliteStore {
@@ -290,26 +275,14 @@ impl SqliteStore {
     /// **transactional mode**, for handlers whose effect lives in this same database
     /// file.
     ///
-    /// Inserts a `completed` record into the dedup table through `conn` (pass
-    /// `&mut *tx` of an open [`sqlx::Transaction`]) and answers:
-    /// - [`Recorded::First`]: this transaction recorded the id. Apply the effect in
-    ///   the same transaction, then commit: the effect and the record commit together
-    ///   or not at all.
-    /// - [`Recorded::Duplicate`]: another transaction recorded it (a
-    ///   [matching](Fingerprint::matches) fingerprint): skip the effect.
-    /// - [`Recorded::Conflict`]: the id is recorded with a different known fingerprint.
-    /// - [`Recorded::InProgress`]: a delivery run by the guard holds the id under a
-    ///   live lease and has not finished: skip the effect and answer a retry (409, as the guard does).
-    ///
-    /// An expired record is replaced, and a record that failed or whose holder's lease
-    /// ran out (matching fingerprint) is taken over, as a claim would. SQLite runs one
-    /// write transaction at a time: from this statement on, the transaction holds the
-    /// file's write lock until it ends, and a concurrent one waits (up to the busy
-    /// timeout) and then sees the committed record (`Duplicate`), or none after a
-    /// rollback (`First`). So whatever instruction the process dies at, the effect is
-    /// applied exactly once. Make `record_in` the transaction's first statement (or
-    /// begin it with `BEGIN IMMEDIATE`): a transaction that read first and writes
-    /// later can fail with `SQLITE_BUSY` at once instead of waiting.
+    #[doc = include_str!("../sql/record_in.md")]
+    /// SQLite runs one write transaction at a time: from this statement on, the
+    /// transaction holds the file's write lock until it ends, and a concurrent one
+    /// waits (up to the busy timeout) and then sees the committed record (`Duplicate`),
+    /// or none after a rollback (`First`). So whatever instruction the process dies at,
+    /// the effect is applied exactly once. Make `record_in` the transaction's first
+    /// statement (or begin it with `BEGIN IMMEDIATE`): a transaction that read first
+    /// and writes later can fail with `SQLITE_BUSY` at once instead of waiting.
     /// Whatever it answers, the write lock is held until the transaction ends: on
     /// anything but `First`, end it at once.
     ///
@@ -378,24 +351,5 @@ impl SqliteStore {
     };
 }
 
-sql_store_impls!(SqliteStore, SqliteConnection, err);
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn module_docs_show_the_default_schema() {
-        let docs: String = include_str!("mod.rs")
-            .lines()
-            .filter_map(|l| l.strip_prefix("//! "))
-            .collect::<Vec<_>>()
-            .join("\n");
-        let schema =
-            Statements::new(TableName::new(DEFAULT_TABLE).unwrap(), Dialect::Sqlite).schema;
-        assert!(
-            docs.contains(schema.trim_end()),
-            "update the module docs:\n{schema}"
-        );
-    }
-}
+returning_ops!(SqliteStore, sqlx::Sqlite, SqliteConnection, err);
+sql_store_impls!(SqliteStore, str, "sqlite", err);

@@ -1,0 +1,319 @@
+//! What the PostgreSQL and SQLite stores write alike beyond the shared contract
+//! ([`sql_store_impls!`](super::impls::sql_store_impls)): statements that answer
+//! with `RETURNING`, run with the same binds on either database.
+
+/// Implements, for `$store` on the sqlx database `$db`, the methods that
+/// [`sql_store_impls!`](crate::store::sql::impls::sql_store_impls) asks of a store,
+/// a private `record_with` that runs the transactional record on a `$conn`, and the
+/// accessors `schema_sql`, `table` and `pool`.
+///
+/// `$store` must have the fields `pool` (its sqlx pool) and `sql`
+/// (`Arc<Statements>`), an `async fn write_gate(&self)` and the constant
+/// `PURGE_PACE`, and must batch its claims
+/// ([`ClaimBatch`](crate::store::sql::claim_batch::ClaimBatch)). `$err` maps a
+/// driver error to a [`StoreError`](crate::store::StoreError).
+macro_rules! returning_ops {
+    ($store:ty, $db:ty, $conn:ty, $err:path) => {
+        impl $store {
+            /// The SQL that creates this store's table and indexes, for teams that
+            /// apply schema changes with their own tooling. Shown for the default
+            /// table in the module docs.
+            pub fn schema_sql(&self) -> String {
+                self.sql.schema.clone()
+            }
+
+            /// The table name.
+            pub fn table(&self) -> &str {
+                self.sql.table.as_str()
+            }
+
+            /// The connection pool.
+            pub fn pool(&self) -> &::sqlx::Pool<$db> {
+                &self.pool
+            }
+        }
+
+        const _: () = {
+            use ::chrono::{DateTime, Utc};
+            use $crate::inbox::{Enqueued, NewEvent};
+            use $crate::ordering::{Freshness, ObjectKey};
+            use $crate::store::sql::{self, args, millis, vanished, Arg, RawRecord, SqlRow};
+            use $crate::store::{
+                Claim, ClaimRequest, Decision, Deleted, Fingerprint, Key, ProcessedStore, Record,
+                RecordState, Recorded, StoreError,
+            };
+
+            type Row = <$db as ::sqlx::Database>::Row;
+
+            impl $store {
+                /// How the inbox purges its settled events.
+                const SETTLED_PURGE: sql::PurgePace = sql::SETTLED_PURGE;
+
+                /// Runs the write `statement` with `args`: the rows it changed.
+                async fn execute(
+                    &self,
+                    statement: &str,
+                    args: &[Arg<'_>],
+                ) -> Result<u64, StoreError> {
+                    let done = sql::query::<$db>(statement, args)
+                        .execute(&self.pool)
+                        .await
+                        .map_err($err)?;
+                    Ok(done.rows_affected())
+                }
+
+                /// Runs `statement` with `args`: its row, if any.
+                async fn fetch_optional(
+                    &self,
+                    statement: &str,
+                    args: &[Arg<'_>],
+                ) -> Result<Option<Row>, StoreError> {
+                    sql::query::<$db>(statement, args)
+                        .fetch_optional(&self.pool)
+                        .await
+                        .map_err($err)
+                }
+
+                /// Runs `statement` with `args`: all its rows. Read to the end,
+                /// never just the first row: SQLite commits an autocommit
+                /// `INSERT … RETURNING` only then, and a commit that fails (a
+                /// reader's lock past the busy timeout, a full disk) must be an
+                /// error, not a row answered as stored and then rolled back.
+                async fn fetch_all(
+                    &self,
+                    statement: &str,
+                    args: &[Arg<'_>],
+                ) -> Result<Vec<Row>, StoreError> {
+                    sql::query::<$db>(statement, args)
+                        .fetch_all(&self.pool)
+                        .await
+                        .map_err($err)
+                }
+
+                /// One run of the claim statement for `request`: the record when
+                /// it claimed the id, `None` when the stored record refused it.
+                async fn claim_row(
+                    &self,
+                    request: &ClaimRequest<'_>,
+                ) -> Result<Option<Record>, StoreError> {
+                    let rows = {
+                        let _gate = self.write_gate().await?;
+                        self.fetch_all(&self.sql.claim, &args::claim(request))
+                            .await?
+                    };
+                    rows.first()
+                        .map(|row| {
+                            RawRecord::read(row, 0)
+                                .map_err($err)?
+                                .into_record(request.key)
+                        })
+                        .transpose()
+                }
+
+                /// A claim's first try: in a batch with the claims of concurrent
+                /// deliveries (one statement, one commit; see the store's module
+                /// docs), else alone with [`Self::claim_row`]. `Ok(record)` when
+                /// it claimed the id; when the stored record refused it,
+                /// `Err(Some(record))` if the statement read that record, else
+                /// `Err(None)`.
+                async fn claim_first(
+                    &self,
+                    request: &ClaimRequest<'_>,
+                ) -> Result<Result<Record, Option<Record>>, StoreError> {
+                    use $crate::store::sql::claim_batch::{Batched, ClaimBatcher};
+                    Ok(match ClaimBatcher::claim(self, request).await {
+                        Batched::Acquired(record) => Ok(record),
+                        Batched::Existing(record) => Err(Some(record)),
+                        Batched::Refused => Err(None),
+                        Batched::Failed(error) => return Err(error),
+                        Batched::Alone | Batched::Fresh => {
+                            self.claim_row(request).await?.ok_or(None)
+                        }
+                    })
+                }
+
+                /// The claim. Winning path: one statement. Losing path: the claim
+                /// changed nothing, so decide on the record (as the batch read it,
+                /// or read now); if it vanished in between (purged or deleted), or
+                /// changed into one this claim may take over or replace (its
+                /// holder failed meanwhile), claim again.
+                async fn claim_record(
+                    &self,
+                    request: &ClaimRequest<'_>,
+                ) -> Result<Claim, StoreError> {
+                    let key = request.key;
+                    for attempt in 0..3 {
+                        let claimed = match attempt {
+                            0 => self.claim_first(request).await?,
+                            _ => self.claim_row(request).await?.ok_or(None),
+                        };
+                        let seen = match claimed {
+                            Ok(record) => return Ok(Claim::Acquired(record)),
+                            Err(Some(seen)) => Some(seen),
+                            Err(None) => self.get(key).await?,
+                        };
+                        if let Some(existing) = seen {
+                            if request.decide_on(&existing) == Decision::Keep {
+                                return Ok(Claim::Existing(existing));
+                            }
+                        }
+                    }
+                    Err(vanished(key))
+                }
+
+                /// The body of `record_in`.
+                async fn record_with(
+                    &self,
+                    conn: &mut $conn,
+                    key: Key<'_>,
+                    fingerprint: Fingerprint,
+                    now: DateTime<Utc>,
+                    expires_at: DateTime<Utc>,
+                ) -> Result<Recorded, StoreError> {
+                    let args = args::record(key, &fingerprint, now, expires_at);
+                    let inserted = sql::query::<$db>(&self.sql.queue.record, &args)
+                        // Read to the end (see `fetch_all`).
+                        .fetch_all(&mut *conn)
+                        .await
+                        .map_err($err)?;
+                    if !inserted.is_empty() {
+                        return Ok(Recorded::First);
+                    }
+                    let stored: Option<(Vec<u8>, String)> =
+                        ::sqlx::query_as(&self.sql.common.recorded)
+                            .bind(key.namespace)
+                            .bind(key.id)
+                            .fetch_optional(&mut *conn)
+                            .await
+                            .map_err($err)?;
+                    let (stored, state) = stored.ok_or_else(|| vanished(key))?;
+                    sql::recorded(&stored, state.as_bytes(), fingerprint, key)
+                }
+
+                /// The delete: removed unless a live lease holds the record, read
+                /// again to tell why not.
+                async fn delete_record(
+                    &self,
+                    key: Key<'_>,
+                    now: DateTime<Utc>,
+                ) -> Result<Deleted, StoreError> {
+                    let args = args::key_at(key, now);
+                    for _ in 0..3 {
+                        let done = {
+                            let _gate = self.write_gate().await?;
+                            self.execute(&self.sql.common.delete, &args).await?
+                        };
+                        if done > 0 {
+                            return Ok(Deleted::Removed);
+                        }
+                        match self.get(key).await? {
+                            None => return Ok(Deleted::NotFound),
+                            Some(r)
+                                if r.state == RecordState::InProgress && r.lease_until > now =>
+                            {
+                                return Ok(Deleted::LeaseHeld)
+                            }
+                            Some(_) => {} // changed in between: try again
+                        }
+                    }
+                    Err(vanished(key))
+                }
+
+                /// The purge: small statements, a rest after each.
+                async fn purge_records(
+                    &self,
+                    now: DateTime<Utc>,
+                    limit: usize,
+                ) -> Result<u64, StoreError> {
+                    self.purge_paced(&self.sql.purge, Self::PURGE_PACE, now, limit)
+                        .await
+                }
+
+                /// The enqueue: inserted, or the stored event's fingerprint and
+                /// state (enqueued again when it was purged in between).
+                async fn enqueue_event(
+                    &self,
+                    event: &NewEvent<'_>,
+                ) -> Result<Enqueued, StoreError> {
+                    let key = event.key;
+                    let args = args::enqueue(event);
+                    for _ in 0..3 {
+                        let inserted = {
+                            let _gate = self.write_gate().await?;
+                            self.fetch_all(&self.sql.queue.enqueue, &args).await?
+                        };
+                        if !inserted.is_empty() {
+                            return Ok(Enqueued::Inserted);
+                        }
+                        let existing = &self.sql.common.existing;
+                        if let Some(row) = self.fetch_optional(existing, &args[..2]).await? {
+                            let fingerprint = row.bytes(0).map_err($err)?;
+                            let state = row.text(1).map_err($err)?;
+                            return Ok(Enqueued::Existing {
+                                fingerprint: sql::fingerprint(&fingerprint, &key)?,
+                                state: sql::inbox_state(&state, &key)?,
+                            });
+                        }
+                        // Purged in between: enqueue again.
+                    }
+                    Err(vanished(key))
+                }
+
+                /// The lease: one statement that marks due events running and
+                /// answers them.
+                async fn lease_events(
+                    &self,
+                    namespace: &str,
+                    now: DateTime<Utc>,
+                    lease_until: DateTime<Utc>,
+                    limit: usize,
+                ) -> Result<Vec<Row>, StoreError> {
+                    let args = [
+                        Arg::Text(namespace),
+                        Arg::Int(millis(now)),
+                        Arg::Int($crate::store::FencingToken::random().as_i64()),
+                        Arg::Int(sql::ceil_millis(lease_until)),
+                        Arg::Limit(limit as u64),
+                    ];
+                    let _gate = self.write_gate().await?;
+                    self.fetch_all(&self.sql.queue.lease, &args).await
+                }
+
+                /// The ordering upsert: stored when `created_at` is the newest,
+                /// else compared with the newest stored.
+                async fn observe_object(
+                    &self,
+                    key: ObjectKey<'_>,
+                    created_at: DateTime<Utc>,
+                    now: DateTime<Utc>,
+                ) -> Result<Freshness, StoreError> {
+                    let args = args::observe(key, created_at, now);
+                    let fresh = {
+                        let _gate = self.write_gate().await?;
+                        self.fetch_all(&self.sql.queue.observe, &args).await?
+                    };
+                    if !fresh.is_empty() {
+                        return Ok(Freshness::Fresh);
+                    }
+                    // Not stored: an event as new or newer is (records are never
+                    // deleted, and the newest only grows), so this read finds it.
+                    let newest = &self.sql.common.newest;
+                    let row = self.fetch_optional(newest, &args[..3]).await?;
+                    let newest = row
+                        .ok_or(::sqlx::Error::RowNotFound)
+                        .and_then(|row| row.bigint(0))
+                        .map_err($err)?;
+                    if newest == millis(created_at) {
+                        // A retry, or another event created at the same time.
+                        return Ok(Freshness::Fresh);
+                    }
+                    Ok(Freshness::Stale {
+                        newest: sql::time(newest),
+                    })
+                }
+            }
+        };
+    };
+}
+
+pub(crate) use returning_ops;
