@@ -118,6 +118,18 @@ impl Fixture {
         }
     }
 
+    /// Claims `id` afresh at `now`, which must be acquired; the claim's request.
+    async fn claimed<'a>(
+        &'a self,
+        store: &dyn ProcessedStore,
+        id: &'a str,
+        body: &[u8],
+    ) -> ClaimRequest<'a> {
+        let request = self.request(id, body, 0);
+        acquired(store, &request, "fresh claim").await;
+        request
+    }
+
     fn finish<'a>(
         &self,
         state: RecordState,
@@ -149,6 +161,11 @@ async fn existing(store: &dyn ProcessedStore, request: &ClaimRequest<'_>, rule: 
         Claim::Existing(r) => r,
         Claim::Acquired(r) => panic!("{rule}: expected Existing, got Acquired({r:?})"),
     }
+}
+
+/// Checks a record's `(attempts, failures)`.
+fn counts(record: &Record, expected: (u32, u32), rule: &str) {
+    assert_eq!((record.attempts, record.failures), expected, "{rule}");
 }
 
 /// The record under `key`, which the check knows is there.

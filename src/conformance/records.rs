@@ -11,8 +11,7 @@ use crate::store::{
 /// Finish applies only with the current token and only to an `InProgress` record.
 pub async fn finish_is_fenced(store: &dyn ProcessedStore) {
     let f = Fixture::new();
-    let req = f.request("fence", b"b", 0);
-    acquired(store, &req, "fresh claim").await;
+    let req = f.claimed(store, "fence", b"b").await;
     let done = f.finish(RecordState::Completed, 0, &[], 1);
     let wrong = FencingToken(req.token.0 ^ 1);
     fence_is(
@@ -45,8 +44,7 @@ pub async fn finish_is_fenced(store: &dyn ProcessedStore) {
     assert_eq!(rec.expires_at, f.at_secs(3601), "finish sets expires_at");
 
     // A lease that ran out but was not taken over may still be finished.
-    let late = f.request("late", b"b", 0);
-    acquired(store, &late, "fresh claim").await;
+    let late = f.claimed(store, "late", b"b").await;
     let done = f.finish(RecordState::Completed, 0, &[], 90);
     fence_is(
         store.finish(f.key("late"), late.token, &done),
@@ -66,8 +64,7 @@ pub async fn finish_is_fenced(store: &dyn ProcessedStore) {
 /// Renew extends the lease only for the current holder.
 pub async fn renew_is_fenced(store: &dyn ProcessedStore) {
     let f = Fixture::new();
-    let req = f.request("long", b"b", 0);
-    acquired(store, &req, "fresh claim").await;
+    let req = f.claimed(store, "long", b"b").await;
     let k = f.key("long");
     let (wrong, to_200) = (
         FencingToken(req.token.0 ^ 1),
@@ -130,8 +127,7 @@ pub async fn renew_is_fenced(store: &dyn ProcessedStore) {
 pub async fn record_round_trips(store: &dyn ProcessedStore) {
     let f = Fixture::new();
     let id = "evt:ü/{tag}*\"'; DROP TABLE x;--";
-    let req = f.request(id, b"payload", 0);
-    acquired(store, &req, "fresh claim").await;
+    let req = f.claimed(store, id, b"payload").await;
     let history = vec![
         FailureNote {
             at: f.at_secs(1),
@@ -179,8 +175,7 @@ pub async fn record_round_trips(store: &dyn ProcessedStore) {
 /// the lease ends; then it is claimed afresh.
 pub async fn a_live_lease_outlives_the_expiry(store: &dyn ProcessedStore) {
     let f = Fixture::new();
-    let req = f.request("outlives", b"b", 0);
-    acquired(store, &req, "fresh claim").await;
+    let req = f.claimed(store, "outlives", b"b").await;
     let k = f.key("outlives");
     let to_10_000 = (f.at_secs(10_000), f.at_secs(3601));
     let rule = "renew by the claim holding the lease applies";
@@ -209,8 +204,7 @@ pub async fn a_live_lease_outlives_the_expiry(store: &dyn ProcessedStore) {
 /// Delete refuses a live lease and removes anything else.
 pub async fn delete_spares_live_leases(store: &dyn ProcessedStore) {
     let f = Fixture::new();
-    let req = f.request("forget", b"b", 0);
-    acquired(store, &req, "fresh claim").await;
+    f.claimed(store, "forget", b"b").await;
     assert_eq!(
         store.delete(f.key("forget"), f.at_secs(1)).await.unwrap(),
         Deleted::LeaseHeld,
@@ -241,10 +235,8 @@ pub async fn delete_spares_live_leases(store: &dyn ProcessedStore) {
 /// Stuck lists `InProgress` records whose lease ran out, and nothing else of ours.
 pub async fn stuck_lists_expired_leases(store: &dyn ProcessedStore) {
     let f = Fixture::new();
-    let a = f.request("stuck-a", b"b", 0);
-    acquired(store, &a, "fresh claim").await;
-    let b = f.request("stuck-b", b"b", 0);
-    acquired(store, &b, "fresh claim").await;
+    let a = f.claimed(store, "stuck-a", b"b").await;
+    let b = f.claimed(store, "stuck-b", b"b").await;
     let _ = store
         .finish(
             f.key("stuck-b"),
@@ -319,8 +311,7 @@ pub async fn purge_removes_only_expired(store: &dyn ProcessedStore) {
     let mut tokens = Vec::new();
     for i in 0..10 {
         let id = format!("p{i}");
-        let req = f.request(&id, b"b", 0);
-        acquired(store, &req, "fresh claim").await;
+        let req = f.claimed(store, &id, b"b").await;
         tokens.push(req.token);
     }
     // p0..p7 completed (expire at +3601 s); p8 stays InProgress with a lease renewed
