@@ -194,22 +194,38 @@ impl<'b> Plain<'b> {
     }
 
     fn skip_object(&mut self, nesting: usize) -> Option<()> {
+        self.members(nesting, b'{', b'}', |reader| {
+            reader.key()?;
+            reader.skip(nesting)
+        })
+    }
+
+    fn array(&mut self, nesting: usize) -> Option<()> {
+        self.members(nesting, b'[', b']', |reader| reader.skip(nesting))
+    }
+
+    /// Reads an array or object nested `nesting` deep, from `open` to `close`,
+    /// each member with `member` (an object's member: its key, then its value).
+    #[inline(always)]
+    fn members(
+        &mut self,
+        nesting: usize,
+        open: u8,
+        close: u8,
+        mut member: impl FnMut(&mut Self) -> Option<()>,
+    ) -> Option<()> {
         if nesting > PLAIN_MAX_NESTING {
             return None;
         }
-        self.eat(b'{')?;
+        self.eat(open)?;
         self.skip_whitespace();
-        if self.eat(b'}').is_some() {
+        if self.eat(close).is_some() {
             return Some(());
         }
         loop {
-            self.string()?;
+            member(self)?;
             self.skip_whitespace();
-            self.eat(b':')?;
-            self.skip_whitespace();
-            self.skip(nesting)?;
-            self.skip_whitespace();
-            if self.eat(b'}').is_some() {
+            if self.eat(close).is_some() {
                 return Some(());
             }
             self.eat(b',')?;
@@ -217,24 +233,13 @@ impl<'b> Plain<'b> {
         }
     }
 
-    fn array(&mut self, nesting: usize) -> Option<()> {
-        if nesting > PLAIN_MAX_NESTING {
-            return None;
-        }
-        self.eat(b'[')?;
+    /// An object member's key and the `:` after it, with the whitespace around.
+    fn key(&mut self) -> Option<&'b [u8]> {
+        let key = self.string()?;
         self.skip_whitespace();
-        if self.eat(b']').is_some() {
-            return Some(());
-        }
-        loop {
-            self.skip(nesting)?;
-            self.skip_whitespace();
-            if self.eat(b']').is_some() {
-                return Some(());
-            }
-            self.eat(b',')?;
-            self.skip_whitespace();
-        }
+        self.eat(b':')?;
+        self.skip_whitespace();
+        Some(key)
     }
 
     fn object<P: AsRef<str>, const N: usize>(
@@ -244,10 +249,6 @@ impl<'b> Plain<'b> {
         depth: usize,
         nesting: usize,
     ) -> Option<[Leaf<'b>; N]> {
-        if nesting > PLAIN_MAX_NESTING {
-            return None;
-        }
-        self.eat(b'{')?;
         // As MultiSeed: paths ending at an object answer NotScalar.
         let mut found: [Leaf<'b>; N] = std::array::from_fn(|i| {
             if live & (1 << i) != 0 && paths[i].len() == depth {
@@ -259,15 +260,8 @@ impl<'b> Plain<'b> {
         let deeper = (0..N)
             .filter(|&i| live & (1 << i) != 0 && paths[i].len() > depth)
             .fold(0u8, |mask, i| mask | 1 << i);
-        self.skip_whitespace();
-        if self.eat(b'}').is_some() {
-            return Some(found);
-        }
-        loop {
-            let key = self.string()?;
-            self.skip_whitespace();
-            self.eat(b':')?;
-            self.skip_whitespace();
+        self.members(nesting, b'{', b'}', |reader| {
+            let key = reader.key()?;
             // As MultiSeed: a path takes the first key that gives it an answer.
             let mut wanted = 0u8;
             for (i, leaf) in found.iter().enumerate() {
@@ -279,21 +273,16 @@ impl<'b> Plain<'b> {
                 }
             }
             if wanted == 0 {
-                self.skip(nesting)?;
-            } else {
-                let sub = self.value(paths, wanted, depth + 1, nesting)?;
-                for i in 0..N {
-                    if wanted & (1 << i) != 0 {
-                        found[i] = sub[i];
-                    }
+                return reader.skip(nesting);
+            }
+            let sub = reader.value(paths, wanted, depth + 1, nesting)?;
+            for i in 0..N {
+                if wanted & (1 << i) != 0 {
+                    found[i] = sub[i];
                 }
             }
-            self.skip_whitespace();
-            if self.eat(b'}').is_some() {
-                return Some(found);
-            }
-            self.eat(b',')?;
-            self.skip_whitespace();
-        }
+            Some(())
+        })?;
+        Some(found)
     }
 }
