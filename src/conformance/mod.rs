@@ -184,6 +184,24 @@ async fn fence_is(
     assert_eq!(change.await.expect("the store failed"), expected, "{rule}");
 }
 
+/// Renews the lease on `key` with `token` to `(lease_until, expires_at)` and checks
+/// that the answer is `expected`.
+async fn renew_is(
+    store: &dyn ProcessedStore,
+    key: Key<'_>,
+    token: FencingToken,
+    (lease_until, expires_at): (DateTime<Utc>, DateTime<Utc>),
+    expected: Fence,
+    rule: &str,
+) {
+    fence_is(
+        store.renew(key, token, lease_until, expires_at),
+        expected,
+        rule,
+    )
+    .await;
+}
+
 /// Awaits a finish by the claim holding the lease, which must apply.
 async fn finish_applies(finish: impl Future<Output = Result<Fence, StoreError>>) {
     let rule = "finish by the claim holding the lease applies";

@@ -3,7 +3,7 @@
 
 use chrono::{TimeDelta, TimeZone, Utc};
 
-use super::{acquired, existing, fence_is, finish_applies, stored, Fixture};
+use super::{acquired, existing, fence_is, finish_applies, renew_is, stored, Fixture};
 use crate::store::{
     Deleted, FailureNote, Fence, FencingToken, Fingerprint, ProcessedStore, Record, RecordState,
 };
@@ -71,31 +71,16 @@ pub async fn renew_is_fenced(store: &dyn ProcessedStore) {
         (f.at_secs(200), f.at_secs(7200)),
     );
     let refused = "renew with another claim's token is refused";
-    fence_is(
-        store.renew(k, wrong, to_200.0, to_200.1),
-        Fence::LeaseLost,
-        refused,
-    )
-    .await;
+    renew_is(store, k, wrong, to_200, Fence::LeaseLost, refused).await;
     let held = "renew by the claim holding the lease applies";
-    fence_is(
-        store.renew(k, req.token, to_200.0, to_200.1),
-        Fence::Applied,
-        held,
-    )
-    .await;
+    renew_is(store, k, req.token, to_200, Fence::Applied, held).await;
     let case = "a renewed lease holds";
     existing(store, &f.request("long", b"b", 100), case).await;
     let rec = stored(store, k, "a renewed record").await;
     assert_eq!(rec.lease_until, f.at_secs(200), "renew sets the lease");
     assert_eq!(rec.expires_at, f.at_secs(7200), "renew raises the expiry");
     let lower = (f.at_secs(210), f.at_secs(10));
-    fence_is(
-        store.renew(k, req.token, lower.0, lower.1),
-        Fence::Applied,
-        held,
-    )
-    .await;
+    renew_is(store, k, req.token, lower, Fence::Applied, held).await;
     let rec = stored(store, k, "a renewed record").await;
     assert_eq!(rec.lease_until, f.at_secs(210), "renew moves the lease");
     assert_eq!(
@@ -103,24 +88,14 @@ pub async fn renew_is_fenced(store: &dyn ProcessedStore) {
         f.at_secs(7200),
         "renew never lowers the expiry"
     );
-    let missing = (f.key("never-claimed"), req.token);
+    let missing = f.key("never-claimed");
     let rule = "a missing record cannot be renewed";
-    fence_is(
-        store.renew(missing.0, missing.1, to_200.0, to_200.1),
-        Fence::LeaseLost,
-        rule,
-    )
-    .await;
+    renew_is(store, missing, req.token, to_200, Fence::LeaseLost, rule).await;
     let done = f.finish(RecordState::Completed, 0, &[], 1);
     let _ = store.finish(k, req.token, &done).await.unwrap();
     let rule = "a finished record cannot be renewed";
     let to_300 = (f.at_secs(300), f.at_secs(7200));
-    fence_is(
-        store.renew(k, req.token, to_300.0, to_300.1),
-        Fence::LeaseLost,
-        rule,
-    )
-    .await;
+    renew_is(store, k, req.token, to_300, Fence::LeaseLost, rule).await;
 }
 
 /// Every field, ids with unusual characters and the history survive a round trip.
@@ -179,12 +154,7 @@ pub async fn a_live_lease_outlives_the_expiry(store: &dyn ProcessedStore) {
     let k = f.key("outlives");
     let to_10_000 = (f.at_secs(10_000), f.at_secs(3601));
     let rule = "renew by the claim holding the lease applies";
-    fence_is(
-        store.renew(k, req.token, to_10_000.0, to_10_000.1),
-        Fence::Applied,
-        rule,
-    )
-    .await;
+    renew_is(store, k, req.token, to_10_000, Fence::Applied, rule).await;
     let case = "a claim after the expiry, the lease still live";
     let held = existing(store, &f.request("outlives", b"b", 5000), case).await;
     assert_eq!(
