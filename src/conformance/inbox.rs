@@ -86,8 +86,20 @@ impl Fixture {
         at: i64,
         until: i64,
     ) -> Vec<crate::inbox::InboxEvent> {
+        self.lease_within(store, self.at(at), self.at(until), 10)
+            .await
+    }
+
+    /// What a lease of this namespace at `now`, until `until`, takes (up to `max`).
+    async fn lease_within(
+        &self,
+        store: &dyn InboxStore,
+        now: DateTime<Utc>,
+        until: DateTime<Utc>,
+        max: usize,
+    ) -> Vec<crate::inbox::InboxEvent> {
         store
-            .lease(&self.namespace, self.at(at), self.at(until), 10)
+            .lease(&self.namespace, now, until, max)
             .await
             .expect("lease failed")
     }
@@ -179,10 +191,8 @@ pub async fn lease_is_exclusive_and_fenced(store: &dyn InboxStore) {
     assert_eq!(ids.len(), n, "no event is leased twice");
     assert_eq!(n, 20, "all due events are leased");
     assert!(
-        store
-            .lease(&f.namespace, f.at(2), f.at(62), 100)
+        f.lease_within(store, f.at(2), f.at(62), 100)
             .await
-            .unwrap()
             .is_empty(),
         "running events are not due"
     );
@@ -234,10 +244,7 @@ pub async fn lease_is_exclusive_and_fenced(store: &dyn InboxStore) {
         .unwrap();
     let retry = f.settle(InboxState::Pending, 3, 5);
     settle_applies(store.settle_event(x1.key(), x1.token, &retry)).await;
-    let again = store
-        .lease(&f.namespace, f.at(5), f.at(65), 100)
-        .await
-        .unwrap();
+    let again = f.lease_within(store, f.at(5), f.at(65), 100).await;
     let x1 = again
         .into_iter()
         .find(|e| e.id == "x1")
@@ -255,10 +262,9 @@ pub async fn lease_is_exclusive_and_fenced(store: &dyn InboxStore) {
     );
     let other = Fixture::new();
     assert!(
-        store
-            .lease(&other.namespace, f.at(1000), f.at(1060), 100)
+        other
+            .lease_within(store, f.at(1000), f.at(1060), 100)
             .await
-            .unwrap()
             .is_empty(),
         "namespaces are separate"
     );
@@ -289,15 +295,13 @@ pub async fn retries_wait_until_due(store: &dyn InboxStore) {
         ..f.settle(InboxState::Pending, 91, 91)
     };
     settle_applies(store.settle_event(e.key(), e.token, &retry)).await;
-    let early = store
-        .lease(&f.namespace, ms(91_001_200), ms(151_000_000), 10)
-        .await
-        .unwrap();
+    let early = f
+        .lease_within(store, ms(91_001_200), ms(151_000_000), 10)
+        .await;
     assert!(early.is_empty(), "not due 0.3 ms before its time");
-    let due = store
-        .lease(&f.namespace, ms(91_002_000), ms(151_000_000), 10)
-        .await
-        .unwrap();
+    let due = f
+        .lease_within(store, ms(91_002_000), ms(151_000_000), 10)
+        .await;
     assert_eq!(due.len(), 1, "due once its time has come");
 
     // A fresh event is due in the very instant it was accepted, even one between
@@ -314,10 +318,9 @@ pub async fn retries_wait_until_due(store: &dyn InboxStore) {
     };
     let inserted = store.enqueue(&fresh).await.unwrap();
     assert_eq!(inserted, Enqueued::Inserted, "a new id is stored");
-    let leased = store
-        .lease(&f.namespace, at, at + TimeDelta::seconds(60), 10)
-        .await
-        .unwrap();
+    let leased = f
+        .lease_within(store, at, at + TimeDelta::seconds(60), 10)
+        .await;
     assert!(
         leased.iter().any(|e| e.id == "fresh"),
         "a fresh event is due at once"
@@ -365,21 +368,17 @@ pub async fn a_lease_is_held_to_its_end(store: &dyn InboxStore) {
     let f = Fixture::new();
     let us = |n: i64| f.now + TimeDelta::microseconds(n);
     f.enqueue(store, "edge", b"p", 0).await;
-    let leased = store.lease(&f.namespace, us(0), us(700), 10).await.unwrap();
+    let leased = f.lease_within(store, us(0), us(700), 10).await;
     assert_eq!(leased.len(), 1, "due");
     assert!(
-        store
-            .lease(&f.namespace, us(300), us(60_000_000), 10)
+        f.lease_within(store, us(300), us(60_000_000), 10)
             .await
-            .unwrap()
             .is_empty(),
         "0.4 ms before the lease ends, in its last millisecond"
     );
     assert_eq!(
-        store
-            .lease(&f.namespace, us(1_000), us(60_000_000), 10)
+        f.lease_within(store, us(1_000), us(60_000_000), 10)
             .await
-            .unwrap()
             .len(),
         1,
         "0.3 ms after the lease ended"
@@ -423,10 +422,7 @@ pub async fn the_longest_due_is_leased_first(store: &dyn InboxStore) {
     }
     let mut order = Vec::new();
     for _ in 0..3 {
-        let leased = store
-            .lease(&f.namespace, f.at(5), f.at(65), 1)
-            .await
-            .unwrap();
+        let leased = f.lease_within(store, f.at(5), f.at(65), 1).await;
         assert_eq!(leased.len(), 1, "one at a time");
         assert_eq!(leased[0].namespace, f.namespace, "its own namespace only");
         order.push(leased[0].id.clone());
@@ -529,10 +525,7 @@ pub async fn settled_events_are_purged(store: &dyn InboxStore) {
         ),
         "a pending event past its expiry is not replaced"
     );
-    let running = store
-        .lease(&f.namespace, f.at(7202), f.at(7262), 10)
-        .await
-        .unwrap();
+    let running = f.lease_within(store, f.at(7202), f.at(7262), 10).await;
     assert!(running.iter().any(|r| r.id == other), "{other} is due");
     assert!(
         matches!(
