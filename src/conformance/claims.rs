@@ -4,7 +4,7 @@
 use chrono::TimeDelta;
 use futures_util::future::join_all;
 
-use super::{acquired, counts, existing, fence_is, finish_applies, Fixture};
+use super::{acquired, body_is, counts, existing, fence_is, finish_applies, Fixture};
 use crate::store::{
     Claim, ClaimRequest, Deleted, FailureNote, Fence, Fingerprint, Finish, Key, ProcessedStore,
     Record, RecordState,
@@ -321,11 +321,7 @@ pub async fn different_body_is_not_taken_over(store: &dyn ProcessedStore) {
     let first = f.claimed(store, "conflict", b"one").await;
     let case = "other body, live lease";
     let other = existing(store, &f.request("conflict", b"two", 1), case).await;
-    assert_eq!(
-        other.fingerprint,
-        Fingerprint::of(b"one"),
-        "the stored fingerprint is returned"
-    );
+    body_is(&other, b"one", "the stored fingerprint is returned");
     let case = "other body, expired lease";
     existing(store, &f.request("conflict", b"two", 120), case).await;
     let fail = f.finish(RecordState::Failed, 1, &[], 1);
@@ -355,10 +351,10 @@ pub async fn unknown_fingerprint_matches_any(store: &dyn ProcessedStore) {
     finish_applies(store.finish(f.key("known"), first.token, &fail)).await;
     let case = "an unknown fingerprint, failed record";
     let rec = acquired(store, &unknown("known", 2), case).await;
-    assert_eq!(
-        rec.fingerprint,
-        Fingerprint::of(b"one"),
-        "a record taken over keeps its known fingerprint"
+    body_is(
+        &rec,
+        b"one",
+        "a record taken over keeps its known fingerprint",
     );
     counts(
         &rec,
@@ -377,10 +373,10 @@ pub async fn unknown_fingerprint_matches_any(store: &dyn ProcessedStore) {
     let late = f.request("unknown", b"two", 60);
     let case = "a known fingerprint, the unknown holder's lease ran out";
     let rec = acquired(store, &late, case).await;
-    assert_eq!(
-        rec.fingerprint,
-        Fingerprint::of(b"two"),
-        "a record taken over takes the known fingerprint"
+    body_is(
+        &rec,
+        b"two",
+        "a record taken over takes the known fingerprint",
     );
     counts(
         &rec,
@@ -391,10 +387,10 @@ pub async fn unknown_fingerprint_matches_any(store: &dyn ProcessedStore) {
     finish_applies(store.finish(f.key("unknown"), late.token, &done)).await;
     let case = "an unknown fingerprint, completed record";
     let rec = existing(store, &unknown("unknown", 62), case).await;
-    assert_eq!(
-        rec.fingerprint,
-        Fingerprint::of(b"two"),
-        "a completed record keeps its known fingerprint"
+    body_is(
+        &rec,
+        b"two",
+        "a completed record keeps its known fingerprint",
     );
 }
 
@@ -412,10 +408,10 @@ pub async fn expired_record_is_claimed_afresh(store: &dyn ProcessedStore) {
     let later = f.request("old", b"two", 3601);
     let rec = acquired(store, &later, "claim at expiry").await;
     counts(&rec, (1, 0), "an expired record starts over");
-    assert_eq!(
-        rec.fingerprint,
-        Fingerprint::of(b"two"),
-        "an expired record starts over with the new body"
+    body_is(
+        &rec,
+        b"two",
+        "an expired record starts over with the new body",
     );
     assert_eq!(
         rec.created_at, later.now,

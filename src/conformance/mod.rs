@@ -168,6 +168,11 @@ fn counts(record: &Record, expected: (u32, u32), rule: &str) {
     assert_eq!((record.attempts, record.failures), expected, "{rule}");
 }
 
+/// Checks that a record keeps the fingerprint of `body`.
+fn body_is(record: &Record, body: &[u8], rule: &str) {
+    assert_eq!(record.fingerprint, Fingerprint::of(body), "{rule}");
+}
+
 /// The record under `key`, which the check knows is there.
 async fn stored(store: &dyn ProcessedStore, key: Key<'_>, rule: &str) -> Record {
     let record = store.get(key).await.expect("get failed");
