@@ -4,7 +4,7 @@
 use chrono::TimeDelta;
 use futures_util::future::join_all;
 
-use super::{acquired, body_is, counts, existing, fence_is, finish_applies, Fixture};
+use super::{acquired, body_is, counts, existing, finish_applies, finish_refused, Fixture};
 use crate::store::{
     Claim, ClaimRequest, Deleted, FailureNote, Fence, Fingerprint, Finish, Key, ProcessedStore,
     Record, RecordState,
@@ -219,12 +219,8 @@ pub async fn failed_record_is_reclaimed(store: &dyn ProcessedStore) {
         "takeover keeps the later of the two expiries (here the claim's)"
     );
     let done = f.finish(RecordState::Completed, 1, &note, 3);
-    fence_is(
-        store.finish(f.key("retry"), first.token, &done),
-        Fence::LeaseLost,
-        "the old token is stale",
-    )
-    .await;
+    let rule = "the old token is stale";
+    finish_refused(store.finish(f.key("retry"), first.token, &done), rule).await;
 }
 
 /// An `InProgress` record whose lease ran out is taken over and the lost attempt
@@ -257,12 +253,8 @@ pub async fn expired_lease_is_taken_over(store: &dyn ProcessedStore) {
         "the takeover's answer is what the store holds"
     );
     let done = f.finish(RecordState::Completed, 0, &[], 61);
-    fence_is(
-        store.finish(f.key("crash"), first.token, &done),
-        Fence::LeaseLost,
-        "the crashed holder is fenced off",
-    )
-    .await;
+    let rule = "the crashed holder is fenced off";
+    finish_refused(store.finish(f.key("crash"), first.token, &done), rule).await;
     finish_applies(store.finish(f.key("crash"), late.token, &done)).await;
 }
 

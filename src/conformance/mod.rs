@@ -207,6 +207,12 @@ async fn renew_is(
     .await;
 }
 
+/// Awaits a finish by a claim that does not hold the lease, which must be
+/// refused.
+async fn finish_refused(finish: impl Future<Output = Result<Fence, StoreError>>, rule: &str) {
+    fence_is(finish, Fence::LeaseLost, rule).await;
+}
+
 /// Awaits a finish by the claim holding the lease, which must apply.
 async fn finish_applies(finish: impl Future<Output = Result<Fence, StoreError>>) {
     let rule = "finish by the claim holding the lease applies";

@@ -3,7 +3,9 @@
 
 use chrono::{TimeDelta, TimeZone, Utc};
 
-use super::{acquired, existing, fence_is, finish_applies, renew_is, stored, Fixture};
+use super::{
+    acquired, existing, fence_is, finish_applies, finish_refused, renew_is, stored, Fixture,
+};
 use crate::store::{
     Deleted, FailureNote, Fence, FencingToken, Fingerprint, ProcessedStore, Record, RecordState,
 };
@@ -14,30 +16,18 @@ pub async fn finish_is_fenced(store: &dyn ProcessedStore) {
     let req = f.claimed(store, "fence", b"b").await;
     let done = f.finish(RecordState::Completed, 0, &[], 1);
     let wrong = FencingToken(req.token.0 ^ 1);
-    fence_is(
-        store.finish(f.key("fence"), wrong, &done),
-        Fence::LeaseLost,
-        "a wrong token is refused",
-    )
-    .await;
+    let rule = "a wrong token is refused";
+    finish_refused(store.finish(f.key("fence"), wrong, &done), rule).await;
     assert_eq!(
         store.get(f.key("fence")).await.unwrap().unwrap().state,
         RecordState::InProgress,
         "a refused finish changes nothing"
     );
     finish_applies(store.finish(f.key("fence"), req.token, &done)).await;
-    fence_is(
-        store.finish(f.key("fence"), req.token, &done),
-        Fence::LeaseLost,
-        "a finished record cannot be finished again",
-    )
-    .await;
-    fence_is(
-        store.finish(f.key("absent"), req.token, &done),
-        Fence::LeaseLost,
-        "a missing record cannot be finished",
-    )
-    .await;
+    let rule = "a finished record cannot be finished again";
+    finish_refused(store.finish(f.key("fence"), req.token, &done), rule).await;
+    let rule = "a missing record cannot be finished";
+    finish_refused(store.finish(f.key("absent"), req.token, &done), rule).await;
     let rec = stored(store, f.key("fence"), "a finished record").await;
     assert_eq!(rec.state, RecordState::Completed, "finish sets the state");
     assert_eq!(rec.updated_at, f.at_secs(1), "finish sets updated_at");
