@@ -4,7 +4,7 @@
 use chrono::TimeDelta;
 use futures_util::future::join_all;
 
-use super::{acquired, existing, fence_is, finish_applies, Fixture};
+use super::{acquired, body_is, counts, existing, finish_applies, finish_refused, Fixture};
 use crate::store::{
     Claim, ClaimRequest, Deleted, FailureNote, Fence, Fingerprint, Finish, Key, ProcessedStore,
     Record, RecordState,
@@ -52,11 +52,7 @@ pub async fn fresh_claim_then_existing(store: &dyn ProcessedStore) {
         rec.fingerprint, req.fingerprint,
         "fresh claim keeps the fingerprint"
     );
-    assert_eq!(
-        (rec.attempts, rec.failures),
-        (1, 0),
-        "fresh claim counts one attempt"
-    );
+    counts(&rec, (1, 0), "fresh claim counts one attempt");
     assert_eq!(
         rec.lease_until, req.lease_until,
         "fresh claim keeps the lease"
@@ -168,8 +164,7 @@ pub async fn concurrent_claims_have_one_winner(store: &dyn ProcessedStore) {
 pub async fn concurrent_takeovers_have_one_winner(store: &dyn ProcessedStore) {
     let f = Fixture::new();
     for (id, failed) in [("retake_failed", true), ("retake_expired", false)] {
-        let first = f.request(id, b"same", 0);
-        acquired(store, &first, "fresh claim").await;
+        let first = f.claimed(store, id, b"same").await;
         let at = if failed {
             let fail = f.finish(RecordState::Failed, 1, &[], 1);
             finish_applies(store.finish(f.key(id), first.token, &fail)).await;
@@ -197,8 +192,7 @@ pub async fn concurrent_takeovers_have_one_winner(store: &dyn ProcessedStore) {
 /// A `Failed` record with the same body is taken over: attempts counted, failures kept.
 pub async fn failed_record_is_reclaimed(store: &dyn ProcessedStore) {
     let f = Fixture::new();
-    let first = f.request("retry", b"b", 0);
-    acquired(store, &first, "fresh claim").await;
+    let first = f.claimed(store, "retry", b"b").await;
     let note = [FailureNote {
         at: f.at_secs(1),
         error: "db down".into(),
@@ -213,11 +207,7 @@ pub async fn failed_record_is_reclaimed(store: &dyn ProcessedStore) {
         "a failed id taken over is InProgress"
     );
     assert_eq!(rec.token, second.token, "the new claim's token");
-    assert_eq!(
-        (rec.attempts, rec.failures),
-        (2, 1),
-        "attempts + 1, failures kept"
-    );
+    counts(&rec, (2, 1), "attempts + 1, failures kept");
     assert_eq!(rec.history, note, "history kept");
     assert_eq!(
         rec.lease_until, second.lease_until,
@@ -229,31 +219,22 @@ pub async fn failed_record_is_reclaimed(store: &dyn ProcessedStore) {
         "takeover keeps the later of the two expiries (here the claim's)"
     );
     let done = f.finish(RecordState::Completed, 1, &note, 3);
-    fence_is(
-        store.finish(f.key("retry"), first.token, &done),
-        Fence::LeaseLost,
-        "the old token is stale",
-    )
-    .await;
+    let rule = "the old token is stale";
+    finish_refused(store.finish(f.key("retry"), first.token, &done), rule).await;
 }
 
 /// An `InProgress` record whose lease ran out is taken over and the lost attempt
 /// counted as a failure; the old holder's token is then refused.
 pub async fn expired_lease_is_taken_over(store: &dyn ProcessedStore) {
     let f = Fixture::new();
-    let first = f.request("crash", b"b", 0);
-    acquired(store, &first, "fresh claim").await;
+    let first = f.claimed(store, "crash", b"b").await;
     let case = "claim 1 s before the lease runs out";
     existing(store, &f.request("crash", b"b", 59), case).await;
     // A shorter retention than the first claim's: a takeover keeps the later expiry.
     let mut late = f.request("crash", b"b", 60);
     late.expires_at = f.at_secs(600);
     let rec = acquired(store, &late, "claim when the lease ran out").await;
-    assert_eq!(
-        (rec.attempts, rec.failures),
-        (2, 1),
-        "takeover counts the lost attempt"
-    );
+    counts(&rec, (2, 1), "takeover counts the lost attempt");
     assert_eq!(rec.token, late.token, "takeover sets the new token");
     assert_eq!(
         rec.lease_until, late.lease_until,
@@ -272,12 +253,8 @@ pub async fn expired_lease_is_taken_over(store: &dyn ProcessedStore) {
         "the takeover's answer is what the store holds"
     );
     let done = f.finish(RecordState::Completed, 0, &[], 61);
-    fence_is(
-        store.finish(f.key("crash"), first.token, &done),
-        Fence::LeaseLost,
-        "the crashed holder is fenced off",
-    )
-    .await;
+    let rule = "the crashed holder is fenced off";
+    finish_refused(store.finish(f.key("crash"), first.token, &done), rule).await;
     finish_applies(store.finish(f.key("crash"), late.token, &done)).await;
 }
 
@@ -333,15 +310,10 @@ pub async fn record_is_kept_to_its_expiry(store: &dyn ProcessedStore) {
 /// A different body under a known id is never taken over.
 pub async fn different_body_is_not_taken_over(store: &dyn ProcessedStore) {
     let f = Fixture::new();
-    let first = f.request("conflict", b"one", 0);
-    acquired(store, &first, "fresh claim").await;
+    let first = f.claimed(store, "conflict", b"one").await;
     let case = "other body, live lease";
     let other = existing(store, &f.request("conflict", b"two", 1), case).await;
-    assert_eq!(
-        other.fingerprint,
-        Fingerprint::of(b"one"),
-        "the stored fingerprint is returned"
-    );
+    body_is(&other, b"one", "the stored fingerprint is returned");
     let case = "other body, expired lease";
     existing(store, &f.request("conflict", b"two", 120), case).await;
     let fail = f.finish(RecordState::Failed, 1, &[], 1);
@@ -364,23 +336,22 @@ pub async fn unknown_fingerprint_matches_any(store: &dyn ProcessedStore) {
         fingerprint: Fingerprint::UNKNOWN,
         ..f.request(id, b"", at)
     };
-    let first = f.request("known", b"one", 0);
-    acquired(store, &first, "fresh claim").await;
+    let first = f.claimed(store, "known", b"one").await;
     let case = "an unknown fingerprint, live lease";
     existing(store, &unknown("known", 1), case).await;
     let fail = f.finish(RecordState::Failed, 1, &[], 1);
     finish_applies(store.finish(f.key("known"), first.token, &fail)).await;
     let case = "an unknown fingerprint, failed record";
     let rec = acquired(store, &unknown("known", 2), case).await;
-    assert_eq!(
-        rec.fingerprint,
-        Fingerprint::of(b"one"),
-        "a record taken over keeps its known fingerprint"
+    body_is(
+        &rec,
+        b"one",
+        "a record taken over keeps its known fingerprint",
     );
-    assert_eq!(
-        (rec.attempts, rec.failures),
+    counts(
+        &rec,
         (2, 1),
-        "a failed record taken over: attempts + 1, failures kept"
+        "a failed record taken over: attempts + 1, failures kept",
     );
     let case = "another body is still refused after the unknown holder's lease ran out";
     existing(store, &f.request("known", b"two", 63), case).await;
@@ -394,32 +365,31 @@ pub async fn unknown_fingerprint_matches_any(store: &dyn ProcessedStore) {
     let late = f.request("unknown", b"two", 60);
     let case = "a known fingerprint, the unknown holder's lease ran out";
     let rec = acquired(store, &late, case).await;
-    assert_eq!(
-        rec.fingerprint,
-        Fingerprint::of(b"two"),
-        "a record taken over takes the known fingerprint"
+    body_is(
+        &rec,
+        b"two",
+        "a record taken over takes the known fingerprint",
     );
-    assert_eq!(
-        (rec.attempts, rec.failures),
+    counts(
+        &rec,
         (2, 1),
-        "a run-out lease taken over counts the lost attempt"
+        "a run-out lease taken over counts the lost attempt",
     );
     let done = f.finish(RecordState::Completed, 1, &[], 61);
     finish_applies(store.finish(f.key("unknown"), late.token, &done)).await;
     let case = "an unknown fingerprint, completed record";
     let rec = existing(store, &unknown("unknown", 62), case).await;
-    assert_eq!(
-        rec.fingerprint,
-        Fingerprint::of(b"two"),
-        "a completed record keeps its known fingerprint"
+    body_is(
+        &rec,
+        b"two",
+        "a completed record keeps its known fingerprint",
     );
 }
 
 /// A record past its expiry is claimed as if new.
 pub async fn expired_record_is_claimed_afresh(store: &dyn ProcessedStore) {
     let f = Fixture::new();
-    let first = f.request("old", b"one", 0);
-    acquired(store, &first, "fresh claim").await;
+    let first = f.claimed(store, "old", b"one").await;
     let done = f.finish(RecordState::Completed, 0, &[], 1);
     let _ = store
         .finish(f.key("old"), first.token, &done)
@@ -429,15 +399,11 @@ pub async fn expired_record_is_claimed_afresh(store: &dyn ProcessedStore) {
     existing(store, &f.request("old", b"one", 3600), case).await;
     let later = f.request("old", b"two", 3601);
     let rec = acquired(store, &later, "claim at expiry").await;
-    assert_eq!(
-        (rec.attempts, rec.failures),
-        (1, 0),
-        "an expired record starts over"
-    );
-    assert_eq!(
-        rec.fingerprint,
-        Fingerprint::of(b"two"),
-        "an expired record starts over with the new body"
+    counts(&rec, (1, 0), "an expired record starts over");
+    body_is(
+        &rec,
+        b"two",
+        "an expired record starts over with the new body",
     );
     assert_eq!(
         rec.created_at, later.now,

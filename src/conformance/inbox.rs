@@ -79,6 +79,19 @@ impl Fixture {
         store.enqueue(&event).await.expect("enqueue failed")
     }
 
+    /// The event `id` of this namespace, if stored.
+    async fn get(&self, store: &dyn InboxStore, id: &str) -> Option<crate::inbox::InboxEvent> {
+        let key = Key::new(&self.namespace, id);
+        store.get_event(key).await.expect("get_event failed")
+    }
+
+    /// Enqueues `id` (payload `p`) at `now` and leases it for 60 s, which must
+    /// take it.
+    async fn leased(&self, store: &dyn InboxStore, id: &str) -> crate::inbox::InboxEvent {
+        self.enqueue(store, id, b"p", 0).await;
+        self.lease_one(store, 0, 60, "due").await
+    }
+
     /// What a lease of this namespace at `at`, until `until`, takes (up to 10).
     async fn lease(
         &self,
@@ -86,8 +99,20 @@ impl Fixture {
         at: i64,
         until: i64,
     ) -> Vec<crate::inbox::InboxEvent> {
+        self.lease_within(store, self.at(at), self.at(until), 10)
+            .await
+    }
+
+    /// What a lease of this namespace at `now`, until `until`, takes (up to `max`).
+    async fn lease_within(
+        &self,
+        store: &dyn InboxStore,
+        now: DateTime<Utc>,
+        until: DateTime<Utc>,
+        max: usize,
+    ) -> Vec<crate::inbox::InboxEvent> {
         store
-            .lease(&self.namespace, self.at(at), self.at(until), 10)
+            .lease(&self.namespace, now, until, max)
             .await
             .expect("lease failed")
     }
@@ -134,11 +159,7 @@ pub async fn enqueue_is_idempotent(store: &dyn InboxStore) {
         },
         "a known id is not stored again"
     );
-    let e = store
-        .get_event(Key::new(&f.namespace, "e1"))
-        .await
-        .unwrap()
-        .expect("stored");
+    let e = f.get(store, "e1").await.expect("stored");
     let rule = "an accepted event reads back as enqueued";
     assert_eq!(e.payload, payload, "{rule}: payload");
     assert_eq!(e.state, InboxState::Pending, "{rule}: Pending");
@@ -179,18 +200,12 @@ pub async fn lease_is_exclusive_and_fenced(store: &dyn InboxStore) {
     assert_eq!(ids.len(), n, "no event is leased twice");
     assert_eq!(n, 20, "all due events are leased");
     assert!(
-        store
-            .lease(&f.namespace, f.at(2), f.at(62), 100)
+        f.lease_within(store, f.at(2), f.at(62), 100)
             .await
-            .unwrap()
             .is_empty(),
         "running events are not due"
     );
-    let e = store
-        .get_event(Key::new(&f.namespace, "x0"))
-        .await
-        .unwrap()
-        .unwrap();
+    let e = f.get(store, "x0").await.unwrap();
     let done = f.settle(InboxState::Done, 3, 3);
     let wrong = FencingToken(e.token.0 ^ 1);
     fence_is(
@@ -227,17 +242,10 @@ pub async fn lease_is_exclusive_and_fenced(store: &dyn InboxStore) {
     assert_eq!(e.updated_at, f.at(3), "a settle sets updated_at");
 
     // A settle without an error keeps the last one.
-    let x1 = store
-        .get_event(Key::new(&f.namespace, "x1"))
-        .await
-        .unwrap()
-        .unwrap();
+    let x1 = f.get(store, "x1").await.unwrap();
     let retry = f.settle(InboxState::Pending, 3, 5);
     settle_applies(store.settle_event(x1.key(), x1.token, &retry)).await;
-    let again = store
-        .lease(&f.namespace, f.at(5), f.at(65), 100)
-        .await
-        .unwrap();
+    let again = f.lease_within(store, f.at(5), f.at(65), 100).await;
     let x1 = again
         .into_iter()
         .find(|e| e.id == "x1")
@@ -255,10 +263,9 @@ pub async fn lease_is_exclusive_and_fenced(store: &dyn InboxStore) {
     );
     let other = Fixture::new();
     assert!(
-        store
-            .lease(&other.namespace, f.at(1000), f.at(1060), 100)
+        other
+            .lease_within(store, f.at(1000), f.at(1060), 100)
             .await
-            .unwrap()
             .is_empty(),
         "namespaces are separate"
     );
@@ -267,8 +274,7 @@ pub async fn lease_is_exclusive_and_fenced(store: &dyn InboxStore) {
 /// A retried event is leased again only once due, with its attempts counted.
 pub async fn retries_wait_until_due(store: &dyn InboxStore) {
     let f = Fixture::new();
-    f.enqueue(store, "r", b"p", 0).await;
-    let e = f.lease_one(store, 0, 60, "due").await;
+    let e = f.leased(store, "r").await;
     let retry = f.settle(InboxState::Pending, 1, 30);
     settle_applies(store.settle_event(e.key(), e.token, &retry)).await;
     assert!(f.lease(store, 29, 89).await.is_empty(), "not due yet");
@@ -289,15 +295,13 @@ pub async fn retries_wait_until_due(store: &dyn InboxStore) {
         ..f.settle(InboxState::Pending, 91, 91)
     };
     settle_applies(store.settle_event(e.key(), e.token, &retry)).await;
-    let early = store
-        .lease(&f.namespace, ms(91_001_200), ms(151_000_000), 10)
-        .await
-        .unwrap();
+    let early = f
+        .lease_within(store, ms(91_001_200), ms(151_000_000), 10)
+        .await;
     assert!(early.is_empty(), "not due 0.3 ms before its time");
-    let due = store
-        .lease(&f.namespace, ms(91_002_000), ms(151_000_000), 10)
-        .await
-        .unwrap();
+    let due = f
+        .lease_within(store, ms(91_002_000), ms(151_000_000), 10)
+        .await;
     assert_eq!(due.len(), 1, "due once its time has come");
 
     // A fresh event is due in the very instant it was accepted, even one between
@@ -314,10 +318,9 @@ pub async fn retries_wait_until_due(store: &dyn InboxStore) {
     };
     let inserted = store.enqueue(&fresh).await.unwrap();
     assert_eq!(inserted, Enqueued::Inserted, "a new id is stored");
-    let leased = store
-        .lease(&f.namespace, at, at + TimeDelta::seconds(60), 10)
-        .await
-        .unwrap();
+    let leased = f
+        .lease_within(store, at, at + TimeDelta::seconds(60), 10)
+        .await;
     assert!(
         leased.iter().any(|e| e.id == "fresh"),
         "a fresh event is due at once"
@@ -365,21 +368,17 @@ pub async fn a_lease_is_held_to_its_end(store: &dyn InboxStore) {
     let f = Fixture::new();
     let us = |n: i64| f.now + TimeDelta::microseconds(n);
     f.enqueue(store, "edge", b"p", 0).await;
-    let leased = store.lease(&f.namespace, us(0), us(700), 10).await.unwrap();
+    let leased = f.lease_within(store, us(0), us(700), 10).await;
     assert_eq!(leased.len(), 1, "due");
     assert!(
-        store
-            .lease(&f.namespace, us(300), us(60_000_000), 10)
+        f.lease_within(store, us(300), us(60_000_000), 10)
             .await
-            .unwrap()
             .is_empty(),
         "0.4 ms before the lease ends, in its last millisecond"
     );
     assert_eq!(
-        store
-            .lease(&f.namespace, us(1_000), us(60_000_000), 10)
+        f.lease_within(store, us(1_000), us(60_000_000), 10)
             .await
-            .unwrap()
             .len(),
         1,
         "0.3 ms after the lease ended"
@@ -389,8 +388,7 @@ pub async fn a_lease_is_held_to_its_end(store: &dyn InboxStore) {
 /// A renewal needs the lease's token, and moves the lease's end.
 pub async fn renew_is_fenced_and_moves_the_lease(store: &dyn InboxStore) {
     let f = Fixture::new();
-    f.enqueue(store, "long", b"p", 0).await;
-    let e = f.lease_one(store, 0, 60, "due").await;
+    let e = f.leased(store, "long").await;
     let stale = FencingToken(e.token.0.wrapping_add(1));
     fence_is(
         store.renew_event(e.key(), stale, f.at(120)),
@@ -423,10 +421,7 @@ pub async fn the_longest_due_is_leased_first(store: &dyn InboxStore) {
     }
     let mut order = Vec::new();
     for _ in 0..3 {
-        let leased = store
-            .lease(&f.namespace, f.at(5), f.at(65), 1)
-            .await
-            .unwrap();
+        let leased = f.lease_within(store, f.at(5), f.at(65), 1).await;
         assert_eq!(leased.len(), 1, "one at a time");
         assert_eq!(leased[0].namespace, f.namespace, "its own namespace only");
         order.push(leased[0].id.clone());
@@ -449,8 +444,7 @@ pub async fn the_longest_due_is_leased_first(store: &dyn InboxStore) {
 /// A `Running` event whose lease ran out is leased again; the old token is stale.
 pub async fn dead_workers_lose_their_lease(store: &dyn InboxStore) {
     let f = Fixture::new();
-    f.enqueue(store, "d", b"p", 0).await;
-    let first = f.lease_one(store, 0, 60, "due").await;
+    let first = f.leased(store, "d").await;
     let rule = "a running event is not leased again before its lease ends";
     assert!(f.lease(store, 59, 119).await.is_empty(), "{rule}");
     let second = f.lease_one(store, 60, 120, "lease ran out").await;
@@ -506,11 +500,7 @@ pub async fn settled_events_are_purged(store: &dyn InboxStore) {
     );
     let other = if e.id == "old" { "waiting" } else { "old" };
     assert!(
-        store
-            .get_event(Key::new(&f.namespace, other))
-            .await
-            .unwrap()
-            .is_some(),
+        f.get(store, other).await.is_some(),
         "a pending event is never purged"
     );
     assert_eq!(
@@ -529,10 +519,7 @@ pub async fn settled_events_are_purged(store: &dyn InboxStore) {
         ),
         "a pending event past its expiry is not replaced"
     );
-    let running = store
-        .lease(&f.namespace, f.at(7202), f.at(7262), 10)
-        .await
-        .unwrap();
+    let running = f.lease_within(store, f.at(7202), f.at(7262), 10).await;
     assert!(running.iter().any(|r| r.id == other), "{other} is due");
     assert!(
         matches!(
@@ -547,8 +534,7 @@ pub async fn settled_events_are_purged(store: &dyn InboxStore) {
 
     // An expired event that no purge removed yet is replaced by a new delivery.
     let g = Fixture::at_time(base);
-    g.enqueue(store, "late", b"p", 0).await;
-    let late = g.lease_one(store, 0, 60, "due").await;
+    let late = g.leased(store, "late").await;
     let done = g.settle(InboxState::Done, 1, 1);
     let _ = store
         .settle_event(late.key(), late.token, &done)

@@ -118,6 +118,18 @@ impl Fixture {
         }
     }
 
+    /// Claims `id` afresh at `now`, which must be acquired; the claim's request.
+    async fn claimed<'a>(
+        &'a self,
+        store: &dyn ProcessedStore,
+        id: &'a str,
+        body: &[u8],
+    ) -> ClaimRequest<'a> {
+        let request = self.request(id, body, 0);
+        acquired(store, &request, "fresh claim").await;
+        request
+    }
+
     fn finish<'a>(
         &self,
         state: RecordState,
@@ -151,6 +163,16 @@ async fn existing(store: &dyn ProcessedStore, request: &ClaimRequest<'_>, rule: 
     }
 }
 
+/// Checks a record's `(attempts, failures)`.
+fn counts(record: &Record, expected: (u32, u32), rule: &str) {
+    assert_eq!((record.attempts, record.failures), expected, "{rule}");
+}
+
+/// Checks that a record keeps the fingerprint of `body`.
+fn body_is(record: &Record, body: &[u8], rule: &str) {
+    assert_eq!(record.fingerprint, Fingerprint::of(body), "{rule}");
+}
+
 /// The record under `key`, which the check knows is there.
 async fn stored(store: &dyn ProcessedStore, key: Key<'_>, rule: &str) -> Record {
     let record = store.get(key).await.expect("get failed");
@@ -165,6 +187,30 @@ async fn fence_is(
     rule: &str,
 ) {
     assert_eq!(change.await.expect("the store failed"), expected, "{rule}");
+}
+
+/// Renews the lease on `key` with `token` to `(lease_until, expires_at)` and checks
+/// that the answer is `expected`.
+async fn renew_is(
+    store: &dyn ProcessedStore,
+    key: Key<'_>,
+    token: FencingToken,
+    (lease_until, expires_at): (DateTime<Utc>, DateTime<Utc>),
+    expected: Fence,
+    rule: &str,
+) {
+    fence_is(
+        store.renew(key, token, lease_until, expires_at),
+        expected,
+        rule,
+    )
+    .await;
+}
+
+/// Awaits a finish by a claim that does not hold the lease, which must be
+/// refused.
+async fn finish_refused(finish: impl Future<Output = Result<Fence, StoreError>>, rule: &str) {
+    fence_is(finish, Fence::LeaseLost, rule).await;
 }
 
 /// Awaits a finish by the claim holding the lease, which must apply.

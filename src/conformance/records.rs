@@ -3,7 +3,9 @@
 
 use chrono::{TimeDelta, TimeZone, Utc};
 
-use super::{acquired, existing, fence_is, finish_applies, stored, Fixture};
+use super::{
+    acquired, existing, fence_is, finish_applies, finish_refused, renew_is, stored, Fixture,
+};
 use crate::store::{
     Deleted, FailureNote, Fence, FencingToken, Fingerprint, ProcessedStore, Record, RecordState,
 };
@@ -11,42 +13,28 @@ use crate::store::{
 /// Finish applies only with the current token and only to an `InProgress` record.
 pub async fn finish_is_fenced(store: &dyn ProcessedStore) {
     let f = Fixture::new();
-    let req = f.request("fence", b"b", 0);
-    acquired(store, &req, "fresh claim").await;
+    let req = f.claimed(store, "fence", b"b").await;
     let done = f.finish(RecordState::Completed, 0, &[], 1);
     let wrong = FencingToken(req.token.0 ^ 1);
-    fence_is(
-        store.finish(f.key("fence"), wrong, &done),
-        Fence::LeaseLost,
-        "a wrong token is refused",
-    )
-    .await;
+    let rule = "a wrong token is refused";
+    finish_refused(store.finish(f.key("fence"), wrong, &done), rule).await;
     assert_eq!(
         store.get(f.key("fence")).await.unwrap().unwrap().state,
         RecordState::InProgress,
         "a refused finish changes nothing"
     );
     finish_applies(store.finish(f.key("fence"), req.token, &done)).await;
-    fence_is(
-        store.finish(f.key("fence"), req.token, &done),
-        Fence::LeaseLost,
-        "a finished record cannot be finished again",
-    )
-    .await;
-    fence_is(
-        store.finish(f.key("absent"), req.token, &done),
-        Fence::LeaseLost,
-        "a missing record cannot be finished",
-    )
-    .await;
+    let rule = "a finished record cannot be finished again";
+    finish_refused(store.finish(f.key("fence"), req.token, &done), rule).await;
+    let rule = "a missing record cannot be finished";
+    finish_refused(store.finish(f.key("absent"), req.token, &done), rule).await;
     let rec = stored(store, f.key("fence"), "a finished record").await;
     assert_eq!(rec.state, RecordState::Completed, "finish sets the state");
     assert_eq!(rec.updated_at, f.at_secs(1), "finish sets updated_at");
     assert_eq!(rec.expires_at, f.at_secs(3601), "finish sets expires_at");
 
     // A lease that ran out but was not taken over may still be finished.
-    let late = f.request("late", b"b", 0);
-    acquired(store, &late, "fresh claim").await;
+    let late = f.claimed(store, "late", b"b").await;
     let done = f.finish(RecordState::Completed, 0, &[], 90);
     fence_is(
         store.finish(f.key("late"), late.token, &done),
@@ -66,39 +54,23 @@ pub async fn finish_is_fenced(store: &dyn ProcessedStore) {
 /// Renew extends the lease only for the current holder.
 pub async fn renew_is_fenced(store: &dyn ProcessedStore) {
     let f = Fixture::new();
-    let req = f.request("long", b"b", 0);
-    acquired(store, &req, "fresh claim").await;
+    let req = f.claimed(store, "long", b"b").await;
     let k = f.key("long");
     let (wrong, to_200) = (
         FencingToken(req.token.0 ^ 1),
         (f.at_secs(200), f.at_secs(7200)),
     );
     let refused = "renew with another claim's token is refused";
-    fence_is(
-        store.renew(k, wrong, to_200.0, to_200.1),
-        Fence::LeaseLost,
-        refused,
-    )
-    .await;
+    renew_is(store, k, wrong, to_200, Fence::LeaseLost, refused).await;
     let held = "renew by the claim holding the lease applies";
-    fence_is(
-        store.renew(k, req.token, to_200.0, to_200.1),
-        Fence::Applied,
-        held,
-    )
-    .await;
+    renew_is(store, k, req.token, to_200, Fence::Applied, held).await;
     let case = "a renewed lease holds";
     existing(store, &f.request("long", b"b", 100), case).await;
     let rec = stored(store, k, "a renewed record").await;
     assert_eq!(rec.lease_until, f.at_secs(200), "renew sets the lease");
     assert_eq!(rec.expires_at, f.at_secs(7200), "renew raises the expiry");
     let lower = (f.at_secs(210), f.at_secs(10));
-    fence_is(
-        store.renew(k, req.token, lower.0, lower.1),
-        Fence::Applied,
-        held,
-    )
-    .await;
+    renew_is(store, k, req.token, lower, Fence::Applied, held).await;
     let rec = stored(store, k, "a renewed record").await;
     assert_eq!(rec.lease_until, f.at_secs(210), "renew moves the lease");
     assert_eq!(
@@ -106,32 +78,21 @@ pub async fn renew_is_fenced(store: &dyn ProcessedStore) {
         f.at_secs(7200),
         "renew never lowers the expiry"
     );
-    let missing = (f.key("never-claimed"), req.token);
+    let missing = f.key("never-claimed");
     let rule = "a missing record cannot be renewed";
-    fence_is(
-        store.renew(missing.0, missing.1, to_200.0, to_200.1),
-        Fence::LeaseLost,
-        rule,
-    )
-    .await;
+    renew_is(store, missing, req.token, to_200, Fence::LeaseLost, rule).await;
     let done = f.finish(RecordState::Completed, 0, &[], 1);
     let _ = store.finish(k, req.token, &done).await.unwrap();
     let rule = "a finished record cannot be renewed";
     let to_300 = (f.at_secs(300), f.at_secs(7200));
-    fence_is(
-        store.renew(k, req.token, to_300.0, to_300.1),
-        Fence::LeaseLost,
-        rule,
-    )
-    .await;
+    renew_is(store, k, req.token, to_300, Fence::LeaseLost, rule).await;
 }
 
 /// Every field, ids with unusual characters and the history survive a round trip.
 pub async fn record_round_trips(store: &dyn ProcessedStore) {
     let f = Fixture::new();
     let id = "evt:ü/{tag}*\"'; DROP TABLE x;--";
-    let req = f.request(id, b"payload", 0);
-    acquired(store, &req, "fresh claim").await;
+    let req = f.claimed(store, id, b"payload").await;
     let history = vec![
         FailureNote {
             at: f.at_secs(1),
@@ -179,17 +140,11 @@ pub async fn record_round_trips(store: &dyn ProcessedStore) {
 /// the lease ends; then it is claimed afresh.
 pub async fn a_live_lease_outlives_the_expiry(store: &dyn ProcessedStore) {
     let f = Fixture::new();
-    let req = f.request("outlives", b"b", 0);
-    acquired(store, &req, "fresh claim").await;
+    let req = f.claimed(store, "outlives", b"b").await;
     let k = f.key("outlives");
     let to_10_000 = (f.at_secs(10_000), f.at_secs(3601));
     let rule = "renew by the claim holding the lease applies";
-    fence_is(
-        store.renew(k, req.token, to_10_000.0, to_10_000.1),
-        Fence::Applied,
-        rule,
-    )
-    .await;
+    renew_is(store, k, req.token, to_10_000, Fence::Applied, rule).await;
     let case = "a claim after the expiry, the lease still live";
     let held = existing(store, &f.request("outlives", b"b", 5000), case).await;
     assert_eq!(
@@ -209,8 +164,7 @@ pub async fn a_live_lease_outlives_the_expiry(store: &dyn ProcessedStore) {
 /// Delete refuses a live lease and removes anything else.
 pub async fn delete_spares_live_leases(store: &dyn ProcessedStore) {
     let f = Fixture::new();
-    let req = f.request("forget", b"b", 0);
-    acquired(store, &req, "fresh claim").await;
+    f.claimed(store, "forget", b"b").await;
     assert_eq!(
         store.delete(f.key("forget"), f.at_secs(1)).await.unwrap(),
         Deleted::LeaseHeld,
@@ -241,10 +195,8 @@ pub async fn delete_spares_live_leases(store: &dyn ProcessedStore) {
 /// Stuck lists `InProgress` records whose lease ran out, and nothing else of ours.
 pub async fn stuck_lists_expired_leases(store: &dyn ProcessedStore) {
     let f = Fixture::new();
-    let a = f.request("stuck-a", b"b", 0);
-    acquired(store, &a, "fresh claim").await;
-    let b = f.request("stuck-b", b"b", 0);
-    acquired(store, &b, "fresh claim").await;
+    let a = f.claimed(store, "stuck-a", b"b").await;
+    let b = f.claimed(store, "stuck-b", b"b").await;
     let _ = store
         .finish(
             f.key("stuck-b"),
@@ -319,8 +271,7 @@ pub async fn purge_removes_only_expired(store: &dyn ProcessedStore) {
     let mut tokens = Vec::new();
     for i in 0..10 {
         let id = format!("p{i}");
-        let req = f.request(&id, b"b", 0);
-        acquired(store, &req, "fresh claim").await;
+        let req = f.claimed(store, &id, b"b").await;
         tokens.push(req.token);
     }
     // p0..p7 completed (expire at +3601 s); p8 stays InProgress with a lease renewed

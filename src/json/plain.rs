@@ -63,6 +63,36 @@ pub(super) enum Leaf<'b> {
     NotScalar,
 }
 
+/// The paths [`Plain`] reads a value for: `live` holds those that lead to it,
+/// having matched their first `depth` keys.
+struct Reading<'p, P, const N: usize> {
+    paths: &'p [&'p [P]; N],
+    live: u8,
+    depth: usize,
+}
+
+// By hand: a derive would ask `P: Copy`, and only a reference to `P` is held.
+impl<P, const N: usize> Clone for Reading<'_, P, N> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<P, const N: usize> Copy for Reading<'_, P, N> {}
+
+impl<P, const N: usize> Reading<'_, P, N> {
+    /// `leaf` for each live path that ends at this value, `Missing` for the others.
+    fn ends_here<'b>(self, leaf: Leaf<'b>) -> [Leaf<'b>; N] {
+        std::array::from_fn(|i| {
+            if self.live & (1 << i) != 0 && self.paths[i].len() == self.depth {
+                leaf
+            } else {
+                Leaf::Missing
+            }
+        })
+    }
+}
+
 /// Deepest nesting [`Plain`] reads; serde_json's limit is 128.
 const PLAIN_MAX_NESTING: usize = 100;
 
@@ -90,7 +120,12 @@ impl<'b> Plain<'b> {
         std::str::from_utf8(body).ok()?;
         let mut reader = Plain { body, at: 0 };
         reader.skip_whitespace();
-        let found = reader.value(paths, live, 0, 0)?;
+        let reading = Reading {
+            paths,
+            live,
+            depth: 0,
+        };
+        let found = reader.value(reading, 0)?;
         reader.skip_whitespace();
         (reader.at == body.len()).then_some(found)
     }
@@ -142,30 +177,19 @@ impl<'b> Plain<'b> {
             .then(|| self.at += word.len())
     }
 
-    /// Reads one value; `live` holds the paths that lead here, having matched their
-    /// first `depth` keys.
+    /// Reads one value for the paths of `reading`.
     fn value<P: AsRef<str>, const N: usize>(
         &mut self,
-        paths: &[&[P]; N],
-        live: u8,
-        depth: usize,
+        reading: Reading<'_, P, N>,
         nesting: usize,
     ) -> Option<[Leaf<'b>; N]> {
-        if live == 0 {
+        if reading.live == 0 {
             self.skip(nesting)?;
             return Some([Leaf::Missing; N]);
         }
-        let ends_here = |leaf: Leaf<'b>| {
-            std::array::from_fn(|i| {
-                if live & (1 << i) != 0 && paths[i].len() == depth {
-                    leaf
-                } else {
-                    Leaf::Missing
-                }
-            })
-        };
+        let ends_here = |leaf| reading.ends_here(leaf);
         match self.peek()? {
-            b'{' => self.object(paths, live, depth, nesting + 1),
+            b'{' => self.object(reading, nesting + 1),
             b'[' => {
                 self.array(nesting + 1)?;
                 Some(ends_here(Leaf::NotScalar))
@@ -194,22 +218,38 @@ impl<'b> Plain<'b> {
     }
 
     fn skip_object(&mut self, nesting: usize) -> Option<()> {
+        self.members(nesting, b'{', b'}', |reader| {
+            reader.key()?;
+            reader.skip(nesting)
+        })
+    }
+
+    fn array(&mut self, nesting: usize) -> Option<()> {
+        self.members(nesting, b'[', b']', |reader| reader.skip(nesting))
+    }
+
+    /// Reads an array or object nested `nesting` deep, from `open` to `close`,
+    /// each member with `member` (an object's member: its key, then its value).
+    #[inline(always)]
+    fn members(
+        &mut self,
+        nesting: usize,
+        open: u8,
+        close: u8,
+        mut member: impl FnMut(&mut Self) -> Option<()>,
+    ) -> Option<()> {
         if nesting > PLAIN_MAX_NESTING {
             return None;
         }
-        self.eat(b'{')?;
+        self.eat(open)?;
         self.skip_whitespace();
-        if self.eat(b'}').is_some() {
+        if self.eat(close).is_some() {
             return Some(());
         }
         loop {
-            self.string()?;
+            member(self)?;
             self.skip_whitespace();
-            self.eat(b':')?;
-            self.skip_whitespace();
-            self.skip(nesting)?;
-            self.skip_whitespace();
-            if self.eat(b'}').is_some() {
+            if self.eat(close).is_some() {
                 return Some(());
             }
             self.eat(b',')?;
@@ -217,57 +257,28 @@ impl<'b> Plain<'b> {
         }
     }
 
-    fn array(&mut self, nesting: usize) -> Option<()> {
-        if nesting > PLAIN_MAX_NESTING {
-            return None;
-        }
-        self.eat(b'[')?;
+    /// An object member's key and the `:` after it, with the whitespace around.
+    fn key(&mut self) -> Option<&'b [u8]> {
+        let key = self.string()?;
         self.skip_whitespace();
-        if self.eat(b']').is_some() {
-            return Some(());
-        }
-        loop {
-            self.skip(nesting)?;
-            self.skip_whitespace();
-            if self.eat(b']').is_some() {
-                return Some(());
-            }
-            self.eat(b',')?;
-            self.skip_whitespace();
-        }
+        self.eat(b':')?;
+        self.skip_whitespace();
+        Some(key)
     }
 
     fn object<P: AsRef<str>, const N: usize>(
         &mut self,
-        paths: &[&[P]; N],
-        live: u8,
-        depth: usize,
+        reading: Reading<'_, P, N>,
         nesting: usize,
     ) -> Option<[Leaf<'b>; N]> {
-        if nesting > PLAIN_MAX_NESTING {
-            return None;
-        }
-        self.eat(b'{')?;
+        let Reading { paths, live, depth } = reading;
         // As MultiSeed: paths ending at an object answer NotScalar.
-        let mut found: [Leaf<'b>; N] = std::array::from_fn(|i| {
-            if live & (1 << i) != 0 && paths[i].len() == depth {
-                Leaf::NotScalar
-            } else {
-                Leaf::Missing
-            }
-        });
+        let mut found = reading.ends_here(Leaf::NotScalar);
         let deeper = (0..N)
             .filter(|&i| live & (1 << i) != 0 && paths[i].len() > depth)
             .fold(0u8, |mask, i| mask | 1 << i);
-        self.skip_whitespace();
-        if self.eat(b'}').is_some() {
-            return Some(found);
-        }
-        loop {
-            let key = self.string()?;
-            self.skip_whitespace();
-            self.eat(b':')?;
-            self.skip_whitespace();
+        self.members(nesting, b'{', b'}', |reader| {
+            let key = reader.key()?;
             // As MultiSeed: a path takes the first key that gives it an answer.
             let mut wanted = 0u8;
             for (i, leaf) in found.iter().enumerate() {
@@ -279,21 +290,21 @@ impl<'b> Plain<'b> {
                 }
             }
             if wanted == 0 {
-                self.skip(nesting)?;
-            } else {
-                let sub = self.value(paths, wanted, depth + 1, nesting)?;
-                for i in 0..N {
-                    if wanted & (1 << i) != 0 {
-                        found[i] = sub[i];
-                    }
+                return reader.skip(nesting);
+            }
+            let below = Reading {
+                paths,
+                live: wanted,
+                depth: depth + 1,
+            };
+            let sub = reader.value(below, nesting)?;
+            for i in 0..N {
+                if wanted & (1 << i) != 0 {
+                    found[i] = sub[i];
                 }
             }
-            self.skip_whitespace();
-            if self.eat(b'}').is_some() {
-                return Some(found);
-            }
-            self.eat(b',')?;
-            self.skip_whitespace();
-        }
+            Some(())
+        })?;
+        Some(found)
     }
 }

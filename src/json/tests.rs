@@ -138,16 +138,19 @@ fn body_strategy() -> impl proptest::strategy::Strategy<Value = Vec<u8>> {
     prop_oneof![shaped, valid]
 }
 
+/// The paths the property tests read from each generated body.
+const PATHS: [&[&str]; 5] = [
+    &["type"],
+    &["created"],
+    &["data", "object", "id"],
+    &["id"],
+    &["data"],
+];
+
 proptest::proptest! {
     #[test]
     fn fields_answers_what_field_answers(body in body_strategy()) {
-        let paths: [&[&str]; 5] = [
-            &["type"],
-            &["created"],
-            &["data", "object", "id"],
-            &["id"],
-            &["data"],
-        ];
+        let paths = PATHS;
         let one_pass = fields(&body, paths);
         let each = paths.map(|p| field(&body, p).ok());
         proptest::prop_assert_eq!(one_pass, each);
@@ -155,13 +158,7 @@ proptest::proptest! {
 
     #[test]
     fn the_plain_reader_answers_what_serde_answers(body in body_strategy()) {
-        let paths: [&[&str]; 5] = [
-            &["type"],
-            &["created"],
-            &["data", "object", "id"],
-            &["id"],
-            &["data"],
-        ];
+        let paths = PATHS;
         if let Some(plain) = Plain::scan(&body, &paths, 0b11111) {
             let mut de = serde_json::Deserializer::from_slice(&body);
             let serde = MultiSeed::<&str, 5> { paths: &paths, live: 0b11111, depth: 0 }
