@@ -8,7 +8,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, TimeDelta, Utc};
 
-use super::{InboxEvent, InboxState, InboxStore, Settle};
+use super::{InboxEvent, InboxState, InboxStore};
 use crate::clock::{Clock, SystemClock};
 use crate::hooks::{Hooks, NoHooks, PanicSafe};
 use crate::ordering::{Freshness, ObjectKey, ObjectStatus, OrderingStore};
@@ -16,6 +16,8 @@ use crate::outcome::HandlerError;
 use crate::reconcile::{ReconcileReason, ReconcileRequest, Reconciler};
 use crate::runtime::{catch_unwind, panic_message};
 use crate::store::{Fence, FencingToken, StoreError};
+
+mod settle;
 
 /// Processes one stored event. Implemented for closures
 /// `Fn(InboxEvent) -> impl Future<Output = Result<(), HandlerError>>`.
@@ -111,6 +113,18 @@ impl RetryPolicy {
 /// worker's clock passed the last lease the store confirmed), the handler's future
 /// is dropped and the reconciler asked. A handler that hangs therefore holds its event until
 /// [`Worker::handler_timeout`] stops it: set one.
+///
+/// When the store fails a settle (the event done, put back for a retry, dead-lettered
+/// or skipped), the worker keeps the settle and makes it again, at doubling intervals
+/// from 50 ms up to a second apart, renewing the lease every third of it meanwhile,
+/// until the store answers. It stops trying when the lease the store last confirmed
+/// has ended by the worker's clock, or a lease after the first failure, whichever
+/// comes first; the event then runs again once its lease has run out (at least once:
+/// never lost). A store outage that ends a second or more before the lease left
+/// when the handler finished (two thirds of a lease or more, while the store
+/// answered the renewals) therefore runs no event twice. A stopping worker
+/// ([`WorkerHandle::shutdown`]) waits for these tries as for a handler in flight:
+/// at most until the lease ends.
 #[derive(Clone)]
 pub struct Worker {
     inner: Arc<Inner>,
@@ -281,8 +295,10 @@ impl Worker {
     /// [`WorkerHandle::shutdown`].
     ///
     /// # Errors
-    /// The store's error when leasing failed; errors while settling one event are
-    /// logged, and that event's lease runs out and it is leased again.
+    /// The store's error when leasing failed. A settle the store fails is made
+    /// again while the event's lease holds (see [`Worker`]); if the store fails it
+    /// until then, the error is logged, and the event is leased again once its
+    /// lease has run out.
     pub async fn run_once(&self) -> Result<usize, StoreError> {
         let mut tasks = tokio::task::JoinSet::new();
         let n = self.lease_into(&mut tasks, self.inner.concurrency).await?;
@@ -460,25 +476,37 @@ impl Inner {
             Some(Order::Go) => {}
             Some(Order::Stale) => {
                 self.hooks.on_stale(key, &event.meta);
-                self.settle(&event, InboxState::Skipped, None).await;
+                self.settle(&event, &mut held_until, InboxState::Skipped, None)
+                    .await;
                 return;
             }
-            Some(Order::Unavailable(error)) => return self.order_unavailable(&event, &error).await,
+            Some(Order::Unavailable(error)) => {
+                return self
+                    .order_unavailable(&event, &mut held_until, &error)
+                    .await
+            }
             // The lease ran out unrenewed while checking: nothing ran.
-            None => return self.not_started(&event).await,
+            None => return self.not_started(&event, &mut held_until).await,
         }
         if event.attempts > self.policy.max_attempts {
             // Its last `max_attempts` runs ended without a settle (the process died
             // or the lease was lost each time): stop here, as after the last failure.
             let error = "no attempt finished: the handler crashed or lost its lease";
-            self.dead(&event, error, ReconcileReason::DeadLettered)
-                .await;
+            self.dead(
+                &event,
+                &mut held_until,
+                error,
+                ReconcileReason::DeadLettered,
+            )
+            .await;
             return;
         }
         let ran = self.run(&event, &mut held_until).await;
         match ran {
             Ran::Ok => {
-                if self.settle(&event, InboxState::Done, None).await
+                if self
+                    .settle(&event, &mut held_until, InboxState::Done, None)
+                    .await
                     && !self.settle_object(&event, ObjectStatus::Applied).await
                 {
                     // A newer event of the object was seen while this one ran, or
@@ -492,6 +520,7 @@ impl Inner {
                     let settled = self
                         .settle(
                             &event,
+                            &mut held_until,
                             InboxState::Done,
                             Some("handler timed out; reconciled"),
                         )
@@ -503,34 +532,47 @@ impl Inner {
                         self.settle_object(&event, ObjectStatus::Applied).await;
                     }
                 } else {
-                    self.fail(&event, "handler timed out".into()).await;
+                    self.fail(&event, &mut held_until, "handler timed out".into())
+                        .await;
                 }
             }
             Ran::Failed(HandlerError::Permanent(e)) => {
                 let error = crate::runtime::error_text(&e);
-                self.dead(&event, &error, ReconcileReason::PermanentFailure)
-                    .await;
+                self.dead(
+                    &event,
+                    &mut held_until,
+                    &error,
+                    ReconcileReason::PermanentFailure,
+                )
+                .await;
             }
             Ran::Failed(HandlerError::Retryable(e)) => {
                 let error = crate::runtime::error_text(&e);
-                self.fail(&event, error).await;
+                self.fail(&event, &mut held_until, error).await;
             }
             Ran::LeaseLost => {
                 tracing::warn!(id = %event.id, "inbox lease lost while the handler ran; handler stopped");
                 self.reconcile(&event, ReconcileReason::LeaseLost).await;
             }
-            Ran::NotStarted => self.not_started(&event).await,
+            Ran::NotStarted => self.not_started(&event, &mut held_until).await,
         }
     }
 
     /// Puts back an event whose lease ended before its handler started, its attempt
     /// given back (fenced: a no-op if another worker has it): nothing ran, so
     /// nothing to reconcile.
-    async fn not_started(&self, event: &InboxEvent) {
+    async fn not_started(&self, event: &InboxEvent, held_until: &mut DateTime<Utc>) {
         let error = "the lease ended before the handler started";
         let now = self.clock.now();
-        self.settle_at(event, InboxState::Pending, Some(error), now, false)
-            .await;
+        self.settle_at(
+            event,
+            held_until,
+            InboxState::Pending,
+            Some(error),
+            now,
+            false,
+        )
+        .await;
     }
 
     /// The event's object and `created_at`, when it takes part in ordering (decided
@@ -563,7 +605,12 @@ impl Inner {
     }
 
     /// Puts back an event whose ordering check the store could not answer.
-    async fn order_unavailable(&self, event: &InboxEvent, error: &str) {
+    async fn order_unavailable(
+        &self,
+        event: &InboxEvent,
+        held_until: &mut DateTime<Utc>,
+        error: &str,
+    ) {
         tracing::warn!(id = %event.id, %error, "ordering store failed; retrying event");
         // Not the handler's failure: no hook, and the attempt given back (the event
         // does not go dead unrun through an outage). So the policy's delay does not
@@ -574,7 +621,8 @@ impl Inner {
             .unwrap_or_default();
         let wait = (waited / 4).min(self.policy.max).max(self.poll);
         let error = format!("ordering store unavailable: {error}");
-        self.retry_later(event, &error, wait, false).await;
+        self.retry_later(event, held_until, &error, wait, false)
+            .await;
     }
 
     async fn run(&self, event: &InboxEvent, held_until: &mut DateTime<Utc>) -> Ran {
@@ -679,27 +727,48 @@ impl Inner {
         }
     }
 
-    async fn fail(&self, event: &InboxEvent, error: String) {
+    async fn fail(&self, event: &InboxEvent, held_until: &mut DateTime<Utc>, error: String) {
         if event.attempts >= self.policy.max_attempts {
-            self.dead(event, &error, ReconcileReason::DeadLettered)
+            self.dead(event, held_until, &error, ReconcileReason::DeadLettered)
                 .await;
         } else {
             self.hooks.on_failure(event.key(), event.attempts, &error);
-            self.retry_later(event, &error, Duration::ZERO, true).await;
+            self.retry_later(event, held_until, &error, Duration::ZERO, true)
+                .await;
         }
     }
 
     /// Puts `event` back, due after the policy's delay (and at least `at_least`);
     /// its attempt given back unless it `counts`.
-    async fn retry_later(&self, event: &InboxEvent, error: &str, at_least: Duration, counts: bool) {
+    async fn retry_later(
+        &self,
+        event: &InboxEvent,
+        held_until: &mut DateTime<Utc>,
+        error: &str,
+        at_least: Duration,
+        counts: bool,
+    ) {
         let now = self.clock.now();
         let wait = self.policy.delay(event.attempts).max(at_least);
         let next = crate::later(now, delta(wait));
-        self.settle_at(event, InboxState::Pending, Some(error), next, counts)
-            .await;
+        self.settle_at(
+            event,
+            held_until,
+            InboxState::Pending,
+            Some(error),
+            next,
+            counts,
+        )
+        .await;
     }
 
-    async fn dead(&self, event: &InboxEvent, error: &str, reason: ReconcileReason) {
+    async fn dead(
+        &self,
+        event: &InboxEvent,
+        held_until: &mut DateTime<Utc>,
+        error: &str,
+        reason: ReconcileReason,
+    ) {
         // The object is marked failed first, so that `reconcile_stale` lists it for
         // as long as its reconcile has not succeeded: marked after the settle, a
         // crash in between would leave it pending, and listed by nothing, once the
@@ -707,7 +776,10 @@ impl Inner {
         // costs a reconcile more.
         self.settle_object(event, ObjectStatus::Failed).await;
         let failed_since = self.clock.now();
-        if !self.settle(event, InboxState::Dead, Some(error)).await {
+        if !self
+            .settle(event, held_until, InboxState::Dead, Some(error))
+            .await
+        {
             return;
         }
         // Panic-safe (as every hook): the reconciler below must run, nothing would
@@ -725,58 +797,15 @@ impl Inner {
         }
     }
 
-    async fn settle(&self, event: &InboxEvent, state: InboxState, error: Option<&str>) -> bool {
-        self.settle_at(event, state, error, self.clock.now(), true)
-            .await
-    }
-
-    /// Settles `event` (its attempt given back unless it `counts`); `true` when
-    /// applied. A lost lease after a run (an attempt that counts, not a stale skip)
-    /// is an ambiguous outcome: another worker has the event, and the reconciler is
-    /// told.
-    async fn settle_at(
+    async fn settle(
         &self,
         event: &InboxEvent,
+        held_until: &mut DateTime<Utc>,
         state: InboxState,
         error: Option<&str>,
-        next_attempt_at: DateTime<Utc>,
-        counts: bool,
     ) -> bool {
-        let now = self.clock.now();
-        // Bounded once NULs are replaced (each becomes three bytes).
-        let error =
-            error.map(|e| crate::runtime::bounded_error(crate::without_nul(e).into_owned()));
-        let settle = Settle {
-            state,
-            next_attempt_at,
-            error: error.as_deref(),
-            now,
-            expires_at: crate::later(now, delta(self.retention)),
-            attempt_counts: counts,
-        };
-        match self
-            .inbox
-            .settle_event(event.key(), event.token, &settle)
+        self.settle_at(event, held_until, state, error, self.clock.now(), true)
             .await
-        {
-            Ok(Fence::Applied) => true,
-            // Another worker has the event now. After a run, the outcome is
-            // ambiguous: the reconciler is told. An event put back unrun (its attempt
-            // given back) or skipped as stale ran no handler: nothing to reconcile.
-            Ok(Fence::LeaseLost) if counts && state != InboxState::Skipped => {
-                tracing::warn!(id = %event.id, "inbox lease lost while the handler ran");
-                self.reconcile(event, ReconcileReason::LeaseLost).await;
-                false
-            }
-            Ok(Fence::LeaseLost) => {
-                tracing::warn!(id = %event.id, "inbox lease lost before the handler ran");
-                false
-            }
-            Err(e) => {
-                tracing::warn!(id = %event.id, error = %e, "could not settle an inbox event; its lease will run out");
-                false
-            }
-        }
     }
 
     /// Settles the event's object; `false` only when the ordering store answers that
@@ -825,6 +854,8 @@ pub struct WorkerHandle {
 
 impl WorkerHandle {
     /// Stops taking new events, lets the events (and a purge) in flight finish, and waits.
+    /// An event whose settle the store fails is tried again until its lease ends
+    /// (see [`Worker`]), so with the store down this waits at most about a lease.
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
         let _ = self.task.await;

@@ -2482,3 +2482,113 @@ async fn a_dead_letter_reaches_the_ledger_after_an_ordering_outage() {
         "the dead letter's object is listed"
     );
 }
+
+/// An inbox whose settles always fail (renewals and the rest go through).
+#[derive(Debug)]
+struct SettleFails {
+    inner: MemoryStore,
+    settles: AtomicUsize,
+    renewals: AtomicUsize,
+}
+
+#[async_trait]
+impl InboxStore for SettleFails {
+    async fn enqueue(
+        &self,
+        e: &webhook_guard::inbox::NewEvent<'_>,
+    ) -> Result<webhook_guard::inbox::Enqueued, webhook_guard::StoreError> {
+        self.inner.enqueue(e).await
+    }
+    async fn lease(
+        &self,
+        ns: &str,
+        now: DateTime<Utc>,
+        until: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<InboxEvent>, webhook_guard::StoreError> {
+        self.inner.lease(ns, now, until, limit).await
+    }
+    async fn settle_event(
+        &self,
+        _: Key<'_>,
+        _: webhook_guard::store::FencingToken,
+        _: &webhook_guard::inbox::Settle<'_>,
+    ) -> Result<webhook_guard::store::Fence, webhook_guard::StoreError> {
+        self.settles.fetch_add(1, Ordering::SeqCst);
+        Err(webhook_guard::StoreError::unavailable("connection refused"))
+    }
+    async fn renew_event(
+        &self,
+        k: Key<'_>,
+        t: webhook_guard::store::FencingToken,
+        l: DateTime<Utc>,
+    ) -> Result<webhook_guard::store::Fence, webhook_guard::StoreError> {
+        self.renewals.fetch_add(1, Ordering::SeqCst);
+        self.inner.renew_event(k, t, l).await
+    }
+    async fn get_event(&self, k: Key<'_>) -> Result<Option<InboxEvent>, webhook_guard::StoreError> {
+        self.inner.get_event(k).await
+    }
+    async fn purge_settled(
+        &self,
+        now: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<u64, webhook_guard::StoreError> {
+        self.inner.purge_settled(now, limit).await
+    }
+}
+
+/// A settle the store keeps failing while it renews the lease is tried again, the
+/// lease renewed meanwhile, and given up a lease after the first failure: a
+/// stopping worker does not wait for it forever, and the event stays `Running`
+/// until its lease runs out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settle_the_store_keeps_failing_is_given_up_after_a_lease() {
+    let store = Arc::new(SettleFails {
+        inner: MemoryStore::new(),
+        settles: AtomicUsize::new(0),
+        renewals: AtomicUsize::new(0),
+    });
+    let meta = EventMeta::default();
+    let now = Utc::now();
+    let key = Key::new("settle-fails", "evt_1");
+    let new = webhook_guard::inbox::NewEvent {
+        key,
+        fingerprint: webhook_guard::store::Fingerprint::of(b"x"),
+        meta: &meta,
+        payload: b"x",
+        now,
+        expires_at: now + TimeDelta::hours(1),
+    };
+    store.enqueue(&new).await.unwrap();
+    let ran = Arc::new(tokio::sync::Notify::new());
+    let worker = {
+        let ran = ran.clone();
+        Worker::new(store.clone(), "settle-fails", move |_e: InboxEvent| {
+            let ran = ran.clone();
+            async move {
+                ran.notify_one();
+                Ok(())
+            }
+        })
+        .lease(Duration::from_millis(600))
+        .poll_interval(Duration::from_millis(10))
+    };
+    let handle = worker.spawn();
+    tokio::time::timeout(Duration::from_secs(5), ran.notified())
+        .await
+        .expect("the handler ran");
+    tokio::time::timeout(Duration::from_secs(5), handle.shutdown())
+        .await
+        .expect("the worker stopped: the tries end with a lease");
+    assert!(
+        store.settles.load(Ordering::SeqCst) > 1,
+        "the settle was tried again"
+    );
+    assert!(
+        store.renewals.load(Ordering::SeqCst) > 0,
+        "the lease was renewed meanwhile"
+    );
+    let event = store.get_event(key).await.unwrap().unwrap();
+    assert_eq!(event.state, InboxState::Running);
+}

@@ -56,5 +56,12 @@ mod faults;
 mod load;
 #[cfg(feature = "tokio")]
 mod schedules;
+#[cfg(all(
+    feature = "postgres",
+    feature = "mysql",
+    feature = "redis",
+    feature = "sqlite"
+))]
+mod settle_faults;
 
 mod support;

@@ -5,9 +5,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use webhook_guard::inbox::InboxStore;
 #[cfg(feature = "sqlite")]
 use webhook_guard::store::SqliteStore;
-use webhook_guard::store::{DynProcessedStore, FencingToken};
+use webhook_guard::store::{DynProcessedStore, FencingToken, ProcessedStore};
 use webhook_guard::MemoryStore;
 
 /// The backends the reliability scenarios run against.
@@ -178,6 +179,26 @@ pub async fn store(
     pool: u32,
     through: Option<&str>,
 ) -> Option<(Arc<DynProcessedStore>, Cleanup)> {
+    let (store, _, cleanup) = open(backend, pool, through).await?;
+    Some((store, cleanup))
+}
+
+/// The inbox of a fresh store of `backend`, built as by [`store`].
+pub async fn inbox(
+    backend: Backend,
+    pool: u32,
+    through: Option<&str>,
+) -> Option<(Arc<dyn InboxStore>, Cleanup)> {
+    let (_, inbox, cleanup) = open(backend, pool, through).await?;
+    Some((inbox, cleanup))
+}
+
+/// Both views of one fresh store: see [`store`].
+async fn open(
+    backend: Backend,
+    pool: u32,
+    through: Option<&str>,
+) -> Option<(Arc<DynProcessedStore>, Arc<dyn InboxStore>, Cleanup)> {
     let url = match backend.url_var() {
         Some(var) => Some(super::server_url(var)?),
         None => None,
@@ -195,7 +216,7 @@ pub async fn store(
         Duration::from_secs(60)
     };
     match backend {
-        Backend::Memory => Some((Arc::new(MemoryStore::new()), Cleanup::Nothing)),
+        Backend::Memory => Some(both(MemoryStore::new(), Cleanup::Nothing)),
         #[cfg(feature = "sqlite")]
         Backend::Sqlite => {
             let path = std::env::temp_dir().join(format!("{}.db", unique("wg_reliab")));
@@ -207,7 +228,7 @@ pub async fn store(
                 .expect("open SQLite");
             let store = SqliteStore::new(pool);
             store.migrate().await.expect("migrate");
-            Some((Arc::new(store), Cleanup::File(path)))
+            Some(both(store, Cleanup::File(path)))
         }
         #[cfg(feature = "postgres")]
         Backend::Postgres => {
@@ -223,7 +244,7 @@ pub async fn store(
             let store = PostgresStore::with_table(pg, &table).unwrap();
             store.migrate().await.expect("migrate");
             let url = url.unwrap();
-            Some((Arc::new(store), Cleanup::Table { url, table }))
+            Some(both(store, Cleanup::Table { url, table }))
         }
         #[cfg(feature = "mysql")]
         Backend::MySql => {
@@ -239,7 +260,7 @@ pub async fn store(
             let store = MySqlStore::new(my).with_table(&table).unwrap();
             store.migrate().await.expect("migrate");
             let url = url.unwrap();
-            Some((Arc::new(store), Cleanup::Table { url, table }))
+            Some(both(store, Cleanup::Table { url, table }))
         }
         #[cfg(feature = "redis")]
         Backend::Redis => {
@@ -253,9 +274,18 @@ pub async fn store(
                 .await
                 .expect("connect to Redis");
             let url = url.unwrap();
-            Some((Arc::new(store), Cleanup::Prefix { url, prefix }))
+            Some(both(store, Cleanup::Prefix { url, prefix }))
         }
         #[allow(unreachable_patterns)]
         other => panic!("{} is not built with this test's features", other.name()),
     }
+}
+
+/// `store` shared as a store of records and as an inbox.
+fn both<S: ProcessedStore + InboxStore>(
+    store: S,
+    cleanup: Cleanup,
+) -> (Arc<DynProcessedStore>, Arc<dyn InboxStore>, Cleanup) {
+    let store = Arc::new(store);
+    (store.clone(), store, cleanup)
 }
