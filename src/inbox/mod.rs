@@ -225,25 +225,6 @@ pub struct Settle<'a> {
     pub attempt_counts: bool,
 }
 
-impl Settle<'_> {
-    /// The answer to this settle made under `token`, whose fenced change answered
-    /// `fence`: a lost lease is [`Fence::Applied`] all the same when the event as
-    /// stored (`stored`, asked for only then) already holds this settle — the same
-    /// settle made again, its first answer lost ([`settled_already`]).
-    pub(crate) fn answer<'e>(
-        &self,
-        token: FencingToken,
-        fence: Fence,
-        stored: impl FnOnce() -> Option<&'e InboxEvent>,
-    ) -> Fence {
-        if fence == Fence::LeaseLost && stored().is_some_and(|e| settled_already(e, token, self)) {
-            Fence::Applied
-        } else {
-            fence
-        }
-    }
-}
-
 /// Whether `event` already holds `settle` made under `token`: the same settle made
 /// again (times compared to the millisecond, as the durable stores keep them).
 pub(crate) fn settled_already(
