@@ -21,6 +21,10 @@ pub struct Escalation<'a> {
     pub failures: u32,
     /// The latest failures, oldest first.
     pub history: &'a [FailureNote],
+    /// `true` when the escalation was recorded by a process that died before it
+    /// called this hook, and the guard calls it now: at the id's next delivery
+    /// (`body` is that delivery's) or from the guard's sweeper (`body` is empty).
+    pub resumed: bool,
 }
 
 impl fmt::Debug for Escalation<'_> {
@@ -30,6 +34,7 @@ impl fmt::Debug for Escalation<'_> {
             .field("body", &crate::BodyLen(self.body.len()))
             .field("failures", &self.failures)
             .field("history", &self.history)
+            .field("resumed", &self.resumed)
             .finish()
     }
 }
@@ -63,6 +68,10 @@ pub struct SweepReport {
     /// Whether the stuck leases were counted: `false` when the store failed to list
     /// them (then `stuck` and `oldest_stuck` say nothing; `purged` still holds).
     pub stuck_counted: bool,
+    /// Escalations and permanent failures whose process died after recording them
+    /// and before announcing them, announced by this pass (a guard's sweeper only:
+    /// the hook called, the reconciler asked).
+    pub followed_up: usize,
 }
 
 /// Callbacks on what the guard does. Every method has a no-op default; implement the
@@ -94,15 +103,24 @@ pub trait Hooks: fmt::Debug + Send + Sync + 'static {
     }
 
     /// The id failed `escalate_after` times: alert, and reconcile the object through
-    /// the provider's API. Called once per escalated id, except when the store
-    /// could not record the escalation (it is recorded in the background): should
-    /// that never land, a redelivery after the lease escalates again and calls this
-    /// again. Make it idempotent per key.
+    /// the provider's API.
+    ///
+    /// Called at least once per escalated id. More than once when the process
+    /// died between recording the escalation and releasing its follow-up marker
+    /// (the id's next delivery, or the guard's sweeper, calls it again, with
+    /// [`Escalation::resumed`] set), and when the store could not record the
+    /// escalation (it is recorded in the background; should that never land, a
+    /// redelivery after the lease escalates again). Make it idempotent per key.
     fn on_escalation(&self, escalation: &Escalation<'_>) {
         let _ = escalation;
     }
 
     /// The handler reported a permanent failure. Worth an alert.
+    ///
+    /// Called at least once per id, as [`Hooks::on_escalation`] is: again when the
+    /// process died after recording the failure and before releasing its follow-up
+    /// marker (then `error` is the latest failure the record keeps). Make it
+    /// idempotent per key.
     fn on_permanent_failure(&self, key: Key<'_>, error: &str) {
         let _ = (key, error);
     }
@@ -242,6 +260,7 @@ mod tests {
             body: b"PAYLOAD-MARKER",
             failures: 5,
             history: &[],
+            resumed: false,
         };
         let text = format!("{escalation:?}");
         assert!(!text.contains("PAYLOAD-MARKER"), "{text}");

@@ -1,4 +1,5 @@
-//! The retention sweeper: purges expired records and reports stuck leases.
+//! The retention sweeper: purges expired records, reports stuck leases and, for a
+//! guard's sweeper, announces failures for good a crashed process left unannounced.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,6 +21,9 @@ pub struct Sweeper {
     batch: usize,
     max_batches: usize,
     stuck_limit: usize,
+    /// The guard whose follow-up markers this sweeper pays (made by
+    /// [`WebhookGuard::sweeper`](crate::WebhookGuard::sweeper)).
+    guard: Option<crate::WebhookGuard>,
 }
 
 impl Sweeper {
@@ -37,6 +41,7 @@ impl Sweeper {
             batch: 1000,
             max_batches: 100,
             stuck_limit: 1000,
+            guard: None,
         }
     }
 
@@ -63,6 +68,14 @@ impl Sweeper {
 
     /// One pass: purge batches until one comes back short, then count stuck leases.
     ///
+    /// A guard's sweeper ([`WebhookGuard::sweeper`](crate::WebhookGuard::sweeper))
+    /// also finishes, among the stuck leases, the guard's follow-up markers: an
+    /// escalation or permanent failure whose process died after recording it and
+    /// before announcing it gets its hook called (an escalation's with an empty
+    /// body), its reconcile asked (by event id: the object is read from the body,
+    /// which the record does not keep), and is counted in
+    /// [`SweepReport::followed_up`] instead of [`SweepReport::stuck`].
+    ///
     /// # Errors
     /// The store's error (the purge's, if both failed). Unless both failed, the pass
     /// is reported to [`Hooks::on_sweep`] all the same, with what it did: a purge
@@ -87,7 +100,10 @@ impl Sweeper {
             }
         }
         let stuck_error = match self.store.stuck(now, self.stuck_limit).await {
-            Ok(stuck) => {
+            Ok(mut stuck) => {
+                if let Some(guard) = &self.guard {
+                    report.followed_up = follow_up(guard, &mut stuck).await;
+                }
                 report.stuck = stuck.len();
                 report.oldest_stuck = stuck
                     .iter()
@@ -170,14 +186,42 @@ impl SweeperHandle {
 }
 
 impl crate::WebhookGuard {
-    /// A sweeper over this guard's store, clock and hooks.
+    /// A sweeper over this guard's store, clock and hooks, which also finishes the
+    /// guard's follow-ups a crashed process left (see [`Sweeper::sweep`]).
     pub fn sweeper(&self) -> Sweeper {
-        Sweeper::new(
+        let mut sweeper = Sweeper::new(
             self.store().clone(),
             self.clock().clone(),
             self.hooks().clone(),
-        )
+        );
+        sweeper.guard = Some(self.clone());
+        sweeper
     }
+}
+
+/// Pays the debts of `guard`'s follow-up markers among the `stuck` leases, and
+/// leaves in `stuck` the rest (other leases, and markers that could not be paid
+/// now): how many were announced.
+async fn follow_up(guard: &crate::WebhookGuard, stuck: &mut Vec<crate::store::Record>) -> usize {
+    use crate::guard::Paid;
+    let mut announced = 0;
+    let mut left = Vec::with_capacity(stuck.len());
+    for record in stuck.drain(..) {
+        if !guard.is_marker(&record) {
+            left.push(record);
+            continue;
+        }
+        match guard.pay_stuck(&record).await {
+            Ok(Paid::Announced) => announced += 1,
+            Ok(Paid::Released | Paid::Busy) => {}
+            Err(e) => {
+                tracing::warn!(id = %record.id, error = %e, "could not finish a follow-up; the next sweep tries again");
+                left.push(record);
+            }
+        }
+    }
+    *stuck = left;
+    announced
 }
 
 #[cfg(all(test, feature = "tokio"))]

@@ -316,6 +316,7 @@ impl WebhookGuardBuilder {
                 clock: self.clock,
                 safe_hooks: PanicSafe::wrap(self.hooks.clone()),
                 hooks: self.hooks,
+                followup_namespace: super::followup::followup_namespace(&self.namespace),
                 namespace: self.namespace,
                 event_id: self.event_id,
                 lease: self.lease,

@@ -16,6 +16,7 @@ mod builder;
 mod cancellation;
 mod claim;
 mod event;
+mod followup;
 mod inbox;
 mod reconcile;
 mod record;
@@ -61,6 +62,7 @@ pub use reconcile::ReconcileReport;
 use builder::KINDS;
 use cancellation::{Detachable, ReleaseOnDrop};
 use event::check_id;
+pub(crate) use followup::Paid;
 use state::ClaimState;
 
 /// The guard: one per endpoint, built at start-up, cloned into every request.
@@ -85,6 +87,8 @@ struct Inner {
     /// What the guard calls: `hooks`, panic-safe.
     safe_hooks: Arc<dyn Hooks>,
     namespace: String,
+    /// Where the follow-up markers of failures for good live (`followup.rs`).
+    followup_namespace: String,
     event_id: EventId,
     lease: Duration,
     lease_delta: TimeDelta,
@@ -354,6 +358,13 @@ impl WebhookGuard {
             Ok(Claim::Existing(record)) if request.made(&record) => record,
             Ok(Claim::Existing(record)) => {
                 record_on_span("webhook.attempt", record.attempts);
+                let owing = followup::failed_for_good(record.state)
+                    && record.fingerprint.matches(&fingerprint);
+                if owing {
+                    // What a process that died after recording it may have left
+                    // unannounced (`followup.rs`).
+                    self.pay_owed(&record, body, now).await;
+                }
                 let outcome = self.existing(id, record, fingerprint, now);
                 return self.done(outcome, None, started);
             }

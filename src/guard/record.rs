@@ -186,9 +186,11 @@ impl ClaimState {
             RecordState::PermanentFailure,
             self.record.failures.saturating_add(1),
         );
-        // Answered 200 even when the store fails (the sender must not retry a
-        // permanent failure): recorded in the background then, or a redelivery
-        // after the lease would run the handler again.
+        // The debt first (the object failed, the follow-up marker), then the
+        // record: see `followup.rs`. Answered 200 even when the store fails (the
+        // sender must not retry a permanent failure): recorded in the background
+        // then, or a redelivery after the lease would run the handler again.
+        let owed = self.owe(now).await;
         let unrecorded = "could not record a permanent failure";
         let ended = self.record_end(
             state,
@@ -199,11 +201,12 @@ impl ClaimState {
             unrecorded,
         );
         if let Err(lost) = ended.await {
+            self.paid(owed).await;
             return lost;
         }
         inner.safe_hooks.on_permanent_failure(self.key(), &error);
-        self.failed_for_good(ReconcileReason::PermanentFailure)
-            .await;
+        self.reconcile(ReconcileReason::PermanentFailure);
+        self.paid(owed).await;
         Outcome::PermanentFailure {
             id: self.id.clone(),
             error,
@@ -217,15 +220,29 @@ impl ClaimState {
         history: &[FailureNote],
         now: DateTime<Utc>,
     ) -> Outcome {
-        // Escalated even when the store fails (answered 200, the hook called):
-        // recorded in the background then, as a permanent failure is. Should that
-        // never land, a redelivery after the lease escalates at its claim, and calls
-        // the hook again. When someone else holds the id now, they see the count.
+        // The debt first (the object failed, the follow-up marker), then the
+        // record: see `followup.rs`. Escalated even when the store fails (answered
+        // 200, the hook called): recorded in the background then, as a permanent
+        // failure is. Should that never land, a redelivery after the lease escalates
+        // at its claim, and calls the hook again. When someone else holds the id
+        // now, they see the count.
+        let owed = self.owe(now).await;
         let (state, unrecorded) = (RecordState::Escalated, "could not record an escalation");
-        match (self.record_end(state, failures, history, now, "escalation", unrecorded)).await {
-            Ok(()) => self.escalated(body, failures, history).await,
+        let outcome = match (self.record_end(
+            state,
+            failures,
+            history,
+            now,
+            "escalation",
+            unrecorded,
+        ))
+        .await
+        {
+            Ok(()) => self.escalated(body, failures, history),
             Err(lost) => lost,
-        }
+        };
+        self.paid(owed).await;
+        outcome
     }
 
     /// Records this claim's end to `state` at `now`, the latest of `history` being
@@ -255,27 +272,21 @@ impl ClaimState {
         }
     }
 
-    /// An escalation decided: the hook, the object settled as failed, the
-    /// reconciler asked.
-    async fn escalated(&self, body: &[u8], failures: u32, history: &[FailureNote]) -> Outcome {
+    /// An escalation recorded: the hook, the reconciler asked (the object was
+    /// settled failed before the record).
+    fn escalated(&self, body: &[u8], failures: u32, history: &[FailureNote]) -> Outcome {
         self.guard.inner.safe_hooks.on_escalation(&Escalation {
             key: self.key(),
             body,
             failures,
             history,
+            resumed: false,
         });
-        self.failed_for_good(ReconcileReason::Escalated).await;
+        self.reconcile(ReconcileReason::Escalated);
         Outcome::Escalated {
             id: self.id.clone(),
             failures,
         }
-    }
-
-    /// An id that failed for good (`reason`): its object settled as failed, the
-    /// reconciler asked.
-    async fn failed_for_good(&self, reason: ReconcileReason) {
-        self.settle_object(ObjectStatus::Failed).await;
-        self.reconcile(reason);
     }
 
     /// Finishes this claim to `state` at `now`, fenced by its token: the store's

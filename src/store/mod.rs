@@ -68,6 +68,12 @@ pub type DynProcessedStore = dyn ProcessedStore;
 /// A namespace must not hold a NUL: the built-in stores join namespace and id with
 /// one (the guard's builder refuses such a namespace; a direct caller of a store
 /// must not make one either).
+///
+/// Besides its own namespace, a guard keeps short-lived follow-up markers (the
+/// announcement an escalation or a permanent failure still owes) in a namespace
+/// of its own, `"\u{1}followup:"` and 16 hex digits of a hash of its namespace,
+/// under the event's id. They show in [`ProcessedStore::stuck`] when a process died
+/// owing one, until the guard's sweeper or the id's next delivery pays it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Key<'a> {
     /// The namespace, such as `"stripe"`.

@@ -53,6 +53,13 @@ mod faults;
     feature = "mysql",
     feature = "redis"
 ))]
+mod followup;
+#[cfg(all(
+    feature = "sqlite",
+    feature = "postgres",
+    feature = "mysql",
+    feature = "redis"
+))]
 mod load;
 #[cfg(feature = "tokio")]
 mod schedules;

@@ -13,6 +13,7 @@ use std::process::ExitCode;
 use chrono::{DateTime, TimeDelta, Utc};
 use clap::{Args, Parser, Subcommand};
 use webhook_guard::store::{Backend, Deleted, Migration, OpenError, Record, StoreUrl};
+use webhook_guard::sweeper::Sweeper;
 use webhook_guard::verify::NoVerification;
 use webhook_guard::{ConfigError, WebhookGuard};
 
@@ -265,8 +266,8 @@ async fn stuck(args: &StoreArgs, limit: usize, json: bool) -> Result<ExitCode, F
         for r in &records {
             println!(
                 "{}/{}  lease ran out {}  attempts {}  failures {}",
-                r.namespace,
-                r.id,
+                r.namespace.escape_debug(),
+                r.id.escape_debug(),
                 when(r.lease_until, now),
                 r.attempts,
                 r.failures
@@ -288,8 +289,14 @@ async fn stuck(args: &StoreArgs, limit: usize, json: bool) -> Result<ExitCode, F
 
 async fn purge(args: &StoreArgs, batch: usize) -> Result<ExitCode, Fail> {
     let guard = guard(args).await?;
-    let report = guard
-        .sweeper()
+    // Not the guard's own sweeper: this tool has none of the host's hooks or
+    // reconciler, so the follow-ups a crashed host owes are left to the host.
+    let sweeper = Sweeper::new(
+        guard.store().clone(),
+        guard.clock().clone(),
+        guard.hooks().clone(),
+    );
+    let report = sweeper
         .batch(batch)
         .max_batches(usize::MAX)
         .sweep()

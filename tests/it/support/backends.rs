@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use webhook_guard::inbox::InboxStore;
+use webhook_guard::ordering::OrderingStore;
 #[cfg(feature = "sqlite")]
 use webhook_guard::store::SqliteStore;
 use webhook_guard::store::{DynProcessedStore, FencingToken, ProcessedStore};
@@ -179,7 +180,7 @@ pub async fn store(
     pool: u32,
     through: Option<&str>,
 ) -> Option<(Arc<DynProcessedStore>, Cleanup)> {
-    let (store, _, cleanup) = open(backend, pool, through).await?;
+    let (store, _, _, cleanup) = open(backend, pool, through).await?;
     Some((store, cleanup))
 }
 
@@ -189,16 +190,30 @@ pub async fn inbox(
     pool: u32,
     through: Option<&str>,
 ) -> Option<(Arc<dyn InboxStore>, Cleanup)> {
-    let (_, inbox, cleanup) = open(backend, pool, through).await?;
+    let (_, inbox, _, cleanup) = open(backend, pool, through).await?;
     Some((inbox, cleanup))
 }
 
-/// Both views of one fresh store: see [`store`].
-async fn open(
+/// A fresh store of `backend` and its ordering store, built as by [`store`].
+#[allow(dead_code)]
+pub async fn ordered(
     backend: Backend,
     pool: u32,
-    through: Option<&str>,
-) -> Option<(Arc<DynProcessedStore>, Arc<dyn InboxStore>, Cleanup)> {
+) -> Option<(Arc<DynProcessedStore>, Arc<dyn OrderingStore>, Cleanup)> {
+    let (store, _, ordering, cleanup) = open(backend, pool, None).await?;
+    Some((store, ordering, cleanup))
+}
+
+/// The three views of one fresh store.
+type Views = (
+    Arc<DynProcessedStore>,
+    Arc<dyn InboxStore>,
+    Arc<dyn OrderingStore>,
+    Cleanup,
+);
+
+/// The views of one fresh store: see [`store`].
+async fn open(backend: Backend, pool: u32, through: Option<&str>) -> Option<Views> {
     let url = match backend.url_var() {
         Some(var) => Some(super::server_url(var)?),
         None => None,
@@ -281,11 +296,8 @@ async fn open(
     }
 }
 
-/// `store` shared as a store of records and as an inbox.
-fn both<S: ProcessedStore + InboxStore>(
-    store: S,
-    cleanup: Cleanup,
-) -> (Arc<DynProcessedStore>, Arc<dyn InboxStore>, Cleanup) {
+/// `store` shared as a store of records, an inbox and an ordering store.
+fn both<S: ProcessedStore + InboxStore + OrderingStore>(store: S, cleanup: Cleanup) -> Views {
     let store = Arc::new(store);
-    (store.clone(), store, cleanup)
+    (store.clone(), store.clone(), store, cleanup)
 }
