@@ -78,6 +78,18 @@ pub(crate) fn enterable(span: tracing::Span) -> tracing::Span {
     }
 }
 
+/// `work`'s output, or `None` when it did not finish within `budget` (with the
+/// `tokio` feature and a runtime; otherwise it is awaited whole). Work ready at its
+/// first poll sets no timer.
+pub(crate) async fn within<F: Future>(budget: Duration, work: F) -> Option<F::Output> {
+    let mut work = std::pin::pin!(work);
+    let first = std::future::poll_fn(|cx| Poll::Ready(work.as_mut().poll(cx))).await;
+    if let Poll::Ready(out) = first {
+        return Some(out);
+    }
+    imp::timeout(budget, work).await
+}
+
 /// The current span, or `None` when no tracing subscriber was ever set (so there
 /// is no span to record on, and looking one up would cost a thread-local access).
 pub(crate) fn current_span() -> Option<tracing::Span> {
@@ -136,6 +148,17 @@ mod imp {
     /// release, a recording retried in the background, a reconcile) needs one.
     pub(crate) fn current() -> Option<Runtime> {
         tokio::runtime::Handle::try_current().ok().map(Runtime)
+    }
+
+    /// `work` within `budget` on the runtime's timer; without a runtime, whole.
+    pub(super) async fn timeout<F: Future>(
+        budget: std::time::Duration,
+        work: F,
+    ) -> Option<F::Output> {
+        if current().is_none() {
+            return Some(work.await);
+        }
+        tokio::time::timeout(budget, work).await.ok()
     }
 
     impl Runtime {
@@ -197,6 +220,12 @@ mod imp {
     /// No runtime without the `tokio` feature.
     pub(crate) fn current() -> Option<Runtime> {
         None
+    }
+
+    /// Without a timer, `work` whole.
+    pub(super) async fn timeout<F: Future>(budget: Duration, work: F) -> Option<F::Output> {
+        let _ = budget;
+        Some(work.await)
     }
 
     impl Runtime {

@@ -26,6 +26,10 @@ pub const DEFAULT_RETENTION: Duration = Duration::from_secs(72 * 3600);
 pub const DEFAULT_ESCALATE_AFTER: u32 = 5;
 /// The default body size limit: 1 MiB.
 pub const DEFAULT_MAX_BODY: usize = 1 << 20;
+/// The default store budget: how long a delivery waits for its claim before it is
+/// answered 503. Well inside the shortest timeout of a preset's provider (Slack's
+/// 3 s; Stripe's and Shopify's 5 s).
+pub const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// How to answer a delivery that finds another delivery of its id in progress.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -103,6 +107,7 @@ pub struct WebhookGuardBuilder {
     namespace: String,
     event_id: EventId,
     lease: Duration,
+    store_timeout: Duration,
     retention: Option<Duration>,
     escalate_after: Option<u32>,
     max_body: usize,
@@ -216,6 +221,21 @@ impl WebhookGuardBuilder {
         self
     }
 
+    /// How long a delivery waits for the store to answer its claim before it is
+    /// answered [`Outcome::StoreUnavailable`](crate::Outcome::StoreUnavailable)
+    /// (503, the provider retries): default [`DEFAULT_STORE_TIMEOUT`]. Keep it well
+    /// inside the provider's own timeout, or an outage is seen as timeouts rather
+    /// than 503s. A claim the store may have applied after all is looked for and
+    /// released in the background.
+    ///
+    /// Needs the `tokio` feature and a runtime with its timer (`#[tokio::main]`
+    /// has one); a store that answers at its first poll (the memory store) never
+    /// sets a timer.
+    pub fn store_timeout(mut self, timeout: Duration) -> Self {
+        self.store_timeout = timeout;
+        self
+    }
+
     /// How long records are kept (default: [`DEFAULT_RETENTION`], or the verifier's
     /// retry window if longer). It must cover the provider's whole retry window, or a
     /// late retry runs the handler again.
@@ -279,6 +299,7 @@ impl WebhookGuardBuilder {
             .retention
             .unwrap_or_else(|| DEFAULT_RETENTION.max(verifier.retry_window().unwrap_or_default()));
         let lease_delta = delta(self.lease, "lease")?;
+        delta(self.store_timeout, "store_timeout")?;
         let retention_delta = delta(retention, "retention")?;
         if retention < self.lease {
             return Err(ConfigError::RetentionBelowLease {
@@ -321,6 +342,7 @@ impl WebhookGuardBuilder {
                 event_id: self.event_id,
                 lease: self.lease,
                 lease_delta,
+                store_timeout: self.store_timeout,
                 retention,
                 retention_delta,
                 escalate_after,
@@ -382,6 +404,7 @@ impl WebhookGuard {
             namespace: "default".into(),
             event_id: EventId::FromVerifier,
             lease: DEFAULT_LEASE,
+            store_timeout: DEFAULT_STORE_TIMEOUT,
             retention: None,
             escalate_after: None,
             max_body: DEFAULT_MAX_BODY,

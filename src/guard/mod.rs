@@ -51,7 +51,7 @@ use crate::Headers;
 pub use crate::runtime::MAX_ERROR_LEN;
 pub use builder::{
     ConfigError, InProgressAnswer, WebhookGuardBuilder, DEFAULT_ESCALATE_AFTER, DEFAULT_LEASE,
-    DEFAULT_MAX_BODY, DEFAULT_RETENTION,
+    DEFAULT_MAX_BODY, DEFAULT_RETENTION, DEFAULT_STORE_TIMEOUT,
 };
 pub use claim::Claimed;
 pub use event::{
@@ -92,6 +92,8 @@ struct Inner {
     event_id: EventId,
     lease: Duration,
     lease_delta: TimeDelta,
+    /// How long a claim may take before the delivery is answered 503.
+    store_timeout: Duration,
     retention: Duration,
     retention_delta: TimeDelta,
     escalate_after: u32,
@@ -343,11 +345,13 @@ impl WebhookGuard {
         // while the store answers (a claim the store granted would hold its lease
         // until it ran out, and count as a failure).
         let release = ReleaseOnDrop::arm(self, &id, request.token, request.now);
-        let claimed = store(inner).claim(&request).await;
+        let claimed = crate::runtime::within(inner.store_timeout, store(inner).claim(&request))
+            .await
+            .unwrap_or_else(|| Err(self.store_timed_out()));
         match &claimed {
             // Any error but a corrupt record (which a search would only read again)
-            // may come after the store applied the claim.
-            Err(StoreError::Corrupt(_)) | Ok(_) => release.disarm(),
+            // or a request that never left may come after the store applied the claim.
+            Err(StoreError::Corrupt(_) | StoreError::NotSent { .. }) | Ok(_) => release.disarm(),
             Err(_) => release.lost(),
         }
         let record = match claimed {
@@ -470,6 +474,14 @@ impl WebhookGuard {
             id,
             state: record.state,
         }
+    }
+
+    /// The error of a claim the store did not answer within the store budget.
+    fn store_timed_out(&self) -> StoreError {
+        let budget = self.inner.store_timeout;
+        StoreError::unavailable(format!(
+            "no answer within the store timeout ({budget:?}): answered before the provider gives up"
+        ))
     }
 
     /// Reports `outcome`, reached before any handler ran, with the attempt when this

@@ -233,6 +233,15 @@ pub enum StoreError {
         #[source]
         source: BoxError,
     },
+    /// The request never reached the store: no connection could be had (refused,
+    /// or none free in the pool before its timeout), so nothing was applied. The
+    /// guard answers 503, as for [`StoreError::Unavailable`], and looks for no claim.
+    #[error("store unavailable (nothing sent): {source}")]
+    NotSent {
+        /// The driver's error.
+        #[source]
+        source: BoxError,
+    },
     /// The store answered with an error.
     #[error("store error: {source}")]
     Backend {
@@ -253,6 +262,14 @@ impl StoreError {
         }
     }
 
+    /// A [`StoreError::NotSent`] wrapping `source`: only for a request that
+    /// provably never left (a refused connection, a pool that had none to give).
+    pub fn not_sent(source: impl Into<BoxError>) -> Self {
+        Self::NotSent {
+            source: source.into(),
+        }
+    }
+
     /// A [`StoreError::Backend`] wrapping `source`.
     pub fn backend(source: impl Into<BoxError>) -> Self {
         Self::Backend {
@@ -260,9 +277,10 @@ impl StoreError {
         }
     }
 
-    /// Whether the store was unreachable (as opposed to answering with an error).
+    /// Whether the store was unreachable (as opposed to answering with an error):
+    /// [`StoreError::Unavailable`] or [`StoreError::NotSent`].
     pub fn is_unavailable(&self) -> bool {
-        matches!(self, Self::Unavailable { .. })
+        matches!(self, Self::Unavailable { .. } | Self::NotSent { .. })
     }
 }
 

@@ -367,7 +367,7 @@ impl StoreUrl {
         }
         let pool = sqlx::sqlite::SqlitePoolOptions::new()
             .max_connections(4)
-            .acquire_timeout(std::time::Duration::from_secs(5))
+            .acquire_timeout(std::time::Duration::from_millis(1500))
             .connect_with(options)
             .await
             // A file that cannot be opened is `Unavailable`, one that is not an

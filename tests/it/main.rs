@@ -61,6 +61,8 @@ mod followup;
     feature = "redis"
 ))]
 mod load;
+#[cfg(all(feature = "postgres", feature = "mysql", feature = "redis"))]
+mod outage_answers;
 #[cfg(feature = "tokio")]
 mod schedules;
 #[cfg(all(

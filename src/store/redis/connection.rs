@@ -351,7 +351,10 @@ fn is_unreachable(e: &RedisError) -> bool {
 }
 
 pub(super) fn store_error(e: RedisError) -> StoreError {
-    if is_unreachable(&e) {
+    if e.is_connection_refusal() {
+        // The (re)connection was refused: nothing was sent.
+        StoreError::not_sent(e)
+    } else if is_unreachable(&e) {
         StoreError::unavailable(e)
     } else {
         StoreError::backend(e)

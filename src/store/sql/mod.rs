@@ -186,9 +186,10 @@ pub(crate) fn fence(rows_affected: u64) -> super::Fence {
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) struct Ungated;
 
-/// Maps a driver error: unreachable (I/O, TLS, pool exhausted or closed, broken
-/// protocol stream, or a database code that `db_unavailable` recognises) becomes
-/// [`StoreError::Unavailable`], anything else [`StoreError::Backend`]. The driver's
+/// Maps a driver error: no connection to send on (pool timed out or closed, a
+/// refused connection) becomes [`StoreError::NotSent`]; unreachable (other I/O,
+/// TLS, broken protocol stream, or a database code that `db_unavailable`
+/// recognises) [`StoreError::Unavailable`]; anything else [`StoreError::Backend`]. The driver's
 /// error is kept as the source either way.
 pub(crate) fn map_error(
     error: sqlx::Error,
@@ -204,7 +205,16 @@ pub(crate) fn map_error(
         sqlx::Error::Database(db) => db_unavailable(db.as_ref()),
         _ => false,
     };
-    if unavailable {
+    // No connection to send on: the pool had none (refused, or all busy), or the
+    // server refused one.
+    let not_sent = match &error {
+        sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed => true,
+        sqlx::Error::Io(e) => e.kind() == std::io::ErrorKind::ConnectionRefused,
+        _ => false,
+    };
+    if not_sent {
+        StoreError::not_sent(error)
+    } else if unavailable {
         StoreError::unavailable(error)
     } else {
         StoreError::backend(error)

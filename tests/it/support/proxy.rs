@@ -31,8 +31,10 @@ struct State {
 /// A fault-injecting TCP proxy on `127.0.0.1:<port>` to one upstream address.
 pub struct FaultProxy {
     port: u16,
+    upstream: SocketAddr,
     state: Arc<State>,
-    accept: JoinHandle<()>,
+    /// The accepting task; `None` while [`FaultProxy::down`].
+    accept: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl FaultProxy {
@@ -50,45 +52,12 @@ impl FaultProxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let state = Arc::new(State::default());
-        let shared = state.clone();
-        let accept = tokio::spawn(async move {
-            while let Ok((inbound, _)) = listener.accept().await {
-                shared.accepted.fetch_add(1, Ordering::Relaxed);
-                #[allow(deprecated)] // a zero linger never blocks: it resets
-                let _ = inbound.set_linger(Some(Duration::ZERO));
-                // Checked and filed under the lock a cut takes: a connection accepted
-                // while a cut begins is either refused or reset by it, never missed.
-                let mut pipes = shared.pipes.lock().unwrap();
-                if shared.cut.load(Ordering::SeqCst) {
-                    shared.killed.fetch_add(1, Ordering::Relaxed);
-                    drop(inbound); // RST
-                    continue;
-                }
-                let state = shared.clone();
-                let pipe = tokio::spawn(async move {
-                    let Ok(outbound) = TcpStream::connect(upstream).await else {
-                        return;
-                    };
-                    #[allow(deprecated)]
-                    let _ = outbound.set_linger(Some(Duration::ZERO));
-                    let _ = inbound.set_nodelay(true);
-                    let _ = outbound.set_nodelay(true);
-                    let (ri, wi) = inbound.into_split();
-                    let (ro, wo) = outbound.into_split();
-                    // Either direction ending ends the connection.
-                    tokio::select! {
-                        _ = pump(ri, wo, state.clone()) => {}
-                        _ = pump(ro, wi, state) => {}
-                    }
-                });
-                pipes.retain(|p| !p.is_finished());
-                pipes.push(pipe.abort_handle());
-            }
-        });
+        let accept = accept(listener, upstream, state.clone());
         Self {
             port,
+            upstream,
             state,
-            accept,
+            accept: Mutex::new(Some(accept)),
         }
     }
 
@@ -113,6 +82,25 @@ impl FaultProxy {
     /// Ends a cut: new connections reach the server again.
     pub fn restore(&self) {
         self.state.cut.store(false, Ordering::SeqCst);
+    }
+
+    /// The server is gone, as a killed one is: every open connection is reset and
+    /// the port stops listening, so a new connection is refused
+    /// (`ECONNREFUSED`: nothing sent) until [`FaultProxy::up`].
+    pub async fn down(&self) {
+        let accept = self.accept.lock().unwrap().take();
+        if let Some(accept) = accept {
+            accept.abort();
+            let _ = accept.await; // the listener is closed once the task is gone
+        }
+        self.reset();
+    }
+
+    /// Listens again on the same port after [`FaultProxy::down`].
+    pub async fn up(&self) {
+        let listener = TcpListener::bind(("127.0.0.1", self.port)).await.unwrap();
+        let accept = accept(listener, self.upstream, self.state.clone());
+        *self.accept.lock().unwrap() = Some(accept);
     }
 
     /// Resets every open connection once; new connections go through.
@@ -148,9 +136,49 @@ impl FaultProxy {
 
 impl Drop for FaultProxy {
     fn drop(&mut self) {
-        self.accept.abort();
+        if let Some(accept) = self.accept.lock().unwrap().take() {
+            accept.abort();
+        }
         self.reset();
     }
+}
+
+/// Accepts on `listener` and pipes each connection to `upstream`, as `state` says.
+fn accept(listener: TcpListener, upstream: SocketAddr, shared: Arc<State>) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        while let Ok((inbound, _)) = listener.accept().await {
+            shared.accepted.fetch_add(1, Ordering::Relaxed);
+            #[allow(deprecated)] // a zero linger never blocks: it resets
+            let _ = inbound.set_linger(Some(Duration::ZERO));
+            // Checked and filed under the lock a cut takes: a connection accepted
+            // while a cut begins is either refused or reset by it, never missed.
+            let mut pipes = shared.pipes.lock().unwrap();
+            if shared.cut.load(Ordering::SeqCst) {
+                shared.killed.fetch_add(1, Ordering::Relaxed);
+                drop(inbound); // RST
+                continue;
+            }
+            let state = shared.clone();
+            let pipe = tokio::spawn(async move {
+                let Ok(outbound) = TcpStream::connect(upstream).await else {
+                    return;
+                };
+                #[allow(deprecated)]
+                let _ = outbound.set_linger(Some(Duration::ZERO));
+                let _ = inbound.set_nodelay(true);
+                let _ = outbound.set_nodelay(true);
+                let (ri, wi) = inbound.into_split();
+                let (ro, wo) = outbound.into_split();
+                // Either direction ending ends the connection.
+                tokio::select! {
+                    _ = pump(ri, wo, state.clone()) => {}
+                    _ = pump(ro, wi, state) => {}
+                }
+            });
+            pipes.retain(|p| !p.is_finished());
+            pipes.push(pipe.abort_handle());
+        }
+    })
 }
 
 async fn pump(
