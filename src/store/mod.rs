@@ -3,6 +3,9 @@
 //! A store knows nothing of signatures, HTTP or providers: it keeps one
 //! [`Record`] per `(namespace, id)` and changes it atomically.
 
+#[cfg(feature = "dynamodb")]
+#[cfg_attr(docsrs, doc(cfg(feature = "dynamodb")))]
+pub mod dynamodb;
 mod memory;
 #[cfg(feature = "mysql")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
@@ -34,6 +37,9 @@ use sha2::{Digest, Sha256};
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use self::redis::RedisStore;
+#[cfg(feature = "dynamodb")]
+#[cfg_attr(docsrs, doc(cfg(feature = "dynamodb")))]
+pub use dynamodb::DynamoDbStore;
 pub use memory::MemoryStore;
 #[cfg(feature = "mysql")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
