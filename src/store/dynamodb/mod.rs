@@ -105,7 +105,7 @@
 //! bounded ([`HISTORY_LIMIT`](super::HISTORY_LIMIT) notes of bounded length), so
 //! records stay far below it. An inbox event holds its payload: an event whose item
 //! would pass the limit is refused before it is sent, with
-//! [`StoreError::Backend`](super::StoreError::Backend) whose source is
+//! [`StoreError::Backend`] whose source is
 //! [`DynamoDbStoreError::ItemTooLarge`]. Keep the guard's body limit below about
 //! 390 KB when the inbox is on DynamoDB.
 //!
@@ -113,8 +113,8 @@
 //!
 //! A request that could not be sent, timed out, got no complete answer, or was
 //! throttled or failed on the server's side (HTTP 5xx) is
-//! [`StoreError::Unavailable`](super::StoreError::Unavailable); any other error is
-//! [`StoreError::Backend`](super::StoreError::Backend). Both keep the SDK's error as
+//! [`StoreError::Unavailable`]; any other error is
+//! [`StoreError::Backend`]. Both keep the SDK's error as
 //! their source. The SDK retries throttled and failed requests itself (three
 //! attempts) before answering.
 //!

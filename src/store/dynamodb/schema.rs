@@ -38,7 +38,7 @@ fn attribute(name: &str, kind: ScalarAttributeType) -> Result<AttributeDefinitio
 impl DynamoDbStore {
     /// Creates the table unless it exists, waits until it is active, and turns on
     /// its time to live on the `ttl` attribute unless it is on: idempotent, safe
-    /// from every replica at start-up. The schema (see the [module docs](self)):
+    /// from every replica at start-up. The schema (see the [module docs](super)):
     /// partition key `pk` (string); global secondary index `due` on `due_pk`
     /// (string) and `due_at` (number), keys only; billed on demand.
     ///
