@@ -228,6 +228,19 @@ pub(super) fn event(item: &Item) -> Result<InboxEvent, StoreError> {
 // ---------------------------------------------------------------------------
 // Ordering records
 
+/// The item of an ordering `record` under `pk` (never `Failed`: not in the index).
+pub(super) fn object_item(record: &ObjectRecord, pk: &str) -> Item {
+    let mut item = Item::with_capacity(7);
+    item.insert("pk".into(), s(pk));
+    item.insert("ns".into(), s(&record.namespace));
+    item.insert("object".into(), s(&record.object));
+    item.insert("family".into(), s(&record.family));
+    item.insert("newest".into(), n(millis(record.newest)));
+    item.insert("status".into(), s(record.status.as_str()));
+    item.insert("updated_at".into(), n(millis(record.updated_at)));
+    item
+}
+
 /// The ordering record an item holds.
 pub(super) fn object(item: &Item) -> Result<ObjectRecord, StoreError> {
     let key = crate::ordering::ObjectKey {

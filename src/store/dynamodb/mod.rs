@@ -79,7 +79,10 @@
 //! `InProgress` with the finishing claim's token: a stale holder's finish is refused
 //! by DynamoDB itself. A renewal reads the record and writes it back conditioned on
 //! its version; an inbox lease, settle and renewal and every ordering change are one
-//! conditional `UpdateItem` each. The SDK sends a request again after a lost reply:
+//! conditional `UpdateItem` each, except the first observation of an object, a
+//! `PutItem` conditioned on `attribute_not_exists(pk)` (an update never creates an
+//! item here, so that no reader meets one half made on a server that does not
+//! apply the two as one step). The SDK sends a request again after a lost reply:
 //! a claim that meets its own record answers as granted; a finish that meets its own
 //! result answers [`LeaseLost`](super::Fence::LeaseLost), and the guard, reading the
 //! record, finds its own token and state there.
@@ -115,23 +118,29 @@
 //! throttled or failed on the server's side (HTTP 5xx) is
 //! [`StoreError::Unavailable`]; any other error is
 //! [`StoreError::Backend`]. Both keep the SDK's error as
-//! their source. The SDK retries throttled and failed requests itself (three
-//! attempts) before answering.
+//! their source. The SDK tries a throttled or failed request again itself before
+//! answering ([`DynamoDbStoreBuilder::max_attempts`], default three attempts), so a
+//! call may outlast one attempt's timeout; a write it sent again after a lost reply
+//! is met as described above.
 //!
 //! # What was verified where
 //!
-//! The crate's tests run every conformance suite (records, inbox, ordering) against
-//! a DynamoDB-compatible emulator (`moto` in server mode), not against AWS: the
-//! conditional writes, `ReturnValuesOnConditionCheckFailure`, the `due` index and
-//! `UpdateTimeToLive` are exercised there. The emulator's index is consistent at
-//! once and it deletes nothing by TTL, so the index's lag and TTL deletion are
-//! handled by design (above), not tested against DynamoDB itself.
+//! The crate's tests run every conformance suite (records, inbox, ordering), the
+//! store cut mid-handler and mid-settle through a TCP proxy, and the guard itself,
+//! against a DynamoDB-compatible emulator (`moto` in server mode), not against AWS:
+//! the conditional writes, `ReturnValuesOnConditionCheckFailure`, the `due` index,
+//! `CreateTable` and `UpdateTimeToLive` are exercised there. The emulator's index
+//! is consistent at once and it deletes nothing by TTL, so the index's lag and TTL
+//! deletion are handled by design (above), not tested against DynamoDB itself;
+//! neither are IAM permissions, throttling, or the SDK's credential chain beyond
+//! environment variables.
 
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use aws_sdk_dynamodb::config::http::HttpResponse;
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::Client;
@@ -163,9 +172,12 @@ pub const MAX_KEY_BYTES: usize = 2048;
 pub const DUE_INDEX: &str = "due";
 /// How long connecting may take by default.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
-/// How long one attempt of a request may take by default (the SDK makes up to
-/// three).
+/// How long one attempt of a request may take by default.
 pub const DEFAULT_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// How many attempts the SDK makes of a request by default
+/// ([`DynamoDbStoreBuilder::max_attempts`]): its standard retry mode's.
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 3;
 
 /// How many keys one index page or batch read handles.
 const PAGE: usize = 100;
@@ -249,6 +261,7 @@ pub struct DynamoDbStoreBuilder {
     shards: u16,
     connect_timeout: Duration,
     attempt_timeout: Duration,
+    max_attempts: u32,
 }
 
 impl DynamoDbStoreBuilder {
@@ -285,10 +298,22 @@ impl DynamoDbStoreBuilder {
     }
 
     /// How long one attempt of a request may take (default
-    /// [`DEFAULT_ATTEMPT_TIMEOUT`]); the SDK makes up to three.
+    /// [`DEFAULT_ATTEMPT_TIMEOUT`]); see [`max_attempts`](Self::max_attempts).
     #[must_use]
     pub fn attempt_timeout(mut self, timeout: Duration) -> Self {
         self.attempt_timeout = timeout;
+        self
+    }
+
+    /// How many attempts the SDK makes of a request that fails for a reason worth
+    /// trying again (a timeout, a lost connection, throttling, a 5xx), backing off
+    /// between them (default [`DEFAULT_MAX_ATTEMPTS`], at least 1). With 1, a
+    /// call fails at the first such error, as the other stores' do, and the guard
+    /// and the inbox worker retry by their own rules; with more, one call of the
+    /// store may last up to that many attempt timeouts plus the backoff.
+    #[must_use]
+    pub fn max_attempts(mut self, attempts: u32) -> Self {
+        self.max_attempts = attempts.max(1);
         self
     }
 
@@ -314,7 +339,10 @@ impl DynamoDbStoreBuilder {
             .build();
         let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest())
             .http_client(http)
-            .timeout_config(timeouts);
+            .timeout_config(timeouts)
+            .retry_config(
+                aws_config::retry::RetryConfig::standard().with_max_attempts(self.max_attempts),
+            );
         if let Some(region) = self.region {
             loader = loader.region(aws_config::Region::new(region));
         }
@@ -359,6 +387,7 @@ impl DynamoDbStore {
             shards: DEFAULT_SHARDS,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             attempt_timeout: DEFAULT_ATTEMPT_TIMEOUT,
+            max_attempts: DEFAULT_MAX_ATTEMPTS,
         }
     }
 
@@ -512,11 +541,12 @@ enum Write<T> {
 
 /// Whether an SDK error means the service could not be reached or could not
 /// answer now.
-fn unavailable<E: ProvideErrorMetadata, R>(e: &SdkError<E, R>) -> bool {
+fn unavailable<E: ProvideErrorMetadata>(e: &SdkError<E, HttpResponse>) -> bool {
     match e {
         SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => {
             true
         }
+        SdkError::ServiceError(se) if se.raw().status().is_server_error() => true,
         SdkError::ServiceError(se) => matches!(
             se.err().code(),
             Some(
@@ -533,10 +563,9 @@ fn unavailable<E: ProvideErrorMetadata, R>(e: &SdkError<E, R>) -> bool {
 }
 
 /// The store error for an SDK error.
-fn store_error<E, R>(e: SdkError<E, R>) -> StoreError
+fn store_error<E>(e: SdkError<E, HttpResponse>) -> StoreError
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
-    R: fmt::Debug + Send + Sync + 'static,
 {
     if unavailable(&e) {
         StoreError::unavailable(e)

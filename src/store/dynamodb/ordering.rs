@@ -87,51 +87,66 @@ impl OrderingStore for DynamoDbStore {
     ) -> Result<Freshness, StoreError> {
         let pk = object_pk(key)?;
         let created = millis(created_at);
-        let mut e = Expr::default();
-        let update = format!(
-            "SET {} = {}, {} = {}, {} = {}, {} = {created}, {} = {}, {} = {} REMOVE {}, {}",
-            e.n("ns"),
-            e.v("ns", s(key.namespace)),
-            e.n("object"),
-            e.v("object", s(key.object)),
-            e.n("family"),
-            e.v("family", s(key.family)),
-            e.n("newest"),
-            e.n("status"),
-            e.v("status", s(ObjectStatus::Pending.as_str())),
-            e.n("updated_at"),
-            e.v("now", n(millis(now))),
-            e.n("due_pk"),
-            e.n("due_at"),
-            created = e.v("created", n(created)),
-        );
-        let condition = format!(
-            "attribute_not_exists({}) OR {} < {}",
-            e.n("pk"),
-            e.n("newest"),
-            e.v("created", n(created)),
-        );
-        let sent = match self.update_if(&pk, &update, &condition, e).await? {
-            Write::Done(_) => return Ok(Freshness::Fresh),
-            Write::Refused(sent) => sent,
-        };
-        let found = match sent {
-            Some(item) if !item.is_empty() => Some(item),
-            _ => self.get_item(&pk).await?,
-        };
-        let Some(item) = found else {
-            return Box::pin(self.observe(key, created_at, now)).await;
-        };
-        let newest = codec::int(&item, "newest")?;
-        // Equal: a retry, or another event created at the same time (the first
-        // settled wins).
-        Ok(if newest == created {
-            Freshness::Fresh
-        } else {
-            Freshness::Stale {
-                newest: time(newest),
+        let now = millis(now);
+        for _ in 0..16 {
+            // A known object: one conditional update (the common case: providers
+            // send several events per object).
+            let mut e = Expr::default();
+            let update = format!(
+                "SET {} = {}, {} = {}, {} = {} REMOVE {}, {}",
+                e.n("newest"),
+                e.v("created", n(created)),
+                e.n("status"),
+                e.v("status", s(ObjectStatus::Pending.as_str())),
+                e.n("updated_at"),
+                e.v("now", n(now)),
+                e.n("due_pk"),
+                e.n("due_at"),
+            );
+            let condition = format!(
+                "attribute_exists({}) AND {} < {}",
+                e.n("pk"),
+                e.n("newest"),
+                e.v("created", n(created)),
+            );
+            let sent = match self.update_if(&pk, &update, &condition, e).await? {
+                Write::Done(_) => return Ok(Freshness::Fresh),
+                Write::Refused(sent) => sent,
+            };
+            let found = match sent {
+                Some(item) if !item.is_empty() => Some(item),
+                _ => self.get_item(&pk).await?,
+            };
+            if let Some(item) = found {
+                let newest = codec::int(&item, "newest")?;
+                if newest < created {
+                    continue; // changed since: decide again
+                }
+                // Equal: a retry, or another event created at the same time (the
+                // first settled wins).
+                return Ok(if newest == created {
+                    Freshness::Fresh
+                } else {
+                    Freshness::Stale {
+                        newest: time(newest),
+                    }
+                });
             }
-        })
+            // A new object: one conditional put of the whole record (never an
+            // update creating it, which would be visible half made on a server
+            // that does not apply it as one step).
+            let record = ObjectRecord::new(key, time(created), ObjectStatus::Pending, time(now));
+            let item = codec::object_item(&record, &pk);
+            let mut e = Expr::default();
+            let condition = format!("attribute_not_exists({})", e.n("pk"));
+            if let Write::Done(()) = self.put_if(item, &condition, e).await? {
+                return Ok(Freshness::Fresh);
+            }
+            // Created meanwhile by another observation: decide on it.
+        }
+        Err(StoreError::unavailable(std::io::Error::other(
+            "webhook-guard: the DynamoDB ordering record kept changing under the observation",
+        )))
     }
 
     async fn settle_object(

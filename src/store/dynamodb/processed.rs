@@ -206,23 +206,30 @@ impl ProcessedStore for DynamoDbStore {
 
     async fn delete(&self, key: Key<'_>, now: DateTime<Utc>) -> Result<Deleted, StoreError> {
         let pk = item_pk('r', key)?;
-        let mut e = Expr::default();
-        let condition = format!(
-            "attribute_exists({}) AND ({} <> {} OR {} <= {})",
-            e.n("pk"),
-            e.n("state"),
-            e.v("ip", s(RecordState::InProgress.as_str())),
-            e.n("lease_until"),
-            e.v("now", n(millis(now))),
-        );
-        Ok(match self.delete_if(&pk, &condition, e).await? {
-            Write::Done(()) => Deleted::Removed,
-            Write::Refused(sent) => match self.found(&pk, sent).await? {
-                Some(item) if codec::record(&item)?.0.lease_live(now) => Deleted::LeaseHeld,
-                Some(_) => Deleted::NotFound,
-                None => Deleted::NotFound,
-            },
-        })
+        for _ in 0..ROUNDS {
+            let mut e = Expr::default();
+            let condition = format!(
+                "attribute_exists({}) AND ({} <> {} OR {} <= {})",
+                e.n("pk"),
+                e.n("state"),
+                e.v("ip", s(RecordState::InProgress.as_str())),
+                e.n("lease_until"),
+                e.v("now", n(millis(now))),
+            );
+            let sent = match self.delete_if(&pk, &condition, e).await? {
+                Write::Done(()) => return Ok(Deleted::Removed),
+                Write::Refused(sent) => sent,
+            };
+            match self.found(&pk, sent).await? {
+                Some(item) if codec::record(&item)?.0.lease_live(now) => {
+                    return Ok(Deleted::LeaseHeld)
+                }
+                // Changed since the delete was refused: try again.
+                Some(_) => continue,
+                None => return Ok(Deleted::NotFound),
+            }
+        }
+        Err(conflict())
     }
 
     /// Removes records expired at `now` through the `due` index, each with a
