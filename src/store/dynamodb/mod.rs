@@ -39,9 +39,12 @@
 //!
 //! # The `due` index: why a sparse GSI
 //!
-//! Listing stuck claims, purging and leasing inbox events must not scan the table.
-//! Every item that something will look for carries `due_pk` and `due_at`, and the
-//! `due` index files it there:
+//! Listing stuck claims, purging and leasing inbox events must not scan the table
+//! (a `Scan` reads, and bills, every item), and a local secondary index cannot
+//! serve them: it shares the table's partition key, one per record, while these
+//! reads span many records. So a global secondary index does, keyed by what the
+//! reader asks for: every item that something will look for carries `due_pk` and
+//! `due_at`, and the `due` index files it there:
 //!
 //! | item | `due_pk` | `due_at` |
 //! |---|---|---|
@@ -62,6 +65,8 @@
 //! instead of one hot one; `stuck` and `purge_expired` query every shard. Every
 //! process sharing a table must use the same shard count.
 //!
+//! The price on the hot path: a claim writes one index entry and a finish moves it
+//! (two small index writes, billed as index write units), with no extra round trip.
 //! The index holds keys only (`KEYS_ONLY`), and is eventually consistent: what it
 //! lists is read again, or changed by a conditional write, on the table itself,
 //! so a stale index entry never yields a wrong answer — at worst an item is found a
