@@ -46,3 +46,29 @@ wg_start_services() {
   fi
   mariadb -h 127.0.0.1 -uroot -e 'create database if not exists test' >/dev/null 2>&1 || true
 }
+
+# --- DynamoDB (moto in server mode), for tests/it/dynamodb.rs --------------------
+# A DynamoDB-compatible emulator on its own port, with dummy credentials (tests
+# only). Installed from PyPI when missing; started by `wg_start_dynamodb`, stopped
+# by `wg_stop_dynamodb` (scripts/test.sh traps it).
+: "${WG_DYNAMODB_PORT:=8766}"
+: "${WEBHOOK_GUARD_DYNAMODB_URL:=http://127.0.0.1:${WG_DYNAMODB_PORT}}"
+: "${AWS_ACCESS_KEY_ID:=test}" "${AWS_SECRET_ACCESS_KEY:=test}" "${AWS_REGION:=us-east-1}"
+export WEBHOOK_GUARD_DYNAMODB_URL AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY AWS_REGION
+
+wg_start_dynamodb() {
+  curl -s -o /dev/null "$WEBHOOK_GUARD_DYNAMODB_URL" && return 0
+  if ! command -v moto_server >/dev/null || ! python3 -c 'import flask, flask_cors' 2>/dev/null; then
+    python3 -m pip install -q 'moto[server]' >/dev/null 2>&1 \
+      || python3 -m pip install -q --break-system-packages 'moto[server]' >/dev/null 2>&1 || true
+    command -v pyenv >/dev/null && pyenv rehash 2>/dev/null || true
+  fi
+  command -v moto_server >/dev/null || { echo "services: moto_server could not be installed" >&2; return 1; }
+  moto_server -H 127.0.0.1 -p "$WG_DYNAMODB_PORT" >/tmp/webhook-guard-moto.log 2>&1 &
+  _WG_MOTO_PID=$!
+  _wg_wait dynamodb curl -s -o /dev/null "$WEBHOOK_GUARD_DYNAMODB_URL"
+}
+
+wg_stop_dynamodb() {
+  if [ -n "${_WG_MOTO_PID:-}" ]; then kill "$_WG_MOTO_PID" 2>/dev/null || true; _WG_MOTO_PID=; fi
+}

@@ -5,4 +5,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/services.sh
 wg_start_services
+wg_start_dynamodb
+trap wg_stop_dynamodb EXIT
 cargo test --all-features "$@"

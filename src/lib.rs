@@ -104,6 +104,9 @@
 //! - `redis`: `store::RedisStore`, on Redis or Redis Cluster (a claim is one round
 //!   trip of native commands, `SET NX GET`; Lua scripts for take-overs and finishes;
 //!   the driver is re-exported as `store::redis::redis`).
+//! - `dynamodb`: `store::DynamoDbStore`, on one DynamoDB table through the official
+//!   AWS SDK (re-exported as `store::dynamodb::aws_sdk_dynamodb`): conditional writes
+//!   fence every change; a sparse index lists what is due; TTL for retention.
 //! - `ed25519`: Standard Webhooks' asymmetric `v1a` signatures.
 //! - `postgres`: `store::PostgresStore`, a durable store shared by
 //!   every replica, on sqlx (re-exported as `store::postgres::sqlx`).

@@ -3,6 +3,9 @@
 //! A store knows nothing of signatures, HTTP or providers: it keeps one
 //! [`Record`] per `(namespace, id)` and changes it atomically.
 
+#[cfg(feature = "dynamodb")]
+#[cfg_attr(docsrs, doc(cfg(feature = "dynamodb")))]
+pub mod dynamodb;
 mod memory;
 #[cfg(feature = "mysql")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
@@ -34,6 +37,9 @@ use sha2::{Digest, Sha256};
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use self::redis::RedisStore;
+#[cfg(feature = "dynamodb")]
+#[cfg_attr(docsrs, doc(cfg(feature = "dynamodb")))]
+pub use dynamodb::DynamoDbStore;
 pub use memory::MemoryStore;
 #[cfg(feature = "mysql")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
@@ -65,9 +71,10 @@ pub type DynProcessedStore = dyn ProcessedStore;
 
 /// Where a record lives: a namespace (one per provider or endpoint) and the event id.
 ///
-/// A namespace must not hold a NUL: the built-in stores join namespace and id with
-/// one (the guard's builder refuses such a namespace; a direct caller of a store
-/// must not make one either).
+/// A namespace must not hold a NUL: the memory and Redis stores join namespace and
+/// id with one (the guard's builder refuses such a namespace; a direct caller of a
+/// store must not make one either). The DynamoDB store prefixes the namespace with
+/// its length instead.
 ///
 /// Besides its own namespace, a guard keeps short-lived follow-up markers (the
 /// announcement an escalation or a permanent failure still owes) in a namespace

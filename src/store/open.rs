@@ -8,6 +8,7 @@
 //! | `postgres://…`, `postgresql://…` | [`PostgresStore`](super::PostgresStore) | `postgres` |
 //! | `mysql://…`, `mariadb://…` | [`MySqlStore`](super::MySqlStore) | `mysql` |
 //! | `redis://…`, `rediss://…` | [`RedisStore`](super::RedisStore) (standalone) | `redis` |
+//! | `dynamodb://TABLE?region=…&endpoint=…&shards=…` | [`DynamoDbStore`](super::DynamoDbStore) | `dynamodb` |
 //!
 //! The URL is handed to the driver as written (`mariadb://` is read as `mysql://`),
 //! so the driver's own parameters (`sslmode`, a Redis database number, SQLite's
@@ -17,7 +18,11 @@
 //! `file:` URI, which could ask for one) is refused: every pooled connection would
 //! open its own, and its records would vanish with the connection that held them;
 //! `memory:` is the in-process store.
-//! `rediss://` needs the `redis` crate built with one of its TLS features. Opening
+//! `rediss://` needs the `redis` crate built with one of its TLS features. A
+//! `dynamodb://` URL names the table; its parameters are all optional: `region`
+//! (else the SDK's chain: `AWS_REGION`, the profile), `endpoint` (a local
+//! DynamoDB-compatible server, such as `http://127.0.0.1:8000`, percent-encoded or
+//! not) and `shards`; credentials always come from the SDK's chain. Opening
 //! does not create tables: call [`OpenedStore::migrate`] (idempotent) at start-up or
 //! from a deployment step (`webhook-guard migrate`).
 //!
@@ -57,6 +62,8 @@ pub enum Backend {
     MySql,
     /// `redis://`, `rediss://`
     Redis,
+    /// `dynamodb://`
+    DynamoDb,
 }
 
 impl Backend {
@@ -68,6 +75,7 @@ impl Backend {
             Self::Postgres => "postgres",
             Self::MySql => "mysql",
             Self::Redis => "redis",
+            Self::DynamoDb => "dynamodb",
         }
     }
 
@@ -91,6 +99,7 @@ impl Backend {
             Self::Postgres => cfg!(feature = "postgres"),
             Self::MySql => cfg!(feature = "mysql"),
             Self::Redis => cfg!(feature = "redis"),
+            Self::DynamoDb => cfg!(feature = "dynamodb"),
         }
     }
 }
@@ -110,7 +119,7 @@ pub enum OpenError {
     /// The URL's scheme names no store this crate knows.
     #[error(
         "unknown store scheme `{0}`; expected memory:, sqlite:PATH, postgres://, \
-         postgresql://, mysql://, mariadb://, redis:// or rediss://"
+         postgresql://, mysql://, mariadb://, redis://, rediss:// or dynamodb://"
     )]
     UnknownScheme(String),
     /// The store exists, but this build of the crate was compiled without it.
@@ -203,6 +212,11 @@ impl FromStr for StoreUrl {
             "mysql" => (Backend::MySql, url.to_owned()),
             "mariadb" => (Backend::MySql, format!("mysql:{rest}")),
             "redis" | "rediss" => (Backend::Redis, url.to_owned()),
+            "dynamodb" => {
+                let target = rest.strip_prefix("//").unwrap_or(rest);
+                dynamodb_target(target)?;
+                (Backend::DynamoDb, target.to_owned())
+            }
             _ => {
                 // Only a plausible scheme is echoed back, never what could be a
                 // `user:password@host` typed without a scheme.
@@ -234,6 +248,60 @@ impl FromStr for StoreUrl {
             create_if_missing: true,
         })
     }
+}
+
+/// What a `dynamodb://` URL says: the table, and the `region`, `endpoint` and
+/// `shards` parameters (percent-decoded).
+#[cfg_attr(not(feature = "dynamodb"), allow(dead_code))]
+struct DynamoDbTarget {
+    table: String,
+    region: Option<String>,
+    endpoint: Option<String>,
+    shards: Option<u16>,
+}
+
+/// Reads `TABLE?param=value&…`, the part of a `dynamodb://` URL after `//`.
+fn dynamodb_target(target: &str) -> Result<DynamoDbTarget, OpenError> {
+    let (table, query) = target.split_once('?').unwrap_or((target, ""));
+    let table = percent_decoded(table);
+    let table_ok = (3..=255).contains(&table.len())
+        && (table.bytes()).all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b));
+    if !table_ok {
+        return Err(OpenError::InvalidUrl(
+            "dynamodb: expected dynamodb://TABLE, a table name of 3 to 255 letters, digits, `_`, `-` or `.`",
+        ));
+    }
+    let mut out = DynamoDbTarget {
+        table,
+        region: None,
+        endpoint: None,
+        shards: None,
+    };
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        let v = percent_decoded(v);
+        match percent_decoded(k).as_str() {
+            "region" if !v.is_empty() => out.region = Some(v),
+            "endpoint" if v.starts_with("http://") || v.starts_with("https://") => {
+                out.endpoint = Some(v);
+            }
+            "endpoint" => {
+                return Err(OpenError::InvalidUrl(
+                    "dynamodb: endpoint must be an http:// or https:// URL",
+                ))
+            }
+            "shards" => {
+                let shards = v.parse().ok().filter(|n| (1..=1024).contains(n));
+                out.shards = Some(shards.ok_or(OpenError::InvalidUrl(
+                    "dynamodb: shards must be a number from 1 to 1024",
+                ))?);
+            }
+            _ => return Err(OpenError::InvalidUrl(
+                "dynamodb: unknown or empty parameter; the store takes region, endpoint and shards",
+            )),
+        }
+    }
+    Ok(out)
 }
 
 /// Why an in-memory SQLite database is refused.
@@ -339,6 +407,7 @@ impl StoreUrl {
             Backend::Postgres => self.open_postgres().await,
             Backend::MySql => self.open_mysql().await,
             Backend::Redis => self.open_redis().await,
+            Backend::DynamoDb => self.open_dynamodb().await,
         }
     }
 
@@ -454,6 +523,32 @@ impl StoreUrl {
     async fn open_redis(&self) -> Result<OpenedStore, OpenError> {
         Err(self.disabled())
     }
+
+    #[cfg(feature = "dynamodb")]
+    async fn open_dynamodb(&self) -> Result<OpenedStore, OpenError> {
+        let target = dynamodb_target(&self.target)?;
+        let mut builder = super::DynamoDbStore::builder(&target.table);
+        if let Some(region) = target.region {
+            builder = builder.region(region);
+        }
+        if let Some(endpoint) = target.endpoint {
+            builder = builder.endpoint_url(endpoint);
+        }
+        if let Some(shards) = target.shards {
+            builder = builder.shards(shards);
+        }
+        let store = builder.connect().await.map_err(StoreError::backend)?;
+        Ok(OpenedStore {
+            store: Arc::new(store.clone()),
+            backend: Backend::DynamoDb,
+            schema: Schema::DynamoDb(store),
+        })
+    }
+
+    #[cfg(not(feature = "dynamodb"))]
+    async fn open_dynamodb(&self) -> Result<OpenedStore, OpenError> {
+        Err(self.disabled())
+    }
 }
 
 /// Parses `url` and opens the store it names, with the default table. See the
@@ -475,6 +570,8 @@ enum Schema {
     Postgres(super::PostgresStore),
     #[cfg(feature = "mysql")]
     MySql(super::MySqlStore),
+    #[cfg(feature = "dynamodb")]
+    DynamoDb(super::DynamoDbStore),
 }
 
 /// A store opened from a URL: hand [`OpenedStore::shared`] to
@@ -518,9 +615,9 @@ impl OpenedStore {
         self.store.clone()
     }
 
-    /// Creates the store's table and indexes unless they exist (SQL stores;
-    /// idempotent, safe from every replica at start-up). Memory and Redis stores
-    /// need none.
+    /// Creates the store's table and indexes unless they exist (SQL stores, and
+    /// DynamoDB's table with its index and time to live; idempotent, safe from
+    /// every replica at start-up). Memory and Redis stores need none.
     ///
     /// # Errors
     /// The store's error, for instance for lack of the privilege to create a table.
@@ -537,6 +634,10 @@ impl OpenedStore {
             }),
             #[cfg(feature = "mysql")]
             Schema::MySql(s) => s.migrate().await.map(|()| Migration::Applied {
+                table: s.table().to_owned(),
+            }),
+            #[cfg(feature = "dynamodb")]
+            Schema::DynamoDb(s) => s.create_table().await.map(|()| Migration::Applied {
                 table: s.table().to_owned(),
             }),
         }
@@ -592,6 +693,38 @@ mod tests {
         }
         #[cfg(feature = "mysql")]
         assert_eq!(p("mariadb://h/db").unwrap().target, "mysql://h/db");
+        #[cfg(not(feature = "dynamodb"))]
+        assert!(matches!(
+            p("dynamodb://webhooks"),
+            Err(OpenError::FeatureDisabled {
+                feature: "dynamodb",
+                ..
+            })
+        ));
+        for bad in [
+            "dynamodb://",
+            "dynamodb://ab",
+            "dynamodb://no/slash",
+            "dynamodb://t_1?colour=blue",
+            "dynamodb://t_1?region=",
+            "dynamodb://t_1?endpoint=localhost:8000",
+            "dynamodb://t_1?shards=0",
+            "dynamodb://t_1?shards=many",
+        ] {
+            assert!(
+                matches!(p(bad), Err(OpenError::InvalidUrl(m)) if m.starts_with("dynamodb")),
+                "{bad}"
+            );
+        }
+        let t =
+            dynamodb_target("t_1?region=eu-west-1&endpoint=http%3A%2F%2F127.0.0.1%3A8000&shards=4")
+                .unwrap();
+        assert_eq!(t.table, "t_1");
+        assert_eq!(t.region.as_deref(), Some("eu-west-1"));
+        assert_eq!(t.endpoint.as_deref(), Some("http://127.0.0.1:8000"));
+        assert_eq!(t.shards, Some(4));
+        let t = dynamodb_target("web.hooks-1?endpoint=http://localhost:8000/").unwrap();
+        assert_eq!(t.endpoint.as_deref(), Some("http://localhost:8000/"));
         #[cfg(not(feature = "redis"))]
         assert!(matches!(
             p("redis://h"),

@@ -296,6 +296,11 @@ backends::per_backend!(outage:
     outage_redis => Redis,
 );
 
+#[cfg(feature = "dynamodb")]
+backends::per_backend!(outage:
+    outage_dynamodb => DynamoDb,
+);
+
 async fn cut_mid_handler(backend: Backend) {
     let Some(url) = support::server_url(backend.url_var().unwrap()) else {
         return;
@@ -412,4 +417,9 @@ backends::per_backend!(cut_mid_handler:
     cut_mid_handler_postgres => Postgres,
     cut_mid_handler_mariadb => MySql,
     cut_mid_handler_redis => Redis,
+);
+
+#[cfg(feature = "dynamodb")]
+backends::per_backend!(cut_mid_handler:
+    cut_mid_handler_dynamodb => DynamoDb,
 );

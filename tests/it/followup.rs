@@ -476,6 +476,11 @@ backends::per_backend!(every_crash_point:
     a_crash_at_any_step_of_a_failure_for_good_leaves_it_announced_redis => Redis,
 );
 
+#[cfg(feature = "dynamodb")]
+backends::per_backend!(every_crash_point:
+    a_crash_at_any_step_of_a_failure_for_good_leaves_it_announced_dynamodb => DynamoDb,
+);
+
 // ---- A real process kill -------------------------------------------------------
 
 /// A store that, once a record of the guard's namespace is finished failed for

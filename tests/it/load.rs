@@ -195,3 +195,13 @@ backends::per_backend!(load:
     load_mariadb => MySql,
     load_redis => Redis,
 );
+
+/// Against the DynamoDB emulator the run takes about 90 s (the emulator's pace, not
+/// the store's), so it is left out of the default run: `-- load::load_dynamodb
+/// --ignored`.
+#[cfg(feature = "dynamodb")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "about 90 s against the DynamoDB emulator"]
+async fn load_dynamodb() {
+    load(Backend::DynamoDb).await;
+}

@@ -33,6 +33,8 @@ mod cli;
 mod tower;
 
 // Each store backend against its live server.
+#[cfg(all(feature = "dynamodb", feature = "conformance"))]
+mod dynamodb;
 #[cfg(all(feature = "mysql", feature = "conformance"))]
 mod mysql;
 #[cfg(all(feature = "postgres", feature = "conformance"))]

@@ -176,8 +176,18 @@ backends::per_backend!(within_lease:
     settle_cut_within_lease_redis => Redis,
 );
 
+#[cfg(feature = "dynamodb")]
+backends::per_backend!(within_lease:
+    settle_cut_within_lease_dynamodb => DynamoDb,
+);
+
 backends::per_backend!(past_lease:
     settle_cut_past_lease_postgres => Postgres,
     settle_cut_past_lease_mariadb => MySql,
     settle_cut_past_lease_redis => Redis,
+);
+
+#[cfg(feature = "dynamodb")]
+backends::per_backend!(past_lease:
+    settle_cut_past_lease_dynamodb => DynamoDb,
 );

@@ -68,7 +68,7 @@ enum Command {
               value_parser = clap::value_parser!(u32).range(1..=100_000))]
         batch: u32,
     },
-    /// Create the store's table and indexes unless they exist (SQL stores).
+    /// Create the store's table and indexes unless they exist (SQL stores, DynamoDB).
     Migrate {
         #[command(flatten)]
         store: StoreArgs,
@@ -82,7 +82,7 @@ enum Command {
 #[derive(Args)]
 struct StoreArgs {
     /// The store: sqlite:PATH, postgres://..., mysql://..., mariadb://...,
-    /// redis://... (memory: works but holds nothing).
+    /// redis://..., dynamodb://TABLE?region=... (memory: works but holds nothing).
     #[arg(
         long,
         env = "WEBHOOK_GUARD_STORE_URL",

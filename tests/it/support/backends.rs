@@ -20,6 +20,7 @@ pub enum Backend {
     Postgres,
     MySql,
     Redis,
+    DynamoDb,
 }
 
 impl Backend {
@@ -30,6 +31,7 @@ impl Backend {
             Self::Postgres => "postgres",
             Self::MySql => "mariadb",
             Self::Redis => "redis",
+            Self::DynamoDb => "dynamodb",
         }
     }
 
@@ -39,6 +41,7 @@ impl Backend {
             Self::Postgres => Some("WEBHOOK_GUARD_POSTGRES_URL"),
             Self::MySql => Some("WEBHOOK_GUARD_MYSQL_URL"),
             Self::Redis => Some("WEBHOOK_GUARD_REDIS_URL"),
+            Self::DynamoDb => Some("WEBHOOK_GUARD_DYNAMODB_URL"),
             _ => None,
         }
     }
@@ -79,12 +82,23 @@ pub enum Cleanup {
         url: String,
         prefix: String,
     },
+    /// A DynamoDB table, deleted through the store's own client (made before any
+    /// proxy in front of the server is cut).
+    #[cfg(feature = "dynamodb")]
+    DynamoDbTable(webhook_guard::store::DynamoDbStore),
 }
 
 impl Cleanup {
     pub async fn run(self) {
         match self {
             Self::Nothing => {}
+            #[cfg(feature = "dynamodb")]
+            Self::DynamoDbTable(store) => {
+                let _ = (store.client().delete_table())
+                    .table_name(store.table())
+                    .send()
+                    .await;
+            }
             Self::File(path) => {
                 for suffix in ["", "-wal", "-shm"] {
                     let mut p = path.clone().into_os_string();
@@ -290,6 +304,32 @@ async fn open(backend: Backend, pool: u32, through: Option<&str>) -> Option<View
                 .expect("connect to Redis");
             let url = url.unwrap();
             Some(both(store, Cleanup::Prefix { url, prefix }))
+        }
+        #[cfg(feature = "dynamodb")]
+        Backend::DynamoDb => {
+            use webhook_guard::store::DynamoDbStore;
+            let table = unique("wg_reliab");
+            let connect = |endpoint: &str| {
+                DynamoDbStore::builder(&table)
+                    .endpoint_url(endpoint)
+                    .region("us-east-1")
+                    .connect_timeout(Duration::from_millis(500))
+                    .attempt_timeout(timeout.min(Duration::from_secs(3)))
+                    // Through a proxy, fail fast as the other stores do: a cut
+                    // store answers each call's first attempt with an error.
+                    .max_attempts(if through.is_some() { 1 } else { 3 })
+                    .connect()
+            };
+            // The table is made and dropped on the server itself, never through
+            // the proxy.
+            let direct = connect(url.as_deref().unwrap())
+                .await
+                .expect("DynamoDB store");
+            direct.create_table().await.expect("create the table");
+            let store = connect(connect_url.as_deref().unwrap())
+                .await
+                .expect("DynamoDB store");
+            Some(both(store, Cleanup::DynamoDbTable(direct)))
         }
         #[allow(unreachable_patterns)]
         other => panic!("{} is not built with this test's features", other.name()),
