@@ -453,6 +453,11 @@ async fn an_unreachable_endpoint_is_unavailable() {
         .unwrap();
     let err = store.get(Key::new("x", "y")).await.unwrap_err();
     assert!(err.is_unavailable(), "{err}");
+    // A refused connection sent nothing: the guard looks for no claim after it.
+    assert!(
+        matches!(err, webhook_guard::StoreError::NotSent { .. }),
+        "{err:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

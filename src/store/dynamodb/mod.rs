@@ -572,11 +572,31 @@ fn store_error<E>(e: SdkError<E, HttpResponse>) -> StoreError
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
 {
-    if unavailable(&e) {
+    if refused(&e) {
+        StoreError::not_sent(e)
+    } else if unavailable(&e) {
         StoreError::unavailable(e)
     } else {
         StoreError::backend(e)
     }
+}
+
+/// Whether the request could not be sent because the endpoint refused the
+/// connection: nothing reached DynamoDB.
+fn refused<E: std::error::Error + 'static>(e: &SdkError<E, HttpResponse>) -> bool {
+    let SdkError::DispatchFailure(_) = e else {
+        return false;
+    };
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(error) = source {
+        if let Some(io) = error.downcast_ref::<std::io::Error>() {
+            if io.kind() == std::io::ErrorKind::ConnectionRefused {
+                return true;
+            }
+        }
+        source = error.source();
+    }
+    false
 }
 
 /// A builder's error (a required field missing): a bug of this store.
