@@ -166,6 +166,75 @@ mod imp {
         pub(crate) fn spawn(&self, work: impl Future<Output = ()> + Send + 'static) {
             drop(self.0.spawn(work));
         }
+
+        /// Spawns `work`; the handle waits for it, and dropping the handle leaves it
+        /// running.
+        pub(crate) fn spawn_joinable<T: Send + 'static>(
+            &self,
+            work: impl Future<Output = T> + Send + 'static,
+        ) -> Joinable<T> {
+            Joinable(self.0.spawn(work))
+        }
+    }
+
+    /// A spawned task's end: its output, or its panic (resumed on the waiter), or
+    /// `None` when the runtime shut down before it ended.
+    pub(crate) struct Joinable<T>(tokio::task::JoinHandle<T>);
+
+    impl<T> Joinable<T> {
+        /// The task's output within `budget`; `Err(self)` when it is still running.
+        pub(crate) async fn join_within(
+            mut self,
+            budget: Option<std::time::Duration>,
+        ) -> Result<Option<T>, Self> {
+            let joined = match budget {
+                Some(budget) => match tokio::time::timeout(budget, &mut self.0).await {
+                    Ok(joined) => joined,
+                    Err(_) => return Err(self),
+                },
+                None => (&mut self.0).await,
+            };
+            match joined {
+                Ok(out) => Ok(Some(out)),
+                Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                Err(_) => Ok(None),
+            }
+        }
+    }
+
+    /// A bound on the tasks spawned for one purpose (handlers that outlive their
+    /// request), and a way to wait for them all.
+    #[derive(Debug)]
+    pub(crate) struct Slots {
+        semaphore: std::sync::Arc<tokio::sync::Semaphore>,
+        limit: u32,
+    }
+
+    /// One taken slot, given back on drop.
+    pub(crate) struct Slot(#[allow(dead_code)] tokio::sync::OwnedSemaphorePermit);
+
+    impl Slots {
+        pub(crate) fn new(limit: u32) -> Self {
+            Self {
+                semaphore: std::sync::Arc::new(tokio::sync::Semaphore::new(limit as usize)),
+                limit,
+            }
+        }
+
+        /// A free slot, if any.
+        pub(crate) fn take(&self) -> Option<Slot> {
+            self.semaphore.clone().try_acquire_owned().ok().map(Slot)
+        }
+
+        /// Waits at most `grace` for every slot to be free again: how many are
+        /// still taken then.
+        pub(crate) async fn drain(&self, grace: std::time::Duration) -> usize {
+            let all = self.semaphore.acquire_many(self.limit);
+            match tokio::time::timeout(grace, all).await {
+                Ok(_) => 0,
+                Err(_) => self.limit as usize - self.semaphore.available_permits(),
+            }
+        }
     }
 
     /// The sending end of a spawned task's stop signal, and the task's end.
@@ -232,6 +301,47 @@ mod imp {
         pub(crate) fn spawn(&self, work: impl Future<Output = ()> + Send + 'static) {
             drop(work);
             match *self {}
+        }
+
+        pub(crate) fn spawn_joinable<T: Send + 'static>(
+            &self,
+            work: impl Future<Output = T> + Send + 'static,
+        ) -> Joinable<T> {
+            drop(work);
+            match *self {}
+        }
+    }
+
+    /// No slots without a runtime: nothing is spawned.
+    #[derive(Debug)]
+    pub(crate) struct Slots;
+
+    /// Never taken.
+    pub(crate) enum Slot {}
+
+    impl Slots {
+        pub(crate) fn new(limit: u32) -> Self {
+            let _ = limit;
+            Self
+        }
+
+        pub(crate) fn take(&self) -> Option<Slot> {
+            None
+        }
+    }
+
+    /// Never spawned.
+    pub(crate) enum Joinable<T> {
+        #[allow(dead_code)]
+        Never(std::convert::Infallible, std::marker::PhantomData<T>),
+    }
+
+    impl<T> Joinable<T> {
+        pub(crate) async fn join_within(self, budget: Option<Duration>) -> Result<Option<T>, Self> {
+            let _ = budget;
+            match self {
+                Self::Never(never, _) => match never {},
+            }
         }
     }
 

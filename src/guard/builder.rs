@@ -30,6 +30,9 @@ pub const DEFAULT_MAX_BODY: usize = 1 << 20;
 /// answered 503. Well inside the shortest timeout of a preset's provider (Slack's
 /// 3 s; Stripe's and Shopify's 5 s).
 pub const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_secs(2);
+/// The default bound on handlers running apart from their request
+/// ([`WebhookGuard::handle_spawned`]): past it, a handler runs inside its request.
+pub const DEFAULT_DETACHED_LIMIT: u32 = 1024;
 
 /// How to answer a delivery that finds another delivery of its id in progress.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -108,6 +111,9 @@ pub struct WebhookGuardBuilder {
     event_id: EventId,
     lease: Duration,
     store_timeout: Duration,
+    /// `None`: the verifier's; `Some(None)`: none.
+    answer_deadline: Option<Option<Duration>>,
+    detached_limit: u32,
     retention: Option<Duration>,
     escalate_after: Option<u32>,
     max_body: usize,
@@ -236,6 +242,41 @@ impl WebhookGuardBuilder {
         self
     }
 
+    /// When [`WebhookGuard::handle_spawned`] (and the integrations) answer a delivery
+    /// whose handler still runs: that long after the delivery arrived, it is
+    /// answered [`Outcome::InProgress`](crate::Outcome::InProgress) (409 with
+    /// `Retry-After`, or 200 with [`InProgressAnswer::Accept`]) while the handler
+    /// runs on and records its result; the provider's retry then finds it done
+    /// (`Duplicate`) or, if it failed, runs it again.
+    ///
+    /// Default: four fifths of the verifier's
+    /// [`answer_timeout`](crate::verify::Verifier::answer_timeout), the provider's
+    /// own wait (Stripe 4 s of 5, Slack 2.4 s of 3, GitHub 8 s of 10, Shopify 4 s of
+    /// 5, Jamm 96 s of 120); none when the verifier does not know it. A provider
+    /// that timed out would retry all the same, and count the attempt as failed
+    /// without an answer; answered in time, it shows a clear status instead.
+    pub fn answer_deadline(mut self, deadline: Duration) -> Self {
+        self.answer_deadline = Some(Some(deadline));
+        self
+    }
+
+    /// No answer deadline: a spawned handler is awaited to its end, however long
+    /// the provider waits.
+    pub fn no_answer_deadline(mut self) -> Self {
+        self.answer_deadline = Some(None);
+        self
+    }
+
+    /// How many handlers may run apart from their request at once (default
+    /// [`DEFAULT_DETACHED_LIMIT`]); past it, [`WebhookGuard::handle_spawned`] runs
+    /// a handler inside its request, which a dropped request then cancels (its claim
+    /// released, the next delivery runs it again). Zero keeps every handler inside
+    /// its request.
+    pub fn detached_limit(mut self, limit: u32) -> Self {
+        self.detached_limit = limit;
+        self
+    }
+
     /// How long records are kept (default: [`DEFAULT_RETENTION`], or the verifier's
     /// retry window if longer). It must cover the provider's whole retry window, or a
     /// late retry runs the handler again.
@@ -300,6 +341,13 @@ impl WebhookGuardBuilder {
             .unwrap_or_else(|| DEFAULT_RETENTION.max(verifier.retry_window().unwrap_or_default()));
         let lease_delta = delta(self.lease, "lease")?;
         delta(self.store_timeout, "store_timeout")?;
+        let answer_deadline = match self.answer_deadline {
+            Some(deadline) => deadline,
+            None => verifier.answer_timeout().map(|t| t * 4 / 5),
+        };
+        if let Some(deadline) = answer_deadline {
+            delta(deadline, "answer_deadline")?;
+        }
         let retention_delta = delta(retention, "retention")?;
         if retention < self.lease {
             return Err(ConfigError::RetentionBelowLease {
@@ -343,6 +391,8 @@ impl WebhookGuardBuilder {
                 lease: self.lease,
                 lease_delta,
                 store_timeout: self.store_timeout,
+                answer_deadline,
+                detached: crate::runtime::Slots::new(self.detached_limit),
                 retention,
                 retention_delta,
                 escalate_after,
@@ -405,6 +455,8 @@ impl WebhookGuard {
             event_id: EventId::FromVerifier,
             lease: DEFAULT_LEASE,
             store_timeout: DEFAULT_STORE_TIMEOUT,
+            answer_deadline: None,
+            detached_limit: DEFAULT_DETACHED_LIMIT,
             retention: None,
             escalate_after: None,
             max_body: DEFAULT_MAX_BODY,

@@ -64,7 +64,7 @@ impl<'a> Claimed<'a> {
             .expect("a claim is finished only by value")
     }
 
-    fn take(mut self) -> Arc<ClaimState> {
+    pub(super) fn take(mut self) -> Arc<ClaimState> {
         self.state
             .take()
             .expect("a claim is finished only by value")

@@ -50,8 +50,9 @@ use crate::Headers;
 
 pub use crate::runtime::MAX_ERROR_LEN;
 pub use builder::{
-    ConfigError, InProgressAnswer, WebhookGuardBuilder, DEFAULT_ESCALATE_AFTER, DEFAULT_LEASE,
-    DEFAULT_MAX_BODY, DEFAULT_RETENTION, DEFAULT_STORE_TIMEOUT,
+    ConfigError, InProgressAnswer, WebhookGuardBuilder, DEFAULT_DETACHED_LIMIT,
+    DEFAULT_ESCALATE_AFTER, DEFAULT_LEASE, DEFAULT_MAX_BODY, DEFAULT_RETENTION,
+    DEFAULT_STORE_TIMEOUT,
 };
 pub use claim::Claimed;
 pub use event::{
@@ -94,6 +95,10 @@ struct Inner {
     lease_delta: TimeDelta,
     /// How long a claim may take before the delivery is answered 503.
     store_timeout: Duration,
+    /// When a spawned handler still running is answered `InProgress`.
+    answer_deadline: Option<Duration>,
+    /// Handlers running apart from their request.
+    detached: crate::runtime::Slots,
     retention: Duration,
     retention_delta: TimeDelta,
     escalate_after: u32,
@@ -238,6 +243,107 @@ impl WebhookGuard {
             .await
         }
         .instrument(span)
+    }
+
+    /// [`WebhookGuard::handle_owned`], with the handler run apart from the request:
+    /// on its own task (with the `tokio` feature and a runtime), so that it runs to
+    /// its end and its result is recorded even when the request's future is dropped
+    /// (the provider hung up, a server timeout). What the web integrations call.
+    ///
+    /// The returned future answers when the handler ends, or — when the guard has an
+    /// [answer deadline](WebhookGuardBuilder::answer_deadline) and the handler still
+    /// runs at it — [`Outcome::InProgress`] at the deadline, so the provider is
+    /// answered before its own timeout; the handler runs on, and the delivery's
+    /// final outcome is logged and reported to [`Hooks::on_outcome`] when it ends.
+    /// At most [`detached_limit`](WebhookGuardBuilder::detached_limit) handlers run
+    /// so at once; past it (or without a runtime) the handler runs inside the
+    /// request, as in [`WebhookGuard::handle_owned`]. [`WebhookGuard::drain`] waits
+    /// for them at shutdown.
+    // Without the `tokio` feature nothing is spawned: the detached branch is dead.
+    #[cfg_attr(not(feature = "tokio"), allow(unused_variables, unreachable_code))]
+    pub fn handle_spawned<'s, F, Fut>(
+        &'s self,
+        headers: &dyn Headers,
+        body: Bytes,
+        handler: F,
+    ) -> impl Future<Output = Outcome> + Send + use<'s, F, Fut>
+    where
+        F: FnOnce(OwnedEvent) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<(), HandlerError>> + Send + 'static,
+    {
+        let span = enterable(self.delivery_span());
+        let started = Instant::now();
+        let now = self.inner.clock.now();
+        let verified = span.in_scope(|| self.verify_id_at(headers, &body, now));
+        async move {
+            let claimed = match self.claim(verified, &body, started, now).await {
+                Begin::Claimed(claimed) => claimed,
+                Begin::Done(outcome) => return outcome,
+            };
+            let detached = crate::runtime::current()
+                .and_then(|runtime| Some((runtime, self.inner.detached.take()?)));
+            let Some((runtime, slot)) = detached else {
+                let shared = body.clone();
+                return run_claimed(Begin::Claimed(claimed), move |event| {
+                    handler(OwnedEvent {
+                        body: shared,
+                        claim: event.claim,
+                    })
+                })
+                .await;
+            };
+            let state = claimed.take();
+            let (id, failures, lease_until) =
+                (state.id.clone(), state.record.failures, state.record.lease_until);
+            let run = async move {
+                let _slot = slot;
+                let shared = body.clone();
+                let claimed = Claimed {
+                    state: Some(state),
+                    body: &body,
+                };
+                run_claimed(Begin::Claimed(claimed), move |event| {
+                    handler(OwnedEvent {
+                        body: shared,
+                        claim: event.claim,
+                    })
+                })
+                .await
+            };
+            let task = runtime.spawn_joinable(run.instrument(tracing::Span::current()));
+            let left = (self.inner.answer_deadline).map(|d| d.saturating_sub(started.elapsed()));
+            match task.join_within(left).await {
+                Ok(Some(outcome)) => outcome,
+                // The runtime is shutting down: the claim's lease runs out and a
+                // redelivery takes it over.
+                Ok(None) => Outcome::RetryableFailure {
+                    id,
+                    failures,
+                    error: "the runtime shut down while the handler ran".into(),
+                },
+                Err(_running) => {
+                    let now = self.inner.clock.now();
+                    let retry_after = (lease_until - now).to_std().unwrap_or_default();
+                    tracing::info!(%id, "answering before the provider's timeout; the handler runs on");
+                    Outcome::InProgress {
+                        id,
+                        retry_after: retry_after.max(Duration::from_secs(1)),
+                    }
+                }
+            }
+        }
+        .instrument(span)
+    }
+
+    /// Waits at most `grace` for the handlers running apart from their request
+    /// ([`WebhookGuard::handle_spawned`]) to end and record their results: call it
+    /// at shutdown, once the server stopped taking requests. Answers how many still
+    /// run at the end of `grace` (their claims' leases run out, and a redelivery
+    /// takes each over: none is lost).
+    #[cfg(feature = "tokio")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+    pub async fn drain(&self, grace: Duration) -> usize {
+        self.inner.detached.drain(grace).await
     }
 
     /// Verifies the delivery and claims its id. Returns [`Begin::Claimed`] when this

@@ -27,7 +27,11 @@
 //! ```
 //!
 //! A handler that needs application state captures it (an `Arc`, a pool) in the
-//! closure. The route answers from the [`Outcome`] with the guard's status mapping:
+//! closure. It runs on its own task ([`WebhookGuard::handle_spawned`]): a client
+//! that hangs up does not cancel it, its result is recorded, and the provider's
+//! retry is a `Duplicate`; with a preset that knows the provider's timeout, a
+//! handler still running at four fifths of it is answered `InProgress` (409 +
+//! `Retry-After`) while it runs on. The route answers from the [`Outcome`] with the guard's status mapping:
 //! see [`GuardResponse`]. A body over the guard's limit is answered 400
 //! `body_too_large` without being read whole (see the
 //! [module docs](crate::integrations#bodies-over-the-limit)).
@@ -93,7 +97,9 @@ where
 
 /// The body of [`guarded`], for a route that is not a plain `POST`: reads the body
 /// of `request` within the guard's limit and runs it through
-/// [`WebhookGuard::handle_owned`].
+/// [`WebhookGuard::handle_spawned`] (the handler on its own task: it runs to its
+/// end and its result is recorded even if the client hangs up, and the provider is
+/// answered by the guard's answer deadline).
 ///
 /// ```
 /// use axum::{extract::Request, routing::put, Router};
@@ -120,10 +126,10 @@ pub async fn handle_request<F, Fut>(
     handler: F,
 ) -> GuardResponse
 where
-    F: FnOnce(OwnedEvent) -> Fut,
-    Fut: Future<Output = Result<(), HandlerError>>,
+    F: FnOnce(OwnedEvent) -> Fut + Send + 'static,
+    Fut: Future<Output = Result<(), HandlerError>> + Send + 'static,
 {
-    // `handle_owned` reads the headers before its future first runs: the request's
+    // `handle_spawned` reads the headers before its future first runs: the request's
     // parts go out of scope before the delivery is awaited, so this future does not
     // carry them alongside it (axum boxes it per request; smaller is cheaper).
     let delivery = {
@@ -132,7 +138,7 @@ where
             Ok(bytes) => bytes,
             Err(response) => return response,
         };
-        guard.handle_owned(&parts.headers, bytes, handler)
+        guard.handle_spawned(&parts.headers, bytes, handler)
     };
     let outcome = delivery.await;
     guard.respond(outcome)

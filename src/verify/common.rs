@@ -180,9 +180,15 @@ pub(crate) use keyed;
 
 /// The [`Verifier`](super::Verifier) methods that state a preset's published
 /// limits, in this order, each optional: `tolerance` (the preset's `tolerance`
-/// field), `retry_window` (its `RETRY_WINDOW`) and `deliveries: N` (with its doc
-/// comment).
+/// field), `retry_window` (its `RETRY_WINDOW`), `answer_timeout: SECONDS` and
+/// `deliveries: N` (with its doc comment).
 macro_rules! limits {
+    (answer_timeout: $secs:literal; $($rest:tt)*) => {
+        fn answer_timeout(&self) -> Option<std::time::Duration> {
+            Some(std::time::Duration::from_secs($secs))
+        }
+        $crate::verify::common::limits!($($rest)*);
+    };
     (tolerance; $($rest:tt)*) => {
         fn tolerance(&self) -> Option<std::time::Duration> {
             Some(self.tolerance)

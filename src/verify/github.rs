@@ -76,6 +76,7 @@ impl Verifier for GitHub {
 
     common::limits! {
         retry_window;
+        answer_timeout: 10;
         /// GitHub delivers an event once (no automatic retry).
         deliveries: 1;
     }

@@ -201,6 +201,7 @@ impl Verifier for Jamm {
 
     common::limits! {
         retry_window;
+        answer_timeout: 120;
         /// Jamm's 20 attempts.
         deliveries: 20;
     }

@@ -97,6 +97,15 @@ pub trait Verifier: fmt::Debug + Send + Sync + 'static {
         None
     }
 
+    /// How long the provider waits for an answer before it counts the attempt as
+    /// failed (and retries), if known. The guard's default answer deadline is four
+    /// fifths of it (see [`WebhookGuardBuilder::answer_deadline`]).
+    ///
+    /// [`WebhookGuardBuilder::answer_deadline`]: crate::WebhookGuardBuilder::answer_deadline
+    fn answer_timeout(&self) -> Option<Duration> {
+        None
+    }
+
     /// How far from `now` a signed timestamp may lie and still verify, for a scheme
     /// that signs one. The guard refuses a retention shorter than twice this: a
     /// replay the signature still accepts must find its id remembered.
@@ -123,6 +132,7 @@ crate::forward::forward!(Verifier {
         -> Result<Verified, VerifyError>;
     fn retry_window(&self) -> Option<Duration>;
     fn deliveries(&self) -> Option<u32>;
+    fn answer_timeout(&self) -> Option<Duration>;
     fn tolerance(&self) -> Option<Duration>;
     fn body_changes_on_retry(&self) -> bool;
     fn event_meta(&self) -> Option<crate::meta::MetaExtractor>;

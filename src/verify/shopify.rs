@@ -79,6 +79,7 @@ impl Verifier for Shopify {
 
     common::limits! {
         retry_window;
+        answer_timeout: 5;
         /// Shopify's first attempt and its 8 retries.
         deliveries: 9;
     }

@@ -94,6 +94,7 @@ impl Verifier for Slack {
     common::limits! {
         tolerance;
         retry_window;
+        answer_timeout: 3;
         /// Slack's first attempt and its 3 retries.
         deliveries: 4;
     }

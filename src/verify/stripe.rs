@@ -89,6 +89,7 @@ impl Verifier for Stripe {
     common::limits! {
         tolerance;
         retry_window;
+        answer_timeout: 5;
     }
 }
 

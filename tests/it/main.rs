@@ -29,6 +29,8 @@ mod verify_tool;
 mod axum;
 #[cfg(all(feature = "cli", feature = "axum"))]
 mod cli;
+#[cfg(feature = "axum")]
+mod detached;
 #[cfg(feature = "tower")]
 mod tower;
 

@@ -1,0 +1,184 @@
+//! Handlers that outlive their request: a client that hangs up mid-handler, a
+//! handler slower than the provider's timeout, and a drain at shutdown.
+
+use crate::support;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use support::http_client::post;
+use support::web::{body, serve, sign, SIGNATURE_HEADER};
+use tokio::io::AsyncWriteExt;
+use webhook_guard::integrations::axum::guarded;
+use webhook_guard::store::RecordState;
+use webhook_guard::{EventId, MemoryStore, OwnedEvent, WebhookGuard};
+
+fn guard(store: MemoryStore, deadline: Option<Duration>) -> WebhookGuard {
+    let builder = WebhookGuard::builder()
+        .namespace("test")
+        .store(store)
+        .verifier(support::web::verifier())
+        .event_id(EventId::json_field(["id"]));
+    match deadline {
+        Some(deadline) => builder.answer_deadline(deadline),
+        None => builder.no_answer_deadline(),
+    }
+    .build()
+    .unwrap()
+}
+
+/// Waits (at most 10 s) until `id`'s record is in `state`.
+async fn reaches(guard: &WebhookGuard, id: &str, state: RecordState) -> bool {
+    for _ in 0..200 {
+        let now = guard.inspect(id).await.unwrap().map(|r| r.state);
+        if now == Some(state) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}
+
+/// The client hangs up while the handler runs: the handler goes on to its end,
+/// its success is recorded, and the provider's retry is a duplicate that runs
+/// nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_hangs_up_does_not_cancel_the_handler_axum() {
+    let guard = guard(MemoryStore::new(), None);
+    let started = Arc::new(tokio::sync::Notify::new());
+    let release = Arc::new(tokio::sync::Notify::new());
+    let finished = Arc::new(AtomicUsize::new(0));
+    let handler = {
+        let (started, release, finished) = (started.clone(), release.clone(), finished.clone());
+        move |_event: OwnedEvent| {
+            let (started, release, finished) = (started.clone(), release.clone(), finished.clone());
+            async move {
+                started.notify_one();
+                release.notified().await;
+                finished.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            }
+        }
+    };
+    let addr = serve(Router::new().route("/webhooks", guarded(guard.clone(), handler))).await;
+    let body = body("evt_hangup");
+    let sig = sign(&body);
+
+    // A raw request, then the client goes away once the handler runs.
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "POST /webhooks HTTP/1.1\r\nHost: {addr}\r\nContent-Length: {}\r\n{SIGNATURE_HEADER}: {sig}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(&body).await.unwrap();
+    started.notified().await;
+    drop(stream);
+    // Give the server time to see the hang-up and drop the request's future.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    release.notify_one();
+
+    assert!(
+        reaches(&guard, "evt_hangup", RecordState::Completed).await,
+        "the handler finished and its success was recorded"
+    );
+    assert_eq!(finished.load(Ordering::SeqCst), 1);
+    let retry = post(addr, "/webhooks", &[(SIGNATURE_HEADER, &sig)], &body).await;
+    assert_eq!(retry.status, 200);
+    assert_eq!(retry.json()["outcome"], "duplicate", "{retry:?}");
+    assert_eq!(finished.load(Ordering::SeqCst), 1, "not run again");
+}
+
+/// A handler slower than the answer deadline: the provider is answered 409
+/// (`InProgress`, with `Retry-After`) before its timeout while the handler runs
+/// on; the retry after it ended is a duplicate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_past_the_deadline_is_answered_in_progress_and_runs_on() {
+    let guard = guard(MemoryStore::new(), Some(Duration::from_millis(300)));
+    let release = Arc::new(tokio::sync::Notify::new());
+    let finished = Arc::new(AtomicUsize::new(0));
+    let handler = {
+        let (release, finished) = (release.clone(), finished.clone());
+        move |_event: OwnedEvent| {
+            let (release, finished) = (release.clone(), finished.clone());
+            async move {
+                release.notified().await;
+                finished.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            }
+        }
+    };
+    let addr = serve(Router::new().route("/webhooks", guarded(guard.clone(), handler))).await;
+    let body = body("evt_slow");
+    let sig = sign(&body);
+
+    let first = post(addr, "/webhooks", &[(SIGNATURE_HEADER, &sig)], &body).await;
+    assert_eq!(first.status, 409, "{first:?}");
+    assert_eq!(first.json()["outcome"], "in_progress");
+    assert!(first.header("retry-after").is_some());
+    assert_eq!(finished.load(Ordering::SeqCst), 0, "answered while it runs");
+
+    release.notify_one();
+    assert!(reaches(&guard, "evt_slow", RecordState::Completed).await);
+    let retry = post(addr, "/webhooks", &[(SIGNATURE_HEADER, &sig)], &body).await;
+    assert_eq!(retry.json()["outcome"], "duplicate", "{retry:?}");
+    assert_eq!(finished.load(Ordering::SeqCst), 1);
+}
+
+/// The Stripe preset's default deadline is four fifths of Stripe's 5 s.
+#[test]
+fn the_stripe_preset_knows_its_providers_timeout() {
+    use webhook_guard::verify::{Stripe, Verifier};
+    let stripe = Stripe::new(["whsec_test"]).unwrap();
+    assert_eq!(stripe.answer_timeout(), Some(Duration::from_secs(5)));
+}
+
+/// At shutdown, `drain` waits for the handlers whose requests are gone: every one
+/// ends and is recorded; with no grace, it says how many still run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drain_waits_for_the_handlers_whose_requests_are_gone() {
+    let guard = guard(MemoryStore::new(), None);
+    let release = Arc::new(tokio::sync::Semaphore::new(0));
+    let finished = Arc::new(AtomicUsize::new(0));
+    let mut requests = Vec::new();
+    for i in 0..5 {
+        let (guard, release, finished) = (guard.clone(), release.clone(), finished.clone());
+        let body = bytes::Bytes::from(body(&format!("evt_drain_{i}")));
+        let headers = [(SIGNATURE_HEADER.to_owned(), sign(&body))];
+        requests.push(tokio::spawn(async move {
+            let headers: Vec<(&str, &str)> = headers
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect();
+            guard
+                .handle_spawned(&headers, body, move |_event| async move {
+                    let _permit = release.acquire().await.unwrap();
+                    finished.fetch_add(1, Ordering::SeqCst);
+                    Ok(())
+                })
+                .await
+        }));
+    }
+    // Every delivery is claimed and its handler waiting; then the requests go.
+    for i in 0..5 {
+        assert!(reaches(&guard, &format!("evt_drain_{i}"), RecordState::InProgress).await);
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    for request in &requests {
+        request.abort();
+    }
+    assert_eq!(guard.drain(Duration::ZERO).await, 5, "five still run");
+    release.add_permits(5);
+    assert_eq!(guard.drain(Duration::from_secs(10)).await, 0);
+    assert_eq!(finished.load(Ordering::SeqCst), 5);
+    for i in 0..5 {
+        let record = guard
+            .inspect(&format!("evt_drain_{i}"))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(record.state, RecordState::Completed);
+    }
+}
