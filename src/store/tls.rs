@@ -1,0 +1,253 @@
+//! Why a TLS connection to a store failed.
+//!
+//! TLS for the PostgreSQL, MySQL and Redis stores needs the crate's `tls` feature
+//! (rustls with the ring provider; the system's trusted roots unless the URL or the
+//! builder names a CA). Connecting with a URL that asks for TLS and failing it
+//! answers an error whose chain holds a [`TlsError`], found with
+//! [`TlsError::find`]: the server's certificate is untrusted or names another
+//! host, the server offers no TLS, or refuses a plain-text connection. It is never
+//! a panic, and never a fall-back to plain text when the URL requires TLS.
+//!
+//! | Failure | PostgreSQL | MySQL / MariaDB | Redis |
+//! |---|---|---|---|
+//! | [`UntrustedCertificate`](TlsFailure::UntrustedCertificate) | `verify-ca`, `verify-full` (or `require` with `sslrootcert`) | `VERIFY_CA`, `VERIFY_IDENTITY` (or `REQUIRED` with `ssl-ca`) | `rediss://` |
+//! | [`WrongHost`](TlsFailure::WrongHost) | `verify-full` | `VERIFY_IDENTITY` | `rediss://` |
+//! | [`NotOffered`](TlsFailure::NotOffered) | `require` and stricter | `REQUIRED` and stricter | — (times out) |
+//! | [`Refused`](TlsFailure::Refused) | `disable`, or `allow` | — (the server answers "access denied") | — (the server resets the connection) |
+//! | [`NotBuilt`](TlsFailure::NotBuilt) | `require` and stricter | `REQUIRED` and stricter | `rediss://` |
+//!
+//! The connect functions ([`PostgresStore::connect`](super::PostgresStore::connect),
+//! [`MySqlStore::connect`](super::MySqlStore::connect),
+//! [`RedisStoreBuilder::connect`](super::redis::RedisStoreBuilder::connect) and
+//! [`connect_cluster`](super::redis::RedisStoreBuilder::connect_cluster),
+//! [`store::open`](super::open())) put the [`TlsError`] in the chain: a failed
+//! handshake is [`StoreError::Unavailable`] (as any connection that could not be
+//! made), a server refusing plain text answers [`StoreError::Backend`]. Errors of a
+//! store already connected (a pool opening a new connection) keep the driver's
+//! error as their source, as every other store error does.
+
+use std::error::Error as StdError;
+use std::fmt;
+use std::sync::Arc;
+
+use super::{BoxError, StoreError};
+
+/// What went wrong in a TLS connection to a store: see the [module docs](self).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum TlsFailure {
+    /// The server's certificate does not chain to a trusted CA (a wrong CA, a
+    /// self-signed certificate, an expired one).
+    UntrustedCertificate,
+    /// The certificate is trusted but does not name the host the URL connects to.
+    WrongHost,
+    /// The URL requires TLS and the server does not offer it.
+    NotOffered,
+    /// The server accepts only TLS connections and the URL turned TLS off.
+    Refused,
+    /// The URL asks for TLS and this build has none: turn on the `tls` feature.
+    NotBuilt,
+    /// The TLS handshake failed otherwise (no common protocol version or cipher,
+    /// an alert from the server).
+    Handshake,
+}
+
+impl TlsFailure {
+    fn explanation(self) -> &'static str {
+        match self {
+            Self::UntrustedCertificate => {
+                "TLS: the store's certificate is not signed by a trusted CA (name the CA: \
+                 sslrootcert= for PostgreSQL, ssl-ca= for MySQL, the Redis builder's \
+                 root_certificates or SSL_CERT_FILE)"
+            }
+            Self::WrongHost => {
+                "TLS: the store's certificate does not name the host in the URL (connect \
+                 by a name the certificate holds)"
+            }
+            Self::NotOffered => "TLS: the URL requires TLS and the server does not offer it",
+            Self::Refused => {
+                "TLS: the server accepts only TLS connections (ask for one in the URL: \
+                 sslmode=verify-full for PostgreSQL)"
+            }
+            Self::NotBuilt => {
+                "TLS: the URL asks for TLS and webhook-guard was built without its `tls` feature"
+            }
+            Self::Handshake => "TLS: the handshake with the store failed",
+        }
+    }
+}
+
+/// A TLS connection to a store failed: [`TlsError::failure`] tells how, the
+/// driver's error is the [source](StdError::source).
+#[derive(Debug)]
+pub struct TlsError {
+    failure: TlsFailure,
+    source: BoxError,
+}
+
+impl fmt::Display for TlsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.failure.explanation(), self.source)
+    }
+}
+
+impl StdError for TlsError {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        Some(&*self.source)
+    }
+}
+
+impl TlsError {
+    /// How the connection failed.
+    pub fn failure(&self) -> TlsFailure {
+        self.failure
+    }
+
+    /// The [`TlsError`] in `error`'s chain of sources (`error` itself included), if
+    /// any: for a [`StoreError`], an [`OpenError`](super::OpenError) or a
+    /// [`RedisStoreError`](super::redis::RedisStoreError).
+    ///
+    /// ```no_run
+    /// use webhook_guard::store::{self, TlsError, TlsFailure};
+    ///
+    /// # async fn run() {
+    /// let url = "postgres://app@db.internal/app?sslmode=verify-full&sslrootcert=/etc/ssl/db-ca.pem";
+    /// if let Err(e) = store::open(url).await {
+    ///     if TlsError::find(&e).map(TlsError::failure) == Some(TlsFailure::WrongHost) {
+    ///         eprintln!("the database's certificate does not name db.internal");
+    ///     }
+    /// }
+    /// # }
+    /// ```
+    pub fn find<'e>(error: &'e (dyn StdError + 'static)) -> Option<&'e TlsError> {
+        let mut next = Some(error);
+        while let Some(e) = next {
+            if let Some(found) = e.downcast_ref::<TlsError>() {
+                return Some(found);
+            }
+            next = e.source();
+        }
+        None
+    }
+
+    /// A `failure` whose driver's error is `source`.
+    pub(crate) fn new(failure: TlsFailure, source: BoxError) -> Self {
+        Self { failure, source }
+    }
+
+    /// `error` as a [`TlsError`] if it is a TLS failure, else `error` unchanged.
+    fn wrap(error: BoxError) -> BoxError {
+        match classify(&*error) {
+            Some(failure) => Box::new(Self::new(failure, error)),
+            None => error,
+        }
+    }
+}
+
+/// `error` with a [`TlsError`] between it and its driver's error when that error
+/// is a TLS failure; the variant is kept.
+pub(crate) fn tls_cause(error: StoreError) -> StoreError {
+    match error {
+        StoreError::Unavailable { source } => StoreError::Unavailable {
+            source: TlsError::wrap(source),
+        },
+        StoreError::Backend { source } => StoreError::Backend {
+            source: TlsError::wrap(source),
+        },
+        other => other,
+    }
+}
+
+/// The TLS failure `error` (or an error in its chain) is, if any.
+pub(crate) fn classify(error: &(dyn StdError + 'static)) -> Option<TlsFailure> {
+    let mut next = Some(error);
+    // A chain is short; the bound only guards against a cycle.
+    for _ in 0..32 {
+        let e = next?;
+        if let Some(failure) = classify_one(e) {
+            return Some(failure);
+        }
+        // An `io::Error` and an `Arc` of an error report the *source* of the error
+        // they wrap, skipping that error itself: look inside.
+        if let Some(inner) = e
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+        {
+            if let Some(failure) = classify(inner) {
+                return Some(failure);
+            }
+        }
+        if let Some(inner) = e.downcast_ref::<Arc<dyn StdError + Send + Sync>>() {
+            if let Some(failure) = classify(&**inner) {
+                return Some(failure);
+            }
+        }
+        next = e.source();
+    }
+    None
+}
+
+fn classify_one(e: &(dyn StdError + 'static)) -> Option<TlsFailure> {
+    #[cfg(feature = "tls")]
+    if let Some(e) = e.downcast_ref::<rustls::Error>() {
+        use rustls::CertificateError as C;
+        return Some(match e {
+            rustls::Error::InvalidCertificate(
+                C::NotValidForName | C::NotValidForNameContext { .. },
+            ) => TlsFailure::WrongHost,
+            rustls::Error::InvalidCertificate(_) => TlsFailure::UntrustedCertificate,
+            _ => TlsFailure::Handshake,
+        });
+    }
+    #[cfg(any(feature = "postgres", feature = "mysql"))]
+    if let Some(e) = e.downcast_ref::<sqlx::Error>() {
+        match e {
+            // The drivers' own words (sqlx 0.8): there is no typed form of these.
+            sqlx::Error::Tls(inner) => {
+                let text = inner.to_string();
+                if text.contains("does not support TLS") {
+                    return Some(TlsFailure::NotOffered);
+                }
+                if text.contains("without TLS support") {
+                    return Some(TlsFailure::NotBuilt);
+                }
+            }
+            // PostgreSQL: `no pg_hba.conf entry for host …, no encryption`.
+            sqlx::Error::Database(db)
+                if db.code().as_deref() == Some("28000")
+                    && db.message().ends_with("no encryption") =>
+            {
+                return Some(TlsFailure::Refused);
+            }
+            _ => {}
+        }
+    }
+    #[cfg(feature = "redis")]
+    if let Some(e) = e.downcast_ref::<::redis::RedisError>() {
+        // The driver's words (redis 1.x) when built without TLS.
+        let text = e.to_string();
+        if text.contains("with TLS") && text.contains("feature") {
+            return Some(TlsFailure::NotBuilt);
+        }
+        // A cluster's first connections report rustls's error as text only.
+        if let Some((_, why)) = text.split_once("invalid peer certificate: ") {
+            return Some(if why.contains("not valid for name") {
+                TlsFailure::WrongHost
+            } else {
+                TlsFailure::UntrustedCertificate
+            });
+        }
+    }
+    None
+}
+
+/// Makes ring's rustls provider the process default unless one is installed: the
+/// Redis driver builds its TLS configuration from the process default, and rustls
+/// cannot pick one by itself when the build holds two (ring and aws-lc-rs).
+#[cfg(all(feature = "tls", feature = "redis"))]
+pub(crate) fn install_crypto_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Another thread may install one first: that one is then kept.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+}
