@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# The test command: starts the backend servers when needed, then runs every test
-# (unit, integration against the real servers, doctests, examples built) with all features.
+# The test command: starts the backend servers when needed (and the TLS-only ones,
+# stopped again on exit), then runs every test (unit, integration against the real
+# servers, doctests, examples built) with all features.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/services.sh
 wg_start_services
+trap wg_stop_tls_services EXIT
+wg_start_tls_services
 cargo test --all-features "$@"

@@ -17,7 +17,11 @@
 //! `file:` URI, which could ask for one) is refused: every pooled connection would
 //! open its own, and its records would vanish with the connection that held them;
 //! `memory:` is the in-process store.
-//! `rediss://` needs the `redis` crate built with one of its TLS features. Opening
+//! TLS (`sslmode=verify-full&sslrootcert=…`, `ssl-mode=VERIFY_IDENTITY&ssl-ca=…`,
+//! `rediss://`) needs the `tls` feature; a failed TLS connection has a
+//! [`TlsError`](super::TlsError) in its chain (see [`tls`](super::tls)). A
+//! `rediss://` URL trusts the system's roots, which `SSL_CERT_FILE` can replace by a
+//! private CA. Opening
 //! does not create tables: call [`OpenedStore::migrate`] (idempotent) at start-up or
 //! from a deployment step (`webhook-guard migrate`).
 //!

@@ -136,6 +136,7 @@ impl TlsError {
     }
 
     /// `error` as a [`TlsError`] if it is a TLS failure, else `error` unchanged.
+    #[cfg(any(feature = "postgres", feature = "mysql"))]
     fn wrap(error: BoxError) -> BoxError {
         match classify(&*error) {
             Some(failure) => Box::new(Self::new(failure, error)),
@@ -146,6 +147,7 @@ impl TlsError {
 
 /// `error` with a [`TlsError`] between it and its driver's error when that error
 /// is a TLS failure; the variant is kept.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) fn tls_cause(error: StoreError) -> StoreError {
     match error {
         StoreError::Unavailable { source } => StoreError::Unavailable {
