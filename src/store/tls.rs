@@ -21,8 +21,9 @@
 //! [`RedisStoreBuilder::connect`](super::redis::RedisStoreBuilder::connect) and
 //! [`connect_cluster`](super::redis::RedisStoreBuilder::connect_cluster),
 //! [`store::open`](super::open())) put the [`TlsError`] in the chain: a failed
-//! handshake is [`StoreError::Unavailable`] (as any connection that could not be
-//! made), a server refusing plain text answers [`StoreError::Backend`]. Errors of a
+//! handshake is [`StoreError::Unavailable`](super::StoreError::Unavailable) (as
+//! any connection that could not be made), a server refusing plain text answers
+//! [`StoreError::Backend`](super::StoreError::Backend). Errors of a
 //! store already connected (a pool opening a new connection) keep the driver's
 //! error as their source, as every other store error does.
 
@@ -30,7 +31,9 @@ use std::error::Error as StdError;
 use std::fmt;
 use std::sync::Arc;
 
-use super::{BoxError, StoreError};
+use super::BoxError;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+use super::StoreError;
 
 /// What went wrong in a TLS connection to a store: see the [module docs](self).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -104,7 +107,7 @@ impl TlsError {
     }
 
     /// The [`TlsError`] in `error`'s chain of sources (`error` itself included), if
-    /// any: for a [`StoreError`], an [`OpenError`](super::OpenError) or a
+    /// any: for a [`StoreError`](super::StoreError), an [`OpenError`](super::OpenError) or a
     /// [`RedisStoreError`](super::redis::RedisStoreError).
     ///
     /// ```no_run
