@@ -32,8 +32,6 @@ use std::fmt;
 use std::sync::Arc;
 
 use super::BoxError;
-#[cfg(any(feature = "postgres", feature = "mysql"))]
-use super::StoreError;
 
 /// What went wrong in a TLS connection to a store: see the [module docs](self).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -151,12 +149,12 @@ impl TlsError {
 /// `error` with a [`TlsError`] between it and its driver's error when that error
 /// is a TLS failure; the variant is kept.
 #[cfg(any(feature = "postgres", feature = "mysql"))]
-pub(crate) fn tls_cause(error: StoreError) -> StoreError {
+pub(crate) fn tls_cause(error: super::StoreError) -> super::StoreError {
     match error {
-        StoreError::Unavailable { source } => StoreError::Unavailable {
+        super::StoreError::Unavailable { source } => super::StoreError::Unavailable {
             source: TlsError::wrap(source),
         },
-        StoreError::Backend { source } => StoreError::Backend {
+        super::StoreError::Backend { source } => super::StoreError::Backend {
             source: TlsError::wrap(source),
         },
         other => other,
