@@ -66,7 +66,9 @@ _WG_TLS_STARTED=""
 
 _wg_tls_certs() {
   local d=$WG_TLS_DIR
-  [ -s "$d/server.pem" ] && [ -s "$d/ca.pem" ] && [ -s "$d/other-ca.pem" ] && return 0
+  # Made once, again when they are about to expire.
+  [ -s "$d/ca.pem" ] && [ -s "$d/other-ca.pem" ] \
+    && openssl x509 -checkend 86400 -noout -in "$d/server.pem" >/dev/null 2>&1 && return 0
   command -v openssl >/dev/null || _wg_apt openssl || return 1
   mkdir -p "$d" && chmod 755 "$d"
   local ec=(-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes)
@@ -100,7 +102,6 @@ _wg_tls_postgres() {
   if [ ! -s "$data/PG_VERSION" ]; then
     rm -rf "$data"; mkdir -p "$data"; [ "$(id -u)" = 0 ] && chown postgres: "$data"
     "${as[@]}" "$bin/initdb" -D "$data" -U postgres -A trust >/dev/null || return 1
-    [ "$(id -u)" = 0 ] && _wg_tls_copy_for postgres "$data" || cp "$WG_TLS_DIR"/server.{key,pem} "$data"/
     cat >>"$data/postgresql.conf" <<CONF
 port = $port
 listen_addresses = '127.0.0.1'
@@ -113,6 +114,8 @@ CONF
     # TLS only over TCP: no `host` line, so a plain-text connection is refused.
     printf '%s\n' "local all all trust" "hostssl all all 127.0.0.1/32 trust" >"$data/pg_hba.conf"
   fi
+  if [ "$(id -u)" = 0 ]; then _wg_tls_copy_for postgres "$data"
+  else install -m 600 "$WG_TLS_DIR"/server.key "$WG_TLS_DIR"/server.pem "$data"/; fi
   "${as[@]}" "$bin/pg_ctl" -D "$data" -l "$data/log" -w -s start || return 1
   _WG_TLS_STARTED="$_WG_TLS_STARTED postgres"
   "${as[@]}" "$bin/psql" -h "$data" -p "$port" -U postgres -tc "select 1 from pg_database where datname='test'" \
