@@ -486,8 +486,6 @@ fn server_error_number(error: &sqlx::Error) -> Option<u16> {
         .map(MySqlDatabaseError::number)
 }
 
-/// Sorts a driver error into unreachable (the guard answers 503) or not.
-/// A text column that is not UTF-8 is [`StoreError::Corrupt`].
 /// `ssl-mode=REQUIRED` with `ssl-ca` given checks the server's certificate against
 /// that CA: `VERIFY_CA`.
 fn given_ca_checked(options: MySqlConnectOptions) -> MySqlConnectOptions {
@@ -505,6 +503,8 @@ fn given_ca_checked(options: MySqlConnectOptions) -> MySqlConnectOptions {
     }
 }
 
+/// Sorts a driver error into unreachable (the guard answers 503) or not.
+/// A text column that is not UTF-8 is [`StoreError::Corrupt`].
 fn map_err(error: sqlx::Error) -> StoreError {
     if let sqlx::Error::Decode(e) = &error {
         if let Some(column) = e.downcast_ref::<NotUtf8>() {
