@@ -11,10 +11,14 @@
 //! | Failure | PostgreSQL | MySQL / MariaDB | Redis |
 //! |---|---|---|---|
 //! | [`UntrustedCertificate`](TlsFailure::UntrustedCertificate) | `verify-ca`, `verify-full` (or `require` with `sslrootcert`) | `VERIFY_CA`, `VERIFY_IDENTITY` (or `REQUIRED` with `ssl-ca`) | `rediss://` |
-//! | [`WrongHost`](TlsFailure::WrongHost) | `verify-full` | `VERIFY_IDENTITY` | `rediss://` |
+//! | [`WrongHost`](TlsFailure::WrongHost) | `verify-full` (and `verify-ca`, see below) | `VERIFY_IDENTITY` (and `VERIFY_CA`) | `rediss://` |
 //! | [`NotOffered`](TlsFailure::NotOffered) | `require` and stricter | `REQUIRED` and stricter | — (times out) |
-//! | [`Refused`](TlsFailure::Refused) | `disable`, or `allow` | — (the server answers "access denied") | — (the server resets the connection) |
+//! | [`Refused`](TlsFailure::Refused) | `disable` (and `allow`, which sqlx reads as `disable`) | — (the server answers "access denied") | — (the server resets the connection) |
 //! | [`NotBuilt`](TlsFailure::NotBuilt) | `require` and stricter | `REQUIRED` and stricter | `rediss://` |
+//!
+//! sqlx 0.8 checks the host name for `verify-ca` and `VERIFY_CA` too (sqlx issue
+//! 3793, with the rustls versions since 0.23.24): connect by a name the
+//! certificate holds. The failure is on the safe side.
 //!
 //! The connect functions ([`PostgresStore::connect`](super::PostgresStore::connect),
 //! [`MySqlStore::connect`](super::MySqlStore::connect),
@@ -163,6 +167,29 @@ pub(crate) fn tls_cause(error: super::StoreError) -> super::StoreError {
 
 /// The TLS failure `error` (or an error in its chain) is, if any.
 pub(crate) fn classify(error: &(dyn StdError + 'static)) -> Option<TlsFailure> {
+    classify_chain(error).or_else(|| classify_text(error))
+}
+
+/// A Redis Cluster's first connections report rustls's error as text only:
+/// `invalid peer certificate: …`.
+fn classify_text(error: &(dyn StdError + 'static)) -> Option<TlsFailure> {
+    #[cfg(feature = "redis")]
+    if error.is::<::redis::RedisError>() {
+        let text = error.to_string().to_ascii_lowercase();
+        let (_, why) = text.split_once("invalid peer certificate: ")?;
+        return Some(
+            if why.contains("not valid for name") || why.contains("notvalidforname") {
+                TlsFailure::WrongHost
+            } else {
+                TlsFailure::UntrustedCertificate
+            },
+        );
+    }
+    let _ = error;
+    None
+}
+
+fn classify_chain(error: &(dyn StdError + 'static)) -> Option<TlsFailure> {
     let mut next = Some(error);
     // A chain is short; the bound only guards against a cycle.
     for _ in 0..32 {
@@ -176,12 +203,12 @@ pub(crate) fn classify(error: &(dyn StdError + 'static)) -> Option<TlsFailure> {
             .downcast_ref::<std::io::Error>()
             .and_then(|io| io.get_ref())
         {
-            if let Some(failure) = classify(inner) {
+            if let Some(failure) = classify_chain(inner) {
                 return Some(failure);
             }
         }
         if let Some(inner) = e.downcast_ref::<Arc<dyn StdError + Send + Sync>>() {
-            if let Some(failure) = classify(&**inner) {
+            if let Some(failure) = classify_chain(&**inner) {
                 return Some(failure);
             }
         }
@@ -232,14 +259,6 @@ fn classify_one(e: &(dyn StdError + 'static)) -> Option<TlsFailure> {
         if text.contains("with TLS") && text.contains("feature") {
             return Some(TlsFailure::NotBuilt);
         }
-        // A cluster's first connections report rustls's error as text only.
-        if let Some((_, why)) = text.split_once("invalid peer certificate: ") {
-            return Some(if why.contains("not valid for name") {
-                TlsFailure::WrongHost
-            } else {
-                TlsFailure::UntrustedCertificate
-            });
-        }
     }
     None
 }
@@ -252,5 +271,92 @@ pub(crate) fn install_crypto_provider() {
     if rustls::crypto::CryptoProvider::get_default().is_none() {
         // Another thread may install one first: that one is then kept.
         let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The drivers' errors as they make them (their words, and the wrappers that
+    /// hide the rustls error from `source`).
+    #[test]
+    fn driver_errors_are_classified() {
+        #[cfg(any(feature = "postgres", feature = "mysql"))]
+        {
+            let not_built = sqlx::Error::Tls(
+                "TLS upgrade required by connect options \
+                 but SQLx was built without TLS support enabled"
+                    .into(),
+            );
+            assert_eq!(classify(&not_built), Some(TlsFailure::NotBuilt));
+            let not_offered = sqlx::Error::Tls("server does not support TLS".into());
+            assert_eq!(classify(&not_offered), Some(TlsFailure::NotOffered));
+            assert_eq!(classify(&sqlx::Error::PoolTimedOut), None);
+        }
+        #[cfg(feature = "redis")]
+        {
+            use ::redis::{ErrorKind, RedisError};
+            let not_built = RedisError::from((
+                ErrorKind::InvalidClientConfig,
+                "can't connect with TLS, the feature is not enabled",
+            ));
+            assert_eq!(classify(&not_built), Some(TlsFailure::NotBuilt));
+            let refused =
+                RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+            assert_eq!(classify(&refused), None);
+        }
+        #[cfg(feature = "tls")]
+        {
+            use rustls::CertificateError as C;
+            let io = |e: C| {
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    rustls::Error::InvalidCertificate(e),
+                )
+            };
+            // An `io::Error` wrapping rustls's, as sqlx reports a handshake.
+            assert_eq!(
+                classify(&io(C::UnknownIssuer)),
+                Some(TlsFailure::UntrustedCertificate)
+            );
+            assert_eq!(
+                classify(&io(C::Expired)),
+                Some(TlsFailure::UntrustedCertificate)
+            );
+            assert_eq!(
+                classify(&io(C::NotValidForName)),
+                Some(TlsFailure::WrongHost)
+            );
+            // The same inside a RedisError, which holds it in an `Arc`.
+            #[cfg(feature = "redis")]
+            {
+                let redis = ::redis::RedisError::from(io(C::NotValidForName));
+                assert_eq!(classify(&redis), Some(TlsFailure::WrongHost));
+            }
+            let alert = rustls::Error::AlertReceived(rustls::AlertDescription::HandshakeFailure);
+            assert_eq!(classify(&alert), Some(TlsFailure::Handshake));
+        }
+    }
+
+    #[test]
+    fn find_walks_the_chain_and_the_text_explains() {
+        let tls = TlsError::new(
+            TlsFailure::WrongHost,
+            "certificate not valid for name \"10.0.0.5\"".into(),
+        );
+        let text = tls.to_string();
+        assert!(text.starts_with("TLS: the store's certificate does not name the host"));
+        assert!(
+            text.ends_with("certificate not valid for name \"10.0.0.5\""),
+            "{text}"
+        );
+        let wrapped = super::super::StoreError::unavailable(tls);
+        assert_eq!(
+            TlsError::find(&wrapped).map(TlsError::failure),
+            Some(TlsFailure::WrongHost)
+        );
+        let plain = super::super::StoreError::unavailable("connection refused");
+        assert!(TlsError::find(&plain).is_none());
     }
 }

@@ -261,7 +261,8 @@ impl MySqlStore {
     ///
     /// TLS (feature `tls`) follows the URL's `ssl-mode`, as the MySQL client does:
     /// `VERIFY_IDENTITY` checks the certificate and that it names the host,
-    /// `VERIFY_CA` the certificate only, against `ssl-ca=PATH` or else the system's
+    /// `VERIFY_CA` the certificate (and, with sqlx 0.8, the host too: see
+    /// [`tls`](super::tls)), against `ssl-ca=PATH` or else the system's
     /// trusted roots; `REQUIRED` encrypts without checking, unless `ssl-ca` is given,
     /// which it then checks as `VERIFY_CA` does; the default `PREFERRED` uses TLS
     /// when the server offers it, unchecked, and plain text otherwise.

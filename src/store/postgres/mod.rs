@@ -270,7 +270,7 @@ impl PostgresStore {
     ///
     /// TLS (feature `tls`) follows the URL's `sslmode`, as libpq does: `verify-full`
     /// checks the certificate and that it names the host, `verify-ca` the
-    /// certificate only, against `sslrootcert=PATH` (or `PGSSLROOTCERT`) or else the
+    /// certificate (and, with sqlx 0.8, the host too: see [`tls`](super::tls)), against `sslrootcert=PATH` (or `PGSSLROOTCERT`) or else the
     /// system's trusted roots; `require` encrypts without checking, unless a CA is
     /// given, which it then checks as `verify-ca` does; the default `prefer` uses
     /// TLS when the server offers it, unchecked, and plain text otherwise.
