@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# The test command: starts the backend servers when needed, then runs every test
-# (unit, integration against the real servers, doctests, examples built) with all features.
+# The test command: starts the backend servers when needed (and the TLS-only ones,
+# stopped again on exit), then runs every test (unit, integration against the real
+# servers, doctests, examples built) with all features.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/services.sh
 wg_start_services
 wg_start_dynamodb
-trap wg_stop_dynamodb EXIT
+wg_start_tls_services
+trap 'wg_stop_tls_services; wg_stop_dynamodb' EXIT
 cargo test --all-features "$@"

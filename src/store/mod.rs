@@ -23,6 +23,12 @@ mod sql;
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub mod sqlite;
+#[cfg(any(feature = "postgres", feature = "mysql", feature = "redis"))]
+#[cfg_attr(
+    docsrs,
+    doc(cfg(any(feature = "postgres", feature = "mysql", feature = "redis")))
+)]
+pub mod tls;
 
 use std::cell::Cell;
 use std::error::Error as StdError;
@@ -62,6 +68,8 @@ pub use sql::{InvalidTableName, DEFAULT_TABLE};
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub use sqlite::SqliteStore;
+#[cfg(any(feature = "postgres", feature = "mysql", feature = "redis"))]
+pub use tls::{TlsError, TlsFailure};
 
 /// A boxed error that crosses thread boundaries, kept as a [`StoreError`]'s source.
 pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;

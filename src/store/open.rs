@@ -18,9 +18,12 @@
 //! `file:` URI, which could ask for one) is refused: every pooled connection would
 //! open its own, and its records would vanish with the connection that held them;
 //! `memory:` is the in-process store.
-//! `rediss://` needs the `redis` crate built with one of its TLS features. A
-//! `dynamodb://` URL names the table; its parameters are all optional: `region`
-//! (else the SDK's chain: `AWS_REGION`, the profile), `endpoint` (a local
+//! TLS (`sslmode=verify-full&sslrootcert=…`, `ssl-mode=VERIFY_IDENTITY&ssl-ca=…`,
+//! `rediss://`) needs the `tls` feature; a failed TLS connection has a
+//! [`TlsError`](super::TlsError) in its chain (see [`tls`](super::tls)). A
+//! `rediss://` URL trusts the system's roots, which `SSL_CERT_FILE` can replace by a
+//! private CA. A `dynamodb://` URL names the table; its parameters are all optional:
+//! `region` (else the SDK's chain: `AWS_REGION`, the profile), `endpoint` (a local
 //! DynamoDB-compatible server, such as `http://127.0.0.1:8000`, percent-encoded or
 //! not) and `shards`; credentials always come from the SDK's chain. Opening
 //! does not create tables: call [`OpenedStore::migrate`] (idempotent) at start-up or

@@ -45,6 +45,14 @@ mod postgres;
 mod redis;
 #[cfg(all(feature = "sqlite", feature = "conformance"))]
 mod sqlite;
+#[cfg(all(
+    feature = "tls",
+    feature = "conformance",
+    feature = "postgres",
+    feature = "mysql",
+    feature = "redis"
+))]
+mod tls;
 
 // Reliability: faults, crashes, load and retry schedules across backends.
 #[cfg(all(feature = "tokio", feature = "sqlite", feature = "postgres"))]

@@ -83,6 +83,8 @@ enum Command {
 struct StoreArgs {
     /// The store: sqlite:PATH, postgres://..., mysql://..., mariadb://...,
     /// redis://..., dynamodb://TABLE?region=... (memory: works but holds nothing).
+    /// TLS: ?sslmode=verify-full (&sslrootcert=CA.pem), ?ssl-mode=VERIFY_IDENTITY
+    /// (&ssl-ca=CA.pem), rediss:// (SSL_CERT_FILE=CA.pem for a private CA).
     #[arg(
         long,
         env = "WEBHOOK_GUARD_STORE_URL",

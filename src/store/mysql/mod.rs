@@ -17,9 +17,12 @@
 
 use std::fmt;
 use std::future::Future;
+use std::str::FromStr;
 use std::sync::Arc;
 
-use sqlx::mysql::{MySql, MySqlDatabaseError, MySqlPool, MySqlRow};
+use sqlx::mysql::{
+    MySql, MySqlConnectOptions, MySqlDatabaseError, MySqlPool, MySqlRow, MySqlSslMode,
+};
 
 /// The driver, re-exported so that a host uses the same version as this crate.
 pub use sqlx;
@@ -256,16 +259,26 @@ impl MySqlStore {
     /// For other pool settings, build the [`MySqlPool`] yourself and use
     /// [`MySqlStore::new`].
     ///
+    /// TLS (feature `tls`) follows the URL's `ssl-mode`, as the MySQL client does:
+    /// `VERIFY_IDENTITY` checks the certificate and that it names the host,
+    /// `VERIFY_CA` the certificate (and, with sqlx 0.8, the host too: see
+    /// [`tls`](super::tls)), against `ssl-ca=PATH` or else the system's
+    /// trusted roots; `REQUIRED` encrypts without checking, unless `ssl-ca` is given,
+    /// which it then checks as `VERIFY_CA` does; the default `PREFERRED` uses TLS
+    /// when the server offers it, unchecked, and plain text otherwise.
+    ///
     /// # Errors
-    /// [`StoreError::Unavailable`] when the server cannot be reached,
-    /// [`StoreError::Backend`] for a bad URL or refused credentials.
+    /// [`StoreError::Unavailable`] when the server cannot be reached or the TLS
+    /// handshake fails, [`StoreError::Backend`] for a bad URL or refused
+    /// credentials. A TLS failure has a [`TlsError`](super::TlsError) in its chain.
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        let options = MySqlConnectOptions::from_str(url).map_err(map_err)?;
         let pool = sqlx::mysql::MySqlPoolOptions::new()
             .max_connections(16)
             .acquire_timeout(std::time::Duration::from_secs(5))
-            .connect(url)
+            .connect_with(given_ca_checked(options))
             .await
-            .map_err(map_err)?;
+            .map_err(|e| super::tls::tls_cause(map_err(e)))?;
         Ok(Self::new(pool))
     }
 
@@ -472,6 +485,23 @@ fn server_error_number(error: &sqlx::Error) -> Option<u16> {
         .as_database_error()
         .and_then(|e| e.try_downcast_ref::<MySqlDatabaseError>())
         .map(MySqlDatabaseError::number)
+}
+
+/// `ssl-mode=REQUIRED` with `ssl-ca` given checks the server's certificate against
+/// that CA: `VERIFY_CA`.
+fn given_ca_checked(options: MySqlConnectOptions) -> MySqlConnectOptions {
+    use sqlx::ConnectOptions;
+    let ca_given = || {
+        options
+            .to_url_lossy()
+            .query_pairs()
+            .any(|(key, _)| key == "ssl-ca")
+    };
+    if matches!(options.get_ssl_mode(), MySqlSslMode::Required) && ca_given() {
+        options.ssl_mode(MySqlSslMode::VerifyCa)
+    } else {
+        options
+    }
 }
 
 /// Sorts a driver error into unreachable (the guard answers 503) or not.

@@ -160,11 +160,12 @@
 //! [`purge_expired`]: super::ProcessedStore::purge_expired
 //! [`stuck`]: super::ProcessedStore::stuck
 
+use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgSslMode};
 use sqlx::PgConnection;
 
 use super::sql::impls::sql_store_impls;
@@ -215,6 +216,23 @@ pub(super) fn err(e: sqlx::Error) -> StoreError {
     map_error(e, pg_unavailable)
 }
 
+/// `sslmode=require` with a CA given (`sslrootcert`, or `PGSSLROOTCERT`) checks the
+/// server's certificate against it, as libpq does: `verify-ca`.
+fn given_ca_checked(options: PgConnectOptions) -> PgConnectOptions {
+    use sqlx::ConnectOptions;
+    let ca_given = || {
+        options
+            .to_url_lossy()
+            .query_pairs()
+            .any(|(key, _)| key == "sslrootcert")
+    };
+    if matches!(options.get_ssl_mode(), PgSslMode::Require) && ca_given() {
+        options.ssl_mode(PgSslMode::VerifyCa)
+    } else {
+        options
+    }
+}
+
 impl PostgresStore {
     /// A store on `pool`, in the table `webhook_guard_records`.
     pub fn new(pool: PgPool) -> Self {
@@ -250,16 +268,25 @@ impl PostgresStore {
     /// For other pool settings, build the [`PgPool`] yourself and use
     /// [`PostgresStore::new`].
     ///
+    /// TLS (feature `tls`) follows the URL's `sslmode`, as libpq does: `verify-full`
+    /// checks the certificate and that it names the host, `verify-ca` the
+    /// certificate (and, with sqlx 0.8, the host too: see [`tls`](super::tls)), against `sslrootcert=PATH` (or `PGSSLROOTCERT`) or else the
+    /// system's trusted roots; `require` encrypts without checking, unless a CA is
+    /// given, which it then checks as `verify-ca` does; the default `prefer` uses
+    /// TLS when the server offers it, unchecked, and plain text otherwise.
+    ///
     /// # Errors
-    /// [`StoreError::Unavailable`] when the server cannot be reached,
-    /// [`StoreError::Backend`] for a malformed URL or a refused login.
+    /// [`StoreError::Unavailable`] when the server cannot be reached or the TLS
+    /// handshake fails, [`StoreError::Backend`] for a malformed URL or a refused
+    /// login. A TLS failure has a [`TlsError`](super::TlsError) in its chain.
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        let options = PgConnectOptions::from_str(url).map_err(err)?;
         let pool = PgPoolOptions::new()
             .max_connections(16)
             .acquire_timeout(Duration::from_secs(5))
-            .connect(url)
+            .connect_with(given_ca_checked(options))
             .await
-            .map_err(err)?;
+            .map_err(|e| super::tls::tls_cause(err(e)))?;
         Ok(Self::new(pool))
     }
 

@@ -17,6 +17,7 @@ use super::{
     Inner, RedisStore, ShardKeys, DEFAULT_CONNECTION_TIMEOUT, DEFAULT_PREFIX,
     DEFAULT_RESPONSE_TIMEOUT, DEFAULT_SHARDS, MAX_PREFIX_LEN, MAX_SHARDS,
 };
+use crate::store::tls::{classify, TlsError, TlsFailure};
 use crate::store::StoreError;
 
 /// A configuration or connection error while building a [`RedisStore`].
@@ -42,6 +43,11 @@ pub enum RedisStoreError {
         #[source]
         source: RedisError,
     },
+    /// A TLS connection to the server failed (a `rediss://` URL): see
+    /// [`TlsError::failure`]. Verification is on unless the URL ends in
+    /// `#insecure`.
+    #[error("could not connect to Redis: {0}")]
+    Tls(#[source] TlsError),
     /// The server is older than Redis 7.0, whose `SET` takes `NX` and `GET` together
     /// (every claim needs it).
     #[error("Redis {version} is too old: the store needs Redis 7.0 or later (or Valkey)")]
@@ -54,8 +60,23 @@ pub enum RedisStoreError {
 impl RedisStoreError {
     /// Whether connecting failed because the server could not be reached (rather
     /// than a bad configuration).
+    ///
+    /// A failed TLS handshake counts as unreachable, as any connection that could
+    /// not be made; a build without TLS does not.
     pub fn is_unavailable(&self) -> bool {
-        matches!(self, Self::Connect { source } if is_unreachable(source))
+        match self {
+            Self::Connect { source } => is_unreachable(source),
+            Self::Tls(e) => e.failure() != TlsFailure::NotBuilt,
+            _ => false,
+        }
+    }
+
+    /// The driver's error, as a [`RedisStoreError::Tls`] when it is a TLS failure.
+    fn connect(source: RedisError) -> Self {
+        match classify(&source) {
+            Some(failure) => Self::Tls(TlsError::new(failure, Box::new(source))),
+            None => Self::Connect { source },
+        }
     }
 }
 
@@ -167,7 +188,8 @@ impl RedisConnection {
     }
 }
 
-/// Builds a [`RedisStore`]: key prefix, shard count, timeouts, then a connection.
+/// Builds a [`RedisStore`]: key prefix, shard count, timeouts, trusted CAs, then a
+/// connection.
 #[derive(Debug, Clone)]
 #[must_use]
 pub struct RedisStoreBuilder {
@@ -175,6 +197,20 @@ pub struct RedisStoreBuilder {
     shards: u16,
     connection_timeout: Duration,
     response_timeout: Duration,
+    #[cfg(feature = "tls")]
+    root_certificates: Option<Pem>,
+}
+
+/// PEM text, shown by its length.
+#[cfg(feature = "tls")]
+#[derive(Clone)]
+struct Pem(Vec<u8>);
+
+#[cfg(feature = "tls")]
+impl fmt::Debug for Pem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Pem({} bytes)", self.0.len())
+    }
 }
 
 impl Default for RedisStoreBuilder {
@@ -184,6 +220,8 @@ impl Default for RedisStoreBuilder {
             shards: DEFAULT_SHARDS,
             connection_timeout: DEFAULT_CONNECTION_TIMEOUT,
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
+            #[cfg(feature = "tls")]
+            root_certificates: None,
         }
     }
 }
@@ -225,19 +263,64 @@ impl RedisStoreBuilder {
         self
     }
 
-    /// Connects to the standalone server at `url` (such as `redis://127.0.0.1:6379`)
-    /// through a [`ConnectionManager`], which reconnects by itself.
+    /// Trusts only the CA certificates in `pem` (PEM text, one or more
+    /// certificates) for `rediss://` connections, instead of the system's trusted
+    /// roots (which `SSL_CERT_FILE` or `SSL_CERT_DIR` can point elsewhere). The
+    /// server's certificate must chain to one of them and name the URL's host. With
+    /// [`connect`](Self::connect) the URL must be `rediss://`; with
+    /// [`connect_cluster`](Self::connect_cluster) the nodes are reached over TLS.
+    #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
+    pub fn root_certificates(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.root_certificates = Some(Pem(pem.into()));
+        self
+    }
+
+    /// The trusted CAs given, for the driver.
+    #[cfg(feature = "tls")]
+    fn certificates(&self) -> Option<::redis::TlsCertificates> {
+        let pem = self.root_certificates.as_ref()?;
+        Some(::redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(pem.0.clone()),
+        })
+    }
+
+    /// Connects to the standalone server at `url` (such as `redis://127.0.0.1:6379`,
+    /// or `rediss://` for TLS) through a [`ConnectionManager`], which reconnects by
+    /// itself.
+    ///
+    /// `rediss://` needs the `tls` feature. It checks the server's certificate
+    /// against the system's trusted roots, or the
+    /// [`root_certificates`](Self::root_certificates) given, and that it names the
+    /// URL's host; a URL ending in `#insecure` turns both checks off. When the
+    /// process has no default rustls `CryptoProvider` yet, ring's is installed as
+    /// the default (the driver takes the default one).
     ///
     /// # Errors
-    /// [`RedisStoreError`] for a bad prefix or shard count, a bad URL, or a server
-    /// that cannot be reached now.
+    /// [`RedisStoreError`] for a bad prefix or shard count, a bad URL, a server that
+    /// cannot be reached now, or a failed TLS connection
+    /// ([`RedisStoreError::Tls`]).
     pub async fn connect(
         self,
         url: impl IntoConnectionInfo,
     ) -> Result<RedisStore, RedisStoreError> {
         self.validate()?;
-        let connect = |source| RedisStoreError::Connect { source };
-        let client = ::redis::Client::open(url).map_err(connect)?;
+        let connect = RedisStoreError::connect;
+        let info = url.into_connection_info().map_err(connect)?;
+        #[cfg(feature = "tls")]
+        let client = {
+            if matches!(info.addr(), ::redis::ConnectionAddr::TcpTls { .. }) {
+                crate::store::tls::install_crypto_provider();
+            }
+            match self.certificates() {
+                Some(certificates) => ::redis::Client::build_with_tls(info, certificates),
+                None => ::redis::Client::open(info),
+            }
+        };
+        #[cfg(not(feature = "tls"))]
+        let client = ::redis::Client::open(info);
+        let client = client.map_err(connect)?;
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(self.connection_timeout))
             .set_response_timeout(Some(self.response_timeout))
@@ -257,21 +340,42 @@ impl RedisStoreBuilder {
     /// addresses, such as `redis://127.0.0.1:7101`) through a [`ClusterConnection`],
     /// which follows slot moves and reconnects by itself.
     ///
+    /// TLS is as for [`connect`](Self::connect): `rediss://` seeds (or
+    /// [`root_certificates`](Self::root_certificates)) reach every node over TLS.
+    ///
     /// # Errors
-    /// [`RedisStoreError`] for a bad prefix or shard count, a bad address, or a
-    /// cluster that cannot be reached now.
+    /// [`RedisStoreError`] for a bad prefix or shard count, a bad address, a
+    /// cluster that cannot be reached now, or a failed TLS connection
+    /// ([`RedisStoreError::Tls`]).
     pub async fn connect_cluster<T: IntoConnectionInfo>(
         self,
         nodes: impl IntoIterator<Item = T>,
     ) -> Result<RedisStore, RedisStoreError> {
         self.validate()?;
-        let connect = |source| RedisStoreError::Connect { source };
-        let client = ClusterClient::builder(nodes)
+        let connect = RedisStoreError::connect;
+        let nodes = nodes
+            .into_iter()
+            .map(IntoConnectionInfo::into_connection_info)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(connect)?;
+        let builder = ClusterClient::builder(nodes.iter().cloned())
             .connection_timeout(self.connection_timeout)
             .response_timeout(self.response_timeout)
-            .retries(2)
-            .build()
-            .map_err(connect)?;
+            .retries(2);
+        #[cfg(feature = "tls")]
+        let builder = {
+            let tls = nodes
+                .iter()
+                .any(|n| matches!(n.addr(), ::redis::ConnectionAddr::TcpTls { .. }));
+            if tls || self.root_certificates.is_some() {
+                crate::store::tls::install_crypto_provider();
+            }
+            match self.certificates() {
+                Some(certificates) => builder.certs(certificates),
+                None => builder,
+            }
+        };
+        let client = builder.build().map_err(connect)?;
         let connection = client.get_async_connection().await.map_err(connect)?;
         let store = self.build(connection)?;
         store.check_version().await?;
@@ -402,7 +506,7 @@ impl RedisStore {
             .connection
             .query(::redis::cmd("INFO").arg("server"))
             .await
-            .map_err(|source| RedisStoreError::Connect { source })?;
+            .map_err(RedisStoreError::connect)?;
         // A cluster answers one text per primary.
         let mut texts = vec![&info];
         let mut old = None;

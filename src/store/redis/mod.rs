@@ -312,7 +312,8 @@ impl RedisStore {
     /// [`RedisStoreBuilder::connect`].
     ///
     /// # Errors
-    /// [`RedisStoreError::Connect`] for a bad URL or a server that cannot be reached.
+    /// [`RedisStoreError::Connect`] for a bad URL or a server that cannot be reached,
+    /// [`RedisStoreError::Tls`] for a failed TLS connection (`rediss://`).
     pub async fn connect(url: impl IntoConnectionInfo) -> Result<Self, RedisStoreError> {
         Self::builder().connect(url).await
     }
