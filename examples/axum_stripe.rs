@@ -103,7 +103,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let sweeper = guard.sweeper().interval(Duration::from_secs(60)).spawn();
 
     let app = Router::new()
-        .route("/webhooks/stripe", guarded(guard, on_event))
+        .route("/webhooks/stripe", guarded(guard.clone(), on_event))
         .route("/healthz", get(|| async { "ok" }));
 
     let listener = tokio::net::TcpListener::bind(("0.0.0.0", port)).await?;
@@ -111,7 +111,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown_signal())
         .await?;
-    // In-flight deliveries have been answered; stop the sweeper cleanly.
+    // In-flight deliveries have been answered; handlers whose provider hung up (or
+    // that were answered at the deadline) may still run: give them 20 s to finish
+    // and record. Any still running are taken over after their lease.
+    let running = guard.drain(Duration::from_secs(20)).await;
+    if running > 0 {
+        eprintln!("{running} handlers still running at shutdown");
+    }
     sweeper.shutdown().await;
     println!("stopped");
     Ok(())

@@ -280,9 +280,7 @@ impl WebhookGuard {
                 Begin::Claimed(claimed) => claimed,
                 Begin::Done(outcome) => return outcome,
             };
-            let detached = crate::runtime::current()
-                .and_then(|runtime| Some((runtime, self.inner.detached.take()?)));
-            let Some((runtime, slot)) = detached else {
+            let Some((runtime, slot)) = self.detached_slot() else {
                 let shared = body.clone();
                 return run_claimed(Begin::Claimed(claimed), move |event| {
                     handler(OwnedEvent {
@@ -333,6 +331,12 @@ impl WebhookGuard {
             }
         }
         .instrument(span)
+    }
+
+    /// The runtime and a free slot to run a handler apart from its request, if both.
+    pub(crate) fn detached_slot(&self) -> Option<(crate::runtime::Runtime, crate::runtime::Slot)> {
+        let runtime = crate::runtime::current()?;
+        Some((runtime, self.inner.detached.take()?))
     }
 
     /// Waits at most `grace` for the handlers running apart from their request
