@@ -232,15 +232,10 @@ impl WebhookGuard {
         let now = self.inner.clock.now();
         let verified = span.in_scope(|| self.verify_id_at(headers, &body, now));
         async move {
-            let shared = body.clone();
-            let begin = self.claim(verified, &body, started, now).await;
-            run_claimed(begin, move |event| {
-                handler(OwnedEvent {
-                    body: shared,
-                    claim: event.claim,
-                })
-            })
-            .await
+            match self.claim(verified, &body, started, now).await {
+                Begin::Claimed(claimed) => run_owned(claimed, &body, handler).await,
+                Begin::Done(outcome) => outcome,
+            }
         }
         .instrument(span)
     }
@@ -281,32 +276,18 @@ impl WebhookGuard {
                 Begin::Done(outcome) => return outcome,
             };
             let Some((runtime, slot)) = self.detached_slot() else {
-                let shared = body.clone();
-                return run_claimed(Begin::Claimed(claimed), move |event| {
-                    handler(OwnedEvent {
-                        body: shared,
-                        claim: event.claim,
-                    })
-                })
-                .await;
+                return run_owned(claimed, &body, handler).await;
             };
             let state = claimed.take();
             let (id, failures, lease_until) =
                 (state.id.clone(), state.record.failures, state.record.lease_until);
             let run = async move {
                 let _slot = slot;
-                let shared = body.clone();
                 let claimed = Claimed {
                     state: Some(state),
                     body: &body,
                 };
-                run_claimed(Begin::Claimed(claimed), move |event| {
-                    handler(OwnedEvent {
-                        body: shared,
-                        claim: event.claim,
-                    })
-                })
-                .await
+                run_owned(claimed, &body, handler).await
             };
             let task = runtime.spawn_joinable(run.instrument(tracing::Span::current()));
             let left = (self.inner.answer_deadline).map(|d| d.saturating_sub(started.elapsed()));
@@ -638,6 +619,22 @@ where
                 .await
         }
     }
+}
+
+/// [`run_claimed`] with an [`OwnedEvent`] that shares `body`, the claim's body.
+async fn run_owned<F, Fut>(claimed: Claimed<'_>, body: &Bytes, handler: F) -> Outcome
+where
+    F: FnOnce(OwnedEvent) -> Fut,
+    Fut: Future<Output = Result<(), HandlerError>>,
+{
+    let shared = body.clone();
+    run_claimed(Begin::Claimed(claimed), move |event| {
+        handler(OwnedEvent {
+            body: shared,
+            claim: event.claim,
+        })
+    })
+    .await
 }
 
 /// Telling how a delivery ended: its span, its log line and hook, its answer.
