@@ -98,6 +98,9 @@
 //! - `tower`: [`integrations::tower::WebhookGuardLayer`], guarding any tower service
 //!   whose request body can be built from `Bytes` (a hyper service after mapping
 //!   its `Incoming` body).
+//! - `lambda`: AWS Lambda on `lambda_http` ([`integrations::lambda`]):
+//!   `lambda_http::run(lambda::guarded(guard, handler))` behind API Gateway, a
+//!   Function URL or an ALB; claims end no later than the invocation's deadline.
 //! - `metrics`: metrics through the `metrics` facade (module `metrics`: metric names,
 //!   [`Hooks`] that record them, a timing store wrapper).
 //! - `mysql`: `store::MySqlStore`, on MySQL 8 or MariaDB through sqlx.

@@ -168,7 +168,9 @@ impl<'a> Event<'a> {
         serde_json::from_slice(self.body)
     }
 
-    /// Extends this claim's lease by the guard's lease duration from now.
+    /// Extends this claim's lease by the guard's lease duration from now (to the
+    /// delivery's deadline at most, for one run by
+    /// [`WebhookGuard::handle_owned_until`](crate::WebhookGuard::handle_owned_until)).
     ///
     /// # Errors
     /// [`LeaseError::Lost`] if another delivery took the claim over, or the store's error.
@@ -222,7 +224,9 @@ impl OwnedEvent {
         serde_json::from_slice(&self.body)
     }
 
-    /// Extends this claim's lease by the guard's lease duration from now.
+    /// Extends this claim's lease by the guard's lease duration from now (to the
+    /// delivery's deadline at most, for one run by
+    /// [`WebhookGuard::handle_owned_until`](crate::WebhookGuard::handle_owned_until)).
     ///
     /// # Errors
     /// [`LeaseError::Lost`] if another delivery took the claim over, or the store's error.

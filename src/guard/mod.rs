@@ -182,7 +182,7 @@ impl WebhookGuard {
         let now = self.inner.clock.now();
         let verified = span.in_scope(|| self.verify_id_at(headers, body, now));
         async move {
-            let begin = self.claim(verified, body, started, now).await;
+            let begin = self.claim(verified, body, started, now, None).await;
             run_claimed(begin, handler).await
         }
         .instrument(span)
@@ -227,12 +227,74 @@ impl WebhookGuard {
         F: FnOnce(OwnedEvent) -> Fut,
         Fut: Future<Output = Result<(), HandlerError>>,
     {
+        self.owned(headers, body, None, handler)
+    }
+
+    /// [`WebhookGuard::handle_owned`] for a delivery that cannot outlive `deadline`:
+    /// its claim's lease ends at the guard's [lease](WebhookGuardBuilder::lease)
+    /// from now or at `deadline`, whichever comes first (at once, for a deadline
+    /// already past), and [`OwnedEvent::renew_lease`] never extends it past
+    /// `deadline` either.
+    ///
+    /// For hosts that end the work at a known time, as AWS Lambda ends an
+    /// invocation at its deadline (`integrations::lambda` passes it): a delivery cut
+    /// off there holds its event id no longer than the invocation could run, and the
+    /// provider's next retry takes the claim over instead of being answered
+    /// `InProgress` for the rest of the guard's lease.
+    ///
+    /// ```
+    /// use bytes::Bytes;
+    /// use chrono::{TimeDelta, Utc};
+    /// use webhook_guard::{verify::NoVerification, EventId, MemoryStore, Outcome, WebhookGuard};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let guard = WebhookGuard::builder()
+    ///     .store(MemoryStore::new())
+    ///     .verifier(NoVerification)
+    ///     .event_id(EventId::header("X-Event-Id"))
+    ///     .build()
+    ///     .unwrap();
+    /// let deadline = Utc::now() + TimeDelta::seconds(3);
+    /// let headers = [("X-Event-Id", "evt_1")];
+    /// let outcome = guard
+    ///     .handle_owned_until(&headers, Bytes::new(), deadline, |_event| async { Ok(()) })
+    ///     .await;
+    /// assert!(matches!(outcome, Outcome::Processed { .. }));
+    /// # }
+    /// ```
+    pub fn handle_owned_until<'s, F, Fut>(
+        &'s self,
+        headers: &dyn Headers,
+        body: Bytes,
+        deadline: DateTime<Utc>,
+        handler: F,
+    ) -> impl Future<Output = Outcome> + use<'s, F, Fut>
+    where
+        F: FnOnce(OwnedEvent) -> Fut,
+        Fut: Future<Output = Result<(), HandlerError>>,
+    {
+        self.owned(headers, body, Some(deadline), handler)
+    }
+
+    /// [`WebhookGuard::handle_owned`], its lease bounded by `lease_cap` when given.
+    fn owned<'s, F, Fut>(
+        &'s self,
+        headers: &dyn Headers,
+        body: Bytes,
+        lease_cap: Option<DateTime<Utc>>,
+        handler: F,
+    ) -> impl Future<Output = Outcome> + use<'s, F, Fut>
+    where
+        F: FnOnce(OwnedEvent) -> Fut,
+        Fut: Future<Output = Result<(), HandlerError>>,
+    {
         let span = enterable(self.delivery_span());
         let started = Instant::now();
         let now = self.inner.clock.now();
         let verified = span.in_scope(|| self.verify_id_at(headers, &body, now));
         async move {
-            match self.claim(verified, &body, started, now).await {
+            match self.claim(verified, &body, started, now, lease_cap).await {
                 Begin::Claimed(claimed) => run_owned(claimed, &body, handler).await,
                 Begin::Done(outcome) => outcome,
             }
@@ -271,7 +333,7 @@ impl WebhookGuard {
         let now = self.inner.clock.now();
         let verified = span.in_scope(|| self.verify_id_at(headers, &body, now));
         async move {
-            let claimed = match self.claim(verified, &body, started, now).await {
+            let claimed = match self.claim(verified, &body, started, now, None).await {
                 Begin::Claimed(claimed) => claimed,
                 Begin::Done(outcome) => return outcome,
             };
@@ -348,7 +410,7 @@ impl WebhookGuard {
         let started = Instant::now();
         let now = self.inner.clock.now();
         let verified = self.verify_id_at(headers, body, now);
-        self.claim(verified, body, started, now)
+        self.claim(verified, body, started, now, None)
     }
 
     /// Verifies a delivery and extracts its id, without touching the store.
@@ -405,12 +467,14 @@ impl WebhookGuard {
     /// Claims the id of a verified delivery: the claim to run, or the outcome to
     /// answer (reported), a rejection included. The callers await this future
     /// directly (no wrapper future around it, which would copy it once more).
+    /// `lease_cap`, when given, bounds the claim's lease and its renewals.
     async fn claim<'a>(
         &self,
         verified: Result<(String, Option<DateTime<Utc>>), Rejection>,
         body: &'a [u8],
         started: Instant,
         now: DateTime<Utc>,
+        lease_cap: Option<DateTime<Utc>>,
     ) -> Begin<'a> {
         let id = match verified {
             Ok((id, _)) => id,
@@ -429,7 +493,7 @@ impl WebhookGuard {
             fingerprint,
             token: FencingToken::random(),
             now,
-            lease_until: crate::later(now, inner.lease_delta),
+            lease_until: capped(crate::later(now, inner.lease_delta), lease_cap, now),
             expires_at: crate::later(now, inner.retention_delta),
         };
         // No `Claimed` exists yet to release the claim if this future is dropped
@@ -500,6 +564,7 @@ impl WebhookGuard {
             ordered,
             started,
             claimed_at: Instant::now(),
+            lease_cap,
         });
         // The two rare early ends below are boxed (kept out of every delivery's
         // future) and detachable: they finish, hooks and report included, even if
@@ -791,6 +856,15 @@ impl WebhookGuard {
 /// itself would go through its forwarding impl, which boxes a second future per call.
 fn store(inner: &Inner) -> &DynProcessedStore {
     &*inner.store
+}
+
+/// `lease_until` bounded by `cap` when given, and never before `now`.
+fn capped(
+    lease_until: DateTime<Utc>,
+    cap: Option<DateTime<Utc>>,
+    now: DateTime<Utc>,
+) -> DateTime<Utc> {
+    cap.map_or(lease_until, |cap| lease_until.min(cap).max(now))
 }
 
 /// Records `value` as `field` on the current span (a no-op on a span without it).

@@ -34,6 +34,9 @@ pub(super) struct ClaimState {
     pub(super) started: Instant,
     /// When the claim was won: the handler's clock starts here.
     pub(super) claimed_at: Instant,
+    /// The latest end of the claim's lease, renewals included, when the delivery
+    /// has one ([`WebhookGuard::handle_owned_until`]).
+    pub(super) lease_cap: Option<DateTime<Utc>>,
 }
 
 impl ClaimState {
@@ -143,7 +146,7 @@ impl ClaimState {
             .renew(
                 self.key(),
                 self.token,
-                crate::later(now, inner.lease_delta),
+                super::capped(crate::later(now, inner.lease_delta), self.lease_cap, now),
                 crate::later(now, inner.retention_delta),
             )
             .await?;

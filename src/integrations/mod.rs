@@ -9,6 +9,9 @@
 //! - [`tower`] (feature `tower`): [`WebhookGuardLayer`](tower::WebhookGuardLayer), which
 //!   guards any tower service whose request body can be built from `Bytes` (axum's
 //!   `Body`, for one) without changing its signature.
+//! - [`lambda`] (feature `lambda`): [`guarded`](lambda::guarded), a function for
+//!   `lambda_http::run` behind API Gateway, a Function URL or an ALB, whose claims
+//!   end no later than the invocation.
 //!
 //! For any other framework (actix-web, rocket, warp, ...), call
 //! [`WebhookGuard::handle`] with the request's headers and raw body, then answer
@@ -39,6 +42,9 @@ use crate::WebhookGuard;
 #[cfg(feature = "axum")]
 #[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
 pub mod axum;
+#[cfg(feature = "lambda")]
+#[cfg_attr(docsrs, doc(cfg(feature = "lambda")))]
+pub mod lambda;
 #[cfg(feature = "tower")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
 pub mod tower;

@@ -31,6 +31,8 @@ mod axum;
 mod cli;
 #[cfg(feature = "axum")]
 mod detached;
+#[cfg(feature = "lambda")]
+mod lambda;
 #[cfg(feature = "tower")]
 mod tower;
 

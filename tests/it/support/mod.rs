@@ -234,7 +234,7 @@ pub mod inbox;
     feature = "redis"
 ))]
 pub mod proxy;
-#[cfg(any(feature = "axum", feature = "tower"))]
+#[cfg(any(feature = "axum", feature = "tower", feature = "lambda"))]
 pub mod web;
 
 /// The `record` function of
