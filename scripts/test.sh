@@ -6,5 +6,6 @@ cd "$(dirname "$0")/.."
 . scripts/services.sh
 wg_start_services
 wg_start_dynamodb
-trap wg_stop_dynamodb EXIT
+trap 'wg_stop_dynamodb; wg_stop_valkey' EXIT
+wg_start_valkey
 cargo test --all-features "$@"

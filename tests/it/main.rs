@@ -43,6 +43,8 @@ mod postgres;
 mod redis;
 #[cfg(all(feature = "sqlite", feature = "conformance"))]
 mod sqlite;
+#[cfg(all(feature = "redis", feature = "conformance"))]
+mod valkey;
 
 // Reliability: faults, crashes, load and retry schedules across backends.
 #[cfg(all(feature = "tokio", feature = "sqlite", feature = "postgres"))]

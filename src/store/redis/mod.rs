@@ -233,6 +233,7 @@ mod batch;
 mod codec;
 mod connection;
 mod inbox;
+mod native;
 mod ordering;
 mod processed;
 mod scripts;
@@ -290,6 +291,8 @@ struct Inner {
     batcher: Mutex<Option<batch::Batcher>>,
     /// How long a command may wait for its answer; a batched one waits twice that.
     response_timeout: Duration,
+    /// Whether finishes use `SET … IFEQ`, and the records claims stored for them.
+    native: native::Native,
 }
 
 impl fmt::Debug for RedisStore {
@@ -325,6 +328,13 @@ impl RedisStore {
     /// The shard count.
     pub fn shards(&self) -> u16 {
         self.inner.shards
+    }
+
+    /// Whether fenced finishes use the server's native compare-and-set
+    /// (`SET … IFEQ`) rather than a script: see
+    /// [`RedisStoreBuilder::native_compare_and_set`].
+    pub fn uses_native_compare_and_set(&self) -> bool {
+        self.inner.native.enabled()
     }
 
     /// The connection the store runs on (clones share it).
@@ -412,6 +422,7 @@ impl RedisStore {
 /// A record's key, `{<prefix>:<n>}:r:<namespace>\0<id>`, whose tail
 /// `<namespace>\0<id>` is the record's member in its shard's due index: one string
 /// for both.
+#[derive(Clone)]
 pub(super) struct RecordKey {
     rec: String,
     member_at: usize,
