@@ -262,7 +262,8 @@ impl Sender {
             members.push((j.lease, j.rec.member()));
             *now = (*now).max(j.now);
         }
-        let mut pipe = ::redis::pipe();
+        let mut pipe =
+            ::redis::Pipeline::with_capacity(entries.len() + claims.len() + 2 * sets.len() + 3);
         pipe.ignore_errors();
         if !claims.is_empty() {
             pipe.cmd("MULTI");
@@ -273,13 +274,17 @@ impl Sender {
                     .arg(members);
             }
             for (j, _) in &claims {
-                pipe.cmd("SET")
+                // Sized once: a command's buffer grows argument by argument otherwise.
+                let mut set =
+                    ::redis::Cmd::with_capacity(7, j.rec.rec().len() + j.fresh.len() + 32);
+                set.arg("SET")
                     .arg(j.rec.rec())
                     .arg(&j.fresh)
                     .arg("NX")
                     .arg("GET")
                     .arg("PX")
                     .arg(j.ttl);
+                pipe.add_command(set);
             }
             pipe.cmd("EXEC");
         }
@@ -291,13 +296,16 @@ impl Sender {
             pipe.add_command(finish_script(&self.keys, &finishes).cmd);
         }
         for (j, _) in &sets {
-            pipe.cmd("SET")
+            let mut set =
+                ::redis::Cmd::with_capacity(7, j.rec.rec().len() + j.new.len() + j.old.len() + 32);
+            set.arg("SET")
                 .arg(j.rec.rec())
                 .arg(&j.new)
                 .arg("IFEQ")
                 .arg(&j.old)
                 .arg("PX")
                 .arg(j.ttl);
+            pipe.add_command(set);
             if let Some(refile) = j.refile {
                 pipe.cmd("ZADD")
                     .arg(&self.keys[usize::from(j.shard)].due)
