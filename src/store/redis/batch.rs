@@ -4,7 +4,7 @@
 //! store (per shard on a Redis Cluster), which takes whatever has queued up (at most [`MAX_BATCH`]) and sends it as
 //! one pipeline: one transaction (`MULTI`) holding the claims' index entries as one
 //! `ZADD NX` per shard and their `SET`s, then all finishes as one run of the finish
-//! script. With [`IN_FLIGHT`] batches on the wire at once, the next batch gathers
+//! script (or, on a server with a native compare-and-set, one `SET … IFEQ` each). With [`IN_FLIGHT`] batches on the wire at once, the next batch gathers
 //! while the server answers. One delivery alone is a batch of one, sent at once;
 //! under load the server reads, parses and answers one request, and starts Lua once,
 //! for a whole batch instead of for each delivery.
