@@ -331,7 +331,7 @@ impl RedisStore {
             }
         }
         Err(StoreError::backend(format!(
-            "redis record: changed under {} finishes in a row",
+            "redis record: changed between its read and the finish's SET IFEQ, {} times in a row",
             native::MAX_TRIES
         )))
     }
