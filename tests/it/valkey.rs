@@ -304,3 +304,32 @@ async fn a_renewed_lease_is_finished_natively() {
     );
     cleanup(&url, &prefix).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_before_8_4_keeps_the_script_path() {
+    let Some(url) = support::server_url("WEBHOOK_GUARD_REDIS_URL") else {
+        return;
+    };
+    let client = redis::Client::open(url.as_str()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .map(|v| v.trim().to_owned())
+    };
+    let store = store(&url, &random_prefix("redis-script"), true).await;
+    match (field("valkey_version"), field("redis_version")) {
+        (None, Some(v)) if v.starts_with("7.") || v.starts_with("6.") => assert!(
+            !store.uses_native_compare_and_set(),
+            "Redis {v} has no SET IFEQ"
+        ),
+        (valkey, redis) => eprintln!(
+            "SKIPPED: WEBHOOK_GUARD_REDIS_URL is not a Redis before 8.4 (valkey {valkey:?}, redis {redis:?})"
+        ),
+    }
+}
