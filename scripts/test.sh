@@ -8,5 +8,6 @@ cd "$(dirname "$0")/.."
 wg_start_services
 wg_start_dynamodb
 wg_start_tls_services
-trap 'wg_stop_tls_services; wg_stop_dynamodb' EXIT
+wg_start_valkey
+trap 'wg_stop_tls_services; wg_stop_dynamodb; wg_stop_valkey' EXIT
 cargo test --all-features "$@"

@@ -295,3 +295,34 @@ fn warned_ids(recorder: &Recorder, message: &str) -> Vec<String> {
         .map(|(_, f)| f.get("id").cloned().unwrap_or_default())
         .collect()
 }
+
+/// A Redis server that keeps nothing on disk (the test servers run without AOF and
+/// without a `save` rule) is warned about when the store connects: a restart would
+/// forget every record.
+#[cfg(feature = "redis")]
+#[test]
+fn a_redis_without_persistence_is_warned_about_at_connect() {
+    let url = match std::env::var("WEBHOOK_GUARD_REDIS_URL") {
+        Ok(url) if !url.is_empty() => url,
+        _ if std::env::var_os("CI").is_some() => panic!("CI requires WEBHOOK_GUARD_REDIS_URL"),
+        _ => return eprintln!("SKIPPED: WEBHOOK_GUARD_REDIS_URL is not set"),
+    };
+    let recorder = Arc::new(Recorder::default());
+    let _default = tracing::subscriber::set_default(Shared(recorder.clone()));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        webhook_guard::store::RedisStore::connect(url.as_str())
+            .await
+            .unwrap()
+    });
+    let events = recorder.events.lock().unwrap();
+    let warned = events.iter().any(|(_, fields)| {
+        fields
+            .get("message")
+            .is_some_and(|m| m.contains("keeps nothing on disk"))
+    });
+    assert!(warned, "warned at connect: {events:?}");
+}

@@ -57,7 +57,10 @@ use self::memory::{
     memory_cycle_vs_idempotent_tput, memory_cycle_vs_klauthed_tput, memory_duplicate,
     sweep_claim_p99_memory, CHILD_VAR,
 };
-use self::redis::{redis_cycle_tput, redis_cycle_vs_idempotent_tput, redis_cycle_vs_klauthed_tput};
+use self::redis::{
+    redis_cycle_tput, redis_cycle_vs_ceiling_tput, redis_cycle_vs_idempotent_tput,
+    redis_cycle_vs_klauthed_tput, valkey_cycle_vs_ceiling_tput, valkey_cycle_vs_idempotent_tput,
+};
 use self::sql::{
     mysql_cycle_tput, postgres_cycle_tput, sqlite_cycle_tput, sweep_claim_p99_mysql,
     sweep_claim_p99_postgres, sweep_claim_p99_sqlite,
@@ -101,9 +104,24 @@ const COMPARISONS: &[Comparison] = &[
     Comparison::new("verify_github_4k", AtMost(1.15), verify_github_4k),
     Comparison::new("redis_cycle_tput", AtLeast(0.6), redis_cycle_tput),
     Comparison::new(
+        "redis_cycle_vs_ceiling_tput",
+        AtLeast(0.85),
+        redis_cycle_vs_ceiling_tput,
+    ),
+    Comparison::new(
         "redis_cycle_vs_idempotent_tput",
-        AtLeast(2.0),
+        AtLeast(1.0),
         redis_cycle_vs_idempotent_tput,
+    ),
+    Comparison::new(
+        "valkey_cycle_vs_ceiling_tput",
+        AtLeast(0.85),
+        valkey_cycle_vs_ceiling_tput,
+    ),
+    Comparison::new(
+        "valkey_cycle_vs_idempotent_tput",
+        AtLeast(1.2),
+        valkey_cycle_vs_idempotent_tput,
     ),
     Comparison::new(
         "redis_cycle_vs_klauthed_tput",

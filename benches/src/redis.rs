@@ -89,15 +89,18 @@ pub(crate) const CEILING_FINISH: &str = "local out = {} \
 /// The ceiling: what the guard's store asks of the server for `CEILING_BATCH`
 /// cycles (ids `i0..`, keys under `prefix`), at its least and batched as well as a
 /// client can, with no crate code: one `MULTI` of their `SET NX GET PX` and one
-/// `ZADD NX` filing them in a due index, then one script that reads each record,
-/// compares its token prefix and writes the whole new record (the store's finish
-/// also keeps fields of the stored record, which this one is handed instead).
-/// Whether every claim found its id new and every rewrite was applied.
+/// `ZADD NX` filing them in a due index, then the fenced rewrites: one script that
+/// reads each record, compares its token prefix and writes the whole new record
+/// (the store's finish also keeps fields of the stored record, which this one is
+/// handed instead), or, `native`, one pipeline of `SET k new IFEQ old PX` (what the
+/// store sends on a server with a native compare-and-set). Whether every claim
+/// found its id new and every rewrite was applied.
 pub(crate) async fn ceiling_cycles(
     conn: &mut redis::aio::ConnectionManager,
     prefix: &str,
     i0: u64,
     finish: &redis::Script,
+    native: bool,
 ) -> bool {
     let ids = i0..i0 + CEILING_BATCH;
     let keys: Vec<String> = ids
@@ -129,6 +132,28 @@ pub(crate) async fn ceiling_cycles(
     claims.add_command(index);
     let mut stored: Vec<redis::Value> = claims.query_async(conn).await.expect("claims");
     let filed = stored.pop() == Some(redis::Value::Int(CEILING_BATCH as i64));
+    let claimed =
+        filed && stored.len() == keys.len() && stored.iter().all(|v| *v == redis::Value::Nil);
+    if native {
+        let mut sets = redis::pipe();
+        for (i, key) in ids.zip(&keys) {
+            sets.cmd("SET")
+                .arg(key)
+                .arg(format!(
+                    "completed|{i}|{FINGERPRINT_HEX}|1|{lease}|{now}|0|{expires}|{now}|"
+                ))
+                .arg("IFEQ")
+                .arg(format!(
+                    "in_progress|{i}|{FINGERPRINT_HEX}|1|{lease}|{now}|0|{expires}|{now}|"
+                ))
+                .arg("PX")
+                .arg(600_000);
+        }
+        let applied: Vec<redis::Value> = sets.query_async(conn).await.expect("SET IFEQ");
+        return claimed
+            && applied.len() == keys.len()
+            && applied.iter().all(|v| *v == redis::Value::Okay);
+    }
     let mut run = finish.prepare_invoke();
     for (i, key) in ids.zip(&keys) {
         run.key(key).arg(format!("in_progress|{i}|")).arg(format!(
@@ -136,11 +161,7 @@ pub(crate) async fn ceiling_cycles(
         ));
     }
     let applied: Vec<i64> = run.invoke_async(conn).await.expect("finish script");
-    filed
-        && stored.len() == keys.len()
-        && stored.iter().all(|v| *v == redis::Value::Nil)
-        && applied.len() == keys.len()
-        && applied.iter().all(|&a| a == 1)
+    claimed && applied.len() == keys.len() && applied.iter().all(|&a| a == 1)
 }
 
 /// CPU seconds the server's main thread (the one that runs commands) has used, from
@@ -159,7 +180,8 @@ pub(crate) async fn server_main_cpu(conn: &mut redis::aio::ConnectionManager) ->
     field("used_cpu_user_main_thread") + field("used_cpu_sys_main_thread")
 }
 
-/// A round of the ceiling side ([`ceiling_cycles`]) on `conn`, keys under `prefix`.
+/// A round of the ceiling side ([`ceiling_cycles`], `native` or not) on `conn`, keys
+/// under `prefix`.
 /// Each round also pushes to `busy` the share of its time the server's main thread
 /// was busy (1.0: a full core, all a Redis server runs commands on).
 pub(crate) fn ceiling_side(
@@ -167,6 +189,7 @@ pub(crate) fn ceiling_side(
     prefix: &str,
     dur: Duration,
     busy: Arc<Mutex<Vec<f64>>>,
+    native: bool,
 ) -> impl Fn(u64) -> RoundFuture {
     let finish = Arc::new(redis::Script::new(CEILING_FINISH));
     let (conn, prefix) = (conn.clone(), prefix.to_owned());
@@ -178,7 +201,7 @@ pub(crate) fn ceiling_side(
             let (cpu, t) = (server_main_cpu(&mut probe).await, Instant::now());
             let round = tput_each(CEILING_TASKS, dur, first, CEILING_BATCH, move |i0| {
                 let (mut conn, prefix, finish) = (conn.clone(), prefix.clone(), finish.clone());
-                async move { ceiling_cycles(&mut conn, &prefix, i0, &finish).await }
+                async move { ceiling_cycles(&mut conn, &prefix, i0, &finish, native).await }
             })
             .await;
             let share = (server_main_cpu(&mut probe).await - cpu) / t.elapsed().as_secs_f64();
@@ -196,14 +219,16 @@ pub(crate) fn redis_cycle_tput(ctx: &Ctx) -> Result<Report, Skip> {
     let rt = runtime();
     let prefix = fresh_name();
     let dur = round_time(ctx);
-    let (guard, conn) = rt.block_on(async {
-        let guard = guard_on(redis_store(&url, &prefix).await);
+    let (guard, conn, native) = rt.block_on(async {
+        let store = redis_store(&url, &prefix).await;
+        let native = store.uses_native_compare_and_set();
+        let guard = guard_on(store);
         let conn = redis::Client::open(url.as_str())
             .unwrap()
             .get_connection_manager()
             .await
             .expect("connect");
-        (guard, conn)
+        (guard, conn, native)
     });
     let raw_prefix = format!("{prefix}_raw:");
     let guard_side = |first| -> RoundFuture {
@@ -252,7 +277,7 @@ pub(crate) fn redis_cycle_tput(ctx: &Ctx) -> Result<Report, Skip> {
     };
     // The bound of any guard here: the server work of a cycle, batched, no crate code.
     let busy = Arc::new(Mutex::new(Vec::new()));
-    let ceiling_side = ceiling_side(&conn, &format!("{raw_prefix}c:"), dur, busy.clone());
+    let ceiling_side = ceiling_side(&conn, &format!("{raw_prefix}c:"), dur, busy.clone(), native);
     let sides: [&dyn Fn(u64) -> RoundFuture; 4] =
         [&guard_side, &set_side, &reference_side, &ceiling_side];
     // Rounds in whole turns, so that each side goes first equally often.
@@ -290,6 +315,7 @@ pub(crate) fn redis_cycle_tput(ctx: &Ctx) -> Result<Report, Skip> {
 /// whether both succeeded.
 pub(crate) fn redis_vs_peer<P, C, CF, F, Fut>(
     ctx: &Ctx,
+    url_var: &str,
     peer_name: &'static str,
     with_ceiling: bool,
     connect: C,
@@ -302,15 +328,17 @@ where
     F: Fn(Arc<P>, u64) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = bool> + Send + 'static,
 {
-    let url = ctx.server("WEBHOOK_GUARD_REDIS_URL")?;
+    let url = ctx.server(url_var)?;
     let rt = runtime();
     let prefix = fresh_name();
     let peer_prefix = format!("{prefix}_peer");
     let dur = round_time(ctx);
-    let (guard, peer) = rt.block_on(async {
-        let guard = guard_on(redis_store(&url, &prefix).await);
+    let (guard, peer, native) = rt.block_on(async {
+        let store = redis_store(&url, &prefix).await;
+        let native = store.uses_native_compare_and_set();
+        let guard = guard_on(store);
         let peer = connect(url.clone(), peer_prefix.clone()).await;
-        (guard, Arc::new(peer))
+        (guard, Arc::new(peer), native)
     });
     let guard_side = |first| -> RoundFuture {
         let guard = guard.clone();
@@ -335,7 +363,7 @@ where
                 .await
                 .expect("connect")
         });
-        let ceiling_side = ceiling_side(&conn, &ceiling_prefix, dur, busy.clone());
+        let ceiling_side = ceiling_side(&conn, &ceiling_prefix, dur, busy.clone(), native);
         let sides: [&dyn Fn(u64) -> RoundFuture; 3] = [&guard_side, &peer_side, &ceiling_side];
         // Rounds in whole turns, so that each side goes first equally often.
         let rounds = (ctx.rounds.min(6) / sides.len()).max(1) * sides.len();
@@ -362,7 +390,8 @@ where
     );
     if let Some(c) = m.get(2) {
         report.notes.push(format!(
-            "ceiling, same run: the store's server work for a cycle as raw commands (as in redis_cycle_tput): {c:.0} cycles/s, {:.3} of the peer, the server's command thread busy {:.0} % of those rounds; guard {:.3} of it",
+            "ceiling, same run: the store's server work for a cycle as raw commands (as in redis_cycle_tput; fenced rewrite {}): {c:.0} cycles/s, {:.3} of the peer, the server's command thread busy {:.0} % of those rounds; guard {:.3} of it",
+            if native { "by SET IFEQ" } else { "by script" },
             c / b,
             median(busy.lock().unwrap().clone()) * 100.0,
             g / c
@@ -374,6 +403,18 @@ where
 /// Guard cycles/s on Redis vs the `idempotent` crate 0.3's `ValkeyStore`
 /// `try_insert` + `complete`, 64 tasks each.
 pub(crate) fn redis_cycle_vs_idempotent_tput(ctx: &Ctx) -> Result<Report, Skip> {
+    cycle_vs_idempotent_tput(ctx, "WEBHOOK_GUARD_REDIS_URL")
+}
+
+/// [`redis_cycle_vs_idempotent_tput`] on Valkey 9 (`WEBHOOK_GUARD_VALKEY_URL`),
+/// where the store finishes by `SET … IFEQ`.
+pub(crate) fn valkey_cycle_vs_idempotent_tput(ctx: &Ctx) -> Result<Report, Skip> {
+    cycle_vs_idempotent_tput(ctx, "WEBHOOK_GUARD_VALKEY_URL")
+}
+
+/// Guard cycles/s vs the `idempotent` crate's `ValkeyStore` on the server of
+/// `url_var`, with the ceiling side in the same rounds.
+fn cycle_vs_idempotent_tput(ctx: &Ctx, url_var: &str) -> Result<Report, Skip> {
     use idempotent::fingerprint::{DefaultFingerprintStrategy, FingerprintStrategy};
     use idempotent::store::valkey::ValkeyStore;
     use idempotent::store::{IdempotencyStore, InsertResult};
@@ -381,6 +422,7 @@ pub(crate) fn redis_cycle_vs_idempotent_tput(ctx: &Ctx) -> Result<Report, Skip> 
 
     redis_vs_peer(
         ctx,
+        url_var,
         "idempotent 0.3 ValkeyStore",
         true,
         |url, prefix| async move {
@@ -420,6 +462,7 @@ pub(crate) fn redis_cycle_vs_klauthed_tput(ctx: &Ctx) -> Result<Report, Skip> {
 
     redis_vs_peer(
         ctx,
+        "WEBHOOK_GUARD_REDIS_URL",
         "klauthed-data 1.0 RedisIdempotencyStore",
         false,
         |url, prefix| async move {
@@ -440,4 +483,116 @@ pub(crate) fn redis_cycle_vs_klauthed_tput(ctx: &Ctx) -> Result<Report, Skip> {
             store.complete(&key, serde_json::Value::Null).await.is_ok()
         },
     )
+}
+
+/// Guard cycles/s on `RedisStore` (64 tasks) vs the ceiling side (the store's own
+/// server work for a cycle as raw commands, batched, no crate code; the fenced
+/// rewrite by `SET … IFEQ` where the store uses it) on Redis 7
+/// (`WEBHOOK_GUARD_REDIS_URL`), interleaved.
+pub(crate) fn redis_cycle_vs_ceiling_tput(ctx: &Ctx) -> Result<Report, Skip> {
+    cycle_vs_ceiling_tput(ctx, "WEBHOOK_GUARD_REDIS_URL")
+}
+
+/// [`redis_cycle_vs_ceiling_tput`] on Valkey 9 (`WEBHOOK_GUARD_VALKEY_URL`).
+pub(crate) fn valkey_cycle_vs_ceiling_tput(ctx: &Ctx) -> Result<Report, Skip> {
+    cycle_vs_ceiling_tput(ctx, "WEBHOOK_GUARD_VALKEY_URL")
+}
+
+/// CPU seconds this process has used (all threads), from `/proc/self/stat`.
+fn own_cpu() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command's closing parenthesis: utime and stime are the
+    // 12th and 13th, in clock ticks (100 a second on Linux).
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let mut fields = rest.split_whitespace().skip(11);
+    let ticks = |f: Option<&str>| f.and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(fields.next()) + ticks(fields.next())) / 100.0
+}
+
+/// `side` with the CPU time per cycle of the server's command thread and of this
+/// process pushed to `cpu` (µs, µs) after each round.
+fn with_cpu<'a>(
+    side: &'a dyn Fn(u64) -> RoundFuture,
+    conn: &redis::aio::ConnectionManager,
+    cpu: Arc<Mutex<Vec<(f64, f64)>>>,
+) -> impl Fn(u64) -> RoundFuture + 'a {
+    let conn = conn.clone();
+    move |first| {
+        let (mut conn, cpu, round) = (conn.clone(), cpu.clone(), side(first));
+        Box::pin(async move {
+            let (server, client, t) = (server_main_cpu(&mut conn).await, own_cpu(), Instant::now());
+            let (rate, next) = round.await;
+            let cycles = rate * t.elapsed().as_secs_f64();
+            let server = server_main_cpu(&mut conn).await - server;
+            let client = own_cpu() - client;
+            cpu.lock()
+                .unwrap()
+                .push((server / cycles * 1e6, client / cycles * 1e6));
+            (rate, next)
+        })
+    }
+}
+
+fn cycle_vs_ceiling_tput(ctx: &Ctx, url_var: &str) -> Result<Report, Skip> {
+    let url = ctx.server(url_var)?;
+    let rt = runtime();
+    let prefix = fresh_name();
+    let ceiling_prefix = format!("{prefix}_ceiling:");
+    let dur = round_time(ctx);
+    let (guard, conn, native) = rt.block_on(async {
+        let store = redis_store(&url, &prefix).await;
+        let native = store.uses_native_compare_and_set();
+        let conn = redis::Client::open(url.as_str())
+            .unwrap()
+            .get_connection_manager()
+            .await
+            .expect("connect");
+        (guard_on(store), conn, native)
+    });
+    let guard_side = |first| -> RoundFuture {
+        let guard = guard.clone();
+        Box::pin(tput(REDIS_TASKS, dur, first, move |i| {
+            let guard = guard.clone();
+            async move { guard_cycle(&guard, "evt_", i).await }
+        }))
+    };
+    let busy = Arc::new(Mutex::new(Vec::new()));
+    let ceiling = ceiling_side(&conn, &ceiling_prefix, dur, busy.clone(), native);
+    let (guard_cpu, ceiling_cpu) = (Arc::default(), Arc::default());
+    let guard_measured = with_cpu(&guard_side, &conn, Arc::clone(&guard_cpu));
+    let ceiling_measured = with_cpu(&ceiling, &conn, Arc::clone(&ceiling_cpu));
+    let sides: [&dyn Fn(u64) -> RoundFuture; 2] = [&guard_measured, &ceiling_measured];
+    let rounds = (ctx.rounds.min(6) / sides.len()).max(1) * sides.len();
+    let m = interleave_tput_sides(ctx, &rt, rounds, &sides);
+    rt.block_on(async {
+        redis_cleanup(&url, &format!("{{{prefix}:*")).await;
+        redis_cleanup(&url, &format!("{ceiling_prefix}*")).await;
+    });
+    let (g, c) = (m[0], m[1]);
+    let mut report = tput_report(
+        g,
+        c,
+        "ceiling",
+        format!(
+            "{REDIS_TASKS} tasks on the guard side, {CEILING_TASKS} tasks of {CEILING_BATCH} batched cycles on the ceiling side, {:.1} s rounds; fenced rewrite {}",
+            dur.as_secs_f64(),
+            if native { "by SET IFEQ" } else { "by script" }
+        ),
+    );
+    report.notes.push(format!(
+        "the server's command thread busy {:.0} % of the ceiling rounds",
+        median(busy.lock().unwrap().clone()) * 100.0
+    ));
+    let per_cycle = |cpu: &Mutex<Vec<(f64, f64)>>| {
+        let cpu = cpu.lock().unwrap();
+        (
+            median(cpu.iter().map(|c| c.0).collect()),
+            median(cpu.iter().map(|c| c.1).collect()),
+        )
+    };
+    let ((gs, gc), (cs, cc)) = (per_cycle(&guard_cpu), per_cycle(&ceiling_cpu));
+    report.notes.push(format!(
+        "CPU a cycle (medians; server: its command thread, client: this process): guard server {gs:.2} µs, client {gc:.2} µs; ceiling server {cs:.2} µs, client {cc:.2} µs"
+    ));
+    Ok(report)
 }

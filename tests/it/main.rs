@@ -55,6 +55,8 @@ mod sqlite;
     feature = "redis"
 ))]
 mod tls;
+#[cfg(all(feature = "redis", feature = "conformance"))]
+mod valkey;
 
 // Reliability: faults, crashes, load and retry schedules across backends.
 #[cfg(all(feature = "tokio", feature = "sqlite", feature = "postgres"))]

@@ -1,6 +1,7 @@
 //! The Redis store on live servers: the shared server from `WEBHOOK_GUARD_REDIS_URL`,
 //! plus throwaway `redis-server` processes this file starts itself (a 3-node cluster
 //! on ports 7101-7103 and single servers on 7195-7199), which need `redis-server`
+//! (or the binary in `WEBHOOK_GUARD_REDIS_SERVER_BIN`, such as a `valkey-server`)
 //! and `redis-cli` on the `PATH`.
 
 use crate::support;
@@ -137,7 +138,10 @@ impl Servers {
             !ping(port),
             "port {port} is already in use: a Redis from an earlier run? (redis-cli -p {port} shutdown nosave)"
         );
-        let status = Command::new("redis-server")
+        // WEBHOOK_GUARD_REDIS_SERVER_BIN runs these on another build (valkey-server).
+        let bin = std::env::var("WEBHOOK_GUARD_REDIS_SERVER_BIN")
+            .unwrap_or_else(|_| "redis-server".to_owned());
+        let status = Command::new(bin)
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--daemonize", "yes"])
             .arg("--dir")
@@ -293,6 +297,10 @@ async fn cluster_store_passes_the_conformance_suites() {
         .connect_cluster(nodes)
         .await
         .expect("connect to the cluster");
+    eprintln!(
+        "cluster: native compare-and-set {}",
+        store.uses_native_compare_and_set()
+    );
     let started = Instant::now();
     conformance::run_all(&store).await;
     eprintln!("cluster conformance: {:?}", started.elapsed());

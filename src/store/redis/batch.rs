@@ -4,7 +4,7 @@
 //! store (per shard on a Redis Cluster), which takes whatever has queued up (at most [`MAX_BATCH`]) and sends it as
 //! one pipeline: one transaction (`MULTI`) holding the claims' index entries as one
 //! `ZADD NX` per shard and their `SET`s, then all finishes as one run of the finish
-//! script. With [`IN_FLIGHT`] batches on the wire at once, the next batch gathers
+//! script (or, on a server with a native compare-and-set, one `SET … IFEQ` each). With [`IN_FLIGHT`] batches on the wire at once, the next batch gathers
 //! while the server answers. One delivery alone is a batch of one, sent at once;
 //! under load the server reads, parses and answers one request, and starts Lua once,
 //! for a whole batch instead of for each delivery.
@@ -62,6 +62,19 @@ pub(super) struct FinishJob {
     pub(super) expires: i64,
 }
 
+/// A fenced finish on the native path (see the `native` module): `SET rec new IFEQ
+/// old PX ttl`, and, when the new expiry is earlier than the stored lease's end, the
+/// index entry moved there (`ZADD due LT refile member`). Answers whether the `SET`
+/// was applied.
+pub(super) struct SetJob {
+    pub(super) shard: u16,
+    pub(super) rec: RecordKey,
+    pub(super) new: String,
+    pub(super) old: String,
+    pub(super) ttl: i64,
+    pub(super) refile: Option<i64>,
+}
+
 /// What the finish script answers for one entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Finished {
@@ -73,6 +86,7 @@ pub(super) enum Finished {
 enum Job {
     Claim(ClaimJob, oneshot::Sender<RedisResult<Option<String>>>),
     Finish(FinishJob, oneshot::Sender<RedisResult<Finished>>),
+    Set(SetJob, oneshot::Sender<RedisResult<bool>>),
 }
 
 /// The sending side of a store's batching task; the task ends when every clone is
@@ -165,6 +179,16 @@ impl Batcher {
         self.answer(answer).await
     }
 
+    /// Sets a record if it still is the value expected, through the next batch:
+    /// whether it was.
+    pub(super) async fn set_if_eq(&self, job: SetJob) -> RedisResult<bool> {
+        let (reply, answer) = oneshot::channel();
+        self.task(job.shard)
+            .send(Job::Set(job, reply))
+            .map_err(|_| task_gone())?;
+        self.answer(answer).await
+    }
+
     /// The job's answer, or an error once the caller has waited `wait`.
     async fn answer<T>(&self, answer: oneshot::Receiver<RedisResult<T>>) -> RedisResult<T> {
         match tokio::time::timeout(self.wait, answer).await {
@@ -213,6 +237,7 @@ impl Sender {
     async fn send(&self, jobs: Vec<Job>) {
         let mut claims = Vec::new();
         let mut finishes = Vec::new();
+        let mut sets = Vec::new();
         for job in jobs {
             match job {
                 // The caller is gone: nobody would run the handler or release the
@@ -220,9 +245,10 @@ impl Sender {
                 Job::Claim(_, r) if r.is_closed() => {}
                 Job::Claim(j, r) => claims.push((j, r)),
                 Job::Finish(j, r) => finishes.push((j, r)),
+                Job::Set(j, r) => sets.push((j, r)),
             }
         }
-        if claims.is_empty() && finishes.is_empty() {
+        if claims.is_empty() && finishes.is_empty() && sets.is_empty() {
             return;
         }
 
@@ -236,7 +262,8 @@ impl Sender {
             members.push((j.lease, j.rec.member()));
             *now = (*now).max(j.now);
         }
-        let mut pipe = ::redis::pipe();
+        let mut pipe =
+            ::redis::Pipeline::with_capacity(entries.len() + claims.len() + 2 * sets.len() + 3);
         pipe.ignore_errors();
         if !claims.is_empty() {
             pipe.cmd("MULTI");
@@ -247,13 +274,17 @@ impl Sender {
                     .arg(members);
             }
             for (j, _) in &claims {
-                pipe.cmd("SET")
+                // Sized once: a command's buffer grows argument by argument otherwise.
+                let mut set =
+                    ::redis::Cmd::with_capacity(7, j.rec.rec().len() + j.fresh.len() + 32);
+                set.arg("SET")
                     .arg(j.rec.rec())
                     .arg(&j.fresh)
                     .arg("NX")
                     .arg("GET")
                     .arg("PX")
                     .arg(j.ttl);
+                pipe.add_command(set);
             }
             pipe.cmd("EXEC");
         }
@@ -264,6 +295,25 @@ impl Sender {
         if finish {
             pipe.add_command(finish_script(&self.keys, &finishes).cmd);
         }
+        for (j, _) in &sets {
+            let mut set =
+                ::redis::Cmd::with_capacity(7, j.rec.rec().len() + j.new.len() + j.old.len() + 32);
+            set.arg("SET")
+                .arg(j.rec.rec())
+                .arg(&j.new)
+                .arg("IFEQ")
+                .arg(&j.old)
+                .arg("PX")
+                .arg(j.ttl);
+            pipe.add_command(set);
+            if let Some(refile) = j.refile {
+                pipe.cmd("ZADD")
+                    .arg(&self.keys[usize::from(j.shard)].due)
+                    .arg("LT")
+                    .arg(refile)
+                    .arg(j.rec.member());
+            }
+        }
 
         let answers = match self
             .connection
@@ -271,8 +321,8 @@ impl Sender {
             .await
         {
             Ok(answers) if answers.len() == pipe.len() => answers,
-            Ok(_) => return fail(claims, finishes, &unexpected("pipeline")),
-            Err(e) => return fail(claims, finishes, &e),
+            Ok(_) => return fail(claims, finishes, sets, &unexpected("pipeline")),
+            Err(e) => return fail(claims, finishes, sets, &e),
         };
         let mut answers = answers.into_iter();
         let mut added = Vec::new();
@@ -301,9 +351,9 @@ impl Sender {
                 // loading its data, a replica after a fail-over): its error says why.
                 Some(Err(e)) => {
                     let cause = queued.into_iter().find_map(Result::err);
-                    fail(claims, Vec::new(), cause.as_ref().unwrap_or(&e));
+                    fail(claims, Vec::new(), Vec::new(), cause.as_ref().unwrap_or(&e));
                 }
-                _ => fail(claims, Vec::new(), &unexpected("transaction")),
+                _ => fail(claims, Vec::new(), Vec::new(), &unexpected("transaction")),
             }
         }
         if finish {
@@ -316,6 +366,22 @@ impl Sender {
                 answer = self.connection.eval(&inv).await;
             }
             answer_finishes(finishes, answer);
+        }
+        for (j, reply) in sets {
+            let set = answers.next().unwrap_or(Ok(Value::Nil));
+            if j.refile.is_some() {
+                // Only an early entry can come of it, which scans re-file.
+                if let Some(Err(e)) = answers.next() {
+                    tracing::debug!(error = %e, "redis store: re-filing a finished record failed");
+                }
+            }
+            let _ = reply.send(set.and_then(|v| match v {
+                Value::Nil => Ok(false),
+                Value::Okay => Ok(true),
+                Value::SimpleString(s) if s == "OK" => Ok(true),
+                Value::ServerError(e) => Err(e.into()),
+                _ => Err(unexpected("SET IFEQ")),
+            }));
         }
 
         for ((shard, now), n) in entries.into_iter().zip(added) {
@@ -342,6 +408,7 @@ fn unexpected(what: &str) -> RedisError {
 
 type Claims = Vec<(ClaimJob, oneshot::Sender<RedisResult<Option<String>>>)>;
 type Finishes = Vec<(FinishJob, oneshot::Sender<RedisResult<Finished>>)>;
+type Sets = Vec<(SetJob, oneshot::Sender<RedisResult<bool>>)>;
 
 /// One run of the finish script for every finish of the pipeline.
 fn finish_script<'s>(keys: &[ShardKeys], finishes: &Finishes) -> Eval<'s> {
@@ -363,8 +430,8 @@ fn finish_script<'s>(keys: &[ShardKeys], finishes: &Finishes) -> Eval<'s> {
 fn answer_finishes(finishes: Finishes, answer: RedisResult<Value>) {
     let codes = match answer {
         Ok(Value::Array(codes)) if codes.len() == finishes.len() => codes,
-        Ok(_) => return fail(Vec::new(), finishes, &unexpected("finish")),
-        Err(e) => return fail(Vec::new(), finishes, &e),
+        Ok(_) => return fail(Vec::new(), finishes, Vec::new(), &unexpected("finish")),
+        Err(e) => return fail(Vec::new(), finishes, Vec::new(), &e),
     };
     for ((_, reply), code) in finishes.into_iter().zip(codes) {
         let _ = reply.send(Ok(match code {
@@ -376,11 +443,14 @@ fn answer_finishes(finishes: Finishes, answer: RedisResult<Value>) {
 }
 
 /// Answers every job with `e`.
-fn fail(claims: Claims, finishes: Finishes, e: &RedisError) {
+fn fail(claims: Claims, finishes: Finishes, sets: Sets, e: &RedisError) {
     for (_, reply) in claims {
         let _ = reply.send(Err(e.clone()));
     }
     for (_, reply) in finishes {
+        let _ = reply.send(Err(e.clone()));
+    }
+    for (_, reply) in sets {
         let _ = reply.send(Err(e.clone()));
     }
 }

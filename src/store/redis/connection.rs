@@ -199,6 +199,7 @@ pub struct RedisStoreBuilder {
     response_timeout: Duration,
     #[cfg(feature = "tls")]
     root_certificates: Option<Pem>,
+    native_compare_and_set: bool,
 }
 
 /// PEM text, shown by its length.
@@ -222,6 +223,7 @@ impl Default for RedisStoreBuilder {
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
             #[cfg(feature = "tls")]
             root_certificates: None,
+            native_compare_and_set: true,
         }
     }
 }
@@ -286,6 +288,18 @@ impl RedisStoreBuilder {
         })
     }
 
+    /// Whether fenced finishes may use the server's native compare-and-set,
+    /// `SET … IFEQ` (default `true`): [`connect`](Self::connect) and
+    /// [`connect_cluster`](Self::connect_cluster) turn it on when the server
+    /// (every primary of a cluster) says in `INFO server` that it is Valkey 8.1 or
+    /// later or Redis 8.4 or later; elsewhere, and with [`build`](Self::build),
+    /// finishes run a Lua script. `false` keeps the script on every server. Both
+    /// keep the same contract; see the [module docs](crate::store::redis).
+    pub fn native_compare_and_set(mut self, enabled: bool) -> Self {
+        self.native_compare_and_set = enabled;
+        self
+    }
+
     /// Connects to the standalone server at `url` (such as `redis://127.0.0.1:6379`,
     /// or `rediss://` for TLS) through a [`ConnectionManager`], which reconnects by
     /// itself.
@@ -331,8 +345,10 @@ impl RedisStoreBuilder {
         let manager = ConnectionManager::new_with_config(client, config)
             .await
             .map_err(connect)?;
+        let native = self.native_compare_and_set;
         let store = self.build(manager)?;
-        store.check_version().await?;
+        store.check_version(native).await?;
+        store.warn_without_persistence().await;
         Ok(store)
     }
 
@@ -377,8 +393,10 @@ impl RedisStoreBuilder {
         };
         let client = builder.build().map_err(connect)?;
         let connection = client.get_async_connection().await.map_err(connect)?;
+        let native = self.native_compare_and_set;
         let store = self.build(connection)?;
-        store.check_version().await?;
+        store.check_version(native).await?;
+        store.warn_without_persistence().await;
         Ok(store)
     }
 
@@ -405,6 +423,7 @@ impl RedisStoreBuilder {
                 prefix: self.prefix,
                 shards: self.shards,
                 inboxes: Default::default(),
+                native: Default::default(),
             }),
         })
     }
@@ -499,8 +518,9 @@ impl RedisStore {
 
     /// Refuses a server older than Redis 7.0 (see
     /// [`RedisStoreError::UnsupportedVersion`]). A server whose `INFO` does not say
-    /// (a proxy, say) is let through.
-    async fn check_version(&self) -> Result<(), RedisStoreError> {
+    /// (a proxy, say) is let through. With `native`, turns on the native
+    /// compare-and-set path when every server answering takes `SET … IFEQ`.
+    async fn check_version(&self, native: bool) -> Result<(), RedisStoreError> {
         let info: Value = self
             .inner
             .connection
@@ -510,17 +530,32 @@ impl RedisStore {
         // A cluster answers one text per primary.
         let mut texts = vec![&info];
         let mut old = None;
+        let (mut servers, mut with_ifeq) = (0, 0);
         while let Some(v) = texts.pop() {
-            match v {
-                Value::Map(pairs) => texts.extend(pairs.iter().map(|(_, v)| v)),
-                Value::Array(items) => texts.extend(items),
-                Value::VerbatimString { text, .. } => old = old.or(too_old(text)),
-                v => old = old.or(text(v).and_then(too_old)),
+            let info = match v {
+                Value::Map(pairs) => {
+                    texts.extend(pairs.iter().map(|(_, v)| v));
+                    continue;
+                }
+                Value::Array(items) => {
+                    texts.extend(items);
+                    continue;
+                }
+                Value::VerbatimString { text, .. } => Some(text.as_str()),
+                v => text(v),
+            };
+            if let Some(info) = info {
+                old = old.or(too_old(info));
+                servers += 1;
+                with_ifeq += usize::from(super::native::has_ifeq(info));
             }
         }
-        match old {
-            Some(version) => Err(RedisStoreError::UnsupportedVersion { version }),
-            None => Ok(()),
+        if let Some(version) = old {
+            return Err(RedisStoreError::UnsupportedVersion { version });
         }
+        if native && servers > 0 && with_ifeq == servers {
+            self.inner.native.enable();
+        }
+        Ok(())
     }
 }

@@ -8,9 +8,10 @@
 //! expired lease or a failed record, or replace a record expired by the caller's
 //! clock — runs a Lua script (`EVALSHA`, loaded once per server), which decides
 //! again atomically. A finish is one run of a Lua script that reads the record,
-//! checks the fence and rewrites it; so is every other change of the
-//! [`ProcessedStore`] contract. This needs Redis 7.0 or later (Valkey 7.2 or
-//! later), where `SET` takes `NX` and `GET` together. It talks to a standalone
+//! checks the fence and rewrites it — or, on a server with a native
+//! compare-and-set (below), one `SET … IFEQ`; every other change of the
+//! [`ProcessedStore`] contract is a script. This needs Redis 7.0 or later (Valkey
+//! 7.2 or later), where `SET` takes `NX` and `GET` together. It talks to a standalone
 //! server through a [`ConnectionManager`] or to a Redis Cluster through a
 //! [`ClusterConnection`]: one multiplexed connection (per node) that reconnects by
 //! itself.
@@ -34,6 +35,38 @@
 //!
 //! The driver is re-exported as [`webhook_guard::store::redis::redis`](redis), so a
 //! host can build its own connection with the very version this crate uses.
+//!
+//! # Native compare-and-set: Valkey 8.1+, Redis 8.4+
+//!
+//! [`connect`](RedisStoreBuilder::connect) and
+//! [`connect_cluster`](RedisStoreBuilder::connect_cluster) read `INFO server`; when
+//! the server (every primary of a cluster) is Valkey 8.1 or later (`valkey_version`)
+//! or Redis 8.4 or later, whose `SET` takes `IFEQ`, a fenced finish is
+//! `SET <record> <new> IFEQ <old> PX <ttl>`, batched like the script it replaces
+//! ([`RedisStore::uses_native_compare_and_set`] says which path a store is on;
+//! [`RedisStoreBuilder::native_compare_and_set`]`(false)` keeps the script).
+//!
+//! `IFEQ` compares the whole stored value, and a record is stored whole in one
+//! string, so the fence of the script — the record is `InProgress` with the
+//! finish's token — holds for any expected value that starts with
+//! `in_progress|<token>|`: the `SET` applies only while the record is still exactly
+//! that value. A stale holder's finish is refused (the record then carries another
+//! token, is finished or is gone), and any change between reading the expected
+//! value and the `SET` makes it fail. The expected value is the record the claim
+//! stored, remembered by this process under the claim's token (at most 65,536 are
+//! remembered; a full memory is cleared); a finish that has none, or whose `SET`
+//! meets a changed record, reads the record (`GET`), checks the fence itself and
+//! tries again with what it read (at most four times). The finished record keeps
+//! the stored fingerprint, attempts, lease end and creation time, as the script
+//! does; the index entry moves earlier only, by `ZADD … LT`, when the new expiry
+//! comes before the lease's end.
+//!
+//! Renew, delete, the claim that decides on a known record, purge, stuck and tidy
+//! stay scripts on every server. A renew moves the key's TTL by as much as the
+//! record's due time moves, which needs the TTL read and written in one step (no
+//! native command adds to a TTL); the others decide on the record's fields with no
+//! value known beforehand, so a native form would cost a round trip more. A renew
+//! answers the renewed record, which the process remembers for the finish.
 //!
 //! # Key layout and Redis Cluster
 //!
@@ -119,7 +152,8 @@
 //! kept short (no helper functions, plain string slicing): Redis before 8.4 has no
 //! native compare-and-set, and a script's `GET`, string work and `SET` cost the
 //! server a few µs per record, so a guard cycle costs the server several times what
-//! one bare `SET` does. `benches/README.md` has the measured figures.
+//! one bare `SET` does. On Valkey 8.1+ and Redis 8.4+ the finish is one
+//! `SET … IFEQ` per record instead. `benches/README.md` has the measured figures.
 //!
 //! # The inbox: one hash tag per namespace
 //!
@@ -233,7 +267,9 @@ mod batch;
 mod codec;
 mod connection;
 mod inbox;
+mod native;
 mod ordering;
+mod persistence;
 mod processed;
 mod scripts;
 
@@ -290,6 +326,8 @@ struct Inner {
     batcher: Mutex<Option<batch::Batcher>>,
     /// How long a command may wait for its answer; a batched one waits twice that.
     response_timeout: Duration,
+    /// Whether finishes use `SET … IFEQ`, and the records claims stored for them.
+    native: native::Native,
 }
 
 impl fmt::Debug for RedisStore {
@@ -326,6 +364,13 @@ impl RedisStore {
     /// The shard count.
     pub fn shards(&self) -> u16 {
         self.inner.shards
+    }
+
+    /// Whether fenced finishes use the server's native compare-and-set
+    /// (`SET … IFEQ`) rather than a script: see
+    /// [`RedisStoreBuilder::native_compare_and_set`].
+    pub fn uses_native_compare_and_set(&self) -> bool {
+        self.inner.native.enabled()
     }
 
     /// The connection the store runs on (clones share it).
@@ -413,6 +458,7 @@ impl RedisStore {
 /// A record's key, `{<prefix>:<n>}:r:<namespace>\0<id>`, whose tail
 /// `<namespace>\0<id>` is the record's member in its shard's due index: one string
 /// for both.
+#[derive(Clone)]
 pub(super) struct RecordKey {
     rec: String,
     member_at: usize,

@@ -10,6 +10,7 @@ use super::codec::{
     ttl,
 };
 use super::connection::{store_error, Eval};
+use super::native;
 use super::scripts::SCRIPTS;
 use super::{RedisStore, BATCH};
 use crate::store::{
@@ -27,6 +28,9 @@ impl ProcessedStore for RedisStore {
             ceil_millis(request.expires_at),
         );
         let (fresh, fresh_ttl) = fresh_record(request);
+        // What a finish on the native path expects to find, if this claim stores it.
+        let native = &self.inner.native;
+        let remembered = native.enabled().then(|| fresh.clone());
         // The record as stored: times in whole milliseconds.
         let acquired = || {
             Claim::Acquired(Record::new(
@@ -61,10 +65,16 @@ impl ProcessedStore for RedisStore {
             .await
             .map_err(store_error)?;
         let Some(stored) = stored else {
+            if let Some(fresh) = remembered {
+                native.remember(request.token.0, fresh);
+            }
             return Ok(acquired());
         };
         let existing = record(request.key, &stored)?;
         if own_claim(&existing, request) {
+            if native.enabled() {
+                native.remember(request.token.0, stored);
+            }
             return Ok(Claim::Acquired(existing));
         }
         if request.decide_on(&existing) == Decision::Keep {
@@ -88,13 +98,28 @@ impl ProcessedStore for RedisStore {
             .arg(lease)
             .arg(expires);
         let answer: Value = self.eval(&inv).await?;
+        let remember = |r: &Value| {
+            if let (true, Some(r)) = (native.enabled(), text(r)) {
+                native.remember(request.token.0, r.to_owned());
+            }
+        };
         match answer {
-            Value::Int(0) => Ok(acquired()),
+            Value::Int(0) => {
+                if native.enabled() {
+                    native.remember(request.token.0, fresh);
+                }
+                Ok(acquired())
+            }
             Value::Array(v) => match v.as_slice() {
-                [Value::Int(1), r] => Ok(Claim::Acquired(stored_record(request.key, r)?)),
+                [Value::Int(1), r] => {
+                    let taken = stored_record(request.key, r)?;
+                    remember(r);
+                    Ok(Claim::Acquired(taken))
+                }
                 [Value::Int(2), r] => {
                     let existing = stored_record(request.key, r)?;
                     Ok(if own_claim(&existing, request) {
+                        remember(r);
                         Claim::Acquired(existing)
                     } else {
                         Claim::Existing(existing)
@@ -133,6 +158,9 @@ impl ProcessedStore for RedisStore {
             ttl: ttl(expires, now),
             expires,
         };
+        if self.inner.native.enabled() {
+            return self.finish_native(token, job).await;
+        }
         let finished = self.batcher().finish(job).await.map_err(store_error)?;
         match finished {
             batch::Finished::Applied => Ok(Fence::Applied),
@@ -156,8 +184,18 @@ impl ProcessedStore for RedisStore {
             .arg(token.0)
             .arg(ceil_millis(lease_until))
             .arg(ceil_millis(expires_at));
-        let applied: i64 = self.eval(&inv).await?;
-        Ok(fence(applied))
+        // The renewed record as stored, or 0 (lease lost).
+        let answer: Value = self.eval(&inv).await?;
+        match answer {
+            Value::Int(applied) => Ok(fence(applied)),
+            renewed => {
+                let renewed = text(&renewed).ok_or_else(|| corrupt("unexpected renew answer"))?;
+                if self.inner.native.enabled() {
+                    self.inner.native.remember(token.0, renewed.to_owned());
+                }
+                Ok(Fence::Applied)
+            }
+        }
     }
 
     async fn get(&self, key: Key<'_>) -> Result<Option<Record>, StoreError> {
@@ -258,6 +296,46 @@ impl ProcessedStore for RedisStore {
 }
 
 impl RedisStore {
+    /// A finish on the native path (see the `native` module): `SET … IFEQ` the
+    /// record this process stored for `token`, or, when it has none or the record
+    /// changed since, the record as read now, if it carries the fence.
+    async fn finish_native(&self, token: u64, job: batch::FinishJob) -> Result<Fence, StoreError> {
+        let mut expected = self.inner.native.take(token);
+        for _ in 0..native::MAX_TRIES {
+            let old = match expected.take() {
+                Some(old) => old,
+                None => {
+                    let stored: Option<String> =
+                        self.query(::redis::cmd("GET").arg(job.rec.rec())).await?;
+                    match stored {
+                        Some(old) => old,
+                        None => return Ok(Fence::LeaseLost),
+                    }
+                }
+            };
+            let Some((new, lease)) = native::finished(&old, &job.fence, &job.head, &job.tail)
+                .map_err(|()| corrupt("record"))?
+            else {
+                return Ok(Fence::LeaseLost);
+            };
+            let set = batch::SetJob {
+                shard: job.shard,
+                rec: job.rec.clone(),
+                new,
+                old,
+                ttl: job.ttl,
+                refile: (job.expires < lease).then_some(job.expires),
+            };
+            if self.batcher().set_if_eq(set).await.map_err(store_error)? {
+                return Ok(Fence::Applied);
+            }
+        }
+        Err(StoreError::backend(format!(
+            "redis record: changed between its read and the finish's SET IFEQ, {} times in a row",
+            native::MAX_TRIES
+        )))
+    }
+
     /// One batch of a scan of `shard`'s due index by the purge or the stuck script:
     /// KEYS due; ARGV now, how many to look for, record key prefix, offset.
     async fn scan_due<T: FromRedisValue>(

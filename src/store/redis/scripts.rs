@@ -48,8 +48,9 @@ scripts!(pub(super) Scripts {
     /// and stuck re-file it) unless the new expiry is earlier. Without the prelude:
     /// every line here is paid by every processed delivery.
     finish: include_str!("lua/records/finish.lua"),
-    /// Renew: KEYS record, due; ARGV member, token, lease_until, expires_at. No `now`
-    /// is given, so the TTL moves by as much as the record's due time does.
+    /// Renew: KEYS record, due; ARGV member, token, lease_until, expires_at. Answers
+    /// the renewed record as stored, or 0 (lease lost). No `now` is given, so the TTL
+    /// moves by as much as the record's due time does.
     renew: with_prelude(include_str!("lua/records/renew.lua")),
     /// Delete: KEYS record, due; ARGV member, now. Answers 1 (removed), 0 (not found)
     /// or 2 (live lease).

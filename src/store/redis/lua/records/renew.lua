@@ -13,4 +13,4 @@ else
   redis.call('SET', KEYS[1], nv, 'KEEPTTL')
 end
 redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
-return 1
+return nv
