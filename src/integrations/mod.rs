@@ -60,8 +60,9 @@ pub mod tower;
 ///
 /// Build one with [`WebhookGuard::respond`] (the guard's status mapping) or
 /// [`GuardResponse::with_default_answer`]; with feature `axum` it is an
-/// `IntoResponse`, and [`GuardResponse::into_http`] turns it into an
-/// [`http::Response`] for any framework.
+/// `IntoResponse`, with feature `actix` a `Responder` (and `into_actix`), and
+/// [`GuardResponse::into_http`] turns it into an [`http::Response`] for any
+/// framework.
 ///
 /// ```
 /// use webhook_guard::{Outcome, integrations::GuardResponse};

@@ -33,9 +33,21 @@ fn actix_header_map_lookup_is_case_insensitive() {
 
 /// A handler answered `InProgress` at the deadline keeps running after the server
 /// stopped (its worker threads and their runtimes are gone): it runs on the runtime
-/// `guarded` was built on, and `drain` waits for it to end and record.
+/// `guarded` was built on, and `drain` waits for it to end and record. Under
+/// `#[tokio::main]`:
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn handlers_outlive_the_workers_and_drain_waits_for_them() {
+    outlive_the_workers().await;
+}
+
+/// The same under actix's own runtime (what `#[actix_web::main]` runs): one
+/// thread, which the handlers share with the main task.
+#[test]
+fn handlers_outlive_the_workers_under_actix_rt() {
+    actix_web::rt::System::new().block_on(outlive_the_workers());
+}
+
+async fn outlive_the_workers() {
     let guard = WebhookGuard::builder()
         .namespace("test")
         .store(MemoryStore::new())
