@@ -31,6 +31,16 @@ impl Headers for http::HeaderMap {
     }
 }
 
+/// `http` 0.2's `HeaderMap` (feature `http02`), for warp 0.3, hyper 0.14 and the
+/// other frameworks still on `http` 0.2.
+#[cfg(feature = "http02")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http02")))]
+impl Headers for http02::HeaderMap {
+    fn get_bytes(&self, name: &str) -> Option<&[u8]> {
+        self.get(name).map(http02::HeaderValue::as_bytes)
+    }
+}
+
 /// Values are trimmed of surrounding whitespace, as an HTTP server does before a
 /// `HeaderMap` sees them, so that a verifier reads `" sha256=..."` from pairs as it
 /// would from a `HeaderMap`.
@@ -70,6 +80,43 @@ mod tests {
         map.insert("stripe-signature", "t=1,v1=aa".parse().unwrap());
         assert_eq!(map.get_str("Stripe-Signature"), Some("t=1,v1=aa"));
         assert_eq!(map.get_str("missing"), None);
+    }
+
+    #[cfg(feature = "http02")]
+    #[test]
+    fn http02_header_map_lookup_is_case_insensitive() {
+        let mut map = http02::HeaderMap::new();
+        map.insert("x-signature", "ab".parse().unwrap());
+        map.append("x-signature", "cd".parse().unwrap());
+        map.insert("bin", http02::HeaderValue::from_bytes(b"\xff").unwrap());
+        assert_eq!(map.get_str("X-Signature"), Some("ab"), "the first value");
+        assert_eq!(map.get_bytes("BIN"), Some(&b"\xff"[..]));
+        assert_eq!(map.get_str("bin"), None);
+        assert_eq!(map.get_str("missing"), None);
+        assert_eq!(map.get_str("not a header name"), None);
+    }
+
+    /// The guard verifies a delivery whose headers are an `http` 0.2 map.
+    #[cfg(feature = "http02")]
+    #[test]
+    fn the_guard_reads_an_http02_header_map() {
+        use crate::verify::HmacSha256Header;
+        let verifier = HmacSha256Header::new("X-Signature", ["k"]).unwrap();
+        let guard = crate::WebhookGuard::builder()
+            .store(crate::MemoryStore::new())
+            .verifier(verifier.clone())
+            .event_id(crate::EventId::json_field(["id"]))
+            .build()
+            .unwrap();
+        let body = br#"{"id":"evt_1"}"#;
+        let mut map = http02::HeaderMap::new();
+        map.insert("x-signature", verifier.sign(body).parse().unwrap());
+        assert_eq!(guard.verify(&map, body).unwrap().id, "evt_1");
+        map.insert("x-signature", verifier.sign(b"other").parse().unwrap());
+        assert_eq!(
+            guard.verify(&map, body).unwrap_err().code(),
+            "signature_mismatch"
+        );
     }
 
     #[test]

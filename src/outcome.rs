@@ -69,7 +69,7 @@ pub enum Outcome {
         retry_after: Duration,
     },
     /// The delivery is not acceptable (bad signature, no id, too large). Nothing was
-    /// stored. Answer 400 or 401 with the reason.
+    /// stored. Answer 400, 401 or 413 with the reason.
     Rejected(Rejection),
     /// The id was first seen with a different body. The handler did not run; the
     /// conflict hook was called. Answer 422.
@@ -197,11 +197,13 @@ impl Rejection {
         }
     }
 
-    /// 401 for a delivery that failed verification (but a body over the limit, 400),
-    /// 400 for everything else.
+    /// 413 Payload Too Large for a body over the limit, 401 for a delivery that
+    /// failed verification, 400 for everything else.
     pub fn status(&self) -> StatusCode {
         match self {
-            Self::Verify(VerifyError::BodyTooLarge { .. }) => StatusCode::BAD_REQUEST,
+            Self::BodyTooLarge { .. } | Self::Verify(VerifyError::BodyTooLarge { .. }) => {
+                StatusCode::PAYLOAD_TOO_LARGE
+            }
             Self::Verify(_) => StatusCode::UNAUTHORIZED,
             _ => StatusCode::BAD_REQUEST,
         }
@@ -277,7 +279,8 @@ impl OutcomeKind {
         self as usize
     }
 
-    /// The default HTTP status for this kind (rejections carry their own: 400 or 401).
+    /// The default HTTP status for this kind (rejections carry their own: 400, 401 or
+    /// 413).
     pub fn default_status(self) -> StatusCode {
         match self {
             Self::Processed

@@ -762,7 +762,10 @@ impl WebhookGuard {
 
     /// A rejection found before the guard saw the body (an integration refusing an
     /// oversized body it did not read whole), logged and reported like any outcome.
-    #[cfg_attr(not(any(feature = "axum", feature = "tower")), allow(dead_code))]
+    #[cfg_attr(
+        not(any(feature = "axum", feature = "tower", feature = "actix")),
+        allow(dead_code)
+    )]
     pub(crate) fn rejected_early(&self, rejection: Rejection, started: Instant) -> Outcome {
         let outcome = Outcome::Rejected(rejection);
         self.report(&outcome, None, started, None);

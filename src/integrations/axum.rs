@@ -32,7 +32,7 @@
 //! retry is a `Duplicate`; with a preset that knows the provider's timeout, a
 //! handler still running at four fifths of it is answered `InProgress` (409 +
 //! `Retry-After`) while it runs on. The route answers from the [`Outcome`] with the guard's status mapping:
-//! see [`GuardResponse`]. A body over the guard's limit is answered 400
+//! see [`GuardResponse`]. A body over the guard's limit is answered 413
 //! `body_too_large` without being read whole (see the
 //! [module docs](crate::integrations#bodies-over-the-limit)).
 

@@ -13,23 +13,28 @@
 //!   `lambda_http::run` behind API Gateway, a Function URL or an ALB, whose claims
 //!   end no later than the invocation.
 //!
-//! For any other framework (actix-web, rocket, warp, ...), call
-//! [`WebhookGuard::handle`] with the request's headers and raw body, then answer
-//! [`WebhookGuard::answer`] (see `examples/plain_http.rs`).
+//! - [`actix`] (feature `actix`): `Responder` for outcomes, a
+//!   [`Headers`](crate::Headers) impl for actix's `HeaderMap`, and
+//!   [`guarded`](actix::guarded), the same one-call route as axum's.
+//!
+//! For any other framework (rocket, warp, hyper, ...), call
+//! [`WebhookGuard::handle_spawned`] (or [`WebhookGuard::handle`]) with the
+//! request's headers and raw body, then answer [`WebhookGuard::respond`] (see
+//! `examples/plain_http.rs`); with feature `http02`, `http` 0.2's `HeaderMap` (warp
+//! 0.3, hyper 0.14) is a [`Headers`](crate::Headers) too.
 //!
 //! # Bodies over the limit
 //!
 //! The integrations read at most [`WebhookGuard::max_body`] bytes: a request whose
 //! `Content-Length` is over the limit is refused before its body is read, and a
 //! streamed body is refused as soon as it passes the limit, without buffering the
-//! rest. Either way the delivery is answered as the guard's
-//! [`Outcome::Rejected`] with [`Rejection::BodyTooLarge`](crate::outcome::Rejection::BodyTooLarge) — **400** by default, with
-//! reason `body_too_large`. Its `size` is the declared `Content-Length`, or
-//! `limit + 1` for a streamed body. (A status set with
+//! rest. Every integration answers it the same way, as the guard does for a body
+//! handed to [`WebhookGuard::handle`] whole: the guard's [`Outcome::Rejected`] with
+//! [`Rejection::BodyTooLarge`](crate::outcome::Rejection::BodyTooLarge), **413
+//! Payload Too Large** by default, with reason `body_too_large`. Its `size` is the
+//! declared `Content-Length`, or `limit + 1` for a streamed body. (A status set with
 //! [`WebhookGuardBuilder::status`](crate::WebhookGuardBuilder::status) for
-//! [`OutcomeKind::Rejected`] applies to every rejection, a bad signature's 401
-//! included: to answer 413 for this one alone, map that outcome yourself with
-//! [`WebhookGuard::handle`] and [`WebhookGuard::answer`].)
+//! [`OutcomeKind::Rejected`] applies to every rejection, this one included.)
 
 use std::fmt;
 
@@ -39,6 +44,9 @@ use http::{HeaderValue, StatusCode};
 use crate::outcome::{Answer, Outcome, OutcomeKind};
 use crate::WebhookGuard;
 
+#[cfg(feature = "actix")]
+#[cfg_attr(docsrs, doc(cfg(feature = "actix")))]
+pub mod actix;
 #[cfg(feature = "axum")]
 #[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
 pub mod axum;
@@ -58,8 +66,9 @@ pub mod tower;
 ///
 /// Build one with [`WebhookGuard::respond`] (the guard's status mapping) or
 /// [`GuardResponse::with_default_answer`]; with feature `axum` it is an
-/// `IntoResponse`, and [`GuardResponse::into_http`] turns it into an
-/// [`http::Response`] for any framework.
+/// `IntoResponse`, with feature `actix` a `Responder` (and `into_actix`), and
+/// [`GuardResponse::into_http`] turns it into an [`http::Response`] for any
+/// framework.
 ///
 /// ```
 /// use webhook_guard::{Outcome, integrations::GuardResponse};
@@ -103,7 +112,10 @@ impl GuardResponse {
 
     /// A request whose body could not be read (the connection broke): 400 with reason
     /// `body_unreadable`. No outcome: the guard never saw the delivery.
-    #[cfg_attr(not(any(feature = "axum", feature = "tower")), allow(dead_code))]
+    #[cfg_attr(
+        not(any(feature = "axum", feature = "tower", feature = "actix")),
+        allow(dead_code)
+    )]
     pub(crate) fn unreadable() -> Self {
         Self {
             answer: Answer {
@@ -242,7 +254,7 @@ impl WebhookGuard {
 }
 
 /// Why a body could not be taken whole.
-#[cfg(any(feature = "axum", feature = "tower"))]
+#[cfg(any(feature = "axum", feature = "tower", feature = "actix"))]
 enum BodyError {
     /// Over the limit: the declared length, or `limit + 1` when streamed.
     TooLarge(usize),
@@ -292,19 +304,31 @@ where
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let started = std::time::Instant::now();
-    let limit = guard.max_body();
-    match read_limited(headers, body, limit).await {
-        Ok(bytes) => Ok(bytes),
-        Err(BodyError::TooLarge(size)) => {
+    read_limited(headers, body, guard.max_body())
+        .await
+        .map_err(|error| refuse_body(guard, error, started))
+}
+
+/// The answer to a body that could not be taken whole, reported through the guard
+/// when it was over the limit.
+#[cfg(any(feature = "axum", feature = "tower", feature = "actix"))]
+fn refuse_body(
+    guard: &WebhookGuard,
+    error: BodyError,
+    started: std::time::Instant,
+) -> GuardResponse {
+    match error {
+        BodyError::TooLarge(size) => {
+            let limit = guard.max_body();
             let outcome = guard.rejected_early(
                 crate::outcome::Rejection::BodyTooLarge { size, limit },
                 started,
             );
-            Err(guard.respond(outcome))
+            guard.respond(outcome)
         }
-        Err(BodyError::Unreadable) => {
+        BodyError::Unreadable => {
             tracing::debug!(namespace = guard.namespace(), "webhook body unreadable");
-            Err(GuardResponse::unreadable())
+            GuardResponse::unreadable()
         }
     }
 }

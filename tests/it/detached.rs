@@ -1,5 +1,6 @@
-//! Handlers that outlive their request: a client that hangs up mid-handler, a
-//! handler slower than the provider's timeout, and a drain at shutdown.
+//! Handlers that outlive their request: a handler slower than the provider's
+//! timeout, and a drain at shutdown. (A client that hangs up mid-handler is one of
+//! the scenarios every integration shares, in `web_cases`.)
 
 use crate::support;
 
@@ -10,7 +11,6 @@ use std::time::Duration;
 use axum::Router;
 use support::http_client::post;
 use support::web::{body, serve, sign, SIGNATURE_HEADER};
-use tokio::io::AsyncWriteExt;
 use webhook_guard::integrations::axum::guarded;
 use webhook_guard::store::RecordState;
 use webhook_guard::{EventId, MemoryStore, OwnedEvent, WebhookGuard};
@@ -39,56 +39,6 @@ async fn reaches(guard: &WebhookGuard, id: &str, state: RecordState) -> bool {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     false
-}
-
-/// The client hangs up while the handler runs: the handler goes on to its end,
-/// its success is recorded, and the provider's retry is a duplicate that runs
-/// nothing.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_client_that_hangs_up_does_not_cancel_the_handler_axum() {
-    let guard = guard(MemoryStore::new(), None);
-    let started = Arc::new(tokio::sync::Notify::new());
-    let release = Arc::new(tokio::sync::Notify::new());
-    let finished = Arc::new(AtomicUsize::new(0));
-    let handler = {
-        let (started, release, finished) = (started.clone(), release.clone(), finished.clone());
-        move |_event: OwnedEvent| {
-            let (started, release, finished) = (started.clone(), release.clone(), finished.clone());
-            async move {
-                started.notify_one();
-                release.notified().await;
-                finished.fetch_add(1, Ordering::SeqCst);
-                Ok(())
-            }
-        }
-    };
-    let addr = serve(Router::new().route("/webhooks", guarded(guard.clone(), handler))).await;
-    let body = body("evt_hangup");
-    let sig = sign(&body);
-
-    // A raw request, then the client goes away once the handler runs.
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let head = format!(
-        "POST /webhooks HTTP/1.1\r\nHost: {addr}\r\nContent-Length: {}\r\n{SIGNATURE_HEADER}: {sig}\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).await.unwrap();
-    stream.write_all(&body).await.unwrap();
-    started.notified().await;
-    drop(stream);
-    // Give the server time to see the hang-up and drop the request's future.
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    release.notify_one();
-
-    assert!(
-        reaches(&guard, "evt_hangup", RecordState::Completed).await,
-        "the handler finished and its success was recorded"
-    );
-    assert_eq!(finished.load(Ordering::SeqCst), 1);
-    let retry = post(addr, "/webhooks", &[(SIGNATURE_HEADER, &sig)], &body).await;
-    assert_eq!(retry.status, 200);
-    assert_eq!(retry.json()["outcome"], "duplicate", "{retry:?}");
-    assert_eq!(finished.load(Ordering::SeqCst), 1, "not run again");
 }
 
 /// A handler slower than the answer deadline: the provider is answered 409
@@ -181,54 +131,6 @@ async fn drain_waits_for_the_handlers_whose_requests_are_gone() {
             .unwrap();
         assert_eq!(record.state, RecordState::Completed);
     }
-}
-
-/// The same through the tower layer: the inner service runs to its end after the
-/// client hung up, and its success is recorded.
-#[cfg(feature = "tower")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_client_that_hangs_up_does_not_cancel_the_handler_tower() {
-    use webhook_guard::integrations::tower::WebhookGuardLayer;
-    let guard = guard(MemoryStore::new(), None);
-    let started = Arc::new(tokio::sync::Notify::new());
-    let release = Arc::new(tokio::sync::Notify::new());
-    let finished = Arc::new(AtomicUsize::new(0));
-    let handler = {
-        let (started, release, finished) = (started.clone(), release.clone(), finished.clone());
-        move || async move {
-            started.notify_one();
-            release.notified().await;
-            finished.fetch_add(1, Ordering::SeqCst);
-            "ok"
-        }
-    };
-    let app = Router::new()
-        .route("/webhooks", axum::routing::post(handler))
-        .route_layer(WebhookGuardLayer::new(guard.clone()));
-    let addr = serve(app).await;
-    let body = body("evt_hangup_tower");
-    let sig = sign(&body);
-
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let head = format!(
-        "POST /webhooks HTTP/1.1\r\nHost: {addr}\r\nContent-Length: {}\r\n{SIGNATURE_HEADER}: {sig}\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).await.unwrap();
-    stream.write_all(&body).await.unwrap();
-    started.notified().await;
-    drop(stream);
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    release.notify_one();
-
-    assert!(
-        reaches(&guard, "evt_hangup_tower", RecordState::Completed).await,
-        "the inner service finished and its success was recorded"
-    );
-    let retry = post(addr, "/webhooks", &[(SIGNATURE_HEADER, &sig)], &body).await;
-    assert_eq!(retry.status, 200);
-    assert_eq!(retry.json()["outcome"], "duplicate", "{retry:?}");
-    assert_eq!(finished.load(Ordering::SeqCst), 1, "not run again");
 }
 
 /// The shutdown test's guard: SQLite at `path`, ids in the body, answered at a

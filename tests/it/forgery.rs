@@ -322,7 +322,7 @@ async fn hostile_bodies_are_bounded() {
     let big = vec![b' '; webhook_guard::guard::DEFAULT_MAX_BODY + 1];
     let (o, runs) = deliver(&guard, &[("X-Signature", "00")], &big).await;
     assert_eq!((verify_code(&o), runs), ("body_too_large", 0));
-    assert_eq!(guard.answer(&o).status, 400);
+    assert_eq!(guard.answer(&o).status, 413);
     // An id too long or holding control characters never reaches the store.
     for id in ["a".repeat(256), "evt\r\nx".to_owned(), String::new()] {
         let body = serde_json::to_vec(&serde_json::json!({ "id": id })).unwrap();

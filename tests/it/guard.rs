@@ -581,7 +581,7 @@ async fn bad_input_is_rejected_and_nothing_is_stored() {
             vec![("x-sig", good.clone())],
             vec![b' '; 65],
             "body_too_large",
-            400,
+            413,
         ),
     ];
     for (headers, body, code, status) in cases {

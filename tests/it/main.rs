@@ -25,8 +25,8 @@ mod verify_providers;
 mod verify_tool;
 
 // Web integrations and the operator tool.
-#[cfg(feature = "axum")]
-mod axum;
+#[cfg(feature = "actix")]
+mod actix;
 #[cfg(all(feature = "cli", feature = "axum"))]
 mod cli;
 #[cfg(feature = "axum")]
@@ -35,6 +35,9 @@ mod detached;
 mod lambda;
 #[cfg(feature = "tower")]
 mod tower;
+// axum, tower and actix-web through real HTTP, from one list of scenarios.
+#[cfg(any(feature = "axum", feature = "tower", feature = "actix"))]
+mod web_cases;
 
 // Each store backend against its live server.
 #[cfg(all(feature = "dynamodb", feature = "conformance"))]

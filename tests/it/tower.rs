@@ -1,4 +1,6 @@
-//! The tower layer around an axum route, driven through real HTTP on loopback.
+//! The tower layer around an axum route: what is the layer's own (an inner
+//! service that panics, errs or asks for a back-off). The scenarios every
+//! integration shares are in `web_cases`.
 
 use crate::support::http_client;
 use crate::support::web;
@@ -14,8 +16,8 @@ use axum::{Extension, Router};
 use webhook_guard::integrations::tower::WebhookGuardLayer;
 use webhook_guard::{MemoryStore, OwnedEvent, WebhookGuard};
 
-use http_client::{post, post_chunked};
-use web::{body, guard, serve, sign, DownStore, SIGNATURE_HEADER};
+use http_client::post;
+use web::{body, guard, serve, sign, SIGNATURE_HEADER};
 
 #[derive(Clone)]
 struct App {
@@ -59,128 +61,6 @@ async fn server(guard: WebhookGuard, delay: Duration) -> (std::net::SocketAddr, 
             delay,
         });
     (serve(app).await, runs)
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn valid_delivery_reaches_the_service_once() {
-    let (addr, runs) = server(guard(MemoryStore::new()), Duration::ZERO).await;
-    let body = body("evt_1");
-    let sig = sign(&body);
-    let first = post(addr, "/webhooks", &[(SIGNATURE_HEADER, &sig)], &body).await;
-    assert_eq!(first.status, 200, "{first:?}");
-    assert_eq!(
-        first.body, "handled evt_1",
-        "a success passes the inner response through"
-    );
-    assert_eq!(runs.load(Ordering::SeqCst), 1);
-
-    let again = post(addr, "/webhooks", &[(SIGNATURE_HEADER, &sig)], &body).await;
-    assert_eq!(again.status, 200);
-    assert_eq!(again.json()["outcome"], "duplicate");
-    assert_eq!(
-        runs.load(Ordering::SeqCst),
-        1,
-        "the layer answers duplicates itself"
-    );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bad_signature_is_401_without_calling_the_service() {
-    let (addr, runs) = server(guard(MemoryStore::new()), Duration::ZERO).await;
-    let body = body("evt_1");
-    let reply = post(addr, "/webhooks", &[(SIGNATURE_HEADER, "deadbeef")], &body).await;
-    assert_eq!(reply.status, 401);
-    assert_eq!(reply.json()["outcome"], "rejected");
-    assert_eq!(runs.load(Ordering::SeqCst), 0);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn oversized_body_is_refused_without_calling_the_service() {
-    let (addr, runs) = server(guard(MemoryStore::new()), Duration::ZERO).await;
-    let mut big = body("evt_big");
-    big.resize(web::LIMIT + 1, b' ');
-    let sig = sign(&big);
-    let declared = post(addr, "/webhooks", &[(SIGNATURE_HEADER, &sig)], &big).await;
-    assert_eq!(declared.status, 400, "{declared:?}");
-    assert_eq!(declared.json()["reason"], "body_too_large");
-    let streamed = post_chunked(addr, "/webhooks", &[(SIGNATURE_HEADER, &sig)], &big, 64).await;
-    assert_eq!(streamed.status, 400, "{streamed:?}");
-    assert_eq!(streamed.json()["reason"], "body_too_large");
-    assert_eq!(runs.load(Ordering::SeqCst), 0);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn store_down_is_503_without_calling_the_service() {
-    let (addr, runs) = server(guard(DownStore), Duration::ZERO).await;
-    let body = body("evt_1");
-    let reply = post(
-        addr,
-        "/webhooks",
-        &[(SIGNATURE_HEADER, &sign(&body))],
-        &body,
-    )
-    .await;
-    assert_eq!(reply.status, 503);
-    assert_eq!(reply.header("retry-after"), Some("5"));
-    assert_eq!(runs.load(Ordering::SeqCst), 0);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrent_duplicates_call_the_service_once() {
-    let (addr, runs) = server(guard(MemoryStore::new()), Duration::from_millis(300)).await;
-    let body = body("evt_race");
-    let sig = sign(&body);
-    let headers = [(SIGNATURE_HEADER, sig.as_str())];
-    let replies =
-        futures_util::future::join_all((0..8).map(|_| post(addr, "/webhooks", &headers, &body)))
-            .await;
-    assert_eq!(runs.load(Ordering::SeqCst), 1);
-    assert!(
-        replies.iter().all(|r| r.status == 200 || r.status == 409),
-        "{replies:?}"
-    );
-    assert!(
-        replies.iter().any(|r| r.status == 409),
-        "the duplicates arrived while the first ran (300 ms): {replies:?}"
-    );
-    assert_eq!(
-        replies
-            .iter()
-            .filter(|r| r.body == "handled evt_race")
-            .count(),
-        1
-    );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn inner_5xx_is_retryable_and_4xx_is_permanent() {
-    let (addr, runs) = server(guard(MemoryStore::new()), Duration::ZERO).await;
-
-    let body5 = body("status_503_a");
-    let sig5 = sign(&body5);
-    let first = post(addr, "/webhooks", &[(SIGNATURE_HEADER, &sig5)], &body5).await;
-    assert_eq!(first.status, 500, "{first:?}");
-    assert_eq!(first.json()["outcome"], "retryable_failure");
-    let retry = post(addr, "/webhooks", &[(SIGNATURE_HEADER, &sig5)], &body5).await;
-    assert_eq!(retry.status, 500);
-    assert_eq!(
-        runs.load(Ordering::SeqCst),
-        2,
-        "a retryable failure is retried"
-    );
-
-    let body4 = body("status_422_b");
-    let sig4 = sign(&body4);
-    let refused = post(addr, "/webhooks", &[(SIGNATURE_HEADER, &sig4)], &body4).await;
-    assert_eq!(refused.status, 200, "{refused:?}");
-    assert_eq!(refused.json()["outcome"], "permanent_failure");
-    let again = post(addr, "/webhooks", &[(SIGNATURE_HEADER, &sig4)], &body4).await;
-    assert_eq!(again.json()["outcome"], "duplicate");
-    assert_eq!(
-        runs.load(Ordering::SeqCst),
-        3,
-        "a permanent failure is not retried"
-    );
 }
 
 /// A panicking inner service fails the delivery as a retryable failure, answered
