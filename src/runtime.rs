@@ -166,40 +166,6 @@ mod imp {
         pub(crate) fn spawn(&self, work: impl Future<Output = ()> + Send + 'static) {
             drop(self.0.spawn(work));
         }
-
-        /// Spawns `work`; the handle waits for it, and dropping the handle leaves it
-        /// running.
-        pub(crate) fn spawn_joinable<T: Send + 'static>(
-            &self,
-            work: impl Future<Output = T> + Send + 'static,
-        ) -> Joinable<T> {
-            Joinable(self.0.spawn(work))
-        }
-    }
-
-    /// A spawned task's end: its output, or its panic (resumed on the waiter), or
-    /// `None` when the runtime shut down before it ended.
-    pub(crate) struct Joinable<T>(tokio::task::JoinHandle<T>);
-
-    impl<T> Joinable<T> {
-        /// The task's output within `budget`; `Err(self)` when it is still running.
-        pub(crate) async fn join_within(
-            mut self,
-            budget: Option<std::time::Duration>,
-        ) -> Result<Option<T>, Self> {
-            let joined = match budget {
-                Some(budget) => match tokio::time::timeout(budget, &mut self.0).await {
-                    Ok(joined) => joined,
-                    Err(_) => return Err(self),
-                },
-                None => (&mut self.0).await,
-            };
-            match joined {
-                Ok(out) => Ok(Some(out)),
-                Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-                Err(_) => Ok(None),
-            }
-        }
     }
 
     /// A bound on the tasks spawned for one purpose (handlers that outlive their
@@ -302,14 +268,6 @@ mod imp {
             drop(work);
             match *self {}
         }
-
-        pub(crate) fn spawn_joinable<T: Send + 'static>(
-            &self,
-            work: impl Future<Output = T> + Send + 'static,
-        ) -> Joinable<T> {
-            drop(work);
-            match *self {}
-        }
     }
 
     /// No slots without a runtime: nothing is spawned.
@@ -327,21 +285,6 @@ mod imp {
 
         pub(crate) fn take(&self) -> Option<Slot> {
             None
-        }
-    }
-
-    /// Never spawned.
-    pub(crate) enum Joinable<T> {
-        #[allow(dead_code)]
-        Never(std::convert::Infallible, std::marker::PhantomData<T>),
-    }
-
-    impl<T> Joinable<T> {
-        pub(crate) async fn join_within(self, budget: Option<Duration>) -> Result<Option<T>, Self> {
-            let _ = budget;
-            match self {
-                Self::Never(never, _) => match never {},
-            }
         }
     }
 

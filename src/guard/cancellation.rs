@@ -142,10 +142,10 @@ impl Drop for SearchSlot {
 /// Work that must finish even if the delivery's future is dropped: polled in place,
 /// inside the delivery's span, and spawned (with the `tokio` feature and a runtime)
 /// if dropped unfinished, so it is never run twice nor left half done.
-pub(super) struct Detachable<T: Send + 'static>(Option<Pin<Box<dyn Future<Output = T> + Send>>>);
+pub(crate) struct Detachable<T: Send + 'static>(Option<Pin<Box<dyn Future<Output = T> + Send>>>);
 
 impl<T: Send + 'static> Detachable<T> {
-    pub(super) fn new(work: impl Future<Output = T> + Send + 'static) -> Self {
+    pub(crate) fn new(work: impl Future<Output = T> + Send + 'static) -> Self {
         Self(Some(Box::pin(work.instrument(tracing::Span::current()))))
     }
 }

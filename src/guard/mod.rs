@@ -61,7 +61,8 @@ pub use event::{
 pub use reconcile::ReconcileReport;
 
 use builder::KINDS;
-use cancellation::{Detachable, ReleaseOnDrop};
+pub(crate) use cancellation::Detachable;
+use cancellation::ReleaseOnDrop;
 use event::check_id;
 pub(crate) use followup::Paid;
 use state::ClaimState;
@@ -303,9 +304,11 @@ impl WebhookGuard {
     }
 
     /// [`WebhookGuard::handle_owned`], with the handler run apart from the request:
-    /// on its own task (with the `tokio` feature and a runtime), so that it runs to
-    /// its end and its result is recorded even when the request's future is dropped
-    /// (the provider hung up, a server timeout). What the web integrations call.
+    /// polled by the request's future, and moved to a task of its own (with the
+    /// `tokio` feature and a runtime) when that future is dropped (the provider hung
+    /// up, a server timeout) or the answer deadline comes, so that it runs to its
+    /// end and its result is recorded. A handler that ends in time costs no task.
+    /// What the web integrations call.
     ///
     /// The returned future answers when the handler ends, or — when the guard has an
     /// [answer deadline](WebhookGuardBuilder::answer_deadline) and the handler still
@@ -337,32 +340,31 @@ impl WebhookGuard {
                 Begin::Claimed(claimed) => claimed,
                 Begin::Done(outcome) => return outcome,
             };
-            let Some((runtime, slot)) = self.detached_slot() else {
+            let Some((_runtime, slot)) = self.detached_slot() else {
                 return run_owned(claimed, &body, handler).await;
             };
             let state = claimed.take();
-            let (id, failures, lease_until) =
-                (state.id.clone(), state.record.failures, state.record.lease_until);
-            let run = async move {
+            let (id, lease_until) = (state.id.clone(), state.record.lease_until);
+            // Polled here, in the request, and spawned only if the request is dropped
+            // or the deadline comes first: a handler that ends in time costs no task.
+            let run = Detachable::new(async move {
                 let _slot = slot;
                 let claimed = Claimed {
                     state: Some(state),
                     body: &body,
                 };
                 run_owned(claimed, &body, handler).await
+            });
+            let ended = match self.inner.answer_deadline {
+                Some(deadline) => {
+                    let left = deadline.saturating_sub(started.elapsed());
+                    crate::runtime::within(left, run).await
+                }
+                None => Some(run.await),
             };
-            let task = runtime.spawn_joinable(run.instrument(tracing::Span::current()));
-            let left = (self.inner.answer_deadline).map(|d| d.saturating_sub(started.elapsed()));
-            match task.join_within(left).await {
-                Ok(Some(outcome)) => outcome,
-                // The runtime is shutting down: the claim's lease runs out and a
-                // redelivery takes it over.
-                Ok(None) => Outcome::RetryableFailure {
-                    id,
-                    failures,
-                    error: "the runtime shut down while the handler ran".into(),
-                },
-                Err(_running) => {
+            match ended {
+                Some(outcome) => outcome,
+                None => {
                     let now = self.inner.clock.now();
                     let retry_after = (lease_until - now).to_std().unwrap_or_default();
                     tracing::info!(%id, "answering before the provider's timeout; the handler runs on");

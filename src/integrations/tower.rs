@@ -36,8 +36,9 @@
 //! a body without `Content-Type: application/json` (415) the same way; take `Bytes`
 //! or `String` and parse it yourself when a sender leaves that header out.
 //!
-//! The work from step 1 on runs on a task of its own (with a runtime, within the
-//! guard's [`detached_limit`](crate::WebhookGuardBuilder::detached_limit)): a
+//! The work from step 1 on moves to a task of its own if the request's future is
+//! dropped (with a runtime, within the guard's
+//! [`detached_limit`](crate::WebhookGuardBuilder::detached_limit)): a
 //! client that hangs up cancels neither the inner service nor the recording, and
 //! the provider's retry finds the event done (`Duplicate`). The layer answers with
 //! the inner service's response when it ends: the guard's
@@ -154,29 +155,19 @@ where
         let inner = std::mem::replace(&mut self.inner, clone);
         let guard = self.guard.clone();
         let span = crate::runtime::enterable(guard.delivery_span());
-        let Some((runtime, slot)) = guard.detached_slot() else {
+        let Some((_runtime, slot)) = guard.detached_slot() else {
             return Box::pin(tracing::Instrument::instrument(
                 guarded_call(guard, inner, request),
                 span,
             ));
         };
-        // On a task of its own: a client that hangs up does not cancel the inner
-        // service mid-way, and its result is recorded.
+        // Polled in the request, and spawned if the request is dropped: a client that
+        // hangs up cancels neither the inner service nor the recording.
         let work = tracing::Instrument::instrument(guarded_call(guard, inner, request), span);
-        let task = runtime.spawn_joinable(async move {
+        Box::pin(crate::guard::Detachable::new(async move {
             let _slot = slot;
             work.await
-        });
-        Box::pin(async move {
-            match task.join_within(None).await {
-                Ok(Some(answer)) => answer,
-                // The runtime shut down under the request: nothing to answer with.
-                Ok(None) | Err(_) => Ok(Response::builder()
-                    .status(StatusCode::SERVICE_UNAVAILABLE)
-                    .body(ResBody::from(String::new()))
-                    .expect("a static response")),
-            }
-        })
+        }))
     }
 }
 
