@@ -340,7 +340,7 @@ impl WebhookGuard {
                 Begin::Claimed(claimed) => claimed,
                 Begin::Done(outcome) => return outcome,
             };
-            let Some((_runtime, slot)) = self.detached_slot() else {
+            let Some(slot) = self.detached_slot() else {
                 return run_owned(claimed, &body, handler).await;
             };
             let state = claimed.take();
@@ -378,10 +378,11 @@ impl WebhookGuard {
         .instrument(span)
     }
 
-    /// The runtime and a free slot to run a handler apart from its request, if both.
-    pub(crate) fn detached_slot(&self) -> Option<(crate::runtime::Runtime, crate::runtime::Slot)> {
-        let runtime = crate::runtime::current()?;
-        Some((runtime, self.inner.detached.take()?))
+    /// A free slot to run a handler apart from its request, when there is a
+    /// runtime to move it to.
+    pub(crate) fn detached_slot(&self) -> Option<crate::runtime::Slot> {
+        crate::runtime::current()?;
+        self.inner.detached.take()
     }
 
     /// Waits at most `grace` for the handlers running apart from their request

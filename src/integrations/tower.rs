@@ -155,7 +155,7 @@ where
         let inner = std::mem::replace(&mut self.inner, clone);
         let guard = self.guard.clone();
         let span = crate::runtime::enterable(guard.delivery_span());
-        let Some((_runtime, slot)) = guard.detached_slot() else {
+        let Some(slot) = guard.detached_slot() else {
             return Box::pin(tracing::Instrument::instrument(
                 guarded_call(guard, inner, request),
                 span,
