@@ -153,6 +153,7 @@ pub mod reconcile;
 mod runtime;
 pub mod store;
 pub mod sweeper;
+pub mod tenant;
 pub mod verify;
 
 // Not public API: the fuzz targets' way into the private JSON reader (see `json::fuzz`).

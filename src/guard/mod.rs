@@ -21,6 +21,7 @@ mod inbox;
 mod reconcile;
 mod record;
 mod state;
+mod tenant;
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -118,6 +119,11 @@ struct Inner {
     /// as such a search may run for a whole lease (one whose claim was answered
     /// `Existing` never finds its token) and must not starve the others.
     dropped_searches: Arc<AtomicUsize>,
+    /// A guard serving tenants: their resolver and cached guards. Such a guard
+    /// verifies no delivery itself; its tenants' guards have none.
+    tenants: Option<Arc<tenant::TenantCache>>,
+    /// The tenant a tenant's guard serves (made by `tenants`' guard).
+    tenant_id: Option<String>,
 }
 
 impl std::fmt::Debug for Inner {
@@ -131,6 +137,7 @@ impl std::fmt::Debug for Inner {
             .field("retention", &self.retention)
             .field("escalate_after", &self.escalate_after)
             .field("max_body", &self.max_body)
+            .field("tenants", &self.tenants)
             .finish_non_exhaustive()
     }
 }
@@ -460,6 +467,10 @@ impl WebhookGuard {
                 limit: inner.max_body,
             });
         }
+        if inner.tenants.is_some() {
+            // Its verifier is the tenants' template, keyed with no tenant's secret.
+            return Err(Rejection::MissingTenant);
+        }
         let verified = inner.verifier.verify(headers, body, now)?;
         let signed_at = verified.signed_at;
         let id = inner.event_id.extract(headers, body, verified)?;
@@ -763,12 +774,9 @@ impl WebhookGuard {
         });
     }
 
-    /// A rejection found before the guard saw the body (an integration refusing an
-    /// oversized body it did not read whole), logged and reported like any outcome.
-    #[cfg_attr(
-        not(any(feature = "axum", feature = "tower", feature = "actix")),
-        allow(dead_code)
-    )]
+    /// A rejection found before the delivery reached the flow (an integration
+    /// refusing an oversized body it did not read whole, a tenant not found),
+    /// logged and reported like any outcome.
     pub(crate) fn rejected_early(&self, rejection: Rejection, started: Instant) -> Outcome {
         let outcome = Outcome::Rejected(rejection);
         self.report(&outcome, None, started, None);
@@ -808,6 +816,12 @@ impl WebhookGuard {
     /// The namespace.
     pub fn namespace(&self) -> &str {
         &self.inner.namespace
+    }
+
+    /// The tenant this guard serves, for a tenant's guard
+    /// ([`WebhookGuard::tenant`]).
+    pub fn tenant_id(&self) -> Option<&str> {
+        self.inner.tenant_id.as_deref()
     }
 
     /// The lease duration.
