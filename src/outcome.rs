@@ -68,8 +68,9 @@ pub enum Outcome {
         /// at least a second.
         retry_after: Duration,
     },
-    /// The delivery is not acceptable (bad signature, no id, too large). Nothing was
-    /// stored. Answer 400, 401 or 413 with the reason.
+    /// The delivery is not acceptable (bad signature, no id, too large, unknown
+    /// tenant). Nothing was stored. Answer 400, 401, 403, 404 or 413 with the
+    /// reason ([`Rejection::status`]).
     Rejected(Rejection),
     /// The id was first seen with a different body. The handler did not run; the
     /// conflict hook was called. Answer 422.

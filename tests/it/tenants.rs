@@ -277,7 +277,9 @@ fn at_start() -> DateTime<Utc> {
 /// A Stripe Connect delivery of event `id` for `account` (none: the platform's own).
 fn body(id: &str, account: Option<&str>) -> Vec<u8> {
     match account {
-        Some(account) => format!(r#"{{"id":"{id}","account":"{account}","type":"charge.succeeded"}}"#),
+        Some(account) => {
+            format!(r#"{{"id":"{id}","account":"{account}","type":"charge.succeeded"}}"#)
+        }
         None => format!(r#"{{"id":"{id}","type":"charge.succeeded"}}"#),
     }
     .into_bytes()
@@ -379,17 +381,27 @@ async fn two_tenants(store: Arc<DynProcessedStore>, resolver: Arc<Resolver>) {
     // tell): verified with B's secrets, rejected; the store never asked.
     let a_only = body("evt_platform", None);
     let (outcome, ran) = s.deliver(Some(B), "whsec_a", &a_only).await;
-    assert_eq!(rejected(&outcome).code(), "signature_mismatch", "{outcome:?}");
+    assert_eq!(
+        rejected(&outcome).code(),
+        "signature_mismatch",
+        "{outcome:?}"
+    );
     assert_eq!(guard.answer(&outcome).status, 401);
     assert_eq!(ran, None);
-    assert_eq!(store.calls(), 0, "a forged tenant delivery reaches no store");
+    assert_eq!(
+        store.calls(),
+        0,
+        "a forged tenant delivery reaches no store"
+    );
     assert_eq!(resolver.calls(), 1, "B resolved");
 
     // The same event id under A and under B: two events, each run once.
     let (outcome, ran) = s.deliver(Some(A), "whsec_a", &body("evt_1", Some(A))).await;
     assert!(matches!(outcome, Outcome::Processed { .. }), "{outcome:?}");
     assert_eq!(ran.as_deref(), Some(A));
-    let (outcome, ran) = s.deliver(Some(B), "whsec_b_new", &body("evt_1", Some(B))).await;
+    let (outcome, ran) = s
+        .deliver(Some(B), "whsec_b_new", &body("evt_1", Some(B)))
+        .await;
     assert!(matches!(outcome, Outcome::Processed { .. }), "{outcome:?}");
     assert_eq!(ran.as_deref(), Some(B));
     let (outcome, ran) = s.deliver(Some(A), "whsec_a", &body("evt_1", Some(A))).await;
@@ -411,15 +423,21 @@ async fn two_tenants(store: Arc<DynProcessedStore>, resolver: Arc<Resolver>) {
     // Unknown tenant, mismatch, no tenant at all: rejected with their own codes,
     // before any store call.
     let calls = store.calls();
-    let (outcome, _) = s.deliver(Some("acct_zz"), "whsec_a", &body("evt_3", None)).await;
+    let (outcome, _) = s
+        .deliver(Some("acct_zz"), "whsec_a", &body("evt_3", None))
+        .await;
     assert_eq!(rejected(&outcome), &Rejection::UnknownTenant);
     assert_eq!(guard.answer(&outcome).status, 404);
     assert_eq!(guard.answer(&outcome).reason, "unknown_tenant");
     assert_eq!(resolver.calls(), 3);
-    let (outcome, _) = s.deliver(Some("acct_zz"), "whsec_a", &body("evt_3", None)).await;
+    let (outcome, _) = s
+        .deliver(Some("acct_zz"), "whsec_a", &body("evt_3", None))
+        .await;
     assert_eq!(rejected(&outcome), &Rejection::UnknownTenant);
     assert_eq!(resolver.calls(), 3, "unknown tenants are cached too");
-    let (outcome, _) = s.deliver(Some("a/b"), "whsec_a", &body("evt_3", None)).await;
+    let (outcome, _) = s
+        .deliver(Some("a/b"), "whsec_a", &body("evt_3", None))
+        .await;
     assert_eq!(rejected(&outcome), &Rejection::UnknownTenant);
     let (outcome, _) = s.deliver(Some(B), "whsec_a", &body("evt_4", Some(A))).await;
     assert_eq!(rejected(&outcome), &Rejection::TenantMismatch);
@@ -432,7 +450,9 @@ async fn two_tenants(store: Arc<DynProcessedStore>, resolver: Arc<Resolver>) {
     // The guard itself verifies nothing: its template's secret is never used.
     let template = body("evt_5", None);
     let headers = sign("whsec_template", &template, s.clock.now_utc());
-    let outcome = guard.handle(&headers, &template, |_| async { Ok(()) }).await;
+    let outcome = guard
+        .handle(&headers, &template, |_| async { Ok(()) })
+        .await;
     assert_eq!(rejected(&outcome), &Rejection::MissingTenant);
     assert_eq!(store.calls(), calls, "no rejected tenant reached the store");
 
@@ -441,37 +461,64 @@ async fn two_tenants(store: Arc<DynProcessedStore>, resolver: Arc<Resolver>) {
     let (outcome, _) = s.deliver(Some(A), "whsec_a", &body("evt_6", Some(A))).await;
     assert!(matches!(outcome, Outcome::Processed { .. }), "{outcome:?}");
     let calls = store.calls();
-    let (outcome, _) = s.deliver(Some("acct_c"), "whsec_c", &body("evt_7", None)).await;
-    assert!(matches!(outcome, Outcome::StoreUnavailable { id: None, .. }), "{outcome:?}");
+    let (outcome, _) = s
+        .deliver(Some("acct_c"), "whsec_c", &body("evt_7", None))
+        .await;
+    assert!(
+        matches!(outcome, Outcome::StoreUnavailable { id: None, .. }),
+        "{outcome:?}"
+    );
     let answer = guard.answer(&outcome);
     assert_eq!(answer.status, 503, "not 401");
     assert!(answer.retry_after.is_some());
     assert_eq!(store.calls(), calls);
     resolver.down(false);
     resolver.set("acct_c", &["whsec_c"]).await;
-    let (outcome, _) = s.deliver(Some("acct_c"), "whsec_c", &body("evt_7", None)).await;
-    assert!(matches!(outcome, Outcome::Processed { .. }), "the failure was not cached: {outcome:?}");
+    let (outcome, _) = s
+        .deliver(Some("acct_c"), "whsec_c", &body("evt_7", None))
+        .await;
+    assert!(
+        matches!(outcome, Outcome::Processed { .. }),
+        "the failure was not cached: {outcome:?}"
+    );
 
     // Rotation: B's two secrets both verify; B's secrets change to a third one,
     // which takes over once the cache entry expired, the old ones then refused.
     let resolved = resolver.calls();
-    let (outcome, _) = s.deliver(Some(B), "whsec_b_old", &body("evt_8", Some(B))).await;
+    let (outcome, _) = s
+        .deliver(Some(B), "whsec_b_old", &body("evt_8", Some(B)))
+        .await;
     assert!(matches!(outcome, Outcome::Processed { .. }), "{outcome:?}");
     resolver.set(B, &["whsec_b_newer"]).await;
-    let (outcome, _) = s.deliver(Some(B), "whsec_b_new", &body("evt_9", Some(B))).await;
-    assert!(matches!(outcome, Outcome::Processed { .. }), "still cached: {outcome:?}");
+    let (outcome, _) = s
+        .deliver(Some(B), "whsec_b_new", &body("evt_9", Some(B)))
+        .await;
+    assert!(
+        matches!(outcome, Outcome::Processed { .. }),
+        "still cached: {outcome:?}"
+    );
     assert_eq!(resolver.calls(), resolved, "cache hits ask no resolver");
     s.clock.advance(TimeDelta::seconds(61));
-    let (outcome, _) = s.deliver(Some(B), "whsec_b_new", &body("evt_10", Some(B))).await;
-    assert_eq!(rejected(&outcome).code(), "signature_mismatch", "{outcome:?}");
+    let (outcome, _) = s
+        .deliver(Some(B), "whsec_b_new", &body("evt_10", Some(B)))
+        .await;
+    assert_eq!(
+        rejected(&outcome).code(),
+        "signature_mismatch",
+        "{outcome:?}"
+    );
     assert_eq!(resolver.calls(), resolved + 1, "expired: asked again");
-    let (outcome, _) = s.deliver(Some(B), "whsec_b_newer", &body("evt_10", Some(B))).await;
+    let (outcome, _) = s
+        .deliver(Some(B), "whsec_b_newer", &body("evt_10", Some(B)))
+        .await;
     assert!(matches!(outcome, Outcome::Processed { .. }), "{outcome:?}");
     assert_eq!(resolver.calls(), resolved + 1);
     // `forget_tenant` takes a change up at once.
     resolver.set(B, &["whsec_b_fourth"]).await;
     guard.forget_tenant(B);
-    let (outcome, _) = s.deliver(Some(B), "whsec_b_fourth", &body("evt_11", Some(B))).await;
+    let (outcome, _) = s
+        .deliver(Some(B), "whsec_b_fourth", &body("evt_11", Some(B)))
+        .await;
     assert!(matches!(outcome, Outcome::Processed { .. }), "{outcome:?}");
     assert_eq!(resolver.calls(), resolved + 2);
 
@@ -482,15 +529,23 @@ async fn two_tenants(store: Arc<DynProcessedStore>, resolver: Arc<Resolver>) {
     let headers = sign("whsec_a", &fails, s.clock.now_utc());
     let tenant = guard.tenant(Some(A), &headers, &fails).await.unwrap();
     let outcome = tenant
-        .handle(&headers, &fails, |_| async { Err(HandlerError::permanent("no such customer")) })
+        .handle(&headers, &fails, |_| async {
+            Err(HandlerError::permanent("no such customer"))
+        })
         .await;
-    assert!(matches!(outcome, Outcome::PermanentFailure { .. }), "{outcome:?}");
+    assert!(
+        matches!(outcome, Outcome::PermanentFailure { .. }),
+        "{outcome:?}"
+    );
     store.keep_markers.store(false, Ordering::SeqCst);
     assert_eq!(*s.hooks.0.lock().unwrap(), ["stripe/acct_a"]);
     s.clock.advance(TimeDelta::minutes(6));
     let report = guard.sweeper().sweep().await.unwrap();
     assert_eq!(report.followed_up, 1, "{report:?}");
-    assert_eq!(*s.hooks.0.lock().unwrap(), ["stripe/acct_a", "stripe/acct_a"]);
+    assert_eq!(
+        *s.hooks.0.lock().unwrap(),
+        ["stripe/acct_a", "stripe/acct_a"]
+    );
     let report = guard.sweeper().sweep().await.unwrap();
     assert_eq!(report.followed_up, 0, "the marker was released: {report:?}");
 
@@ -536,7 +591,10 @@ async fn a_long_shop_domain_fits_mariadb() {
         .unwrap();
     let body = br#"{"id":1}"#;
     let headers = [
-        ("X-Shopify-Hmac-Sha256", Shopify::new(["shpss_1"]).unwrap().sign(body)),
+        (
+            "X-Shopify-Hmac-Sha256",
+            Shopify::new(["shpss_1"]).unwrap().sign(body),
+        ),
         ("X-Shopify-Shop-Domain", shop.to_owned()),
         ("X-Shopify-Webhook-Id", "wh_1".to_owned()),
     ];
@@ -590,15 +648,30 @@ async fn through_axum_the_route_names_the_tenant() {
     };
 
     let reply = post(A, "whsec_a", body("evt_1", None)).await;
-    assert_eq!((reply.status, reply.json()["outcome"].as_str()), (200, Some("processed")));
+    assert_eq!(
+        (reply.status, reply.json()["outcome"].as_str()),
+        (200, Some("processed"))
+    );
     let reply = post(B, "whsec_b", body("evt_1", None)).await;
-    assert_eq!((reply.status, reply.json()["outcome"].as_str()), (200, Some("processed")));
+    assert_eq!(
+        (reply.status, reply.json()["outcome"].as_str()),
+        (200, Some("processed"))
+    );
     let reply = post(B, "whsec_a", body("evt_2", None)).await;
-    assert_eq!((reply.status, reply.json()["reason"].as_str()), (401, Some("signature_mismatch")));
+    assert_eq!(
+        (reply.status, reply.json()["reason"].as_str()),
+        (401, Some("signature_mismatch"))
+    );
     let reply = post("acct_zz", "whsec_a", body("evt_2", None)).await;
-    assert_eq!((reply.status, reply.json()["reason"].as_str()), (404, Some("unknown_tenant")));
+    assert_eq!(
+        (reply.status, reply.json()["reason"].as_str()),
+        (404, Some("unknown_tenant"))
+    );
     let reply = post(B, "whsec_a", body("evt_2", Some(A))).await;
-    assert_eq!((reply.status, reply.json()["reason"].as_str()), (403, Some("tenant_mismatch")));
+    assert_eq!(
+        (reply.status, reply.json()["reason"].as_str()),
+        (403, Some("tenant_mismatch"))
+    );
     resolver.down(true);
     let reply = post("acct_new", "whsec_a", body("evt_2", None)).await;
     assert_eq!(reply.status, 503);
