@@ -442,7 +442,7 @@ impl WebhookGuardBuilder {
                 lost_searches: Arc::default(),
                 dropped_searches: Arc::default(),
                 tenants,
-                tenant_id: None,
+                served: None,
             }),
         })
     }

@@ -122,8 +122,9 @@ struct Inner {
     /// A guard serving tenants: their resolver and cached guards. Such a guard
     /// verifies no delivery itself; its tenants' guards have none.
     tenants: Option<Arc<tenant::TenantCache>>,
-    /// The tenant a tenant's guard serves (made by `tenants`' guard).
-    tenant_id: Option<String>,
+    /// For a tenant's guard (made by a guard serving tenants): the tenant, and the
+    /// namespace of the guard that made it.
+    served: Option<Box<tenant::Served>>,
 }
 
 impl std::fmt::Debug for Inner {
@@ -750,23 +751,29 @@ impl WebhookGuard {
             span.record("webhook.outcome", kind.as_str());
             span.record("webhook.elapsed_ms", elapsed_ms);
         }
-        let namespace = self.inner.namespace.as_str();
+        // A tenant's delivery is reported under its guard's namespace, with the
+        // tenant apart: metrics labelled by namespace stay one series per guard.
+        let (namespace, tenant) = match &self.inner.served {
+            Some(served) => (served.namespace.as_str(), served.tenant.as_deref()),
+            None => (self.inner.namespace.as_str(), None),
+        };
         let id = outcome.id().unwrap_or("");
         match kind {
             OutcomeKind::Processed
             | OutcomeKind::Duplicate
             | OutcomeKind::InProgress
             | OutcomeKind::Accepted => {
-                tracing::info!(namespace, id, attempt, outcome = %kind, elapsed_ms, "webhook delivery");
+                tracing::info!(namespace, tenant, id, attempt, outcome = %kind, elapsed_ms, "webhook delivery");
             }
             _ => {
                 // `Display` of an outcome holds reasons and error messages, never the
                 // body or a secret.
-                tracing::warn!(namespace, id, attempt, outcome = %kind, elapsed_ms, detail = %outcome, "webhook delivery");
+                tracing::warn!(namespace, tenant, id, attempt, outcome = %kind, elapsed_ms, detail = %outcome, "webhook delivery");
             }
         }
         self.inner.safe_hooks.on_outcome(&DeliveryReport {
             namespace,
+            tenant,
             outcome,
             attempt,
             elapsed,
@@ -821,7 +828,7 @@ impl WebhookGuard {
     /// The tenant this guard serves, for a tenant's guard
     /// ([`WebhookGuard::tenant`]).
     pub fn tenant_id(&self) -> Option<&str> {
-        self.inner.tenant_id.as_deref()
+        self.inner.served.as_ref()?.tenant.as_deref()
     }
 
     /// The lease duration.

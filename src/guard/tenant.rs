@@ -15,6 +15,14 @@ use crate::tenant::{check_tenant, namespace_part, Tenants};
 use crate::verify::Verifier;
 use crate::Headers;
 
+/// What a tenant's guard serves: its tenant (unknown for one the sweeper made
+/// from a hashed namespace) and the namespace of the guard that made it.
+#[derive(Debug)]
+pub(super) struct Served {
+    pub(super) tenant: Option<String>,
+    pub(super) namespace: String,
+}
+
 /// A guard's tenants: their configuration and the cache of their guards.
 pub(super) struct TenantCache {
     config: Tenants,
@@ -251,7 +259,10 @@ impl WebhookGuard {
                 lost_searches: inner.lost_searches.clone(),
                 dropped_searches: inner.dropped_searches.clone(),
                 tenants: None,
-                tenant_id: tenant.map(str::to_owned),
+                served: Some(Box::new(Served {
+                    tenant: tenant.map(str::to_owned),
+                    namespace: inner.namespace.clone(),
+                })),
             }),
         }
     }

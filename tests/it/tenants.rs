@@ -260,13 +260,24 @@ impl Resolver {
     }
 }
 
-/// Counts the permanent failures announced, with their namespaces.
+/// The permanent failures announced, with their namespaces, and the namespace
+/// and tenant each processed delivery was reported under.
 #[derive(Debug, Default)]
-struct Announced(Mutex<Vec<String>>);
+struct Announced(Mutex<Vec<String>>, Mutex<Vec<(String, Option<String>)>>);
 
 impl Hooks for Announced {
     fn on_permanent_failure(&self, key: Key<'_>, _error: &str) {
         self.0.lock().unwrap().push(key.namespace.to_owned());
+    }
+
+    fn on_outcome(&self, report: &webhook_guard::hooks::DeliveryReport<'_>) {
+        if let Outcome::Processed { .. } = report.outcome {
+            let tenant = report.tenant.map(str::to_owned);
+            self.1
+                .lock()
+                .unwrap()
+                .push((report.namespace.to_owned(), tenant));
+        }
     }
 }
 
@@ -415,6 +426,11 @@ async fn two_tenants(store: Arc<DynProcessedStore>, resolver: Arc<Resolver>) {
         assert!(record.is_some(), "{tenant}'s record");
     }
     assert!(guard.inspect("evt_1").await.unwrap().is_none());
+    // Reported under the guard's namespace, the tenant apart (one metrics series
+    // per guard, not per tenant).
+    let reported = s.hooks.1.lock().unwrap().clone();
+    let expected = [A, B].map(|t| ("stripe".to_owned(), Some(t.to_owned())));
+    assert_eq!(reported, expected);
     // A body naming its tenant needs no route.
     let (outcome, _) = s.deliver(None, "whsec_a", &body("evt_2", Some(A))).await;
     assert!(matches!(outcome, Outcome::Processed { .. }), "{outcome:?}");
