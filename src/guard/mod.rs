@@ -122,8 +122,7 @@ struct Inner {
     /// A guard serving tenants: their resolver and cached guards. Such a guard
     /// verifies no delivery itself; its tenants' guards have none.
     tenants: Option<Arc<tenant::TenantCache>>,
-    /// For a tenant's guard (made by a guard serving tenants): the tenant, and the
-    /// namespace of the guard that made it.
+    /// For a tenant's guard: its tenant, and the namespace of the guard that made it.
     served: Option<Box<tenant::Served>>,
 }
 
@@ -469,8 +468,7 @@ impl WebhookGuard {
             });
         }
         if inner.tenants.is_some() {
-            // Its verifier is the tenants' template, keyed with no tenant's secret.
-            return Err(Rejection::MissingTenant);
+            return Err(Rejection::MissingTenant); // its verifier is the tenants' template
         }
         let verified = inner.verifier.verify(headers, body, now)?;
         let signed_at = verified.signed_at;
@@ -751,8 +749,7 @@ impl WebhookGuard {
             span.record("webhook.outcome", kind.as_str());
             span.record("webhook.elapsed_ms", elapsed_ms);
         }
-        // A tenant's delivery is reported under its guard's namespace, with the
-        // tenant apart: metrics labelled by namespace stay one series per guard.
+        // A tenant's delivery under its guard's namespace: one metrics series per guard.
         let (namespace, tenant) = match &self.inner.served {
             Some(served) => (served.namespace.as_str(), served.tenant.as_deref()),
             None => (self.inner.namespace.as_str(), None),
