@@ -16,6 +16,9 @@ mod inbox;
 #[cfg(feature = "metrics")]
 mod metrics;
 mod store_calls;
+// Many tenants behind one guard, on the memory store, PostgreSQL and through axum.
+#[cfg(feature = "axum")]
+mod tenants;
 
 // Signatures and hostile input.
 #[cfg(feature = "tokio")]
