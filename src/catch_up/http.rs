@@ -223,7 +223,14 @@ impl Client {
             String::from_utf8_lossy(&body[..body.len().min(MAX_MESSAGE)]).into_owned()
         });
         let text = text.replace(&self.key.0, "[redacted]");
-        let mut out: String = text.chars().flat_map(char::escape_default).collect();
+        let mut out = String::with_capacity(text.len());
+        for c in text.chars() {
+            if c.is_control() {
+                out.extend(c.escape_default());
+            } else {
+                out.push(c);
+            }
+        }
         if out.len() > MAX_MESSAGE {
             let mut end = MAX_MESSAGE;
             while !out.is_char_boundary(end) {
