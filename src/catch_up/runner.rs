@@ -246,6 +246,15 @@ where
             }
         }
         report.caught_up = settled && !page.more;
+        if settled && page.more && kept == stored.as_deref() {
+            // A source that says "more" without moving on would be asked again
+            // forever: the pass ends here, and the next one asks again.
+            tracing::warn!(
+                source = self.source.name(),
+                "the catch-up source answered the same cursor with more to come"
+            );
+            return Ok(false);
+        }
         Ok(settled && page.more)
     }
 
