@@ -122,6 +122,7 @@ impl Client {
     }
 
     /// Sends `value` in header `name` with every request.
+    #[cfg_attr(not(feature = "stripe-catch-up"), allow(dead_code))]
     pub(super) fn header(&mut self, name: &'static str, value: &str) -> Result<(), ConfigError> {
         let value = HeaderValue::from_str(value)
             .map_err(|_| ConfigError::InvalidUrl(format!("{name}: not a header value")))?;

@@ -201,10 +201,7 @@ where
             }
             let handler = &self.handler;
             let id = event.id;
-            let outcome = self
-                .guard
-                .handle_fetched(&id, event.body, |event| handler(event))
-                .await;
+            let outcome = self.guard.handle_fetched(&id, event.body, handler).await;
             match outcome {
                 Outcome::Processed { .. } => report.processed += 1,
                 Outcome::Duplicate { .. } => report.duplicates += 1,

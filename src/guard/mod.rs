@@ -480,10 +480,10 @@ impl WebhookGuard {
         now: DateTime<Utc>,
         lease_cap: Option<DateTime<Utc>>,
     ) -> impl Future<Output = Begin<'a>> + Send + use<'s, 'a> {
-        let hashed = self.inner.fingerprint && verified.is_ok();
-        let fingerprint = hashed
-            .then(|| Fingerprint::of(body))
-            .unwrap_or(Fingerprint::UNKNOWN);
+        let fingerprint = match &verified {
+            Ok(_) if self.inner.fingerprint => Fingerprint::of(body),
+            _ => Fingerprint::UNKNOWN,
+        };
         self.claim_as(verified, body, fingerprint, started, now, lease_cap)
     }
 

@@ -36,6 +36,9 @@ const API_KEY: &str = "sk_test_51CatchUpSecretKey";
 /// One answer forced ahead of the list: status, `Retry-After`, body.
 type Forced = (StatusCode, Option<&'static str>, Value);
 
+/// One request the server saw: when, its decoded query, its `Authorization`.
+type Seen = (Instant, HashMap<String, String>, Option<String>);
+
 #[derive(Default)]
 struct FakeStripe {
     /// Every event of the account, as List Events renders it.
@@ -43,8 +46,7 @@ struct FakeStripe {
     /// Ids delivered to every endpoint: `delivery_success=false` leaves them out.
     delivered: Mutex<HashSet<String>>,
     forced: Mutex<VecDeque<Forced>>,
-    /// Each request: when, its decoded query, its `Authorization`.
-    requests: Mutex<Vec<(Instant, HashMap<String, String>, Option<String>)>>,
+    requests: Mutex<Vec<Seen>>,
 }
 
 impl FakeStripe {
