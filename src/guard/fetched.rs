@@ -28,8 +28,8 @@ impl WebhookGuard {
     /// other bytes than its delivery (whitespace, key order, counters such as
     /// Stripe's `pending_webhooks`), so a comparison would call one event a
     /// conflict with itself. A delivery of the same id is answered `Duplicate`
-    /// whichever came first. [`catch_up`](crate::catch_up) drives this for each
-    /// event of an [`EventSource`](crate::catch_up::EventSource)'s pages.
+    /// whichever came first. The `catch_up` module (feature `catch-up`) drives
+    /// this for each event of a provider's list of undelivered events.
     ///
     /// ```
     /// use bytes::Bytes;

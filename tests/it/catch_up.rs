@@ -370,6 +370,15 @@ async fn the_cursor_survives_a_restart(backend: Backend) {
 backends::per_backend!(the_cursor_survives_a_restart:
     cursor_survives_restart_sqlite => Sqlite,
     cursor_survives_restart_postgres => Postgres,
+    cursor_survives_restart_memory => Memory,
+);
+
+// The cursor is an ordinary record: every other store keeps it too.
+#[cfg(all(feature = "mysql", feature = "redis", feature = "dynamodb"))]
+backends::per_backend!(the_cursor_survives_a_restart:
+    cursor_survives_restart_mariadb => MySql,
+    cursor_survives_restart_redis => Redis,
+    cursor_survives_restart_dynamodb => DynamoDb,
 );
 
 /// A page that cannot be settled keeps the cursor before it; a pass that dies
