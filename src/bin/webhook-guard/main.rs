@@ -5,6 +5,7 @@
 //! never printed.
 
 mod http;
+mod samples;
 mod send;
 
 use std::fmt::Write as _;
