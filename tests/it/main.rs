@@ -21,6 +21,7 @@ mod store_calls;
 #[cfg(feature = "tokio")]
 mod forgery;
 mod fuzz_regressions;
+mod providers_b;
 mod verify_providers;
 mod verify_tool;
 
