@@ -273,15 +273,14 @@ impl Verifier for Adyen {
     ) -> Result<Verified, VerifyError> {
         let envelope: Envelope<'_> = serde_json::from_slice(body)
             .map_err(|_| bad("not an Adyen notification with notificationItems"))?;
-        let item = match envelope.items.as_slice() {
-            [one] => &one.item,
-            [] => return Err(bad("notificationItems is empty")),
-            _ => {
-                return Err(bad(
+        let item =
+            match envelope.items.as_slice() {
+                [one] => &one.item,
+                [] => return Err(bad("notificationItems is empty")),
+                _ => return Err(bad(
                     "several notificationItems in one request: one item per request is supported",
-                ))
-            }
-        };
+                )),
+            };
         let text = |v: &Option<Cow<'_, str>>| v.as_deref().unwrap_or("").to_owned();
         let psp = text(&item.psp_reference);
         let event_code = text(&item.event_code);
@@ -295,7 +294,10 @@ impl Verifier for Adyen {
         if psp.is_empty() || event_code.is_empty() {
             return Err(bad("pspReference or eventCode is missing"));
         }
-        if [&psp, &event_code, &currency].iter().any(|f| f.contains(':')) {
+        if [&psp, &event_code, &currency]
+            .iter()
+            .any(|f| f.contains(':'))
+        {
             return Err(bad("pspReference, eventCode or currency holds a `:`"));
         }
         let signature = item
@@ -419,7 +421,9 @@ mod tests {
             "xhpHvYq2u2Np0rstbZ6QjLGu7JWhvf7Iwaa6EviJSX0="
         );
         let body = node.notification(&item);
-        assert!(node.verify(&[("", ""); 0], body.as_bytes(), Utc::now()).is_ok());
+        assert!(node
+            .verify(&[("", ""); 0], body.as_bytes(), Utc::now())
+            .is_ok());
         // adyen-php-api-library: a zero-value REFUND under the docs key.
         let zero = AdyenItem {
             psp_reference: "7914073381342284",
@@ -478,7 +482,10 @@ mod tests {
             verify(DOCS_KEY, &dup),
             Err(VerifyError::MalformedBody(_))
         ));
-        assert!(matches!(verify(DOCS_KEY, "[]"), Err(VerifyError::MalformedBody(_))));
+        assert!(matches!(
+            verify(DOCS_KEY, "[]"),
+            Err(VerifyError::MalformedBody(_))
+        ));
         assert!(matches!(
             Adyen::new(["not hex"]),
             Err(KeyError::BadEncoding(_))

@@ -51,7 +51,11 @@ pub struct GitLab {
 
 impl fmt::Debug for GitLab {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "GitLab {{ tokens: <{} token(s), redacted> }}", self.tokens.len())
+        write!(
+            f,
+            "GitLab {{ tokens: <{} token(s), redacted> }}",
+            self.tokens.len()
+        )
     }
 }
 

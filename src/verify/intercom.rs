@@ -45,7 +45,11 @@ pub struct Intercom {
 
 impl fmt::Debug for Intercom {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Intercom {{ keys: <{} secret(s), redacted> }}", self.keys.len())
+        write!(
+            f,
+            "Intercom {{ keys: <{} secret(s), redacted> }}",
+            self.keys.len()
+        )
     }
 }
 

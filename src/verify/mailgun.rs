@@ -137,7 +137,9 @@ impl Verifier for Mailgun {
             || token.len() > MAX_TOKEN
             || !token.bytes().all(|b| b.is_ascii_graphic())
         {
-            return Err(bad("signature.token is not 1 to 256 printable ASCII characters"));
+            return Err(bad(
+                "signature.token is not 1 to 256 printable ASCII characters",
+            ));
         }
         let tags: Vec<[u8; 32]> = std::iter::once(&sig.signature)
             .chain(sig.parent.as_ref())
@@ -204,9 +206,11 @@ mod tests {
     }
 
     fn verify(body: &str, now: i64) -> Result<Verified, VerifyError> {
-        Mailgun::new(["key-mailgun-signing"])
-            .unwrap()
-            .verify(&[("", ""); 0], body.as_bytes(), at(now))
+        Mailgun::new(["key-mailgun-signing"]).unwrap().verify(
+            &[("", ""); 0],
+            body.as_bytes(),
+            at(now),
+        )
     }
 
     #[test]
@@ -216,7 +220,9 @@ mod tests {
         assert_eq!(v.event_id.as_deref(), Some(TOKEN));
         assert_eq!(v.signed_at, Some(at(T)));
         assert_eq!(
-            Mailgun::new(["key-mailgun-signing"]).unwrap().sign(T, TOKEN),
+            Mailgun::new(["key-mailgun-signing"])
+                .unwrap()
+                .sign(T, TOKEN),
             SIG
         );
         // A number timestamp signs the same digits.
@@ -230,9 +236,16 @@ mod tests {
             verify(&body("\"1529006855\"", SIG), T),
             Err(VerifyError::NoMatch)
         );
-        let meta = Mailgun::new(["k"]).unwrap().event_meta().unwrap().extract(b.as_bytes());
+        let meta = Mailgun::new(["k"])
+            .unwrap()
+            .event_meta()
+            .unwrap()
+            .extract(b.as_bytes());
         assert_eq!(meta.event_type.as_deref(), Some("delivered"));
-        assert_eq!(meta.created_at.unwrap().timestamp_millis(), 1_529_006_854_329);
+        assert_eq!(
+            meta.created_at.unwrap().timestamp_millis(),
+            1_529_006_854_329
+        );
         assert_eq!(
             meta.object.as_deref(),
             Some("20130503182626.18666.16540@example.com")
@@ -266,7 +279,10 @@ mod tests {
             body("\"1529006854\"", SIG).replace(TOKEN, ""),
             body("\"1529006854\"", SIG).replacen("\"token\"", "\"token\":\"x\",\"token\"", 1),
         ] {
-            assert!(matches!(verify(&bad, T), Err(VerifyError::MalformedBody(_))), "{bad}");
+            assert!(
+                matches!(verify(&bad, T), Err(VerifyError::MalformedBody(_))),
+                "{bad}"
+            );
         }
         assert_eq!(
             verify(&body("\"1529006854\"", "zz"), T),

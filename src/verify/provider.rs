@@ -234,7 +234,9 @@ mod tests {
             if p.signs_url() {
                 assert_eq!(p.verifier([secret]).unwrap_err(), KeyError::MissingUrl);
             }
-            let v = p.verifier_with_url([secret], "https://example.com/hook").unwrap();
+            let v = p
+                .verifier_with_url([secret], "https://example.com/hook")
+                .unwrap();
             assert!(v.retry_window().is_some(), "{p}");
             assert!(!format!("{v:?}").contains("secret\""), "{v:?}");
         }
@@ -243,7 +245,10 @@ mod tests {
             assert_eq!(alias.parse::<Provider>().unwrap(), Provider::Standard);
         }
         let unknown = "paypal".parse::<Provider>().unwrap_err().to_string();
-        assert!(unknown.contains("dropbox") && unknown.contains("clerk"), "{unknown}");
+        assert!(
+            unknown.contains("dropbox") && unknown.contains("clerk"),
+            "{unknown}"
+        );
         assert!(Provider::Stripe.verifier(Vec::<String>::new()).is_err());
     }
 }

@@ -101,7 +101,9 @@ impl SendGrid {
     /// # Errors
     /// [`KeyError::EmptySecret`] if no key is given or one is empty;
     /// [`KeyError::BadEncoding`] if one is not such a key.
-    pub fn new<S: Into<Secret>>(public_keys: impl IntoIterator<Item = S>) -> Result<Self, KeyError> {
+    pub fn new<S: Into<Secret>>(
+        public_keys: impl IntoIterator<Item = S>,
+    ) -> Result<Self, KeyError> {
         let keys = public_keys
             .into_iter()
             .map(|k| {
@@ -217,7 +219,10 @@ impl Verifier for SendGrid {
         let ts = common::bounded_header(headers, TIMESTAMP)?;
         let signed_at = parse_unix_seconds(ts, TIMESTAMP)?;
         if sig_b64.len() > MAX_SIGNATURE_B64 {
-            return Err(common::malformed(SIGNATURE, "longer than a P-256 signature"));
+            return Err(common::malformed(
+                SIGNATURE,
+                "longer than a P-256 signature",
+            ));
         }
         let der = base64::engine::general_purpose::STANDARD
             .decode(sig_b64)
@@ -254,9 +259,11 @@ mod tests {
         br#"{"category":"example_payload","event":"test_event","message_id":"message_id"}"#;
 
     fn verify(key: &str, sig: &str, ts: &str, body: &[u8]) -> Result<Verified, VerifyError> {
-        SendGrid::new([key])
-            .unwrap()
-            .verify(&[(SIGNATURE, sig), (TIMESTAMP, ts)], body, at(1_588_788_367))
+        SendGrid::new([key]).unwrap().verify(
+            &[(SIGNATURE, sig), (TIMESTAMP, ts)],
+            body,
+            at(1_588_788_367),
+        )
     }
 
     #[test]
@@ -269,7 +276,10 @@ mod tests {
             Err(VerifyError::NoMatch)
         );
         let bad_sig = "MEUCIQCtIHJeH93Y+qpYeWrySphQgpNGNr/U+UyUlBkU6n7RAwIgJTz2C+8a8xonZGi6BpSzoQsbVRamr2nlxFDWYNH3j/0=";
-        assert_eq!(verify(PUBLIC_KEY, bad_sig, TS, BODY), Err(VerifyError::NoMatch));
+        assert_eq!(
+            verify(PUBLIC_KEY, bad_sig, TS, BODY),
+            Err(VerifyError::NoMatch)
+        );
         assert!(matches!(
             verify(PUBLIC_KEY, SIG, "timestamp", BODY),
             Err(VerifyError::MalformedHeader { .. })
@@ -295,11 +305,22 @@ mod tests {
         ));
         let two = br#"[{"sg_event_id":"a"},{"sg_event_id":"b"}]"#;
         let h = SendGrid::sign_headers(&private, 1_700_000_000, two).unwrap();
-        let id = v.verify(&h, two, at(1_700_000_000)).unwrap().event_id.unwrap();
-        assert_eq!(id, format!("batch-{}", &hex::encode(Sha256::digest(b"a\nb"))[..32]));
+        let id = v
+            .verify(&h, two, at(1_700_000_000))
+            .unwrap()
+            .event_id
+            .unwrap();
+        assert_eq!(
+            id,
+            format!("batch-{}", &hex::encode(Sha256::digest(b"a\nb"))[..32])
+        );
         let anon = br#"[{"event":"open"}]"#;
         let h = SendGrid::sign_headers(&private, 1_700_000_000, anon).unwrap();
-        let id = v.verify(&h, anon, at(1_700_000_000)).unwrap().event_id.unwrap();
+        let id = v
+            .verify(&h, anon, at(1_700_000_000))
+            .unwrap()
+            .event_id
+            .unwrap();
         assert!(id.starts_with("body-"));
         // Rotation: either key verifies.
         let both = SendGrid::new([PUBLIC_KEY, public.as_str()]).unwrap();

@@ -145,10 +145,9 @@ mod tests {
         assert!(check(URL, KEY, "1z2n3DEJJiUPKcPzQo1ftvbxGdw=", BODY).is_err());
         let june = BODY.replace("2022-07-13", "2022-06-13");
         assert_eq!(check(URL, KEY, SIG, &june), Err(VerifyError::NoMatch));
-        let pretty = serde_json::to_string_pretty(
-            &serde_json::from_str::<serde_json::Value>(BODY).unwrap(),
-        )
-        .unwrap();
+        let pretty =
+            serde_json::to_string_pretty(&serde_json::from_str::<serde_json::Value>(BODY).unwrap())
+                .unwrap();
         assert_eq!(check(URL, KEY, SIG, &pretty), Err(VerifyError::NoMatch));
     }
 
@@ -159,10 +158,7 @@ mod tests {
             Square::new(format!("{URL}\n"), [KEY]).unwrap_err(),
             KeyError::MissingUrl
         );
-        assert_eq!(
-            Square::new(URL, [""]).unwrap_err(),
-            KeyError::EmptySecret
-        );
+        assert_eq!(Square::new(URL, [""]).unwrap_err(), KeyError::EmptySecret);
         let both = Square::new(URL, ["new-key", KEY]).unwrap();
         assert!(both
             .verify(&[(HEADER, SIG)], BODY.as_bytes(), Utc::now())

@@ -48,7 +48,10 @@ impl Typeform {
 
     /// The `Typeform-Signature` value for `body`, signed with the first secret.
     pub fn sign(&self, body: &[u8]) -> String {
-        format!("sha256={}", common::base64_encode(&self.keys.sign_first(&[body])))
+        format!(
+            "sha256={}",
+            common::base64_encode(&self.keys.sign_first(&[body]))
+        )
     }
 }
 
@@ -95,7 +98,9 @@ mod tests {
         let t = Typeform::new(["tf_secret"]).unwrap();
         let sig = t.sign(BODY);
         assert_eq!(sig, "sha256=Ak7Px7CDOvm6Kki7/OtM9CpZdbtSF+SI4JHZaaorIwQ=");
-        let v = t.verify(&[(HEADER, sig.as_str())], BODY, Utc::now()).unwrap();
+        let v = t
+            .verify(&[(HEADER, sig.as_str())], BODY, Utc::now())
+            .unwrap();
         assert_eq!(v.event_id.as_deref(), Some("LtWXD3crgy"));
         let bare = &sig["sha256=".len()..];
         assert_eq!(
@@ -123,6 +128,8 @@ mod tests {
         let old = Typeform::new(["old"]).unwrap();
         let both = Typeform::new(["new", "old"]).unwrap();
         let sig = old.sign(BODY);
-        assert!(both.verify(&[(HEADER, sig.as_str())], BODY, Utc::now()).is_ok());
+        assert!(both
+            .verify(&[(HEADER, sig.as_str())], BODY, Utc::now())
+            .is_ok());
     }
 }

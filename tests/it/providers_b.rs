@@ -34,12 +34,14 @@ fn vectors() -> Vec<serde_json::Value> {
                 .arg(&path)
                 .status()
                 .expect("bash runs");
-            assert!(status.success(), "scripts/sdk_vectors_b.sh failed: {status}");
+            assert!(
+                status.success(),
+                "scripts/sdk_vectors_b.sh failed: {status}"
+            );
             path
         }
     };
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     text.lines()
         .map(|l| serde_json::from_str(l).expect("a JSON line"))
         .collect()
@@ -105,7 +107,10 @@ fn every_sdk_verdict_and_id_is_the_presets() {
             continue;
         }
         let (ok, refused) = counts.get(p).copied().unwrap_or_default();
-        assert!(ok >= 12 && refused >= 12, "{p}: {ok} accepted, {refused} refused");
+        assert!(
+            ok >= 12 && refused >= 12,
+            "{p}: {ok} accepted, {refused} refused"
+        );
     }
 }
 
@@ -136,15 +141,22 @@ async fn a_mailgun_token_is_used_once_whatever_the_event_data() {
         let ran = &ran;
         async move {
             guard
-                .handle(&[("content-type", "application/json")], body.as_bytes(), |_| async {
-                    ran.fetch_add(1, Ordering::SeqCst);
-                    Ok(())
-                })
+                .handle(
+                    &[("content-type", "application/json")],
+                    body.as_bytes(),
+                    |_| async {
+                        ran.fetch_add(1, Ordering::SeqCst);
+                        Ok(())
+                    },
+                )
                 .await
         }
     };
     let first = run(genuine.clone()).await;
-    assert!(matches!(&first, Outcome::Processed { id } if id == token), "{first:?}");
+    assert!(
+        matches!(&first, Outcome::Processed { id } if id == token),
+        "{first:?}"
+    );
     for body in [genuine, replay] {
         let again = run(body).await;
         assert!(
@@ -154,7 +166,11 @@ async fn a_mailgun_token_is_used_once_whatever_the_event_data() {
     }
     assert_eq!(ran.load(Ordering::SeqCst), 1);
     // A fresh token (Mailgun's next attempt) is a new delivery.
-    let next = mailgun.envelope(now, "f1c6588278221e79aa2a3516346695c21177bf38945711f234", "{}");
+    let next = mailgun.envelope(
+        now,
+        "f1c6588278221e79aa2a3516346695c21177bf38945711f234",
+        "{}",
+    );
     assert!(matches!(run(next).await, Outcome::Processed { .. }));
     assert_eq!(ran.load(Ordering::SeqCst), 2);
 }
@@ -186,7 +202,9 @@ fn the_verify_tool_takes_squares_notification_url() {
         }
         c.output().unwrap()
     };
-    let ok = run(Some("https://webhook.site/679a4f3a-dcfa-49ee-bac5-9d0edad886b9"));
+    let ok = run(Some(
+        "https://webhook.site/679a4f3a-dcfa-49ee-bac5-9d0edad886b9",
+    ));
     assert_eq!(ok.status.code(), Some(0), "{ok:?}");
     assert_eq!(
         String::from_utf8_lossy(&ok.stdout).trim(),

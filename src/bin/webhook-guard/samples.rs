@@ -74,7 +74,10 @@ impl Extra {
             Self::SendGrid(private) => SendGrid::public_key_of(private)
                 .ok()
                 .map(|public| format!("sendgrid verification (public) key: {public}")),
-            Self::Square(s) => Some(format!("square notification URL signed: {}", s.notification_url())),
+            Self::Square(s) => Some(format!(
+                "square notification URL signed: {}",
+                s.notification_url()
+            )),
             _ => None,
         }
     }

@@ -431,8 +431,7 @@ fn is_success(reply: &Result<Reply, String>) -> bool {
 /// Runs `send`.
 pub(crate) async fn run(args: SendArgs) -> Result<ExitCode, Fail> {
     let notification_url = args.notification_url.as_deref().unwrap_or(&args.url);
-    let signer =
-        Signer::new(args.provider, &args.secret, notification_url).map_err(Fail::Usage)?;
+    let signer = Signer::new(args.provider, &args.secret, notification_url).map_err(Fail::Usage)?;
     if let Signer::Extra(extra) = &signer {
         if let Some(note) = extra.note() {
             println!("{note}");
@@ -601,7 +600,9 @@ mod tests {
         let same = |s: &str| (s.to_owned(), s.to_owned());
         match provider {
             Provider::Standard => same("whsec_c2VjcmV0"),
-            Provider::Adyen => same("44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056"),
+            Provider::Adyen => {
+                same("44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056")
+            }
             Provider::SendGrid => {
                 let private = "BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc=";
                 let public = webhook_guard::verify::SendGrid::public_key_of(private).unwrap();
@@ -624,7 +625,9 @@ mod tests {
                 .unwrap()
                 .verify(&headers, &body, now)
                 .unwrap_or_else(|e| panic!("{provider}: {e}"));
-            let id = verified.event_id.unwrap_or_else(|| panic!("{provider}: no id"));
+            let id = verified
+                .event_id
+                .unwrap_or_else(|| panic!("{provider}: no id"));
             match provider {
                 // An id per delivery: Mailgun's token, Dropbox's time and MAC.
                 Provider::Mailgun | Provider::Dropbox => {
