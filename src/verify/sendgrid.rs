@@ -229,7 +229,6 @@ impl Verifier for SendGrid {
             .map_err(|_| common::malformed(SIGNATURE, "not base64"))?;
         let sig = Signature::from_der(&der)
             .map_err(|_| common::malformed(SIGNATURE, "not a DER ECDSA P-256 signature"))?;
-        let sig = sig.normalize_s().unwrap_or(sig);
         let mut msg = Vec::with_capacity(ts.len() + body.len());
         msg.extend_from_slice(ts);
         msg.extend_from_slice(body);
