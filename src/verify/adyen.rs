@@ -265,6 +265,8 @@ fn success_text(raw: Option<&RawValue>) -> Result<&'static str, VerifyError> {
 }
 
 impl Verifier for Adyen {
+    common::rekeyed!(by new);
+
     fn verify(
         &self,
         _headers: &dyn Headers,

@@ -82,6 +82,8 @@ fn event_id(body: &[u8]) -> Option<String> {
 }
 
 impl Verifier for Calendly {
+    common::rekeyed!();
+
     fn verify(
         &self,
         headers: &dyn Headers,

@@ -60,6 +60,8 @@ impl Dropbox {
 }
 
 impl Verifier for Dropbox {
+    common::rekeyed!();
+
     fn verify(
         &self,
         headers: &dyn Headers,

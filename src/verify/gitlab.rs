@@ -92,6 +92,8 @@ impl GitLab {
 }
 
 impl Verifier for GitLab {
+    common::rekeyed!(by new);
+
     fn verify(
         &self,
         headers: &dyn Headers,

@@ -87,6 +87,8 @@ impl Intercom {
 }
 
 impl Verifier for Intercom {
+    super::common::rekeyed!(by new);
+
     fn verify(
         &self,
         headers: &dyn Headers,

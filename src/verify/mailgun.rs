@@ -115,6 +115,8 @@ fn bad(reason: &'static str) -> VerifyError {
 }
 
 impl Verifier for Mailgun {
+    common::rekeyed!();
+
     fn verify(
         &self,
         _headers: &dyn Headers,

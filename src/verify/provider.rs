@@ -238,6 +238,9 @@ mod tests {
                 .verifier_with_url([secret], "https://example.com/hook")
                 .unwrap();
             assert!(v.retry_window().is_some(), "{p}");
+            // Every preset serves many tenants: it can be keyed anew.
+            let rekeyed = v.with_secrets(&[secret_for(p).into()]);
+            assert!(matches!(rekeyed, Some(Ok(_))), "{p} cannot be re-keyed");
             assert!(!format!("{v:?}").contains("secret\""), "{v:?}");
         }
         assert_eq!("GitHub".parse::<Provider>().unwrap(), Provider::GitHub);

@@ -209,6 +209,8 @@ fn event_id(body: &[u8]) -> Option<String> {
 }
 
 impl Verifier for SendGrid {
+    super::common::rekeyed!(by new);
+
     fn verify(
         &self,
         headers: &dyn Headers,

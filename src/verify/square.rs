@@ -80,6 +80,8 @@ impl Square {
 }
 
 impl Verifier for Square {
+    common::rekeyed!();
+
     fn verify(
         &self,
         headers: &dyn Headers,

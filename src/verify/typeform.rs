@@ -56,6 +56,8 @@ impl Typeform {
 }
 
 impl Verifier for Typeform {
+    common::rekeyed!();
+
     fn verify(
         &self,
         headers: &dyn Headers,
