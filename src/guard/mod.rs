@@ -15,6 +15,7 @@
 mod builder;
 mod cancellation;
 mod claim;
+mod content;
 mod event;
 mod followup;
 mod inbox;
@@ -91,6 +92,8 @@ struct Inner {
     namespace: String,
     /// Where the follow-up markers of failures for good live (`followup.rs`).
     followup_namespace: String,
+    /// Where the content keys live (`content.rs`), unless turned off.
+    content_namespace: Option<String>,
     event_id: EventId,
     lease: Duration,
     lease_delta: TimeDelta,
@@ -436,7 +439,7 @@ impl WebhookGuard {
         body: &[u8],
         now: DateTime<Utc>,
     ) -> Result<VerifiedDelivery, Rejection> {
-        let (id, signed_at) = self.verify_id_at(headers, body, now)?;
+        let (id, signed_at, _) = self.verify_id_at(headers, body, now)?;
         Ok(VerifiedDelivery {
             id,
             signed_at,
@@ -444,15 +447,15 @@ impl WebhookGuard {
         })
     }
 
-    /// The checks of [`WebhookGuard::verify_at`]: the event id and the signed time.
-    /// The flow reads the metadata only once it has claimed the id, so that a
-    /// duplicate costs no scan of the body for it.
+    /// The checks of [`WebhookGuard::verify_at`]: the event id, the signed time and
+    /// the content key. The flow reads the metadata only once it has claimed the
+    /// id, so that a duplicate costs no scan of the body for it.
     fn verify_id_at(
         &self,
         headers: &dyn Headers,
         body: &[u8],
         now: DateTime<Utc>,
-    ) -> Result<(String, Option<DateTime<Utc>>), Rejection> {
+    ) -> Result<VerifiedId, Rejection> {
         let inner = &self.inner;
         if body.len() > inner.max_body {
             return Err(Rejection::BodyTooLarge {
@@ -464,7 +467,8 @@ impl WebhookGuard {
         let signed_at = verified.signed_at;
         let id = inner.event_id.extract(headers, body, verified)?;
         check_id(&id)?;
-        Ok((id, signed_at))
+        let content = (inner.content_namespace.as_ref()).and_then(|_| inner.verifier.content_key(headers, body));
+        Ok((id, signed_at, content))
     }
 
     /// Claims the id of a verified delivery: the claim to run, or the outcome to
@@ -473,22 +477,26 @@ impl WebhookGuard {
     /// `lease_cap`, when given, bounds the claim's lease and its renewals.
     async fn claim<'a>(
         &self,
-        verified: Result<(String, Option<DateTime<Utc>>), Rejection>,
+        verified: Result<VerifiedId, Rejection>,
         body: &'a [u8],
         started: Instant,
         now: DateTime<Utc>,
         lease_cap: Option<DateTime<Utc>>,
     ) -> Begin<'a> {
-        let id = match verified {
-            Ok((id, _)) => id,
+        let (id, content_key) = match verified {
+            Ok((id, _, content_key)) => (id, content_key),
             Err(r) => return self.done(Outcome::Rejected(r), None, started),
         };
         record_on_span("webhook.event_id", id.as_str());
         let inner = &self.inner;
-        let fingerprint = if inner.fingerprint {
-            Fingerprint::of(body)
-        } else {
-            Fingerprint::UNKNOWN
+        let fingerprint = match (inner.fingerprint, content_key) {
+            (true, Some(key)) => Fingerprint(key),
+            (true, None) => Fingerprint::of(body),
+            (false, _) => Fingerprint::UNKNOWN,
+        };
+        let content = match self.claim_content(&id, content_key, now, lease_cap).await {
+            Ok(content) => content,
+            Err(outcome) => return self.done(outcome, None, started),
         };
         let key = Key::new(&inner.namespace, &id);
         let request = ClaimRequest {
@@ -528,6 +536,7 @@ impl WebhookGuard {
                     self.pay_owed(&record, body, now).await;
                 }
                 let outcome = self.existing(id, record, fingerprint, now);
+                self.content_after(content.as_ref(), &outcome).await;
                 return self.done(outcome, None, started);
             }
             Err(error) => {
@@ -535,6 +544,7 @@ impl WebhookGuard {
                     id: Some(id),
                     error,
                 };
+                self.content_after(content.as_ref(), &outcome).await;
                 return self.done(outcome, None, started);
             }
         };
@@ -568,6 +578,7 @@ impl WebhookGuard {
             started,
             claimed_at: Instant::now(),
             lease_cap,
+            content,
         });
         // The two rare early ends below are boxed (kept out of every delivery's
         // future) and detachable: they finish, hooks and report included, even if
@@ -841,10 +852,17 @@ impl WebhookGuard {
     /// # Errors
     /// The store's error.
     pub async fn forget(&self, id: &str) -> Result<Deleted, StoreError> {
-        let now = self.inner.clock.now();
-        store(&self.inner)
-            .delete(Key::new(&self.inner.namespace, id), now)
-            .await
+        let (now, key) = (self.inner.clock.now(), Key::new(&self.inner.namespace, id));
+        let Some(_) = self.inner.content_namespace else {
+            return store(&self.inner).delete(key, now).await;
+        };
+        // With content keys, the content the id's record was claimed with goes too.
+        let record = store(&self.inner).get(key).await?;
+        let deleted = store(&self.inner).delete(key, now).await?;
+        if let (Deleted::Removed, Some(record)) = (deleted, record) {
+            self.forget_content(record.fingerprint, now).await;
+        }
+        Ok(deleted)
     }
 
     /// Claims whose lease ran out without completion (crashed or hung holders).
@@ -857,6 +875,9 @@ impl WebhookGuard {
             .await
     }
 }
+
+/// What verification found: the event id, the signed time, the content key.
+type VerifiedId = (String, Option<DateTime<Utc>>, Option<[u8; 32]>);
 
 /// The store behind the guard's `Arc`. Calling through `Arc<dyn ProcessedStore>`
 /// itself would go through its forwarding impl, which boxes a second future per call.

@@ -5,7 +5,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::common::{self, Keys};
-use super::{Encoding, Verified, Verifier, VerifyError};
+use super::{Encoding, Verified, Verifier, VerifyError, SecretFormat};
 use crate::Headers;
 
 const HEADER: &str = "X-Hub-Signature-256";
@@ -46,6 +46,10 @@ impl GitHub {
     /// Redeliveries are possible for 3 days.
     pub const RETRY_WINDOW: Duration = Duration::from_secs(72 * 3600);
 
+    /// GitHub signs with the secret you choose for the webhook: at least 16 bytes,
+    /// as the generic verifiers (GitHub asks for a random string of high entropy).
+    pub const SECRET_FORMAT: SecretFormat = SecretFormat::new("GitHub").min_len(16);
+
     common::keyed! {
         /// A verifier keyed with one or more webhook secrets.
         new;
@@ -72,6 +76,11 @@ impl Verifier for GitHub {
             event_id: common::id_header(headers, &[DELIVERY]),
             signed_at: None,
         })
+    }
+
+    /// The delivery id (`X-GitHub-Delivery`) is not signed: the SHA-256 of the signed body.
+    fn content_key(&self, _headers: &dyn Headers, body: &[u8]) -> Option<[u8; 32]> {
+        Some(common::sha256(body))
     }
 
     common::limits! {
@@ -132,7 +141,7 @@ mod tests {
 
     #[test]
     fn rotation() {
-        let both = GitHub::new(["new", SECRET]).unwrap();
+        let both = GitHub::new(["new-github-secret-0", SECRET]).unwrap();
         assert!(both
             .verify(&[(HEADER, SIG)], b"Hello, World!", Utc::now())
             .is_ok());

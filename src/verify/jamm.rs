@@ -8,7 +8,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::common::{self, Keys};
-use super::{Verified, Verifier, VerifyError};
+use super::{Verified, Verifier, VerifyError, SecretFormat};
 use crate::Headers;
 
 const PREFIX: &str = "sha256=";
@@ -48,7 +48,7 @@ const PREFIX: &str = "sha256=";
 /// ```
 /// use webhook_guard::verify::{Jamm, Verifier};
 ///
-/// let jamm = Jamm::new(["client_secret"]).unwrap();
+/// let jamm = Jamm::new(["jamm_client_secret_0123456789"]).unwrap();
 /// let body = jamm.envelope("mwh-1", "EVENT_TYPE_CHARGE_SUCCESS", r#"{"charge":{"id":"trx-1"}}"#, "2024-01-01T00:00:00Z");
 /// let verified = jamm.verify(&[("", ""); 0], body.as_bytes(), chrono::Utc::now()).unwrap();
 /// assert_eq!(verified.event_id.as_deref(), Some("mwh-1"));
@@ -63,6 +63,16 @@ impl Jamm {
     /// 54 h of backoff plus up to 19 two-minute timeouts (54 h 38 min), rounded up.
     /// ("about 2 days" in Jamm's prose; the schedule itself is longer.)
     pub const RETRY_WINDOW: Duration = Duration::from_secs(56 * 3600);
+    /// The most bytes a body may hold around its signed `content` (the unsigned
+    /// `id`, `event_type`, `created_at`, the signature, whitespace): Jamm's own take
+    /// a few hundred. A larger envelope is refused (`malformed_body`), so a
+    /// captured `content` cannot be padded with unsigned fields up to the guard's
+    /// body limit.
+    pub const MAX_ENVELOPE: usize = 4096;
+
+    /// Jamm does not publish its client secrets' format: at least 16 bytes, as the
+    /// generic verifiers.
+    pub const SECRET_FORMAT: SecretFormat = SecretFormat::new("Jamm").min_len(16);
 
     common::keyed! {
         /// A verifier keyed with one or more client secrets.
@@ -187,6 +197,11 @@ impl Verifier for Jamm {
         _now: DateTime<Utc>,
     ) -> Result<Verified, VerifyError> {
         let parsed = parse_body(body)?;
+        if body.len() - parsed.content.len() > Self::MAX_ENVELOPE {
+            return Err(VerifyError::MalformedBody(
+                "more than 4 KiB of envelope around the signed content",
+            ));
+        }
         let content = minify(parsed.content);
         self.keys.check(&[&content], &[parsed.tag])?;
         Ok(Verified {
@@ -197,6 +212,14 @@ impl Verifier for Jamm {
 
     fn event_meta(&self) -> Option<crate::meta::MetaExtractor> {
         Some(crate::meta::MetaExtractor::jamm())
+    }
+
+    /// Only `content` is signed: the SHA-256 of its minified text, so that the
+    /// content replayed in another envelope (another `id`, padded with fields) is
+    /// the same key.
+    fn content_key(&self, _headers: &dyn Headers, body: &[u8]) -> Option<[u8; 32]> {
+        let parsed = parse_body(body).ok()?;
+        Some(common::sha256(&minify(parsed.content)))
     }
 
     common::limits! {
@@ -212,10 +235,12 @@ mod tests {
     use super::*;
 
     // No public Jamm test vector exists: round trips, plus one value computed
-    // independently with `openssl dgst -sha256 -hmac jamm_secret` over the compact
+    // independently with `openssl dgst -sha256 -hmac jamm_client_secret_0123456789` over the compact
     // content `{"charge":{"id":"trx-1","amount":100,"memo":"a b"}}`.
     const CONTENT: &str = r#"{"charge":{"id":"trx-1","amount":100,"memo":"a b"}}"#;
     const NO_HEADERS: &[(&str, &str); 0] = &[];
+    const SECRET: &str = "jamm_client_secret_0123456789";
+    const NEW: &str = "jamm_client_secret_new_000000";
 
     fn now() -> DateTime<Utc> {
         Utc::now()
@@ -223,7 +248,7 @@ mod tests {
 
     #[test]
     fn round_trip_and_independent_value() {
-        let j = Jamm::new(["jamm_secret"]).unwrap();
+        let j = Jamm::new([SECRET]).unwrap();
         assert_eq!(j.sign(CONTENT.as_bytes()), format!("sha256={}", EXPECTED));
         let body = j.envelope("mwh-1", "charge.succeeded", CONTENT, "2024-01-01T00:00:00Z");
         let v = j.verify(NO_HEADERS, body.as_bytes(), now()).unwrap();
@@ -239,11 +264,11 @@ mod tests {
         assert!(j.verify(NO_HEADERS, other_id.as_bytes(), now()).is_ok());
     }
 
-    const EXPECTED: &str = "8ac70cd694e55a8b4d7b6eb3205e1a763d8a4e0575c34f19b281887e37fd30c6";
+    const EXPECTED: &str = "77d8238c9d69066a6e31ee551f4276414b9327044caab8c5913118c92b419610";
 
     #[test]
     fn pretty_printed_body_verifies_and_strings_keep_their_spaces() {
-        let j = Jamm::new(["jamm_secret"]).unwrap();
+        let j = Jamm::new([SECRET]).unwrap();
         let sig = j.sign(CONTENT.as_bytes());
         let pretty = format!(
             "{{\n  \"id\": \"mwh-9\",\n  \"signature\": \"{sig}\",\n  \"event_type\": \"charge.succeeded\",\n  \"content\": {{\n    \"charge\": {{\n      \"id\" : \"trx-1\",\r\n\t\"amount\": 100,\n      \"memo\": \"a b\"\n    }}\n  }},\n  \"created_at\": \"2024-01-01T00:00:00Z\"\n}}\n"
@@ -270,8 +295,8 @@ mod tests {
 
     #[test]
     fn malformed_envelopes_and_rotation() {
-        let j = Jamm::new(["new", "jamm_secret"]).unwrap();
-        let sig = Jamm::new(["jamm_secret"]).unwrap().sign(CONTENT.as_bytes());
+        let j = Jamm::new([NEW, SECRET]).unwrap();
+        let sig = Jamm::new([SECRET]).unwrap().sign(CONTENT.as_bytes());
         let ok = format!(r#"{{"id":"mwh-1","signature":"{sig}","content":{CONTENT}}}"#);
         assert!(j.verify(NO_HEADERS, ok.as_bytes(), now()).is_ok());
         let dup = format!(r#"{{"signature":"{sig}","content":{CONTENT},"content":{{}}}}"#);

@@ -31,7 +31,7 @@ pub use jamm::Jamm;
 pub use linear::Linear;
 pub use paddle::Paddle;
 pub use provider::{Provider, UnknownProvider};
-pub use secret::Secret;
+pub use secret::{Secret, SecretFormat};
 pub use shopify::Shopify;
 pub use slack::Slack;
 pub use standard::StandardWebhooks;
@@ -125,6 +125,26 @@ pub trait Verifier: fmt::Debug + Send + Sync + 'static {
     fn event_meta(&self) -> Option<crate::meta::MetaExtractor> {
         None
     }
+
+    /// Whether [`Verified::event_id`] can hold an id: `false` for a verifier that
+    /// finds none (a generic verifier given no id header). The builder then refuses
+    /// a guard keyed on [`EventId::FromVerifier`](crate::EventId::FromVerifier),
+    /// which would answer every delivery `missing_event_id`.
+    fn finds_event_id(&self) -> bool {
+        true
+    }
+
+    /// For a scheme whose event id the signature does not cover (GitHub, Shopify,
+    /// Linear, Jamm): a key derived from the signed bytes of a delivery that
+    /// verified, the same for every delivery of the same signed content. The guard
+    /// claims it beside the id, so that the signed content replayed under another
+    /// id is a duplicate (see
+    /// [`WebhookGuardBuilder::content_keys`](crate::WebhookGuardBuilder::content_keys)).
+    /// `None` (the default) for a scheme that signs its id.
+    fn content_key(&self, headers: &dyn Headers, body: &[u8]) -> Option<[u8; 32]> {
+        let _ = (headers, body);
+        None
+    }
 }
 
 crate::forward::forward!(Verifier {
@@ -136,6 +156,8 @@ crate::forward::forward!(Verifier {
     fn tolerance(&self) -> Option<Duration>;
     fn body_changes_on_retry(&self) -> bool;
     fn event_meta(&self) -> Option<crate::meta::MetaExtractor>;
+    fn finds_event_id(&self) -> bool;
+    fn content_key(&self, headers: &dyn Headers, body: &[u8]) -> Option<[u8; 32]>;
 });
 
 /// Accepts every delivery. For tests and for hosts that verify before calling the
@@ -146,6 +168,10 @@ pub struct NoVerification;
 impl Verifier for NoVerification {
     fn verify(&self, _: &dyn Headers, _: &[u8], _: DateTime<Utc>) -> Result<Verified, VerifyError> {
         Ok(Verified::default())
+    }
+
+    fn finds_event_id(&self) -> bool {
+        false
     }
 }
 

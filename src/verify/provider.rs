@@ -14,7 +14,7 @@ use super::{
 /// use webhook_guard::verify::Provider;
 ///
 /// let provider: Provider = "stripe".parse().unwrap();
-/// let verifier = provider.verifier(["whsec_test"]).unwrap();
+/// let verifier = provider.verifier([provider.sample_secret()]).unwrap();
 /// assert_eq!(verifier.retry_window(), Some(std::time::Duration::from_secs(72 * 3600)));
 /// assert!("carrier-pigeon".parse::<Provider>().is_err());
 /// ```
@@ -85,6 +85,18 @@ impl Provider {
             Self::Linear => Box::new(Linear::new(secrets)?),
         })
     }
+
+    /// A made-up secret in the provider's format (its preset's `SECRET_FORMAT`), for
+    /// tests and examples: it verifies nothing a real provider sent.
+    pub fn sample_secret(self) -> &'static str {
+        match self {
+            Self::Stripe => "whsec_wRNftLajMZNeslQOP6vEPm4iVx5NlZ6z",
+            Self::Standard => "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+            Self::Paddle => "pdl_ntfset_01gkpjp8bkm3tm53kdgkx6sms7_6h3qd3uFSi9YCD3OLYAShQI90XTI5vEI",
+            #[allow(unreachable_patterns)]
+            _ => "sample-secret-0123456789abcdef-0123456789",
+        }
+    }
 }
 
 impl fmt::Display for Provider {
@@ -119,14 +131,10 @@ mod tests {
     fn names_round_trip_and_every_preset_builds() {
         for p in Provider::ALL {
             assert_eq!(p.name().parse::<Provider>().unwrap(), p);
-            let secret = if p == Provider::Standard {
-                "whsec_c2VjcmV0"
-            } else {
-                "secret"
-            };
+            let secret = p.sample_secret();
             let v = p.verifier([secret]).unwrap();
             assert!(v.retry_window().is_some(), "{p}");
-            assert!(!format!("{v:?}").contains("secret\""), "{v:?}");
+            assert!(!format!("{v:?}").contains(&secret[8..]), "{v:?}");
         }
         assert_eq!("GitHub".parse::<Provider>().unwrap(), Provider::GitHub);
         assert!(Provider::Stripe.verifier(Vec::<String>::new()).is_err());

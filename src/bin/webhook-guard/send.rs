@@ -27,14 +27,20 @@ pub(crate) struct SendArgs {
     #[arg(long, value_name = "PROVIDER")]
     provider: Provider,
     /// The signing secret the receiver is configured with. Prefer the environment
-    /// variable: command-line arguments are visible to other local users.
+    /// variable or --secret-file: command-line arguments are visible to other local
+    /// users.
     #[arg(
         long,
         env = "WEBHOOK_GUARD_SECRET",
         hide_env_values = true,
-        value_name = "SECRET"
+        value_name = "SECRET",
+        required_unless_present = "secret_file"
     )]
-    secret: String,
+    secret: Option<String>,
+    /// A file holding the signing secret (one trailing line end is ignored); it
+    /// takes precedence over --secret and the environment.
+    #[arg(long, value_name = "PATH")]
+    secret_file: Option<std::path::PathBuf>,
     /// The endpoint: http://127.0.0.1:PORT/path (loopback only unless --allow-remote).
     #[arg(long, value_name = "URL")]
     url: String,
@@ -401,7 +407,9 @@ fn is_success(reply: &Result<Reply, String>) -> bool {
 
 /// Runs `send`.
 pub(crate) async fn run(args: SendArgs) -> Result<ExitCode, Fail> {
-    let signer = Signer::new(args.provider, &args.secret).map_err(Fail::Usage)?;
+    let secret =
+        crate::files::value_or_file(args.secret.as_deref(), args.secret_file.as_deref(), "secret")?;
+    let signer = Signer::new(args.provider, &secret).map_err(Fail::Usage)?;
     let file = match &args.body_file {
         Some(path) => Some(
             std::fs::read(path)
@@ -550,7 +558,7 @@ mod tests {
 
     #[test]
     fn jamm_sample_has_its_target_object() {
-        let signer = Signer::new(Provider::Jamm, "secret").unwrap();
+        let signer = Signer::new(Provider::Jamm, Provider::Jamm.sample_secret()).unwrap();
         let event = signer.event(None, None).unwrap();
         let meta = webhook_guard::meta::MetaExtractor::jamm().extract(&event.body);
         assert_eq!(meta.object.as_deref(), Some("trx-test"));
@@ -561,11 +569,7 @@ mod tests {
     #[test]
     fn every_provider_signs_a_sample_its_preset_accepts() {
         for provider in Provider::ALL {
-            let secret = if provider == Provider::Standard {
-                "whsec_c2VjcmV0"
-            } else {
-                "secret"
-            };
+            let secret = provider.sample_secret();
             let signer = Signer::new(provider, secret).unwrap();
             let event = signer.event(None, None).unwrap();
             let now = Utc::now();
@@ -587,12 +591,12 @@ mod tests {
     /// same event carries its own time, and verifies then.
     #[test]
     fn a_linear_redelivery_carries_its_own_time() {
-        let signer = Signer::new(Provider::Linear, "secret").unwrap();
+        let signer = Signer::new(Provider::Linear, Provider::Linear.sample_secret()).unwrap();
         let event = signer.event(None, None).unwrap();
         let later = Utc::now() + chrono::TimeDelta::seconds(120);
         let (headers, body) = signer.delivery(&event, later.timestamp(), 1);
         Provider::Linear
-            .verifier(["secret"])
+            .verifier([Provider::Linear.sample_secret()])
             .unwrap()
             .verify(&headers, &body, later)
             .expect("verifies at its own time");
