@@ -20,6 +20,10 @@ mod store_calls;
 // Signatures and hostile input.
 #[cfg(feature = "tokio")]
 mod forgery;
+#[cfg(feature = "tokio")]
+mod misconfig;
+#[cfg(feature = "tokio")]
+mod replay;
 mod fuzz_regressions;
 mod verify_providers;
 mod verify_tool;
