@@ -418,14 +418,6 @@ impl WebhookGuardBuilder {
                 lease: self.lease,
             });
         }
-        if let Some(retry_window) = verifier.retry_window() {
-            if retention < retry_window && !self.short_retention {
-                return Err(ConfigError::RetentionBelowRetryWindow {
-                    retention,
-                    retry_window,
-                });
-            }
-        }
         if matches!(self.event_id, EventId::FromVerifier) && !verifier.finds_event_id() {
             return Err(ConfigError::NoEventIdSource);
         }
@@ -436,6 +428,14 @@ impl WebhookGuardBuilder {
                 return Err(ConfigError::RetentionBelowTolerance {
                     retention,
                     tolerance,
+                });
+            }
+        }
+        if let Some(retry_window) = verifier.retry_window() {
+            if retention < retry_window && !self.short_retention {
+                return Err(ConfigError::RetentionBelowRetryWindow {
+                    retention,
+                    retry_window,
                 });
             }
         }

@@ -33,7 +33,8 @@ use sha2::{Digest as _, Sha256};
 use super::{store, WebhookGuard};
 use crate::outcome::Outcome;
 use crate::store::{
-    Claim, ClaimRequest, Fence, FencingToken, Fingerprint, Finish, Key, RecordState,
+    Claim, ClaimRequest, Deleted, Fence, FencingToken, Fingerprint, Finish, Key, RecordState,
+    StoreError,
 };
 
 /// The namespace of the content keys of the guard in `namespace`.
@@ -169,21 +170,29 @@ impl WebhookGuard {
         self.end_content(content, state).await;
     }
 
-    /// For [`WebhookGuard::forget`]: forgets the content key kept as the
-    /// fingerprint of `id`'s record too, so that a redelivery of the same content
+    /// [`WebhookGuard::forget`]: removes `id`'s record and, with content keys, the
+    /// content key kept as its fingerprint (Linear's records keep none: its
+    /// redelivery is a new body anyway), so that a redelivery of the same content
     /// runs again.
-    pub(super) async fn forget_content(&self, fingerprint: Fingerprint, now: DateTime<Utc>) {
+    pub(super) async fn forget_id(&self, id: &str) -> Result<Deleted, StoreError> {
         let inner = &self.inner;
+        let (now, key) = (inner.clock.now(), Key::new(&inner.namespace, id));
         let Some(namespace) = inner.content_namespace.as_deref() else {
-            return;
+            return store(inner).delete(key, now).await;
         };
+        let record = store(inner).get(key).await?;
+        let deleted = store(inner).delete(key, now).await?;
+        let Some(record) = record.filter(|_| deleted == Deleted::Removed) else {
+            return Ok(deleted);
+        };
+        let fingerprint = record.fingerprint;
         if fingerprint == Fingerprint::UNKNOWN {
-            return;
+            return Ok(deleted);
         }
         let hex = fingerprint.to_hex();
         if let Err(e) = store(inner).delete(Key::new(namespace, &hex), now).await {
             tracing::warn!(content = %hex, error = %e, "could not forget a content key");
         }
+        Ok(deleted)
     }
-
 }

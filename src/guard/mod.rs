@@ -159,7 +159,10 @@ impl WebhookGuard {
     /// # Cost
     ///
     /// A processed delivery makes two store round trips (claim, then complete); a
-    /// duplicate makes one (the claim answers with the record). On [`MemoryStore`]
+    /// duplicate makes one (the claim answers with the record). A verifier whose
+    /// scheme does not sign its id (GitHub, Shopify, Linear, Jamm) adds its content
+    /// key's: two more for a processed delivery, none more for a duplicate of a
+    /// finished content ([`WebhookGuardBuilder::content_keys`]). On [`MemoryStore`]
     /// with the id in a header (or with the Stripe preset, which reads it from the
     /// body), a processed delivery allocates 6 times (and, while
     /// the store is still growing, one more per 8 new records, plus now and then a
@@ -202,7 +205,7 @@ impl WebhookGuard {
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
-    /// let verifier = HmacSha256Header::new("X-Signature", ["s3cret"]).unwrap();
+    /// let verifier = HmacSha256Header::new("X-Signature", ["a-random-secret-of-32-characters"]).unwrap();
     /// let body = Bytes::from_static(br#"{"id":"evt_1"}"#);
     /// let headers = [("X-Signature", verifier.sign(&body))];
     /// let guard = WebhookGuard::builder()
@@ -467,7 +470,8 @@ impl WebhookGuard {
         let signed_at = verified.signed_at;
         let id = inner.event_id.extract(headers, body, verified)?;
         check_id(&id)?;
-        let content = (inner.content_namespace.as_ref()).and_then(|_| inner.verifier.content_key(headers, body));
+        let content = (inner.content_namespace.as_ref())
+            .and_then(|_| inner.verifier.content_key(headers, body));
         Ok((id, signed_at, content))
     }
 
@@ -847,22 +851,14 @@ impl WebhookGuard {
     }
 
     /// Forgets `id` so its next delivery runs the handler again (the "resend from the
-    /// provider's dashboard" workflow). Refused while a live lease holds the id.
+    /// provider's dashboard" workflow), with the content key its record was claimed
+    /// with ([`WebhookGuardBuilder::content_keys`]). Refused while a live lease holds
+    /// the id.
     ///
     /// # Errors
     /// The store's error.
     pub async fn forget(&self, id: &str) -> Result<Deleted, StoreError> {
-        let (now, key) = (self.inner.clock.now(), Key::new(&self.inner.namespace, id));
-        let Some(_) = self.inner.content_namespace else {
-            return store(&self.inner).delete(key, now).await;
-        };
-        // With content keys, the content the id's record was claimed with goes too.
-        let record = store(&self.inner).get(key).await?;
-        let deleted = store(&self.inner).delete(key, now).await?;
-        if let (Deleted::Removed, Some(record)) = (deleted, record) {
-            self.forget_content(record.fingerprint, now).await;
-        }
-        Ok(deleted)
+        self.forget_id(id).await
     }
 
     /// Claims whose lease ran out without completion (crashed or hung holders).

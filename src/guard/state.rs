@@ -157,7 +157,9 @@ impl ClaimState {
         let lease_until = super::capped(crate::later(now, inner.lease_delta), self.lease_cap, now);
         let expires_at = crate::later(now, inner.retention_delta);
         if let Some(content) = &self.content {
-            (self.guard).renew_content(content, lease_until, expires_at).await;
+            (self.guard)
+                .renew_content(content, lease_until, expires_at)
+                .await;
         }
         let fence = store(inner)
             .renew(self.key(), self.token, lease_until, expires_at)

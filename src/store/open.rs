@@ -438,7 +438,8 @@ impl StoreUrl {
         if mode.is_none() {
             options = options.create_if_missing(self.create_if_missing);
         }
-        let creates = matches!(mode.as_deref(), Some("rwc")) || (mode.is_none() && self.create_if_missing);
+        let creates =
+            matches!(mode.as_deref(), Some("rwc")) || (mode.is_none() && self.create_if_missing);
         if creates {
             // Created readable by its owner only, as `SqliteStore::open` does.
             sqlite::create_private(&options)?;

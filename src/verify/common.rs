@@ -488,7 +488,10 @@ mod tests {
         assert_eq!(id_value(b" \tmsg_1\r\n").as_deref(), Some("msg_1"));
         let nbsp = "msg_1\u{a0}";
         assert_eq!(id_value(nbsp.as_bytes()).as_deref(), Some(nbsp));
-        assert_eq!(id_value("\u{2003}msg_1".as_bytes()).as_deref(), Some("\u{2003}msg_1"));
+        assert_eq!(
+            id_value("\u{2003}msg_1".as_bytes()).as_deref(),
+            Some("\u{2003}msg_1")
+        );
         assert_eq!(id_value(b" \t "), None);
     }
 

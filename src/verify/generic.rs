@@ -615,7 +615,9 @@ mod tests {
 
     #[test]
     fn hostile_signature_headers_are_bounded() {
-        let v = GenericHmac::new("sig", ["k-0123456789abcdef"]).unwrap().separator(b',');
+        let v = GenericHmac::new("sig", ["k-0123456789abcdef"])
+            .unwrap()
+            .separator(b',');
         let many = vec!["00"; 100].join(",");
         assert!(matches!(
             v.verify(&[("sig", many.as_str())], b"", at(0)),

@@ -5,7 +5,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::common::{self, Keys};
-use super::{Encoding, Verified, Verifier, VerifyError, SecretFormat};
+use super::{Encoding, SecretFormat, Verified, Verifier, VerifyError};
 use crate::Headers;
 
 const HEADER: &str = "X-Hub-Signature-256";
@@ -19,9 +19,11 @@ const DELIVERY: &str = "X-GitHub-Delivery";
 ///   used: a delivery carrying only that one is refused as missing
 ///   `X-Hub-Signature-256`.
 /// - No timestamp is signed, so there is no replay window, and the delivery id is
-///   not signed either: deduplication stops a delivery resent under the same id,
-///   not a captured body resent under a new `X-GitHub-Delivery` (see "Known limits"
-///   in `SECURITY.md`).
+///   not signed either: the guard also deduplicates by the signed body (its
+///   [`content_key`](Verifier::content_key), see
+///   [`WebhookGuardBuilder::content_keys`](crate::WebhookGuardBuilder::content_keys)),
+///   so a captured body resent under a new `X-GitHub-Delivery` is a duplicate, kept
+///   for the retention (`SECURITY.md`, replayed delivery).
 /// - Event id: the `X-GitHub-Delivery` header. Retry window: GitHub does not retry
 ///   automatically, but deliveries of the past 3 days can be redelivered with the
 ///   same delivery id, so 3 days.

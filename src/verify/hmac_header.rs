@@ -188,8 +188,9 @@ impl HmacSha256Header {
 
     /// A header that carries the event id. The signature does not cover it: a
     /// captured delivery resent under a *new* id runs again (SECURITY.md, known
-    /// limits); where the body carries the id, key on it instead
-    /// (`EventId::json_field`).
+    /// limits; this generic verifier gives no content key, as it cannot tell whether
+    /// the sender resends the same body); where the body carries the id, key on it
+    /// instead (`EventId::json_field`).
     #[must_use]
     pub fn event_id_header(mut self, name: impl Into<Cow<'static, str>>) -> Self {
         self.id_header = Some(name.into());
@@ -269,7 +270,8 @@ mod tests {
     #[test]
     fn any_of_several_secrets_passes_and_bad_input_is_typed() {
         let old = HmacSha256Header::new("sig", ["old-0123456789abcdef"]).unwrap();
-        let both = HmacSha256Header::new("sig", ["new-0123456789abcdef", "old-0123456789abcdef"]).unwrap();
+        let both =
+            HmacSha256Header::new("sig", ["new-0123456789abcdef", "old-0123456789abcdef"]).unwrap();
         let sig = old.sign(b"body");
         assert!(both
             .verify(&[("sig", sig.as_str())], b"body", now())

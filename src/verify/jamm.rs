@@ -8,7 +8,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::common::{self, Keys};
-use super::{Verified, Verifier, VerifyError, SecretFormat};
+use super::{SecretFormat, Verified, Verifier, VerifyError};
 use crate::Headers;
 
 const PREFIX: &str = "sha256=";
@@ -26,16 +26,19 @@ const PREFIX: &str = "sha256=";
 /// which it does. The JSON is never parsed into values and re-serialized.
 ///
 /// Only `content` is authenticated: `id`, `event_type` and `created_at` are not.
-/// The event id the guard deduplicates on is the unauthenticated `id`; a forger
-/// without the secret can replay a genuine `content` under another id, and with
-/// another `event_type` or `created_at`, which the signature cannot prevent.
-/// Nothing signed carries a time, so there is no replay window beyond
-/// deduplication. With an ordering store, a rewritten `created_at` counts only up
-/// to [`MAX_CLOCK_SKEW`](crate::ordering::MAX_CLOCK_SKEW) ahead of the clock; but a
-/// forger who replays again every few minutes, each time under a new id, keeps the
-/// object's newest time ahead of Jamm's genuine events, which are then answered
-/// stale (200, not retried) for as long as the replays go on, while the replayed
-/// old `content` is applied. Where forged deliveries are a concern, leave the
+/// The event id the guard deduplicates on is the unauthenticated `id`, so the guard
+/// also deduplicates by the signed `content` (its
+/// [`content_key`](Verifier::content_key): the SHA-256 of the minified `content`):
+/// a genuine `content` replayed under another id, in a padded or rewritten
+/// envelope, is a duplicate for as long as the guard's retention keeps it. A body
+/// holding more than [`Jamm::MAX_ENVELOPE`] bytes around its `content` is refused.
+/// Nothing signed carries a time, so there is no replay window beyond that
+/// retention. With an ordering store, a rewritten `created_at` counts only up to
+/// [`MAX_CLOCK_SKEW`](crate::ordering::MAX_CLOCK_SKEW) ahead of the clock; a forger
+/// who replays a `content` after its retention ran out, under a new id and with a
+/// rewritten `created_at`, can still make it count as the object's newest time, so
+/// that Jamm's genuine events are answered stale (200, not retried) while the
+/// replayed old `content` is applied. Where forged deliveries are a concern, leave the
 /// ordering guard off for Jamm (no `.ordering(..)` on its guard) and order by a time
 /// the handler can trust, and reconcile critical state through Jamm's API.
 ///

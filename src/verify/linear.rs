@@ -5,7 +5,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::common::{self, Keys};
-use super::{Encoding, Verified, Verifier, VerifyError, SecretFormat};
+use super::{Encoding, SecretFormat, Verified, Verifier, VerifyError};
 use crate::Headers;
 
 const HEADER: &str = "Linear-Signature";
@@ -17,8 +17,14 @@ const DELIVERY: &str = "Linear-Delivery";
 /// - The body field `webhookTimestamp` (Unix milliseconds) must be within the
 ///   tolerance (default 60 s, as Linear's SDK) of `now`, both ways. It is covered
 ///   by the signature because the whole body is. A body without it is refused.
-/// - Event id: the `Linear-Delivery` header. Retry window: Linear retries a failed
-///   delivery after about 10 minutes, 30 minutes and 1 hour: about 100 minutes.
+/// - Event id: the `Linear-Delivery` header, which the signature does not cover: the
+///   guard also deduplicates by the signed body (its
+///   [`content_key`](Verifier::content_key)), so the body replayed inside the
+///   tolerance under a new id is a duplicate. Each retry is re-signed with a fresh
+///   `webhookTimestamp`, a new body under the same id: deduplicated by the id, and
+///   never a conflict ([`Verifier::body_changes_on_retry`]). Retry window: Linear
+///   retries a failed delivery after about 10 minutes, 30 minutes and 1 hour: about
+///   100 minutes.
 ///
 /// ```
 /// use webhook_guard::verify::{Linear, Verifier};

@@ -5,7 +5,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::common::{self, Keys};
-use super::{Verified, Verifier, VerifyError, SecretFormat};
+use super::{SecretFormat, Verified, Verifier, VerifyError};
 use crate::Headers;
 
 const HEADER: &str = "Paddle-Signature";
@@ -121,11 +121,7 @@ mod tests {
     }
 
     fn check(body: &str, header: &str, now: i64) -> Result<Verified, VerifyError> {
-        unchecked(SECRET).verify(
-            &[("paddle-signature", header)],
-            body.as_bytes(),
-            at(now),
-        )
+        unchecked(SECRET).verify(&[("paddle-signature", header)], body.as_bytes(), at(now))
     }
 
     #[test]
@@ -158,10 +154,7 @@ mod tests {
             check(r#"{"data": ["1", "2"]}"#, h, T - 6),
             Err(VerifyError::TimestampTooNew { .. })
         ));
-        assert_eq!(
-            unchecked(SECRET).sign(T, br#"{"data": ["1", "2"]}"#),
-            h
-        );
+        assert_eq!(unchecked(SECRET).sign(T, br#"{"data": ["1", "2"]}"#), h);
     }
 
     #[test]

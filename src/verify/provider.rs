@@ -92,7 +92,9 @@ impl Provider {
         match self {
             Self::Stripe => "whsec_wRNftLajMZNeslQOP6vEPm4iVx5NlZ6z",
             Self::Standard => "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
-            Self::Paddle => "pdl_ntfset_01gkpjp8bkm3tm53kdgkx6sms7_6h3qd3uFSi9YCD3OLYAShQI90XTI5vEI",
+            Self::Paddle => {
+                "pdl_ntfset_01gkpjp8bkm3tm53kdgkx6sms7_6h3qd3uFSi9YCD3OLYAShQI90XTI5vEI"
+            }
             #[allow(unreachable_patterns)]
             _ => "sample-secret-0123456789abcdef-0123456789",
         }

@@ -159,7 +159,9 @@ impl SecretFormat {
         if bytes.trim_ascii().len() != bytes.len() {
             return Err(KeyError::Whitespace { provider });
         }
-        if let Some((_, what)) = (self.mistaken.iter()).find(|(p, _)| bytes.starts_with(p.as_bytes())) {
+        if let Some((_, what)) =
+            (self.mistaken.iter()).find(|(p, _)| bytes.starts_with(p.as_bytes()))
+        {
             return Err(KeyError::WrongKey {
                 provider,
                 what,

@@ -5,7 +5,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::common::{self, Keys};
-use super::{Encoding, Verified, Verifier, VerifyError, SecretFormat};
+use super::{Encoding, SecretFormat, Verified, Verifier, VerifyError};
 use crate::Headers;
 
 const HEADERS: [&str; 2] = ["X-Shopify-Hmac-Sha256", "Shopify-Hmac-Sha256"];
@@ -17,7 +17,9 @@ const ID_HEADERS: [&str; 2] = ["X-Shopify-Webhook-Id", "Shopify-Webhook-Id"];
 ///   `X-Shopify-Hmac-Sha256` (or `Shopify-Hmac-Sha256`, the newer Events spelling).
 /// - After a secret rotation Shopify keeps signing with the oldest unrevoked secret
 ///   for up to an hour: configure both, the delivery passes if either matches.
-/// - No timestamp is signed.
+/// - No timestamp is signed, and the webhook id is not signed either: the guard also
+///   deduplicates by the signed body (its [`content_key`](Verifier::content_key)),
+///   so a captured body resent under a new id is a duplicate.
 /// - Event id: `X-Shopify-Webhook-Id` (or `Shopify-Webhook-Id`). Retry window:
 ///   Shopify retries 8 times over 4 hours.
 ///

@@ -5,7 +5,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::common::{self, Keys};
-use super::{parse_unix_seconds, Encoding, Verified, Verifier, VerifyError, SecretFormat};
+use super::{parse_unix_seconds, Encoding, SecretFormat, Verified, Verifier, VerifyError};
 use crate::Headers;
 
 const HEADER: &str = "X-Slack-Signature";

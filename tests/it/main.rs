@@ -20,11 +20,11 @@ mod store_calls;
 // Signatures and hostile input.
 #[cfg(feature = "tokio")]
 mod forgery;
+mod fuzz_regressions;
 #[cfg(feature = "tokio")]
 mod misconfig;
 #[cfg(feature = "tokio")]
 mod replay;
-mod fuzz_regressions;
 mod verify_providers;
 mod verify_tool;
 

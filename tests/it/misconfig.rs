@@ -23,13 +23,35 @@ fn stripe_secrets_that_cannot_be_stripes_are_refused_naming_the_fix() {
     let (e, _) = stripe_error("   ");
     assert_eq!(e, KeyError::EmptySecret);
     let (e, text) = stripe_error("whsec_");
-    assert!(matches!(e, KeyError::TooShort { len: 0, min: 32, .. }), "{e:?}");
+    assert!(
+        matches!(
+            e,
+            KeyError::TooShort {
+                len: 0,
+                min: 32,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
     assert!(text.contains("copy the whole secret"), "{text}");
     let (e, text) = stripe_error("whsec_x \n");
     assert_eq!(e, KeyError::Whitespace { provider: "Stripe" });
-    assert!(text.contains("trailing newline") && text.contains("trim it"), "{text}");
+    assert!(
+        text.contains("trailing newline") && text.contains("trim it"),
+        "{text}"
+    );
     let (e, text) = stripe_error("sk_live_51H8s2kLkdIwHu7ixWZ3lR0lXQ2cTn2yJ4k");
-    assert!(matches!(e, KeyError::WrongKey { what: "a secret API key", .. }), "{e:?}");
+    assert!(
+        matches!(
+            e,
+            KeyError::WrongKey {
+                what: "a secret API key",
+                ..
+            }
+        ),
+        "{e:?}"
+    );
     assert!(text.contains("signing secret (`whsec_...`)"), "{text}");
     assert!(!text.contains("51H8s2k"), "the key is never shown: {text}");
     for (key, what) in [
@@ -38,7 +60,10 @@ fn stripe_secrets_that_cannot_be_stripes_are_refused_naming_the_fix() {
         ("we_1Mr5jULkdIwHu7ix1ibLTM0x", "a webhook endpoint id"),
     ] {
         let (e, _) = stripe_error(key);
-        assert!(matches!(e, KeyError::WrongKey { what: w, .. } if w == what), "{key}: {e:?}");
+        assert!(
+            matches!(e, KeyError::WrongKey { what: w, .. } if w == what),
+            "{key}: {e:?}"
+        );
     }
     // Stripe's own: `whsec_` and 32 letters or digits (Dashboard, API), or 64 hex
     // digits (`stripe listen`). One short, or with a stray character, is refused.
@@ -46,11 +71,30 @@ fn stripe_secrets_that_cannot_be_stripes_are_refused_naming_the_fix() {
     let cli = format!("whsec_{}", "0123456789abcdef".repeat(4));
     assert!(Stripe::new([cli]).is_ok());
     let (e, _) = stripe_error("whsec_wRNftLajMZNeslQOP6vEPm4iVx5NlZ6");
-    assert!(matches!(e, KeyError::TooShort { len: 31, min: 32, .. }), "{e:?}");
+    assert!(
+        matches!(
+            e,
+            KeyError::TooShort {
+                len: 31,
+                min: 32,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
     let (e, text) = stripe_error("whsec_wRNftLajMZNeslQOP6vEPm4iVx5Nl=6z");
     assert_eq!(e, KeyError::BadCharacters { provider: "Stripe" }, "{text}");
     let (e, text) = stripe_error("wRNftLajMZNeslQOP6vEPm4iVx5NlZ6z");
-    assert!(matches!(e, KeyError::MissingPrefix { prefix: "whsec_", .. }), "{e:?}");
+    assert!(
+        matches!(
+            e,
+            KeyError::MissingPrefix {
+                prefix: "whsec_",
+                ..
+            }
+        ),
+        "{e:?}"
+    );
     assert!(text.contains("begins with `whsec_`"), "{text}");
     // One bad secret among several is refused too.
     assert!(Stripe::new(["whsec_wRNftLajMZNeslQOP6vEPm4iVx5NlZ6z", "whsec_"]).is_err());
@@ -61,18 +105,28 @@ fn each_preset_refuses_secrets_shorter_than_its_provider_issues() {
     let short = |r: Result<(), KeyError>| matches!(r, Err(KeyError::TooShort { .. }));
     assert!(short(GitHub::new(["fifteen-bytes!!"]).map(drop)));
     assert!(GitHub::new(["sixteen-bytes!!!"]).is_ok());
-    assert!(short(Shopify::new(["0123456789abcdef0123456789abcde"]).map(drop)));
-    assert!(short(Slack::new(["8f742231b10e8888abcd99yyyzzz85a"]).map(drop)));
+    assert!(short(
+        Shopify::new(["0123456789abcdef0123456789abcde"]).map(drop)
+    ));
+    assert!(short(
+        Slack::new(["8f742231b10e8888abcd99yyyzzz85a"]).map(drop)
+    ));
     assert!(short(Linear::new(["lin_wh_short"]).map(drop)));
     assert!(short(Jamm::new(["jamm_secret"]).map(drop)));
     assert!(short(Paddle::new(["pdl_ntfset_01gk"]).map(drop)));
     assert!(matches!(
         Paddle::new(["VALID_SECRET_0123456789abcdef0123456789"]),
-        Err(KeyError::MissingPrefix { prefix: "pdl_ntfset_", .. })
+        Err(KeyError::MissingPrefix {
+            prefix: "pdl_ntfset_",
+            ..
+        })
     ));
     assert!(matches!(
         Linear::new(["lin_api_0123456789abcdef0123456789abcdef"]),
-        Err(KeyError::WrongKey { what: "a Linear API key", .. })
+        Err(KeyError::WrongKey {
+            what: "a Linear API key",
+            ..
+        })
     ));
     // Standard Webhooks: the decoded key, at least 16 bytes ("secret": 6).
     assert!(short(StandardWebhooks::new(["whsec_c2VjcmV0"]).map(drop)));
@@ -89,7 +143,17 @@ fn each_preset_refuses_secrets_shorter_than_its_provider_issues() {
 #[test]
 fn generic_verifiers_want_16_bytes_unless_allowed() {
     let e = HmacSha256Header::new("X-Signature", ["s3cret"]).unwrap_err();
-    assert!(matches!(e, KeyError::TooShort { len: 6, min: 16, .. }), "{e:?}");
+    assert!(
+        matches!(
+            e,
+            KeyError::TooShort {
+                len: 6,
+                min: 16,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
     assert!(e.to_string().contains("Secret::allow_short"), "{e}");
     assert!(matches!(
         GenericHmac::new("X-Signature", ["s3cret"]),
@@ -111,7 +175,10 @@ fn a_bad_header_name_is_refused() {
     let secret = ["a-random-secret-of-32-characters"];
     let e = HmacSha256Header::new("bad header", secret).unwrap_err();
     assert_eq!(e, KeyError::BadHeaderName("bad header".into()));
-    assert!(e.to_string().contains("not a valid HTTP header name"), "{e}");
+    assert!(
+        e.to_string().contains("not a valid HTTP header name"),
+        "{e}"
+    );
     for bad in ["", "X-Sig:", "X-Sig\n", "X-Sïg"] {
         assert!(HmacSha256Header::new(bad, secret).is_err(), "{bad:?}");
         assert!(GenericHmac::new(bad, secret).is_err(), "{bad:?}");
@@ -123,7 +190,8 @@ fn a_bad_header_name_is_refused() {
 
 #[test]
 fn a_guard_whose_verifier_finds_no_id_is_refused() {
-    let verifier = HmacSha256Header::new("X-Signature", ["a-random-secret-of-32-characters"]).unwrap();
+    let verifier =
+        HmacSha256Header::new("X-Signature", ["a-random-secret-of-32-characters"]).unwrap();
     let e = WebhookGuard::builder()
         .store(MemoryStore::new())
         .verifier(verifier.clone())
@@ -181,7 +249,10 @@ fn a_retention_shorter_than_the_retry_window_is_refused_unless_allowed() {
             retry_window: Stripe::RETRY_WINDOW,
         }
     );
-    assert!(e.to_string().contains("allow_retention_below_retry_window"), "{e}");
+    assert!(
+        e.to_string().contains("allow_retention_below_retry_window"),
+        "{e}"
+    );
     let guard = WebhookGuard::builder()
         .store(MemoryStore::new())
         .verifier(stripe)
@@ -203,8 +274,16 @@ async fn ids_that_print_as_others_are_refused_and_unicode_spaces_are_kept() {
         .event_id(EventId::header("X-Id"))
         .build()
         .unwrap();
-    for id in ["evt\u{202e}1", "evt\u{200b}1", "evt\u{2028}1", "evt\u{2029}1", "\u{feff}evt"] {
-        let outcome = guard.handle(&[("X-Id", id)], b"{}", |_| async { Ok(()) }).await;
+    for id in [
+        "evt\u{202e}1",
+        "evt\u{200b}1",
+        "evt\u{2028}1",
+        "evt\u{2029}1",
+        "\u{feff}evt",
+    ] {
+        let outcome = guard
+            .handle(&[("X-Id", id)], b"{}", |_| async { Ok(()) })
+            .await;
         assert!(
             matches!(outcome, Outcome::Rejected(Rejection::InvalidId(_))),
             "{id:?}: {outcome:?}"
@@ -234,4 +313,40 @@ async fn ids_that_print_as_others_are_refused_and_unicode_spaces_are_kept() {
         }
     }
     assert_eq!(runs, 2, "two ids, two events");
+}
+
+/// The SQLite store creates its database file readable and writable by its owner
+/// only (and SQLite gives its `-wal` file the same mode).
+#[cfg(all(feature = "sqlite", unix))]
+#[tokio::test]
+async fn a_new_sqlite_file_is_readable_by_its_owner_only() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = std::env::temp_dir().join(format!(
+        "wg-private-{:x}",
+        webhook_guard::store::FencingToken::random().0
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("records.db");
+    let store = webhook_guard::store::SqliteStore::open(&path)
+        .await
+        .unwrap();
+    let guard = WebhookGuard::builder()
+        .store(store)
+        .verifier(NoVerification)
+        .event_id(EventId::header("X-Id"))
+        .build()
+        .unwrap();
+    let outcome = guard
+        .handle(&[("X-Id", "evt_1")], b"{}", |_| async { Ok(()) })
+        .await;
+    assert!(matches!(outcome, Outcome::Processed { .. }), "{outcome:?}");
+    for file in ["records.db", "records.db-wal"] {
+        let mode = std::fs::metadata(dir.join(file))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777;
+        assert_eq!(mode, 0o600, "{file}: {mode:o}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
 }

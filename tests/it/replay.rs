@@ -76,9 +76,10 @@ impl Scheme {
             }
             Self::Linear => {
                 let ms = now.timestamp_millis();
-                let body =
-                    format!(r#"{{"action":"create","data":{{"id":"{n}"}},"webhookTimestamp":{ms}}}"#)
-                        .into_bytes();
+                let body = format!(
+                    r#"{{"action":"create","data":{{"id":"{n}"}},"webhookTimestamp":{ms}}}"#
+                )
+                .into_bytes();
                 let sig = Linear::new(secret).unwrap().sign(&body);
                 let headers = vec![h("Linear-Signature", sig), h("Linear-Delivery", id.into())];
                 (headers, body)
@@ -86,7 +87,12 @@ impl Scheme {
             Self::Jamm => {
                 let content = format!(r#"{{"charge":{{"id":"trx-{n}","amount":100}}}}"#);
                 let jamm = Jamm::new(secret).unwrap();
-                let body = jamm.envelope(id, "EVENT_TYPE_CHARGE_SUCCESS", &content, "2024-01-01T00:00:00Z");
+                let body = jamm.envelope(
+                    id,
+                    "EVENT_TYPE_CHARGE_SUCCESS",
+                    &content,
+                    "2024-01-01T00:00:00Z",
+                );
                 (Vec::new(), body.into_bytes())
             }
         }
@@ -134,11 +140,19 @@ async fn replays_and_squats(store: Arc<DynProcessedStore>, scheme: Scheme) {
     let runs = AtomicUsize::new(0);
     let run = |n| runs.load(Ordering::SeqCst) == n;
     let a = scheme.delivery(1, "delivery-a", clock.now());
-    assert_eq!(deliver(&g, &a, &runs, false).await, OutcomeKind::Processed, "{scheme:?}");
+    assert_eq!(
+        deliver(&g, &a, &runs, false).await,
+        OutcomeKind::Processed,
+        "{scheme:?}"
+    );
     // The provider's retry: same id, same content (Linear: re-signed, a new body).
     clock.advance(TimeDelta::seconds(30));
     let retry = scheme.delivery(1, "delivery-a", clock.now());
-    assert_eq!(deliver(&g, &retry, &runs, false).await, OutcomeKind::Duplicate, "{scheme:?}");
+    assert_eq!(
+        deliver(&g, &retry, &runs, false).await,
+        OutcomeKind::Duplicate,
+        "{scheme:?}"
+    );
     assert!(run(1), "{scheme:?}");
     // A replay of the captured delivery under a fresh id: a duplicate, and the
     // fresh id is never claimed.
@@ -151,7 +165,11 @@ async fn replays_and_squats(store: Arc<DynProcessedStore>, scheme: Scheme) {
     } else {
         replay.0.last_mut().unwrap().1 = "squatted-b".into();
     }
-    assert_eq!(deliver(&g, &replay, &runs, false).await, OutcomeKind::Duplicate, "{scheme:?}");
+    assert_eq!(
+        deliver(&g, &replay, &runs, false).await,
+        OutcomeKind::Duplicate,
+        "{scheme:?}"
+    );
     // The re-signed retry replayed under a fresh id is one too (Linear).
     let mut replayed_retry = retry.clone();
     if !matches!(scheme, Scheme::Jamm) {
@@ -161,26 +179,44 @@ async fn replays_and_squats(store: Arc<DynProcessedStore>, scheme: Scheme) {
             OutcomeKind::Duplicate,
             "{scheme:?}"
         );
-        assert!(g.inspect("squatted-c").await.unwrap().is_none(), "{scheme:?}");
+        assert!(
+            g.inspect("squatted-c").await.unwrap().is_none(),
+            "{scheme:?}"
+        );
     }
     assert!(run(1), "{scheme:?}: a replay ran the handler");
-    assert!(g.inspect("squatted-b").await.unwrap().is_none(), "{scheme:?}: the replay took the id");
+    assert!(
+        g.inspect("squatted-b").await.unwrap().is_none(),
+        "{scheme:?}: the replay took the id"
+    );
     // The genuine, different event sent under that id later runs.
     let b = scheme.delivery(2, "squatted-b", clock.now());
-    assert_eq!(deliver(&g, &b, &runs, false).await, OutcomeKind::Processed, "{scheme:?}");
+    assert_eq!(
+        deliver(&g, &b, &runs, false).await,
+        OutcomeKind::Processed,
+        "{scheme:?}"
+    );
     assert!(run(2), "{scheme:?}");
     // A content whose handler failed is released with its id: the retry runs it.
     let c = scheme.delivery(3, "delivery-c", clock.now());
     let failed = deliver(&g, &c, &runs, true).await;
     assert_eq!(failed, OutcomeKind::RetryableFailure, "{scheme:?}");
     let c_again = scheme.delivery(3, "delivery-c", clock.now());
-    assert_eq!(deliver(&g, &c_again, &runs, false).await, OutcomeKind::Processed, "{scheme:?}");
+    assert_eq!(
+        deliver(&g, &c_again, &runs, false).await,
+        OutcomeKind::Processed,
+        "{scheme:?}"
+    );
     assert!(run(4), "{scheme:?}");
     // Forgotten by an operator, the id and its content run again when redelivered
     // (Linear keeps no content in the id's record: its retry is a new body anyway).
     if !matches!(scheme, Scheme::Linear) {
         g.forget("delivery-a").await.unwrap();
-        assert_eq!(deliver(&g, &a, &runs, false).await, OutcomeKind::Processed, "{scheme:?}");
+        assert_eq!(
+            deliver(&g, &a, &runs, false).await,
+            OutcomeKind::Processed,
+            "{scheme:?}"
+        );
         assert!(run(5), "{scheme:?}");
     }
 }
@@ -245,7 +281,10 @@ async fn racing_copies_run_once(store: Arc<DynProcessedStore>) {
         kinds.push(t.await.unwrap());
     }
     assert_eq!(runs.load(Ordering::SeqCst), 1, "{kinds:?}");
-    let processed = kinds.iter().filter(|k| **k == OutcomeKind::Processed).count();
+    let processed = kinds
+        .iter()
+        .filter(|k| **k == OutcomeKind::Processed)
+        .count();
     assert_eq!(processed, 1, "{kinds:?}");
     assert!(kinds.iter().all(|k| matches!(
         k,
@@ -292,7 +331,10 @@ async fn without_content_keys_a_replay_under_a_fresh_id_runs() {
     let mut replay = a.clone();
     replay.0[1].1 = "b".into();
     assert_eq!(deliver(&g, &a, &runs, false).await, OutcomeKind::Processed);
-    assert_eq!(deliver(&g, &replay, &runs, false).await, OutcomeKind::Processed);
+    assert_eq!(
+        deliver(&g, &replay, &runs, false).await,
+        OutcomeKind::Processed
+    );
 }
 
 /// Jamm: the same `content` in a padded envelope under a fresh id is the same
@@ -300,18 +342,86 @@ async fn without_content_keys_a_replay_under_a_fresh_id_runs() {
 #[tokio::test]
 async fn a_padded_jamm_envelope_is_a_duplicate_and_a_huge_one_is_refused() {
     let clock = ManualClock::new(start());
-    let g = guard(Arc::new(webhook_guard::MemoryStore::new()), Scheme::Jamm, &clock);
+    let g = guard(
+        Arc::new(webhook_guard::MemoryStore::new()),
+        Scheme::Jamm,
+        &clock,
+    );
     let runs = AtomicUsize::new(0);
     let a = Scheme::Jamm.delivery(1, "mwh-a", clock.now());
     assert_eq!(deliver(&g, &a, &runs, false).await, OutcomeKind::Processed);
     let text = String::from_utf8(a.1.clone()).unwrap();
-    let padded = text.replacen("{\"id\":\"mwh-a\"", "{\"pad\":\"xxxxxxxxxxxxxxxx\",\"id\":\"mwh-b\"", 1);
+    let padded = text.replacen(
+        "{\"id\":\"mwh-a\"",
+        "{\"pad\":\"xxxxxxxxxxxxxxxx\",\"id\":\"mwh-b\"",
+        1,
+    );
     let padded = (Vec::new(), padded.into_bytes());
-    assert_eq!(deliver(&g, &padded, &runs, false).await, OutcomeKind::Duplicate);
-    let huge = text.replacen("{\"id\":\"mwh-a\"", &format!("{{\"pad\":\"{}\",\"id\":\"mwh-c\"", "x".repeat(5000)), 1);
-    match g.handle(&[("", ""); 0], huge.as_bytes(), |_| async { Ok(()) }).await {
+    assert_eq!(
+        deliver(&g, &padded, &runs, false).await,
+        OutcomeKind::Duplicate
+    );
+    let huge = text.replacen(
+        "{\"id\":\"mwh-a\"",
+        &format!("{{\"pad\":\"{}\",\"id\":\"mwh-c\"", "x".repeat(5000)),
+        1,
+    );
+    match g
+        .handle(&[("", ""); 0], huge.as_bytes(), |_| async { Ok(()) })
+        .await
+    {
         Outcome::Rejected(r) => assert_eq!(r.code(), "malformed_body"),
         other => panic!("{other:?}"),
     }
     assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+/// Inbox mode: the signed content stored under one id and replayed under another
+/// is answered accepted (200) and never stored again; a genuine event later sent
+/// under that id is stored.
+#[tokio::test]
+async fn an_inbox_stores_a_replayed_content_once() {
+    use webhook_guard::inbox::InboxStore as _;
+    let clock = ManualClock::new(start());
+    let store = webhook_guard::MemoryStore::new();
+    let g = WebhookGuard::builder()
+        .store(store.clone())
+        .inbox(store.clone())
+        .verifier(Scheme::Jamm.verifier())
+        .namespace(NS)
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let a = Scheme::Jamm.delivery(1, "mwh-a", clock.now());
+    let accept = |body: Vec<u8>| {
+        let g = g.clone();
+        async move { g.accept(&[("", ""); 0], &body).await }
+    };
+    assert!(matches!(
+        accept(a.1.clone()).await,
+        Outcome::Accepted { new: true, .. }
+    ));
+    let replay = String::from_utf8(a.1.clone())
+        .unwrap()
+        .replace("mwh-a", "mwh-b");
+    let outcome = accept(replay.into_bytes()).await;
+    assert!(
+        matches!(outcome, Outcome::Accepted { new: false, .. }),
+        "{outcome:?}"
+    );
+    assert!(store
+        .get_event(Key::new(NS, "mwh-b"))
+        .await
+        .unwrap()
+        .is_none());
+    let b = Scheme::Jamm.delivery(2, "mwh-b", clock.now());
+    assert!(matches!(
+        accept(b.1).await,
+        Outcome::Accepted { new: true, .. }
+    ));
+    assert!(store
+        .get_event(Key::new(NS, "mwh-b"))
+        .await
+        .unwrap()
+        .is_some());
 }

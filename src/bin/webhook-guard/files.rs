@@ -21,7 +21,9 @@ pub(crate) fn value_or_file(
     match (file, value) {
         (Some(path), _) => read(path, flag),
         (None, Some(value)) => Ok(value.to_owned()),
-        (None, None) => Err(Fail::Usage(format!("--{flag} or --{flag}-file is required"))),
+        (None, None) => Err(Fail::Usage(format!(
+            "--{flag} or --{flag}-file is required"
+        ))),
     }
 }
 
@@ -66,8 +68,12 @@ mod tests {
         }
         assert_eq!(value_or_file(Some("env"), None, "secret").unwrap(), "env");
         std::fs::write(&path, "\n").unwrap();
-        assert!(matches!(value_or_file(None, Some(&path), "secret"), Err(Fail::Usage(m)) if m.contains("empty")));
-        assert!(matches!(value_or_file(None, None, "secret"), Err(Fail::Usage(m)) if m.contains("--secret-file")));
+        assert!(
+            matches!(value_or_file(None, Some(&path), "secret"), Err(Fail::Usage(m)) if m.contains("empty"))
+        );
+        assert!(
+            matches!(value_or_file(None, None, "secret"), Err(Fail::Usage(m)) if m.contains("--secret-file"))
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

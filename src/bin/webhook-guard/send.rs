@@ -407,8 +407,11 @@ fn is_success(reply: &Result<Reply, String>) -> bool {
 
 /// Runs `send`.
 pub(crate) async fn run(args: SendArgs) -> Result<ExitCode, Fail> {
-    let secret =
-        crate::files::value_or_file(args.secret.as_deref(), args.secret_file.as_deref(), "secret")?;
+    let secret = crate::files::value_or_file(
+        args.secret.as_deref(),
+        args.secret_file.as_deref(),
+        "secret",
+    )?;
     let signer = Signer::new(args.provider, &secret).map_err(Fail::Usage)?;
     let file = match &args.body_file {
         Some(path) => Some(
