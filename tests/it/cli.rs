@@ -392,7 +392,7 @@ async fn store_errors_are_clear_and_never_show_the_url() {
 // send
 // ---------------------------------------------------------------------------
 
-const STRIPE_SECRET: &str = "whsec_clitest0123456789abcdefghijklmn";
+const STRIPE_SECRET: &str = "whsec_clitest0123456789abcdefghijklmno";
 const STANDARD_SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
 const GITHUB_SECRET: &str = "It's a Secret to Everybody";
 const JAMM_SECRET: &str = "jamm_client_secret_0123456789";

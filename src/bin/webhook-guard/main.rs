@@ -215,6 +215,8 @@ async fn guard(args: &StoreArgs) -> Result<WebhookGuard, Fail> {
     WebhookGuard::builder()
         .store(opened.shared())
         .verifier(NoVerification)
+        // It receives no delivery: an id source only for the builder's check.
+        .event_id(webhook_guard::EventId::header("X-Event-Id"))
         .namespace(args.namespace.as_str())
         .build()
         .map_err(|e| match e {
