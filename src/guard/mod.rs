@@ -10,7 +10,9 @@
 //! records how it ended through `Claimed`). The rest lives beside it: the builder
 //! (`builder.rs`), the event types (`event.rs`), a won claim (`claim.rs`), recording
 //! its end (`record.rs`), what a dropped delivery leaves to the background
-//! (`cancellation.rs`), and the inbox and reconcile glue (`inbox.rs`, `reconcile.rs`).
+//! (`cancellation.rs`), the content keys of schemes whose id is not signed
+//! (`content.rs`), the operators' accessors (`operators.rs`), and the inbox and
+//! reconcile glue (`inbox.rs`, `reconcile.rs`).
 
 mod builder;
 mod cancellation;
@@ -19,6 +21,7 @@ mod content;
 mod event;
 mod followup;
 mod inbox;
+mod operators;
 mod reconcile;
 mod record;
 mod state;
@@ -43,8 +46,8 @@ use crate::outcome::{Answer, HandlerError, Outcome, OutcomeKind, Rejection};
 use crate::reconcile::Reconciler;
 use crate::runtime::{bounded_error, catch_unwind, current_span, enterable, panic_message};
 use crate::store::{
-    Claim, ClaimRequest, Deleted, DynProcessedStore, FencingToken, Fingerprint, Key, Record,
-    RecordState, StoreError,
+    Claim, ClaimRequest, DynProcessedStore, FencingToken, Fingerprint, Key, Record, RecordState,
+    StoreError,
 };
 use crate::verify::Verifier;
 use crate::Headers;
@@ -800,75 +803,6 @@ impl WebhookGuard {
         };
         let status = self.inner.status[kind.index()].unwrap_or(default);
         Answer::with_status(outcome, status)
-    }
-}
-
-/// The guard's configuration and its records, for operators.
-impl WebhookGuard {
-    /// The store.
-    pub fn store(&self) -> &Arc<DynProcessedStore> {
-        &self.inner.store
-    }
-
-    /// The clock.
-    pub fn clock(&self) -> &Arc<dyn Clock> {
-        &self.inner.clock
-    }
-
-    /// The hooks, as given to the builder (the guard calls them panic-safe).
-    pub fn hooks(&self) -> &Arc<dyn Hooks> {
-        &self.inner.hooks
-    }
-
-    /// The namespace.
-    pub fn namespace(&self) -> &str {
-        &self.inner.namespace
-    }
-
-    /// The lease duration.
-    pub fn lease(&self) -> Duration {
-        self.inner.lease
-    }
-
-    /// The retention.
-    pub fn retention(&self) -> Duration {
-        self.inner.retention
-    }
-
-    /// The largest body accepted, in bytes: integrations stop reading a body past it.
-    pub fn max_body(&self) -> usize {
-        self.inner.max_body
-    }
-
-    /// The record kept for `id`, for operators.
-    ///
-    /// # Errors
-    /// The store's error.
-    pub async fn inspect(&self, id: &str) -> Result<Option<Record>, StoreError> {
-        store(&self.inner)
-            .get(Key::new(&self.inner.namespace, id))
-            .await
-    }
-
-    /// Forgets `id` so its next delivery runs the handler again (the "resend from the
-    /// provider's dashboard" workflow), with the content key its record was claimed
-    /// with ([`WebhookGuardBuilder::content_keys`]). Refused while a live lease holds
-    /// the id.
-    ///
-    /// # Errors
-    /// The store's error.
-    pub async fn forget(&self, id: &str) -> Result<Deleted, StoreError> {
-        self.forget_id(id).await
-    }
-
-    /// Claims whose lease ran out without completion (crashed or hung holders).
-    ///
-    /// # Errors
-    /// The store's error.
-    pub async fn stuck(&self, limit: usize) -> Result<Vec<Record>, StoreError> {
-        store(&self.inner)
-            .stuck(self.inner.clock.now(), limit)
-            .await
     }
 }
 
