@@ -119,9 +119,10 @@ pub enum KeyError {
     /// A secret is shorter than any the provider issues (or, for the generic
     /// verifiers, than 16 bytes).
     #[error(
-        "the {provider} secret is {len} bytes after `{prefix}`, shorter than the {min} \
-         it issues: copy the whole secret (generic verifiers: use a random secret of at \
-         least 16 bytes, or mark a sender's short one with `Secret::allow_short`)"
+        "the {provider} secret is {len} bytes{}, fewer than the {min} its secrets have: \
+         copy the whole secret (for a generic verifier, use a random secret of 16 bytes \
+         or more, or mark a sender's short one with `Secret::allow_short`)",
+        after(prefix)
     )]
     TooShort {
         /// The provider whose format was checked.
@@ -136,6 +137,15 @@ pub enum KeyError {
     /// A header name given to a verifier is not a valid HTTP header name.
     #[error("`{0}` is not a valid HTTP header name (letters, digits and `-`, no spaces)")]
     BadHeaderName(String),
+}
+
+/// " after `prefix`" for a prefix, nothing without one.
+fn after(prefix: &str) -> String {
+    if prefix.is_empty() {
+        String::new()
+    } else {
+        format!(" after `{prefix}`")
+    }
 }
 
 /// `name` as a header name a verifier reads, refused when HTTP would not carry it.
