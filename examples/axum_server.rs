@@ -2,14 +2,14 @@
 //! verifier and handler.
 //!
 //! ```text
-//! PORT=3000 WEBHOOK_SECRET=s3cret cargo run --example axum_server --features axum
+//! PORT=3000 WEBHOOK_SECRET=a-random-secret-of-32-characters cargo run --example axum_server --features axum
 //! ```
 //!
 //! Then send a signed delivery (the signature is the hex HMAC-SHA256 of the body):
 //!
 //! ```text
 //! body='{"id":"evt_1","type":"charge.succeeded"}'
-//! sig=$(printf %s "$body" | openssl dgst -sha256 -hmac s3cret -hex | cut -d' ' -f2)
+//! sig=$(printf %s "$body" | openssl dgst -sha256 -hmac a-random-secret-of-32-characters -hex | cut -d' ' -f2)
 //! curl -i localhost:3000/webhooks -H "X-Signature: $sig" -d "$body"
 //! ```
 //!
@@ -37,7 +37,8 @@ async fn on_event(event: OwnedEvent) -> Result<(), HandlerError> {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let secret = std::env::var("WEBHOOK_SECRET").unwrap_or_else(|_| "s3cret".into());
+    let secret = std::env::var("WEBHOOK_SECRET")
+        .unwrap_or_else(|_| "a-random-secret-of-32-characters".into());
     let port: u16 = std::env::var("PORT")
         .ok()
         .and_then(|p| p.parse().ok())

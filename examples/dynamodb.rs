@@ -38,7 +38,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // start-up or from a deployment step (`webhook-guard migrate`).
     store.create_table().await?;
 
-    let verifier = HmacSha256Header::new("X-Signature", ["whsec_example"])?;
+    let verifier = HmacSha256Header::new("X-Signature", ["example-secret-0123456789abcdef"])?;
     let guard = WebhookGuard::builder()
         .store(store)
         .verifier(verifier.clone())

@@ -24,7 +24,7 @@ async fn receive(guard: WebhookGuard, request: Request<hyper::body::Incoming>) -
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let guard = WebhookGuard::builder()
         .store(MemoryStore::new())
-        .verifier(Stripe::new(["whsec_test_secret"])?) // answered within Stripe's 5 s
+        .verifier(Stripe::new(["whsec_wRNftLajMZNeslQOP6vEPm4iVx5NlZ6z"])?) // answered within Stripe's 5 s
         .build()?;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
     loop {

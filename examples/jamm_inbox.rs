@@ -33,7 +33,7 @@ use webhook_guard::verify::Jamm;
 use webhook_guard::{HandlerError, Outcome, WebhookGuard};
 
 const CHARGES: usize = 40;
-const SECRET: &str = "jamm-client-secret";
+const SECRET: &str = "jamm-client-secret-0123456789";
 
 /// What the provider knows: the truth its API answers with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -28,7 +28,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     .execute(&pool)
     .await?;
 
-    let verifier = HmacSha256Header::new("X-Signature", ["whsec_example"])?;
+    let verifier = HmacSha256Header::new("X-Signature", ["example-secret-0123456789abcdef"])?;
     let guard = WebhookGuard::builder()
         .store(store.clone())
         .verifier(verifier.clone())

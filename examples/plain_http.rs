@@ -43,7 +43,7 @@ async fn receive(guard: &WebhookGuard, request: Request<Vec<u8>>) -> Response<St
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let verifier = HmacSha256Header::new("X-Signature", ["s3cret"])?;
+    let verifier = HmacSha256Header::new("X-Signature", ["a-random-secret-of-32-characters"])?;
     let guard = WebhookGuard::builder()
         .namespace("billing")
         .store(MemoryStore::new())

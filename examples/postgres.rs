@@ -14,7 +14,7 @@ use webhook_guard::store::PostgresStore;
 use webhook_guard::verify::{Encoding, HmacSha256Header};
 use webhook_guard::{EventId, HandlerError, WebhookGuard};
 
-const SECRET: &str = "whsec_postgres_example";
+const SECRET: &str = "postgres-example-secret-01234567";
 
 #[derive(Deserialize)]
 struct PaymentEvent<'a> {

@@ -18,8 +18,8 @@ use webhook_guard::{
     EventId, HandlerError, Hooks, MemoryStore, Outcome, ProcessedStore, WebhookGuard,
 };
 
-const SECRET: &str = "whsec_quickstart_demo";
-const FORGED: &str = "whsec_guessed_by_an_attacker";
+const SECRET: &str = "whsec_quickstartdemo0123456789abcdefgh";
+const FORGED: &str = "whsec_guessedbyanattacker0123456789abc";
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -31,7 +31,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .connect(url.as_str())
         .await?;
 
-    let verifier = HmacSha256Header::new("X-Signature", ["whsec_example"])?;
+    let verifier = HmacSha256Header::new("X-Signature", ["example-secret-0123456789abcdef"])?;
     let guard = WebhookGuard::builder()
         .store(store)
         .verifier(verifier.clone())

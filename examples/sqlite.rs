@@ -13,7 +13,7 @@ use webhook_guard::store::SqliteStore;
 use webhook_guard::verify::{Encoding, HmacSha256Header};
 use webhook_guard::{EventId, HandlerError, WebhookGuard};
 
-const SECRET: &str = "whsec_sqlite_example";
+const SECRET: &str = "sqlite-example-secret-0123456789";
 
 #[derive(Deserialize)]
 struct PaymentEvent<'a> {

@@ -18,7 +18,7 @@ port=${WG_LAMBDA_PORT:-9310}
 log=$(mktemp)
 # Built first, so that the emulator's first invocation does not wait on the compiler.
 cargo build -q --example lambda_stripe --features lambda
-STRIPE_WEBHOOK_SECRET=whsec_emulator cargo lambda watch --example lambda_stripe \
+STRIPE_WEBHOOK_SECRET=whsec_emulator0123456789abcdefghijklmn cargo lambda watch --example lambda_stripe \
   --features lambda -P "$port" >"$log" 2>&1 &
 watch=$!
 trap 'kill "$watch" 2>/dev/null || true; pkill -f "examples/lambda_stripe" 2>/dev/null || true; rm -f "$log"' EXIT
@@ -28,11 +28,11 @@ send() { # secret, then send's own options
   WEBHOOK_GUARD_SECRET=$1 target/debug/webhook-guard send --provider stripe \
     --url "http://127.0.0.1:$port/" "${@:2}"
 }
-out=$(send whsec_emulator --duplicates 1 || true)
+out=$(send whsec_emulator0123456789abcdefghijklmn --duplicates 1 || true)
 echo "$out"
 grep -q "200 processed" <<<"$out" && grep -q "200 duplicate" <<<"$out" \
   || { cat "$log" >&2; echo "lambda emulator: expected processed, then duplicate" >&2; exit 1; }
-out=$(send whsec_another_secret || true) # send exits non-zero on a refusal
+out=$(send whsec_anothersecret0123456789abcdefghi || true) # send exits non-zero on a refusal
 echo "$out"
 grep -q "401" <<<"$out" || { echo "lambda emulator: a forged delivery was not refused" >&2; exit 1; }
 echo "lambda emulator: examples/lambda_stripe processed, then duplicate; forged refused (401)"

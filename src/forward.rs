@@ -116,7 +116,8 @@ mod tests {
         let clock = crate::clock::ManualClock::new(chrono::DateTime::UNIX_EPOCH);
         let boxed: Box<dyn Clock> = Box::new(clock);
         assert_eq!(Arc::new(boxed).now(), chrono::DateTime::UNIX_EPOCH);
-        let stripe = crate::verify::Stripe::new(["whsec_dGVzdA=="]).expect("a key");
+        let stripe = crate::verify::Stripe::new([crate::verify::Provider::Stripe.sample_secret()])
+            .expect("a key");
         let shared: Arc<dyn Verifier> = Arc::new(stripe);
         assert!(Box::new(shared).retry_window().is_some());
     }

@@ -101,7 +101,7 @@ mod tests {
     #[test]
     fn the_guard_reads_an_http02_header_map() {
         use crate::verify::HmacSha256Header;
-        let verifier = HmacSha256Header::new("X-Signature", ["k"]).unwrap();
+        let verifier = HmacSha256Header::new("X-Signature", ["k-0123456789abcdef"]).unwrap();
         let guard = crate::WebhookGuard::builder()
             .store(crate::MemoryStore::new())
             .verifier(verifier.clone())

@@ -21,7 +21,7 @@
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() {
-//! let verifier = HmacSha256Header::new("X-Signature", ["s3cret"]).unwrap();
+//! let verifier = HmacSha256Header::new("X-Signature", ["a-random-secret-of-32-characters"]).unwrap();
 //! let body = br#"{"id":"evt_1","type":"charge.succeeded"}"#;
 //! let signature = verifier.sign(body);
 //! let guard = WebhookGuard::builder()

@@ -18,6 +18,7 @@
 //!     .store(MeteredStore::new(MemoryStore::new()))
 //!     .hooks(MetricsHooks::wrap(NoHooks)) // or your own hooks
 //!     .verifier(NoVerification)
+//!     .event_id(webhook_guard::EventId::header("X-Event-Id"))
 //!     .build()
 //!     .unwrap();
 //! # drop(guard);

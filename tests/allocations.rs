@@ -135,7 +135,7 @@ fn hot_path_allocations_are_bounded() {
 #[test]
 fn a_preset_reading_the_body_allocates_no_more() {
     use webhook_guard::verify::Stripe;
-    let secret = "whsec_allocations";
+    let secret = "whsec_allocations0123456789abcdefghijk";
     let guard = WebhookGuard::builder()
         .store(MemoryStore::with_shards(1))
         .verifier(Stripe::new([secret]).unwrap())

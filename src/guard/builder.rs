@@ -106,6 +106,29 @@ pub enum ConfigError {
     /// bytes, or a cache of no tenant.
     #[error("tenants: {0}")]
     Tenants(&'static str),
+    /// The retention is shorter than the provider's retry window: a retry after
+    /// the record expired would run the handler again.
+    #[error(
+        "retention ({retention:?}) is shorter than the provider's retry window \
+         ({retry_window:?}): a late retry would run the handler again; raise the \
+         retention, or call `allow_retention_below_retry_window()` if that is meant"
+    )]
+    RetentionBelowRetryWindow {
+        /// The configured retention.
+        retention: Duration,
+        /// The verifier's retry window.
+        retry_window: Duration,
+    },
+    /// The event id comes from the verifier, which finds none (a generic verifier
+    /// given no id header, or `NoVerification`): every delivery would be answered
+    /// `missing_event_id`.
+    #[error(
+        "the verifier finds no event id: name the id's header on the verifier \
+         (`event_id_header` / `id_header`, or `{{id:...}}` in a template), or tell the \
+         guard where it is with `event_id(EventId::header(..))` or \
+         `EventId::json_field(..)`"
+    )]
+    NoEventIdSource,
 }
 
 /// Builds a [`WebhookGuard`]. See [`WebhookGuard::builder`].
@@ -134,6 +157,8 @@ pub struct WebhookGuardBuilder {
     reconciler: Option<Arc<dyn Reconciler>>,
     meta: Option<MetaExtractor>,
     tenants: Option<Tenants>,
+    short_retention: bool,
+    content_keys: bool,
 }
 
 pub(super) const KINDS: usize = OutcomeKind::ALL.len();
@@ -308,6 +333,43 @@ impl WebhookGuardBuilder {
         self
     }
 
+    /// Accepts a [`retention`](Self::retention) shorter than the verifier's
+    /// [`retry_window`](Verifier::retry_window), which the builder refuses otherwise
+    /// ([`ConfigError::RetentionBelowRetryWindow`]): a retry the provider sends
+    /// after its record expired then runs the handler again.
+    pub fn allow_retention_below_retry_window(mut self) -> Self {
+        self.short_retention = true;
+        self
+    }
+
+    /// Whether to deduplicate by the signed content too, where the verifier's
+    /// scheme does not sign its event id (default: on). A verifier that gives a
+    /// [`content_key`](Verifier::content_key) (GitHub, Shopify, Linear, Jamm) then
+    /// has it claimed beside the id, under a namespace of the guard's own
+    /// (`"\u{1}content:"` and a hash of the namespace), kept for the retention:
+    ///
+    /// - the signed content replayed under any other id is answered
+    ///   [`Outcome::Duplicate`](crate::Outcome::Duplicate) (or
+    ///   [`Outcome::InProgress`](crate::Outcome::InProgress) while its first
+    ///   delivery runs), the handler not run and the replay's id never claimed, so
+    ///   a captured delivery cannot take an id the provider will use later;
+    /// - the provider's own retry (the same content, or Linear's re-signed body
+    ///   under the same id) is deduplicated as before, and a content whose handler
+    ///   failed is released with it, so its retry (or a copy under another id, if
+    ///   that comes first) runs it; a crash between the two claims leaves the
+    ///   content's claim to run out its lease, as an id's would;
+    /// - with conflict detection, the fingerprint kept is the content key (for
+    ///   Jamm, the signed `content`, not the unsigned envelope around it).
+    ///
+    /// Cost: one more store round trip for a delivery answered at its content's
+    /// claim (a duplicate of a finished content costs one, as before); two more
+    /// (the content's claim and its finish) for a delivery that runs the handler
+    /// or meets its id already known.
+    pub fn content_keys(mut self, on: bool) -> Self {
+        self.content_keys = on;
+        self
+    }
+
     /// After how many failures an id is escalated (default 5, or the verifier's
     /// [`deliveries`](Verifier::deliveries) if fewer: GitHub delivers once, Slack and
     /// Linear four times, and an event failing on each of them would otherwise never
@@ -349,10 +411,11 @@ impl WebhookGuardBuilder {
     /// Builds the guard.
     ///
     /// # Errors
-    /// [`ConfigError`] for a missing store or verifier, a retention below the lease
-    /// or below twice the verifier's tolerance, a zero duration, threshold or body
-    /// limit, a duration past a century, a bad namespace, or tenants it cannot serve
-    /// ([`ConfigError::Tenants`]).
+    /// [`ConfigError`] for a missing store or verifier, a retention below the lease,
+    /// below twice the verifier's tolerance or (unless allowed) below its retry
+    /// window, an event id left to a verifier that finds none, a zero duration,
+    /// threshold or body limit, a duration past a century, a bad namespace, or tenants
+    /// it cannot serve ([`ConfigError::Tenants`]).
     pub fn build(self) -> Result<WebhookGuard, ConfigError> {
         let store = self.store.ok_or(ConfigError::NoStore)?;
         let verifier = self.verifier.ok_or(ConfigError::NoVerifier)?;
@@ -379,6 +442,9 @@ impl WebhookGuardBuilder {
                 lease: self.lease,
             });
         }
+        if matches!(self.event_id, EventId::FromVerifier) && !verifier.finds_event_id() {
+            return Err(ConfigError::NoEventIdSource);
+        }
         if let Some(tolerance) = verifier.tolerance() {
             // A signed time may lie a tolerance ahead of the clock and be accepted
             // until a tolerance behind it.
@@ -386,6 +452,14 @@ impl WebhookGuardBuilder {
                 return Err(ConfigError::RetentionBelowTolerance {
                     retention,
                     tolerance,
+                });
+            }
+        }
+        if let Some(retry_window) = verifier.retry_window() {
+            if retention < retry_window && !self.short_retention {
+                return Err(ConfigError::RetentionBelowRetryWindow {
+                    retention,
+                    retry_window,
                 });
             }
         }
@@ -419,6 +493,8 @@ impl WebhookGuardBuilder {
                 safe_hooks: PanicSafe::wrap(self.hooks.clone()),
                 hooks: self.hooks,
                 followup_namespace: super::followup::followup_namespace(&self.namespace),
+                content_namespace: (self.content_keys)
+                    .then(|| super::content::content_namespace(&self.namespace)),
                 namespace: self.namespace,
                 event_id: self.event_id,
                 lease: self.lease,
@@ -505,7 +581,7 @@ impl WebhookGuard {
     ///
     /// let guard = WebhookGuard::builder()
     ///     .store(MemoryStore::new())
-    ///     .verifier(HmacSha256Header::new("X-Signature", ["s3cret"]).unwrap())
+    ///     .verifier(HmacSha256Header::new("X-Signature", ["a-random-secret-of-32-characters"]).unwrap())
     ///     .event_id(webhook_guard::EventId::json_field(["id"]))
     ///     .build()
     ///     .unwrap();
@@ -534,6 +610,8 @@ impl WebhookGuard {
             reconciler: None,
             meta: None,
             tenants: None,
+            short_retention: false,
+            content_keys: true,
         }
     }
 }
@@ -552,6 +630,7 @@ mod tests {
         let guard = WebhookGuard::builder()
             .store(store.clone())
             .verifier(NoVerification)
+            .event_id(crate::EventId::header("X-Id"))
             .build()
             .unwrap();
         assert!(Arc::ptr_eq(guard.store(), &store), "not wrapped again");

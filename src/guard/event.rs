@@ -91,16 +91,30 @@ pub(super) fn check_id(id: &str) -> Result<(), Rejection> {
     } else if id.len() > MAX_ID_LEN {
         Err(Rejection::InvalidId("longer than 255 bytes"))
     } else if has_control(id) {
-        Err(Rejection::InvalidId("contains control characters"))
+        Err(Rejection::InvalidId(
+            "contains control, format or line/paragraph separator characters",
+        ))
     } else {
         Ok(())
     }
 }
 
-/// Whether `id` holds a control character: printable ASCII (almost every id) is
-/// told without decoding.
+/// Whether `id` holds a character of Unicode general category `Cc` (control), `Cf`
+/// (format: bidi overrides, zero-width characters) or `Zl` / `Zp` (line and
+/// paragraph separators), which would make an id print as another or break a log
+/// line: printable ASCII (almost every id) is told without decoding.
 fn has_control(id: &str) -> bool {
-    !id.bytes().all(|b| (0x20..0x7f).contains(&b)) && id.chars().any(char::is_control)
+    use unicode_properties::{GeneralCategory, UnicodeGeneralCategory as _};
+    !id.bytes().all(|b| (0x20..0x7f).contains(&b))
+        && id.chars().any(|c| {
+            matches!(
+                c.general_category(),
+                GeneralCategory::Control
+                    | GeneralCategory::Format
+                    | GeneralCategory::LineSeparator
+                    | GeneralCategory::ParagraphSeparator
+            )
+        })
 }
 
 /// A delivery that passed verification, with its event id.
@@ -282,6 +296,22 @@ mod tests {
         }
         for id in ["evt\t1", "evt\r\n", "\x7f", "evt\u{85}", "é\u{9f}", "\0"] {
             assert!(has_control(id), "{id:?}");
+        }
+        // Format (bidi overrides, zero-width, BOM) and line / paragraph separators.
+        for id in [
+            "evt_1\u{202e}",
+            "evt\u{200b}1",
+            "\u{2066}evt",
+            "\u{feff}evt_1",
+            "evt\u{2028}1",
+            "evt\u{2029}1",
+            "evt\u{ad}1",
+        ] {
+            assert!(has_control(id), "{id:?}");
+        }
+        // Spaces (Zs) and other non-ASCII letters stay allowed.
+        for id in ["evt\u{a0}1", "evt\u{3000}1", "ид-1"] {
+            assert!(!has_control(id), "{id:?}");
         }
     }
 }

@@ -71,7 +71,7 @@ impl WebhookGuard {
                 limit,
             })
         } else {
-            check_id(id).map(|()| (id.to_owned(), None))
+            check_id(id).map(|()| (id.to_owned(), None, None))
         };
         async move {
             let unknown = Fingerprint::UNKNOWN;

@@ -11,7 +11,7 @@ use super::{record_on_span, VerifiedDelivery, WebhookGuard};
 use crate::inbox::{Enqueued, NewEvent};
 use crate::outcome::{Outcome, Rejection};
 use crate::runtime::enterable;
-use crate::store::{Fingerprint, Key, StoreError};
+use crate::store::{Fingerprint, Key, RecordState, StoreError};
 use crate::Headers;
 
 impl WebhookGuard {
@@ -30,8 +30,12 @@ impl WebhookGuard {
         let started = Instant::now();
         let now = self.inner.clock.now();
         let verified = span.in_scope(|| self.verify_at(headers, body, now));
+        let inner = &self.inner;
+        let content_key = (verified.is_ok() && inner.content_namespace.is_some())
+            .then(|| inner.verifier.content_key(headers, body))
+            .flatten();
         async move {
-            let outcome = self.enqueue(verified, body, now).await;
+            let outcome = self.enqueue(verified, content_key, body, now).await;
             self.report(&outcome, None, started, None);
             outcome
         }
@@ -41,6 +45,7 @@ impl WebhookGuard {
     async fn enqueue(
         &self,
         verified: Result<VerifiedDelivery, Rejection>,
+        content_key: Option<[u8; 32]>,
         body: &[u8],
         now: DateTime<Utc>,
     ) -> Outcome {
@@ -57,12 +62,22 @@ impl WebhookGuard {
                 error: StoreError::backend("no inbox configured on this guard"),
             };
         };
-        // As for a claim: with conflict detection off, the body is not hashed and the
-        // event keeps `UNKNOWN`, which no guard compares.
-        let fingerprint = if inner.fingerprint {
-            Fingerprint::of(body)
-        } else {
-            Fingerprint::UNKNOWN
+        // As for a claim: the content key first (`content.rs`): a signed content
+        // already stored under another id is a duplicate, never stored again; with
+        // conflict detection off, the body is not hashed and the event keeps
+        // `UNKNOWN`, which no guard compares.
+        let content = match self
+            .claim_content(&delivery.id, content_key, now, None)
+            .await
+        {
+            Ok(content) => content,
+            Err(Outcome::Duplicate { id, .. }) => return Outcome::Accepted { id, new: false },
+            Err(outcome) => return outcome,
+        };
+        let fingerprint = match (inner.fingerprint, content_key) {
+            (true, Some(key)) => Fingerprint(key),
+            (true, None) => Fingerprint::of(body),
+            (false, _) => Fingerprint::UNKNOWN,
         };
         let key = Key::new(&inner.namespace, &delivery.id);
         let event = NewEvent {
@@ -73,7 +88,7 @@ impl WebhookGuard {
             now,
             expires_at: crate::later(now, inner.retention_delta),
         };
-        match inbox.enqueue(&event).await {
+        let outcome = match inbox.enqueue(&event).await {
             Ok(Enqueued::Inserted) => Outcome::Accepted {
                 id: delivery.id,
                 new: true,
@@ -92,7 +107,19 @@ impl WebhookGuard {
                 id: Some(delivery.id),
                 error,
             },
+        };
+        if let Some(content) = &content {
+            // Stored (by this delivery or an earlier one of its id): the inbox owns
+            // it now. A conflict or a store error releases the content.
+            let stored = matches!(outcome, Outcome::Accepted { .. });
+            let state = if stored {
+                RecordState::Completed
+            } else {
+                RecordState::Failed
+            };
+            self.end_content(content, state).await;
         }
+        outcome
     }
 
     /// A [`Worker`](crate::inbox::Worker) over this guard's inbox, with its

@@ -10,15 +10,19 @@
 //! records how it ended through `Claimed`). The rest lives beside it: the builder
 //! (`builder.rs`), the event types (`event.rs`), a won claim (`claim.rs`), recording
 //! its end (`record.rs`), what a dropped delivery leaves to the background
-//! (`cancellation.rs`), and the inbox and reconcile glue (`inbox.rs`, `reconcile.rs`).
+//! (`cancellation.rs`), the content keys of schemes whose id is not signed
+//! (`content.rs`), the operators' accessors (`operators.rs`), and the inbox and
+//! reconcile glue (`inbox.rs`, `reconcile.rs`).
 
 mod builder;
 mod cancellation;
 mod claim;
+mod content;
 mod event;
 mod fetched;
 mod followup;
 mod inbox;
+mod operators;
 mod reconcile;
 mod record;
 mod state;
@@ -44,8 +48,8 @@ use crate::outcome::{Answer, HandlerError, Outcome, OutcomeKind, Rejection};
 use crate::reconcile::Reconciler;
 use crate::runtime::{bounded_error, catch_unwind, current_span, enterable, panic_message};
 use crate::store::{
-    Claim, ClaimRequest, Deleted, DynProcessedStore, FencingToken, Fingerprint, Key, Record,
-    RecordState, StoreError,
+    Claim, ClaimRequest, DynProcessedStore, FencingToken, Fingerprint, Key, Record, RecordState,
+    StoreError,
 };
 use crate::verify::Verifier;
 use crate::Headers;
@@ -93,6 +97,8 @@ struct Inner {
     namespace: String,
     /// Where the follow-up markers of failures for good live (`followup.rs`).
     followup_namespace: String,
+    /// Where the content keys live (`content.rs`), unless turned off.
+    content_namespace: Option<String>,
     event_id: EventId,
     lease: Duration,
     lease_delta: TimeDelta,
@@ -164,7 +170,10 @@ impl WebhookGuard {
     /// # Cost
     ///
     /// A processed delivery makes two store round trips (claim, then complete); a
-    /// duplicate makes one (the claim answers with the record). On [`MemoryStore`]
+    /// duplicate makes one (the claim answers with the record). A verifier whose
+    /// scheme does not sign its id (GitHub, Shopify, Linear, Jamm) adds its content
+    /// key's: two more for a processed delivery, none more for a duplicate of a
+    /// finished content ([`WebhookGuardBuilder::content_keys`]). On [`MemoryStore`]
     /// with the id in a header (or with the Stripe preset, which reads it from the
     /// body), a processed delivery allocates 6 times (and, while
     /// the store is still growing, one more per 8 new records, plus now and then a
@@ -207,7 +216,7 @@ impl WebhookGuard {
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
-    /// let verifier = HmacSha256Header::new("X-Signature", ["s3cret"]).unwrap();
+    /// let verifier = HmacSha256Header::new("X-Signature", ["a-random-secret-of-32-characters"]).unwrap();
     /// let body = Bytes::from_static(br#"{"id":"evt_1"}"#);
     /// let headers = [("X-Signature", verifier.sign(&body))];
     /// let guard = WebhookGuard::builder()
@@ -444,7 +453,7 @@ impl WebhookGuard {
         body: &[u8],
         now: DateTime<Utc>,
     ) -> Result<VerifiedDelivery, Rejection> {
-        let (id, signed_at) = self.verify_id_at(headers, body, now)?;
+        let (id, signed_at, _) = self.verify_id_at(headers, body, now)?;
         Ok(VerifiedDelivery {
             id,
             signed_at,
@@ -452,15 +461,15 @@ impl WebhookGuard {
         })
     }
 
-    /// The checks of [`WebhookGuard::verify_at`]: the event id and the signed time.
-    /// The flow reads the metadata only once it has claimed the id, so that a
-    /// duplicate costs no scan of the body for it.
+    /// The checks of [`WebhookGuard::verify_at`]: the event id, the signed time and
+    /// the content key. The flow reads the metadata only once it has claimed the
+    /// id, so that a duplicate costs no scan of the body for it.
     fn verify_id_at(
         &self,
         headers: &dyn Headers,
         body: &[u8],
         now: DateTime<Utc>,
-    ) -> Result<(String, Option<DateTime<Utc>>), Rejection> {
+    ) -> Result<VerifiedId, Rejection> {
         let inner = &self.inner;
         if body.len() > inner.max_body {
             return Err(Rejection::BodyTooLarge {
@@ -475,7 +484,9 @@ impl WebhookGuard {
         let signed_at = verified.signed_at;
         let id = inner.event_id.extract(headers, body, verified)?;
         check_id(&id)?;
-        Ok((id, signed_at))
+        let content = (inner.content_namespace.as_ref())
+            .and_then(|_| inner.verifier.content_key(headers, body));
+        Ok((id, signed_at, content))
     }
 
     /// Claims the id of a verified delivery: the claim to run, or the outcome to
@@ -484,13 +495,16 @@ impl WebhookGuard {
     /// `lease_cap`, when given, bounds the claim's lease and its renewals.
     fn claim<'s, 'a>(
         &'s self,
-        verified: Result<(String, Option<DateTime<Utc>>), Rejection>,
+        verified: Result<VerifiedId, Rejection>,
         body: &'a [u8],
         started: Instant,
         now: DateTime<Utc>,
         lease_cap: Option<DateTime<Utc>>,
     ) -> impl Future<Output = Begin<'a>> + Send + use<'s, 'a> {
+        // A content key stands for the signed content: a Jamm envelope around the
+        // same content is the same delivery, not a conflict.
         let fingerprint = match &verified {
+            Ok((_, _, Some(key))) if self.inner.fingerprint => Fingerprint(*key),
             Ok(_) if self.inner.fingerprint => Fingerprint::of(body),
             _ => Fingerprint::UNKNOWN,
         };
@@ -501,19 +515,23 @@ impl WebhookGuard {
     /// from the provider's API claims with [`Fingerprint::UNKNOWN`] (`fetched.rs`).
     async fn claim_as<'a>(
         &self,
-        verified: Result<(String, Option<DateTime<Utc>>), Rejection>,
+        verified: Result<VerifiedId, Rejection>,
         body: &'a [u8],
         fingerprint: Fingerprint,
         started: Instant,
         now: DateTime<Utc>,
         lease_cap: Option<DateTime<Utc>>,
     ) -> Begin<'a> {
-        let id = match verified {
-            Ok((id, _)) => id,
+        let (id, content_key) = match verified {
+            Ok((id, _, content_key)) => (id, content_key),
             Err(r) => return self.done(Outcome::Rejected(r), None, started),
         };
         record_on_span("webhook.event_id", id.as_str());
         let inner = &self.inner;
+        let content = match self.claim_content(&id, content_key, now, lease_cap).await {
+            Ok(content) => content,
+            Err(outcome) => return self.done(outcome, None, started),
+        };
         let key = Key::new(&inner.namespace, &id);
         let request = ClaimRequest {
             key,
@@ -552,6 +570,7 @@ impl WebhookGuard {
                     self.pay_owed(&record, body, now).await;
                 }
                 let outcome = self.existing(id, record, fingerprint, now);
+                self.content_after(content.as_ref(), &outcome).await;
                 return self.done(outcome, None, started);
             }
             Err(error) => {
@@ -559,6 +578,7 @@ impl WebhookGuard {
                     id: Some(id),
                     error,
                 };
+                self.content_after(content.as_ref(), &outcome).await;
                 return self.done(outcome, None, started);
             }
         };
@@ -592,6 +612,7 @@ impl WebhookGuard {
             started,
             claimed_at: Instant::now(),
             lease_cap,
+            content,
         });
         // The two rare early ends below are boxed (kept out of every delivery's
         // future) and detachable: they finish, hooks and report included, even if
@@ -814,81 +835,8 @@ impl WebhookGuard {
     }
 }
 
-/// The guard's configuration and its records, for operators.
-impl WebhookGuard {
-    /// The store.
-    pub fn store(&self) -> &Arc<DynProcessedStore> {
-        &self.inner.store
-    }
-
-    /// The clock.
-    pub fn clock(&self) -> &Arc<dyn Clock> {
-        &self.inner.clock
-    }
-
-    /// The hooks, as given to the builder (the guard calls them panic-safe).
-    pub fn hooks(&self) -> &Arc<dyn Hooks> {
-        &self.inner.hooks
-    }
-
-    /// The namespace.
-    pub fn namespace(&self) -> &str {
-        &self.inner.namespace
-    }
-
-    /// The tenant this guard serves, for a tenant's guard
-    /// ([`WebhookGuard::tenant`]).
-    pub fn tenant_id(&self) -> Option<&str> {
-        self.inner.served.as_ref()?.tenant.as_deref()
-    }
-
-    /// The lease duration.
-    pub fn lease(&self) -> Duration {
-        self.inner.lease
-    }
-
-    /// The retention.
-    pub fn retention(&self) -> Duration {
-        self.inner.retention
-    }
-
-    /// The largest body accepted, in bytes: integrations stop reading a body past it.
-    pub fn max_body(&self) -> usize {
-        self.inner.max_body
-    }
-
-    /// The record kept for `id`, for operators.
-    ///
-    /// # Errors
-    /// The store's error.
-    pub async fn inspect(&self, id: &str) -> Result<Option<Record>, StoreError> {
-        store(&self.inner)
-            .get(Key::new(&self.inner.namespace, id))
-            .await
-    }
-
-    /// Forgets `id` so its next delivery runs the handler again (the "resend from the
-    /// provider's dashboard" workflow). Refused while a live lease holds the id.
-    ///
-    /// # Errors
-    /// The store's error.
-    pub async fn forget(&self, id: &str) -> Result<Deleted, StoreError> {
-        let now = self.inner.clock.now();
-        store(&self.inner)
-            .delete(Key::new(&self.inner.namespace, id), now)
-            .await
-    }
-
-    /// Claims whose lease ran out without completion (crashed or hung holders).
-    ///
-    /// # Errors
-    /// The store's error.
-    pub async fn stuck(&self, limit: usize) -> Result<Vec<Record>, StoreError> {
-        store(&self.inner)
-            .stuck(self.inner.clock.now(), limit)
-            .await
-    }
-}
+/// What verification found: the event id, the signed time, the content key.
+type VerifiedId = (String, Option<DateTime<Utc>>, Option<[u8; 32]>);
 
 /// The store behind the guard's `Arc`. Calling through `Arc<dyn ProcessedStore>`
 /// itself would go through its forwarding impl, which boxes a second future per call.

@@ -77,6 +77,7 @@ impl ClaimState {
         match late {
             Late::Recorded => {
                 tracing::info!(id = %self.id, "completion recorded late");
+                self.end_content(state).await;
                 self.settle_applied().await;
                 None
             }
@@ -302,7 +303,11 @@ impl ClaimState {
         let fence = store(&self.guard.inner)
             .finish(self.key(), self.token, &finish)
             .await;
-        self.own_fence(fence, state).await
+        let fence = self.own_fence(fence, state).await;
+        if let Ok(Fence::Applied) = fence {
+            self.end_content(state).await;
+        }
+        fence
     }
 
     /// The answer of this claim's finish to `state`, with a `LeaseLost` that met
@@ -334,14 +339,18 @@ impl ClaimState {
     ) {
         if let Some(runtime) = runtime::current() {
             let (guard, id, token) = (self.guard.clone(), self.id.clone(), self.token);
-            let history = history.to_vec();
+            let (history, content) = (history.to_vec(), self.content.clone());
             runtime.spawn(async move {
                 let what = state.as_str();
                 match guard
                     .finish_later(&id, token, state, failures, &history)
                     .await
                 {
-                    Late::Recorded => {}
+                    Late::Recorded => {
+                        if let Some(content) = &content {
+                            guard.end_content(content, state).await;
+                        }
+                    }
                     Late::TakenOver => {
                         tracing::warn!(%id, "taken over before the {what} was recorded")
                     }

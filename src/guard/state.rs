@@ -37,6 +37,9 @@ pub(super) struct ClaimState {
     /// The latest end of the claim's lease, renewals included, when the delivery
     /// has one ([`WebhookGuard::handle_owned_until`]).
     pub(super) lease_cap: Option<DateTime<Utc>>,
+    /// The content key this claim holds beside its id (`content.rs`): ended as the
+    /// id's record ends, renewed with it.
+    pub(super) content: Option<super::content::ContentClaim>,
 }
 
 impl ClaimState {
@@ -68,6 +71,7 @@ impl ClaimState {
                 // Our outage, not the handler's failure: release the claim without
                 // counting a failure towards escalation.
                 let release = self.finish_as(RecordState::Failed, now);
+                self.end_content(RecordState::Failed).await;
                 if let Err(e) = store(&self.guard.inner)
                     .finish(self.key(), self.token, &release)
                     .await
@@ -91,6 +95,7 @@ impl ClaimState {
         let finished = store(&self.guard.inner)
             .finish(self.key(), self.token, &finish)
             .await;
+        self.end_content(RecordState::Completed).await;
         if let Err(e) = finished {
             // Recorded in the background: a claim left to run out its lease would
             // count as a failure, and a resend could escalate an event that never ran.
@@ -135,6 +140,13 @@ impl ClaimState {
         self.guard.spawn_reconcile(request, mark);
     }
 
+    /// Ends the content key this claim holds, if any, in `state`.
+    pub(super) async fn end_content(&self, state: RecordState) {
+        if let Some(content) = &self.content {
+            self.guard.end_content(content, state).await;
+        }
+    }
+
     pub(super) fn key(&self) -> Key<'_> {
         Key::new(&self.guard.inner.namespace, &self.id)
     }
@@ -142,13 +154,15 @@ impl ClaimState {
     pub(super) async fn renew(&self) -> Result<(), LeaseError> {
         let inner = &self.guard.inner;
         let now = inner.clock.now();
+        let lease_until = super::capped(crate::later(now, inner.lease_delta), self.lease_cap, now);
+        let expires_at = crate::later(now, inner.retention_delta);
+        if let Some(content) = &self.content {
+            (self.guard)
+                .renew_content(content, lease_until, expires_at)
+                .await;
+        }
         let fence = store(inner)
-            .renew(
-                self.key(),
-                self.token,
-                super::capped(crate::later(now, inner.lease_delta), self.lease_cap, now),
-                crate::later(now, inner.retention_delta),
-            )
+            .renew(self.key(), self.token, lease_until, expires_at)
             .await?;
         match fence {
             Fence::Applied => Ok(()),

@@ -238,6 +238,10 @@ impl WebhookGuard {
                 hooks: inner.hooks.clone(),
                 safe_hooks: inner.safe_hooks.clone(),
                 namespace: format!("{}/{part}", inner.namespace),
+                // A tenant's contents are its own: one body under two tenants is two.
+                content_namespace: (inner.content_namespace.as_ref()).map(|_| {
+                    super::content::content_namespace(&format!("{}/{part}", inner.namespace))
+                }),
                 followup_namespace: format!("{}/{part}", inner.followup_namespace),
                 event_id: inner.event_id.clone(),
                 lease: inner.lease,

@@ -8,7 +8,7 @@
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! let guard = WebhookGuard::builder()
 //!     .store(MemoryStore::new())
-//!     .verifier(HmacSha256Header::new("X-Signature", ["s3cret"])?)
+//!     .verifier(HmacSha256Header::new("X-Signature", ["a-random-secret-of-32-characters"])?)
 //!     .event_id(EventId::json_field(["id"]))
 //!     .build()?;
 //!

@@ -9,7 +9,7 @@
 //! async fn main() -> Result<(), lambda_http::Error> {
 //!     let guard = WebhookGuard::builder()
 //!         .store(MemoryStore::new()) // a shared store in production: DynamoDB, Redis, ...
-//!         .verifier(HmacSha256Header::new("X-Signature", ["s3cret"])?)
+//!         .verifier(HmacSha256Header::new("X-Signature", ["a-random-secret-of-32-characters"])?)
 //!         .event_id(EventId::json_field(["id"]))
 //!         .build()?;
 //!     lambda_http::run(lambda::guarded(guard, |event: OwnedEvent| async move {

@@ -238,6 +238,7 @@ impl WebhookGuard {
     /// let guard = WebhookGuard::builder()
     ///     .store(MemoryStore::new())
     ///     .verifier(NoVerification)
+    ///     .event_id(webhook_guard::EventId::header("X-Event-Id"))
     ///     .status(OutcomeKind::Duplicate, http::StatusCode::ACCEPTED)
     ///     .build()
     ///     .unwrap();

@@ -56,7 +56,7 @@
 //!
 //! let guard = WebhookGuard::builder()
 //!     .store(MemoryStore::new())
-//!     .verifier(HmacSha256Header::new("X-Signature", ["s3cret"]).unwrap())
+//!     .verifier(HmacSha256Header::new("X-Signature", ["a-random-secret-of-32-characters"]).unwrap())
 //!     .event_id(EventId::json_field(["id"]))
 //!     .build()
 //!     .unwrap();

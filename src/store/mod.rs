@@ -91,7 +91,14 @@ pub type DynProcessedStore = dyn ProcessedStore;
 /// announcement an escalation or a permanent failure still owes) in a namespace
 /// of its own, `"\u{1}followup:"` and 16 hex digits of a hash of its namespace,
 /// under the event's id. They show in [`ProcessedStore::stuck`] when a process died
-/// owing one, until the guard's sweeper or the id's next delivery pays it.
+/// owing one, until the guard's sweeper or the id's next delivery pays it. A guard
+/// whose verifier does not sign its event id (GitHub, Shopify, Linear, Jamm) keeps
+/// the content keys of its deliveries in `"\u{1}content:"` and 16 hex digits of a
+/// hash of its namespace, under 64 hex digits
+/// ([`WebhookGuardBuilder::content_keys`](crate::WebhookGuardBuilder::content_keys)),
+/// for the guard's retention; one whose process died holding it shows in `stuck`
+/// from the end of its lease until a redelivery takes it over or the retention
+/// ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Key<'a> {
     /// The namespace, such as `"stripe"`.

@@ -434,8 +434,15 @@ impl StoreUrl {
         })?;
         let mut options = SqliteStore::tune(parsed);
         let query = self.target.split_once('?').map_or("", |(_, q)| q);
-        if query_param(query, "mode").is_none() {
+        let mode = query_param(query, "mode");
+        if mode.is_none() {
             options = options.create_if_missing(self.create_if_missing);
+        }
+        let creates =
+            matches!(mode.as_deref(), Some("rwc")) || (mode.is_none() && self.create_if_missing);
+        if creates {
+            // Created readable by its owner only, as `SqliteStore::open` does.
+            sqlite::create_private(&options)?;
         }
         let pool = sqlx::sqlite::SqlitePoolOptions::new()
             .max_connections(4)

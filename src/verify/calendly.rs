@@ -5,6 +5,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::common::{self, Keys};
+use super::SecretFormat;
 use super::{Verified, Verifier, VerifyError};
 use crate::Headers;
 
@@ -55,6 +56,11 @@ pub struct Calendly {
 }
 
 impl Calendly {
+    /// What the constructor accepts as a secret: its webhook signing key: a key Calendly makes or one you chose, in no published format; any bytes
+    /// without surrounding whitespace (a trailing newline from an environment
+    /// variable is refused).
+    pub const SECRET_FORMAT: SecretFormat = SecretFormat::new("Calendly");
+
     /// The tolerance of Calendly's documented example: 3 minutes.
     pub const DEFAULT_TOLERANCE: Duration = Duration::from_secs(180);
     /// Calendly retries for 24 hours.

@@ -11,7 +11,7 @@ use chrono::{DateTime, Utc};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-use super::{check_tolerance, Encoding, KeyError, Secret, Verified, VerifyError};
+use super::{check_tolerance, Encoding, KeyError, Secret, SecretFormat, Verified, VerifyError};
 use crate::Headers;
 
 pub(crate) type HmacSha256 = Hmac<Sha256>;
@@ -29,11 +29,21 @@ pub(crate) const MAX_ENTRIES: usize = 32;
 pub(crate) struct Keys(Vec<HmacSha256>);
 
 impl Keys {
-    /// Keys from secrets used as their raw bytes.
+    /// Keys from secrets used as their raw bytes, unchecked (for the tests).
+    #[cfg(test)]
     pub(crate) fn from_secrets<S: Into<Secret>>(
         secrets: impl IntoIterator<Item = S>,
     ) -> Result<Self, KeyError> {
         Self::from_secrets_with(secrets, Ok)
+    }
+
+    /// Keys from secrets used as their raw bytes, each checked against `format`
+    /// first (see [`SecretFormat`]): what every preset's constructor calls.
+    pub(crate) fn checked<S: Into<Secret>>(
+        secrets: impl IntoIterator<Item = S>,
+        format: &SecretFormat,
+    ) -> Result<Self, KeyError> {
+        Self::from_secrets_with(secrets, |s| format.check(&s).map(|()| s))
     }
 
     /// Keys from secrets, each turned into key bytes by `decode` first.
@@ -140,8 +150,9 @@ pub(crate) fn single_tag(
         })
 }
 
-/// The constructor `new` of a preset keyed with secrets used as their raw bytes
-/// (fields `keys`, and `tolerance` starting at the preset's `DEFAULT_TOLERANCE`),
+/// The constructor `new` of a preset keyed with secrets used as their raw bytes,
+/// each checked against the preset's `SECRET_FORMAT` (fields `keys`, and
+/// `tolerance` starting at the preset's `DEFAULT_TOLERANCE`),
 /// and the `tolerance` setter of a preset that signs a time. The doc comments
 /// given are the preset's own.
 macro_rules! keyed {
@@ -165,12 +176,15 @@ macro_rules! keyed {
         ///
         /// # Errors
         /// [`KeyError::EmptySecret`](crate::verify::KeyError::EmptySecret) if no
-        /// secret is given or one is empty.
+        /// secret is given or one is empty; the other
+        /// [`KeyError`](crate::verify::KeyError)s of [`Self::SECRET_FORMAT`] (a
+        /// secret with surrounding whitespace, too short, another kind of key),
+        /// each naming the fix.
         pub fn new<S: Into<$crate::verify::Secret>>(
             secrets: impl IntoIterator<Item = S>,
         ) -> Result<Self, $crate::verify::KeyError> {
             Ok(Self {
-                keys: $crate::verify::common::Keys::from_secrets(secrets)?,
+                keys: $crate::verify::common::Keys::checked(secrets, &Self::SECRET_FORMAT)?,
                 $($field: $value,)?
             })
         }
@@ -431,11 +445,12 @@ pub(crate) fn id_header(headers: &dyn Headers, names: &[&str]) -> Option<String>
         .find_map(id_value)
 }
 
-/// A header value as an event id: UTF-8, trimmed, not empty.
+/// A header value as an event id: UTF-8, trimmed of ASCII whitespace only (as HTTP
+/// trims a header's value), not empty. A Unicode space is part of the id: the
+/// signed ids `msg_1\u{a0}` and `msg_1` are two events, never one.
 pub(crate) fn id_value(value: &[u8]) -> Option<String> {
-    std::str::from_utf8(value)
+    std::str::from_utf8(value.trim_ascii())
         .ok()
-        .map(str::trim)
         .filter(|id| !id.is_empty())
         .map(str::to_owned)
 }
@@ -444,6 +459,13 @@ pub(crate) fn id_value(value: &[u8]) -> Option<String> {
 pub(crate) fn body_field(body: &[u8], name: &str) -> Option<String> {
     // Called only once the signature over the body has matched: stop at the field.
     crate::json::first_field(body, &[name]).ok()
+}
+
+/// The SHA-256 of `bytes`: the content key of a scheme that signs the raw body and
+/// no id ([`Verifier::content_key`](super::Verifier::content_key)).
+pub(crate) fn sha256(bytes: &[u8]) -> [u8; 32] {
+    use sha2::Digest as _;
+    Sha256::digest(bytes).into()
 }
 
 /// Decodes exactly 64 hex digits (either case) into 32 bytes.
@@ -496,6 +518,18 @@ mod tests {
             id_header(&[("Shopify-Webhook-Id", "x")], &names).as_deref(),
             Some("x")
         );
+    }
+
+    #[test]
+    fn ids_are_trimmed_of_ascii_whitespace_only() {
+        assert_eq!(id_value(b" \tmsg_1\r\n").as_deref(), Some("msg_1"));
+        let nbsp = "msg_1\u{a0}";
+        assert_eq!(id_value(nbsp.as_bytes()).as_deref(), Some(nbsp));
+        assert_eq!(
+            id_value("\u{2003}msg_1".as_bytes()).as_deref(),
+            Some("\u{2003}msg_1")
+        );
+        assert_eq!(id_value(b" \t "), None);
     }
 
     #[test]

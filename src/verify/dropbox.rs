@@ -5,6 +5,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::common::{self, Keys};
+use super::SecretFormat;
 use super::{Encoding, Verified, Verifier, VerifyError};
 use crate::Headers;
 
@@ -45,6 +46,11 @@ pub struct Dropbox {
 }
 
 impl Dropbox {
+    /// What the constructor accepts as a secret: its app secret (15 letters and digits as Dropbox issues them today; not enforced); any bytes
+    /// without surrounding whitespace (a trailing newline from an environment
+    /// variable is refused).
+    pub const SECRET_FORMAT: SecretFormat = SecretFormat::new("Dropbox");
+
     /// Dropbox retries over about ten minutes; rounded up to 15.
     pub const RETRY_WINDOW: Duration = Duration::from_secs(15 * 60);
 

@@ -199,7 +199,7 @@ impl fmt::Display for Template {
 /// use webhook_guard::verify::{Encoding, GenericHmac, Verifier};
 ///
 /// // A provider that sends `X-Sig: v1=<hex>` over `{timestamp}.{body}`.
-/// let v = GenericHmac::new("X-Sig", ["s3cret"])
+/// let v = GenericHmac::new("X-Sig", ["a-random-secret-of-32-characters"])
 ///     .unwrap()
 ///     .prefix("v1=")
 ///     .encoding(Encoding::Hex)
@@ -232,16 +232,20 @@ impl GenericHmac {
     pub const DEFAULT_TOLERANCE: Duration = Duration::from_secs(300);
 
     /// A verifier reading `header`, hex without prefix over `{body}`, keyed with
-    /// `secrets` used as their raw bytes.
+    /// `secrets` used as their raw bytes (each at least 16 bytes, unless marked with
+    /// [`Secret::allow_short`]).
     ///
     /// # Errors
-    /// [`KeyError::EmptySecret`] if no secret is given or one is empty.
+    /// [`KeyError::BadHeaderName`] if `header` is not a valid header name;
+    /// [`KeyError::EmptySecret`] if no secret is given or one is empty; the
+    /// [`SecretFormat::GENERIC`](super::SecretFormat::GENERIC) errors
+    /// ([`KeyError::TooShort`], [`KeyError::Whitespace`]).
     pub fn new<S: Into<Secret>>(
         header: impl Into<Cow<'static, str>>,
         secrets: impl IntoIterator<Item = S>,
     ) -> Result<Self, KeyError> {
         Ok(Self {
-            header: header.into(),
+            header: super::hmac_header::header_name(header)?,
             prefix: Cow::Borrowed(""),
             encoding: Encoding::Hex,
             separator: None,
@@ -249,7 +253,7 @@ impl GenericHmac {
             id_header: None,
             tolerance: Self::DEFAULT_TOLERANCE,
             retry_window: None,
-            keys: Keys::from_secrets(secrets)?,
+            keys: Keys::checked(secrets, &super::SecretFormat::GENERIC)?,
         })
     }
 
@@ -444,6 +448,10 @@ impl Verifier for GenericHmac {
     fn retry_window(&self) -> Option<Duration> {
         self.retry_window
     }
+
+    fn finds_event_id(&self) -> bool {
+        self.template.id_header().is_some() || self.id_header.is_some()
+    }
 }
 
 /// Parses a template, for the fuzz targets.
@@ -530,14 +538,14 @@ mod tests {
 
     #[test]
     fn reproduces_the_standard_webhooks_shape_with_a_list() {
-        let v = GenericHmac::new("sig", ["k1", "k2"])
+        let v = GenericHmac::new("sig", ["k1-0123456789abcdef", "k2-0123456789abcdef"])
             .unwrap()
             .prefix("v1,")
             .encoding(Encoding::Base64)
             .separator(b' ')
             .template("{id:msg-id}.{timestamp:ts}.{body}".parse().unwrap());
         let mut h = vec![("msg-id", "m1".to_owned()), ("ts", "100".to_owned())];
-        let sig = GenericHmac::new("sig", ["k2"])
+        let sig = GenericHmac::new("sig", ["k2-0123456789abcdef"])
             .unwrap()
             .prefix("v1,")
             .encoding(Encoding::Base64)
@@ -559,12 +567,12 @@ mod tests {
     #[test]
     fn the_signed_id_wins_over_an_id_header() {
         let template: Template = "{id:X-Id}.{body}".parse().unwrap();
-        let v = GenericHmac::new("sig", ["k"])
+        let v = GenericHmac::new("sig", ["k-0123456789abcdef"])
             .unwrap()
             .template(template.clone())
             .id_header("X-Delivery");
         let mut h = vec![("X-Id", "signed-1".to_owned())];
-        let sig = GenericHmac::new("sig", ["k"])
+        let sig = GenericHmac::new("sig", ["k-0123456789abcdef"])
             .unwrap()
             .template(template)
             .sign(&h, b"{}")
@@ -580,7 +588,7 @@ mod tests {
     fn an_id_cannot_take_bytes_across_its_separator() {
         let body = br#"{"type":"invoice.paid"}"#;
         for text in ["{id:X-Id}.{body}", "{body}.{id:X-Id}"] {
-            let v = GenericHmac::new("sig", ["k"])
+            let v = GenericHmac::new("sig", ["k-0123456789abcdef"])
                 .unwrap()
                 .template(text.parse().unwrap());
             let genuine = [("X-Id", "evt_1")];
@@ -609,7 +617,9 @@ mod tests {
 
     #[test]
     fn hostile_signature_headers_are_bounded() {
-        let v = GenericHmac::new("sig", ["k"]).unwrap().separator(b',');
+        let v = GenericHmac::new("sig", ["k-0123456789abcdef"])
+            .unwrap()
+            .separator(b',');
         let many = vec!["00"; 100].join(",");
         assert!(matches!(
             v.verify(&[("sig", many.as_str())], b"", at(0)),

@@ -5,7 +5,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::common::{self, Keys};
-use super::{Encoding, Verified, Verifier, VerifyError};
+use super::{Encoding, SecretFormat, Verified, Verifier, VerifyError};
 use crate::Headers;
 
 const HEADER: &str = "X-Hub-Signature-256";
@@ -19,9 +19,11 @@ const DELIVERY: &str = "X-GitHub-Delivery";
 ///   used: a delivery carrying only that one is refused as missing
 ///   `X-Hub-Signature-256`.
 /// - No timestamp is signed, so there is no replay window, and the delivery id is
-///   not signed either: deduplication stops a delivery resent under the same id,
-///   not a captured body resent under a new `X-GitHub-Delivery` (see "Known limits"
-///   in `SECURITY.md`).
+///   not signed either: the guard also deduplicates by the signed body (its
+///   [`content_key`](Verifier::content_key), see
+///   [`WebhookGuardBuilder::content_keys`](crate::WebhookGuardBuilder::content_keys)),
+///   so a captured body resent under a new `X-GitHub-Delivery` is a duplicate, kept
+///   for the retention (`SECURITY.md`, replayed delivery).
 /// - Event id: the `X-GitHub-Delivery` header. Retry window: GitHub does not retry
 ///   automatically, but deliveries of the past 3 days can be redelivered with the
 ///   same delivery id, so 3 days.
@@ -45,6 +47,10 @@ pub struct GitHub {
 impl GitHub {
     /// Redeliveries are possible for 3 days.
     pub const RETRY_WINDOW: Duration = Duration::from_secs(72 * 3600);
+
+    /// GitHub signs with the secret you choose for the webhook: at least 16 bytes,
+    /// as the generic verifiers (GitHub asks for a random string of high entropy).
+    pub const SECRET_FORMAT: SecretFormat = SecretFormat::new("GitHub").min_len(16);
 
     common::keyed! {
         /// A verifier keyed with one or more webhook secrets.
@@ -74,6 +80,11 @@ impl Verifier for GitHub {
             event_id: common::id_header(headers, &[DELIVERY]),
             signed_at: None,
         })
+    }
+
+    /// The delivery id (`X-GitHub-Delivery`) is not signed: the SHA-256 of the signed body.
+    fn content_key(&self, _headers: &dyn Headers, body: &[u8]) -> Option<[u8; 32]> {
+        Some(common::sha256(body))
     }
 
     common::limits! {
@@ -134,7 +145,7 @@ mod tests {
 
     #[test]
     fn rotation() {
-        let both = GitHub::new(["new", SECRET]).unwrap();
+        let both = GitHub::new(["new-github-secret-0", SECRET]).unwrap();
         assert!(both
             .verify(&[(HEADER, SIG)], b"Hello, World!", Utc::now())
             .is_ok());

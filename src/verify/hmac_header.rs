@@ -45,7 +45,7 @@ impl Encoding {
 /// ```
 /// use webhook_guard::verify::{Encoding, HmacSha256Header, Verifier};
 ///
-/// let verifier = HmacSha256Header::new("X-Signature", ["s3cret"])
+/// let verifier = HmacSha256Header::new("X-Signature", ["a-random-secret-of-32-characters"])
 ///     .unwrap()
 ///     .prefix("sha256=")
 ///     .encoding(Encoding::Hex)
@@ -83,23 +83,110 @@ pub enum KeyError {
     /// The preset needs a cargo feature this build lacks.
     #[error("this build lacks the `{0}` feature the preset needs")]
     FeatureDisabled(&'static str),
+    /// A secret begins or ends with whitespace: a trailing newline read from an
+    /// environment variable or a file, most often.
+    #[error(
+        "the {provider} secret begins or ends with whitespace (a trailing newline from \
+         an environment variable or a file?): trim it"
+    )]
+    Whitespace {
+        /// The provider whose format was checked.
+        provider: &'static str,
+    },
+    /// A secret is another of the provider's keys (an API key, say), not its
+    /// webhook signing secret.
+    #[error(
+        "this looks like {what}, not a {provider} webhook signing secret: copy the \
+         endpoint's signing secret (`{expected}...`)"
+    )]
+    WrongKey {
+        /// The provider whose format was checked.
+        provider: &'static str,
+        /// What the key given seems to be.
+        what: &'static str,
+        /// How the provider's signing secrets begin.
+        expected: &'static str,
+    },
+    /// A secret lacks the prefix every secret of the provider has.
+    #[error("a {provider} webhook signing secret begins with `{prefix}`: copy the whole secret")]
+    MissingPrefix {
+        /// The provider whose format was checked.
+        provider: &'static str,
+        /// The prefix.
+        prefix: &'static str,
+    },
+    /// A secret holds characters the provider's secrets never hold.
+    #[error(
+        "the {provider} secret holds characters its secrets never hold (only letters \
+         and digits): copy it again"
+    )]
+    BadCharacters {
+        /// The provider whose format was checked.
+        provider: &'static str,
+    },
+    /// A secret is shorter than any the provider issues (or, for the generic
+    /// verifiers, than 16 bytes).
+    #[error(
+        "the {provider} secret is {len} bytes{}, fewer than the {min} its secrets have: \
+         copy the whole secret (for a generic verifier, use a random secret of 16 bytes \
+         or more, or mark a sender's short one with `Secret::allow_short`)",
+        after(prefix)
+    )]
+    TooShort {
+        /// The provider whose format was checked.
+        provider: &'static str,
+        /// The secret's length after the prefix, in bytes.
+        len: usize,
+        /// The fewest bytes the provider issues after the prefix.
+        min: usize,
+        /// The prefix (empty when the provider has none).
+        prefix: &'static str,
+    },
+    /// A header name given to a verifier is not a valid HTTP header name.
+    #[error("`{0}` is not a valid HTTP header name (letters, digits and `-`, no spaces)")]
+    BadHeaderName(String),
+}
+
+/// " after `prefix`" for a prefix, nothing without one.
+fn after(prefix: &str) -> String {
+    if prefix.is_empty() {
+        String::new()
+    } else {
+        format!(" after `{prefix}`")
+    }
+}
+
+/// `name` as a header name a verifier reads, refused when HTTP would not carry it.
+pub(crate) fn header_name(
+    name: impl Into<Cow<'static, str>>,
+) -> Result<Cow<'static, str>, KeyError> {
+    let name = name.into();
+    match http::HeaderName::from_bytes(name.as_bytes()) {
+        Ok(_) => Ok(name),
+        // Escaped: the name is the caller's, but may end up in a log.
+        Err(_) => Err(KeyError::BadHeaderName(name.escape_debug().to_string())),
+    }
 }
 
 impl HmacSha256Header {
-    /// A verifier reading `header`, hex-encoded without prefix, keyed with `secrets`.
+    /// A verifier reading `header`, hex-encoded without prefix, keyed with `secrets`
+    /// (each at least 16 bytes, unless marked with [`Secret::allow_short`]).
     ///
     /// # Errors
-    /// [`KeyError::EmptySecret`] if no secret is given or one is empty.
+    /// [`KeyError::BadHeaderName`] if `header` is not a valid header name;
+    /// [`KeyError::EmptySecret`] if no secret is given or one is empty; the
+    /// [`SecretFormat::GENERIC`](super::SecretFormat::GENERIC) errors
+    /// ([`KeyError::TooShort`], [`KeyError::Whitespace`]).
     pub fn new<S: Into<Secret>>(
         header: impl Into<Cow<'static, str>>,
         secrets: impl IntoIterator<Item = S>,
     ) -> Result<Self, KeyError> {
         Ok(Self {
-            header: header.into(),
+            header: header_name(header)?,
             prefix: Cow::Borrowed(""),
             encoding: Encoding::Hex,
             id_header: None,
-            keys: Keys::from_secrets(secrets)?,
+            keys: Keys::checked(secrets, &super::SecretFormat::GENERIC)?,
         })
     }
 
@@ -119,8 +206,9 @@ impl HmacSha256Header {
 
     /// A header that carries the event id. The signature does not cover it: a
     /// captured delivery resent under a *new* id runs again (SECURITY.md, known
-    /// limits); where the body carries the id, key on it instead
-    /// (`EventId::json_field`).
+    /// limits; this generic verifier gives no content key, as it cannot tell whether
+    /// the sender resends the same body); where the body carries the id, key on it
+    /// instead (`EventId::json_field`).
     #[must_use]
     pub fn event_id_header(mut self, name: impl Into<Cow<'static, str>>) -> Self {
         self.id_header = Some(name.into());
@@ -153,6 +241,10 @@ impl Verifier for HmacSha256Header {
             signed_at: None,
         })
     }
+
+    fn finds_event_id(&self) -> bool {
+        self.id_header.is_some()
+    }
 }
 
 #[cfg(test)]
@@ -181,7 +273,7 @@ mod tests {
 
     #[test]
     fn the_id_header_is_read_trimmed_and_empty_is_none() {
-        let v = HmacSha256Header::new("sig", ["k"])
+        let v = HmacSha256Header::new("sig", ["k-0123456789abcdef"])
             .unwrap()
             .event_id_header("x-id");
         let sig = v.sign(b"body");
@@ -197,8 +289,9 @@ mod tests {
 
     #[test]
     fn any_of_several_secrets_passes_and_bad_input_is_typed() {
-        let old = HmacSha256Header::new("sig", ["old"]).unwrap();
-        let both = HmacSha256Header::new("sig", ["new", "old"]).unwrap();
+        let old = HmacSha256Header::new("sig", ["old-0123456789abcdef"]).unwrap();
+        let both =
+            HmacSha256Header::new("sig", ["new-0123456789abcdef", "old-0123456789abcdef"]).unwrap();
         let sig = old.sign(b"body");
         assert!(both
             .verify(&[("sig", sig.as_str())], b"body", now())
@@ -231,7 +324,7 @@ mod tests {
 
     #[test]
     fn base64_encoding_round_trips() {
-        let v = HmacSha256Header::new("X-Shopify-Hmac-Sha256", ["topsecretkey"])
+        let v = HmacSha256Header::new("X-Shopify-Hmac-Sha256", ["topsecretkey-0123456789"])
             .unwrap()
             .encoding(Encoding::Base64);
         let sig = v.sign(b"{}");

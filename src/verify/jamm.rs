@@ -8,7 +8,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::common::{self, Keys};
-use super::{Verified, Verifier, VerifyError};
+use super::{SecretFormat, Verified, Verifier, VerifyError};
 use crate::Headers;
 
 const PREFIX: &str = "sha256=";
@@ -26,16 +26,19 @@ const PREFIX: &str = "sha256=";
 /// which it does. The JSON is never parsed into values and re-serialized.
 ///
 /// Only `content` is authenticated: `id`, `event_type` and `created_at` are not.
-/// The event id the guard deduplicates on is the unauthenticated `id`; a forger
-/// without the secret can replay a genuine `content` under another id, and with
-/// another `event_type` or `created_at`, which the signature cannot prevent.
-/// Nothing signed carries a time, so there is no replay window beyond
-/// deduplication. With an ordering store, a rewritten `created_at` counts only up
-/// to [`MAX_CLOCK_SKEW`](crate::ordering::MAX_CLOCK_SKEW) ahead of the clock; but a
-/// forger who replays again every few minutes, each time under a new id, keeps the
-/// object's newest time ahead of Jamm's genuine events, which are then answered
-/// stale (200, not retried) for as long as the replays go on, while the replayed
-/// old `content` is applied. Where forged deliveries are a concern, leave the
+/// The event id the guard deduplicates on is the unauthenticated `id`, so the guard
+/// also deduplicates by the signed `content` (its
+/// [`content_key`](Verifier::content_key): the SHA-256 of the minified `content`):
+/// a genuine `content` replayed under another id, in a padded or rewritten
+/// envelope, is a duplicate for as long as the guard's retention keeps it. A body
+/// holding more than [`Jamm::MAX_ENVELOPE`] bytes around its `content` is refused.
+/// Nothing signed carries a time, so there is no replay window beyond that
+/// retention. With an ordering store, a rewritten `created_at` counts only up to
+/// [`MAX_CLOCK_SKEW`](crate::ordering::MAX_CLOCK_SKEW) ahead of the clock; a forger
+/// who replays a `content` after its retention ran out, under a new id and with a
+/// rewritten `created_at`, can still make it count as the object's newest time, so
+/// that Jamm's genuine events are answered stale (200, not retried) while the
+/// replayed old `content` is applied. Where forged deliveries are a concern, leave the
 /// ordering guard off for Jamm (no `.ordering(..)` on its guard) and order by a time
 /// the handler can trust, and reconcile critical state through Jamm's API.
 ///
@@ -48,7 +51,7 @@ const PREFIX: &str = "sha256=";
 /// ```
 /// use webhook_guard::verify::{Jamm, Verifier};
 ///
-/// let jamm = Jamm::new(["client_secret"]).unwrap();
+/// let jamm = Jamm::new(["jamm_client_secret_0123456789"]).unwrap();
 /// let body = jamm.envelope("mwh-1", "EVENT_TYPE_CHARGE_SUCCESS", r#"{"charge":{"id":"trx-1"}}"#, "2024-01-01T00:00:00Z");
 /// let verified = jamm.verify(&[("", ""); 0], body.as_bytes(), chrono::Utc::now()).unwrap();
 /// assert_eq!(verified.event_id.as_deref(), Some("mwh-1"));
@@ -63,6 +66,16 @@ impl Jamm {
     /// 54 h of backoff plus up to 19 two-minute timeouts (54 h 38 min), rounded up.
     /// ("about 2 days" in Jamm's prose; the schedule itself is longer.)
     pub const RETRY_WINDOW: Duration = Duration::from_secs(56 * 3600);
+    /// The most bytes a body may hold around its signed `content` (the unsigned
+    /// `id`, `event_type`, `created_at`, the signature, whitespace): Jamm's own take
+    /// a few hundred. A larger envelope is refused (`malformed_body`), so a
+    /// captured `content` cannot be padded with unsigned fields up to the guard's
+    /// body limit.
+    pub const MAX_ENVELOPE: usize = 4096;
+
+    /// Jamm does not publish its client secrets' format: at least 16 bytes, as the
+    /// generic verifiers.
+    pub const SECRET_FORMAT: SecretFormat = SecretFormat::new("Jamm").min_len(16);
 
     common::keyed! {
         /// A verifier keyed with one or more client secrets.
@@ -189,6 +202,11 @@ impl Verifier for Jamm {
         _now: DateTime<Utc>,
     ) -> Result<Verified, VerifyError> {
         let parsed = parse_body(body)?;
+        if body.len() - parsed.content.len() > Self::MAX_ENVELOPE {
+            return Err(VerifyError::MalformedBody(
+                "more than 4 KiB of envelope around the signed content",
+            ));
+        }
         let content = minify(parsed.content);
         self.keys.check(&[&content], &[parsed.tag])?;
         Ok(Verified {
@@ -199,6 +217,14 @@ impl Verifier for Jamm {
 
     fn event_meta(&self) -> Option<crate::meta::MetaExtractor> {
         Some(crate::meta::MetaExtractor::jamm())
+    }
+
+    /// Only `content` is signed: the SHA-256 of its minified text, so that the
+    /// content replayed in another envelope (another `id`, padded with fields) is
+    /// the same key.
+    fn content_key(&self, _headers: &dyn Headers, body: &[u8]) -> Option<[u8; 32]> {
+        let parsed = parse_body(body).ok()?;
+        Some(common::sha256(&minify(parsed.content)))
     }
 
     common::limits! {
@@ -214,10 +240,12 @@ mod tests {
     use super::*;
 
     // No public Jamm test vector exists: round trips, plus one value computed
-    // independently with `openssl dgst -sha256 -hmac jamm_secret` over the compact
+    // independently with `openssl dgst -sha256 -hmac jamm_client_secret_0123456789` over the compact
     // content `{"charge":{"id":"trx-1","amount":100,"memo":"a b"}}`.
     const CONTENT: &str = r#"{"charge":{"id":"trx-1","amount":100,"memo":"a b"}}"#;
     const NO_HEADERS: &[(&str, &str); 0] = &[];
+    const SECRET: &str = "jamm_client_secret_0123456789";
+    const NEW: &str = "jamm_client_secret_new_000000";
 
     fn now() -> DateTime<Utc> {
         Utc::now()
@@ -225,7 +253,7 @@ mod tests {
 
     #[test]
     fn round_trip_and_independent_value() {
-        let j = Jamm::new(["jamm_secret"]).unwrap();
+        let j = Jamm::new([SECRET]).unwrap();
         assert_eq!(j.sign(CONTENT.as_bytes()), format!("sha256={}", EXPECTED));
         let body = j.envelope("mwh-1", "charge.succeeded", CONTENT, "2024-01-01T00:00:00Z");
         let v = j.verify(NO_HEADERS, body.as_bytes(), now()).unwrap();
@@ -241,11 +269,11 @@ mod tests {
         assert!(j.verify(NO_HEADERS, other_id.as_bytes(), now()).is_ok());
     }
 
-    const EXPECTED: &str = "8ac70cd694e55a8b4d7b6eb3205e1a763d8a4e0575c34f19b281887e37fd30c6";
+    const EXPECTED: &str = "77d8238c9d69066a6e31ee551f4276414b9327044caab8c5913118c92b419610";
 
     #[test]
     fn pretty_printed_body_verifies_and_strings_keep_their_spaces() {
-        let j = Jamm::new(["jamm_secret"]).unwrap();
+        let j = Jamm::new([SECRET]).unwrap();
         let sig = j.sign(CONTENT.as_bytes());
         let pretty = format!(
             "{{\n  \"id\": \"mwh-9\",\n  \"signature\": \"{sig}\",\n  \"event_type\": \"charge.succeeded\",\n  \"content\": {{\n    \"charge\": {{\n      \"id\" : \"trx-1\",\r\n\t\"amount\": 100,\n      \"memo\": \"a b\"\n    }}\n  }},\n  \"created_at\": \"2024-01-01T00:00:00Z\"\n}}\n"
@@ -272,8 +300,8 @@ mod tests {
 
     #[test]
     fn malformed_envelopes_and_rotation() {
-        let j = Jamm::new(["new", "jamm_secret"]).unwrap();
-        let sig = Jamm::new(["jamm_secret"]).unwrap().sign(CONTENT.as_bytes());
+        let j = Jamm::new([NEW, SECRET]).unwrap();
+        let sig = Jamm::new([SECRET]).unwrap().sign(CONTENT.as_bytes());
         let ok = format!(r#"{{"id":"mwh-1","signature":"{sig}","content":{CONTENT}}}"#);
         assert!(j.verify(NO_HEADERS, ok.as_bytes(), now()).is_ok());
         let dup = format!(r#"{{"signature":"{sig}","content":{CONTENT},"content":{{}}}}"#);

@@ -5,7 +5,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::common::{self, Keys};
-use super::{Encoding, Verified, Verifier, VerifyError};
+use super::{Encoding, SecretFormat, Verified, Verifier, VerifyError};
 use crate::Headers;
 
 const HEADER: &str = "Linear-Signature";
@@ -17,13 +17,19 @@ const DELIVERY: &str = "Linear-Delivery";
 /// - The body field `webhookTimestamp` (Unix milliseconds) must be within the
 ///   tolerance (default 60 s, as Linear's SDK) of `now`, both ways. It is covered
 ///   by the signature because the whole body is. A body without it is refused.
-/// - Event id: the `Linear-Delivery` header. Retry window: Linear retries a failed
-///   delivery after about 10 minutes, 30 minutes and 1 hour: about 100 minutes.
+/// - Event id: the `Linear-Delivery` header, which the signature does not cover: the
+///   guard also deduplicates by the signed body (its
+///   [`content_key`](Verifier::content_key)), so the body replayed inside the
+///   tolerance under a new id is a duplicate. Each retry is re-signed with a fresh
+///   `webhookTimestamp`, a new body under the same id: deduplicated by the id, and
+///   never a conflict ([`Verifier::body_changes_on_retry`]). Retry window: Linear
+///   retries a failed delivery after about 10 minutes, 30 minutes and 1 hour: about
+///   100 minutes.
 ///
 /// ```
 /// use webhook_guard::verify::{Linear, Verifier};
 ///
-/// let linear = Linear::new(["lin_wh_secret"]).unwrap();
+/// let linear = Linear::new(["lin_wh_0123456789abcdef0123456789abcdef"]).unwrap();
 /// let body = br#"{"action":"create","type":"Issue","webhookTimestamp":1700000000000}"#;
 /// let sig = linear.sign(body);
 /// let headers = [("Linear-Signature", sig.as_str()), ("Linear-Delivery", "234d1a4e")];
@@ -42,6 +48,12 @@ impl Linear {
     pub const DEFAULT_TOLERANCE: Duration = Duration::from_secs(60);
     /// Linear's retries (about 10 min, 30 min, 1 h) span about 100 minutes.
     pub const RETRY_WINDOW: Duration = Duration::from_secs(100 * 60);
+
+    /// Linear's webhook signing secrets (`lin_wh_...`) are longer than 32
+    /// characters; an API key (`lin_api_`) is refused by name.
+    pub const SECRET_FORMAT: SecretFormat = SecretFormat::new("Linear")
+        .min_len(32)
+        .mistaken(&[("lin_api_", "a Linear API key")]);
 
     common::keyed! {
         /// A verifier keyed with one or more webhook signing secrets.
@@ -92,6 +104,11 @@ impl Verifier for Linear {
         true
     }
 
+    /// The delivery id (`Linear-Delivery`) is not signed: the SHA-256 of the signed body.
+    fn content_key(&self, _headers: &dyn Headers, body: &[u8]) -> Option<[u8; 32]> {
+        Some(common::sha256(body))
+    }
+
     common::limits! {
         tolerance;
         retry_window;
@@ -105,13 +122,16 @@ mod tests {
     use super::common::at;
     use super::*;
 
+    const SECRET: &str = "lin_wh_0123456789abcdef0123456789abcdef";
+    const NEW: &str = "lin_wh_new00000000000000000000000000000";
+
     #[test]
     fn independent_vector_and_timestamp_window() {
         // Linear's SDK tests sign at run time; this vector was computed independently
-        // with `openssl dgst -sha256 -hmac lin_secret` over the body below.
+        // with `openssl dgst -sha256 -hmac lin_wh_0123456789abcdef0123456789abcdef` over the body below.
         let body = br#"{"action":"create","webhookTimestamp":1700000000000}"#;
-        let sig = "a444bca94b90587ab6be56c511ae7fbeb5f56da28cbc0280e17cabc425e037c1";
-        let l = Linear::new(["lin_secret"]).unwrap();
+        let sig = "36314d946af51dc1cbfb926a8120b6855a11edfb9fa342e81f22f17927ba361a";
+        let l = Linear::new([SECRET]).unwrap();
         assert_eq!(l.sign(body), sig);
         let h = [("linear-signature", sig), ("linear-delivery", "d-1")];
         let v = l.verify(&h, body, at(1_700_000_000)).unwrap();
@@ -121,13 +141,13 @@ mod tests {
             l.verify(&h, b"{}", at(1_700_000_000)),
             Err(VerifyError::NoMatch)
         );
-        let both = Linear::new(["new", "lin_secret"]).unwrap();
+        let both = Linear::new([NEW, SECRET]).unwrap();
         assert!(both.verify(&h, body, at(1_700_000_000)).is_ok());
     }
 
     #[test]
     fn timestamp_edges_and_bad_timestamps() {
-        let l = Linear::new(["s"]).unwrap();
+        let l = Linear::new([SECRET]).unwrap();
         let check = |body: &str, now: i64| {
             let sig = l.sign(body.as_bytes());
             l.verify(&[(HEADER, sig.as_str())], body.as_bytes(), at(now))

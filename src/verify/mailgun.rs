@@ -8,6 +8,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::common::{self, Keys};
+use super::SecretFormat;
 use super::{parse_unix_seconds, Verified, Verifier, VerifyError};
 use crate::Headers;
 
@@ -60,6 +61,11 @@ pub struct Mailgun {
 }
 
 impl Mailgun {
+    /// What the constructor accepts as a secret: its HTTP webhook signing key (its length is not published, so not enforced); any bytes
+    /// without surrounding whitespace (a trailing newline from an environment
+    /// variable is refused).
+    pub const SECRET_FORMAT: SecretFormat = SecretFormat::new("Mailgun");
+
     /// Mailgun documents no tolerance; 300 s, as most schemes.
     pub const DEFAULT_TOLERANCE: Duration = Duration::from_secs(300);
     /// Mailgun retries for about 8 hours; 9 here.

@@ -47,7 +47,7 @@ pub use linear::Linear;
 pub use mailgun::Mailgun;
 pub use paddle::Paddle;
 pub use provider::{Provider, UnknownProvider};
-pub use secret::Secret;
+pub use secret::{Secret, SecretFormat};
 #[cfg(feature = "sendgrid")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sendgrid")))]
 pub use sendgrid::SendGrid;
@@ -174,6 +174,26 @@ pub trait Verifier: fmt::Debug + Send + Sync + 'static {
         let _ = secrets;
         None
     }
+
+    /// Whether [`Verified::event_id`] can hold an id: `false` for a verifier that
+    /// finds none (a generic verifier given no id header). The builder then refuses
+    /// a guard keyed on [`EventId::FromVerifier`](crate::EventId::FromVerifier),
+    /// which would answer every delivery `missing_event_id`.
+    fn finds_event_id(&self) -> bool {
+        true
+    }
+
+    /// For a scheme whose event id the signature does not cover (GitHub, Shopify,
+    /// Linear, Jamm): a key derived from the signed bytes of a delivery that
+    /// verified, the same for every delivery of the same signed content. The guard
+    /// claims it beside the id, so that the signed content replayed under another
+    /// id is a duplicate (see
+    /// [`WebhookGuardBuilder::content_keys`](crate::WebhookGuardBuilder::content_keys)).
+    /// `None` (the default) for a scheme that signs its id.
+    fn content_key(&self, headers: &dyn Headers, body: &[u8]) -> Option<[u8; 32]> {
+        let _ = (headers, body);
+        None
+    }
 }
 
 crate::forward::forward!(Verifier {
@@ -186,6 +206,8 @@ crate::forward::forward!(Verifier {
     fn body_changes_on_retry(&self) -> bool;
     fn event_meta(&self) -> Option<crate::meta::MetaExtractor>;
     fn with_secrets(&self, secrets: &[Secret]) -> Option<Result<Box<dyn Verifier>, KeyError>>;
+    fn finds_event_id(&self) -> bool;
+    fn content_key(&self, headers: &dyn Headers, body: &[u8]) -> Option<[u8; 32]>;
 });
 
 /// Accepts every delivery. For tests and for hosts that verify before calling the
@@ -196,6 +218,10 @@ pub struct NoVerification;
 impl Verifier for NoVerification {
     fn verify(&self, _: &dyn Headers, _: &[u8], _: DateTime<Utc>) -> Result<Verified, VerifyError> {
         Ok(Verified::default())
+    }
+
+    fn finds_event_id(&self) -> bool {
+        false
     }
 }
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::common::{self, Keys};
-use super::{Verified, Verifier, VerifyError};
+use super::{SecretFormat, Verified, Verifier, VerifyError};
 use crate::Headers;
 
 const HEADER: &str = "Paddle-Signature";
@@ -38,7 +38,7 @@ pub(super) const SIGNATURE: common::TimedHeader = common::TimedHeader {
 /// ```
 /// use webhook_guard::verify::{Paddle, Verifier};
 ///
-/// let paddle = Paddle::new(["pdl_ntfset_secret"]).unwrap();
+/// let paddle = Paddle::new(["pdl_ntfset_01gkpjp8bkm3tm53kdgkx6sms7_6h3qd3uFSi9YCD3OLYAShQI90XTI5vEI"]).unwrap();
 /// let body = br#"{"event_id":"evt_01h","event_type":"transaction.completed"}"#;
 /// let sig = paddle.sign(1_700_000_000, body);
 /// let now = chrono::DateTime::from_timestamp(1_700_000_002, 0).unwrap();
@@ -56,6 +56,16 @@ impl Paddle {
     pub const DEFAULT_TOLERANCE: Duration = Duration::from_secs(5);
     /// Live accounts: up to 60 retries over 3 days.
     pub const RETRY_WINDOW: Duration = Duration::from_secs(72 * 3600);
+
+    /// Paddle's notification destination secret keys: `pdl_ntfset_`, the
+    /// destination's id, `_` and the key (at least 32 characters after the prefix).
+    pub const SECRET_FORMAT: SecretFormat = SecretFormat::new("Paddle")
+        .prefix("pdl_ntfset_")
+        .min_len(32)
+        .mistaken(&[
+            ("pdl_live_apikey_", "a Paddle API key"),
+            ("pdl_sdbx_apikey_", "a Paddle sandbox API key"),
+        ]);
 
     common::keyed! {
         /// A verifier keyed with one or more secret keys.
@@ -99,15 +109,21 @@ mod tests {
     use super::*;
 
     // Published vectors: paddle-node-sdk, src/__tests__/notifications/webhooks-validator.test.ts.
+    // Their secrets are not in Paddle's format: built without the format check.
     const SECRET: &str = "VALID_SECRET";
     const T: i64 = 1_698_796_800;
+    const OLD: &str = "pdl_ntfset_01gkpjp8bkm3tm53kdgkx6sms7_old00000000000000000000000000000";
+    const NEW: &str = "pdl_ntfset_01gkpjp8bkm3tm53kdgkx6sms7_new00000000000000000000000000000";
+
+    fn unchecked(secret: &str) -> Paddle {
+        Paddle {
+            keys: Keys::from_secrets([secret]).unwrap(),
+            tolerance: Paddle::DEFAULT_TOLERANCE,
+        }
+    }
 
     fn check(body: &str, header: &str, now: i64) -> Result<Verified, VerifyError> {
-        Paddle::new([SECRET]).unwrap().verify(
-            &[("paddle-signature", header)],
-            body.as_bytes(),
-            at(now),
-        )
+        unchecked(SECRET).verify(&[("paddle-signature", header)], body.as_bytes(), at(now))
     }
 
     #[test]
@@ -117,7 +133,7 @@ mod tests {
         let multi = "ts=1698796800;h1=28981e941fae76e53db32f3d2a83cb69db41476595e84e1970a1b5d98f62b261;h1=28981e941fae76e53db32f3d2a83cb69db41476595e84e1970a1b5d98f62b261;h2=RANDOM_HASH";
         assert!(check(r#"{"data": "value"}"#, multi, T).is_ok());
         assert_eq!(
-            Paddle::new(["INVALID_VALID_SECRET"]).unwrap().verify(
+            unchecked("INVALID_VALID_SECRET").verify(
                 &[(HEADER, h)],
                 br#"{"data": ["1", "2"]}"#,
                 at(T)
@@ -140,12 +156,7 @@ mod tests {
             check(r#"{"data": ["1", "2"]}"#, h, T - 6),
             Err(VerifyError::TimestampTooNew { .. })
         ));
-        assert_eq!(
-            Paddle::new([SECRET])
-                .unwrap()
-                .sign(T, br#"{"data": ["1", "2"]}"#),
-            h
-        );
+        assert_eq!(unchecked(SECRET).sign(T, br#"{"data": ["1", "2"]}"#), h);
     }
 
     #[test]
@@ -176,8 +187,8 @@ mod tests {
 
     #[test]
     fn rotation_and_event_id() {
-        let old = Paddle::new(["old"]).unwrap();
-        let both = Paddle::new(["new", "old"]).unwrap();
+        let old = Paddle::new([OLD]).unwrap();
+        let both = Paddle::new([NEW, OLD]).unwrap();
         let body = br#"{"event_id":"evt_1"}"#;
         let sig = old.sign(T, body);
         let v = both.verify(&[(HEADER, sig.as_str())], body, at(T)).unwrap();

@@ -14,7 +14,7 @@ use super::{
 /// use webhook_guard::verify::Provider;
 ///
 /// let provider: Provider = "stripe".parse().unwrap();
-/// let verifier = provider.verifier(["whsec_test"]).unwrap();
+/// let verifier = provider.verifier([provider.sample_secret()]).unwrap();
 /// assert_eq!(verifier.retry_window(), Some(std::time::Duration::from_secs(72 * 3600)));
 /// assert!("carrier-pigeon".parse::<Provider>().is_err());
 /// ```
@@ -173,6 +173,21 @@ impl Provider {
             Self::Dropbox => Box::new(Dropbox::new(secrets)?),
         })
     }
+
+    /// A made-up secret in the provider's format (its preset's `SECRET_FORMAT`), for
+    /// tests and examples: it verifies nothing a real provider sent.
+    pub fn sample_secret(self) -> &'static str {
+        match self {
+            Self::Stripe => "whsec_wRNftLajMZNeslQOP6vEPm4iVx5NlZ6z",
+            Self::Standard => "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+            Self::Paddle => {
+                "pdl_ntfset_01gkpjp8bkm3tm53kdgkx6sms7_6h3qd3uFSi9YCD3OLYAShQI90XTI5vEI"
+            }
+            Self::Adyen => "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056",
+            Self::SendGrid => "MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEEDr2LjtURuePQzplybdC+u4CwrqDqBaWjcMMsTbhdbcwHBcepxo7yAQGhHPTnlvFYPAZFceEu/1FwCM/QmGUhA==",
+            _ => "sample-secret-0123456789abcdef-0123456789",
+        }
+    }
 }
 
 impl fmt::Display for Provider {
@@ -208,21 +223,11 @@ impl FromStr for Provider {
 mod tests {
     use super::*;
 
-    /// A secret in the format each preset takes.
-    fn secret_for(p: Provider) -> &'static str {
-        match p {
-            Provider::Standard => "whsec_c2VjcmV0",
-            Provider::Adyen => "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056",
-            Provider::SendGrid => "MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEEDr2LjtURuePQzplybdC+u4CwrqDqBaWjcMMsTbhdbcwHBcepxo7yAQGhHPTnlvFYPAZFceEu/1FwCM/QmGUhA==",
-            _ => "secret",
-        }
-    }
-
     #[test]
     fn names_round_trip_and_every_preset_builds() {
         for p in Provider::ALL {
             assert_eq!(p.name().parse::<Provider>().unwrap(), p);
-            let secret = secret_for(p);
+            let secret = p.sample_secret();
             #[cfg(not(feature = "sendgrid"))]
             if p == Provider::SendGrid {
                 assert_eq!(
@@ -239,9 +244,9 @@ mod tests {
                 .unwrap();
             assert!(v.retry_window().is_some(), "{p}");
             // Every preset serves many tenants: it can be keyed anew.
-            let rekeyed = v.with_secrets(&[secret_for(p).into()]);
+            let rekeyed = v.with_secrets(&[p.sample_secret().into()]);
             assert!(matches!(rekeyed, Some(Ok(_))), "{p} cannot be re-keyed");
-            assert!(!format!("{v:?}").contains("secret\""), "{v:?}");
+            assert!(!format!("{v:?}").contains(&secret[8..]), "{v:?}");
         }
         assert_eq!("GitHub".parse::<Provider>().unwrap(), Provider::GitHub);
         for alias in ["svix", "Clerk", "resend"] {

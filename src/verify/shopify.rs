@@ -5,7 +5,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::common::{self, Keys};
-use super::{Encoding, Verified, Verifier, VerifyError};
+use super::{Encoding, SecretFormat, Verified, Verifier, VerifyError};
 use crate::Headers;
 
 const HEADERS: [&str; 2] = ["X-Shopify-Hmac-Sha256", "Shopify-Hmac-Sha256"];
@@ -17,14 +17,16 @@ const ID_HEADERS: [&str; 2] = ["X-Shopify-Webhook-Id", "Shopify-Webhook-Id"];
 ///   `X-Shopify-Hmac-Sha256` (or `Shopify-Hmac-Sha256`, the newer Events spelling).
 /// - After a secret rotation Shopify keeps signing with the oldest unrevoked secret
 ///   for up to an hour: configure both, the delivery passes if either matches.
-/// - No timestamp is signed.
+/// - No timestamp is signed, and the webhook id is not signed either: the guard also
+///   deduplicates by the signed body (its [`content_key`](Verifier::content_key)),
+///   so a captured body resent under a new id is a duplicate.
 /// - Event id: `X-Shopify-Webhook-Id` (or `Shopify-Webhook-Id`). Retry window:
 ///   Shopify retries 8 times over 4 hours.
 ///
 /// ```
 /// use webhook_guard::verify::{Shopify, Verifier};
 ///
-/// let shopify = Shopify::new(["shpss_secret"]).unwrap();
+/// let shopify = Shopify::new(["shpss_0123456789abcdef0123456789abcdef"]).unwrap();
 /// let body = br#"{"id":1}"#;
 /// let sig = shopify.sign(body);
 /// let headers = [("X-Shopify-Hmac-Sha256", sig.as_str()), ("X-Shopify-Webhook-Id", "b54557e4")];
@@ -39,6 +41,10 @@ pub struct Shopify {
 impl Shopify {
     /// Shopify retries a failed webhook 8 times over 4 hours.
     pub const RETRY_WINDOW: Duration = Duration::from_secs(4 * 3600);
+
+    /// Shopify's app client secrets (and the keys of webhooks made in a store's
+    /// admin) are 32 characters or more.
+    pub const SECRET_FORMAT: SecretFormat = SecretFormat::new("Shopify").min_len(32);
 
     common::keyed! {
         /// A verifier keyed with one or more app / webhook secrets.
@@ -79,6 +85,11 @@ impl Verifier for Shopify {
         })
     }
 
+    /// The delivery id (`X-Shopify-Webhook-Id`) is not signed: the SHA-256 of the signed body.
+    fn content_key(&self, _headers: &dyn Headers, body: &[u8]) -> Option<[u8; 32]> {
+        Some(common::sha256(body))
+    }
+
     common::limits! {
         retry_window;
         answer_timeout: 5;
@@ -91,10 +102,14 @@ impl Verifier for Shopify {
 mod tests {
     use super::*;
 
+    const SECRET: &str = "shpss_0123456789abcdef0123456789abcdef";
+    const OLD: &str = "shpss_old00000000000000000000000000000";
+    const NEW: &str = "shpss_new00000000000000000000000000000";
+
     #[test]
     fn an_empty_signature_header_gives_way_to_the_other_spelling() {
-        let v = Shopify::new(["shop-secret"]).unwrap();
-        let sig = "plW8VGqq0nDMIEhDqaNNW99asdUCy7EIqLZVcQwtAZ0=";
+        let v = Shopify::new([SECRET]).unwrap();
+        let sig = "4GHarqKT6Ii21bNJz9F4jAwZD+ZP23np8M9NQRhQqZI=";
         let now = DateTime::<Utc>::UNIX_EPOCH;
         let h = [("X-Shopify-Hmac-Sha256", ""), ("Shopify-Hmac-Sha256", sig)];
         assert!(v.verify(&h, br#"{"id":1}"#, now).is_ok());
@@ -107,9 +122,9 @@ mod tests {
     #[test]
     fn independent_vector_and_both_spellings() {
         // Shopify publishes no fixed vector; computed independently with
-        // `openssl dgst -sha256 -hmac shop-secret -binary | base64` over `{"id":1}`.
-        let sig = "plW8VGqq0nDMIEhDqaNNW99asdUCy7EIqLZVcQwtAZ0=";
-        let s = Shopify::new(["shop-secret"]).unwrap();
+        // `openssl dgst -sha256 -hmac shpss_0123456789abcdef0123456789abcdef -binary | base64` over `{"id":1}`.
+        let sig = "4GHarqKT6Ii21bNJz9F4jAwZD+ZP23np8M9NQRhQqZI=";
+        let s = Shopify::new([SECRET]).unwrap();
         assert_eq!(s.sign(br#"{"id":1}"#), sig);
         let old = [
             ("x-shopify-hmac-sha256", sig),
@@ -138,8 +153,8 @@ mod tests {
 
     #[test]
     fn rotation_tries_every_secret_against_the_single_signature() {
-        let oldest = Shopify::new(["old"]).unwrap();
-        let both = Shopify::new(["new", "old"]).unwrap();
+        let oldest = Shopify::new([OLD]).unwrap();
+        let both = Shopify::new([NEW, OLD]).unwrap();
         let sig = oldest.sign(b"{}");
         assert!(both
             .verify(&[(HEADERS[0], sig.as_str())], b"{}", Utc::now())

@@ -5,7 +5,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::common::{self, Keys};
-use super::{parse_unix_seconds, Encoding, Verified, Verifier, VerifyError};
+use super::{parse_unix_seconds, Encoding, SecretFormat, Verified, Verifier, VerifyError};
 use crate::Headers;
 
 const HEADER: &str = "X-Slack-Signature";
@@ -49,6 +49,9 @@ impl Slack {
     pub const DEFAULT_TOLERANCE: Duration = Duration::from_secs(300);
     /// Slack's 3 retries span about 6 minutes.
     pub const RETRY_WINDOW: Duration = Duration::from_secs(6 * 60);
+
+    /// Slack's signing secrets are 32 characters (hexadecimal digits).
+    pub const SECRET_FORMAT: SecretFormat = SecretFormat::new("Slack").min_len(32);
 
     common::keyed! {
         /// A verifier keyed with one or more signing secrets.

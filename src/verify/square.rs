@@ -6,6 +6,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::common::{self, Keys};
+use super::SecretFormat;
 use super::{Encoding, KeyError, Secret, Verified, Verifier, VerifyError};
 use crate::Headers;
 
@@ -45,6 +46,11 @@ pub struct Square {
 }
 
 impl Square {
+    /// What the constructor accepts as a secret: its webhook signature key (its length is not published, so not enforced); any bytes
+    /// without surrounding whitespace (a trailing newline from an environment
+    /// variable is refused).
+    pub const SECRET_FORMAT: SecretFormat = SecretFormat::new("Square");
+
     /// Square retries for up to 72 hours after the event.
     pub const RETRY_WINDOW: Duration = Duration::from_secs(72 * 3600);
 
@@ -63,7 +69,7 @@ impl Square {
             return Err(KeyError::MissingUrl);
         }
         Ok(Self {
-            keys: Keys::from_secrets(secrets)?,
+            keys: Keys::checked(secrets, &Self::SECRET_FORMAT)?,
             url: url.into(),
         })
     }

@@ -5,7 +5,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::common::{self, Keys};
-use super::{Verified, Verifier, VerifyError};
+use super::{SecretFormat, Verified, Verifier, VerifyError};
 use crate::Headers;
 
 const HEADER: &str = "Stripe-Signature";
@@ -37,7 +37,7 @@ pub(super) const SIGNATURE: common::TimedHeader = common::TimedHeader {
 /// ```
 /// use webhook_guard::verify::{Stripe, Verifier};
 ///
-/// let stripe = Stripe::new(["whsec_test"]).unwrap();
+/// let stripe = Stripe::new(["whsec_wRNftLajMZNeslQOP6vEPm4iVx5NlZ6z"]).unwrap();
 /// let body = br#"{"id":"evt_1","type":"charge.succeeded"}"#;
 /// let header = stripe.sign(body, 1_700_000_000);
 /// let now = chrono::DateTime::from_timestamp(1_700_000_010, 0).unwrap();
@@ -55,6 +55,20 @@ impl Stripe {
     pub const DEFAULT_TOLERANCE: Duration = Duration::from_secs(300);
     /// Stripe retries a live-mode event for up to 72 hours.
     pub const RETRY_WINDOW: Duration = Duration::from_secs(72 * 3600);
+
+    /// Stripe's endpoint signing secrets: `whsec_` and at least 32 letters or digits
+    /// (32 from the Dashboard and the API, 64 hex digits from `stripe listen`). An
+    /// API key (`sk_`, `rk_`, `pk_`) or an endpoint id (`we_`) is refused by name.
+    pub const SECRET_FORMAT: SecretFormat = SecretFormat::new("Stripe")
+        .prefix("whsec_")
+        .min_len(32)
+        .alphanumeric()
+        .mistaken(&[
+            ("sk_", "a secret API key"),
+            ("rk_", "a restricted API key"),
+            ("pk_", "a publishable key"),
+            ("we_", "a webhook endpoint id"),
+        ]);
 
     common::keyed! {
         /// A verifier keyed with one or more endpoint secrets (`whsec_...`, used as-is).
@@ -100,9 +114,11 @@ mod tests {
     use super::common::at;
     use super::*;
 
-    const SECRET: &str = "whsec_test_secret";
+    const SECRET: &str = "whsec_testsecret0123456789abcdefghijkl";
     const BODY: &[u8] = br#"{"id":"evt_test_webhook","object":"event"}"#;
     const T: i64 = 1_700_000_000;
+    const OLD: &str = "whsec_old00000000000000000000000000000";
+    const NEW: &str = "whsec_new00000000000000000000000000000";
 
     fn verify(header: &str) -> Result<Verified, VerifyError> {
         Stripe::new([SECRET])
@@ -113,10 +129,10 @@ mod tests {
     #[test]
     fn independent_vector_passes() {
         // Stripe publishes no fixed vector (its SDK tests sign at run time); this one
-        // was computed independently with `openssl dgst -sha256 -hmac whsec_test_secret`
+        // was computed independently with `openssl dgst -sha256 -hmac whsec_testsecret0123456789abcdefghijkl`
         // (and Python's hmac) over `1700000000.{"id":"evt_test_webhook","object":"event"}`.
         let header =
-            "t=1700000000,v1=d95c6b7477fbd7e9f90b1b0ef5f9c7ac25abca5382460e0d988c2b2a5b71b990";
+            "t=1700000000,v1=6402dd4c74940b3015398355b34467a49e41811cd7459e17a80c98dceffc2c22";
         assert!(verify(header).is_ok());
         assert_eq!(Stripe::new([SECRET]).unwrap().sign(BODY, T), header);
     }
@@ -168,9 +184,9 @@ mod tests {
 
     #[test]
     fn rotation_accepts_old_and_new_secrets() {
-        let old = Stripe::new(["whsec_old"]).unwrap();
-        let new = Stripe::new(["whsec_new"]).unwrap();
-        let both = Stripe::new(["whsec_new", "whsec_old"]).unwrap();
+        let old = Stripe::new([OLD]).unwrap();
+        let new = Stripe::new([NEW]).unwrap();
+        let both = Stripe::new([NEW, OLD]).unwrap();
         let h_old = old.sign(BODY, T);
         let h_new = new.sign(BODY, T);
         let rolled = format!("{h_old},v1={}", &h_new[h_new.find("v1=").unwrap() + 3..]);

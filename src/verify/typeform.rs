@@ -5,6 +5,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::common::{self, Keys};
+use super::SecretFormat;
 use super::{Encoding, Verified, Verifier, VerifyError};
 use crate::Headers;
 
@@ -38,6 +39,11 @@ pub struct Typeform {
 }
 
 impl Typeform {
+    /// What the constructor accepts as a secret: the secret you chose for the webhook; any bytes
+    /// without surrounding whitespace (a trailing newline from an environment
+    /// variable is refused).
+    pub const SECRET_FORMAT: SecretFormat = SecretFormat::new("Typeform");
+
     /// Typeform retries for up to 10 hours.
     pub const RETRY_WINDOW: Duration = Duration::from_secs(10 * 3600);
 

@@ -287,6 +287,70 @@ async fn operator_commands_on_sqlite() {
     }
 }
 
+/// The store URL and the signing secret read from files (one trailing newline
+/// ignored), and a database file the tool creates readable by its owner only.
+#[tokio::test]
+async fn secrets_and_store_urls_come_from_files_and_the_sqlite_file_is_private() {
+    let dir = std::env::temp_dir().join(unique("webhook-guard-files"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let db = dir.join("records.db");
+    let url_file = dir.join("store-url");
+    std::fs::write(&url_file, format!("sqlite://{}\n", db.display())).unwrap();
+    let url_arg = url_file.to_str().unwrap();
+    let out = run(&["migrate", "--store-url-file", url_arg], &[]).await;
+    assert_code(&out, 0);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = std::fs::metadata(&db).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{mode:o}");
+    }
+    let out = run(&["inspect", "--store-url-file", url_arg, "nothing"], &[]).await;
+    assert_code(&out, 1);
+    // A missing file is a usage error naming the option, never a value.
+    let missing = dir.join("no-such-file");
+    let out = run(
+        &[
+            "inspect",
+            "--store-url-file",
+            missing.to_str().unwrap(),
+            "x",
+        ],
+        &[],
+    )
+    .await;
+    assert_code(&out, 2);
+    assert!(
+        stderr(&out).contains("--store-url-file"),
+        "{}",
+        stderr(&out)
+    );
+
+    let server = Server::start().await;
+    let url = server.url("stripe");
+    let secret_file = dir.join("stripe.secret");
+    std::fs::write(&secret_file, format!("{STRIPE_SECRET}\n")).unwrap();
+    let args = [
+        "send",
+        "--provider",
+        "stripe",
+        "--secret-file",
+        secret_file.to_str().unwrap(),
+        "--url",
+        &url,
+    ];
+    let out = run(&args, &[]).await;
+    assert_code(&out, 0);
+    assert_eq!(count(&stdout(&out), "processed"), 1, "{}", stdout(&out));
+    // A secret with a stray space is refused by the preset, naming the fix.
+    std::fs::write(&secret_file, format!("{STRIPE_SECRET} \n")).unwrap();
+    let out = run(&args, &[]).await;
+    assert_code(&out, 2);
+    assert!(stderr(&out).contains("trim it"), "{}", stderr(&out));
+    assert!(!stderr(&out).contains(STRIPE_SECRET));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[tokio::test]
 async fn operator_commands_on_postgres() {
     let Some(url) = support::server_url("WEBHOOK_GUARD_POSTGRES_URL") else {
@@ -328,10 +392,10 @@ async fn store_errors_are_clear_and_never_show_the_url() {
 // send
 // ---------------------------------------------------------------------------
 
-const STRIPE_SECRET: &str = "whsec_cli_test";
+const STRIPE_SECRET: &str = "whsec_clitest0123456789abcdefghijklmno";
 const STANDARD_SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
 const GITHUB_SECRET: &str = "It's a Secret to Everybody";
-const JAMM_SECRET: &str = "jamm_client_secret";
+const JAMM_SECRET: &str = "jamm_client_secret_0123456789";
 
 /// A route guarded by `verifier`, whose handler counts its runs, sleeps 50 ms, and
 /// fails (retryably) its first `fail_first` attempts.
@@ -445,10 +509,10 @@ async fn send_signs_like_each_provider_and_duplicates_are_answered_as_such() {
         );
 
         // A wrong secret: 401, exit 1, and no secret printed.
-        let wrong = if provider == "standard" {
-            "whsec_d3Jvbmcgc2VjcmV0"
-        } else {
-            "wrong-secret"
+        let wrong = match provider {
+            "standard" => "whsec_d3Jvbmcgc2VjcmV0LCAyNCBieXRlcyEh",
+            "stripe" => "whsec_wrongsecret0123456789abcdefghijk",
+            _ => "wrong-secret-0123456789",
         };
         let out = run(
             &["send", "--provider", provider, "--url", &url],
@@ -524,7 +588,7 @@ async fn send_retries_on_the_compressed_schedule_until_accepted() {
 
 #[tokio::test]
 async fn send_refuses_remote_hosts_tls_and_bad_input() {
-    let base = ["send", "--provider", "stripe", "--secret", "s"];
+    let base = ["send", "--provider", "stripe", "--secret", STRIPE_SECRET];
     for url in [
         "https://127.0.0.1:1/x",
         "http://192.0.2.1:80/x",

@@ -81,7 +81,7 @@ async fn a_handler_past_the_deadline_is_answered_in_progress_and_runs_on() {
 #[test]
 fn the_stripe_preset_knows_its_providers_timeout() {
     use webhook_guard::verify::{Stripe, Verifier};
-    let stripe = Stripe::new(["whsec_test"]).unwrap();
+    let stripe = Stripe::new([webhook_guard::verify::Provider::Stripe.sample_secret()]).unwrap();
     assert_eq!(stripe.answer_timeout(), Some(Duration::from_secs(5)));
 }
 

@@ -31,7 +31,7 @@ use webhook_guard::store::RecordState;
 use webhook_guard::verify::HmacSha256Header;
 use webhook_guard::{EventId, Hooks, Outcome, WebhookGuard};
 
-const SECRET: &str = "fault-secret";
+const SECRET: &str = "fault-secret-0123456789";
 
 #[derive(Debug, Default)]
 struct Alerts {

@@ -12,7 +12,7 @@ use webhook_guard::verify::{GitHub, HmacSha256Header, StandardWebhooks, Stripe, 
 use webhook_guard::{EventId, Headers, MemoryStore, Outcome, WebhookGuard};
 
 const T: i64 = 1_700_000_000;
-const STRIPE_SECRET: &str = "whsec_forgery_test";
+const STRIPE_SECRET: &str = "whsec_forgerytest0123456789abcdefghijk";
 const STD_SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
 
 fn at(secs: i64) -> DateTime<Utc> {
@@ -127,10 +127,10 @@ async fn stripping_the_id_never_bypasses_dedup() {
 
     // GitHub's delivery id is an unsigned header: stripping it is a rejection, never
     // a delivery without a key.
-    let gh = GitHub::new(["gh-secret"]).unwrap();
+    let gh = GitHub::new(["gh-secret-0123456789"]).unwrap();
     let guard = WebhookGuard::builder()
         .store(MemoryStore::new())
-        .verifier(GitHub::new(["gh-secret"]).unwrap())
+        .verifier(GitHub::new(["gh-secret-0123456789"]).unwrap())
         .build()
         .unwrap();
     let body = br#"{"action":"opened"}"#;
@@ -192,7 +192,9 @@ async fn forged_and_hostile_signatures_are_rejected() {
     let mut cases: Vec<(&str, String)> = vec![
         (
             "another secret",
-            Stripe::new(["whsec_attacker"]).unwrap().sign(body, T),
+            Stripe::new(["whsec_attacker0123456789abcdefghijklmn"])
+                .unwrap()
+                .sign(body, T),
         ),
         ("truncated by one", real[..real.len() - 1].to_owned()),
         ("truncated to half", real[..real.len() / 2].to_owned()),
@@ -285,10 +287,10 @@ async fn forged_and_hostile_signatures_are_rejected() {
 
 #[tokio::test]
 async fn hostile_bodies_are_bounded() {
-    let verifier = HmacSha256Header::new("X-Signature", ["s"]).unwrap();
+    let verifier = HmacSha256Header::new("X-Signature", ["s-0123456789abcdef"]).unwrap();
     let guard = WebhookGuard::builder()
         .store(MemoryStore::new())
-        .verifier(HmacSha256Header::new("X-Signature", ["s"]).unwrap())
+        .verifier(HmacSha256Header::new("X-Signature", ["s-0123456789abcdef"]).unwrap())
         .event_id(EventId::json_field(["id"]))
         .event_meta(webhook_guard::meta::MetaExtractor::json(
             &["type"],

@@ -552,7 +552,7 @@ async fn the_same_id_with_another_body_is_a_conflict() {
 #[tokio::test]
 async fn bad_input_is_rejected_and_nothing_is_stored() {
     let store = MemoryStore::new();
-    let verifier = HmacSha256Header::new("x-sig", ["s3cret"]).unwrap();
+    let verifier = HmacSha256Header::new("x-sig", ["a-random-secret-of-32-characters"]).unwrap();
     let body = br#"{"id":"evt_sig"}"#;
     let good = verifier.sign(body);
     let guard = WebhookGuard::builder()
@@ -597,7 +597,7 @@ async fn bad_input_is_rejected_and_nothing_is_stored() {
     }
     // Verified but with no id where the guard looks, or an unusable id.
     let no_id = br#"{"type":"x"}"#;
-    let signer = HmacSha256Header::new("x-sig", ["s3cret"]).unwrap();
+    let signer = HmacSha256Header::new("x-sig", ["a-random-secret-of-32-characters"]).unwrap();
     let sig = signer.sign(no_id);
     let outcome = guard
         .handle(&[("x-sig", sig.as_str())], no_id, |_| async { Ok(()) })
@@ -1579,6 +1579,7 @@ fn the_builder_refuses_nonsense_with_typed_errors() {
         WebhookGuard::builder()
             .store(MemoryStore::new())
             .verifier(NoVerification)
+            .event_id(EventId::header("x-id"))
     };
     let err = |b: webhook_guard::WebhookGuardBuilder| b.build().unwrap_err();
     assert_eq!(
@@ -1605,9 +1606,11 @@ fn the_builder_refuses_nonsense_with_typed_errors() {
     assert_eq!(err(base().max_body(0)), ConfigError::ZeroBodyLimit);
     // A replay the signature still accepts must find its id remembered.
     let stripe = |tolerance| {
-        webhook_guard::verify::Stripe::new(["whsec_test"])
-            .unwrap()
-            .tolerance(tolerance)
+        webhook_guard::verify::Stripe::new(
+            [webhook_guard::verify::Provider::Stripe.sample_secret()],
+        )
+        .unwrap()
+        .tolerance(tolerance)
     };
     let week = Duration::from_secs(7 * 86_400);
     assert_eq!(
@@ -1659,7 +1662,7 @@ fn every_outcome_kind_has_a_distinct_name() {
 async fn a_linear_retry_with_a_fresh_timestamp_is_a_duplicate_not_a_conflict() {
     use webhook_guard::verify::Linear;
     let clock = ManualClock::new(DateTime::from_timestamp(1_700_000_000, 0).unwrap());
-    let linear = Linear::new(["lin_wh_secret"]).unwrap();
+    let linear = Linear::new(["lin_wh_0123456789abcdef0123456789abcdef"]).unwrap();
     let guard = WebhookGuard::builder()
         .store(MemoryStore::new())
         .verifier(linear.clone())
@@ -1698,7 +1701,7 @@ async fn a_linear_retry_with_a_fresh_timestamp_is_a_duplicate_not_a_conflict() {
 #[tokio::test]
 async fn the_stripe_preset_feeds_the_ordering_guard_by_itself() {
     use webhook_guard::verify::Stripe;
-    let stripe = Stripe::new(["whsec_test"]).unwrap();
+    let stripe = Stripe::new([webhook_guard::verify::Provider::Stripe.sample_secret()]).unwrap();
     let store = MemoryStore::new();
     let guard = WebhookGuard::builder()
         .store(store.clone())
@@ -2297,7 +2300,7 @@ async fn a_lease_lost_finish_that_cannot_be_checked_may_have_been_made() {
 #[tokio::test]
 async fn escalation_comes_before_the_providers_last_delivery() {
     use webhook_guard::verify::{GitHub, Slack};
-    let slack = Slack::new(["slack-secret"]).unwrap();
+    let slack = Slack::new(["slack-signing-secret-0123456789abc"]).unwrap();
     let at = Utc::now();
     let clock = ManualClock::new(at);
     let hooks = Arc::new(Recorder::default());
@@ -2332,7 +2335,7 @@ async fn escalation_comes_before_the_providers_last_delivery() {
     );
     assert_eq!(hooks.escalations.lock().unwrap().len(), 1);
 
-    let github = GitHub::new(["gh-secret"]).unwrap();
+    let github = GitHub::new(["gh-secret-0123456789"]).unwrap();
     let once = WebhookGuard::builder()
         .store(MemoryStore::new())
         .verifier(github.clone())

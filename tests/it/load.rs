@@ -55,7 +55,7 @@ async fn load(backend: Backend) {
     let retention_secs = 3; // batches
     let guard = WebhookGuard::builder()
         .store(store)
-        .verifier(HmacSha256Header::new("X-Signature", ["load"]).unwrap())
+        .verifier(HmacSha256Header::new("X-Signature", ["load-secret-0123456789"]).unwrap())
         .event_id(EventId::json_field(["id"]))
         .clock(clock.clone())
         .lease(Duration::from_secs(1))
@@ -63,7 +63,7 @@ async fn load(backend: Backend) {
         .build()
         .unwrap();
     let sweeper = guard.sweeper().batch(10_000).max_batches(1_000);
-    let signer = HmacSha256Header::new("X-Signature", ["load"]).unwrap();
+    let signer = HmacSha256Header::new("X-Signature", ["load-secret-0123456789"]).unwrap();
     let runs: Arc<Vec<AtomicU32>> = Arc::new((0..events).map(|_| AtomicU32::new(0)).collect());
     let unexpected = AtomicUsize::new(0);
     let in_progress = AtomicUsize::new(0);

@@ -24,7 +24,11 @@ mod tenants;
 #[cfg(feature = "tokio")]
 mod forgery;
 mod fuzz_regressions;
+#[cfg(feature = "tokio")]
+mod misconfig;
 mod providers_b;
+#[cfg(feature = "tokio")]
+mod replay;
 mod verify_providers;
 mod verify_tool;
 

@@ -23,7 +23,8 @@ fn run() -> Snapshot {
             .unwrap();
         rt.block_on(async {
             webhook_guard::metrics::describe();
-            let verifier = HmacSha256Header::new("X-Signature", ["s3cret"]).unwrap();
+            let verifier =
+                HmacSha256Header::new("X-Signature", ["a-random-secret-of-32-characters"]).unwrap();
             let guard = WebhookGuard::builder()
                 .namespace("stripe")
                 .store(MeteredStore::new(MemoryStore::new()))

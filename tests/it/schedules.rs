@@ -143,8 +143,8 @@ async fn play(provider: Provider, behavior: Behavior) -> Played {
         .hooks(alerts.clone())
         .reconciler(alerts.clone())
         .escalate_after(N);
-    let jamm = Jamm::new(["jamm-secret"]).unwrap();
-    let stripe = Stripe::new(["whsec_stripe"]).unwrap();
+    let jamm = Jamm::new(["jamm-client-secret-0123456789"]).unwrap();
+    let stripe = Stripe::new(["whsec_stripe0123456789abcdefghijklmnop"]).unwrap();
     let guard = match provider {
         Provider::Jamm => builder.verifier(jamm.clone()),
         Provider::Stripe => builder.verifier(stripe.clone()),

@@ -50,7 +50,7 @@ fn a_valid_stripe_delivery_prints_ok_and_the_event_id() {
     let file = body_file("ok", BODY);
     let header = format!(
         "Stripe-Signature: {}",
-        Stripe::new(["whsec_old"])
+        Stripe::new(["whsec_old00000000000000000000000000000"])
             .unwrap()
             .sign(BODY, 1_700_000_000)
     );
@@ -58,9 +58,9 @@ fn a_valid_stripe_delivery_prints_ok_and_the_event_id() {
         "--provider",
         "stripe",
         "--secret",
-        "whsec_new",
+        "whsec_new00000000000000000000000000000",
         "--secret",
-        "whsec_old",
+        "whsec_old00000000000000000000000000000",
         "--header",
         &header,
         "--body-file",
@@ -77,14 +77,16 @@ fn a_stale_or_forged_delivery_is_rejected_with_exit_1() {
     let file = body_file("rejected", BODY);
     let header = format!(
         "Stripe-Signature: {}",
-        Stripe::new(["whsec_a"]).unwrap().sign(BODY, 1_700_000_000)
+        Stripe::new(["whsec_a0000000000000000000000000000000"])
+            .unwrap()
+            .sign(BODY, 1_700_000_000)
     );
     let path = file.to_str().unwrap();
     let stale = run(&[
         "--provider",
         "stripe",
         "--secret",
-        "whsec_a",
+        "whsec_a0000000000000000000000000000000",
         "--header",
         &header,
         "--body-file",
@@ -102,7 +104,7 @@ fn a_stale_or_forged_delivery_is_rejected_with_exit_1() {
         "--provider",
         "stripe",
         "--secret",
-        "whsec_b",
+        "whsec_b0000000000000000000000000000000",
         "--header",
         &header,
         "--body-file",
@@ -112,8 +114,17 @@ fn a_stale_or_forged_delivery_is_rejected_with_exit_1() {
     ]);
     assert_eq!(forged.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&forged.stdout).contains("(signature_mismatch)"));
-    assert!(!String::from_utf8_lossy(&forged.stdout).contains("whsec_b"));
-    let missing = run(&["--provider", "github", "--secret", "k", "--body-file", path]);
+    assert!(
+        !String::from_utf8_lossy(&forged.stdout).contains("whsec_b0000000000000000000000000000000")
+    );
+    let missing = run(&[
+        "--provider",
+        "github",
+        "--secret",
+        "k-0123456789abcdef",
+        "--body-file",
+        path,
+    ]);
     assert_eq!(missing.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&missing.stdout).contains("(missing_header)"));
 }

@@ -4,6 +4,7 @@
 //! 1 refused, not found or failed, 2 usage error. Secrets and store passwords are
 //! never printed.
 
+mod files;
 mod http;
 mod listing;
 mod samples;
@@ -115,13 +116,20 @@ pub(crate) struct StoreArgs {
     /// redis://..., dynamodb://TABLE?region=... (memory: works but holds nothing).
     /// TLS: ?sslmode=verify-full (&sslrootcert=CA.pem), ?ssl-mode=VERIFY_IDENTITY
     /// (&ssl-ca=CA.pem), rediss:// (SSL_CERT_FILE=CA.pem for a private CA).
+    /// Prefer the environment variable or --store-url-file: command-line arguments
+    /// are visible to other local users.
     #[arg(
         long,
         env = "WEBHOOK_GUARD_STORE_URL",
         hide_env_values = true,
-        value_name = "URL"
+        value_name = "URL",
+        required_unless_present = "store_url_file"
     )]
-    store: String,
+    store: Option<String>,
+    /// A file holding the store URL (one trailing line end is ignored); it takes
+    /// precedence over --store and the environment.
+    #[arg(long, value_name = "PATH")]
+    store_url_file: Option<std::path::PathBuf>,
     /// The namespace the guard was configured with.
     #[arg(
         long,
@@ -221,7 +229,12 @@ async fn run(command: Command) -> Result<ExitCode, Fail> {
 /// The parsed URL, with the table option. The URL itself is never echoed: it may
 /// hold a password.
 fn store_url(args: &StoreArgs) -> Result<StoreUrl, Fail> {
-    let url = StoreUrl::parse(&args.store).map_err(|e| Fail::Usage(format!("--store: {e}")))?;
+    let text = files::value_or_file(
+        args.store.as_deref(),
+        args.store_url_file.as_deref(),
+        "store-url",
+    )?;
+    let url = StoreUrl::parse(&text).map_err(|e| Fail::Usage(format!("--store: {e}")))?;
     Ok(match &args.table {
         Some(t) => url.table(t),
         None => url,
@@ -248,6 +261,8 @@ pub(crate) async fn guard(args: &StoreArgs) -> Result<WebhookGuard, Fail> {
     WebhookGuard::builder()
         .store(opened.shared())
         .verifier(NoVerification)
+        // It receives no delivery: an id source only for the builder's check.
+        .event_id(webhook_guard::EventId::header("X-Event-Id"))
         .namespace(args.namespace.as_str())
         .build()
         .map_err(|e| match e {

@@ -30,15 +30,20 @@ pub(crate) struct SendArgs {
     provider: Provider,
     /// The signing secret the receiver is configured with (for sendgrid: the base64
     /// P-256 private key that signs; its public key is printed; for gitlab: the
-    /// secret token). Prefer the environment variable: command-line arguments are
+    /// secret token). Prefer the environment variable or --secret-file: command-line arguments are
     /// visible to other local users.
     #[arg(
         long,
         env = "WEBHOOK_GUARD_SECRET",
         hide_env_values = true,
-        value_name = "SECRET"
+        value_name = "SECRET",
+        required_unless_present = "secret_file"
     )]
-    secret: String,
+    secret: Option<String>,
+    /// A file holding the signing secret (one trailing line end is ignored); it
+    /// takes precedence over --secret and the environment.
+    #[arg(long, value_name = "PATH")]
+    secret_file: Option<std::path::PathBuf>,
     /// The endpoint: http://127.0.0.1:PORT/path (loopback only unless --allow-remote).
     #[arg(long, value_name = "URL")]
     url: String,
@@ -430,8 +435,13 @@ fn is_success(reply: &Result<Reply, String>) -> bool {
 
 /// Runs `send`.
 pub(crate) async fn run(args: SendArgs) -> Result<ExitCode, Fail> {
+    let secret = crate::files::value_or_file(
+        args.secret.as_deref(),
+        args.secret_file.as_deref(),
+        "secret",
+    )?;
     let notification_url = args.notification_url.as_deref().unwrap_or(&args.url);
-    let signer = Signer::new(args.provider, &args.secret, notification_url).map_err(Fail::Usage)?;
+    let signer = Signer::new(args.provider, &secret, notification_url).map_err(Fail::Usage)?;
     if let Signer::Extra(extra) = &signer {
         if let Some(note) = extra.note() {
             println!("{note}");
@@ -585,7 +595,7 @@ mod tests {
 
     #[test]
     fn jamm_sample_has_its_target_object() {
-        let signer = Signer::new(Provider::Jamm, "secret", URL).unwrap();
+        let signer = Signer::new(Provider::Jamm, Provider::Jamm.sample_secret(), URL).unwrap();
         let event = signer.event(None, None).unwrap();
         let meta = webhook_guard::meta::MetaExtractor::jamm().extract(&event.body);
         assert_eq!(meta.object.as_deref(), Some("trx-test"));
@@ -608,7 +618,7 @@ mod tests {
                 let public = webhook_guard::verify::SendGrid::public_key_of(private).unwrap();
                 (private.to_owned(), public)
             }
-            _ => same("secret"),
+            _ => same(provider.sample_secret()),
         }
     }
 
@@ -669,12 +679,12 @@ mod tests {
     /// same event carries its own time, and verifies then.
     #[test]
     fn a_linear_redelivery_carries_its_own_time() {
-        let signer = Signer::new(Provider::Linear, "secret", URL).unwrap();
+        let signer = Signer::new(Provider::Linear, Provider::Linear.sample_secret(), URL).unwrap();
         let event = signer.event(None, None).unwrap();
         let later = Utc::now() + chrono::TimeDelta::seconds(120);
         let (headers, body) = signer.delivery(&event, later.timestamp(), 1);
         Provider::Linear
-            .verifier(["secret"])
+            .verifier([Provider::Linear.sample_secret()])
             .unwrap()
             .verify(&headers, &body, later)
             .expect("verifies at its own time");

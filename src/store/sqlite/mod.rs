@@ -195,8 +195,29 @@ pub(super) fn err(e: sqlx::Error) -> StoreError {
     map_error(e, sqlite_unavailable)
 }
 
+/// Creates the database file of `options` if it is missing, readable and writable
+/// by its owner only (0600 on Unix; SQLite gives its `-wal` and `-shm` files the
+/// same mode): the file holds event ids, failure texts and, for an inbox, whole
+/// bodies. An existing file is left as it is; an in-memory database has none.
+pub(super) fn create_private(options: &SqliteConnectOptions) -> Result<(), StoreError> {
+    let path = options.get_filename();
+    if path.as_os_str().is_empty() || path.as_os_str() == ":memory:" {
+        return Ok(());
+    }
+    let mut open = std::fs::OpenOptions::new();
+    open.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut open, 0o600);
+    match open.open(path) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(StoreError::unavailable(e)),
+    }
+}
+
 impl SqliteStore {
-    /// Opens (creating it if needed) the database file at `path` with
+    /// Opens (creating it if needed, readable by its owner only) the database file
+    /// at `path` with
     /// [`SqliteStore::connect_options`], a pool of up to 4 connections, and creates
     /// the default table if it does not exist.
     ///
@@ -204,10 +225,12 @@ impl SqliteStore {
     /// [`StoreError::Unavailable`] when the file cannot be opened or created,
     /// [`StoreError::Backend`] when it is not an SQLite database.
     pub async fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+        let options = Self::connect_options(path);
+        create_private(&options)?;
         let pool = SqlitePoolOptions::new()
             .max_connections(4)
             .acquire_timeout(BUSY_TIMEOUT)
-            .connect_with(Self::connect_options(path))
+            .connect_with(options)
             .await
             .map_err(err)?;
         let store = Self::new(pool);

@@ -12,7 +12,7 @@ use webhook_guard::store::{
 use webhook_guard::verify::HmacSha256Header;
 use webhook_guard::{EventId, StoreError, WebhookGuard};
 
-pub const SECRET: &str = "whsec_test";
+pub const SECRET: &str = "whsec_wRNftLajMZNeslQOP6vEPm4iVx5NlZ6z";
 pub const SIGNATURE_HEADER: &str = "X-Signature";
 pub const LIMIT: usize = 1024;
 
