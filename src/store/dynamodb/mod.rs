@@ -159,6 +159,7 @@ pub use aws_sdk_dynamodb;
 
 mod codec;
 mod inbox;
+mod listing;
 mod ordering;
 mod processed;
 mod schema;

@@ -267,6 +267,7 @@ mod batch;
 mod codec;
 mod connection;
 mod inbox;
+mod listing;
 mod native;
 mod ordering;
 mod persistence;
