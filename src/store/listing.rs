@@ -566,6 +566,39 @@ pub(crate) fn page_of_scan<T: Listed>(matching: impl Iterator<Item = T>, limit: 
     Page { items, next }
 }
 
+/// The newest items a scan has met so far, for a store that scans page by page of
+/// its own: at most a few pages' worth kept between cuts.
+#[cfg(any(feature = "redis", feature = "dynamodb"))]
+pub(crate) struct Newest<T> {
+    found: Vec<T>,
+    limit: usize,
+}
+
+#[cfg(any(feature = "redis", feature = "dynamodb"))]
+impl<T: Listed> Newest<T> {
+    /// Keeps the `limit` newest (and one more, which tells a next page).
+    pub(crate) fn new(limit: usize) -> Self {
+        Self {
+            found: Vec::new(),
+            limit,
+        }
+    }
+
+    /// Adds `item` (a match of the query).
+    pub(crate) fn push(&mut self, item: T) {
+        self.found.push(item);
+        if self.found.len() >= 4 * self.limit + 4 {
+            let kept = page_of_scan(std::mem::take(&mut self.found).into_iter(), self.limit + 1);
+            self.found = kept.items;
+        }
+    }
+
+    /// The page of the `limit` newest items pushed.
+    pub(crate) fn page(self) -> Page<T> {
+        page_of_scan(self.found.into_iter(), self.limit)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

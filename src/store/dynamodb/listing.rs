@@ -20,36 +20,8 @@ use chrono::{DateTime, Utc};
 
 use super::{codec, item_pk, millis, n, s, store_error, DynamoDbStore, Expr, Item, Write};
 use crate::inbox::{InboxEvent, InboxListing, InboxState};
-use crate::store::listing::{page_of_scan, EventQuery, Listed, ListingStore, Page, RecordQuery};
+use crate::store::listing::{EventQuery, ListingStore, Newest, Page, RecordQuery};
 use crate::store::{Key, Record, StoreError};
-
-/// Keeps the `limit` newest of what is pushed (and one more, which tells a next
-/// page).
-struct Newest<T> {
-    found: Vec<T>,
-    limit: usize,
-}
-
-impl<T: Listed> Newest<T> {
-    fn new(limit: usize) -> Self {
-        Self {
-            found: Vec::new(),
-            limit,
-        }
-    }
-
-    fn push(&mut self, item: T) {
-        self.found.push(item);
-        if self.found.len() >= 4 * self.limit + 4 {
-            let kept = page_of_scan(std::mem::take(&mut self.found).into_iter(), self.limit + 1);
-            self.found = kept.items;
-        }
-    }
-
-    fn page(self) -> Page<T> {
-        page_of_scan(self.found.into_iter(), self.limit)
-    }
-}
 
 impl DynamoDbStore {
     /// Calls `each` with every item whose `pk` starts with `prefix`, reading the

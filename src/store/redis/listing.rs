@@ -27,7 +27,7 @@ use super::connection::{store_error, Eval};
 use super::inbox::event;
 use super::RedisStore;
 use crate::inbox::{InboxEvent, InboxListing};
-use crate::store::listing::{page_of_scan, EventQuery, Listed, ListingStore, Page, RecordQuery};
+use crate::store::listing::{EventQuery, ListingStore, Newest, Page, RecordQuery};
 use crate::store::{Key, Record, StoreError};
 
 /// How many index entries one `ZSCAN` step asks for.
@@ -49,33 +49,6 @@ fn push_literal(pattern: &mut String, text: &str) {
             pattern.push('\\');
         }
         pattern.push(c);
-    }
-}
-
-/// Keeps the `limit` newest of `found` (and one more, which tells a next page).
-struct Newest<T> {
-    found: Vec<T>,
-    limit: usize,
-}
-
-impl<T: Listed> Newest<T> {
-    fn new(limit: usize) -> Self {
-        Self {
-            found: Vec::new(),
-            limit,
-        }
-    }
-
-    fn push(&mut self, item: T) {
-        self.found.push(item);
-        if self.found.len() >= 4 * self.limit + 4 {
-            let kept = page_of_scan(std::mem::take(&mut self.found).into_iter(), self.limit + 1);
-            self.found = kept.items;
-        }
-    }
-
-    fn page(self) -> Page<T> {
-        page_of_scan(self.found.into_iter(), self.limit)
     }
 }
 
