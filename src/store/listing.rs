@@ -39,15 +39,28 @@
 //!   whole range of its states.
 //! - **Memory**: no index (it would cost every claim); a page scans every record
 //!   of the store, tens of milliseconds at a million records.
-//! - **Redis and DynamoDB** do not list yet (`record_listing` answers `None`).
-//!   The design for them: on Redis, a sorted set per shard, namespace and state
-//!   scored by `updated_at`, kept by the claim and finish paths (one `ZADD`/`ZREM`
-//!   more per change, in the same script or transaction; a page reads the newest
-//!   entries of every shard and merges them, `O(shards × log n)` at any size); a
-//!   `SCAN` instead would read the whole keyspace per page (a million keys: about a
-//!   thousand round trips). On DynamoDB, a sparse global secondary index keyed by
-//!   `(namespace#state, updated_at#id)`, eventually consistent, one `Query` per
-//!   state; a `Scan` would read (and bill) the whole table per page.
+//! - **Redis** (standalone and cluster): no index by `updated_at`. A page (or a
+//!   count) walks each shard's due index — which names every record of the shard
+//!   — with `ZSCAN … MATCH <namespace>\0<id prefix>* COUNT 1000`, reads the
+//!   records it names (one pipeline of `GET`s per step) and keeps the newest
+//!   matches. Inbox events: `ZSCAN` of the namespace's `due` and `settled` sets
+//!   and an `HGETALL` per event. The claim and finish paths are unchanged (no
+//!   cost on the hot path); a page costs a walk of every entry of every shard: at
+//!   a million records (16 shards) about a thousand `ZSCAN` round trips plus a
+//!   `GET` of every record of the namespace, seconds per page, spread over short
+//!   commands. An id prefix narrows what is read, not what is walked. The indexed
+//!   design (a sorted set per shard, namespace and state scored by `updated_at`,
+//!   kept by the claim, finish, delete and purge paths, `O(shards × log n)` per
+//!   page) is not built.
+//! - **DynamoDB**: no listing index. A page (or a count) is a strongly consistent
+//!   `Scan` of the whole table filtered by `begins_with(pk, …)` (namespace and id
+//!   prefix): it reads and bills every item of the table, at a million records of
+//!   about 1 KB some thousand calls and 250,000 read units per page. The indexed
+//!   design (a sparse global secondary index keyed by `(namespace#state,
+//!   updated_at#id)`, one `Query` per state) is not built.
+//! - Requeue and purge of a dead letter are one atomic step on every backend (a
+//!   script on Redis, a conditional write on DynamoDB, a conditional `UPDATE` /
+//!   `DELETE` on SQL).
 
 use std::fmt;
 use std::future::Future;
@@ -551,6 +564,39 @@ pub(crate) fn page_of_scan<T: Listed>(matching: impl Iterator<Item = T>, limit: 
         None
     };
     Page { items, next }
+}
+
+/// The newest items a scan has met so far, for a store that scans page by page of
+/// its own: at most a few pages' worth kept between cuts.
+#[cfg(any(feature = "redis", feature = "dynamodb"))]
+pub(crate) struct Newest<T> {
+    found: Vec<T>,
+    limit: usize,
+}
+
+#[cfg(any(feature = "redis", feature = "dynamodb"))]
+impl<T: Listed> Newest<T> {
+    /// Keeps the `limit` newest (and one more, which tells a next page).
+    pub(crate) fn new(limit: usize) -> Self {
+        Self {
+            found: Vec::new(),
+            limit,
+        }
+    }
+
+    /// Adds `item` (a match of the query).
+    pub(crate) fn push(&mut self, item: T) {
+        self.found.push(item);
+        if self.found.len() >= 4 * self.limit + 4 {
+            let kept = page_of_scan(std::mem::take(&mut self.found).into_iter(), self.limit + 1);
+            self.found = kept.items;
+        }
+    }
+
+    /// The page of the `limit` newest items pushed.
+    pub(crate) fn page(self) -> Page<T> {
+        page_of_scan(self.found.into_iter(), self.limit)
+    }
 }
 
 #[cfg(test)]

@@ -21,6 +21,7 @@ use webhook_guard::inbox::{InboxEvent, InboxState, InboxStore};
 use webhook_guard::meta::MetaExtractor;
 use webhook_guard::ordering::{ObjectKey, ObjectStatus, OrderingStore};
 use webhook_guard::outcome::OutcomeKind;
+use webhook_guard::store::listing::RecordQuery;
 use webhook_guard::store::redis::{redis, RedisStoreError};
 use webhook_guard::store::{
     Claim, ClaimRequest, Fence, FencingToken, Fingerprint, Finish, Key, ProcessedStore,
@@ -280,6 +281,52 @@ async fn standalone_store_passes_the_inbox_and_ordering_suites() {
         cleanup(&url, &prefix).await > 0,
         "the suites wrote under the prefix"
     );
+}
+
+/// Listing walks the due index with `ZSCAN … MATCH`: glob characters in a
+/// namespace or an id prefix are matched as themselves, not as patterns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listing_matches_glob_characters_literally() {
+    let Some(url) = url() else { return };
+    let prefix = random_prefix("listing-glob");
+    let store = store(&url, &prefix).await;
+    let now = Utc::now();
+    for (namespace, id) in [
+        ("n*", "a*1"),
+        ("n*", "ab1"),
+        ("n*", "[x]1"),
+        ("n*", "x1"),
+        ("n?", "q1"),
+        ("nz", "z1"),
+    ] {
+        let request = ClaimRequest {
+            key: Key::new(namespace, id),
+            fingerprint: Fingerprint::of(id.as_bytes()),
+            token: FencingToken::random(),
+            now,
+            lease_until: now + TimeDelta::minutes(5),
+            expires_at: now + TimeDelta::hours(1),
+        };
+        let claim = store.claim(&request).await.expect("claim failed");
+        assert!(matches!(claim, Claim::Acquired(_)), "{claim:?}");
+    }
+    let list = store.record_listing().expect("the Redis store lists");
+    let ids = |query: RecordQuery| async move {
+        let page = list.list_records(&query).await.expect("list failed");
+        let mut ids: Vec<String> = page.items.into_iter().map(|r| r.id).collect();
+        ids.sort();
+        ids
+    };
+    let q = RecordQuery::new("n*", now);
+    assert_eq!(ids(q.clone()).await, ["[x]1", "a*1", "ab1", "x1"]);
+    assert_eq!(ids(q.clone().id_prefix("a*")).await, ["a*1"]);
+    assert_eq!(ids(q.clone().id_prefix("[x]")).await, ["[x]1"]);
+    assert_eq!(ids(RecordQuery::new("n?", now)).await, ["q1"]);
+    assert_eq!(
+        list.count_records(&q.id_prefix("a")).await.expect("count"),
+        2
+    );
+    assert!(cleanup(&url, &prefix).await > 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

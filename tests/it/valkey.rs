@@ -63,6 +63,8 @@ async fn native_path_passes_the_conformance_suites() {
     conformance::run_all(&store).await;
     conformance::inbox::run_all(&store).await;
     conformance::ordering::run_all(&store).await;
+    conformance::listing::run_all(&store).await;
+    conformance::listing::run_inbox(&store).await;
     assert!(
         cleanup(&url, &prefix).await > 0,
         "the suites wrote under the prefix"

@@ -252,4 +252,8 @@ impl InboxStore for DynamoDbStore {
         }
         Ok(removed as u64)
     }
+
+    fn inbox_listing(&self) -> Option<&dyn crate::inbox::InboxListing> {
+        Some(self)
+    }
 }

@@ -107,6 +107,16 @@
 //! since it was listed is left alone). No [`Sweeper`](crate::sweeper::Sweeper) is
 //! needed for retention; running one anyway also reports stuck claims.
 //!
+//! # Listing
+//!
+//! [`record_listing`](super::ProcessedStore::record_listing) and
+//! [`inbox_listing`](crate::inbox::InboxStore::inbox_listing) answer the store
+//! itself. The table has no index by change time, so a page is a strongly
+//! consistent `Scan` of the whole table filtered by `pk` prefix: it reads and
+//! bills every item (see [`store::listing`](super::listing) for the cost at a
+//! million records). Requeue and purge of a dead letter are one conditional write
+//! each.
+//!
 //! # Item size
 //!
 //! A DynamoDB item holds at most 400 KB ([`MAX_ITEM_BYTES`]). A record's history is
@@ -159,6 +169,7 @@ pub use aws_sdk_dynamodb;
 
 mod codec;
 mod inbox;
+mod listing;
 mod ordering;
 mod processed;
 mod schema;

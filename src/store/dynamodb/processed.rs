@@ -300,4 +300,8 @@ impl ProcessedStore for DynamoDbStore {
         out.truncate(limit);
         Ok(out)
     }
+
+    fn record_listing(&self) -> Option<&dyn crate::store::ListingStore> {
+        Some(self)
+    }
 }

@@ -19,17 +19,17 @@ use crate::store::{ceil_millis, Fence, FencingToken, Fingerprint, Key, StoreErro
 /// How many events one lease or purge script handles at most.
 const BATCH: usize = 256;
 
-struct InboxKeys {
+pub(super) struct InboxKeys {
     /// The event key prefix: `{…}:e:`.
-    events: String,
-    due: String,
-    settled: String,
+    pub(super) events: String,
+    pub(super) due: String,
+    pub(super) settled: String,
     /// The prefix of a lease's receipt: `{…}:lease:`, then the lease's first token.
     receipts: String,
 }
 
 impl RedisStore {
-    fn inbox_keys(&self, namespace: &str) -> InboxKeys {
+    pub(super) fn inbox_keys(&self, namespace: &str) -> InboxKeys {
         // `{`, `}` and `%` escaped: a `}` would end the hash tag early, and the
         // namespace `a}:e:b` would then share keys with the namespace `a` (its id
         // `b}:e:…`). Other namespaces keep their keys as they are.
@@ -162,7 +162,7 @@ scripts!(Scripts {
 });
 
 /// An event from its hash, as `HGETALL` answers it (field, value, …).
-fn event(key: Key<'_>, fields: &[Value]) -> Result<InboxEvent, StoreError> {
+pub(super) fn event(key: Key<'_>, fields: &[Value]) -> Result<InboxEvent, StoreError> {
     let mut state = None;
     let mut token = None;
     let mut fingerprint = None;
@@ -392,6 +392,10 @@ impl InboxStore for RedisStore {
             }
         }
         Ok(removed as u64)
+    }
+
+    fn inbox_listing(&self) -> Option<&dyn crate::inbox::InboxListing> {
+        Some(self)
     }
 }
 

@@ -111,6 +111,17 @@
 //! fail-over holds up its own shards' callers, each at most twice the response
 //! timeout (then `Unavailable`), and not the other nodes'.
 //!
+//! # Listing
+//!
+//! [`record_listing`](crate::store::ProcessedStore::record_listing) and
+//! [`inbox_listing`](crate::inbox::InboxStore::inbox_listing) answer the store
+//! itself. There is no index by change time: a page walks every shard's `due`
+//! index with `ZSCAN … MATCH <namespace>\0<id prefix>*` and reads the records it
+//! names (inbox events: the namespace's `due` and `settled` sets), a cost that
+//! grows with the whole store, not with the page (see
+//! [`store::listing`](crate::store::listing)). Claims and finishes pay nothing
+//! for it. Requeue and purge of a dead letter are one script each.
+//!
 //! # Retention
 //!
 //! Times are the caller's (`now` and the times in each request), kept as integer
@@ -267,6 +278,7 @@ mod batch;
 mod codec;
 mod connection;
 mod inbox;
+mod listing;
 mod native;
 mod ordering;
 mod persistence;

@@ -293,6 +293,10 @@ impl ProcessedStore for RedisStore {
         out.truncate(limit);
         Ok(out)
     }
+
+    fn record_listing(&self) -> Option<&dyn crate::store::ListingStore> {
+        Some(self)
+    }
 }
 
 impl RedisStore {
