@@ -609,7 +609,7 @@ mod tests {
     fn secrets(provider: Provider) -> (String, String) {
         let same = |s: &str| (s.to_owned(), s.to_owned());
         match provider {
-            Provider::Standard => same("whsec_c2VjcmV0"),
+            Provider::Standard => same(provider.sample_secret()),
             Provider::Adyen => {
                 same("44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056")
             }
