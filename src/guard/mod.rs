@@ -820,6 +820,12 @@ impl WebhookGuard {
         self.inner.retention
     }
 
+    /// The inbox, if the guard has one (the operator console reads it).
+    #[cfg(feature = "console")]
+    pub(crate) fn inbox_store(&self) -> Option<&Arc<dyn InboxStore>> {
+        self.inner.inbox.as_ref()
+    }
+
     /// The largest body accepted, in bytes: integrations stop reading a body past it.
     pub fn max_body(&self) -> usize {
         self.inner.max_body
