@@ -100,6 +100,8 @@ async fn mysql_store_passes_the_conformance_suite() {
     timed("conformance", conformance::run_all(&store)).await;
     // Again on the same table, now holding the first run's records.
     timed("conformance again", conformance::run_all(&store)).await;
+    timed("listing", conformance::listing::run_all(&store)).await;
+    timed("inbox listing", conformance::listing::run_inbox(&store)).await;
     drop_table(&store).await;
 }
 

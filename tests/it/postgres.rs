@@ -119,6 +119,7 @@ async fn passes_the_conformance_suite() {
     store.migrate().await.expect("migrate is idempotent");
     let started = Instant::now();
     conformance::run_all(&store).await;
+    conformance::listing::run_all(&store).await;
     eprintln!("conformance suite: {:?}", started.elapsed());
     db.drop_table().await;
 }
@@ -358,6 +359,7 @@ async fn passes_the_inbox_and_ordering_conformance_suites() {
     let started = Instant::now();
     conformance::inbox::run_all(&store).await;
     conformance::ordering::run_all(&store).await;
+    conformance::listing::run_inbox(&store).await;
     eprintln!("inbox and ordering suites: {:?}", started.elapsed());
     db.drop_table().await;
 }

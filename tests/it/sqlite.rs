@@ -122,6 +122,7 @@ async fn passes_the_conformance_suite() {
     store.migrate().await.expect("migrate is idempotent");
     let started = Instant::now();
     conformance::run_all(&store).await;
+    conformance::listing::run_all(&store).await;
     eprintln!("conformance suite: {:?}", started.elapsed());
     store.pool().close().await;
 }
@@ -342,6 +343,7 @@ async fn passes_the_inbox_and_ordering_conformance_suites() {
     let started = Instant::now();
     conformance::inbox::run_all(&store).await;
     conformance::ordering::run_all(&store).await;
+    conformance::listing::run_inbox(&store).await;
     eprintln!("inbox and ordering suites: {:?}", started.elapsed());
     let tables: i64 =
         sqlx::query("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN (?1, ?2)")
