@@ -8,7 +8,7 @@ use super::handlers::Window;
 
 const WIDTH: u32 = 640;
 const HEIGHT: u32 = 220;
-const TOP: u32 = 24;
+const TOP: u32 = 40;
 const BOTTOM: u32 = 40;
 
 /// The chart of `windows` (the first is the hour, the second the day).
@@ -59,10 +59,10 @@ pub(super) fn bars(windows: &[Window]) -> Markup {
                 }
                 text.label x=(x0 + bar) y=(HEIGHT - BOTTOM + 16) text-anchor="middle" { (label) }
             }
-            rect.bar-hour x="8" y="4" width="10" height="10" {}
-            text.legend x="22" y="13" { "last hour" }
-            rect.bar-day x="100" y="4" width="10" height="10" {}
-            text.legend x="114" y="13" { "last day" }
+            rect.bar-hour x=(WIDTH - 190) y="6" width="10" height="10" {}
+            text.legend x=(WIDTH - 176) y="15" { "last hour" }
+            rect.bar-day x=(WIDTH - 90) y="6" width="10" height="10" {}
+            text.legend x=(WIDTH - 76) y="15" { "last day" }
         }
     }
 }

@@ -94,6 +94,8 @@ impl From<SourceError> for Problem {
     fn from(e: SourceError) -> Self {
         match e {
             SourceError::Unsupported(what) => Self::new(StatusCode::NOT_IMPLEMENTED, what),
+            SourceError::BadInput(what) => Self::new(StatusCode::BAD_REQUEST, what),
+            SourceError::Refused(what) => Self::new(StatusCode::CONFLICT, what),
             SourceError::Store(e) => {
                 tracing::warn!(target: AUDIT_TARGET, error = %e, "console: store error");
                 Self::new(StatusCode::SERVICE_UNAVAILABLE, format!("the store failed: {e}"))

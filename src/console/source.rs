@@ -8,8 +8,10 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-use crate::inbox::{InboxEvent, InboxState, InboxStore};
-use crate::store::{Deleted, Record, RecordState, StoreError};
+use crate::inbox::{InboxEvent, InboxListing, InboxState, InboxStore};
+use crate::store::escalation::{self, EscalationError, EscalationStatus};
+use crate::store::listing::{Cursor, ListQuery, ListState};
+use crate::store::{Deleted, DynProcessedStore, Key, ListingStore, Record, RecordState, StoreError};
 use crate::WebhookGuard;
 
 /// Which records a list shows.
@@ -189,10 +191,8 @@ impl Mark {
 pub(crate) struct EscalationMark {
     /// `"open"`, `"acknowledged"` or `"resolved"`.
     pub(crate) state: &'static str,
-    /// Who marked it, if anyone did.
-    pub(crate) by: Option<String>,
-    /// When.
-    pub(crate) at: Option<DateTime<Utc>>,
+    /// Each step: when, and what was noted (who did it).
+    pub(crate) notes: Vec<(DateTime<Utc>, String)>,
 }
 
 /// Why the console could not do what was asked.
@@ -202,6 +202,13 @@ pub(crate) enum SourceError {
     /// without an inbox).
     #[error("{0}")]
     Unsupported(&'static str),
+    /// The request names something the console cannot read (a page cursor).
+    #[error("{0}")]
+    BadInput(String),
+    /// The store refused the change as it stands (an escalation resolved already,
+    /// another change under way).
+    #[error("{0}")]
+    Refused(String),
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -255,7 +262,10 @@ pub(crate) trait Source: Send + Sync + 'static {
     async fn stuck(&self, limit: usize) -> Result<Vec<Record>, SourceError>;
 }
 
-/// A guard's processed store and inbox.
+/// A guard's processed store and inbox, through the store contract's listing
+/// capabilities ([`ProcessedStore::record_listing`](crate::ProcessedStore::record_listing),
+/// [`InboxStore::inbox_listing`]) and escalation markers
+/// ([`escalation`](crate::store::escalation)).
 #[derive(Debug, Clone)]
 pub(crate) struct GuardSource {
     guard: WebhookGuard,
@@ -268,15 +278,70 @@ impl GuardSource {
         Self { guard, inbox }
     }
 
-    fn inbox(&self) -> Result<&dyn InboxStore, SourceError> {
+    fn store(&self) -> &DynProcessedStore {
+        &**self.guard.store()
+    }
+
+    fn records(&self) -> Result<&dyn ListingStore, SourceError> {
+        self.store()
+            .record_listing()
+            .ok_or(SourceError::Unsupported("this store does not list records"))
+    }
+
+    fn events(&self) -> Result<&dyn InboxListing, SourceError> {
         self.inbox
             .as_deref()
-            .ok_or(SourceError::Unsupported("this guard has no inbox"))
+            .ok_or(SourceError::Unsupported("this guard has no inbox"))?
+            .inbox_listing()
+            .ok_or(SourceError::Unsupported("this inbox does not list events"))
+    }
+
+    fn query<S: Copy + PartialEq>(
+        &self,
+        filter: &Filter,
+        states: Vec<S>,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<ListQuery<S>, SourceError> {
+        let after = cursor
+            .map(Cursor::parse)
+            .transpose()
+            .map_err(|_| SourceError::BadInput("not a page cursor of this console".to_owned()))?;
+        let mut query = ListQuery::new(self.namespace(), self.now())
+            .states(states)
+            .after(after)
+            .limit(limit);
+        query.since = filter.since;
+        query.until = filter.until;
+        if !filter.prefix.is_empty() {
+            query.id_prefix = Some(filter.prefix.clone());
+        }
+        Ok(query)
     }
 }
 
-/// What the console says while the store contract has no listing.
-const NO_LISTING: &str = "this store does not list records";
+/// The listing state of a record filter (`None`: every state).
+fn list_state(filter: StateFilter) -> Option<ListState> {
+    Some(match filter {
+        StateFilter::Record(RecordState::InProgress) => ListState::InProgress,
+        StateFilter::Record(RecordState::Failed) => ListState::Failed,
+        StateFilter::Record(RecordState::Completed) => ListState::Completed,
+        StateFilter::Record(RecordState::Escalated) => ListState::Escalated,
+        StateFilter::Record(RecordState::PermanentFailure) => ListState::PermanentFailure,
+        StateFilter::Stuck => ListState::Stuck,
+        _ => return None,
+    })
+}
+
+/// The inbox state of an inbox filter.
+fn inbox_state(filter: StateFilter) -> Option<InboxState> {
+    match filter {
+        StateFilter::Pending => Some(InboxState::Pending),
+        StateFilter::Leased => Some(InboxState::Running),
+        StateFilter::Dead => Some(InboxState::Dead),
+        _ => None,
+    }
+}
 
 #[async_trait]
 impl Source for GuardSource {
@@ -295,25 +360,39 @@ impl Source for GuardSource {
     async fn page(
         &self,
         filter: &Filter,
-        _cursor: Option<&str>,
+        cursor: Option<&str>,
         limit: usize,
     ) -> Result<Page, SourceError> {
-        if filter.state == Some(StateFilter::Stuck) {
-            // Every store lists stuck leases (one page, the longest-expired first).
-            let now = self.now();
-            let rows = self
-                .guard
-                .stuck(limit)
-                .await?
-                .iter()
-                .filter(|r| r.id.starts_with(&filter.prefix))
-                .filter(|r| filter.since.is_none_or(|t| r.updated_at >= t))
-                .filter(|r| filter.until.is_none_or(|t| r.updated_at < t))
-                .map(|r| Row::of_record(r, now))
-                .collect();
-            return Ok(Page { rows, next: None });
+        if let Some(state) = filter.state.and_then(inbox_state) {
+            let query = self.query(filter, vec![state], cursor, limit)?;
+            let page = self.events()?.list_events(&query).await?;
+            return Ok(Page {
+                rows: page.items.iter().map(Row::of_event).collect(),
+                next: page.next.map(|c| c.token()),
+            });
         }
-        Err(SourceError::Unsupported(NO_LISTING))
+        let states = filter.state.and_then(list_state).into_iter().collect();
+        let query = self.query(filter, states, cursor, limit)?;
+        let page = self.records()?.list_records(&query).await?;
+        Ok(Page {
+            rows: page.items.iter().map(|r| Row::of_record(r, query.now)).collect(),
+            next: page.next.map(|c| c.token()),
+        })
+    }
+
+    async fn count(&self, filter: &Filter, _cap: usize) -> Result<Count, SourceError> {
+        let n = if let Some(state) = filter.state.and_then(inbox_state) {
+            let query = self.query(filter, vec![state], None, 1)?;
+            self.events()?.count_events(&query).await?
+        } else {
+            let states = filter.state.and_then(list_state).into_iter().collect();
+            let query = self.query(filter, states, None, 1)?;
+            self.records()?.count_records(&query).await?
+        };
+        Ok(Count {
+            n: usize::try_from(n).unwrap_or(usize::MAX),
+            more: false,
+        })
     }
 
     async fn record(&self, id: &str) -> Result<Option<Record>, SourceError> {
@@ -323,38 +402,50 @@ impl Source for GuardSource {
     async fn event(&self, id: &str) -> Result<Option<InboxEvent>, SourceError> {
         match &self.inbox {
             None => Ok(None),
-            Some(inbox) => Ok(inbox
-                .get_event(crate::store::Key::new(self.namespace(), id))
-                .await?),
+            Some(inbox) => Ok(inbox.get_event(Key::new(self.namespace(), id)).await?),
         }
     }
 
     async fn escalation(&self, id: &str) -> Result<Option<EscalationMark>, SourceError> {
-        let record = self.record(id).await?;
-        Ok(record
-            .filter(|r| r.state == RecordState::Escalated)
-            .map(|_| EscalationMark {
-                state: "open",
-                by: None,
-                at: None,
-            }))
+        let Some(record) = self.record(id).await? else {
+            return Ok(None);
+        };
+        if record.state != RecordState::Escalated {
+            return Ok(None);
+        }
+        let status = escalation::status(self.store(), &record).await?;
+        Ok(Some(EscalationMark {
+            state: status.status.as_str(),
+            notes: status
+                .notes
+                .into_iter()
+                .map(|n| (n.at, n.error))
+                .collect(),
+        }))
     }
 
     async fn forget(&self, id: &str) -> Result<Deleted, SourceError> {
         Ok(self.guard.forget(id).await?)
     }
 
-    async fn requeue(&self, _id: &str) -> Result<bool, SourceError> {
-        self.inbox()?;
-        Err(SourceError::Unsupported(
-            "this store cannot requeue dead letters",
-        ))
+    async fn requeue(&self, id: &str) -> Result<bool, SourceError> {
+        let key = Key::new(self.namespace(), id);
+        Ok(self.events()?.requeue_dead(key, self.now()).await?)
     }
 
-    async fn mark(&self, _id: &str, _mark: Mark, _operator: &str) -> Result<bool, SourceError> {
-        Err(SourceError::Unsupported(
-            "this store does not record escalation marks",
-        ))
+    async fn mark(&self, id: &str, mark: Mark, operator: &str) -> Result<bool, SourceError> {
+        let status = match mark {
+            Mark::Acknowledge => EscalationStatus::Acknowledged,
+            Mark::Resolve => EscalationStatus::Resolved,
+        };
+        let key = Key::new(self.namespace(), id);
+        let note = format!("by {operator:?} in the console");
+        match escalation::mark(self.store(), key, status, &note, self.now()).await {
+            Ok(_) => Ok(true),
+            Err(EscalationError::NotFound | EscalationError::NotEscalated(_)) => Ok(false),
+            Err(EscalationError::Store(e)) => Err(e.into()),
+            Err(e) => Err(SourceError::Refused(e.to_string())),
+        }
     }
 
     async fn stuck(&self, limit: usize) -> Result<Vec<Record>, SourceError> {

@@ -120,7 +120,7 @@ pub(super) fn overview(d: &OverviewData) -> Markup {
                         }
                     }
                 }
-                p.hint { "By the time each record last changed; counts stop at 1000." }
+                p.hint { "Counted by the time each record last changed." }
             }
         }
         section.cards {
@@ -242,13 +242,13 @@ pub(super) fn record(d: &RecordData) -> Markup {
                     (field("fingerprint", html! { @match &r.fingerprint { Some(fp) => code #fingerprint { (fp) }, None => "not kept (conflict detection off)" } }))
                     (field("first claimed", time(r.created_at)))
                     (field("last change", time(r.updated_at)))
-                    (field("lease until", time(r.lease_until)))
+                    @if r.state == "in_progress" { (field("lease until", time(r.lease_until))) }
                     (field("kept until", time(r.expires_at)))
                 }
                 @if let Some(e) = &d.escalation {
-                    p #escalation { "Escalation: " strong #escalation-state { (e.state) }
-                        @if let Some(by) = &e.by { " by " (by) }
-                        @if let Some(at) = e.at { " at " (time(at)) }
+                    p #escalation { "Escalation: " strong #escalation-state { (e.state) } }
+                    @if !e.notes.is_empty() {
+                        ul #escalation-notes { @for (at, note) in &e.notes { li { (time(*at)) " " (note) } } }
                     }
                 }
                 h3 { "Failure history" }
@@ -282,8 +282,8 @@ pub(super) fn record(d: &RecordData) -> Markup {
                     (field("fingerprint", html! { @if let Some(fp) = &e.fingerprint { code { (fp) } } }))
                     (field("received", time(e.received_at)))
                     (field("last change", time(e.updated_at)))
-                    (field("next attempt", time(e.next_attempt_at)))
-                    (field("lease until", time(e.lease_until)))
+                    @if e.state == "pending" { (field("next attempt", time(e.next_attempt_at))) }
+                    @if e.state == "leased" { (field("lease until", time(e.lease_until))) }
                     (field("kept until", time(e.expires_at)))
                     (field("last error", html! { @if let Some(err) = &e.last_error { pre #last-error { (err) } } }))
                 }
