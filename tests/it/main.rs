@@ -29,6 +29,8 @@ mod verify_tool;
 mod actix;
 #[cfg(all(feature = "cli", feature = "axum"))]
 mod cli;
+#[cfg(feature = "console")]
+mod console;
 #[cfg(feature = "axum")]
 mod detached;
 #[cfg(feature = "lambda")]
