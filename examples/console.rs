@@ -67,7 +67,11 @@ async fn on_event(event: OwnedEvent) -> Result<(), HandlerError> {
 }
 
 /// The inbox route: store, answer 200, let the worker run it.
-async fn accept(State(guard): State<WebhookGuard>, headers: HeaderMap, body: Bytes) -> impl IntoResponse {
+async fn accept(
+    State(guard): State<WebhookGuard>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> impl IntoResponse {
     let outcome = guard.accept(&headers, &body).await;
     guard.respond(outcome)
 }
@@ -109,7 +113,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 Ok(())
             }
         })?
-        .retry_policy(RetryPolicy::exponential(1, Duration::from_secs(1), Duration::from_secs(1)))
+        .retry_policy(RetryPolicy::exponential(
+            1,
+            Duration::from_secs(1),
+            Duration::from_secs(1),
+        ))
         .poll_interval(Duration::from_millis(100))
         .spawn();
 
@@ -118,7 +126,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .router(Auth::basic("ops", password)?)?;
     let app = Router::new()
         .route("/webhooks/stripe", guarded(guard.clone(), on_event))
-        .route("/webhooks/stripe/inbox", post(accept).with_state(guard.clone()))
+        .route(
+            "/webhooks/stripe/inbox",
+            post(accept).with_state(guard.clone()),
+        )
         .nest("/admin/webhooks", console);
 
     let listener = tokio::net::TcpListener::bind(&addr).await?;
@@ -135,4 +146,3 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     worker.shutdown().await;
     Ok(())
 }
-

@@ -25,7 +25,8 @@ const SECRET: &str = "whsec_console_browser_test";
 const USER: &str = "ops";
 const PASSWORD: &str = "correct-horse-battery-staple";
 /// What the hostile id would set if any of it ran as script.
-const HOSTILE: &str = r#"<img src=x onerror="window.__wg_xss=1"><script>window.__wg_xss=2</script>"#;
+const HOSTILE: &str =
+    r#"<img src=x onerror="window.__wg_xss=1"><script>window.__wg_xss=2</script>"#;
 
 /// The example, killed on drop; its output collected for the audit lines.
 struct Example {
@@ -130,8 +131,9 @@ fn basic() -> (&'static str, String) {
 
 /// Sends a Stripe-signed event; answers the status and the outcome the body names.
 async fn deliver(addr: &str, path: &str, id: &str, kind: &str) -> (u16, String) {
-    let body = json!({"id": id, "object": "event", "type": kind, "data": {"object": {"id": "pi_1"}}})
-        .to_string();
+    let body =
+        json!({"id": id, "object": "event", "type": kind, "data": {"object": {"id": "pi_1"}}})
+            .to_string();
     let stripe = Stripe::new([SECRET]).unwrap();
     let signature = stripe.sign(body.as_bytes(), chrono::Utc::now().timestamp());
     let (status, _, answer) = http(
@@ -200,7 +202,8 @@ fn chromedriver_url() -> Option<String> {
 async fn browser(webdriver: &str) -> Client {
     let profile = target_dir().join(format!("console-chromium-profile-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&profile);
-    let chromium = std::env::var("WEBHOOK_GUARD_CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
+    let chromium =
+        std::env::var("WEBHOOK_GUARD_CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
     let mut caps = serde_json::Map::new();
     caps.insert("browserName".into(), json!("chrome"));
     caps.insert(
@@ -267,19 +270,36 @@ async fn an_operator_reads_and_acts_on_deliveries_in_a_browser() {
     let inbox = "/webhooks/stripe/inbox";
 
     // Deliveries in every state.
-    assert_eq!(deliver(addr, hook, "evt_ok_1", "payment_intent.succeeded").await, (200, "processed".into()));
-    assert_eq!(deliver(addr, hook, "evt_ok_2", "payment_intent.succeeded").await, (200, "processed".into()));
+    assert_eq!(
+        deliver(addr, hook, "evt_ok_1", "payment_intent.succeeded").await,
+        (200, "processed".into())
+    );
+    assert_eq!(
+        deliver(addr, hook, "evt_ok_2", "payment_intent.succeeded").await,
+        (200, "processed".into())
+    );
     assert_eq!(deliver(addr, hook, "evt_fail_1", "test.fail").await.0, 500);
     assert_eq!(deliver(addr, hook, HOSTILE, "test.fail").await.0, 500);
     for _ in 0..4 {
         assert_eq!(deliver(addr, hook, "evt_esc_1", "test.fail").await.0, 500);
     }
-    assert_eq!(deliver(addr, hook, "evt_esc_1", "test.fail").await, (200, "escalated".into()));
-    assert_eq!(deliver(addr, hook, "evt_perm_1", "test.permanent").await.1, "permanent_failure");
-    assert_eq!(deliver(addr, inbox, "evt_dead_1", "test.outage").await, (200, "accepted".into()));
+    assert_eq!(
+        deliver(addr, hook, "evt_esc_1", "test.fail").await,
+        (200, "escalated".into())
+    );
+    assert_eq!(
+        deliver(addr, hook, "evt_perm_1", "test.permanent").await.1,
+        "permanent_failure"
+    );
+    assert_eq!(
+        deliver(addr, inbox, "evt_dead_1", "test.outage").await,
+        (200, "accepted".into())
+    );
     eventually("evt_dead_1 is a dead letter", || async {
         let page = console_json(addr, "records?state=dead_letter").await;
-        page["rows"].as_array().is_some_and(|rows| rows.iter().any(|r| r["id"] == "evt_dead_1"))
+        page["rows"]
+            .as_array()
+            .is_some_and(|rows| rows.iter().any(|r| r["id"] == "evt_dead_1"))
     })
     .await;
 
@@ -287,8 +307,12 @@ async fn an_operator_reads_and_acts_on_deliveries_in_a_browser() {
     let (status, head, _) = http(addr, "GET", "/admin/webhooks/overview", &[], b"").await;
     assert_eq!(status, 401);
     assert!(head.contains("www-authenticate: basic"), "{head}");
-    assert!(head.contains("content-security-policy: default-src 'none'"), "{head}");
-    let wrong = base64::engine::general_purpose::STANDARD.encode(format!("{USER}:wrong-password-x"));
+    assert!(
+        head.contains("content-security-policy: default-src 'none'"),
+        "{head}"
+    );
+    let wrong =
+        base64::engine::general_purpose::STANDARD.encode(format!("{USER}:wrong-password-x"));
     let (status, _, _) = http(
         addr,
         "GET",
@@ -322,7 +346,10 @@ async fn an_operator_reads_and_acts_on_deliveries_in_a_browser() {
         .goto(&format!("http://{USER}:{PASSWORD}@{addr}/admin/webhooks"))
         .await
         .unwrap();
-    assert_eq!(client.current_url().await.unwrap().path(), "/admin/webhooks/overview");
+    assert_eq!(
+        client.current_url().await.unwrap().path(),
+        "/admin/webhooks/overview"
+    );
     for (cell, n) in [
         ("#count-hour-completed", "2"),
         ("#count-day-completed", "2"),
@@ -335,7 +362,10 @@ async fn an_operator_reads_and_acts_on_deliveries_in_a_browser() {
     ] {
         assert_eq!(text(&client, cell).await, n, "{cell}");
     }
-    assert!(client.find(Locator::Css("svg.chart rect.bar-day")).await.is_ok());
+    assert!(client
+        .find(Locator::Css("svg.chart rect.bar-day"))
+        .await
+        .is_ok());
     save("overview.png", &client.screenshot().await.unwrap());
 
     // Filtering by state: the failed records, the hostile id among them, as text.
@@ -356,7 +386,10 @@ async fn an_operator_reads_and_acts_on_deliveries_in_a_browser() {
     assert_eq!(ids, vec![HOSTILE.to_owned(), "evt_fail_1".to_owned()]);
     assert_eq!(xss_marker(&client).await, json!("undefined"));
     let injected = client
-        .execute("return document.querySelectorAll('main img, main script').length", vec![])
+        .execute(
+            "return document.querySelectorAll('main img, main script').length",
+            vec![],
+        )
         .await
         .unwrap();
     assert_eq!(injected, json!(0), "the hostile id became markup");
@@ -370,7 +403,9 @@ async fn an_operator_reads_and_acts_on_deliveries_in_a_browser() {
         .await
         .unwrap();
     assert_eq!(text(&client, "#record-id").await, HOSTILE);
-    assert!(text(&client, "#history").await.contains(&format!("ledger service answered 503 for {HOSTILE}")));
+    assert!(text(&client, "#history")
+        .await
+        .contains(&format!("ledger service answered 503 for {HOSTILE}")));
     assert_eq!(xss_marker(&client).await, json!("undefined"));
     assert!(client.source().await.unwrap().contains("&lt;img src=x"));
 
@@ -381,9 +416,14 @@ async fn an_operator_reads_and_acts_on_deliveries_in_a_browser() {
     assert_eq!(text(&client, "#state").await, "escalated");
     assert_eq!(text(&client, "#attempts").await, "5");
     assert_eq!(text(&client, "#escalation-state").await, "open");
-    let history = client.find_all(Locator::Css("#history tbody tr")).await.unwrap();
+    let history = client
+        .find_all(Locator::Css("#history tbody tr"))
+        .await
+        .unwrap();
     assert_eq!(history.len(), 5);
-    assert!(text(&client, "#history").await.contains("ledger service answered 503 for evt_esc_1"));
+    assert!(text(&client, "#history")
+        .await
+        .contains("ledger service answered 503 for evt_esc_1"));
     assert!(client.find(Locator::Css("#fingerprint")).await.is_ok());
     save("record.png", &client.screenshot().await.unwrap());
 
@@ -392,41 +432,83 @@ async fn an_operator_reads_and_acts_on_deliveries_in_a_browser() {
     assert_eq!(text(&client, "#confirm-id").await, "evt_esc_1");
     click(&client, "#confirm-submit").await;
     assert_eq!(
-        client.find(Locator::Css("#result")).await.unwrap().attr("data-result").await.unwrap(),
+        client
+            .find(Locator::Css("#result"))
+            .await
+            .unwrap()
+            .attr("data-result")
+            .await
+            .unwrap(),
         Some("done".to_owned())
     );
     click(&client, "nav a[href='overview']").await;
     assert_eq!(text(&client, "#open-escalations").await, "0");
-    client.goto(&format!("{base}/record?id=evt_esc_1")).await.unwrap();
+    client
+        .goto(&format!("{base}/record?id=evt_esc_1"))
+        .await
+        .unwrap();
     assert_eq!(text(&client, "#escalation-state").await, "resolved");
 
     // Forgetting a record: before, a redelivery is a duplicate; after, it runs again.
-    assert_eq!(deliver(addr, hook, "evt_ok_1", "payment_intent.succeeded").await.1, "duplicate");
-    client.goto(&format!("{base}/record?id=evt_ok_1")).await.unwrap();
+    assert_eq!(
+        deliver(addr, hook, "evt_ok_1", "payment_intent.succeeded")
+            .await
+            .1,
+        "duplicate"
+    );
+    client
+        .goto(&format!("{base}/record?id=evt_ok_1"))
+        .await
+        .unwrap();
     click(&client, "#forget").await;
     click(&client, "#confirm-submit").await;
     assert_eq!(
-        client.find(Locator::Css("#result")).await.unwrap().attr("data-result").await.unwrap(),
+        client
+            .find(Locator::Css("#result"))
+            .await
+            .unwrap()
+            .attr("data-result")
+            .await
+            .unwrap(),
         Some("done".to_owned())
     );
-    assert_eq!(deliver(addr, hook, "evt_ok_1", "payment_intent.succeeded").await.1, "processed");
+    assert_eq!(
+        deliver(addr, hook, "evt_ok_1", "payment_intent.succeeded")
+            .await
+            .1,
+        "processed"
+    );
 
     // A POST without its CSRF token is refused, and changes nothing.
-    client.goto(&format!("{base}/record?id=evt_ok_2")).await.unwrap();
+    client
+        .goto(&format!("{base}/record?id=evt_ok_2"))
+        .await
+        .unwrap();
     click(&client, "#forget").await;
     client
-        .execute("document.querySelector('input[name=csrf]').remove()", vec![])
+        .execute(
+            "document.querySelector('input[name=csrf]').remove()",
+            vec![],
+        )
         .await
         .unwrap();
     click(&client, "#confirm-submit").await;
     assert!(text(&client, "#problem").await.contains("CSRF token"));
-    assert_eq!(deliver(addr, hook, "evt_ok_2", "payment_intent.succeeded").await.1, "duplicate");
+    assert_eq!(
+        deliver(addr, hook, "evt_ok_2", "payment_intent.succeeded")
+            .await
+            .1,
+        "duplicate"
+    );
     // And a forged token as well (from a script, without the browser).
     let (status, _, _) = http(
         addr,
         "POST",
         "/admin/webhooks/forget",
-        &[basic(), ("Content-Type", "application/x-www-form-urlencoded".into())],
+        &[
+            basic(),
+            ("Content-Type", "application/x-www-form-urlencoded".into()),
+        ],
         b"id=evt_ok_2&csrf=AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
     )
     .await;
@@ -443,9 +525,14 @@ async fn an_operator_reads_and_acts_on_deliveries_in_a_browser() {
         record["inbox"]["state"] == "done"
     })
     .await;
-    client.goto(&format!("{base}/record?id=evt_dead_1")).await.unwrap();
+    client
+        .goto(&format!("{base}/record?id=evt_dead_1"))
+        .await
+        .unwrap();
     assert_eq!(text(&client, "#inbox-state").await, "done");
-    assert!(text(&client, "#body").await.contains("\"type\": \"test.outage\""));
+    assert!(text(&client, "#body")
+        .await
+        .contains("\"type\": \"test.outage\""));
     client.goto(&format!("{base}/overview")).await.unwrap();
     assert_eq!(text(&client, "#dead-letters").await, "0");
 
@@ -457,7 +544,8 @@ async fn an_operator_reads_and_acts_on_deliveries_in_a_browser() {
         assert!(
             output
                 .lines()
-                .any(|l| l.contains("operator=\"ops\"") && l.contains(&format!("action=\"{action}\""))),
+                .any(|l| l.contains("operator=\"ops\"")
+                    && l.contains(&format!("action=\"{action}\""))),
             "no audit line for {action}:\n{output}"
         );
     }

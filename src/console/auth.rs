@@ -50,7 +50,10 @@ pub(super) enum AuthKind {
 /// The credentials the console checks itself.
 pub(super) enum Checker {
     Bearer(Credential),
-    Basic { user: String, credential: Credential },
+    Basic {
+        user: String,
+        credential: Credential,
+    },
 }
 
 impl fmt::Debug for Auth {
@@ -227,11 +230,7 @@ pub(super) async fn check(
             .filter(|token| credential.matches(token.as_bytes()))
             .map(|_| Operator::new("bearer")),
         (Checker::Basic { user, credential }, Some(value)) => strip_scheme(value, "Basic")
-            .and_then(|b64| {
-                base64::engine::general_purpose::STANDARD
-                    .decode(b64)
-                    .ok()
-            })
+            .and_then(|b64| base64::engine::general_purpose::STANDARD.decode(b64).ok())
             .filter(|pair| credential.matches(pair))
             .map(|_| Operator::new(user.clone())),
         _ => None,
@@ -250,9 +249,7 @@ pub(super) async fn check(
                 "console request refused: not authenticated"
             );
             let challenge = match &*auth {
-                Checker::Basic { .. } => {
-                    r#"Basic realm="webhook-guard console", charset="UTF-8""#
-                }
+                Checker::Basic { .. } => r#"Basic realm="webhook-guard console", charset="UTF-8""#,
                 Checker::Bearer(_) => r#"Bearer realm="webhook-guard console""#,
             };
             let mut response = Response::new(Body::from("authentication required\n"));

@@ -12,9 +12,7 @@ use chrono::{DateTime, NaiveDate, NaiveDateTime, TimeDelta, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::auth::{csrf_ok, csrf_token, Operator};
-use super::source::{
-    Count, EscalationMark, Filter, Mark, Row, Source, SourceError, StateFilter,
-};
+use super::source::{Count, EscalationMark, Filter, Mark, Row, Source, SourceError, StateFilter};
 use super::{views, Shared, AUDIT_TARGET};
 use crate::inbox::InboxEvent;
 use crate::store::{Deleted, Fingerprint, Record, RecordState};
@@ -98,7 +96,10 @@ impl From<SourceError> for Problem {
             SourceError::Refused(what) => Self::new(StatusCode::CONFLICT, what),
             SourceError::Store(e) => {
                 tracing::warn!(target: AUDIT_TARGET, error = %e, "console: store error");
-                Self::new(StatusCode::SERVICE_UNAVAILABLE, format!("the store failed: {e}"))
+                Self::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!("the store failed: {e}"),
+                )
             }
         }
     }
@@ -345,9 +346,7 @@ pub(super) fn parse_time(text: &str, now: DateTime<Utc>) -> Result<Option<DateTi
     let bad = || {
         Problem::new(
             StatusCode::BAD_REQUEST,
-            format!(
-                "time {text:?}: use 15m, 2h, 7d, RFC 3339 or YYYY-MM-DD[THH:MM[:SS]] (UTC)"
-            ),
+            format!("time {text:?}: use 15m, 2h, 7d, RFC 3339 or YYYY-MM-DD[THH:MM[:SS]] (UTC)"),
         )
     };
     if let Some(unit) = text.chars().last().filter(|c| "smhd".contains(*c)) {
@@ -600,8 +599,9 @@ async fn record_data(
     let now = source.now();
     let record = source.record(&id).await?;
     let escalation = match &record {
-        Some(r) if r.state == RecordState::Escalated => optional(source.escalation(&id).await)?
-            .flatten(),
+        Some(r) if r.state == RecordState::Escalated => {
+            optional(source.escalation(&id).await)?.flatten()
+        }
         _ => None,
     };
     let event = source.event(&id).await?;
@@ -791,7 +791,7 @@ fn check_post(
     headers: &HeaderMap,
     action: &'static str,
     fields: Vec<(String, String)>,
-) -> Result<Checked, Response> {
+) -> Result<Checked, Box<Response>> {
     let json = wants_json(
         fields
             .iter()
@@ -823,7 +823,7 @@ fn check_post(
         } else {
             "refused: the form's CSRF token is missing or wrong (reload the page and try again)"
         };
-        return Err(Problem::new(StatusCode::FORBIDDEN, why).respond(json));
+        return Err(Box::new(Problem::new(StatusCode::FORBIDDEN, why).respond(json)));
     }
     Ok(Checked { fields, json })
 }
@@ -840,7 +840,7 @@ pub(super) async fn forget(
 ) -> Response {
     let form = match check_post(&shared, &operator, &headers, "forget", fields) {
         Ok(form) => form,
-        Err(refused) => return refused,
+        Err(refused) => return *refused,
     };
     let Some(id) = form.get("id").map(str::to_owned) else {
         return Problem::new(StatusCode::BAD_REQUEST, "no id given").respond(form.json);
@@ -893,7 +893,7 @@ pub(super) async fn requeue(
 ) -> Response {
     let form = match check_post(&shared, &operator, &headers, "requeue", fields) {
         Ok(form) => form,
-        Err(refused) => return refused,
+        Err(refused) => return *refused,
     };
     let source = &*shared.source;
     let mut ids: Vec<String> = form
@@ -978,7 +978,7 @@ pub(super) async fn escalation(
 ) -> Response {
     let form = match check_post(&shared, &operator, &headers, "escalation", fields) {
         Ok(form) => form,
-        Err(refused) => return refused,
+        Err(refused) => return *refused,
     };
     let (Some(id), Some(mark)) = (form.get("id"), form.get("mark").and_then(Mark::parse)) else {
         return Problem::new(

@@ -11,7 +11,9 @@ use chrono::{DateTime, Utc};
 use crate::inbox::{InboxEvent, InboxListing, InboxState, InboxStore};
 use crate::store::escalation::{self, EscalationError, EscalationStatus};
 use crate::store::listing::{Cursor, ListQuery, ListState};
-use crate::store::{Deleted, DynProcessedStore, Key, ListingStore, Record, RecordState, StoreError};
+use crate::store::{
+    Deleted, DynProcessedStore, Key, ListingStore, Record, RecordState, StoreError,
+};
 use crate::WebhookGuard;
 
 /// Which records a list shows.
@@ -375,7 +377,11 @@ impl Source for GuardSource {
         let query = self.query(filter, states, cursor, limit)?;
         let page = self.records()?.list_records(&query).await?;
         Ok(Page {
-            rows: page.items.iter().map(|r| Row::of_record(r, query.now)).collect(),
+            rows: page
+                .items
+                .iter()
+                .map(|r| Row::of_record(r, query.now))
+                .collect(),
             next: page.next.map(|c| c.token()),
         })
     }
@@ -416,11 +422,7 @@ impl Source for GuardSource {
         let status = escalation::status(self.store(), &record).await?;
         Ok(Some(EscalationMark {
             state: status.status.as_str(),
-            notes: status
-                .notes
-                .into_iter()
-                .map(|n| (n.at, n.error))
-                .collect(),
+            notes: status.notes.into_iter().map(|n| (n.at, n.error)).collect(),
         }))
     }
 

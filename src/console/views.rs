@@ -226,7 +226,8 @@ fn field(name: &str, value: Markup) -> Markup {
 }
 
 pub(super) fn record(d: &RecordData) -> Markup {
-    let id_query = |action: &str| format!("confirm?{}", query(&[("action", action), ("id", &d.id)]));
+    let id_query =
+        |action: &str| format!("confirm?{}", query(&[("action", action), ("id", &d.id)]));
     let body = html! {
         p { "Event id " code #record-id { (d.id) } }
         @if d.record.is_none() && d.inbox.is_none() {

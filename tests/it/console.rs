@@ -35,7 +35,10 @@ fn guard_on(store: impl ProcessedStore, inbox: Option<MemoryStore>) -> WebhookGu
 }
 
 async fn deliver(guard: &WebhookGuard, id: &str) -> Outcome {
-    let body = format!(r#"{{"id":"{id}","type":"order.paid","secret_note":"{}"}}"#, "x".repeat(40));
+    let body = format!(
+        r#"{{"id":"{id}","type":"order.paid","secret_note":"{}"}}"#,
+        "x".repeat(40)
+    );
     let verifier = HmacSha256Header::new("X-Signature", ["s3cret"]).unwrap();
     let signature = verifier.sign(body.as_bytes());
     let headers = [("X-Signature", signature.as_str())];
@@ -73,13 +76,25 @@ fn bearer(builder: http::request::Builder) -> http::request::Builder {
 #[tokio::test]
 async fn a_bearer_token_guards_every_route_and_scripts_get_json() {
     let guard = guard_on(MemoryStore::new(), None);
-    assert!(matches!(deliver(&guard, "ord_1").await, Outcome::Processed { .. }));
+    assert!(matches!(
+        deliver(&guard, "ord_1").await,
+        Outcome::Processed { .. }
+    ));
     let router = console::router(guard, Auth::bearer(TOKEN).unwrap()).unwrap();
 
-    for path in ["/overview", "/records", "/record?id=ord_1", "/style.css", "/"] {
+    for path in [
+        "/overview",
+        "/records",
+        "/record?id=ord_1",
+        "/style.css",
+        "/",
+    ] {
         let (status, headers, _) = send(&router, get(path).body(Body::empty()).unwrap()).await;
         assert_eq!(status, 401, "{path}");
-        assert_eq!(headers["www-authenticate"], r#"Bearer realm="webhook-guard console""#);
+        assert_eq!(
+            headers["www-authenticate"],
+            r#"Bearer realm="webhook-guard console""#
+        );
         assert_eq!(
             headers["content-security-policy"],
             console::CONTENT_SECURITY_POLICY_VALUE
@@ -94,7 +109,9 @@ async fn a_bearer_token_guards_every_route_and_scripts_get_json() {
     // `?format=json` and `Accept: application/json` answer the same data.
     let (status, headers, body) = send(
         &router,
-        bearer(get("/overview?format=json")).body(Body::empty()).unwrap(),
+        bearer(get("/overview?format=json"))
+            .body(Body::empty())
+            .unwrap(),
     )
     .await;
     assert_eq!(status, 200);
@@ -102,7 +119,11 @@ async fn a_bearer_token_guards_every_route_and_scripts_get_json() {
     assert_eq!(headers["x-frame-options"], "DENY");
     let overview: Value = serde_json::from_str(&body).unwrap();
     let hour = &overview["windows"][0]["counts"];
-    let completed = hour.as_array().unwrap().iter().find(|c| c["state"] == "completed");
+    let completed = hour
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["state"] == "completed");
     assert_eq!(completed.unwrap()["n"], 1);
     let (_, headers, body) = send(
         &router,
@@ -129,7 +150,9 @@ async fn a_bearer_token_guards_every_route_and_scripts_get_json() {
     // A bad filter is a clear 400.
     let (status, _, body) = send(
         &router,
-        bearer(get("/records?state=bogus&format=json")).body(Body::empty()).unwrap(),
+        bearer(get("/records?state=bogus&format=json"))
+            .body(Body::empty())
+            .unwrap(),
     )
     .await;
     assert_eq!(status, 400);
@@ -196,7 +219,9 @@ async fn the_hosts_middleware_names_the_operator_and_csrf_tokens_are_theirs() {
     assert_eq!(send(&router, forget("bob", &alice, None)).await.0, 403);
     assert_eq!(send(&router, forget("alice", "", None)).await.0, 403);
     assert_eq!(
-        send(&router, forget("alice", &alice, Some("cross-site"))).await.0,
+        send(&router, forget("alice", &alice, Some("cross-site")))
+            .await
+            .0,
         403
     );
     assert!(guard.inspect("ord_1").await.unwrap().is_some());
@@ -213,7 +238,10 @@ async fn the_hosts_middleware_names_the_operator_and_csrf_tokens_are_theirs() {
     // Alice's own token, same origin: forgotten.
     let (status, _, body) = send(&router, forget("alice", &alice, Some("same-origin"))).await;
     assert_eq!(status, 200, "{body}");
-    assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["result"], "done");
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap()["result"],
+        "done"
+    );
     assert!(guard.inspect("ord_1").await.unwrap().is_none());
 }
 
@@ -262,19 +290,32 @@ async fn a_store_that_cannot_list_still_shows_records_and_says_so() {
     let guard = guard_on(Unlisted::default(), None);
     deliver(&guard, "ord_1").await;
     let router = console::router(guard, Auth::bearer(TOKEN).unwrap()).unwrap();
-    let (status, _, body) = send(&router, bearer(get("/overview")).body(Body::empty()).unwrap()).await;
+    let (status, _, body) = send(
+        &router,
+        bearer(get("/overview")).body(Body::empty()).unwrap(),
+    )
+    .await;
     assert_eq!(status, 200);
     assert!(body.contains("this store does not list records"), "{body}");
-    let (status, _, body) = send(&router, bearer(get("/records")).body(Body::empty()).unwrap()).await;
+    let (status, _, body) = send(
+        &router,
+        bearer(get("/records")).body(Body::empty()).unwrap(),
+    )
+    .await;
     assert_eq!(status, 501);
     assert!(body.contains("Cannot list: this store does not list records"));
     let (status, _, body) = send(
         &router,
-        bearer(get("/record?id=ord_1&format=json")).body(Body::empty()).unwrap(),
+        bearer(get("/record?id=ord_1&format=json"))
+            .body(Body::empty())
+            .unwrap(),
     )
     .await;
     assert_eq!(status, 200);
-    assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["record"]["state"], "completed");
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap()["record"]["state"],
+        "completed"
+    );
 }
 
 #[tokio::test]
@@ -291,12 +332,18 @@ async fn bodies_are_shown_only_when_the_host_enables_them_and_cut_at_the_limit()
     assert!(matches!(accepted, Outcome::Accepted { .. }), "{accepted:?}");
 
     let hidden = console::router(guard.clone(), Auth::bearer(TOKEN).unwrap()).unwrap();
-    let (_, _, page) = send(&hidden, bearer(get("/record?id=ord_9")).body(Body::empty()).unwrap()).await;
+    let (_, _, page) = send(
+        &hidden,
+        bearer(get("/record?id=ord_9")).body(Body::empty()).unwrap(),
+    )
+    .await;
     assert!(page.contains("Bodies are not shown"));
     assert!(!page.contains("order.paid\""));
     let (_, _, json) = send(
         &hidden,
-        bearer(get("/record?id=ord_9&format=json")).body(Body::empty()).unwrap(),
+        bearer(get("/record?id=ord_9&format=json"))
+            .body(Body::empty())
+            .unwrap(),
     )
     .await;
     let json: Value = serde_json::from_str(&json).unwrap();
@@ -307,9 +354,16 @@ async fn bodies_are_shown_only_when_the_host_enables_them_and_cut_at_the_limit()
         .show_bodies(true)
         .router(Auth::bearer(TOKEN).unwrap())
         .unwrap();
-    let (_, _, page) = send(&shown, bearer(get("/record?id=ord_9")).body(Body::empty()).unwrap()).await;
+    let (_, _, page) = send(
+        &shown,
+        bearer(get("/record?id=ord_9")).body(Body::empty()).unwrap(),
+    )
+    .await;
     // Pretty-printed, and escaped.
-    assert!(page.contains("  &quot;note&quot;: &quot;&lt;b&gt;bold&lt;/b&gt;&quot;"), "{page}");
+    assert!(
+        page.contains("  &quot;note&quot;: &quot;&lt;b&gt;bold&lt;/b&gt;&quot;"),
+        "{page}"
+    );
     let cut = Console::new(guard)
         .show_bodies(true)
         .body_limit(10)
@@ -317,7 +371,9 @@ async fn bodies_are_shown_only_when_the_host_enables_them_and_cut_at_the_limit()
         .unwrap();
     let (_, _, json) = send(
         &cut,
-        bearer(get("/record?id=ord_9&format=json")).body(Body::empty()).unwrap(),
+        bearer(get("/record?id=ord_9&format=json"))
+            .body(Body::empty())
+            .unwrap(),
     )
     .await;
     let json: Value = serde_json::from_str(&json).unwrap();
