@@ -19,8 +19,11 @@ use crate::store::{Deleted, Fingerprint, Record, RecordState};
 
 /// How many ids one requeue by filter takes at most.
 pub(super) const REQUEUE_MAX: usize = 1000;
-/// Where an overview's counts stop.
+/// Where an overview's counts stop when counting means reading every item.
 pub(super) const COUNT_CAP: usize = 1000;
+/// Where the count of open escalations stops: it reads each escalated record's
+/// marker (one `get` each).
+pub(super) const OPEN_ESCALATIONS_CAP: usize = 200;
 /// How many ids a confirmation page names.
 const CONFIRM_SHOWN: usize = 100;
 
@@ -258,13 +261,15 @@ fn optional<T>(result: Result<T, SourceError>) -> Result<Option<T>, Problem> {
     }
 }
 
-/// Escalated records not yet resolved, up to [`COUNT_CAP`].
+/// Escalated records not yet resolved: at least `n` when `more` (it stops at
+/// [`OPEN_ESCALATIONS_CAP`] open ones, or after reading [`COUNT_CAP`] escalated
+/// records).
 async fn open_escalations(source: &dyn Source) -> Result<Count, SourceError> {
     let filter = Filter {
         state: Some(StateFilter::Record(RecordState::Escalated)),
         ..Filter::default()
     };
-    let mut n = 0;
+    let (mut n, mut read) = (0, 0);
     let mut cursor: Option<String> = None;
     loop {
         let page = source.page(&filter, cursor.as_deref(), 100).await?;
@@ -274,7 +279,8 @@ async fn open_escalations(source: &dyn Source) -> Result<Count, SourceError> {
                 .await?
                 .is_some_and(|mark| mark.state != "resolved");
             n += usize::from(open);
-            if n >= COUNT_CAP {
+            read += 1;
+            if n >= OPEN_ESCALATIONS_CAP || read >= COUNT_CAP {
                 return Ok(Count { n, more: true });
             }
         }
@@ -823,7 +829,9 @@ fn check_post(
         } else {
             "refused: the form's CSRF token is missing or wrong (reload the page and try again)"
         };
-        return Err(Box::new(Problem::new(StatusCode::FORBIDDEN, why).respond(json)));
+        return Err(Box::new(
+            Problem::new(StatusCode::FORBIDDEN, why).respond(json),
+        ));
     }
     Ok(Checked { fields, json })
 }

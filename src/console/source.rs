@@ -260,7 +260,7 @@ pub(crate) trait Source: Send + Sync + 'static {
     async fn requeue(&self, id: &str) -> Result<bool, SourceError>;
     /// Marks the escalation of `id`; `false` when it is not escalated.
     async fn mark(&self, id: &str, mark: Mark, operator: &str) -> Result<bool, SourceError>;
-    /// Up to `limit` stuck leases, the longest-expired first.
+    /// Up to `limit` stuck leases of this namespace.
     async fn stuck(&self, limit: usize) -> Result<Vec<Record>, SourceError>;
 }
 
@@ -375,7 +375,22 @@ impl Source for GuardSource {
         }
         let states = filter.state.and_then(list_state).into_iter().collect();
         let query = self.query(filter, states, cursor, limit)?;
-        let page = self.records()?.list_records(&query).await?;
+        let listing = match self.records() {
+            Ok(listing) => listing,
+            Err(_) if filter.state == Some(StateFilter::Stuck) => {
+                // Every store lists stuck leases, if not as a page.
+                let rows = self
+                    .stuck(limit)
+                    .await?
+                    .iter()
+                    .filter(|r| query.admits(r.updated_at, &r.id))
+                    .map(|r| Row::of_record(r, query.now))
+                    .collect();
+                return Ok(Page { rows, next: None });
+            }
+            Err(unsupported) => return Err(unsupported),
+        };
+        let page = listing.list_records(&query).await?;
         Ok(Page {
             rows: page
                 .items
@@ -451,6 +466,15 @@ impl Source for GuardSource {
     }
 
     async fn stuck(&self, limit: usize) -> Result<Vec<Record>, SourceError> {
-        Ok(self.guard.stuck(limit).await?)
+        if let Ok(listing) = self.records() {
+            let query = ListQuery::new(self.namespace(), self.now())
+                .states([ListState::Stuck])
+                .limit(limit);
+            return Ok(listing.list_records(&query).await?.items);
+        }
+        // The store-wide list holds every namespace's: this guard's only.
+        let mut stuck = self.guard.stuck(limit).await?;
+        stuck.retain(|r| r.namespace == self.namespace());
+        Ok(stuck)
     }
 }
