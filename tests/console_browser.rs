@@ -236,14 +236,30 @@ async fn text(client: &Client, css: &str) -> String {
         .unwrap()
 }
 
+/// Clicks what `css` finds (a link or a submit button) and waits until the page it
+/// leads to has loaded.
 async fn click(client: &Client, css: &str) {
+    click_on(client, Locator::Css(css)).await;
+}
+
+async fn click_on(client: &Client, locator: Locator<'_>) {
+    let before = client.current_url().await.unwrap();
     client
-        .find(Locator::Css(css))
+        .find(locator)
         .await
-        .unwrap_or_else(|e| panic!("{css}: {e}"))
+        .unwrap_or_else(|e| panic!("{locator:?}: {e}"))
         .click()
         .await
         .unwrap();
+    eventually("the next page loads", || async {
+        let now = client.current_url().await.unwrap();
+        let ready = client
+            .execute("return document.readyState", vec![])
+            .await
+            .unwrap();
+        now != before && ready == json!("complete")
+    })
+    .await;
 }
 
 async fn xss_marker(client: &Client) -> Value {
@@ -395,13 +411,7 @@ async fn an_operator_reads_and_acts_on_deliveries_in_a_browser() {
     assert_eq!(injected, json!(0), "the hostile id became markup");
 
     // Its record view: id and handler error (which quotes the id) as text.
-    client
-        .find(Locator::LinkText(HOSTILE))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click_on(&client, Locator::LinkText(HOSTILE)).await;
     assert_eq!(text(&client, "#record-id").await, HOSTILE);
     assert!(text(&client, "#history")
         .await
