@@ -22,11 +22,32 @@
 //!
 //! Listing is optional: [`ProcessedStore::record_listing`] (and
 //! [`InboxStore::inbox_listing`](crate::inbox::InboxStore::inbox_listing)) answer
-//! `None` unless a store provides it, so a custom store written against the core
+//! `None` unless a store provides it (defaulted methods answering an "unsupported"
+//! error were the other choice: a typed `None` lets a console say "this store
+//! cannot list" before calling anything), so a custom store written against the core
 //! contract compiles and works unchanged, and a console shows "this store cannot
 //! list" instead of failing. It is a trait of its own, reached from the store
 //! object the guard already holds, so a caller needs no second object beside it.
-//! Every built-in store lists: see each backend's docs for the index it walks.
+//!
+//! # Which stores list, and at what cost
+//!
+//! - **PostgreSQL, MySQL/MariaDB, SQLite**: an index on
+//!   `(namespace, state, updated_at, id)` (records and inbox; `migrate` adds it).
+//!   A page is one backward index walk per state listed, stopping at the page's
+//!   limit, merged; no sort, no scan of the table. A count is an index range count.
+//!   An id prefix is checked on the entries of that walk: a rare prefix walks the
+//!   whole range of its states.
+//! - **Memory**: no index (it would cost every claim); a page scans every record
+//!   of the store, tens of milliseconds at a million records.
+//! - **Redis and DynamoDB** do not list yet (`record_listing` answers `None`).
+//!   The design for them: on Redis, a sorted set per shard, namespace and state
+//!   scored by `updated_at`, kept by the claim and finish paths (one `ZADD`/`ZREM`
+//!   more per change, in the same script or transaction; a page reads the newest
+//!   entries of every shard and merges them, `O(shards × log n)` at any size); a
+//!   `SCAN` instead would read the whole keyspace per page (a million keys: about a
+//!   thousand round trips). On DynamoDB, a sparse global secondary index keyed by
+//!   `(namespace#state, updated_at#id)`, eventually consistent, one `Query` per
+//!   state; a `Scan` would read (and bill) the whole table per page.
 
 use std::fmt;
 use std::future::Future;

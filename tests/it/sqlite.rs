@@ -661,3 +661,34 @@ fn a_runner_its_runtime_dropped_unpolled_leaves_no_claim_waiting() {
         store.pool().close().await;
     });
 }
+
+/// A page of the listing walks the `…_listing` index: no scan of the table, no
+/// sort (`EXPLAIN QUERY PLAN`).
+#[tokio::test]
+async fn the_listing_walks_its_index() {
+    let db = Db::new();
+    let store = SqliteStore::open(&db.path).await.expect("open");
+    let explain = format!("EXPLAIN QUERY PLAN {}", store.list_sql());
+    let rows = sqlx::query(&explain)
+        .bind("ns")
+        .bind("failed")
+        .bind(i64::MIN)
+        .bind(i64::MAX)
+        .bind(None::<&str>)
+        .bind(i64::MIN)
+        .bind(i64::MAX)
+        .bind(0i32)
+        .bind("")
+        .bind(100i64)
+        .fetch_all(store.pool())
+        .await
+        .expect("explain");
+    let plan: Vec<String> = rows.iter().map(|r| r.get::<String, _>(3)).collect();
+    let plan = plan.join("\n");
+    assert!(plan.contains("webhook_guard_records_listing"), "{plan}");
+    assert!(
+        !plan.contains("TEMP B-TREE") && !plan.contains("SCAN webhook_guard_records\n"),
+        "{plan}"
+    );
+    store.pool().close().await;
+}
