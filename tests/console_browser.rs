@@ -199,8 +199,13 @@ fn chromedriver_url() -> Option<String> {
     }
 }
 
+/// A fresh profile directory for this run's Chromium (removed after the test).
+fn profile_dir() -> PathBuf {
+    target_dir().join(format!("console-chromium-profile-{}", std::process::id()))
+}
+
 async fn browser(webdriver: &str) -> Client {
-    let profile = target_dir().join(format!("console-chromium-profile-{}", std::process::id()));
+    let profile = profile_dir();
     let _ = std::fs::remove_dir_all(&profile);
     let chromium =
         std::env::var("WEBHOOK_GUARD_CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
@@ -547,6 +552,7 @@ async fn an_operator_reads_and_acts_on_deliveries_in_a_browser() {
     assert_eq!(text(&client, "#dead-letters").await, "0");
 
     client.close().await.unwrap();
+    let _ = std::fs::remove_dir_all(profile_dir());
 
     // Every action left an audit line naming who did what.
     let output = example.output.lock().unwrap().clone();

@@ -91,16 +91,13 @@ impl Auth {
     /// request), or on loopback.
     ///
     /// # Errors
-    /// [`ConsoleError::WeakCredential`] for an empty user name, one holding `:`, or
-    /// a password shorter than [`MIN_PASSWORD_LEN`] bytes; [`ConsoleError::Random`]
-    /// as for [`Auth::bearer`].
+    /// [`ConsoleError::BadUserName`] for an empty user name or one holding `:`;
+    /// [`ConsoleError::WeakCredential`] for a password shorter than
+    /// [`MIN_PASSWORD_LEN`] bytes; [`ConsoleError::Random`] as for [`Auth::bearer`].
     pub fn basic(user: impl Into<String>, password: impl AsRef<str>) -> Result<Self, ConsoleError> {
         let user = user.into();
         if user.is_empty() || user.contains(':') {
-            return Err(ConsoleError::WeakCredential {
-                what: "user name (non-empty, without ':')",
-                min: 1,
-            });
+            return Err(ConsoleError::BadUserName);
         }
         let password = password.as_ref();
         if password.len() < MIN_PASSWORD_LEN {

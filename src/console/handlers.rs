@@ -19,7 +19,7 @@ use crate::store::{Deleted, Fingerprint, Record, RecordState};
 
 /// How many ids one requeue by filter takes at most.
 pub(super) const REQUEUE_MAX: usize = 1000;
-/// Where an overview's counts stop when counting means reading every item.
+/// How many escalated records the count of open ones reads at most.
 pub(super) const COUNT_CAP: usize = 1000;
 /// Where the count of open escalations stops: it reads each escalated record's
 /// marker (one `get` each).
@@ -207,7 +207,7 @@ async fn overview_data(shared: &Shared, operator: &Operator) -> Result<OverviewD
                 since: Some(since),
                 ..Filter::default()
             };
-            match source.count(&filter, COUNT_CAP).await {
+            match source.count(&filter).await {
                 Ok(count) => counts.push(StateCount {
                     state: state.as_str(),
                     label: state.label(),
@@ -235,7 +235,7 @@ async fn overview_data(shared: &Shared, operator: &Operator) -> Result<OverviewD
             state: Some(StateFilter::Dead),
             ..Filter::default()
         };
-        optional(source.count(&filter, COUNT_CAP).await)?
+        optional(source.count(&filter).await)?
     } else {
         None
     };

@@ -110,6 +110,10 @@ pub enum ConsoleError {
         /// The least length it takes.
         min: usize,
     },
+    /// A Basic user name that is empty or holds `:` (which ends the name in Basic
+    /// credentials).
+    #[error("console user name: not empty, and without ':'")]
+    BadUserName,
     /// The system's random source failed (keys for the credential comparison and
     /// the CSRF tokens come from it).
     #[error("no system randomness for the console's keys: {0}")]

@@ -153,8 +153,8 @@ pub(crate) struct Page {
     pub(crate) next: Option<String>,
 }
 
-/// A count that stops at a cap (a store lists pages; counting all of a million
-/// records is not what an overview should cost).
+/// A count, exact unless `more` (then at least `n`: a count that stops where
+/// reading on would cost too much).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub(crate) struct Count {
     pub(crate) n: usize,
@@ -232,22 +232,8 @@ pub(crate) trait Source: Send + Sync + 'static {
         cursor: Option<&str>,
         limit: usize,
     ) -> Result<Page, SourceError>;
-    /// How many the list `filter` selects, up to `cap`.
-    async fn count(&self, filter: &Filter, cap: usize) -> Result<Count, SourceError> {
-        let mut n = 0;
-        let mut cursor: Option<String> = None;
-        loop {
-            let page = self.page(filter, cursor.as_deref(), 100).await?;
-            n += page.rows.len();
-            if n > cap {
-                return Ok(Count { n: cap, more: true });
-            }
-            match page.next {
-                Some(next) if !page.rows.is_empty() => cursor = Some(next),
-                _ => return Ok(Count { n, more: false }),
-            }
-        }
-    }
+    /// How many the list `filter` selects.
+    async fn count(&self, filter: &Filter) -> Result<Count, SourceError>;
     /// The record of `id`.
     async fn record(&self, id: &str) -> Result<Option<Record>, SourceError>;
     /// The inbox event of `id`.
@@ -401,7 +387,7 @@ impl Source for GuardSource {
         })
     }
 
-    async fn count(&self, filter: &Filter, _cap: usize) -> Result<Count, SourceError> {
+    async fn count(&self, filter: &Filter) -> Result<Count, SourceError> {
         let n = if let Some(state) = filter.state.and_then(inbox_state) {
             let query = self.query(filter, vec![state], None, 1)?;
             self.events()?.count_events(&query).await?
