@@ -405,6 +405,7 @@ async fn an_operator_reads_and_acts_on_deliveries_in_a_browser() {
     }
     ids.sort();
     assert_eq!(ids, vec![HOSTILE.to_owned(), "evt_fail_1".to_owned()]);
+    save("records-failed.png", &client.screenshot().await.unwrap());
     assert_eq!(xss_marker(&client).await, json!("undefined"));
     let injected = client
         .execute(
@@ -533,6 +534,7 @@ async fn an_operator_reads_and_acts_on_deliveries_in_a_browser() {
     click(&client, "nav a[href='records?state=dead_letter']").await;
     click(&client, "#requeue-all").await;
     assert_eq!(text(&client, "#matching").await, "evt_dead_1");
+    save("confirm-requeue.png", &client.screenshot().await.unwrap());
     click(&client, "#confirm-submit").await;
     assert_eq!(text(&client, "#done-ids").await, "evt_dead_1");
     eventually("the worker processes the requeued event", || async {
