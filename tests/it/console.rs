@@ -392,3 +392,77 @@ fn a_console_is_not_built_on_weak_settings() {
         .unwrap_err();
     assert!(error.to_string().contains("page size"), "{error}");
 }
+
+#[cfg(feature = "sqlite")]
+#[tokio::test]
+async fn the_console_lists_a_durable_store_through_its_index() {
+    use webhook_guard::store::SqliteStore;
+
+    let path = std::env::temp_dir().join(format!("wg-console-{}.db", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let store = SqliteStore::open(&path).await.unwrap();
+    let guard = WebhookGuard::builder()
+        .store(store.clone())
+        .inbox(store)
+        .verifier(HmacSha256Header::new("X-Signature", ["s3cret"]).unwrap())
+        .event_id(EventId::json_field(["id"]))
+        .namespace("shop")
+        .build()
+        .unwrap();
+    for id in ["ord_a1", "ord_a2", "ord_b1"] {
+        assert!(matches!(
+            deliver(&guard, id).await,
+            Outcome::Processed { .. }
+        ));
+    }
+    let router = Console::new(guard)
+        .page_size(2)
+        .router(Auth::bearer(TOKEN).unwrap())
+        .unwrap();
+    let json = |path: &str| {
+        let router = router.clone();
+        let path = path.to_owned();
+        async move {
+            let (status, _, body) =
+                send(&router, bearer(get(&path)).body(Body::empty()).unwrap()).await;
+            assert_eq!(status, 200, "{path}: {body}");
+            serde_json::from_str::<Value>(&body).unwrap()
+        }
+    };
+    // Newest first, two a page, then the cursor to the rest.
+    let first = json("/records?state=completed&format=json").await;
+    let ids: Vec<_> = first["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].clone())
+        .collect();
+    assert_eq!(ids, ["ord_b1", "ord_a2"]);
+    let next = first["next"].as_str().expect("a next page");
+    let second = json(&format!(
+        "/records?state=completed&format=json&after={next}"
+    ))
+    .await;
+    assert_eq!(second["rows"][0]["id"], "ord_a1");
+    assert!(second["next"].is_null());
+    // The id prefix, and the overview's count.
+    let prefixed = json("/records?prefix=ord_a&format=json").await;
+    assert_eq!(prefixed["rows"].as_array().unwrap().len(), 2);
+    let overview = json("/overview?format=json").await;
+    let day = overview["windows"][1]["counts"].as_array().unwrap();
+    let completed = day.iter().find(|c| c["state"] == "completed").unwrap();
+    assert_eq!(completed["n"], 3);
+    assert_eq!(overview["dead_letters"]["n"], 0);
+    // A cursor the console did not make is a clear 400.
+    let (status, _, _) = send(
+        &router,
+        bearer(get("/records?after=nonsense&format=json"))
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 400);
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
+}
