@@ -65,6 +65,7 @@
 //! - Bodies are shown only when the host enables them; no secret is ever shown
 //!   (the guard's verifier is not reachable from here).
 
+mod actions;
 mod auth;
 mod chart;
 mod handlers;
@@ -199,10 +200,10 @@ impl Console {
             .route("/overview", get(handlers::overview))
             .route("/records", get(handlers::records))
             .route("/record", get(handlers::record))
-            .route("/confirm", get(handlers::confirm))
-            .route("/forget", post(handlers::forget))
-            .route("/requeue", post(handlers::requeue))
-            .route("/escalation", post(handlers::escalation))
+            .route("/confirm", get(actions::confirm))
+            .route("/forget", post(actions::forget))
+            .route("/requeue", post(actions::requeue))
+            .route("/escalation", post(actions::escalation))
             .route("/style.css", get(handlers::style))
             .with_state(shared);
         let guarded = match auth.kind {

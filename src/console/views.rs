@@ -6,10 +6,9 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use maud::{html, Markup, DOCTYPE};
 use percent_encoding::{utf8_percent_encode, NON_ALPHANUMERIC};
 
+use super::actions::{ConfirmData, Done};
 use super::chart;
-use super::handlers::{
-    ConfirmData, Done, FilterForm, ListData, OverviewData, Problem, RecordData, REQUEUE_MAX,
-};
+use super::handlers::{FilterForm, ListData, OverviewData, Problem, RecordData, REQUEUE_MAX};
 use super::source::{Count, Row, StateFilter};
 
 /// The stylesheet, served as `style.css` (the CSP allows styles from the console
