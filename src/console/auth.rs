@@ -117,6 +117,33 @@ impl Auth {
     /// console. It names the operator for the audit log and the CSRF token by
     /// inserting an [`Operator`] into the request's extensions; without one the
     /// operator is `"host-authenticated"`.
+    ///
+    /// ```
+    /// use axum::extract::Request;
+    /// use axum::http::StatusCode;
+    /// use axum::middleware::{from_fn, Next};
+    /// use axum::response::{IntoResponse, Response};
+    /// use webhook_guard::console::{Auth, Operator};
+    ///
+    /// // The host's own check (its session store, its SSO); here a stand-in.
+    /// async fn operators_only(mut request: Request, next: Next) -> Response {
+    ///     let user = request
+    ///         .headers()
+    ///         .get("x-authenticated-user")
+    ///         .and_then(|v| v.to_str().ok())
+    ///         .map(str::to_owned);
+    ///     match user {
+    ///         Some(user) => {
+    ///             request.extensions_mut().insert(Operator::new(user));
+    ///             next.run(request).await
+    ///         }
+    ///         None => StatusCode::FORBIDDEN.into_response(),
+    ///     }
+    /// }
+    ///
+    /// let auth = Auth::host_middleware(from_fn(operators_only));
+    /// # let _ = auth;
+    /// ```
     pub fn host_middleware<L>(layer: L) -> Self
     where
         L: Layer<Route> + Clone + Send + Sync + 'static,
