@@ -383,6 +383,14 @@ async fn an_operator_reads_and_acts_on_deliveries_in_a_browser() {
     ] {
         assert_eq!(text(&client, cell).await, n, "{cell}");
     }
+    assert_eq!(
+        text(&client, "#unresolved tbody")
+            .await
+            .split_whitespace()
+            .take(2)
+            .collect::<Vec<_>>(),
+        ["evt_esc_1", "open"]
+    );
     assert!(client
         .find(Locator::Css("svg.chart rect.bar-day"))
         .await
@@ -443,7 +451,15 @@ async fn an_operator_reads_and_acts_on_deliveries_in_a_browser() {
     assert!(client.find(Locator::Css("#fingerprint")).await.is_ok());
     save("record.png", &client.screenshot().await.unwrap());
 
-    // Resolving the escalation, with its confirmation.
+    // Acknowledging, then resolving the escalation, each with its confirmation.
+    click(&client, "#acknowledge").await;
+    click(&client, "#confirm-submit").await;
+    click(&client, "#done-ids a").await;
+    assert_eq!(text(&client, "#escalation-state").await, "acknowledged");
+    assert!(text(&client, "#escalation-notes")
+        .await
+        .contains("acknowledged: by \"ops\""));
+    assert!(client.find(Locator::Css("#acknowledge")).await.is_err());
     click(&client, "#resolve").await;
     assert_eq!(text(&client, "#confirm-id").await, "evt_esc_1");
     click(&client, "#confirm-submit").await;
@@ -459,6 +475,7 @@ async fn an_operator_reads_and_acts_on_deliveries_in_a_browser() {
     );
     click(&client, "nav a[href='overview']").await;
     assert_eq!(text(&client, "#open-escalations").await, "0");
+    assert!(client.find(Locator::Css("#unresolved")).await.is_err());
     client
         .goto(&format!("{base}/record?id=evt_esc_1"))
         .await
@@ -558,7 +575,7 @@ async fn an_operator_reads_and_acts_on_deliveries_in_a_browser() {
 
     // Every action left an audit line naming who did what.
     let output = example.output.lock().unwrap().clone();
-    for action in ["forget", "resolve", "requeue"] {
+    for action in ["forget", "acknowledge", "resolve", "requeue"] {
         assert!(
             output
                 .lines()

@@ -159,6 +159,8 @@ pub(super) struct OverviewData {
     pub(super) windows: Vec<Window>,
     pub(super) stuck: Vec<Row>,
     pub(super) open_escalations: Option<Count>,
+    /// The newest escalations not resolved (at most 10), with where each stands.
+    pub(super) unresolved: Vec<Unresolved>,
     pub(super) dead_letters: Option<Count>,
     pub(super) has_inbox: bool,
 }
@@ -228,7 +230,11 @@ async fn overview_data(shared: &Shared, operator: &Operator) -> Result<OverviewD
         .iter()
         .map(|r| Row::of_record(r, now))
         .collect();
-    let open_escalations = optional(open_escalations(source).await)?;
+    let (open_escalations, unresolved) = match open_escalations(source).await {
+        Ok((count, rows)) => (Some(count), rows),
+        Err(SourceError::Unsupported(_)) => (None, Vec::new()),
+        Err(e) => return Err(e.into()),
+    };
     let dead_letters = if source.has_inbox() {
         let filter = Filter {
             state: Some(StateFilter::Dead),
@@ -246,6 +252,7 @@ async fn overview_data(shared: &Shared, operator: &Operator) -> Result<OverviewD
         windows,
         stuck,
         open_escalations,
+        unresolved,
         dead_letters,
         has_inbox: source.has_inbox(),
     })
@@ -260,32 +267,47 @@ fn optional<T>(result: Result<T, SourceError>) -> Result<Option<T>, Problem> {
     }
 }
 
-/// Escalated records not yet resolved: at least `n` when `more` (it stops at
-/// [`OPEN_ESCALATIONS_CAP`] open ones, or after reading [`COUNT_CAP`] escalated
-/// records).
-async fn open_escalations(source: &dyn Source) -> Result<Count, SourceError> {
+/// An escalation not resolved yet, as the overview lists it.
+#[derive(Debug, Serialize)]
+pub(super) struct Unresolved {
+    pub(super) id: String,
+    pub(super) status: &'static str,
+    pub(super) escalated_at: DateTime<Utc>,
+}
+
+/// Escalated records not yet resolved: how many (at least `n` when `more`: it
+/// stops at [`OPEN_ESCALATIONS_CAP`] unresolved ones, or after reading
+/// [`COUNT_CAP`] escalated records), and the newest ten.
+async fn open_escalations(source: &dyn Source) -> Result<(Count, Vec<Unresolved>), SourceError> {
     let filter = Filter {
         state: Some(StateFilter::Record(RecordState::Escalated)),
         ..Filter::default()
     };
     let (mut n, mut read) = (0, 0);
+    let mut newest = Vec::new();
     let mut cursor: Option<String> = None;
     loop {
         let page = source.page(&filter, cursor.as_deref(), 100).await?;
         for row in &page.rows {
-            let open = source
-                .escalation(&row.id)
-                .await?
-                .is_some_and(|mark| mark.state != "resolved");
-            n += usize::from(open);
+            let mark = source.escalation(&row.id).await?;
+            if let Some(mark) = mark.filter(|mark| mark.state != "resolved") {
+                n += 1;
+                if newest.len() < 10 {
+                    newest.push(Unresolved {
+                        id: row.id.clone(),
+                        status: mark.state,
+                        escalated_at: row.updated_at,
+                    });
+                }
+            }
             read += 1;
             if n >= OPEN_ESCALATIONS_CAP || read >= COUNT_CAP {
-                return Ok(Count { n, more: true });
+                return Ok((Count { n, more: true }, newest));
             }
         }
         match page.next {
             Some(next) if !page.rows.is_empty() => cursor = Some(next),
-            _ => return Ok(Count { n, more: false }),
+            _ => return Ok((Count { n, more: false }, newest)),
         }
     }
 }

@@ -147,6 +147,23 @@ pub(super) fn overview(d: &OverviewData) -> Markup {
                 p.big #stuck-count { a href="records?state=stuck" { (d.stuck.len()) @if d.stuck.len() >= 20 { "+" } } }
             }
         }
+        @if !d.unresolved.is_empty() {
+            section {
+                h2 { "Escalations not resolved" }
+                table #unresolved {
+                    thead { tr { th { "id" } th { "status" } th { "escalated" } } }
+                    tbody {
+                        @for e in &d.unresolved {
+                            tr {
+                                td { a.id href=(record_href(&e.id)) { (e.id) } }
+                                td { span class={"state state-escalation-" (e.status)} { (e.status) } }
+                                td { (time(e.escalated_at)) }
+                            }
+                        }
+                    }
+                }
+            }
+        }
         @if !d.stuck.is_empty() {
             section {
                 h2 { "Stuck leases" }
