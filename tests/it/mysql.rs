@@ -1274,8 +1274,6 @@ async fn the_listing_walks_its_index() {
         .bind(None::<&str>)
         .bind(i64::MIN)
         .bind(i64::MAX)
-        .bind(0u32)
-        .bind("")
         .bind(100u64)
         .fetch_all(store.pool())
         .await

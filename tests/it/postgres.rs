@@ -697,8 +697,6 @@ async fn the_listing_walks_its_index() {
         .bind(None::<&str>)
         .bind(i64::MIN)
         .bind(i64::MAX)
-        .bind(0i32)
-        .bind("")
         .bind(100i64)
         .fetch_all(&db.admin)
         .await

@@ -45,17 +45,23 @@ pub(crate) struct Common<S = String> {
     pub(crate) recorded: S,
     /// $1 namespace, $2 state, $3 lowest updated_at, $4 highest updated_at, $5 the
     /// cursor's id at $4 (or NULL), $6 lease_until above, $7 lease_until at most,
-    /// $8 the prefix's length, $9 the prefix, $10 limit: the key and the
-    /// [`COLUMNS`] of a page of records, newest first (the `…_listing` index).
+    /// $8 limit: the key and the [`COLUMNS`] of a page of records, newest first
+    /// (the `…_listing` index). The `_prefix` form adds $9 the prefix's length and
+    /// $10 the prefix (a separate statement: an opaque condition would make the
+    /// planner expect few rows and sort instead of walking the index).
     pub(crate) list_records: S,
-    /// The binds of `list_records` but $5 and $10: how many match.
+    pub(crate) list_records_prefix: S,
+    /// $1 to $4 as `list_records`, $5 and $6 its $6 and $7: how many match (with
+    /// $7 and $8 the prefix's length and the prefix in the `_prefix` form).
     pub(crate) count_records: S,
-    /// $1 namespace, $2 state, $3 lowest updated_at, $4 highest updated_at, $5 the
-    /// cursor's id at $4 (or NULL), $6 the prefix's length, $7 the prefix, $8
-    /// limit: the [`EVENT_COLUMNS`] of a page of events, newest first.
+    pub(crate) count_records_prefix: S,
+    /// $1 to $5 as `list_records`, $6 limit: the [`EVENT_COLUMNS`] of a page of
+    /// events, newest first (`_prefix`: $7 the prefix's length, $8 the prefix).
     pub(crate) list_events: S,
-    /// The binds of `list_events` but $5 and $8: how many match.
+    pub(crate) list_events_prefix: S,
+    /// $1 to $4 as `list_events`: how many match (`_prefix`: $5, $6).
     pub(crate) count_events: S,
+    pub(crate) count_events_prefix: S,
     /// $1 namespace, $2 id, $3 now: a dead letter made pending, due now.
     pub(crate) requeue_dead: S,
     /// $1 namespace, $2 id: removes a dead letter.
@@ -82,18 +88,29 @@ impl Common<String> {
         Self {
             list_records: format!(
                 "SELECT namespace, id, {COLUMNS} FROM {t} WHERE {page} AND {after} \
-                 AND lease_until > $6 AND lease_until <= $7 AND substr(id, 1, $8) = $9 \
-                 {newest} LIMIT $10"
+                 AND lease_until > $6 AND lease_until <= $7 {newest} LIMIT $8"
+            ),
+            list_records_prefix: format!(
+                "SELECT namespace, id, {COLUMNS} FROM {t} WHERE {page} AND {after} \
+                 AND lease_until > $6 AND lease_until <= $7 AND substr(id, 1, $9) = $10 \
+                 {newest} LIMIT $8"
             ),
             count_records: format!(
+                "SELECT COUNT(*) FROM {t} WHERE {page} AND lease_until > $5 AND lease_until <= $6"
+            ),
+            count_records_prefix: format!(
                 "SELECT COUNT(*) FROM {t} WHERE {page} \
                  AND lease_until > $5 AND lease_until <= $6 AND substr(id, 1, $7) = $8"
             ),
             list_events: format!(
-                "SELECT {EVENT_COLUMNS} FROM {i} WHERE {page} AND {after} \
-                 AND substr(id, 1, $6) = $7 {newest} LIMIT $8"
+                "SELECT {EVENT_COLUMNS} FROM {i} WHERE {page} AND {after} {newest} LIMIT $6"
             ),
-            count_events: format!(
+            list_events_prefix: format!(
+                "SELECT {EVENT_COLUMNS} FROM {i} WHERE {page} AND {after} \
+                 AND substr(id, 1, $7) = $8 {newest} LIMIT $6"
+            ),
+            count_events: format!("SELECT COUNT(*) FROM {i} WHERE {page}"),
+            count_events_prefix: format!(
                 "SELECT COUNT(*) FROM {i} WHERE {page} AND substr(id, 1, $5) = $6"
             ),
             requeue_dead: format!(
@@ -173,9 +190,13 @@ impl<S> Common<S> {
             failed: f(self.failed),
             recorded: f(self.recorded),
             list_records: f(self.list_records),
+            list_records_prefix: f(self.list_records_prefix),
             count_records: f(self.count_records),
+            count_records_prefix: f(self.count_records_prefix),
             list_events: f(self.list_events),
+            list_events_prefix: f(self.list_events_prefix),
             count_events: f(self.count_events),
+            count_events_prefix: f(self.count_events_prefix),
             requeue_dead: f(self.requeue_dead),
             purge_dead: f(self.purge_dead),
             prefix_in_chars: self.prefix_in_chars,

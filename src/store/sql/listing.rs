@@ -50,60 +50,57 @@ impl<'a> Walk<'a> {
         })
     }
 
-    /// The binds of `list_records`.
-    pub(crate) fn records(&self, lease: (i64, i64), limit: usize) -> [Arg<'a>; 10] {
+    /// Whether the walk checks an id prefix (the `_prefix` statements).
+    pub(crate) fn has_prefix(&self) -> bool {
+        !self.prefix.is_empty()
+    }
+
+    /// `binds`, then the prefix's length and the prefix when there is one.
+    fn with_prefix(&self, mut binds: Vec<Arg<'a>>) -> Vec<Arg<'a>> {
+        if self.has_prefix() {
+            binds.extend([Arg::Count(self.prefix_len), Arg::Text(self.prefix)]);
+        }
+        binds
+    }
+
+    fn page(&self) -> [Arg<'a>; 4] {
         [
             Arg::Text(self.namespace),
             Arg::Text(self.state),
             Arg::Int(self.lo),
             Arg::Int(self.hi),
+        ]
+    }
+
+    /// The binds of `list_records`.
+    pub(crate) fn records(&self, lease: (i64, i64), limit: usize) -> Vec<Arg<'a>> {
+        let mut binds = self.page().to_vec();
+        binds.extend([
             Arg::OptText(self.at_hi),
             Arg::Int(lease.0),
             Arg::Int(lease.1),
-            Arg::Count(self.prefix_len),
-            Arg::Text(self.prefix),
             Arg::Limit(limit as u64),
-        ]
+        ]);
+        self.with_prefix(binds)
     }
 
     /// The binds of `count_records`.
-    pub(crate) fn count_records(&self, lease: (i64, i64)) -> [Arg<'a>; 8] {
-        [
-            Arg::Text(self.namespace),
-            Arg::Text(self.state),
-            Arg::Int(self.lo),
-            Arg::Int(self.hi),
-            Arg::Int(lease.0),
-            Arg::Int(lease.1),
-            Arg::Count(self.prefix_len),
-            Arg::Text(self.prefix),
-        ]
+    pub(crate) fn count_records(&self, lease: (i64, i64)) -> Vec<Arg<'a>> {
+        let mut binds = self.page().to_vec();
+        binds.extend([Arg::Int(lease.0), Arg::Int(lease.1)]);
+        self.with_prefix(binds)
     }
 
     /// The binds of `list_events`.
-    pub(crate) fn events(&self, limit: usize) -> [Arg<'a>; 8] {
-        [
-            Arg::Text(self.namespace),
-            Arg::Text(self.state),
-            Arg::Int(self.lo),
-            Arg::Int(self.hi),
-            Arg::OptText(self.at_hi),
-            Arg::Count(self.prefix_len),
-            Arg::Text(self.prefix),
-            Arg::Limit(limit as u64),
-        ]
+    pub(crate) fn events(&self, limit: usize) -> Vec<Arg<'a>> {
+        let mut binds = self.page().to_vec();
+        binds.extend([Arg::OptText(self.at_hi), Arg::Limit(limit as u64)]);
+        self.with_prefix(binds)
     }
 
     /// The binds of `count_events`.
-    pub(crate) fn count_events(&self) -> [Arg<'a>; 6] {
-        [
-            Arg::Text(self.namespace),
-            Arg::Text(self.state),
-            Arg::Int(self.lo),
-            Arg::Int(self.hi),
-            Arg::Count(self.prefix_len),
-            Arg::Text(self.prefix),
-        ]
+    pub(crate) fn count_events(&self) -> Vec<Arg<'a>> {
+        self.with_prefix(self.page().to_vec())
     }
 }
 
@@ -157,7 +154,12 @@ macro_rules! sql_listing_impls {
                             return Ok(Chunk::whole(Vec::new()));
                         };
                         let binds = walk.records(lease_bounds(state, now), limit);
-                        let rows = self.fetch_all(&c.list_records, &binds).await?;
+                        let stmt = if walk.has_prefix() {
+                            &c.list_records_prefix
+                        } else {
+                            &c.list_records
+                        };
+                        let rows = self.fetch_all(stmt, &binds).await?;
                         let records = rows.iter().map(|row| keyed_record(row, $err));
                         Ok(Chunk::whole(records.collect::<Result<_, _>>()?))
                     })
@@ -176,7 +178,12 @@ macro_rules! sql_listing_impls {
                             return Ok(0);
                         };
                         let binds = walk.count_records(lease_bounds(state, now));
-                        n += count_of(self.fetch_optional(&c.count_records, &binds).await?)?;
+                        let stmt = if walk.has_prefix() {
+                            &c.count_records_prefix
+                        } else {
+                            &c.count_records
+                        };
+                        n += count_of(self.fetch_optional(stmt, &binds).await?)?;
                     }
                     Ok(n)
                 }
@@ -195,7 +202,12 @@ macro_rules! sql_listing_impls {
                         let Some(walk) = Walk::new(query, state.as_str(), c.prefix_in_chars) else {
                             return Ok(Chunk::whole(Vec::new()));
                         };
-                        let rows = self.fetch_all(&c.list_events, &walk.events(limit)).await?;
+                        let stmt = if walk.has_prefix() {
+                            &c.list_events_prefix
+                        } else {
+                            &c.list_events
+                        };
+                        let rows = self.fetch_all(stmt, &walk.events(limit)).await?;
                         let events = rows
                             .iter()
                             .map(|row| RawEvent::read(row).map_err($err)?.into_event());
@@ -214,7 +226,12 @@ macro_rules! sql_listing_impls {
                             return Ok(0);
                         };
                         let binds = walk.count_events();
-                        n += count_of(self.fetch_optional(&c.count_events, &binds).await?)?;
+                        let stmt = if walk.has_prefix() {
+                            &c.count_events_prefix
+                        } else {
+                            &c.count_events
+                        };
+                        n += count_of(self.fetch_optional(stmt, &binds).await?)?;
                     }
                     Ok(n)
                 }
