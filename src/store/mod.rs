@@ -493,7 +493,7 @@ macro_rules! forward_processed_store {
             async fn delete(&self, key: Key<'_>, now: DateTime<Utc>) -> Result<Deleted, StoreError>;
             async fn purge_expired(&self, now: DateTime<Utc>, limit: usize) -> Result<u64, StoreError>;
             async fn stuck(&self, now: DateTime<Utc>, limit: usize) -> Result<Vec<Record>, StoreError>;
-            sync fn record_listing(&self) -> Option<&dyn ListingStore>;
+            sync fn record_listing(&self) -> Option<&dyn crate::store::ListingStore>;
         });
     };
 }
