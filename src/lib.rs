@@ -54,7 +54,7 @@
 //! | [`Processed`](Outcome::Processed) | 200 | yes | stops |
 //! | [`Duplicate`](Outcome::Duplicate) | 200 | no | stops |
 //! | [`InProgress`](Outcome::InProgress) | 409 + `Retry-After` (or 200, see [`InProgressAnswer`](guard::InProgressAnswer)) | no | retries later |
-//! | [`Rejected`](Outcome::Rejected) | 400 / 401 / 413 + reason | no, nothing stored | gives up or alerts its owner |
+//! | [`Rejected`](Outcome::Rejected) | 400 / 401 / 413 (404 / 403 for an unknown tenant or a mismatch: [`tenant`]) + reason | no, nothing stored | gives up or alerts its owner |
 //! | [`Conflict`](Outcome::Conflict) | 422 + conflict hook | no | gives up |
 //! | [`RetryableFailure`](Outcome::RetryableFailure) | 500 | yes | retries; the failure is counted |
 //! | [`Escalated`](Outcome::Escalated) | 200 + escalation hook | yes (or crashed) | stops; you reconcile via the API |
@@ -119,6 +119,9 @@
 //! - `sqlite`: `store::SqliteStore`, the embedded durable store (one
 //!   file, no server), on sqlx with a bundled libsqlite3.
 //! - `cli`: the `webhook-guard` operator tool (a binary).
+//! - `catch-up`: the `catch_up` module, recovering events the provider never
+//!   delivered through its API, run through the guard's dedup; `stripe-catch-up`
+//!   and `svix-catch-up` add Stripe's List Events and Svix's polling endpoints.
 //!
 //! # Observability
 //!
@@ -135,6 +138,9 @@
 )]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+#[cfg(feature = "catch-up")]
+#[cfg_attr(docsrs, doc(cfg(feature = "catch-up")))]
+pub mod catch_up;
 pub mod clock;
 #[cfg(feature = "conformance")]
 #[cfg_attr(docsrs, doc(cfg(feature = "conformance")))]
@@ -159,6 +165,7 @@ pub mod reconcile;
 mod runtime;
 pub mod store;
 pub mod sweeper;
+pub mod tenant;
 pub mod verify;
 
 // Not public API: the fuzz targets' way into the private JSON reader (see `json::fuzz`).

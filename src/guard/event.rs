@@ -155,6 +155,18 @@ impl<'a> Event<'a> {
         self.body
     }
 
+    /// The tenant the event was delivered for, when its guard serves one (see
+    /// [`crate::tenant`]).
+    pub fn tenant(&self) -> Option<&str> {
+        self.claim.guard.tenant_id()
+    }
+
+    /// The namespace the event's record lives in (with a tenant's guard, the
+    /// tenant's).
+    pub fn namespace(&self) -> &str {
+        self.claim.guard.namespace()
+    }
+
     /// Which claim of this id this is (1 for the first claim).
     pub fn attempt(&self) -> u32 {
         self.claim.record.attempts
@@ -209,6 +221,18 @@ impl OwnedEvent {
     /// The raw body as [`Bytes`] (a cheap clone).
     pub fn bytes(&self) -> Bytes {
         self.body.clone()
+    }
+
+    /// The tenant the event was delivered for, when its guard serves one (see
+    /// [`crate::tenant`]).
+    pub fn tenant(&self) -> Option<&str> {
+        self.claim.guard.tenant_id()
+    }
+
+    /// The namespace the event's record lives in (with a tenant's guard, the
+    /// tenant's).
+    pub fn namespace(&self) -> &str {
+        self.claim.guard.namespace()
     }
 
     /// Which claim of this id this is (1 for the first claim).

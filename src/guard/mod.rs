@@ -16,11 +16,13 @@ mod builder;
 mod cancellation;
 mod claim;
 mod event;
+mod fetched;
 mod followup;
 mod inbox;
 mod reconcile;
 mod record;
 mod state;
+mod tenant;
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -118,6 +120,11 @@ struct Inner {
     /// as such a search may run for a whole lease (one whose claim was answered
     /// `Existing` never finds its token) and must not starve the others.
     dropped_searches: Arc<AtomicUsize>,
+    /// A guard serving tenants: their resolver and cached guards. Such a guard
+    /// verifies no delivery itself; its tenants' guards have none.
+    tenants: Option<Arc<tenant::TenantCache>>,
+    /// For a tenant's guard: its tenant, and the namespace of the guard that made it.
+    served: Option<Box<tenant::Served>>,
 }
 
 impl std::fmt::Debug for Inner {
@@ -131,6 +138,7 @@ impl std::fmt::Debug for Inner {
             .field("retention", &self.retention)
             .field("escalate_after", &self.escalate_after)
             .field("max_body", &self.max_body)
+            .field("tenants", &self.tenants)
             .finish_non_exhaustive()
     }
 }
@@ -460,6 +468,9 @@ impl WebhookGuard {
                 limit: inner.max_body,
             });
         }
+        if inner.tenants.is_some() {
+            return Err(Rejection::MissingTenant); // its verifier is the tenants' template
+        }
         let verified = inner.verifier.verify(headers, body, now)?;
         let signed_at = verified.signed_at;
         let id = inner.event_id.extract(headers, body, verified)?;
@@ -471,10 +482,28 @@ impl WebhookGuard {
     /// answer (reported), a rejection included. The callers await this future
     /// directly (no wrapper future around it, which would copy it once more).
     /// `lease_cap`, when given, bounds the claim's lease and its renewals.
-    async fn claim<'a>(
+    fn claim<'s, 'a>(
+        &'s self,
+        verified: Result<(String, Option<DateTime<Utc>>), Rejection>,
+        body: &'a [u8],
+        started: Instant,
+        now: DateTime<Utc>,
+        lease_cap: Option<DateTime<Utc>>,
+    ) -> impl Future<Output = Begin<'a>> + Send + use<'s, 'a> {
+        let fingerprint = match &verified {
+            Ok(_) if self.inner.fingerprint => Fingerprint::of(body),
+            _ => Fingerprint::UNKNOWN,
+        };
+        self.claim_as(verified, body, fingerprint, started, now, lease_cap)
+    }
+
+    /// [`WebhookGuard::claim`] with the body's `fingerprint` given: an event fetched
+    /// from the provider's API claims with [`Fingerprint::UNKNOWN`] (`fetched.rs`).
+    async fn claim_as<'a>(
         &self,
         verified: Result<(String, Option<DateTime<Utc>>), Rejection>,
         body: &'a [u8],
+        fingerprint: Fingerprint,
         started: Instant,
         now: DateTime<Utc>,
         lease_cap: Option<DateTime<Utc>>,
@@ -485,11 +514,6 @@ impl WebhookGuard {
         };
         record_on_span("webhook.event_id", id.as_str());
         let inner = &self.inner;
-        let fingerprint = if inner.fingerprint {
-            Fingerprint::of(body)
-        } else {
-            Fingerprint::UNKNOWN
-        };
         let key = Key::new(&inner.namespace, &id);
         let request = ClaimRequest {
             key,
@@ -739,23 +763,28 @@ impl WebhookGuard {
             span.record("webhook.outcome", kind.as_str());
             span.record("webhook.elapsed_ms", elapsed_ms);
         }
-        let namespace = self.inner.namespace.as_str();
+        // A tenant's delivery under its guard's namespace: one metrics series per guard.
+        let (namespace, tenant) = match &self.inner.served {
+            Some(served) => (served.namespace.as_str(), served.tenant.as_deref()),
+            None => (self.inner.namespace.as_str(), None),
+        };
         let id = outcome.id().unwrap_or("");
         match kind {
             OutcomeKind::Processed
             | OutcomeKind::Duplicate
             | OutcomeKind::InProgress
             | OutcomeKind::Accepted => {
-                tracing::info!(namespace, id, attempt, outcome = %kind, elapsed_ms, "webhook delivery");
+                tracing::info!(namespace, tenant, id, attempt, outcome = %kind, elapsed_ms, "webhook delivery");
             }
             _ => {
                 // `Display` of an outcome holds reasons and error messages, never the
                 // body or a secret.
-                tracing::warn!(namespace, id, attempt, outcome = %kind, elapsed_ms, detail = %outcome, "webhook delivery");
+                tracing::warn!(namespace, tenant, id, attempt, outcome = %kind, elapsed_ms, detail = %outcome, "webhook delivery");
             }
         }
         self.inner.safe_hooks.on_outcome(&DeliveryReport {
             namespace,
+            tenant,
             outcome,
             attempt,
             elapsed,
@@ -763,12 +792,9 @@ impl WebhookGuard {
         });
     }
 
-    /// A rejection found before the guard saw the body (an integration refusing an
-    /// oversized body it did not read whole), logged and reported like any outcome.
-    #[cfg_attr(
-        not(any(feature = "axum", feature = "tower", feature = "actix")),
-        allow(dead_code)
-    )]
+    /// A rejection found before the delivery reached the flow (an integration
+    /// refusing an oversized body it did not read whole, a tenant not found),
+    /// logged and reported like any outcome.
     pub(crate) fn rejected_early(&self, rejection: Rejection, started: Instant) -> Outcome {
         let outcome = Outcome::Rejected(rejection);
         self.report(&outcome, None, started, None);
@@ -808,6 +834,12 @@ impl WebhookGuard {
     /// The namespace.
     pub fn namespace(&self) -> &str {
         &self.inner.namespace
+    }
+
+    /// The tenant this guard serves, for a tenant's guard
+    /// ([`WebhookGuard::tenant`]).
+    pub fn tenant_id(&self) -> Option<&str> {
+        self.inner.served.as_ref()?.tenant.as_deref()
     }
 
     /// The lease duration.

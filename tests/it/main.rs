@@ -16,6 +16,9 @@ mod inbox;
 #[cfg(feature = "metrics")]
 mod metrics;
 mod store_calls;
+// Many tenants behind one guard, on the memory store, PostgreSQL and through axum.
+#[cfg(feature = "axum")]
+mod tenants;
 
 // Signatures and hostile input.
 #[cfg(feature = "tokio")]
@@ -23,6 +26,15 @@ mod forgery;
 mod fuzz_regressions;
 mod verify_providers;
 mod verify_tool;
+
+// Recovering missed events through the providers' list APIs.
+#[cfg(all(
+    feature = "stripe-catch-up",
+    feature = "svix-catch-up",
+    feature = "sqlite",
+    feature = "postgres"
+))]
+mod catch_up;
 
 // Web integrations and the operator tool.
 #[cfg(feature = "actix")]
