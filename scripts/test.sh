@@ -15,6 +15,11 @@ wg_start_valkey
 # Chromium and chromedriver for the console's browser test (tests/console_browser.rs).
 wg_start_chromedriver
 trap 'wg_stop_tls_services; wg_stop_dynamodb; wg_stop_valkey; wg_stop_chromedriver' EXIT
+# Deliveries signed and judged by the SDKs of Square, SendGrid, Adyen and others
+# (npm), for tests/it/providers_b.rs.
+mkdir -p target
+bash scripts/sdk_vectors_b.sh target/sdk-vectors-b.jsonl
+export WG_SDK_VECTORS_B="$PWD/target/sdk-vectors-b.jsonl"
 # The browser test runs the console example's binary: built first, so that a run of
 # that test alone (`scripts/test.sh --test console_browser`) finds it too.
 cargo build --all-features --example console
