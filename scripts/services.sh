@@ -241,3 +241,35 @@ wg_stop_valkey() {
     _WG_VALKEY_STARTED=
   fi
 }
+
+# --- Chromium + chromedriver (for the console's browser test) ----------------------
+# Debian's chromium and chromium-driver, installed with apt when missing;
+# chromedriver listens on its own loopback port. Started by `wg_start_chromedriver`,
+# stopped by `wg_stop_chromedriver` (scripts/test.sh traps it). Exports
+# WEBHOOK_GUARD_CHROMEDRIVER_URL and WEBHOOK_GUARD_CHROMIUM (the browser binary);
+# the test starts Chromium headless, sandbox-less, with networking features off.
+: "${WG_CHROMEDRIVER_PORT:=9515}"
+: "${WEBHOOK_GUARD_CHROMEDRIVER_URL:=http://127.0.0.1:${WG_CHROMEDRIVER_PORT}}"
+export WEBHOOK_GUARD_CHROMEDRIVER_URL
+
+wg_start_chromedriver() {
+  if ! command -v chromedriver >/dev/null || ! command -v chromium >/dev/null; then
+    _wg_apt chromium chromium-driver
+  fi
+  command -v chromedriver >/dev/null && command -v chromium >/dev/null \
+    || { echo "services: chromium and chromium-driver could not be installed" >&2; return 1; }
+  WEBHOOK_GUARD_CHROMIUM=$(command -v chromium)
+  export WEBHOOK_GUARD_CHROMIUM
+  curl -s -o /dev/null "$WEBHOOK_GUARD_CHROMEDRIVER_URL/status" && return 0
+  chromedriver --port="$WG_CHROMEDRIVER_PORT" --allowed-ips=127.0.0.1 \
+    >/tmp/webhook-guard-chromedriver.log 2>&1 &
+  _WG_CHROMEDRIVER_PID=$!
+  _wg_wait chromedriver curl -s -o /dev/null "$WEBHOOK_GUARD_CHROMEDRIVER_URL/status"
+}
+
+wg_stop_chromedriver() {
+  if [ -n "${_WG_CHROMEDRIVER_PID:-}" ]; then
+    kill "$_WG_CHROMEDRIVER_PID" 2>/dev/null || true
+    _WG_CHROMEDRIVER_PID=
+  fi
+}

@@ -101,6 +101,9 @@
 //! - `lambda`: AWS Lambda on `lambda_http` ([`integrations::lambda`]):
 //!   `lambda_http::run(lambda::guarded(guard, handler))` behind API Gateway, a
 //!   Function URL or an ALB; claims end no later than the invocation's deadline.
+//! - `console`: the operator console ([`console::router`]): an axum `Router` of
+//!   pages and JSON over the guard's records, inbox and dead letters, behind an
+//!   authenticator.
 //! - `metrics`: metrics through the `metrics` facade (module `metrics`: metric names,
 //!   [`Hooks`] that record them, a timing store wrapper).
 //! - `mysql`: `store::MySqlStore`, on MySQL 8 or MariaDB through sqlx.
@@ -142,6 +145,9 @@ pub mod clock;
 #[cfg(feature = "conformance")]
 #[cfg_attr(docsrs, doc(cfg(feature = "conformance")))]
 pub mod conformance;
+#[cfg(feature = "console")]
+#[cfg_attr(docsrs, doc(cfg(feature = "console")))]
+pub mod console;
 mod forward;
 pub mod guard;
 mod headers;

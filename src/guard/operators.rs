@@ -37,6 +37,12 @@ impl WebhookGuard {
         self.inner.served.as_ref()?.tenant.as_deref()
     }
 
+    /// The inbox, if the guard has one (the operator console reads it).
+    #[cfg(feature = "console")]
+    pub(crate) fn inbox_store(&self) -> Option<&Arc<dyn crate::inbox::InboxStore>> {
+        self.inner.inbox.as_ref()
+    }
+
     /// The lease duration.
     pub fn lease(&self) -> Duration {
         self.inner.lease

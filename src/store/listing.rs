@@ -63,6 +63,7 @@
 //!   `DELETE` on SQL).
 
 use std::fmt;
+#[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
 use std::future::Future;
 
 use chrono::{DateTime, Utc};
@@ -474,12 +475,14 @@ pub trait ListingStore: Send + Sync {
 
 /// What a store's walk of one state's index answered: the items it found, and,
 /// when it stopped before the end of the range, the last position it looked at.
+#[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
 #[derive(Debug)]
 pub(crate) struct Chunk<T> {
     pub(crate) items: Vec<T>,
     pub(crate) stopped: Option<Cursor>,
 }
 
+#[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
 impl<T> Chunk<T> {
     /// Items found by a walk that went to the end of its range (or to its limit).
     pub(crate) fn whole(items: Vec<T>) -> Self {
@@ -490,6 +493,7 @@ impl<T> Chunk<T> {
     }
 }
 
+#[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
 /// A page of `query` from one walk per state, each answering up to `page_size`
 /// items newest first from one ordered index: merged, newest first, cut where
 /// some walk may still hold older items.

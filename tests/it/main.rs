@@ -46,6 +46,8 @@ mod catch_up;
 mod actix;
 #[cfg(all(feature = "cli", feature = "axum"))]
 mod cli;
+#[cfg(feature = "console")]
+mod console;
 #[cfg(feature = "axum")]
 mod detached;
 #[cfg(feature = "lambda")]
