@@ -11,7 +11,7 @@ use super::{EventId, Inner, WebhookGuard};
 use crate::clock::{Clock, SystemClock};
 use crate::hooks::{Hooks, NoHooks, PanicSafe};
 use crate::inbox::InboxStore;
-use crate::meta::MetaExtractor;
+use crate::meta::{MetaExtractor, TypeSource};
 use crate::ordering::OrderingStore;
 use crate::outcome::OutcomeKind;
 use crate::reconcile::Reconciler;
@@ -124,6 +124,7 @@ pub struct WebhookGuardBuilder {
     ordering: Option<Arc<dyn OrderingStore>>,
     reconciler: Option<Arc<dyn Reconciler>>,
     meta: Option<MetaExtractor>,
+    event_type: Option<TypeSource>,
 }
 
 pub(super) const KINDS: usize = OutcomeKind::ALL.len();
@@ -172,6 +173,17 @@ impl WebhookGuardBuilder {
     /// stores it with the event).
     pub fn event_meta(mut self, meta: MetaExtractor) -> Self {
         self.meta = Some(meta);
+        self
+    }
+
+    /// Where a delivery's event type is (default: where the verifier's provider
+    /// puts it — every provider preset knows — else nowhere): what
+    /// [`Event::event_type`](crate::Event::event_type) reads and the
+    /// [router](crate::route::Router) dispatches on. A header named here is read
+    /// when the delivery is verified and kept with its claim; body fields are read
+    /// only when the handler asks.
+    pub fn event_type(mut self, source: TypeSource) -> Self {
+        self.event_type = Some(source);
         self
     }
 
@@ -336,6 +348,7 @@ impl WebhookGuardBuilder {
             .fingerprint
             .unwrap_or(!verifier.body_changes_on_retry());
         let verifier_meta = verifier.event_meta();
+        let event_type = self.event_type.or_else(|| verifier.event_type());
         let retention = self
             .retention
             .unwrap_or_else(|| DEFAULT_RETENTION.max(verifier.retry_window().unwrap_or_default()));
@@ -406,6 +419,8 @@ impl WebhookGuardBuilder {
                 meta: self
                     .meta
                     .unwrap_or_else(|| verifier_meta.unwrap_or_default()),
+                type_headers: event_type.as_ref().is_some_and(TypeSource::reads_headers),
+                event_type,
                 lost_searches: Arc::default(),
                 dropped_searches: Arc::default(),
             }),
@@ -467,6 +482,7 @@ impl WebhookGuard {
             ordering: None,
             reconciler: None,
             meta: None,
+            event_type: None,
         }
     }
 }

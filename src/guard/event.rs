@@ -11,7 +11,7 @@ use bytes::Bytes;
 use chrono::{DateTime, Utc};
 
 use super::state::ClaimState;
-use crate::meta::EventMeta;
+use crate::meta::{EventMeta, EventType};
 use crate::outcome::Rejection;
 use crate::store::StoreError;
 use crate::verify::Verified;
@@ -112,7 +112,10 @@ pub struct VerifiedDelivery {
     /// The signed timestamp, where the scheme signs one.
     pub signed_at: Option<DateTime<Utc>>,
     /// Type, creation time and target object, as configured with
-    /// [`WebhookGuardBuilder::event_meta`](crate::WebhookGuardBuilder::event_meta).
+    /// [`WebhookGuardBuilder::event_meta`](crate::WebhookGuardBuilder::event_meta);
+    /// where that finds no type, the type the guard's
+    /// [type source](crate::WebhookGuardBuilder::event_type) finds (GitHub's and
+    /// Shopify's, in a header).
     pub meta: EventMeta,
 }
 
@@ -150,6 +153,11 @@ impl<'a> Event<'a> {
         &self.claim.id
     }
 
+    /// The guard's namespace.
+    pub fn namespace(&self) -> &str {
+        self.claim.guard.namespace()
+    }
+
     /// The raw body, exactly as received and verified.
     pub fn body(&self) -> &'a [u8] {
         self.body
@@ -158,6 +166,15 @@ impl<'a> Event<'a> {
     /// Which claim of this id this is (1 for the first claim).
     pub fn attempt(&self) -> u32 {
         self.claim.record.attempts
+    }
+
+    /// The event's type, from where the guard's type source says (for a preset,
+    /// where its provider puts it: Stripe's `type`, GitHub's `X-GitHub-Event` and
+    /// `action`, ...): `None` when the guard has no type source or the delivery has
+    /// no type there. Body fields are read on each call (one pass over the body),
+    /// borrowed from it; a header was kept when the delivery was verified.
+    pub fn event_type(&self) -> Option<EventType<'_>> {
+        self.claim.event_type(self.body)
     }
 
     /// Parses the body as JSON.
@@ -201,6 +218,11 @@ impl OwnedEvent {
         &self.claim.id
     }
 
+    /// The guard's namespace.
+    pub fn namespace(&self) -> &str {
+        self.claim.guard.namespace()
+    }
+
     /// The raw body, exactly as received and verified.
     pub fn body(&self) -> &[u8] {
         &self.body
@@ -214,6 +236,11 @@ impl OwnedEvent {
     /// Which claim of this id this is (1 for the first claim).
     pub fn attempt(&self) -> u32 {
         self.claim.record.attempts
+    }
+
+    /// The event's type: see [`Event::event_type`].
+    pub fn event_type(&self) -> Option<EventType<'_>> {
+        self.claim.event_type(&self.body)
     }
 
     /// Parses the body as JSON.

@@ -36,7 +36,7 @@ use tracing::Instrument as _;
 use crate::clock::Clock;
 use crate::hooks::{DeliveryReport, Hooks};
 use crate::inbox::InboxStore;
-use crate::meta::{EventMeta, MetaExtractor};
+use crate::meta::{EventMeta, MetaExtractor, TypeHeader, TypeSource};
 use crate::ordering::OrderingStore;
 use crate::outcome::{Answer, HandlerError, Outcome, OutcomeKind, Rejection};
 use crate::reconcile::Reconciler;
@@ -111,6 +111,10 @@ struct Inner {
     ordering: Option<Arc<dyn OrderingStore>>,
     reconciler: Option<Arc<dyn Reconciler>>,
     meta: MetaExtractor,
+    /// Where a delivery's event type is.
+    event_type: Option<TypeSource>,
+    /// Whether `event_type` names a header, read at verification.
+    type_headers: bool,
     /// Background searches for claims the store did not answer, running now (at
     /// most [`MAX_SEARCHES`](cancellation::MAX_SEARCHES)).
     lost_searches: Arc<AtomicUsize>,
@@ -436,11 +440,19 @@ impl WebhookGuard {
         body: &[u8],
         now: DateTime<Utc>,
     ) -> Result<VerifiedDelivery, Rejection> {
-        let (id, signed_at) = self.verify_id_at(headers, body, now)?;
+        let checked = self.verify_id_at(headers, body, now)?;
+        let mut meta = self.inner.meta.extract(body);
+        if meta.event_type.is_none() {
+            // A type the body alone does not give (GitHub's, Shopify's header).
+            let source = self.inner.event_type.as_ref();
+            meta.event_type = source
+                .and_then(|s| s.read(checked.type_header.as_ref(), body))
+                .map(|t| t.to_string());
+        }
         Ok(VerifiedDelivery {
-            id,
-            signed_at,
-            meta: self.inner.meta.extract(body),
+            id: checked.id,
+            signed_at: checked.signed_at,
+            meta,
         })
     }
 
@@ -452,7 +464,7 @@ impl WebhookGuard {
         headers: &dyn Headers,
         body: &[u8],
         now: DateTime<Utc>,
-    ) -> Result<(String, Option<DateTime<Utc>>), Rejection> {
+    ) -> Result<Checked, Rejection> {
         let inner = &self.inner;
         if body.len() > inner.max_body {
             return Err(Rejection::BodyTooLarge {
@@ -464,7 +476,16 @@ impl WebhookGuard {
         let signed_at = verified.signed_at;
         let id = inner.event_id.extract(headers, body, verified)?;
         check_id(&id)?;
-        Ok((id, signed_at))
+        // The headers are gone by the time a handler asks for the event's type.
+        let type_header = match &inner.event_type {
+            Some(source) if inner.type_headers => source.capture(headers),
+            _ => None,
+        };
+        Ok(Checked {
+            id,
+            signed_at,
+            type_header,
+        })
     }
 
     /// Claims the id of a verified delivery: the claim to run, or the outcome to
@@ -473,14 +494,14 @@ impl WebhookGuard {
     /// `lease_cap`, when given, bounds the claim's lease and its renewals.
     async fn claim<'a>(
         &self,
-        verified: Result<(String, Option<DateTime<Utc>>), Rejection>,
+        verified: Result<Checked, Rejection>,
         body: &'a [u8],
         started: Instant,
         now: DateTime<Utc>,
         lease_cap: Option<DateTime<Utc>>,
     ) -> Begin<'a> {
-        let id = match verified {
-            Ok((id, _)) => id,
+        let (id, type_header) = match verified {
+            Ok(checked) => (checked.id, checked.type_header),
             Err(r) => return self.done(Outcome::Rejected(r), None, started),
         };
         record_on_span("webhook.event_id", id.as_str());
@@ -568,6 +589,7 @@ impl WebhookGuard {
             started,
             claimed_at: Instant::now(),
             lease_cap,
+            type_header,
         });
         // The two rare early ends below are boxed (kept out of every delivery's
         // future) and detachable: they finish, hooks and report included, even if
@@ -649,6 +671,14 @@ impl WebhookGuard {
         self.report(&outcome, attempt, started, None);
         Begin::Done(outcome)
     }
+}
+
+/// What verification found that a claim needs: the event id, the signed time, and
+/// the event type's header when the guard's type source names one.
+struct Checked {
+    id: String,
+    signed_at: Option<DateTime<Utc>>,
+    type_header: Option<TypeHeader>,
 }
 
 /// The answer to [`WebhookGuard::begin`]: either this delivery won the claim, or

@@ -7,7 +7,7 @@ use std::time::Instant;
 use chrono::{DateTime, Utc};
 
 use super::{store, LeaseError, WebhookGuard};
-use crate::meta::EventMeta;
+use crate::meta::{EventMeta, EventType, TypeHeader};
 use crate::ordering::{Freshness, ObjectKey, ObjectStatus};
 use crate::outcome::Outcome;
 use crate::reconcile::{ReconcileReason, ReconcileRequest};
@@ -37,6 +37,9 @@ pub(super) struct ClaimState {
     /// The latest end of the claim's lease, renewals included, when the delivery
     /// has one ([`WebhookGuard::handle_owned_until`]).
     pub(super) lease_cap: Option<DateTime<Utc>>,
+    /// The event type's header, read at verification (when the guard's type
+    /// source names one).
+    pub(super) type_header: Option<TypeHeader>,
 }
 
 impl ClaimState {
@@ -133,6 +136,12 @@ impl ClaimState {
         );
         let mark = (failed && self.object_key().is_some()).then_some(self.guard.inner.clock.now());
         self.guard.spawn_reconcile(request, mark);
+    }
+
+    /// The event's type: from the header kept at verification and `body`.
+    pub(super) fn event_type<'a>(&'a self, body: &'a [u8]) -> Option<EventType<'a>> {
+        let source = self.guard.inner.event_type.as_ref()?;
+        source.read(self.type_header.as_ref(), body)
     }
 
     pub(super) fn key(&self) -> Key<'_> {

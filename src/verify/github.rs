@@ -74,6 +74,10 @@ impl Verifier for GitHub {
         })
     }
 
+    fn event_type(&self) -> Option<crate::meta::TypeSource> {
+        Some(crate::meta::TypeSource::github())
+    }
+
     common::limits! {
         retry_window;
         answer_timeout: 10;

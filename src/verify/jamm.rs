@@ -199,6 +199,10 @@ impl Verifier for Jamm {
         Some(crate::meta::MetaExtractor::jamm())
     }
 
+    fn event_type(&self) -> Option<crate::meta::TypeSource> {
+        Some(crate::meta::TypeSource::jamm())
+    }
+
     common::limits! {
         retry_window;
         answer_timeout: 120;

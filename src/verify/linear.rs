@@ -90,6 +90,10 @@ impl Verifier for Linear {
         true
     }
 
+    fn event_type(&self) -> Option<crate::meta::TypeSource> {
+        Some(crate::meta::TypeSource::linear())
+    }
+
     common::limits! {
         tolerance;
         retry_window;

@@ -125,6 +125,16 @@ pub trait Verifier: fmt::Debug + Send + Sync + 'static {
     fn event_meta(&self) -> Option<crate::meta::MetaExtractor> {
         None
     }
+
+    /// Where this provider puts an event's type (a body field, a header, a header
+    /// and an action), if the preset knows: what
+    /// [`Event::event_type`](crate::Event::event_type) reads and the
+    /// [router](crate::route::Router) dispatches on. The guard uses it unless
+    /// configured otherwise
+    /// ([`WebhookGuardBuilder::event_type`](crate::WebhookGuardBuilder::event_type)).
+    fn event_type(&self) -> Option<crate::meta::TypeSource> {
+        None
+    }
 }
 
 crate::forward::forward!(Verifier {
@@ -136,6 +146,7 @@ crate::forward::forward!(Verifier {
     fn tolerance(&self) -> Option<Duration>;
     fn body_changes_on_retry(&self) -> bool;
     fn event_meta(&self) -> Option<crate::meta::MetaExtractor>;
+    fn event_type(&self) -> Option<crate::meta::TypeSource>;
 });
 
 /// Accepts every delivery. For tests and for hosts that verify before calling the

@@ -77,6 +77,10 @@ impl Verifier for Shopify {
         })
     }
 
+    fn event_type(&self) -> Option<crate::meta::TypeSource> {
+        Some(crate::meta::TypeSource::shopify())
+    }
+
     common::limits! {
         retry_window;
         answer_timeout: 5;
