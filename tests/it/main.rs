@@ -15,6 +15,8 @@ mod guard;
 mod inbox;
 #[cfg(feature = "metrics")]
 mod metrics;
+#[cfg(feature = "tokio")]
+mod routing;
 mod store_calls;
 
 // Signatures and hostile input.
