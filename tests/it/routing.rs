@@ -645,3 +645,49 @@ async fn axum_guarded_routes_typed_handlers_and_a_fallback() {
         ["paid:pi_evt_a", "ended:sub_1", "other:invoice.created"]
     );
 }
+
+/// The router a Stripe endpoint might mount: one typed route and the default
+/// fallback, as a handler.
+#[cfg(any(feature = "actix", feature = "lambda"))]
+fn stripe_handler() -> impl Fn(
+    OwnedEvent,
+) -> webhook_guard::route::RouteFuture<
+    webhook_guard::route::OneOf<
+        std::future::Ready<Result<(), HandlerError>>,
+        webhook_guard::route::NoFuture,
+    >,
+    std::future::Ready<Result<(), HandlerError>>,
+> + Clone
+       + Send
+       + Sync
+       + 'static {
+    fn paid(_: Owned, _: OwnedEvent) -> std::future::Ready<Result<(), HandlerError>> {
+        std::future::ready(Ok(()))
+    }
+    Router::new()
+        .on("payment_intent.succeeded", paid)
+        .into_handler()
+}
+
+/// actix's `guarded` takes the router as its handler (its route is built; the
+/// handler bound is what matters here, as for axum above).
+#[cfg(feature = "actix")]
+#[test]
+fn actix_guarded_takes_a_router() {
+    let guarded = webhook_guard::integrations::actix::guarded(
+        guard(Stripe::new([SECRET]).unwrap()),
+        stripe_handler(),
+    );
+    let _route = guarded.route();
+}
+
+/// Lambda's `guarded` takes the router as its handler (built only: the handler
+/// bound is what matters here, as for axum above).
+#[cfg(feature = "lambda")]
+#[test]
+fn lambda_guarded_takes_a_router() {
+    let _service = webhook_guard::integrations::lambda::guarded(
+        guard(Stripe::new([SECRET]).unwrap()),
+        stripe_handler(),
+    );
+}
