@@ -17,8 +17,8 @@ use chrono::{DateTime, Datelike as _, Utc};
 
 use crate::json;
 
-pub use event_type::{EventType, TypeSource, MAX_TYPE_LEN};
 pub(crate) use event_type::TypeHeader;
+pub use event_type::{EventType, TypeSource, MAX_TYPE_LEN};
 
 /// Facts about an event, read from its body.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

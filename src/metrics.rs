@@ -87,7 +87,10 @@ pub fn describe() {
     );
     describe_counter!(SWEEPER_PURGED_TOTAL, "Expired records purged");
     describe_gauge!(STUCK_LEASES, "Claims whose lease ran out unfinished");
-    describe_counter!(UNROUTED_TOTAL, "Webhook events a router gave to its fallback");
+    describe_counter!(
+        UNROUTED_TOTAL,
+        "Webhook events a router gave to its fallback"
+    );
     describe_counter!(
         INVALID_PAYLOADS_TOTAL,
         "Routed webhook events whose payload did not fit the handler's type"

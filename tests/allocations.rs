@@ -278,9 +278,7 @@ fn a_router_allocates_nothing_beyond_the_payload() {
                 .on("issues.closed", |_: Issue, _: OwnedEvent| async { Ok(()) });
             ready(guard.handle_owned(&headers, bytes, |event| handler.dispatch(event)))
         } else {
-            ready(guard.handle_owned(&headers, bytes, |_| async {
-                Ok::<(), HandlerError>(())
-            }))
+            ready(guard.handle_owned(&headers, bytes, |_| async { Ok::<(), HandlerError>(()) }))
         }
     };
     for id in &ids[..1001] {

@@ -11,7 +11,7 @@ use bytes::Bytes;
 use chrono::{DateTime, Utc};
 
 use super::state::ClaimState;
-use crate::meta::{EventMeta, EventType};
+use crate::meta::{EventMeta, EventType, TypeHeader, TypeSource};
 use crate::outcome::Rejection;
 use crate::store::StoreError;
 use crate::verify::Verified;
@@ -101,6 +101,34 @@ pub(super) fn check_id(id: &str) -> Result<(), Rejection> {
 /// told without decoding.
 fn has_control(id: &str) -> bool {
     !id.bytes().all(|b| (0x20..0x7f).contains(&b)) && id.chars().any(char::is_control)
+}
+
+/// What verification found that a claim needs: the event id, the signed time, and
+/// the event type's header when the guard's type source names one.
+pub(super) struct Checked {
+    pub(super) id: String,
+    pub(super) signed_at: Option<DateTime<Utc>>,
+    pub(super) type_header: Option<TypeHeader>,
+}
+
+impl Checked {
+    pub(super) fn new(
+        id: String,
+        signed_at: Option<DateTime<Utc>>,
+        type_header: Option<TypeHeader>,
+    ) -> Self {
+        Self {
+            id,
+            signed_at,
+            type_header,
+        }
+    }
+
+    /// The delivery's type as `source` finds it, as text.
+    pub(super) fn event_type(&self, source: Option<&TypeSource>, body: &[u8]) -> Option<String> {
+        let found = source?.read(self.type_header.as_ref(), body)?;
+        Some(found.to_string())
+    }
 }
 
 /// A delivery that passed verification, with its event id.

@@ -36,7 +36,7 @@ use tracing::Instrument as _;
 use crate::clock::Clock;
 use crate::hooks::{DeliveryReport, Hooks};
 use crate::inbox::InboxStore;
-use crate::meta::{EventMeta, MetaExtractor, TypeHeader, TypeSource};
+use crate::meta::{EventMeta, MetaExtractor, TypeSource};
 use crate::ordering::OrderingStore;
 use crate::outcome::{Answer, HandlerError, Outcome, OutcomeKind, Rejection};
 use crate::reconcile::Reconciler;
@@ -63,7 +63,7 @@ pub use reconcile::ReconcileReport;
 use builder::KINDS;
 pub(crate) use cancellation::Detachable;
 use cancellation::ReleaseOnDrop;
-use event::check_id;
+use event::{check_id, Checked};
 pub(crate) use followup::Paid;
 use state::ClaimState;
 
@@ -444,10 +444,7 @@ impl WebhookGuard {
         let mut meta = self.inner.meta.extract(body);
         if meta.event_type.is_none() {
             // A type the body alone does not give (GitHub's, Shopify's header).
-            let source = self.inner.event_type.as_ref();
-            meta.event_type = source
-                .and_then(|s| s.read(checked.type_header.as_ref(), body))
-                .map(|t| t.to_string());
+            meta.event_type = checked.event_type(self.inner.event_type.as_ref(), body);
         }
         Ok(VerifiedDelivery {
             id: checked.id,
@@ -477,15 +474,9 @@ impl WebhookGuard {
         let id = inner.event_id.extract(headers, body, verified)?;
         check_id(&id)?;
         // The headers are gone by the time a handler asks for the event's type.
-        let type_header = match &inner.event_type {
-            Some(source) if inner.type_headers => source.capture(headers),
-            _ => None,
-        };
-        Ok(Checked {
-            id,
-            signed_at,
-            type_header,
-        })
+        let source = inner.event_type.as_ref().filter(|_| inner.type_headers);
+        let type_header = source.and_then(|source| source.capture(headers));
+        Ok(Checked::new(id, signed_at, type_header))
     }
 
     /// Claims the id of a verified delivery: the claim to run, or the outcome to
@@ -671,14 +662,6 @@ impl WebhookGuard {
         self.report(&outcome, attempt, started, None);
         Begin::Done(outcome)
     }
-}
-
-/// What verification found that a claim needs: the event id, the signed time, and
-/// the event type's header when the guard's type source names one.
-struct Checked {
-    id: String,
-    signed_at: Option<DateTime<Utc>>,
-    type_header: Option<TypeHeader>,
 }
 
 /// The answer to [`WebhookGuard::begin`]: either this delivery won the claim, or

@@ -168,7 +168,13 @@ mod tests {
         let body = br#"{"event":{"type":"app_mention","n":[1,{"type":"x"}]},"type":"event_callback","action":"op\u0065ned","e":""}"#;
         let found = strings(
             body,
-            &[&["event", "type"][..], &["type"], &["action"], &["e"], &["missing"]],
+            &[
+                &["event", "type"][..],
+                &["type"],
+                &["action"],
+                &["e"],
+                &["missing"],
+            ],
         )
         .unwrap();
         assert!(matches!(&found[0], Some(Cow::Borrowed("app_mention"))));
@@ -182,10 +188,18 @@ mod tests {
 
     #[test]
     fn non_strings_repeats_and_bad_json() {
-        let found = strings(br#"{"type":7,"a":{"b":true},"c":"1","c":"2"}"#, &[&["type"][..], &["a", "b"], &["c"]]).unwrap();
+        let found = strings(
+            br#"{"type":7,"a":{"b":true},"c":"1","c":"2"}"#,
+            &[&["type"][..], &["a", "b"], &["c"]],
+        )
+        .unwrap();
         assert_eq!(found[0], None);
         assert_eq!(found[1], None);
-        assert_eq!(found[2].as_deref(), Some("1"), "the first of a repeated key");
+        assert_eq!(
+            found[2].as_deref(),
+            Some("1"),
+            "the first of a repeated key"
+        );
         assert!(strings(br#"{"type":"a""#, &[&["type"][..]]).is_none());
         assert!(strings(br#"{"type":"a"} x"#, &[&["type"][..]]).is_none());
         let deep = format!("{}{}", "[".repeat(500), "]".repeat(500));

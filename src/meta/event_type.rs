@@ -87,7 +87,10 @@ impl TypeSource {
     ///
     /// # Panics
     /// When the source already has [`TypeSource::MAX_PLACES`] places.
-    pub fn or_json<S: Into<Cow<'static, str>>>(self, path_keys: impl IntoIterator<Item = S>) -> Self {
+    pub fn or_json<S: Into<Cow<'static, str>>>(
+        self,
+        path_keys: impl IntoIterator<Item = S>,
+    ) -> Self {
         self.or(Place::Json(path(path_keys)))
     }
 
@@ -111,7 +114,10 @@ impl TypeSource {
 
     /// The string at `path` in the JSON body, when present, is appended to the
     /// type after a dot: `issues` and `opened` make `issues.opened`.
-    pub fn with_action<S: Into<Cow<'static, str>>>(mut self, path_keys: impl IntoIterator<Item = S>) -> Self {
+    pub fn with_action<S: Into<Cow<'static, str>>>(
+        mut self,
+        path_keys: impl IntoIterator<Item = S>,
+    ) -> Self {
         self.action = Some(path(path_keys));
         self
     }
@@ -167,22 +173,32 @@ impl TypeSource {
 
     /// The first header place present in `headers`, kept for the claim.
     pub(crate) fn capture(&self, headers: &dyn Headers) -> Option<TypeHeader> {
-        self.name.iter().enumerate().find_map(|(i, place)| match place {
-            Place::Header(name) => headers
-                .get_str(name)
-                .map(str::trim)
-                .filter(|v| plausible(v))
-                .map(|v| TypeHeader {
-                    place: i,
-                    text: SmallVec::from_slice(v.as_bytes()),
-                }),
-            Place::Json(_) => None,
-        })
+        self.name
+            .iter()
+            .enumerate()
+            .find_map(|(i, place)| match place {
+                Place::Header(name) => headers
+                    .get_str(name)
+                    .map(str::trim)
+                    .filter(|v| plausible(v))
+                    .map(|v| TypeHeader {
+                        place: i,
+                        text: SmallVec::from_slice(v.as_bytes()),
+                    }),
+                Place::Json(_) => None,
+            })
     }
 
     /// The type of a delivery whose header places were captured as `captured`.
-    pub(crate) fn read<'a>(&self, captured: Option<&'a TypeHeader>, body: &'a [u8]) -> Option<EventType<'a>> {
-        self.read_with(|i| captured.filter(|c| c.place == i).and_then(TypeHeader::text), body)
+    pub(crate) fn read<'a>(
+        &self,
+        captured: Option<&'a TypeHeader>,
+        body: &'a [u8],
+    ) -> Option<EventType<'a>> {
+        self.read_with(
+            |i| captured.filter(|c| c.place == i).and_then(TypeHeader::text),
+            body,
+        )
     }
 
     /// The type of the delivery made of `headers` and `body`, for a flow of your
@@ -198,7 +214,11 @@ impl TypeSource {
     }
 
     /// The type, with the value of the header place at index `i` given by `header`.
-    fn read_with<'a>(&self, header: impl Fn(usize) -> Option<&'a str>, body: &'a [u8]) -> Option<EventType<'a>> {
+    fn read_with<'a>(
+        &self,
+        header: impl Fn(usize) -> Option<&'a str>,
+        body: &'a [u8],
+    ) -> Option<EventType<'a>> {
         let mut paths: [&[Cow<'static, str>]; json::MAX_STRINGS] = [&[]; json::MAX_STRINGS];
         let mut count = 0;
         for place in &self.name {
@@ -364,34 +384,53 @@ mod tests {
         let shopify = TypeSource::shopify();
         let body = b"{}";
         assert_eq!(
-            shopify.find(&[("Shopify-Topic", "orders/paid")], body).unwrap(),
+            shopify
+                .find(&[("Shopify-Topic", "orders/paid")], body)
+                .unwrap(),
             "orders/paid"
         );
-        let both = [("X-Shopify-Topic", "orders/create"), ("Shopify-Topic", "orders/paid")];
+        let both = [
+            ("X-Shopify-Topic", "orders/create"),
+            ("Shopify-Topic", "orders/paid"),
+        ];
         assert_eq!(shopify.find(&both, body).unwrap(), "orders/create");
         assert!(shopify.find(&[("X-Shopify-Topic", "")], body).is_none());
         let long = "a".repeat(MAX_TYPE_LEN + 1);
-        assert!(shopify.find(&[("X-Shopify-Topic", long.as_str())], body).is_none());
+        assert!(shopify
+            .find(&[("X-Shopify-Topic", long.as_str())], body)
+            .is_none());
         let source = TypeSource::json(["type"]);
         assert!(source.find(&[("", "")], br#"{"type":"a\nb"}"#).is_none());
         assert!(source.find(&[("", "")], br#"{"type":{"a":1}}"#).is_none());
         assert!(source.find(&[("", "")], b"not json").is_none());
         // A header captured at verification reads the same as one found directly.
         let captured = shopify.capture(&both);
-        assert_eq!(shopify.read(captured.as_ref(), body).unwrap(), "orders/create");
+        assert_eq!(
+            shopify.read(captured.as_ref(), body).unwrap(),
+            "orders/create"
+        );
         assert!(shopify.capture(&[("Other", "x")]).is_none());
     }
 
     #[test]
     fn a_github_type_without_an_action_is_its_name() {
         let github = TypeSource::github();
-        let ping = github.find(&[("X-GitHub-Event", "ping")], br#"{"zen":"z"}"#).unwrap();
+        let ping = github
+            .find(&[("X-GitHub-Event", "ping")], br#"{"zen":"z"}"#)
+            .unwrap();
         assert_eq!(ping, "ping");
         assert_eq!(ping.action(), None);
         let opened = github
             .find(&[("X-GitHub-Event", "issues")], br#"{"action":"opened"}"#)
             .unwrap();
-        for other in ["issues", "issues.", "issues.opene", "issuesXopened", ".opened", "issues.openedx"] {
+        for other in [
+            "issues",
+            "issues.",
+            "issues.opene",
+            "issuesXopened",
+            ".opened",
+            "issues.openedx",
+        ] {
             assert_ne!(opened, other);
         }
         assert_eq!(format!("{opened:?}"), r#"EventType("issues.opened")"#);

@@ -172,10 +172,10 @@ pub struct PayloadError {
 }
 
 impl PayloadError {
-    fn new(route: &Cow<'static, str>, error: &serde_json::Error) -> Self {
+    fn new(route: Cow<'static, str>, error: &serde_json::Error) -> Self {
         use serde_json::error::Category;
         Self {
-            route: route.clone(),
+            route,
             category: match error.classify() {
                 Category::Io => "io",
                 Category::Syntax => "syntax",
@@ -582,7 +582,7 @@ where
 
     /// The answer for an event whose payload does not fit its route, by policy.
     fn unfit(&self, unfit: &Unfit<'_, E>) -> Result<(), HandlerError> {
-        let error = PayloadError::new(unfit.route, &unfit.error);
+        let error = PayloadError::new(unfit.route.clone(), &unfit.error);
         let policy = self.invalid;
         let (namespace, id) = (unfit.event.route_namespace(), unfit.event.route_id());
         tracing::warn!(namespace, id, route = %unfit.route, policy = policy.as_str(), %error, "webhook payload does not fit its handler's type");
@@ -605,7 +605,12 @@ where
 fn unrouted<E: Routable>(event: &E, event_type: Option<&EventType<'_>>) {
     let (namespace, id) = (event.route_namespace(), event.route_id());
     // `Debug` of the type escapes it: it comes from the delivery.
-    tracing::debug!(namespace, id, ?event_type, "no route for the webhook event's type: the fallback runs");
+    tracing::debug!(
+        namespace,
+        id,
+        ?event_type,
+        "no route for the webhook event's type: the fallback runs"
+    );
     #[cfg(feature = "metrics")]
     ::metrics::counter!(crate::metrics::UNROUTED_TOTAL, "namespace" => namespace.to_owned())
         .increment(1);

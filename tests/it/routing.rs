@@ -14,9 +14,7 @@ use webhook_guard::store::RecordState;
 use webhook_guard::verify::{
     GitHub, Jamm, Linear, Paddle, Shopify, Slack, StandardWebhooks, Stripe, Verifier,
 };
-use webhook_guard::{
-    Event, HandlerError, MemoryStore, Outcome, OwnedEvent, WebhookGuard,
-};
+use webhook_guard::{Event, HandlerError, MemoryStore, Outcome, OwnedEvent, WebhookGuard};
 
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
@@ -182,7 +180,10 @@ async fn handle_owned_and_handle_spawned_take_the_router_as_their_handler() {
             }
         })
         .into_handler();
-    for (i, kind) in ["payment_intent.succeeded", "customer.created"].iter().enumerate() {
+    for (i, kind) in ["payment_intent.succeeded", "customer.created"]
+        .iter()
+        .enumerate()
+    {
         let body = stripe_body(&format!("evt_o{i}"), kind, "7");
         let headers = stripe_headers(&body);
         let outcome = guard
@@ -231,7 +232,11 @@ async fn routed(
             async { Ok(()) }
         });
     let outcome = guard
-        .handle_owned(&headers, Bytes::copy_from_slice(body), router.into_handler())
+        .handle_owned(
+            &headers,
+            Bytes::copy_from_slice(body),
+            router.into_handler(),
+        )
         .await;
     assert!(matches!(outcome, Outcome::Processed { .. }), "{outcome:?}");
     let mut ran = ran.take();
@@ -253,19 +258,43 @@ async fn github_routes_on_its_event_header_and_the_body_action() {
         }
         (headers, body.to_owned())
     };
-    let (h, b) = deliver("d-1", Some("issues"), r#"{"action":"opened","issue":{"number":1}}"#);
-    assert_eq!(routed(&guard, &h, b.as_bytes(), "issues.opened").await, "route:issues.opened");
-    let (h, b) = deliver("d-2", Some("issues"), r#"{"action":"closed","issue":{"number":1}}"#);
-    assert_eq!(routed(&guard, &h, b.as_bytes(), "issues.opened").await, "fallback:issues.closed");
+    let (h, b) = deliver(
+        "d-1",
+        Some("issues"),
+        r#"{"action":"opened","issue":{"number":1}}"#,
+    );
+    assert_eq!(
+        routed(&guard, &h, b.as_bytes(), "issues.opened").await,
+        "route:issues.opened"
+    );
+    let (h, b) = deliver(
+        "d-2",
+        Some("issues"),
+        r#"{"action":"closed","issue":{"number":1}}"#,
+    );
+    assert_eq!(
+        routed(&guard, &h, b.as_bytes(), "issues.opened").await,
+        "fallback:issues.closed"
+    );
     // No action: the event alone.
-    let (h, b) = deliver("d-3", Some("ping"), r#"{"zen":"Keep it logically awesome.","hook_id":1}"#);
+    let (h, b) = deliver(
+        "d-3",
+        Some("ping"),
+        r#"{"zen":"Keep it logically awesome.","hook_id":1}"#,
+    );
     assert_eq!(routed(&guard, &h, b.as_bytes(), "ping").await, "route:ping");
     // Another event with the same action routes elsewhere.
     let (h, b) = deliver("d-4", Some("pull_request"), r#"{"action":"opened"}"#);
-    assert_eq!(routed(&guard, &h, b.as_bytes(), "issues.opened").await, "fallback:pull_request.opened");
+    assert_eq!(
+        routed(&guard, &h, b.as_bytes(), "issues.opened").await,
+        "fallback:pull_request.opened"
+    );
     // Without the header, no type: the fallback.
     let (h, b) = deliver("d-5", None, r#"{"action":"opened"}"#);
-    assert_eq!(routed(&guard, &h, b.as_bytes(), "issues.opened").await, "fallback:-");
+    assert_eq!(
+        routed(&guard, &h, b.as_bytes(), "issues.opened").await,
+        "fallback:-"
+    );
 }
 
 #[tokio::test]
@@ -280,14 +309,20 @@ async fn shopify_routes_on_its_topic_header_in_either_spelling() {
             ("X-Shopify-Webhook-Id", format!("w-{i}")),
             (name, "orders/create".to_owned()),
         ];
-        assert_eq!(routed(&guard, &headers, body, "orders/create").await, "route:orders/create");
+        assert_eq!(
+            routed(&guard, &headers, body, "orders/create").await,
+            "route:orders/create"
+        );
     }
     let headers = [
         ("X-Shopify-Hmac-Sha256", sig.clone()),
         ("X-Shopify-Webhook-Id", "w-3".to_owned()),
         ("X-Shopify-Topic", "orders/paid".to_owned()),
     ];
-    assert_eq!(routed(&guard, &headers, body, "orders/create").await, "fallback:orders/paid");
+    assert_eq!(
+        routed(&guard, &headers, body, "orders/create").await,
+        "fallback:orders/paid"
+    );
 }
 
 /// The presets whose type is in the body: Standard Webhooks, Slack (inner event,
@@ -299,16 +334,26 @@ async fn body_types_route_for_every_preset_that_puts_them_there() {
     let body = br#"{"type":"invoice.paid","timestamp":"2026-01-01T00:00:00Z","data":{}}"#;
     let headers = standard.sign_headers("msg_1", t, body);
     let g = guard(standard);
-    assert_eq!(routed(&g, &headers, body, "invoice.paid").await, "route:invoice.paid");
+    assert_eq!(
+        routed(&g, &headers, body, "invoice.paid").await,
+        "route:invoice.paid"
+    );
 
     let slack = Slack::new([SECRET]).unwrap();
     let g = guard(slack.clone());
-    let body = br#"{"type":"event_callback","event_id":"Ev1","event":{"type":"app_mention","text":"hi"}}"#;
+    let body =
+        br#"{"type":"event_callback","event_id":"Ev1","event":{"type":"app_mention","text":"hi"}}"#;
     let headers = slack.sign_headers(t, body);
-    assert_eq!(routed(&g, &headers, body, "app_mention").await, "route:app_mention");
+    assert_eq!(
+        routed(&g, &headers, body, "app_mention").await,
+        "route:app_mention"
+    );
     let body = br#"{"type":"app_rate_limited","event_id":"Ev2","minute_rate_limited":1}"#;
     let headers = slack.sign_headers(t, body);
-    assert_eq!(routed(&g, &headers, body, "app_mention").await, "fallback:app_rate_limited");
+    assert_eq!(
+        routed(&g, &headers, body, "app_mention").await,
+        "fallback:app_rate_limited"
+    );
 
     let jamm = Jamm::new([SECRET]).unwrap();
     let g = guard(jamm.clone());
@@ -342,7 +387,10 @@ async fn body_types_route_for_every_preset_that_puts_them_there() {
         ("Linear-Signature", linear.sign(body.as_bytes())),
         ("Linear-Delivery", "ld-1".to_owned()),
     ];
-    assert_eq!(routed(&g, &headers, body.as_bytes(), "Issue.create").await, "route:Issue.create");
+    assert_eq!(
+        routed(&g, &headers, body.as_bytes(), "Issue.create").await,
+        "route:Issue.create"
+    );
 }
 
 /// A guard without a preset routes on the type source it is given.
@@ -357,7 +405,10 @@ async fn a_type_source_set_on_the_builder_replaces_the_presets() {
         .unwrap();
     let body = br#"{"id":"evt_t","type":"payment_intent.succeeded","data":{"object":{"object":"payment_intent"}}}"#;
     let headers = stripe_headers(body);
-    assert_eq!(routed(&guard, &headers, body, "payment_intent").await, "route:payment_intent");
+    assert_eq!(
+        routed(&guard, &headers, body, "payment_intent").await,
+        "route:payment_intent"
+    );
 }
 
 /// The outcome of a Stripe delivery whose `amount` is text (not the handler's
@@ -395,16 +446,25 @@ async fn a_payload_that_does_not_fit_follows_the_policy() {
         panic!("{outcome:?}");
     };
     let text = error.to_string();
-    assert!(text.contains("payment_intent.succeeded") && text.contains("data error"), "{text}");
+    assert!(
+        text.contains("payment_intent.succeeded") && text.contains("data error"),
+        "{text}"
+    );
     assert!(!text.contains("secret-amount"), "{text}");
     assert_eq!(guard.answer(&outcome).status, 500);
     let record = guard.inspect("evt_bad").await.unwrap().unwrap();
     assert_eq!(record.failures, 1);
-    assert!(record.history.iter().all(|h| !h.error.contains("secret-amount")));
+    assert!(record
+        .history
+        .iter()
+        .all(|h| !h.error.contains("secret-amount")));
 
     let (outcome, ran, guard) = unfit_under(Some(InvalidPayload::Permanent)).await;
     assert!(!ran);
-    assert!(matches!(outcome, Outcome::PermanentFailure { .. }), "{outcome:?}");
+    assert!(
+        matches!(outcome, Outcome::PermanentFailure { .. }),
+        "{outcome:?}"
+    );
     assert_eq!(guard.answer(&outcome).status, 200);
 
     let (outcome, ran, guard) = unfit_under(Some(InvalidPayload::Ignore)).await;
@@ -434,16 +494,32 @@ async fn panics_and_errors_in_routed_handlers_are_those_of_plain_handlers() {
         let body = format!(r#"{{"id":"{id}","type":"{kind}"}}"#).into_bytes();
         let headers = stripe_headers(&body);
         let (guard, handler) = (guard.clone(), handler.clone());
-        async move { guard.handle_owned(&headers, Bytes::from(body), handler).await }
+        async move {
+            guard
+                .handle_owned(&headers, Bytes::from(body), handler)
+                .await
+        }
     };
     let outcome = deliver("evt_p", "a.panic").await;
     let Outcome::RetryableFailure { error, .. } = &outcome else {
         panic!("{outcome:?}");
     };
-    assert!(error.to_string().contains("routed handler panicked"), "{error}");
-    assert!(matches!(deliver("evt_r", "a.retry").await, Outcome::RetryableFailure { .. }));
-    assert!(matches!(deliver("evt_n", "a.permanent").await, Outcome::PermanentFailure { .. }));
-    assert!(matches!(deliver("evt_f", "b.other").await, Outcome::RetryableFailure { .. }));
+    assert!(
+        error.to_string().contains("routed handler panicked"),
+        "{error}"
+    );
+    assert!(matches!(
+        deliver("evt_r", "a.retry").await,
+        Outcome::RetryableFailure { .. }
+    ));
+    assert!(matches!(
+        deliver("evt_n", "a.permanent").await,
+        Outcome::PermanentFailure { .. }
+    ));
+    assert!(matches!(
+        deliver("evt_f", "b.other").await,
+        Outcome::RetryableFailure { .. }
+    ));
     // The panicking one was counted as a failure and may be retried.
     assert_eq!(guard.inspect("evt_p").await.unwrap().unwrap().failures, 1);
 }
@@ -535,13 +611,16 @@ fn unrouted_events_and_unfit_payloads_are_counted() {
         rt.block_on(async {
             let guard = guard(Stripe::new([SECRET]).unwrap());
             let handler = Router::new()
-                .on("payment_intent.succeeded", |_: Owned, _: OwnedEvent| async { Ok(()) })
+                .on(
+                    "payment_intent.succeeded",
+                    |_: Owned, _: OwnedEvent| async { Ok(()) },
+                )
                 .invalid_payload(InvalidPayload::Ignore)
                 .into_handler();
             let bodies = [
                 stripe_body("evt_1", "payment_intent.succeeded", "1"), // routed
-                stripe_body("evt_2", "customer.created", "1"),          // unrouted
-                br#"{"id":"evt_3"}"#.to_vec(),                          // no type: unrouted
+                stripe_body("evt_2", "customer.created", "1"),         // unrouted
+                br#"{"id":"evt_3"}"#.to_vec(),                         // no type: unrouted
                 stripe_body("evt_4", "payment_intent.succeeded", "true"), // unfit
             ];
             for body in bodies {
@@ -608,14 +687,20 @@ async fn axum_guarded_routes_typed_handlers_and_a_fallback() {
     let ran = Ran::default();
     let (paid, ended, other) = (ran.clone(), ran.clone(), ran.clone());
     let handler = Router::new()
-        .on("payment_intent.succeeded", move |intent: Owned, _: OwnedEvent| {
-            paid.push(format!("paid:{}", intent.data.object.id));
-            async { Ok(()) }
-        })
-        .on("customer.subscription.deleted", move |sub: Deleted, _: OwnedEvent| {
-            ended.push(format!("ended:{}", sub.data.object.id));
-            async { Ok(()) }
-        })
+        .on(
+            "payment_intent.succeeded",
+            move |intent: Owned, _: OwnedEvent| {
+                paid.push(format!("paid:{}", intent.data.object.id));
+                async { Ok(()) }
+            },
+        )
+        .on(
+            "customer.subscription.deleted",
+            move |sub: Deleted, _: OwnedEvent| {
+                ended.push(format!("ended:{}", sub.data.object.id));
+                async { Ok(()) }
+            },
+        )
         .fallback(move |event: OwnedEvent| {
             other.push(format!("other:{}", event.event_type().unwrap()));
             async { Ok(()) }
@@ -625,14 +710,25 @@ async fn axum_guarded_routes_typed_handlers_and_a_fallback() {
     let addr = serve(app).await;
     let send = |body: Vec<u8>| async move {
         let signature = stripe_headers(&body).remove(0).1;
-        post(addr, "/webhooks/stripe", &[("Stripe-Signature", &signature)], &body).await
+        post(
+            addr,
+            "/webhooks/stripe",
+            &[("Stripe-Signature", &signature)],
+            &body,
+        )
+        .await
     };
     let reply = send(stripe_body("evt_a", "payment_intent.succeeded", "100")).await;
     assert_eq!(reply.status, 200, "{}", reply.body);
     assert_eq!(reply.json()["outcome"], "processed");
     let deleted = br#"{"id":"evt_b","type":"customer.subscription.deleted","data":{"object":{"id":"sub_1"}}}"#;
     assert_eq!(send(deleted.to_vec()).await.status, 200);
-    assert_eq!(send(stripe_body("evt_c", "invoice.created", "1")).await.status, 200);
+    assert_eq!(
+        send(stripe_body("evt_c", "invoice.created", "1"))
+            .await
+            .status,
+        200
+    );
     // A payload that does not fit is retried by default: 500.
     let reply = send(stripe_body("evt_d", "payment_intent.succeeded", "null")).await;
     assert_eq!(reply.status, 500, "{}", reply.body);
@@ -646,22 +742,20 @@ async fn axum_guarded_routes_typed_handlers_and_a_fallback() {
     );
 }
 
+/// The future of [`stripe_handler`]'s router.
+#[cfg(any(feature = "actix", feature = "lambda"))]
+type Ready = std::future::Ready<Result<(), HandlerError>>;
+#[cfg(any(feature = "actix", feature = "lambda"))]
+type StripeFuture = webhook_guard::route::RouteFuture<
+    webhook_guard::route::OneOf<Ready, webhook_guard::route::NoFuture>,
+    Ready,
+>;
+
 /// The router a Stripe endpoint might mount: one typed route and the default
 /// fallback, as a handler.
 #[cfg(any(feature = "actix", feature = "lambda"))]
-fn stripe_handler() -> impl Fn(
-    OwnedEvent,
-) -> webhook_guard::route::RouteFuture<
-    webhook_guard::route::OneOf<
-        std::future::Ready<Result<(), HandlerError>>,
-        webhook_guard::route::NoFuture,
-    >,
-    std::future::Ready<Result<(), HandlerError>>,
-> + Clone
-       + Send
-       + Sync
-       + 'static {
-    fn paid(_: Owned, _: OwnedEvent) -> std::future::Ready<Result<(), HandlerError>> {
+fn stripe_handler() -> impl Fn(OwnedEvent) -> StripeFuture + Clone + Send + Sync + 'static {
+    fn paid(_: Owned, _: OwnedEvent) -> Ready {
         std::future::ready(Ok(()))
     }
     Router::new()
