@@ -61,7 +61,8 @@
 //! header); [`WebhookGuardBuilder::event_type`](crate::WebhookGuardBuilder::event_type)
 //! sets another. A route's key is the type as text: `"payment_intent.succeeded"`,
 //! `"issues.opened"` (GitHub's event and action), `"ping"` (no action),
-//! `"orders/create"`. An inbox worker's events route on their stored
+//! `"orders/create"`; a key matches the whole type (`"issues"` does not take
+//! `issues.opened`). An inbox worker's events route on their stored
 //! [`meta.event_type`](crate::meta::EventMeta::event_type).
 //!
 //! # Unknown types
