@@ -43,8 +43,11 @@ impl fmt::Debug for Escalation<'_> {
 #[derive(Debug)]
 #[non_exhaustive]
 pub struct DeliveryReport<'a> {
-    /// The guard's namespace.
+    /// The guard's namespace (for a tenant's delivery, that of the guard serving
+    /// the tenants, not the tenant's own: see [`crate::tenant`]).
     pub namespace: &'a str,
+    /// The tenant, for a delivery run through a tenant's guard.
+    pub tenant: Option<&'a str>,
     /// What became of the delivery.
     pub outcome: &'a Outcome,
     /// Which claim of the id this was, when the store was reached.

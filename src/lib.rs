@@ -54,7 +54,7 @@
 //! | [`Processed`](Outcome::Processed) | 200 | yes | stops |
 //! | [`Duplicate`](Outcome::Duplicate) | 200 | no | stops |
 //! | [`InProgress`](Outcome::InProgress) | 409 + `Retry-After` (or 200, see [`InProgressAnswer`](guard::InProgressAnswer)) | no | retries later |
-//! | [`Rejected`](Outcome::Rejected) | 400 / 401 / 413 + reason | no, nothing stored | gives up or alerts its owner |
+//! | [`Rejected`](Outcome::Rejected) | 400 / 401 / 413 (404 / 403 for an unknown tenant or a mismatch: [`tenant`]) + reason | no, nothing stored | gives up or alerts its owner |
 //! | [`Conflict`](Outcome::Conflict) | 422 + conflict hook | no | gives up |
 //! | [`RetryableFailure`](Outcome::RetryableFailure) | 500 | yes | retries; the failure is counted |
 //! | [`Escalated`](Outcome::Escalated) | 200 + escalation hook | yes (or crashed) | stops; you reconcile via the API |
@@ -154,6 +154,7 @@ pub mod route;
 mod runtime;
 pub mod store;
 pub mod sweeper;
+pub mod tenant;
 pub mod verify;
 
 // Not public API: the fuzz targets' way into the private JSON reader (see `json::fuzz`).

@@ -68,8 +68,9 @@ pub enum Outcome {
         /// at least a second.
         retry_after: Duration,
     },
-    /// The delivery is not acceptable (bad signature, no id, too large). Nothing was
-    /// stored. Answer 400, 401 or 413 with the reason.
+    /// The delivery is not acceptable (bad signature, no id, too large, unknown
+    /// tenant). Nothing was stored. Answer 400, 401, 403, 404 or 413 with the
+    /// reason ([`Rejection::status`]).
     Rejected(Rejection),
     /// The id was first seen with a different body. The handler did not run; the
     /// conflict hook was called. Answer 422.
@@ -184,6 +185,21 @@ pub enum Rejection {
     /// The event id is empty, too long (over 255 bytes) or holds control characters.
     #[error("event id invalid: {0}")]
     InvalidId(&'static str),
+    /// A guard serving tenants found no tenant for the delivery: neither its route
+    /// nor the delivery itself names one (see [`crate::tenant`]), or it was handed
+    /// the delivery directly instead of through
+    /// [`WebhookGuard::tenant`](crate::WebhookGuard::tenant). Answered 400.
+    #[error("no tenant named by the route or the delivery")]
+    MissingTenant,
+    /// The tenant is not one the secret resolver knows, or its id is not a valid
+    /// tenant id (see [`tenant::check_tenant`](crate::tenant::check_tenant)).
+    /// Answered 404. Nothing was stored.
+    #[error("unknown tenant")]
+    UnknownTenant,
+    /// The delivery names a tenant (in a header or its body) other than the one its
+    /// route names. Answered 403. Nothing was stored.
+    #[error("the delivery's tenant is not its route's")]
+    TenantMismatch,
 }
 
 impl Rejection {
@@ -194,17 +210,23 @@ impl Rejection {
             Self::BodyTooLarge { .. } => "body_too_large",
             Self::MissingId(_) => "missing_event_id",
             Self::InvalidId(_) => "invalid_event_id",
+            Self::MissingTenant => "missing_tenant",
+            Self::UnknownTenant => "unknown_tenant",
+            Self::TenantMismatch => "tenant_mismatch",
         }
     }
 
     /// 413 Payload Too Large for a body over the limit, 401 for a delivery that
-    /// failed verification, 400 for everything else.
+    /// failed verification, 404 for an unknown tenant, 403 for a tenant mismatch,
+    /// 400 for everything else.
     pub fn status(&self) -> StatusCode {
         match self {
             Self::BodyTooLarge { .. } | Self::Verify(VerifyError::BodyTooLarge { .. }) => {
                 StatusCode::PAYLOAD_TOO_LARGE
             }
             Self::Verify(_) => StatusCode::UNAUTHORIZED,
+            Self::UnknownTenant => StatusCode::NOT_FOUND,
+            Self::TenantMismatch => StatusCode::FORBIDDEN,
             _ => StatusCode::BAD_REQUEST,
         }
     }

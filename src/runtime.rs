@@ -169,8 +169,9 @@ mod imp {
     }
 
     /// A bound on the tasks spawned for one purpose (handlers that outlive their
-    /// request), and a way to wait for them all.
-    #[derive(Debug)]
+    /// request), and a way to wait for them all. A clone shares the bound (a
+    /// guard's tenants share their guard's).
+    #[derive(Debug, Clone)]
     pub(crate) struct Slots {
         semaphore: std::sync::Arc<tokio::sync::Semaphore>,
         limit: u32,
@@ -271,7 +272,7 @@ mod imp {
     }
 
     /// No slots without a runtime: nothing is spawned.
-    #[derive(Debug)]
+    #[derive(Debug, Clone)]
     pub(crate) struct Slots;
 
     /// Never taken.

@@ -7,6 +7,7 @@ use std::time::Duration;
 use chrono::TimeDelta;
 use http::StatusCode;
 
+use super::tenant::TenantCache;
 use super::{EventId, Inner, WebhookGuard};
 use crate::clock::{Clock, SystemClock};
 use crate::hooks::{Hooks, NoHooks, PanicSafe};
@@ -16,6 +17,7 @@ use crate::ordering::OrderingStore;
 use crate::outcome::OutcomeKind;
 use crate::reconcile::Reconciler;
 use crate::store::{DynProcessedStore, ProcessedStore};
+use crate::tenant::{Tenants, MAX_TENANT_GUARD_NAMESPACE};
 use crate::verify::Verifier;
 
 /// The default lease: how long a claim holds before another delivery may take over.
@@ -97,6 +99,13 @@ pub enum ConfigError {
     /// The operation needs an inbox (see [`WebhookGuardBuilder::inbox`]).
     #[error("no inbox configured")]
     NoInbox,
+    /// A guard serving tenants ([`WebhookGuardBuilder::tenants`]) was configured
+    /// with what it cannot serve them with: a verifier that cannot be keyed with a
+    /// tenant's secrets, an inbox, a namespace over
+    /// [`MAX_TENANT_GUARD_NAMESPACE`](crate::tenant::MAX_TENANT_GUARD_NAMESPACE)
+    /// bytes, or a cache of no tenant.
+    #[error("tenants: {0}")]
+    Tenants(&'static str),
 }
 
 /// Builds a [`WebhookGuard`]. See [`WebhookGuard::builder`].
@@ -125,6 +134,7 @@ pub struct WebhookGuardBuilder {
     reconciler: Option<Arc<dyn Reconciler>>,
     meta: Option<MetaExtractor>,
     event_type: Option<TypeSource>,
+    tenants: Option<Tenants>,
 }
 
 pub(super) const KINDS: usize = OutcomeKind::ALL.len();
@@ -202,6 +212,19 @@ impl WebhookGuardBuilder {
         self.verifier = Some(shared(verifier, |verifier| {
             Arc::new(verifier) as Arc<dyn Verifier>
         }));
+        self
+    }
+
+    /// Serves many tenants, each with its own secrets, resolved per delivery, and
+    /// its own namespace (see [`crate::tenant`]). The [verifier](Self::verifier)
+    /// is then a template: each tenant's is made from it keyed with the tenant's
+    /// secrets ([`Verifier::with_secrets`]), and its own secrets verify nothing. A
+    /// delivery goes through [`WebhookGuard::tenant`] first; the guard itself
+    /// rejects every delivery it is handed directly
+    /// ([`Rejection::MissingTenant`](crate::outcome::Rejection::MissingTenant)).
+    /// An inbox does not serve tenants.
+    pub fn tenants(mut self, tenants: Tenants) -> Self {
+        self.tenants = Some(tenants);
         self
     }
 
@@ -340,7 +363,8 @@ impl WebhookGuardBuilder {
     /// # Errors
     /// [`ConfigError`] for a missing store or verifier, a retention below the lease
     /// or below twice the verifier's tolerance, a zero duration, threshold or body
-    /// limit, a duration past a century, or a bad namespace.
+    /// limit, a duration past a century, a bad namespace, or tenants it cannot serve
+    /// ([`ConfigError::Tenants`]).
     pub fn build(self) -> Result<WebhookGuard, ConfigError> {
         let store = self.store.ok_or(ConfigError::NoStore)?;
         let verifier = self.verifier.ok_or(ConfigError::NoVerifier)?;
@@ -391,6 +415,15 @@ impl WebhookGuardBuilder {
         if ns.is_empty() || ns.len() > 64 || ns.chars().any(char::is_control) {
             return Err(ConfigError::BadNamespace);
         }
+        let tenants = match self.tenants {
+            Some(tenants) => Some(Arc::new(tenant_cache(
+                tenants,
+                &*verifier,
+                ns,
+                self.inbox.is_some(),
+            )?)),
+            None => None,
+        };
         Ok(WebhookGuard {
             inner: Arc::new(Inner {
                 store,
@@ -423,6 +456,8 @@ impl WebhookGuardBuilder {
                 event_type,
                 lost_searches: Arc::default(),
                 dropped_searches: Arc::default(),
+                tenants,
+                served: None,
             }),
         })
     }
@@ -437,6 +472,37 @@ fn shared<T: 'static, D: ?Sized + 'static>(value: T, wrap: impl FnOnce(T) -> Arc
         return arc.take().expect("the value is there");
     }
     wrap(value.expect("the value is there"))
+}
+
+/// The cache of a guard serving `tenants`, with `verifier` as its template, in
+/// namespace `ns`, with or without an inbox.
+fn tenant_cache(
+    tenants: Tenants,
+    verifier: &dyn Verifier,
+    ns: &str,
+    inbox: bool,
+) -> Result<TenantCache, ConfigError> {
+    if verifier.with_secrets(&[]).is_none() {
+        return Err(ConfigError::Tenants(
+            "the verifier cannot be keyed with a tenant's secrets",
+        ));
+    }
+    if inbox {
+        return Err(ConfigError::Tenants("an inbox does not serve tenants"));
+    }
+    if ns.len() > MAX_TENANT_GUARD_NAMESPACE {
+        return Err(ConfigError::Tenants(
+            "the namespace of a guard serving tenants is at most 26 bytes",
+        ));
+    }
+    if tenants.capacity == 0 {
+        return Err(ConfigError::Tenants(
+            "the cache must hold at least one tenant",
+        ));
+    }
+    let ttl = delta(tenants.ttl, "tenant cache ttl")?;
+    let unknown_ttl = delta(tenants.unknown_ttl, "unknown tenant ttl")?;
+    Ok(TenantCache::new(tenants, ttl, unknown_ttl))
 }
 
 fn delta(d: Duration, what: &'static str) -> Result<TimeDelta, ConfigError> {
@@ -483,6 +549,7 @@ impl WebhookGuard {
             reconciler: None,
             meta: None,
             event_type: None,
+            tenants: None,
         }
     }
 }

@@ -17,6 +17,8 @@ use crate::store::StoreError;
 use crate::verify::Verified;
 use crate::Headers;
 
+use super::WebhookGuard;
+
 /// The longest event id accepted, in bytes.
 pub const MAX_ID_LEN: usize = 255;
 
@@ -181,19 +183,31 @@ impl<'a> Event<'a> {
         &self.claim.id
     }
 
-    /// The guard's namespace.
-    pub fn namespace(&self) -> &str {
-        self.claim.guard.namespace()
-    }
-
     /// The raw body, exactly as received and verified.
     pub fn body(&self) -> &'a [u8] {
         self.body
     }
 
+    /// The tenant the event was delivered for, when its guard serves one (see
+    /// [`crate::tenant`]).
+    pub fn tenant(&self) -> Option<&str> {
+        self.claim.guard.tenant_id()
+    }
+
+    /// The namespace the event's record lives in (with a tenant's guard, the
+    /// tenant's).
+    pub fn namespace(&self) -> &str {
+        self.claim.guard.namespace()
+    }
+
     /// Which claim of this id this is (1 for the first claim).
     pub fn attempt(&self) -> u32 {
         self.claim.record.attempts
+    }
+
+    /// The namespace its delivery is reported under (metrics labels).
+    pub(crate) fn reported_namespace(&self) -> &str {
+        self.claim.guard.reported_namespace()
     }
 
     /// The event's type, from where the guard's type source says (for a preset,
@@ -246,11 +260,6 @@ impl OwnedEvent {
         &self.claim.id
     }
 
-    /// The guard's namespace.
-    pub fn namespace(&self) -> &str {
-        self.claim.guard.namespace()
-    }
-
     /// The raw body, exactly as received and verified.
     pub fn body(&self) -> &[u8] {
         &self.body
@@ -261,9 +270,26 @@ impl OwnedEvent {
         self.body.clone()
     }
 
+    /// The tenant the event was delivered for, when its guard serves one (see
+    /// [`crate::tenant`]).
+    pub fn tenant(&self) -> Option<&str> {
+        self.claim.guard.tenant_id()
+    }
+
+    /// The namespace the event's record lives in (with a tenant's guard, the
+    /// tenant's).
+    pub fn namespace(&self) -> &str {
+        self.claim.guard.namespace()
+    }
+
     /// Which claim of this id this is (1 for the first claim).
     pub fn attempt(&self) -> u32 {
         self.claim.record.attempts
+    }
+
+    /// The namespace its delivery is reported under (metrics labels).
+    pub(crate) fn reported_namespace(&self) -> &str {
+        self.claim.guard.reported_namespace()
     }
 
     /// The event's type: see [`Event::event_type`].
@@ -300,6 +326,50 @@ pub enum LeaseError {
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+/// Verification alone, without the store (for hosts and the inbox), and the
+/// namespace deliveries are reported under.
+impl WebhookGuard {
+    /// The namespace its deliveries are reported under: for a tenant's guard, the
+    /// guard that serves the tenants' (one metrics series per guard).
+    pub(crate) fn reported_namespace(&self) -> &str {
+        let served = self.inner.served.as_ref();
+        served.map_or(&self.inner.namespace, |served| &served.namespace)
+    }
+
+    /// Verifies a delivery and extracts its id, without touching the store.
+    ///
+    /// # Errors
+    /// The [`Rejection`]: body too large, signature not verified, id missing or invalid.
+    pub fn verify(
+        &self,
+        headers: &dyn Headers,
+        body: &[u8],
+    ) -> Result<VerifiedDelivery, Rejection> {
+        self.verify_at(headers, body, self.inner.clock.now())
+    }
+
+    /// [`WebhookGuard::verify`] at `now`, the delivery's arrival: the flow reads the
+    /// clock once and uses the time for the signature's tolerance and the claim.
+    pub(super) fn verify_at(
+        &self,
+        headers: &dyn Headers,
+        body: &[u8],
+        now: DateTime<Utc>,
+    ) -> Result<VerifiedDelivery, Rejection> {
+        let checked = self.verify_id_at(headers, body, now)?;
+        let mut meta = self.inner.meta.extract(body);
+        if meta.event_type.is_none() {
+            // A type the body alone does not give (GitHub's, Shopify's header).
+            meta.event_type = checked.event_type(self.inner.event_type.as_ref(), body);
+        }
+        Ok(VerifiedDelivery {
+            id: checked.id,
+            signed_at: checked.signed_at,
+            meta,
+        })
+    }
 }
 
 #[cfg(test)]

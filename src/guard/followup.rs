@@ -68,9 +68,11 @@ impl WebhookGuard {
         Key::new(&self.inner.followup_namespace, id)
     }
 
-    /// Whether `record` is one of this guard's follow-up markers.
+    /// Whether `record` is one of this guard's follow-up markers, or of one of its
+    /// tenants'.
     pub(crate) fn is_marker(&self, record: &Record) -> bool {
         record.namespace == self.inner.followup_namespace
+            || self.tenant_marker_part(record).is_some()
     }
 
     /// Claims `id`'s marker at `now`: its token when granted (also by taking over
@@ -140,7 +142,8 @@ impl WebhookGuard {
     }
 
     /// For the sweeper: pays the debt of the stuck marker `marker` (one of this
-    /// guard's, whose lease ran out), or releases it when nothing is owed.
+    /// guard's or its tenants' ([`WebhookGuard::is_marker`]), whose lease ran out),
+    /// or releases it when nothing is owed.
     ///
     /// # Errors
     /// The store's error reading the id's record; the marker stays, for a next pass.
@@ -148,6 +151,14 @@ impl WebhookGuard {
         &self,
         marker: &Record,
     ) -> Result<Paid, crate::store::StoreError> {
+        match self.marker_owner(marker) {
+            Some(owner) => owner.pay_own_stuck(marker).await,
+            None => Ok(Paid::Busy),
+        }
+    }
+
+    /// [`WebhookGuard::pay_stuck`] of a marker of this very guard.
+    async fn pay_own_stuck(&self, marker: &Record) -> Result<Paid, crate::store::StoreError> {
         let now = self.inner.clock.now();
         let Some(token) = self.claim_marker(&marker.id, now).await else {
             return Ok(Paid::Busy);

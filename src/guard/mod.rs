@@ -21,6 +21,7 @@ mod inbox;
 mod reconcile;
 mod record;
 mod state;
+mod tenant;
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -122,6 +123,11 @@ struct Inner {
     /// as such a search may run for a whole lease (one whose claim was answered
     /// `Existing` never finds its token) and must not starve the others.
     dropped_searches: Arc<AtomicUsize>,
+    /// A guard serving tenants: their resolver and cached guards. Such a guard
+    /// verifies no delivery itself; its tenants' guards have none.
+    tenants: Option<Arc<tenant::TenantCache>>,
+    /// For a tenant's guard: its tenant, and the namespace of the guard that made it.
+    served: Option<Box<tenant::Served>>,
 }
 
 impl std::fmt::Debug for Inner {
@@ -135,6 +141,7 @@ impl std::fmt::Debug for Inner {
             .field("retention", &self.retention)
             .field("escalate_after", &self.escalate_after)
             .field("max_body", &self.max_body)
+            .field("tenants", &self.tenants)
             .finish_non_exhaustive()
     }
 }
@@ -420,39 +427,6 @@ impl WebhookGuard {
         self.claim(verified, body, started, now, None)
     }
 
-    /// Verifies a delivery and extracts its id, without touching the store.
-    ///
-    /// # Errors
-    /// The [`Rejection`]: body too large, signature not verified, id missing or invalid.
-    pub fn verify(
-        &self,
-        headers: &dyn Headers,
-        body: &[u8],
-    ) -> Result<VerifiedDelivery, Rejection> {
-        self.verify_at(headers, body, self.inner.clock.now())
-    }
-
-    /// [`WebhookGuard::verify`] at `now`, the delivery's arrival: the flow reads the
-    /// clock once and uses the time for the signature's tolerance and the claim.
-    fn verify_at(
-        &self,
-        headers: &dyn Headers,
-        body: &[u8],
-        now: DateTime<Utc>,
-    ) -> Result<VerifiedDelivery, Rejection> {
-        let checked = self.verify_id_at(headers, body, now)?;
-        let mut meta = self.inner.meta.extract(body);
-        if meta.event_type.is_none() {
-            // A type the body alone does not give (GitHub's, Shopify's header).
-            meta.event_type = checked.event_type(self.inner.event_type.as_ref(), body);
-        }
-        Ok(VerifiedDelivery {
-            id: checked.id,
-            signed_at: checked.signed_at,
-            meta,
-        })
-    }
-
     /// The checks of [`WebhookGuard::verify_at`]: the event id and the signed time.
     /// The flow reads the metadata only once it has claimed the id, so that a
     /// duplicate costs no scan of the body for it.
@@ -468,6 +442,9 @@ impl WebhookGuard {
                 size: body.len(),
                 limit: inner.max_body,
             });
+        }
+        if inner.tenants.is_some() {
+            return Err(Rejection::MissingTenant); // its verifier is the tenants' template
         }
         let verified = inner.verifier.verify(headers, body, now)?;
         let signed_at = verified.signed_at;
@@ -752,23 +729,28 @@ impl WebhookGuard {
             span.record("webhook.outcome", kind.as_str());
             span.record("webhook.elapsed_ms", elapsed_ms);
         }
-        let namespace = self.inner.namespace.as_str();
+        // A tenant's delivery under its guard's namespace: one metrics series per guard.
+        let (namespace, tenant) = match &self.inner.served {
+            Some(served) => (served.namespace.as_str(), served.tenant.as_deref()),
+            None => (self.inner.namespace.as_str(), None),
+        };
         let id = outcome.id().unwrap_or("");
         match kind {
             OutcomeKind::Processed
             | OutcomeKind::Duplicate
             | OutcomeKind::InProgress
             | OutcomeKind::Accepted => {
-                tracing::info!(namespace, id, attempt, outcome = %kind, elapsed_ms, "webhook delivery");
+                tracing::info!(namespace, tenant, id, attempt, outcome = %kind, elapsed_ms, "webhook delivery");
             }
             _ => {
                 // `Display` of an outcome holds reasons and error messages, never the
                 // body or a secret.
-                tracing::warn!(namespace, id, attempt, outcome = %kind, elapsed_ms, detail = %outcome, "webhook delivery");
+                tracing::warn!(namespace, tenant, id, attempt, outcome = %kind, elapsed_ms, detail = %outcome, "webhook delivery");
             }
         }
         self.inner.safe_hooks.on_outcome(&DeliveryReport {
             namespace,
+            tenant,
             outcome,
             attempt,
             elapsed,
@@ -776,12 +758,9 @@ impl WebhookGuard {
         });
     }
 
-    /// A rejection found before the guard saw the body (an integration refusing an
-    /// oversized body it did not read whole), logged and reported like any outcome.
-    #[cfg_attr(
-        not(any(feature = "axum", feature = "tower", feature = "actix")),
-        allow(dead_code)
-    )]
+    /// A rejection found before the delivery reached the flow (an integration
+    /// refusing an oversized body it did not read whole, a tenant not found),
+    /// logged and reported like any outcome.
     pub(crate) fn rejected_early(&self, rejection: Rejection, started: Instant) -> Outcome {
         let outcome = Outcome::Rejected(rejection);
         self.report(&outcome, None, started, None);
@@ -821,6 +800,12 @@ impl WebhookGuard {
     /// The namespace.
     pub fn namespace(&self) -> &str {
         &self.inner.namespace
+    }
+
+    /// The tenant this guard serves, for a tenant's guard
+    /// ([`WebhookGuard::tenant`]).
+    pub fn tenant_id(&self) -> Option<&str> {
+        self.inner.served.as_ref()?.tenant.as_deref()
     }
 
     /// The lease duration.

@@ -143,3 +143,66 @@ where
     let outcome = delivery.await;
     guard.respond(outcome)
 }
+
+/// [`handle_request`] for a guard serving many tenants ([`crate::tenant`]): reads
+/// the body within the guard's limit, finds the delivery's tenant
+/// ([`WebhookGuard::tenant`], with `route_tenant` the tenant the route names, such
+/// as axum's `Path` of `/webhooks/stripe/{tenant}`), and runs the delivery through
+/// the tenant's guard with [`WebhookGuard::handle_spawned`]. An unknown tenant
+/// (404), a mismatch (403) and a resolver that failed (503) are answered without
+/// calling the store.
+///
+/// ```
+/// use std::collections::HashMap;
+/// use axum::{extract::{Path, Request}, routing::post, Router};
+/// use webhook_guard::integrations::axum::handle_tenant_request;
+/// use webhook_guard::tenant::Tenants;
+/// use webhook_guard::verify::{Secret, Stripe};
+/// use webhook_guard::{MemoryStore, WebhookGuard};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let secrets = HashMap::from([("acme".to_owned(), vec![Secret::from("whsec_acme")])]);
+/// let guard = WebhookGuard::builder()
+///     .store(MemoryStore::new())
+///     .verifier(Stripe::new(["whsec_template"])?)
+///     .tenants(Tenants::new(secrets))
+///     .namespace("stripe")
+///     .build()?;
+/// let app: Router = Router::new().route(
+///     "/webhooks/stripe/{tenant}",
+///     post(move |Path(tenant): Path<String>, request: Request| async move {
+///         handle_tenant_request(&guard, Some(&tenant), request, |event| async move {
+///             println!("{} for {}", event.id(), event.namespace());
+///             Ok(())
+///         })
+///         .await
+///     }),
+/// );
+/// # drop(app);
+/// # Ok(())
+/// # }
+/// ```
+pub async fn handle_tenant_request<F, Fut>(
+    guard: &WebhookGuard,
+    route_tenant: Option<&str>,
+    request: Request,
+    handler: F,
+) -> GuardResponse
+where
+    F: FnOnce(OwnedEvent) -> Fut + Send + 'static,
+    Fut: Future<Output = Result<(), HandlerError>> + Send + 'static,
+{
+    let (parts, body) = request.into_parts();
+    let bytes = match read_body(guard, &parts.headers, body).await {
+        Ok(bytes) => bytes,
+        Err(response) => return response,
+    };
+    let tenant = match guard.tenant(route_tenant, &parts.headers, &bytes).await {
+        Ok(tenant) => tenant,
+        Err(outcome) => return guard.respond(outcome),
+    };
+    let delivery = tenant.handle_spawned(&parts.headers, bytes, handler);
+    drop(parts);
+    let outcome = delivery.await;
+    tenant.respond(outcome)
+}

@@ -205,7 +205,8 @@ pub trait Routable: sealed::Sealed + Sized {
     fn route_type(&self) -> Option<EventType<'_>>;
     /// The event id.
     fn route_id(&self) -> &str;
-    /// The guard's namespace.
+    /// The namespace the event's delivery is reported under: the guard's (for a
+    /// tenant's event, that of the guard serving the tenants).
     fn route_namespace(&self) -> &str;
 }
 
@@ -228,7 +229,7 @@ impl Routable for Event<'_> {
         self.id()
     }
     fn route_namespace(&self) -> &str {
-        self.namespace()
+        self.reported_namespace()
     }
 }
 
@@ -246,7 +247,7 @@ impl Routable for OwnedEvent {
         self.id()
     }
     fn route_namespace(&self) -> &str {
-        self.namespace()
+        self.reported_namespace()
     }
 }
 

@@ -211,6 +211,30 @@ macro_rules! limits {
 }
 pub(crate) use limits;
 
+/// [`Verifier::with_secrets`](super::Verifier::with_secrets) for a verifier whose
+/// `keys` field holds secrets used as their raw bytes (or decoded by `$decode`),
+/// its other settings cloned.
+macro_rules! rekeyed {
+    () => {
+        $crate::verify::common::rekeyed!(Ok);
+    };
+    ($decode:expr) => {
+        fn with_secrets(
+            &self,
+            secrets: &[$crate::verify::Secret],
+        ) -> Option<Result<Box<dyn $crate::verify::Verifier>, $crate::verify::KeyError>> {
+            let keys =
+                $crate::verify::common::Keys::from_secrets_with(secrets.iter().cloned(), $decode);
+            Some(keys.map(|keys| {
+                let mut verifier = self.clone();
+                verifier.keys = keys;
+                Box::new(verifier) as Box<dyn $crate::verify::Verifier>
+            }))
+        }
+    };
+}
+pub(crate) use rekeyed;
+
 impl fmt::Debug for Keys {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "<{} secret(s), redacted>", self.0.len())

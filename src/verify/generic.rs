@@ -413,6 +413,8 @@ fn read<'h>(headers: &'h dyn Headers, name: &str) -> Result<&'h [u8], VerifyErro
 }
 
 impl Verifier for GenericHmac {
+    super::common::rekeyed!();
+
     fn verify(
         &self,
         headers: &dyn Headers,

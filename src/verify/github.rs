@@ -59,6 +59,8 @@ impl GitHub {
 }
 
 impl Verifier for GitHub {
+    common::rekeyed!();
+
     fn verify(
         &self,
         headers: &dyn Headers,

@@ -127,6 +127,8 @@ impl HmacSha256Header {
 }
 
 impl Verifier for HmacSha256Header {
+    super::common::rekeyed!();
+
     fn verify(
         &self,
         headers: &dyn Headers,

@@ -180,6 +180,8 @@ pub(crate) fn minify(json: &[u8]) -> Cow<'_, [u8]> {
 }
 
 impl Verifier for Jamm {
+    common::rekeyed!();
+
     fn verify(
         &self,
         _headers: &dyn Headers,

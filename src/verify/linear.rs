@@ -65,6 +65,8 @@ fn parse_millis(text: &str) -> Option<DateTime<Utc>> {
 }
 
 impl Verifier for Linear {
+    common::rekeyed!();
+
     fn verify(
         &self,
         headers: &dyn Headers,

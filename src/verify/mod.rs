@@ -135,6 +135,34 @@ pub trait Verifier: fmt::Debug + Send + Sync + 'static {
     fn event_type(&self) -> Option<crate::meta::TypeSource> {
         None
     }
+
+    /// A verifier of the same scheme and settings (tolerance, headers, template...)
+    /// keyed with `secrets` instead of this one's: how a guard serving many tenants
+    /// makes each tenant's verifier from the one it was built with (see
+    /// [`crate::tenant`]). `None` for a verifier that cannot be keyed so (the
+    /// default; [`NoVerification`]). Every preset, [`HmacSha256Header`] and
+    /// [`GenericHmac`] can; a [`StandardWebhooks::ed25519`] verifier takes `whpk_`
+    /// public keys as its "secrets".
+    ///
+    /// # Errors
+    /// Inside the `Some`: the [`KeyError`] the scheme's constructor gives for
+    /// `secrets` (none, an empty one, one in the wrong encoding).
+    ///
+    /// ```
+    /// use webhook_guard::verify::{Secret, Stripe, Verifier};
+    ///
+    /// let template = Stripe::new(["whsec_template"]).unwrap();
+    /// let tenant = template.with_secrets(&[Secret::from("whsec_tenant")]).unwrap().unwrap();
+    /// let body = br#"{"id":"evt_1"}"#;
+    /// let header = Stripe::new(["whsec_tenant"]).unwrap().sign(body, 1_700_000_000);
+    /// let now = chrono::DateTime::from_timestamp(1_700_000_001, 0).unwrap();
+    /// assert!(tenant.verify(&[("Stripe-Signature", header.as_str())], body, now).is_ok());
+    /// assert!(template.verify(&[("Stripe-Signature", header.as_str())], body, now).is_err());
+    /// ```
+    fn with_secrets(&self, secrets: &[Secret]) -> Option<Result<Box<dyn Verifier>, KeyError>> {
+        let _ = secrets;
+        None
+    }
 }
 
 crate::forward::forward!(Verifier {
@@ -147,6 +175,7 @@ crate::forward::forward!(Verifier {
     fn body_changes_on_retry(&self) -> bool;
     fn event_meta(&self) -> Option<crate::meta::MetaExtractor>;
     fn event_type(&self) -> Option<crate::meta::TypeSource>;
+    fn with_secrets(&self, secrets: &[Secret]) -> Option<Result<Box<dyn Verifier>, KeyError>>;
 });
 
 /// Accepts every delivery. For tests and for hosts that verify before calling the

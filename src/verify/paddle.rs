@@ -72,6 +72,8 @@ impl Paddle {
 }
 
 impl Verifier for Paddle {
+    common::rekeyed!();
+
     fn verify(
         &self,
         headers: &dyn Headers,

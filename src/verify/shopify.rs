@@ -52,6 +52,8 @@ impl Shopify {
 }
 
 impl Verifier for Shopify {
+    common::rekeyed!();
+
     fn verify(
         &self,
         headers: &dyn Headers,

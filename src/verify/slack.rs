@@ -75,6 +75,8 @@ impl Slack {
 }
 
 impl Verifier for Slack {
+    common::rekeyed!();
+
     fn verify(
         &self,
         headers: &dyn Headers,

@@ -292,6 +292,28 @@ fn parse_signatures_of(value: &[u8], name: &'static str) -> Result<Signatures, V
 }
 
 impl Verifier for StandardWebhooks {
+    /// Keyed with `whsec_` secrets, or, for a verifier of `v1a` signatures, with
+    /// `whpk_` public keys (as text).
+    fn with_secrets(&self, secrets: &[Secret]) -> Option<Result<Box<dyn Verifier>, KeyError>> {
+        #[cfg(feature = "ed25519")]
+        if !self.public_keys.is_empty() {
+            let keys = secrets
+                .iter()
+                .map(|s| std::str::from_utf8(s.expose()))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|_| KeyError::BadEncoding("whpk_ base64 of 32 bytes"));
+            return Some(keys.and_then(Self::ed25519).map(|verifier| {
+                Box::new(verifier.tolerance(self.tolerance)) as Box<dyn Verifier>
+            }));
+        }
+        let keys = Keys::from_secrets_with(secrets.iter().cloned(), decode_secret);
+        Some(keys.map(|keys| {
+            let mut verifier = self.clone();
+            verifier.keys = keys;
+            Box::new(verifier) as Box<dyn Verifier>
+        }))
+    }
+
     fn verify(
         &self,
         headers: &dyn Headers,

@@ -71,6 +71,8 @@ impl Stripe {
 }
 
 impl Verifier for Stripe {
+    common::rekeyed!();
+
     fn verify(
         &self,
         headers: &dyn Headers,

@@ -18,6 +18,9 @@ mod metrics;
 #[cfg(feature = "tokio")]
 mod routing;
 mod store_calls;
+// Many tenants behind one guard, on the memory store, PostgreSQL and through axum.
+#[cfg(feature = "axum")]
+mod tenants;
 
 // Signatures and hostile input.
 #[cfg(feature = "tokio")]
