@@ -12,7 +12,8 @@
 ///   `Box<T>`, each method calling the pointee's.
 /// - `forward!(impl[..generics..] Trait for Type, via path::to::inner, wrap path::to::wrap { async fn ...; })`:
 ///   one impl for `Type`, each method calling `inner(self)`'s and awaiting
-///   `wrap("method", that_call)` (async traits only).
+///   `wrap("method", that_call)` (async traits only; their plain methods, which
+///   take no argument, follow the async ones as `sync fn name(&self) -> T;`).
 macro_rules! forward {
     ($tr:ident { $($methods:tt)* }) => {
         $crate::forward::forward!(impl[T: $tr + ?Sized] $tr for ::std::sync::Arc<T>,
@@ -22,6 +23,7 @@ macro_rules! forward {
     };
     (impl[$($gen:tt)*] $tr:ident for $ty:ty, via $inner:path, wrap $wrap:path {
         $(async fn $name:ident(&self $(, $arg:ident: $argty:ty)* $(,)?) -> $ret:ty;)+
+        $(sync fn $sname:ident(&self) -> $sret:ty;)*
     }) => {
         #[deny(clippy::missing_trait_methods)]
         #[::async_trait::async_trait]
@@ -29,6 +31,9 @@ macro_rules! forward {
             $(async fn $name(&self $(, $arg: $argty)*) -> $ret {
                 $wrap(stringify!($name), $inner(self).$name($($arg),*)).await
             })+
+            $(fn $sname(&self) -> $sret {
+                $inner(self).$sname()
+            })*
         }
     };
     (impl[$($gen:tt)*] $tr:ident for $ty:ty, via $inner:path, wrap $wrap:path {

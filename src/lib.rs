@@ -116,6 +116,9 @@
 //! - `sqlite`: `store::SqliteStore`, the embedded durable store (one
 //!   file, no server), on sqlx with a bundled libsqlite3.
 //! - `cli`: the `webhook-guard` operator tool (a binary).
+//! - `catch-up`: the `catch_up` module, recovering events the provider never
+//!   delivered through its API, run through the guard's dedup; `stripe-catch-up`
+//!   and `svix-catch-up` add Stripe's List Events and Svix's polling endpoints.
 //!
 //! # Observability
 //!
@@ -132,6 +135,9 @@
 )]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+#[cfg(feature = "catch-up")]
+#[cfg_attr(docsrs, doc(cfg(feature = "catch-up")))]
+pub mod catch_up;
 pub mod clock;
 #[cfg(feature = "conformance")]
 #[cfg_attr(docsrs, doc(cfg(feature = "conformance")))]

@@ -42,6 +42,7 @@
 
 mod harness;
 mod http;
+mod listing;
 mod memory;
 mod redis;
 mod sql;
@@ -52,6 +53,7 @@ use std::time::Instant;
 
 use self::harness::{load_average, AtLeast, AtMost, Comparison, Ctx, Peer, Skip};
 use self::http::axum_e2e_tput;
+use self::listing::{list_newest_100_mysql, list_newest_100_postgres, list_newest_100_sqlite};
 use self::memory::{
     child_main, memory_bytes_per_record, memory_cycle, memory_cycle_2t_tput,
     memory_cycle_vs_idempotent_tput, memory_cycle_vs_klauthed_tput, memory_duplicate,
@@ -143,6 +145,17 @@ const COMPARISONS: &[Comparison] = &[
         sweep_claim_p99_postgres,
     ),
     Comparison::new("sweep_claim_p99_mysql", AtMost(5.0), sweep_claim_p99_mysql),
+    Comparison::new(
+        "list_newest_100_postgres",
+        AtMost(20.0),
+        list_newest_100_postgres,
+    ),
+    Comparison::new("list_newest_100_mysql", AtMost(20.0), list_newest_100_mysql),
+    Comparison::new(
+        "list_newest_100_sqlite",
+        AtMost(20.0),
+        list_newest_100_sqlite,
+    ),
 ];
 
 /// Runs every comparison whose name contains one of the arguments (all of them

@@ -133,10 +133,10 @@ pub(crate) fn raw_finish_sql(backend: Backend, table: &str) -> String {
 /// A pool, a guard on a store in the fresh table `table` (created), and a store in
 /// `{table}_raw` (created, for the baseline). `drop_sql` removes both.
 pub(crate) struct SqlBench {
-    backend: Backend,
+    pub(crate) backend: Backend,
     pool: Pool,
-    guard: WebhookGuard,
-    table: String,
+    pub(crate) guard: WebhookGuard,
+    pub(crate) table: String,
     raw_table: String,
     sqlite_path: Option<std::path::PathBuf>,
 }
@@ -208,7 +208,22 @@ pub(crate) async fn sql_bench(backend: Backend, url: &str) -> SqlBench {
 }
 
 impl SqlBench {
-    async fn drop_tables(&self) {
+    /// Runs `sql` on the bench's pool.
+    pub(crate) async fn pool_exec(&self, sql: &str) {
+        self.pool.exec(sql).await;
+    }
+
+    /// Updates the planner's statistics of the guard's table.
+    pub(crate) async fn analyze(&self) {
+        let t = &self.table;
+        let sql = match self.backend {
+            Backend::MySql => format!("ANALYZE TABLE {t}"),
+            _ => format!("ANALYZE {t}"),
+        };
+        self.pool.exec(&sql).await;
+    }
+
+    pub(crate) async fn drop_tables(&self) {
         if let Some(path) = &self.sqlite_path {
             if let Pool::Lite(p) = &self.pool {
                 p.close().await;

@@ -39,6 +39,7 @@ use crate::store::{
 
 mod claims;
 pub mod inbox;
+pub mod listing;
 pub mod ordering;
 mod race;
 mod records;

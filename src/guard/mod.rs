@@ -16,6 +16,7 @@ mod builder;
 mod cancellation;
 mod claim;
 mod event;
+mod fetched;
 mod followup;
 mod inbox;
 mod reconcile;
@@ -460,10 +461,28 @@ impl WebhookGuard {
     /// answer (reported), a rejection included. The callers await this future
     /// directly (no wrapper future around it, which would copy it once more).
     /// `lease_cap`, when given, bounds the claim's lease and its renewals.
-    async fn claim<'a>(
+    fn claim<'s, 'a>(
+        &'s self,
+        verified: Result<Checked, Rejection>,
+        body: &'a [u8],
+        started: Instant,
+        now: DateTime<Utc>,
+        lease_cap: Option<DateTime<Utc>>,
+    ) -> impl Future<Output = Begin<'a>> + Send + use<'s, 'a> {
+        let fingerprint = match &verified {
+            Ok(_) if self.inner.fingerprint => Fingerprint::of(body),
+            _ => Fingerprint::UNKNOWN,
+        };
+        self.claim_as(verified, body, fingerprint, started, now, lease_cap)
+    }
+
+    /// [`WebhookGuard::claim`] with the body's `fingerprint` given: an event fetched
+    /// from the provider's API claims with [`Fingerprint::UNKNOWN`] (`fetched.rs`).
+    async fn claim_as<'a>(
         &self,
         verified: Result<Checked, Rejection>,
         body: &'a [u8],
+        fingerprint: Fingerprint,
         started: Instant,
         now: DateTime<Utc>,
         lease_cap: Option<DateTime<Utc>>,
@@ -474,11 +493,6 @@ impl WebhookGuard {
         };
         record_on_span("webhook.event_id", id.as_str());
         let inner = &self.inner;
-        let fingerprint = if inner.fingerprint {
-            Fingerprint::of(body)
-        } else {
-            Fingerprint::UNKNOWN
-        };
         let key = Key::new(&inner.namespace, &id);
         let request = ClaimRequest {
             key,

@@ -7,6 +7,7 @@
 //! 2 minutes). A [`Worker`] then processes stored events on your own infrastructure
 //! with your own retry policy: the provider's hourly retries are never your job queue.
 
+pub mod listing;
 #[cfg(feature = "tokio")]
 mod worker;
 
@@ -18,6 +19,7 @@ use chrono::{DateTime, Utc};
 use crate::meta::EventMeta;
 use crate::store::{Fence, FencingToken, Fingerprint, Key, StoreError};
 
+pub use listing::InboxListing;
 #[cfg(feature = "tokio")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub use worker::{InboxHandler, RetryPolicy, Worker, WorkerHandle};
@@ -306,6 +308,13 @@ pub trait InboxStore: fmt::Debug + Send + Sync + 'static {
 
     /// Removes up to `limit` settled, expired events.
     async fn purge_settled(&self, now: DateTime<Utc>, limit: usize) -> Result<u64, StoreError>;
+
+    /// The inbox's listing and dead-letter actions for operators, if the store
+    /// has them (every built-in store does); `None` by default, so a custom inbox
+    /// need not list.
+    fn inbox_listing(&self) -> Option<&dyn InboxListing> {
+        None
+    }
 }
 
 crate::forward::forward!(InboxStore {
@@ -318,4 +327,5 @@ crate::forward::forward!(InboxStore {
         -> Result<Fence, StoreError>;
     async fn get_event(&self, key: Key<'_>) -> Result<Option<InboxEvent>, StoreError>;
     async fn purge_settled(&self, now: DateTime<Utc>, limit: usize) -> Result<u64, StoreError>;
+    sync fn inbox_listing(&self) -> Option<&dyn InboxListing>;
 });

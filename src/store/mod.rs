@@ -6,6 +6,8 @@
 #[cfg(feature = "dynamodb")]
 #[cfg_attr(docsrs, doc(cfg(feature = "dynamodb")))]
 pub mod dynamodb;
+pub mod escalation;
+pub mod listing;
 mod memory;
 #[cfg(feature = "mysql")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
@@ -46,6 +48,7 @@ pub use self::redis::RedisStore;
 #[cfg(feature = "dynamodb")]
 #[cfg_attr(docsrs, doc(cfg(feature = "dynamodb")))]
 pub use dynamodb::DynamoDbStore;
+pub use listing::ListingStore;
 pub use memory::MemoryStore;
 #[cfg(feature = "mysql")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
@@ -467,6 +470,13 @@ pub trait ProcessedStore: fmt::Debug + Send + Sync + 'static {
     /// longest-expired first: when more are stuck, the page holds the oldest leases
     /// (a sweeper reports how long ago the first one ran out).
     async fn stuck(&self, now: DateTime<Utc>, limit: usize) -> Result<Vec<Record>, StoreError>;
+
+    /// The store's listing of records for operators, if it has one (every
+    /// built-in store does). A store that does not list answers `None`, the
+    /// default: see [`listing`] for why this is a capability apart.
+    fn record_listing(&self) -> Option<&dyn ListingStore> {
+        None
+    }
 }
 
 /// Writes a [`forward!`](crate::forward::forward) impl of [`ProcessedStore`] for the
@@ -483,6 +493,7 @@ macro_rules! forward_processed_store {
             async fn delete(&self, key: Key<'_>, now: DateTime<Utc>) -> Result<Deleted, StoreError>;
             async fn purge_expired(&self, now: DateTime<Utc>, limit: usize) -> Result<u64, StoreError>;
             async fn stuck(&self, now: DateTime<Utc>, limit: usize) -> Result<Vec<Record>, StoreError>;
+            sync fn record_listing(&self) -> Option<&dyn crate::store::ListingStore>;
         });
     };
 }

@@ -401,11 +401,11 @@ impl StoreUrl {
             super::sql::TableName::new(t).map_err(|_| OpenError::InvalidTable(t.clone()))?;
         }
         match self.backend {
-            Backend::Memory => Ok(OpenedStore {
-                store: Arc::new(MemoryStore::new()),
-                backend: Backend::Memory,
-                schema: Schema::None,
-            }),
+            Backend::Memory => Ok(OpenedStore::of(
+                MemoryStore::new(),
+                Backend::Memory,
+                Schema::None,
+            )),
             Backend::Sqlite => self.open_sqlite().await,
             Backend::Postgres => self.open_postgres().await,
             Backend::MySql => self.open_mysql().await,
@@ -451,11 +451,11 @@ impl StoreUrl {
             }
             None => SqliteStore::new(pool),
         };
-        Ok(OpenedStore {
-            store: Arc::new(store.clone()),
-            backend: Backend::Sqlite,
-            schema: Schema::Sqlite(store),
-        })
+        Ok(OpenedStore::of(
+            store.clone(),
+            Backend::Sqlite,
+            Schema::Sqlite(store),
+        ))
     }
 
     #[cfg(not(feature = "sqlite"))]
@@ -471,11 +471,11 @@ impl StoreUrl {
             store = PostgresStore::with_table(store.pool().clone(), t)
                 .map_err(|_| OpenError::InvalidTable(t.clone()))?;
         }
-        Ok(OpenedStore {
-            store: Arc::new(store.clone()),
-            backend: Backend::Postgres,
-            schema: Schema::Postgres(store),
-        })
+        Ok(OpenedStore::of(
+            store.clone(),
+            Backend::Postgres,
+            Schema::Postgres(store),
+        ))
     }
 
     #[cfg(not(feature = "postgres"))]
@@ -492,11 +492,11 @@ impl StoreUrl {
                 .with_table(t)
                 .map_err(|_| OpenError::InvalidTable(t.clone()))?;
         }
-        Ok(OpenedStore {
-            store: Arc::new(store.clone()),
-            backend: Backend::MySql,
-            schema: Schema::MySql(store),
-        })
+        Ok(OpenedStore::of(
+            store.clone(),
+            Backend::MySql,
+            Schema::MySql(store),
+        ))
     }
 
     #[cfg(not(feature = "mysql"))]
@@ -515,11 +515,7 @@ impl StoreUrl {
                     StoreError::backend(e)
                 }
             })?;
-        Ok(OpenedStore {
-            store: Arc::new(store),
-            backend: Backend::Redis,
-            schema: Schema::None,
-        })
+        Ok(OpenedStore::of(store, Backend::Redis, Schema::None))
     }
 
     #[cfg(not(feature = "redis"))]
@@ -541,11 +537,11 @@ impl StoreUrl {
             builder = builder.shards(shards);
         }
         let store = builder.connect().await.map_err(StoreError::backend)?;
-        Ok(OpenedStore {
-            store: Arc::new(store.clone()),
-            backend: Backend::DynamoDb,
-            schema: Schema::DynamoDb(store),
-        })
+        Ok(OpenedStore::of(
+            store.clone(),
+            Backend::DynamoDb,
+            Schema::DynamoDb(store),
+        ))
     }
 
     #[cfg(not(feature = "dynamodb"))]
@@ -582,6 +578,7 @@ enum Schema {
 #[derive(Clone)]
 pub struct OpenedStore {
     store: Arc<DynProcessedStore>,
+    inbox: Arc<dyn crate::inbox::InboxStore>,
     backend: Backend,
     schema: Schema,
 }
@@ -608,6 +605,24 @@ pub enum Migration {
 }
 
 impl OpenedStore {
+    fn of<S>(store: S, backend: Backend, schema: Schema) -> Self
+    where
+        S: super::ProcessedStore + crate::inbox::InboxStore,
+    {
+        let store = Arc::new(store);
+        Self {
+            inbox: store.clone(),
+            store,
+            backend,
+            schema,
+        }
+    }
+
+    /// The store's inbox, shared (every store a URL opens keeps one).
+    pub fn inbox(&self) -> Arc<dyn crate::inbox::InboxStore> {
+        self.inbox.clone()
+    }
+
     /// The kind of store.
     pub fn backend(&self) -> Backend {
         self.backend

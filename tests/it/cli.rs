@@ -605,3 +605,255 @@ async fn store_options_that_do_not_fit_are_usage_errors() {
     let out = run(&["inspect", "--store", "sqlite:a.db?colour=blue", "x"], &[]).await;
     assert_code(&out, 2);
 }
+
+// ---------------------------------------------------------------------------
+// Listing commands: list, dead-letters, resolve
+// ---------------------------------------------------------------------------
+
+/// `list`, `dead-letters` and `resolve` against the store at `url`, and a
+/// handler error holding terminal escapes shown escaped.
+async fn listing_flow(url: &str, table: Option<&str>) {
+    let ns = unique("cli-list");
+    let mut envs = vec![
+        ("WEBHOOK_GUARD_STORE_URL", url),
+        ("WEBHOOK_GUARD_NAMESPACE", ns.as_str()),
+    ];
+    if let Some(t) = table {
+        envs.push(("WEBHOOK_GUARD_TABLE", t));
+    }
+    assert_code(&run(&["migrate"], &envs).await, 0);
+    let mut parsed = StoreUrl::parse(url).unwrap();
+    if let Some(t) = table {
+        parsed = parsed.table(t);
+    }
+    let opened = parsed.open().await.unwrap();
+    let store = opened.shared();
+    let store = &*store;
+    let now = Utc::now();
+    let (h, s) = (TimeDelta::hours, TimeDelta::seconds);
+
+    // Three failed (one with a hostile error), one completed, one escalated.
+    let hostile = "boom \u{1b}[2J\u{1b}]0;pwned\u{7}\r\nforged line";
+    for (i, id) in ["fail-a", "fail-b", "evil"].iter().enumerate() {
+        let at = now - s(30 - i as i64);
+        let t = claim(store, &ns, id, at, at + h(1), at + h(2)).await;
+        let note = FailureNote {
+            at,
+            error: if *id == "evil" { hostile } else { "timeout" }.into(),
+        };
+        let end = RecordState::Failed;
+        finish(store, &ns, id, t, end, &[note], at, at + h(2)).await;
+    }
+    let t = claim(store, &ns, "done", now, now + h(1), now + h(2)).await;
+    finish(
+        store,
+        &ns,
+        "done",
+        t,
+        RecordState::Completed,
+        &[],
+        now,
+        now + h(2),
+    )
+    .await;
+    let t = claim(store, &ns, "esc", now, now + h(1), now + h(2)).await;
+    finish(
+        store,
+        &ns,
+        "esc",
+        t,
+        RecordState::Escalated,
+        &[],
+        now,
+        now + h(2),
+    )
+    .await;
+
+    // inspect and list show the hostile error escaped: no ESC, BEL or CR reaches
+    // the terminal, and the forged line stays on the error's line.
+    let out = run(&["inspect", "evil"], &envs).await;
+    assert_code(&out, 0);
+    let text = stdout(&out);
+    assert!(!text.contains(['\u{1b}', '\u{7}', '\r']), "{text:?}");
+    assert!(text.contains("boom \\u{1b}[2J"), "{text}");
+    assert!(!text.lines().any(|l| l.starts_with("forged")), "{text}");
+
+    let out = run(&["list", "--state", "failed"], &envs).await;
+    assert_code(&out, 0);
+    let text = stdout(&out);
+    let ids: Vec<_> = text
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(2))
+        .collect();
+    assert_eq!(ids[..3], ["evil", "fail-b", "fail-a"], "{text}");
+    assert!(!text.contains('\u{1b}'), "{text:?}");
+    assert!(text.contains("3 records; end of the listing"), "{text}");
+
+    // Paging with --after, in JSON.
+    let out = run(
+        &[
+            "list",
+            "--state",
+            "failed,completed",
+            "--limit",
+            "2",
+            "--json",
+        ],
+        &envs,
+    )
+    .await;
+    assert_code(&out, 0);
+    let page: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let ids: Vec<_> = page["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].clone())
+        .collect();
+    assert_eq!(ids, ["done", "evil"]);
+    let token = page["next"].as_str().expect("a next page").to_owned();
+    let out = run(
+        &[
+            "list",
+            "--state",
+            "failed,completed",
+            "--after",
+            &token,
+            "--json",
+        ],
+        &envs,
+    )
+    .await;
+    let page: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let ids: Vec<_> = page["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].clone())
+        .collect();
+    assert_eq!(ids, ["fail-b", "fail-a"]);
+    assert!(page["next"].is_null());
+    let out = run(
+        &["list", "--prefix", "fail-", "--since", "1h", "--json"],
+        &envs,
+    )
+    .await;
+    let page: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(page["records"].as_array().unwrap().len(), 2, "{page}");
+    assert_code(&run(&["list", "--state", "bogus"], &envs).await, 2);
+    assert_code(&run(&["list", "--since", "yesterday"], &envs).await, 2);
+    assert_code(&run(&["list", "--after", "not-a-token"], &envs).await, 2);
+
+    // resolve: acknowledged, then resolved, shown by inspect; refused elsewhere.
+    let out = run(&["resolve", "esc", "--ack", "--note", "alice"], &envs).await;
+    assert_code(&out, 0);
+    assert!(
+        stdout(&out).contains("escalation acknowledged"),
+        "{}",
+        stdout(&out)
+    );
+    assert_code(
+        &run(&["resolve", "esc", "--note", "refunded"], &envs).await,
+        0,
+    );
+    let out = run(&["inspect", "esc"], &envs).await;
+    assert!(
+        stdout(&out).contains("escalation   resolved"),
+        "{}",
+        stdout(&out)
+    );
+    let out = run(&["resolve", "done"], &envs).await;
+    assert_code(&out, 1);
+    assert!(stderr(&out).contains("not escalated"), "{}", stderr(&out));
+
+    // dead-letters: one dead event, listed, requeued, dead again, purged.
+    let inbox = opened.inbox();
+    let meta = webhook_guard::meta::EventMeta::new(Some("charge.failed".into()), None, None);
+    for id in ["dl-1", "ok-1"] {
+        let event = webhook_guard::inbox::NewEvent {
+            key: Key::new(&ns, id),
+            fingerprint: Fingerprint::of(id.as_bytes()),
+            meta: &meta,
+            payload: b"{}",
+            now,
+            expires_at: now + h(2),
+        };
+        inbox.enqueue(&event).await.unwrap();
+    }
+    let kill = |leased: Vec<webhook_guard::inbox::InboxEvent>| {
+        let inbox = inbox.clone();
+        let ns = ns.clone();
+        async move {
+            for e in leased.iter().filter(|e| e.id == "dl-1") {
+                let settle = webhook_guard::inbox::Settle {
+                    state: webhook_guard::inbox::InboxState::Dead,
+                    next_attempt_at: now,
+                    error: Some("gave up \u{1b}[31mred"),
+                    now: Utc::now(),
+                    expires_at: now + h(2),
+                    attempt_counts: true,
+                };
+                let fence = inbox
+                    .settle_event(Key::new(&ns, "dl-1"), e.token, &settle)
+                    .await;
+                assert_eq!(fence.unwrap(), Fence::Applied);
+            }
+        }
+    };
+    kill(inbox.lease(&ns, now, now + h(1), 10).await.unwrap()).await;
+    let out = run(&["dead-letters", "list"], &envs).await;
+    assert_code(&out, 0);
+    let text = stdout(&out);
+    assert!(text.contains("dl-1") && !text.contains("ok-1"), "{text}");
+    assert!(text.contains("gave up \\u{1b}[31mred"), "{text}");
+    assert_code(&run(&["dead-letters", "requeue", "ok-1"], &envs).await, 1);
+    let out = run(&["dead-letters", "requeue", "dl-1"], &envs).await;
+    assert_code(&out, 0);
+    assert!(stdout(&out).contains("requeued 1"), "{}", stdout(&out));
+    let e = inbox
+        .get_event(Key::new(&ns, "dl-1"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (e.state, e.attempts),
+        (webhook_guard::inbox::InboxState::Pending, 0)
+    );
+    kill(inbox.lease(&ns, Utc::now(), now + h(1), 10).await.unwrap()).await;
+    let out = run(
+        &["dead-letters", "purge", "--all", "--prefix", "dl-"],
+        &envs,
+    )
+    .await;
+    assert_code(&out, 0);
+    assert!(stdout(&out).contains("purged 1"), "{}", stdout(&out));
+    assert!(inbox
+        .get_event(Key::new(&ns, "dl-1"))
+        .await
+        .unwrap()
+        .is_none());
+    assert!(inbox
+        .get_event(Key::new(&ns, "ok-1"))
+        .await
+        .unwrap()
+        .is_some());
+    assert_code(&run(&["dead-letters", "requeue"], &envs).await, 2);
+}
+
+#[tokio::test]
+async fn listing_commands_on_sqlite() {
+    let path = std::env::temp_dir().join(format!("{}.db", unique("webhook-guard-cli-list")));
+    let url = format!("sqlite://{}", path.display());
+    listing_flow(&url, None).await;
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
+}
+
+#[tokio::test]
+async fn listing_commands_on_postgres() {
+    let Some(url) = support::server_url("WEBHOOK_GUARD_POSTGRES_URL") else {
+        return;
+    };
+    listing_flow(&url, Some("webhook_guard_cli_test")).await;
+}

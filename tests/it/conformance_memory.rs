@@ -12,6 +12,7 @@ use webhook_guard::MemoryStore;
 #[tokio::test]
 async fn memory_store_passes_the_conformance_suite() {
     conformance::run_all(&MemoryStore::new()).await;
+    conformance::listing::run_all(&MemoryStore::new()).await;
 }
 
 #[tokio::test]
@@ -68,6 +69,7 @@ async fn memory_store_passes_the_inbox_and_ordering_suites() {
     let store = MemoryStore::new();
     conformance::inbox::run_all(&store).await;
     conformance::ordering::run_all(&store).await;
+    conformance::listing::run_inbox(&store).await;
 }
 
 /// The inbox suite's concurrent leases run on one task; here four threads lease

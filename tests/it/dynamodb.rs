@@ -98,6 +98,7 @@ async fn passes_the_conformance_suite() {
         .expect("create_table is idempotent");
     let started = Instant::now();
     conformance::run_all(&store).await;
+    conformance::listing::run_all(&store).await;
     eprintln!("dynamodb conformance: {:?}", started.elapsed());
     drop_table(&store).await;
 }
@@ -109,6 +110,7 @@ async fn passes_the_inbox_and_ordering_suites() {
     let started = Instant::now();
     conformance::inbox::run_all(&store).await;
     conformance::ordering::run_all(&store).await;
+    conformance::listing::run_inbox(&store).await;
     eprintln!(
         "dynamodb inbox and ordering conformance: {:?}",
         started.elapsed()

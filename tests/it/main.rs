@@ -29,6 +29,15 @@ mod fuzz_regressions;
 mod verify_providers;
 mod verify_tool;
 
+// Recovering missed events through the providers' list APIs.
+#[cfg(all(
+    feature = "stripe-catch-up",
+    feature = "svix-catch-up",
+    feature = "sqlite",
+    feature = "postgres"
+))]
+mod catch_up;
+
 // Web integrations and the operator tool.
 #[cfg(feature = "actix")]
 mod actix;

@@ -119,6 +119,7 @@ async fn passes_the_conformance_suite() {
     store.migrate().await.expect("migrate is idempotent");
     let started = Instant::now();
     conformance::run_all(&store).await;
+    conformance::listing::run_all(&store).await;
     eprintln!("conformance suite: {:?}", started.elapsed());
     db.drop_table().await;
 }
@@ -358,6 +359,7 @@ async fn passes_the_inbox_and_ordering_conformance_suites() {
     let started = Instant::now();
     conformance::inbox::run_all(&store).await;
     conformance::ordering::run_all(&store).await;
+    conformance::listing::run_inbox(&store).await;
     eprintln!("inbox and ordering suites: {:?}", started.elapsed());
     db.drop_table().await;
 }
@@ -664,5 +666,51 @@ async fn a_duplicate_claim_is_one_statement() {
     let store = db.store(4).await;
     store.migrate().await.expect("migrate");
     support::a_duplicate_claim_costs(&store, &db.table, 1).await;
+    db.drop_table().await;
+}
+
+/// A page of the listing is a backward walk of the `…_listing` index, with no
+/// sort and no scan of the table, on 20,000 records of four states.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_listing_walks_its_index() {
+    let Some(db) = db().await else { return };
+    let store = db.store(2).await;
+    store.migrate().await.expect("migrate");
+    let fill = format!(
+        "INSERT INTO \"{}\" SELECT 'ns', 'evt_' || n, \
+         (ARRAY['completed','failed','escalated','permanent_failure'])[1 + n % 4], \
+         '\\x00'::bytea, 0, 1, 0, n, 9000000000000, n, n, '' \
+         FROM generate_series(1, 20000) AS n",
+        db.table
+    );
+    sqlx::query(&fill).execute(&db.admin).await.expect("fill");
+    sqlx::query(&format!("ANALYZE \"{}\"", db.table))
+        .execute(&db.admin)
+        .await
+        .expect("analyze");
+    let explain = format!("EXPLAIN {}", store.list_sql());
+    let plan: Vec<String> = sqlx::query_scalar(&explain)
+        .bind("ns")
+        .bind("failed")
+        .bind(i64::MIN)
+        .bind(i64::MAX)
+        .bind(None::<&str>)
+        .bind(i64::MIN)
+        .bind(i64::MAX)
+        .bind(100i64)
+        .fetch_all(&db.admin)
+        .await
+        .expect("explain");
+    let plan = plan.join("\n");
+    eprintln!("{plan}");
+    let index = format!("{}_listing", db.table);
+    assert!(
+        plan.contains("Index Scan Backward") && plan.contains(&index),
+        "{plan}"
+    );
+    assert!(
+        !plan.contains("Seq Scan") && !plan.contains("Sort"),
+        "{plan}"
+    );
     db.drop_table().await;
 }

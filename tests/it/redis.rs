@@ -258,6 +258,7 @@ async fn standalone_store_passes_the_conformance_suite() {
     // One suite at a time per store: the suite's purge check removes every record
     // dated 2001 that has expired, so two suites at once would purge each other's.
     conformance::run_all(&store).await;
+    conformance::listing::run_all(&store).await;
     eprintln!("standalone conformance: {:?}", started.elapsed());
     cleanup(&url, &prefix).await;
 }
@@ -270,6 +271,7 @@ async fn standalone_store_passes_the_inbox_and_ordering_suites() {
     let started = Instant::now();
     conformance::inbox::run_all(&store).await;
     conformance::ordering::run_all(&store).await;
+    conformance::listing::run_inbox(&store).await;
     eprintln!(
         "standalone inbox and ordering conformance: {:?}",
         started.elapsed()
@@ -303,10 +305,12 @@ async fn cluster_store_passes_the_conformance_suites() {
     );
     let started = Instant::now();
     conformance::run_all(&store).await;
+    conformance::listing::run_all(&store).await;
     eprintln!("cluster conformance: {:?}", started.elapsed());
     let started = Instant::now();
     conformance::inbox::run_all(&store).await;
     conformance::ordering::run_all(&store).await;
+    conformance::listing::run_inbox(&store).await;
     eprintln!(
         "cluster inbox and ordering conformance: {:?}",
         started.elapsed()

@@ -122,6 +122,7 @@ async fn passes_the_conformance_suite() {
     store.migrate().await.expect("migrate is idempotent");
     let started = Instant::now();
     conformance::run_all(&store).await;
+    conformance::listing::run_all(&store).await;
     eprintln!("conformance suite: {:?}", started.elapsed());
     store.pool().close().await;
 }
@@ -342,6 +343,7 @@ async fn passes_the_inbox_and_ordering_conformance_suites() {
     let started = Instant::now();
     conformance::inbox::run_all(&store).await;
     conformance::ordering::run_all(&store).await;
+    conformance::listing::run_inbox(&store).await;
     eprintln!("inbox and ordering suites: {:?}", started.elapsed());
     let tables: i64 =
         sqlx::query("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN (?1, ?2)")
@@ -658,4 +660,33 @@ fn a_runner_its_runtime_dropped_unpolled_leaves_no_claim_waiting() {
         assert!(matches!(claim, Claim::Acquired(_)), "{claim:?}");
         store.pool().close().await;
     });
+}
+
+/// A page of the listing walks the `…_listing` index: no scan of the table, no
+/// sort (`EXPLAIN QUERY PLAN`).
+#[tokio::test]
+async fn the_listing_walks_its_index() {
+    let db = Db::new();
+    let store = SqliteStore::open(&db.path).await.expect("open");
+    let explain = format!("EXPLAIN QUERY PLAN {}", store.list_sql());
+    let rows = sqlx::query(&explain)
+        .bind("ns")
+        .bind("failed")
+        .bind(i64::MIN)
+        .bind(i64::MAX)
+        .bind(None::<&str>)
+        .bind(i64::MIN)
+        .bind(i64::MAX)
+        .bind(100i64)
+        .fetch_all(store.pool())
+        .await
+        .expect("explain");
+    let plan: Vec<String> = rows.iter().map(|r| r.get::<String, _>(3)).collect();
+    let plan = plan.join("\n");
+    assert!(plan.contains("webhook_guard_records_listing"), "{plan}");
+    assert!(
+        !plan.contains("TEMP B-TREE") && !plan.contains("SCAN webhook_guard_records\n"),
+        "{plan}"
+    );
+    store.pool().close().await;
 }

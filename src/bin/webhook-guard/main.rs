@@ -5,6 +5,7 @@
 //! never printed.
 
 mod http;
+mod listing;
 mod send;
 
 use std::fmt::Write as _;
@@ -12,7 +13,7 @@ use std::process::ExitCode;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use clap::{Args, Parser, Subcommand};
-use webhook_guard::store::{Backend, Deleted, Migration, OpenError, Record, StoreUrl};
+use webhook_guard::store::{Backend, Deleted, Migration, OpenError, OpenedStore, Record, StoreUrl};
 use webhook_guard::sweeper::Sweeper;
 use webhook_guard::verify::NoVerification;
 use webhook_guard::{ConfigError, WebhookGuard};
@@ -59,6 +60,34 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// List records, newest first: by state (in_progress, stuck, failed, completed,
+    /// escalated, permanent_failure), time of their last change and id prefix.
+    List {
+        #[command(flatten)]
+        store: StoreArgs,
+        /// Only these states (repeat, or separate with commas).
+        #[arg(long, value_name = "STATE")]
+        state: Vec<String>,
+        #[command(flatten)]
+        filters: listing::Filters,
+    },
+    /// The inbox's dead letters: list, requeue or purge them.
+    #[command(subcommand, name = "dead-letters")]
+    DeadLetters(listing::DeadLetters),
+    /// Mark an escalation resolved (or, with --ack, acknowledged), kept in the
+    /// store beside the escalated record, which stays escalated.
+    Resolve {
+        #[command(flatten)]
+        store: StoreArgs,
+        /// The provider's event id.
+        id: String,
+        /// Acknowledge (someone is on it) instead of resolving.
+        #[arg(long)]
+        ack: bool,
+        /// Who, and what was done.
+        #[arg(long, default_value = "", value_name = "TEXT")]
+        note: String,
+    },
     /// Purge the records whose retention has run out, now (in every namespace).
     Purge {
         #[command(flatten)]
@@ -80,7 +109,7 @@ enum Command {
 }
 
 #[derive(Args)]
-struct StoreArgs {
+pub(crate) struct StoreArgs {
     /// The store: sqlite:PATH, postgres://..., mysql://..., mariadb://...,
     /// redis://..., dynamodb://TABLE?region=... (memory: works but holds nothing).
     /// TLS: ?sslmode=verify-full (&sslrootcert=CA.pem), ?ssl-mode=VERIFY_IDENTITY
@@ -99,7 +128,7 @@ struct StoreArgs {
         default_value = "default",
         value_name = "NAME"
     )]
-    namespace: String,
+    pub(crate) namespace: String,
     /// The table, for SQL stores not using webhook_guard_records.
     #[arg(long, env = "WEBHOOK_GUARD_TABLE", value_name = "NAME")]
     table: Option<String>,
@@ -171,6 +200,18 @@ async fn run(command: Command) -> Result<ExitCode, Fail> {
         Command::Forget { store, id } => forget(&store, &id).await,
         Command::Stuck { store, limit, json } => stuck(&store, limit, json).await,
         Command::Purge { store, batch } => purge(&store, batch as usize).await,
+        Command::List {
+            store,
+            state,
+            filters,
+        } => listing::list(&store, &state, &filters).await,
+        Command::DeadLetters(command) => listing::dead_letters(command).await,
+        Command::Resolve {
+            store,
+            id,
+            ack,
+            note,
+        } => listing::resolve(&store, &id, ack, &note).await,
         Command::Migrate { store } => migrate(&store).await,
         Command::Send(args) => send::run(args).await,
     }
@@ -186,19 +227,23 @@ fn store_url(args: &StoreArgs) -> Result<StoreUrl, Fail> {
     })
 }
 
-/// A guard over the store, for the operator calls (no verification: nothing is
-/// received).
-async fn guard(args: &StoreArgs) -> Result<WebhookGuard, Fail> {
+/// The store, opened for the operator calls (a missing SQLite file is not made).
+pub(crate) async fn open_store(args: &StoreArgs) -> Result<OpenedStore, Fail> {
     let url = store_url(args)?.create_if_missing(false);
-    let opened = url
-        .open()
+    url.open()
         .await
         .map_err(|e| match (Fail::open(&e), url.backend()) {
             (Fail::Failed(text), Backend::Sqlite) => Fail::Failed(format!(
                 "{text} (a missing file is not created: run `webhook-guard migrate` first)"
             )),
             (fail, _) => fail,
-        })?;
+        })
+}
+
+/// A guard over the store, for the operator calls (no verification: nothing is
+/// received).
+pub(crate) async fn guard(args: &StoreArgs) -> Result<WebhookGuard, Fail> {
+    let opened = open_store(args).await?;
     WebhookGuard::builder()
         .store(opened.shared())
         .verifier(NoVerification)
@@ -219,10 +264,16 @@ async fn inspect(args: &StoreArgs, id: &str, json: bool) -> Result<ExitCode, Fai
         )));
     };
     let now = Utc::now();
+    let escalation = listing::escalation_line(guard.store().as_ref(), &record, now).await;
     if json {
-        println!("{:#}", record_json(&record, now));
+        let mut value = record_json(&record, now);
+        value["escalation"] = escalation.map_or(serde_json::Value::Null, |e| e.into());
+        println!("{value:#}");
     } else {
         print!("{}", describe(&record, now));
+        if let Some(e) = escalation {
+            println!("{:<12} {e}", "escalation");
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -268,8 +319,8 @@ async fn stuck(args: &StoreArgs, limit: usize, json: bool) -> Result<ExitCode, F
         for r in &records {
             println!(
                 "{}/{}  lease ran out {}  attempts {}  failures {}",
-                r.namespace.escape_debug(),
-                r.id.escape_debug(),
+                clean(&r.namespace),
+                clean(&r.id),
                 when(r.lease_until, now),
                 r.attempts,
                 r.failures
@@ -326,7 +377,7 @@ async fn migrate(args: &StoreArgs) -> Result<ExitCode, Fail> {
 }
 
 /// `T (in 4m12s)` or `T (3m ago)`.
-fn when(at: DateTime<Utc>, now: DateTime<Utc>) -> String {
+pub(crate) fn when(at: DateTime<Utc>, now: DateTime<Utc>) -> String {
     let stamp = at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     let delta = at - now;
     if delta >= TimeDelta::zero() {
@@ -362,8 +413,8 @@ fn describe(r: &Record, now: DateTime<Utc>) -> String {
     let mut line = |k: &str, v: String| {
         let _ = writeln!(out, "{k:<12} {v}");
     };
-    line("id", r.id.clone());
-    line("namespace", r.namespace.clone());
+    line("id", clean(&r.id));
+    line("namespace", clean(&r.namespace));
     let terminal = if r.state.is_terminal() {
         " (terminal: deliveries are answered without running the handler)"
     } else {
@@ -386,14 +437,14 @@ fn describe(r: &Record, now: DateTime<Utc>) -> String {
                 out,
                 "  {}  {}",
                 note.at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-                note.error
+                clean(&note.error)
             );
         }
     }
     out
 }
 
-fn record_json(r: &Record, now: DateTime<Utc>) -> serde_json::Value {
+pub(crate) fn record_json(r: &Record, now: DateTime<Utc>) -> serde_json::Value {
     serde_json::json!({
         "namespace": r.namespace,
         "id": r.id,
@@ -411,4 +462,22 @@ fn record_json(r: &Record, now: DateTime<Utc>) -> serde_json::Value {
         "fingerprint": r.fingerprint.to_hex(),
         "last_errors": r.history,
     })
+}
+
+/// `text` as a terminal shows it safely: every control character (escape
+/// sequences, carriage returns, newlines, bidi controls...) written as a Rust
+/// escape (`\u{1b}`), the backslash doubled, anything else as it is.
+pub(crate) fn clean(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        let bidi = matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200e}' | '\u{200f}');
+        if c == '\\' {
+            out.push_str("\\\\");
+        } else if c.is_control() || bidi {
+            out.extend(c.escape_unicode());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }

@@ -17,7 +17,7 @@ type EventKey = (String, String);
 /// ones.
 #[derive(Debug, Default)]
 pub(super) struct Queue {
-    events: HashMap<EventKey, InboxEvent>,
+    pub(super) events: HashMap<EventKey, InboxEvent>,
     /// (namespace, due ms, id) for every `Pending` or `Running` event.
     due: BTreeSet<(String, i64, String)>,
     /// (expiry ms rounded up, namespace, id) for every settled event.
@@ -54,7 +54,28 @@ fn expiry_at(e: &InboxEvent) -> Option<i64> {
 }
 
 impl Queue {
-    fn unindex(&mut self, e: &InboxEvent) {
+    /// Applies `change` to the event under `key` if it is `Dead`, keeping the
+    /// indexes in step: whether it did.
+    pub(super) fn change_dead(
+        &mut self,
+        key: Key<'_>,
+        change: impl FnOnce(&mut InboxEvent),
+    ) -> bool {
+        let k = (key.namespace.to_owned(), key.id.to_owned());
+        let Some(mut e) = self.events.remove(&k) else {
+            return false;
+        };
+        let dead = e.state == InboxState::Dead;
+        if dead {
+            self.unindex(&e);
+            change(&mut e);
+            self.index(&e);
+        }
+        self.events.insert(k, e);
+        dead
+    }
+
+    pub(super) fn unindex(&mut self, e: &InboxEvent) {
         if let Some(at) = due_at(e) {
             self.due.remove(&(e.namespace.clone(), at, e.id.clone()));
         }
@@ -213,5 +234,9 @@ impl InboxStore for MemoryStore {
             q.events.remove(&(ns.clone(), id.clone()));
         }
         Ok(gone.len() as u64)
+    }
+
+    fn inbox_listing(&self) -> Option<&dyn crate::inbox::InboxListing> {
+        Some(self)
     }
 }

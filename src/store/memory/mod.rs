@@ -11,6 +11,7 @@ use chrono::{DateTime, Utc};
 use hashbrown::HashTable;
 
 mod inbox;
+mod listing;
 mod ordering;
 
 use super::{
@@ -688,6 +689,10 @@ impl ProcessedStore for MemoryStore {
             }
         }
         Ok(best.into_sorted_vec().into_iter().map(|r| r.0).collect())
+    }
+
+    fn record_listing(&self) -> Option<&dyn super::ListingStore> {
+        Some(self)
     }
 }
 

@@ -98,6 +98,13 @@ pub use super::sql::InvalidTableName;
 ///   `BIGINT` of [`FencingToken::as_i64`](crate::store::FencingToken::as_i64) (all 64 bits kept).
 /// - `by_expiry` keeps [`purge_expired`](crate::store::ProcessedStore::purge_expired) a range scan
 ///   and `by_lease` keeps [`stuck`](crate::store::ProcessedStore::stuck) one, at any table size.
+/// - `by_listing` (on the records and on the inbox) serves the operators' listing
+///   ([`ListingStore`](crate::store::ListingStore),
+///   [`InboxListing`](crate::inbox::InboxListing)): one backward range scan per
+///   state, newest first, stopping at the page's limit. An id prefix is checked on
+///   the index entries of that walk (a rare prefix walks the whole state's range).
+///   [`MySqlStore::migrate`] adds the index to a table made before it existed
+///   (`ALTER TABLE … ADD INDEX`, an online operation on InnoDB).
 ///   A purge deletes at most 1,000 rows per statement, oldest first, under `READ
 ///   COMMITTED` (it locks only the rows it deletes, no gaps; unlike PostgreSQL's, it
 ///   waits for a row another transaction holds, such as a `record_in` taking an
@@ -326,6 +333,12 @@ impl MySqlStore {
         &self.sql.claim.sql
     }
 
+    /// The statement of one state's page of the record listing, with `?` for its
+    /// binds (for review and for `EXPLAIN`).
+    pub fn list_sql(&self) -> &str {
+        &self.sql.common.list_records.sql
+    }
+
     /// Creates the table and its indexes unless they exist. Safe to run at every
     /// start, from every replica.
     ///
@@ -338,6 +351,32 @@ impl MySqlStore {
             .execute(&self.pool)
             .await
             .map_err(map_err)?;
+        // Tables made before the listing index: add it (MySQL has no `ADD INDEX
+        // IF NOT EXISTS`; a replica adding it at the same time makes the other's
+        // fail with a duplicate key name, 1061, which is what we want anyway).
+        for table in [&*self.table, self.inbox_table()] {
+            let present: i64 = sqlx::query_scalar(
+                "SELECT COUNT(*) FROM information_schema.statistics \
+                 WHERE table_schema = DATABASE() AND table_name = ? AND index_name = 'by_listing'",
+            )
+            .bind(table)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(map_err)?;
+            if present == 0 {
+                let add = format!(
+                    "ALTER TABLE {} ADD INDEX by_listing (namespace, state, updated_at, id)",
+                    quote(table)
+                );
+                match sqlx::raw_sql(&add).execute(&self.pool).await {
+                    Ok(_) => {}
+                    Err(sqlx::Error::Database(e))
+                        if e.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
+                            .is_some_and(|e| e.number() == 1061) => {}
+                    Err(e) => return Err(map_err(e)),
+                }
+            }
+        }
         Ok(())
     }
 

@@ -13,7 +13,8 @@ CREATE TABLE IF NOT EXISTS `webhook_guard_records` (
     history     MEDIUMTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
     PRIMARY KEY (namespace, id),
     KEY by_expiry (expires_at),
-    KEY by_lease (state, lease_until)
+    KEY by_lease (state, lease_until),
+    KEY by_listing (namespace, state, updated_at, id)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 CREATE TABLE IF NOT EXISTS `webhook_guard_records_inbox` (
     namespace       VARBINARY(64)  NOT NULL,
@@ -36,7 +37,8 @@ CREATE TABLE IF NOT EXISTS `webhook_guard_records_inbox` (
     expires_at      BIGINT         NOT NULL,
     PRIMARY KEY (namespace, id),
     KEY by_due (namespace, due_at),
-    KEY by_settled (due_at, expires_at)
+    KEY by_settled (due_at, expires_at),
+    KEY by_listing (namespace, state, updated_at, id)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 CREATE TABLE IF NOT EXISTS `webhook_guard_records_objects` (
     namespace  VARBINARY(64)  NOT NULL,

@@ -130,7 +130,7 @@ impl Sql {
         let inbox = table.derived("inbox").as_str().to_owned();
         let objects = table.derived("objects").as_str().to_owned();
         let (t, i, o) = (&quote(name), &quote(&inbox), &quote(&objects));
-        let common = Common::new(t, i, o, "GREATEST");
+        let common = Common::new(t, i, o, "GREATEST", false);
         let live = "(state = 'in_progress' AND lease_until > $1)";
         let queue = QueueSql {
             enqueue: Stmt::new(&enqueue(i)),

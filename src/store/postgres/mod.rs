@@ -26,6 +26,8 @@
 //!     ON "webhook_guard_records" (expires_at);
 //! CREATE INDEX IF NOT EXISTS "webhook_guard_records_stuck"
 //!     ON "webhook_guard_records" (lease_until) WHERE state = 'in_progress';
+//! CREATE INDEX IF NOT EXISTS "webhook_guard_records_listing"
+//!     ON "webhook_guard_records" (namespace, state, updated_at, id);
 //! CREATE TABLE IF NOT EXISTS "webhook_guard_records_inbox" (
 //!     namespace       TEXT COLLATE "C" NOT NULL,
 //!     id              TEXT COLLATE "C" NOT NULL,
@@ -51,6 +53,8 @@
 //!     ON "webhook_guard_records_inbox" (namespace, due_at) WHERE due_at IS NOT NULL;
 //! CREATE INDEX IF NOT EXISTS "webhook_guard_records_inbox_settled"
 //!     ON "webhook_guard_records_inbox" (expires_at) WHERE due_at IS NULL;
+//! CREATE INDEX IF NOT EXISTS "webhook_guard_records_inbox_listing"
+//!     ON "webhook_guard_records_inbox" (namespace, state, updated_at, id);
 //! CREATE TABLE IF NOT EXISTS "webhook_guard_records_objects" (
 //!     namespace  TEXT COLLATE "C" NOT NULL,
 //!     object     TEXT COLLATE "C" NOT NULL,
@@ -89,6 +93,15 @@
 //!   records whose handler is running (a handful, whatever the table's size), so
 //!   [`stuck`] stays instant at 10 million rows and the index costs nearly nothing
 //!   to maintain.
+//! - `…_listing` on `(namespace, state, updated_at, id)`, on the records and on the
+//!   inbox, serves the operators' listing ([`ListingStore`](crate::store::ListingStore),
+//!   [`InboxListing`](crate::inbox::InboxListing)): one backward index scan per
+//!   state, newest first from the cursor, stopping at the page's limit (a state
+//!   filter is the index's prefix; several states are merged). An id prefix is
+//!   checked on the rows of that walk, so a rare prefix walks the state's whole
+//!   range. `migrate` on a table made before this index builds it with a plain
+//!   `CREATE INDEX`, which blocks writes to the table while it builds: on a large
+//!   table, run `CREATE INDEX CONCURRENTLY` with the same name first.
 //!
 //! # Claims in batches
 //!

@@ -43,19 +43,85 @@ pub(crate) struct Common<S = String> {
     pub(crate) failed: S,
     /// $1 namespace, $2 id: the stored fingerprint and state of a record.
     pub(crate) recorded: S,
+    /// $1 namespace, $2 state, $3 lowest updated_at, $4 highest updated_at, $5 the
+    /// cursor's id at $4 (or NULL), $6 lease_until above, $7 lease_until at most,
+    /// $8 limit: the key and the [`COLUMNS`] of a page of records, newest first
+    /// (the `…_listing` index). The `_prefix` form adds $9 the prefix's length and
+    /// $10 the prefix (a separate statement: an opaque condition would make the
+    /// planner expect few rows and sort instead of walking the index).
+    pub(crate) list_records: S,
+    pub(crate) list_records_prefix: S,
+    /// $1 to $4 as `list_records`, $5 and $6 its $6 and $7: how many match (with
+    /// $7 and $8 the prefix's length and the prefix in the `_prefix` form).
+    pub(crate) count_records: S,
+    pub(crate) count_records_prefix: S,
+    /// $1 to $5 as `list_records`, $6 limit: the [`EVENT_COLUMNS`] of a page of
+    /// events, newest first (`_prefix`: $7 the prefix's length, $8 the prefix).
+    pub(crate) list_events: S,
+    pub(crate) list_events_prefix: S,
+    /// $1 to $4 as `list_events`: how many match (`_prefix`: $5, $6).
+    pub(crate) count_events: S,
+    pub(crate) count_events_prefix: S,
+    /// $1 namespace, $2 id, $3 now: a dead letter made pending, due now.
+    pub(crate) requeue_dead: S,
+    /// $1 namespace, $2 id: removes a dead letter.
+    pub(crate) purge_dead: S,
+    /// Whether the prefix's length ($8 of `list_records`) counts characters (the
+    /// dialect's `substr` on text) rather than bytes (MySQL's on `VARBINARY`).
+    pub(crate) prefix_in_chars: bool,
 }
 
 impl Common<String> {
     /// The statements on the dedup table `t`, the inbox `i` and the ordering table
     /// `o` (all quoted), with `greatest` the dialect's larger-of-two function.
-    pub(crate) fn new(t: &str, i: &str, o: &str, greatest: &str) -> Self {
+    pub(crate) fn new(t: &str, i: &str, o: &str, greatest: &str, prefix_in_chars: bool) -> Self {
         let fence = "namespace = $1 AND id = $2 AND state = 'in_progress' AND token = $3";
         let running = "namespace = $1 AND id = $2 AND state = 'running' AND token = $3";
         let object_key = "namespace = $1 AND object = $2 AND family = $3";
         let mark_object = format!(
             "UPDATE {o} SET status = $5, updated_at = $6 WHERE {object_key} AND newest = $4"
         );
+        // The walk of one state's listing index, newest first from the cursor.
+        let page = "namespace = $1 AND state = $2 AND updated_at >= $3 AND updated_at <= $4";
+        let after = "(updated_at < $4 OR $5 IS NULL OR id < $5)";
+        let newest = "ORDER BY updated_at DESC, id DESC";
         Self {
+            list_records: format!(
+                "SELECT namespace, id, {COLUMNS} FROM {t} WHERE {page} AND {after} \
+                 AND lease_until > $6 AND lease_until <= $7 {newest} LIMIT $8"
+            ),
+            list_records_prefix: format!(
+                "SELECT namespace, id, {COLUMNS} FROM {t} WHERE {page} AND {after} \
+                 AND lease_until > $6 AND lease_until <= $7 AND substr(id, 1, $9) = $10 \
+                 {newest} LIMIT $8"
+            ),
+            count_records: format!(
+                "SELECT COUNT(*) FROM {t} WHERE {page} AND lease_until > $5 AND lease_until <= $6"
+            ),
+            count_records_prefix: format!(
+                "SELECT COUNT(*) FROM {t} WHERE {page} \
+                 AND lease_until > $5 AND lease_until <= $6 AND substr(id, 1, $7) = $8"
+            ),
+            list_events: format!(
+                "SELECT {EVENT_COLUMNS} FROM {i} WHERE {page} AND {after} {newest} LIMIT $6"
+            ),
+            list_events_prefix: format!(
+                "SELECT {EVENT_COLUMNS} FROM {i} WHERE {page} AND {after} \
+                 AND substr(id, 1, $7) = $8 {newest} LIMIT $6"
+            ),
+            count_events: format!("SELECT COUNT(*) FROM {i} WHERE {page}"),
+            count_events_prefix: format!(
+                "SELECT COUNT(*) FROM {i} WHERE {page} AND substr(id, 1, $5) = $6"
+            ),
+            requeue_dead: format!(
+                "UPDATE {i} SET state = 'pending', next_attempt_at = $3, due_at = $3, \
+                     attempts = 0, updated_at = $3 \
+                 WHERE namespace = $1 AND id = $2 AND state = 'dead'"
+            ),
+            purge_dead: format!(
+                "DELETE FROM {i} WHERE namespace = $1 AND id = $2 AND state = 'dead'"
+            ),
+            prefix_in_chars,
             get: format!("SELECT {COLUMNS} FROM {t} WHERE namespace = $1 AND id = $2"),
             finish: format!(
                 "UPDATE {t} SET state = $4, failures = $5, history = $6, updated_at = $7, \
@@ -123,6 +189,17 @@ impl<S> Common<S> {
             get_object: f(self.get_object),
             failed: f(self.failed),
             recorded: f(self.recorded),
+            list_records: f(self.list_records),
+            list_records_prefix: f(self.list_records_prefix),
+            count_records: f(self.count_records),
+            count_records_prefix: f(self.count_records_prefix),
+            list_events: f(self.list_events),
+            list_events_prefix: f(self.list_events_prefix),
+            count_events: f(self.count_events),
+            count_events_prefix: f(self.count_events_prefix),
+            requeue_dead: f(self.requeue_dead),
+            purge_dead: f(self.purge_dead),
+            prefix_in_chars: self.prefix_in_chars,
         }
     }
 }

@@ -163,6 +163,10 @@ macro_rules! sql_store_impls {
                     let rows = self.fetch_all(stuck, &args::until(now, limit)).await?;
                     rows.iter().map(|row| keyed_record(row, $err)).collect()
                 }
+
+                fn record_listing(&self) -> Option<&dyn $crate::store::ListingStore> {
+                    Some(self)
+                }
             }
 
             #[cfg_attr(docsrs, doc(cfg(feature = $feature)))]
@@ -237,6 +241,10 @@ macro_rules! sql_store_impls {
                     let purge = &self.sql.queue.purge;
                     self.purge_paced(purge, Self::SETTLED_PURGE, now, limit)
                         .await
+                }
+
+                fn inbox_listing(&self) -> Option<&dyn $crate::inbox::InboxListing> {
+                    Some(self)
                 }
             }
 
@@ -329,6 +337,7 @@ macro_rules! sql_store_impls {
                 }
             }
         };
+        $crate::store::sql::listing::sql_listing_impls!($store, $feature, $err);
     };
 }
 

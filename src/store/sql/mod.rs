@@ -13,6 +13,7 @@ pub(crate) mod args;
 pub(crate) mod claim_batch;
 mod common;
 pub(crate) mod impls;
+pub(crate) mod listing;
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub(crate) mod returning;
 mod rows;

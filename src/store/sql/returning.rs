@@ -27,6 +27,12 @@ macro_rules! returning_ops {
                 self.sql.table.as_str()
             }
 
+            /// The statement of one state's page of the record listing, with the
+            /// dialect's binds (for review and for `EXPLAIN`).
+            pub fn list_sql(&self) -> &str {
+                &self.sql.common.list_records
+            }
+
             /// The connection pool.
             pub fn pool(&self) -> &::sqlx::Pool<$db> {
                 &self.pool

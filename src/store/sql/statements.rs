@@ -167,6 +167,7 @@ impl Statements {
             &table.derived("inbox").quoted(),
             &table.derived("objects").quoted(),
             dialect.greatest(),
+            true,
         );
         let queue = QueueSql::new(&table, dialect);
         let (key, bytes, int) = dialect.types();
@@ -187,9 +188,11 @@ impl Statements {
                  PRIMARY KEY (namespace, id)\n\
              );\n\
              CREATE INDEX IF NOT EXISTS {exp}\n    ON {t} (expires_at);\n\
-             CREATE INDEX IF NOT EXISTS {stuck}\n    ON {t} (lease_until) WHERE state = 'in_progress';\n",
+             CREATE INDEX IF NOT EXISTS {stuck}\n    ON {t} (lease_until) WHERE state = 'in_progress';\n\
+             CREATE INDEX IF NOT EXISTS {listing}\n    ON {t} (namespace, state, updated_at, id);\n",
             exp = table.index("expires_at"),
             stuck = table.index("stuck"),
+            listing = table.index("listing"),
         );
         schema.push_str(&queue.schema);
         let greatest = dialect.greatest();
@@ -331,6 +334,8 @@ impl QueueSql {
                  ON {i} (namespace, due_at) WHERE due_at IS NOT NULL;\n\
              CREATE INDEX IF NOT EXISTS {settled}\n    \
                  ON {i} (expires_at) WHERE due_at IS NULL;\n\
+             CREATE INDEX IF NOT EXISTS {listing}\n    \
+                 ON {i} (namespace, state, updated_at, id);\n\
              CREATE TABLE IF NOT EXISTS {o} (\n    \
                  namespace  {key},\n    \
                  object     {key},\n    \
@@ -343,6 +348,7 @@ impl QueueSql {
              CREATE INDEX IF NOT EXISTS {failed}\n    \
                  ON {o} (namespace, status, updated_at);\n",
             due = inbox.index("due"),
+            listing = inbox.index("listing"),
             settled = inbox.index("settled"),
             failed = objects.index("status"),
         );

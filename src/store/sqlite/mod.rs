@@ -34,6 +34,8 @@
 //!     ON "webhook_guard_records" (expires_at);
 //! CREATE INDEX IF NOT EXISTS "webhook_guard_records_stuck"
 //!     ON "webhook_guard_records" (lease_until) WHERE state = 'in_progress';
+//! CREATE INDEX IF NOT EXISTS "webhook_guard_records_listing"
+//!     ON "webhook_guard_records" (namespace, state, updated_at, id);
 //! CREATE TABLE IF NOT EXISTS "webhook_guard_records_inbox" (
 //!     namespace       TEXT    NOT NULL,
 //!     id              TEXT    NOT NULL,
@@ -59,6 +61,8 @@
 //!     ON "webhook_guard_records_inbox" (namespace, due_at) WHERE due_at IS NOT NULL;
 //! CREATE INDEX IF NOT EXISTS "webhook_guard_records_inbox_settled"
 //!     ON "webhook_guard_records_inbox" (expires_at) WHERE due_at IS NULL;
+//! CREATE INDEX IF NOT EXISTS "webhook_guard_records_inbox_listing"
+//!     ON "webhook_guard_records_inbox" (namespace, state, updated_at, id);
 //! CREATE TABLE IF NOT EXISTS "webhook_guard_records_objects" (
 //!     namespace  TEXT    NOT NULL,
 //!     object     TEXT    NOT NULL,
@@ -80,7 +84,10 @@
 //! read only the rows that are due, at most 100 per statement, so the write lock is
 //! held for well under a millisecond at a time, and the purge rests after each
 //! statement as long as it took, so claims find the writer free; the partial index
-//! on running claims keeps [`stuck`] instant at any table size.
+//! on running claims keeps [`stuck`] instant at any table size. The `…_listing`
+//! indexes on `(namespace, state, updated_at, id)` (records and inbox) serve the
+//! operators' listing ([`ListingStore`](crate::store::ListingStore)): one backward
+//! index walk per state, newest first, stopping at the page's limit.
 //!
 //! # Claims in batches
 //!
