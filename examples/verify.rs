@@ -5,6 +5,10 @@
 //!     --header 'Stripe-Signature: t=...,v1=...' --body-file body.json [--now 1700000000]
 //! ```
 //!
+//! For `square`, whose signature covers the notification URL, add `--url <URL>` (as
+//! configured at Square); for `sendgrid`, `--secret` is the public verification key;
+//! for `gitlab`, the secret token.
+//!
 //! Prints `ok <event id>` and exits 0 when the delivery verifies; prints
 //! `rejected: <reason> (<code>)` and exits 1 when it does not; exits 2 on a usage error.
 
@@ -13,8 +17,10 @@ use std::process::ExitCode;
 use chrono::{DateTime, Utc};
 use webhook_guard::verify::Provider;
 
-const USAGE: &str = "usage: verify --provider <stripe|standard|github|shopify|slack|jamm|paddle|linear> \
---secret <s> [--secret <s2> ...] [--header 'Name: value' ...] --body-file <path> [--now <unix seconds>]";
+const USAGE: &str = "usage: verify --provider <stripe|standard|github|shopify|slack|jamm|paddle|linear|\
+square|sendgrid|adyen|mailgun|intercom|gitlab|typeform|calendly|dropbox> \
+--secret <s> [--secret <s2> ...] [--header 'Name: value' ...] --body-file <path> [--now <unix seconds>] \
+[--url <notification URL, for square>]";
 
 struct Args {
     provider: Provider,
@@ -22,10 +28,11 @@ struct Args {
     headers: Vec<(String, String)>,
     body_file: String,
     now: Option<DateTime<Utc>>,
+    url: Option<String>,
 }
 
 fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
-    let (mut provider, mut body_file, mut now) = (None, None, None);
+    let (mut provider, mut body_file, mut now, mut url) = (None, None, None, None);
     let (mut secrets, mut headers) = (Vec::new(), Vec::new());
     while let Some(flag) = args.next() {
         let mut value = || args.next().ok_or_else(|| format!("{flag} needs a value"));
@@ -42,6 +49,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
                 headers.push((name.trim().to_owned(), val.trim().to_owned()));
             }
             "--body-file" => body_file = Some(value()?),
+            "--url" => url = Some(value()?),
             "--now" => {
                 let text = value()?;
                 let secs: i64 = text
@@ -61,6 +69,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
         headers,
         body_file: body_file.ok_or("--body-file is required")?,
         now,
+        url,
     })
 }
 
@@ -79,10 +88,19 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let verifier = match args.provider.verifier(args.secrets) {
+    let built = match &args.url {
+        Some(url) => args.provider.verifier_with_url(args.secrets, url),
+        None => args.provider.verifier(args.secrets),
+    };
+    let verifier = match built {
         Ok(v) => v,
         Err(e) => {
-            eprintln!("verify: bad secret for {}: {e}", args.provider);
+            let hint = if e == webhook_guard::verify::KeyError::MissingUrl {
+                " (give it with --url)"
+            } else {
+                ""
+            };
+            eprintln!("verify: cannot verify {}: {e}{hint}", args.provider);
             return ExitCode::from(2);
         }
     };

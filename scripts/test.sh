@@ -11,6 +11,11 @@ wg_start_dynamodb
 wg_start_tls_services
 wg_start_valkey
 trap 'wg_stop_tls_services; wg_stop_dynamodb; wg_stop_valkey' EXIT
+# Deliveries signed and judged by the SDKs of Square, SendGrid, Adyen and others
+# (npm), for tests/it/providers_b.rs.
+mkdir -p target
+bash scripts/sdk_vectors_b.sh target/sdk-vectors-b.jsonl
+export WG_SDK_VECTORS_B="$PWD/target/sdk-vectors-b.jsonl"
 cargo test --all-features "$@"
 # The whole run (no filter given) also runs the Lambda example under the local
 # Lambda emulator.

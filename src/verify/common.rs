@@ -213,10 +213,23 @@ pub(crate) use limits;
 
 /// [`Verifier::with_secrets`](super::Verifier::with_secrets) for a verifier whose
 /// `keys` field holds secrets used as their raw bytes (or decoded by `$decode`),
-/// its other settings cloned.
+/// its other settings cloned; `rekeyed!(by new)` for one whose `new(secrets)` is
+/// its only setting.
 macro_rules! rekeyed {
     () => {
         $crate::verify::common::rekeyed!(Ok);
+    };
+    // A verifier whose only setting is its keys: made anew by its `new`.
+    (by new) => {
+        fn with_secrets(
+            &self,
+            secrets: &[$crate::verify::Secret],
+        ) -> Option<Result<Box<dyn $crate::verify::Verifier>, $crate::verify::KeyError>> {
+            Some(
+                Self::new(secrets.iter().cloned())
+                    .map(|verifier| Box::new(verifier) as Box<dyn $crate::verify::Verifier>),
+            )
+        }
     };
     ($decode:expr) => {
         fn with_secrets(

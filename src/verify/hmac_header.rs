@@ -75,6 +75,14 @@ pub enum KeyError {
     /// A secret is not in the encoding the scheme requires.
     #[error("secret is not valid {0}")]
     BadEncoding(&'static str),
+    /// The provider signs the URL its notifications are sent to (Square), and none
+    /// was given: build the preset with it
+    /// ([`Provider::verifier_with_url`](super::Provider::verifier_with_url)).
+    #[error("this provider signs the notification URL: configure the URL it posts to")]
+    MissingUrl,
+    /// The preset needs a cargo feature this build lacks.
+    #[error("this build lacks the `{0}` feature the preset needs")]
+    FeatureDisabled(&'static str),
 }
 
 impl HmacSha256Header {

@@ -4,19 +4,29 @@
 //! [`VerifyError`] that says what was wrong. It knows nothing of stores. It works on
 //! the raw body bytes and never re-serializes JSON.
 
+mod adyen;
+mod calendly;
 mod common;
+mod dropbox;
 mod generic;
 mod github;
+mod gitlab;
 mod hmac_header;
+mod intercom;
 mod jamm;
 mod linear;
+mod mailgun;
 mod paddle;
 mod provider;
 mod secret;
+#[cfg(feature = "sendgrid")]
+mod sendgrid;
 mod shopify;
 mod slack;
+mod square;
 mod standard;
 mod stripe;
+mod typeform;
 
 use std::borrow::Cow;
 use std::fmt;
@@ -24,18 +34,29 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 
+pub use adyen::{Adyen, AdyenItem};
+pub use calendly::Calendly;
+pub use dropbox::Dropbox;
 pub use generic::{GenericHmac, Template, TemplateError};
 pub use github::GitHub;
+pub use gitlab::GitLab;
 pub use hmac_header::{Encoding, HmacSha256Header, KeyError};
+pub use intercom::Intercom;
 pub use jamm::Jamm;
 pub use linear::Linear;
+pub use mailgun::Mailgun;
 pub use paddle::Paddle;
 pub use provider::{Provider, UnknownProvider};
 pub use secret::Secret;
+#[cfg(feature = "sendgrid")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sendgrid")))]
+pub use sendgrid::SendGrid;
 pub use shopify::Shopify;
 pub use slack::Slack;
+pub use square::Square;
 pub use standard::StandardWebhooks;
 pub use stripe::Stripe;
+pub use typeform::Typeform;
 
 use crate::Headers;
 

@@ -26,6 +26,7 @@ mod tenants;
 #[cfg(feature = "tokio")]
 mod forgery;
 mod fuzz_regressions;
+mod providers_b;
 mod verify_providers;
 mod verify_tool;
 

@@ -6,6 +6,7 @@
 
 mod http;
 mod listing;
+mod samples;
 mod send;
 
 use std::fmt::Write as _;

@@ -16,6 +16,7 @@ use webhook_guard::verify::{
 };
 
 use crate::http::{Reply, Target};
+use crate::samples::Extra;
 use crate::Fail;
 
 /// Arguments of `send`.
@@ -23,11 +24,14 @@ use crate::Fail;
 #[derive(Args)]
 pub(crate) struct SendArgs {
     /// Whose signing scheme to use: stripe, standard, github, shopify, slack, jamm,
-    /// paddle or linear.
+    /// paddle, linear, square, sendgrid, adyen, mailgun, intercom, gitlab, typeform,
+    /// calendly or dropbox.
     #[arg(long, value_name = "PROVIDER")]
     provider: Provider,
-    /// The signing secret the receiver is configured with. Prefer the environment
-    /// variable: command-line arguments are visible to other local users.
+    /// The signing secret the receiver is configured with (for sendgrid: the base64
+    /// P-256 private key that signs; its public key is printed; for gitlab: the
+    /// secret token). Prefer the environment variable: command-line arguments are
+    /// visible to other local users.
     #[arg(
         long,
         env = "WEBHOOK_GUARD_SECRET",
@@ -38,6 +42,10 @@ pub(crate) struct SendArgs {
     /// The endpoint: http://127.0.0.1:PORT/path (loopback only unless --allow-remote).
     #[arg(long, value_name = "URL")]
     url: String,
+    /// For square, which signs it: the notification URL the receiver is configured
+    /// with, when it differs from --url (a proxy in between). Default: --url.
+    #[arg(long, value_name = "URL")]
+    notification_url: Option<String>,
     /// The event id (default: a fresh random id in the provider's format).
     #[arg(long, value_name = "ID")]
     event_id: Option<String>,
@@ -135,6 +143,8 @@ enum Signer {
     Jamm(Jamm),
     Paddle(Paddle),
     Linear(Linear),
+    /// Square, SendGrid, Adyen, Mailgun, Intercom, GitLab, Typeform, Calendly, Dropbox.
+    Extra(Extra),
 }
 
 /// One event: its body (fixed across deliveries, but for the time Linear puts in
@@ -160,7 +170,12 @@ fn uuid() -> String {
 }
 
 impl Signer {
-    fn new(provider: Provider, secret: &str) -> Result<Self, String> {
+    /// The signer of `provider` keyed with `secret`; `url` is the notification URL
+    /// (Square signs it).
+    fn new(provider: Provider, secret: &str, url: &str) -> Result<Self, String> {
+        if let Some(extra) = Extra::new(provider, secret, url) {
+            return extra.map(Self::Extra);
+        }
         let key = |e: webhook_guard::verify::KeyError| format!("--secret: {e}");
         let s = [secret];
         Ok(match provider {
@@ -181,12 +196,18 @@ impl Signer {
         match self {
             Self::Stripe(_) => Some("id"),
             Self::Slack(_) | Self::Paddle(_) => Some("event_id"),
+            Self::Extra(extra) => extra.id_field(),
             _ => None,
         }
     }
 
     /// The event to send: the file's body or a sample, with its id.
     fn event(&self, id: Option<String>, file: Option<Vec<u8>>) -> Result<Event, String> {
+        if let (Self::Extra(extra), Some(_)) = (self, &file) {
+            if let Some(why) = extra.refuses_body_file() {
+                return Err(format!("--body-file: {why}"));
+            }
+        }
         if let (Some(field), Some(body)) = (self.id_field(), &file) {
             if id.is_some() {
                 return Err(format!(
@@ -203,6 +224,10 @@ impl Signer {
                 body: body.clone(),
             });
         }
+        if let Self::Extra(extra) = self {
+            let (id, body) = extra.event(id, file);
+            return Ok(Event { id, body });
+        }
         let now = Utc::now();
         let secs = now.timestamp();
         let rfc = now.to_rfc3339_opts(SecondsFormat::Secs, true);
@@ -214,6 +239,7 @@ impl Signer {
             Self::Slack(_) => format!("Ev{}", random_hex(10).to_uppercase()),
             Self::Jamm(_) => format!("mwh-{}", uuid()),
             Self::Paddle(_) => format!("evt_{}", random_hex(26)),
+            Self::Extra(_) => unreachable!("answered above"),
         });
         let body = match (self, file) {
             (Self::Jamm(jamm), content) => {
@@ -252,6 +278,7 @@ impl Signer {
                 q(&rfc)
             )
             .into_bytes(),
+            (Self::Extra(_), None) => unreachable!("answered above"),
             (Self::Linear(_), None) => format!(
                 r#"{{"action":"create","type":"Issue","data":{{"id":"issue-test","title":"Test issue"}},"createdAt":{},"webhookTimestamp":{},"webhookId":"webhook-test"}}"#,
                 q(&rfc),
@@ -274,6 +301,7 @@ impl Signer {
     ) -> (Vec<(String, String)>, std::borrow::Cow<'e, [u8]>) {
         let body = match self {
             Self::Linear(_) => linear_body(&event.body, now),
+            Self::Extra(extra) => extra.body(&event.body, now),
             _ => std::borrow::Cow::Borrowed(&event.body[..]),
         };
         let headers = self.headers(&event.id, &body, now, retry);
@@ -327,6 +355,7 @@ impl Signer {
                 ("Linear-Delivery", id),
                 ("Linear-Event", "Issue".into()),
             ]),
+            Self::Extra(extra) => extra.headers(&id, body, now),
         };
         headers.push(("Content-Type".into(), "application/json".into()));
         headers
@@ -401,7 +430,13 @@ fn is_success(reply: &Result<Reply, String>) -> bool {
 
 /// Runs `send`.
 pub(crate) async fn run(args: SendArgs) -> Result<ExitCode, Fail> {
-    let signer = Signer::new(args.provider, &args.secret).map_err(Fail::Usage)?;
+    let notification_url = args.notification_url.as_deref().unwrap_or(&args.url);
+    let signer = Signer::new(args.provider, &args.secret, notification_url).map_err(Fail::Usage)?;
+    if let Signer::Extra(extra) = &signer {
+        if let Some(note) = extra.note() {
+            println!("{note}");
+        }
+    }
     let file = match &args.body_file {
         Some(path) => Some(
             std::fs::read(path)
@@ -550,7 +585,7 @@ mod tests {
 
     #[test]
     fn jamm_sample_has_its_target_object() {
-        let signer = Signer::new(Provider::Jamm, "secret").unwrap();
+        let signer = Signer::new(Provider::Jamm, "secret", URL).unwrap();
         let event = signer.event(None, None).unwrap();
         let meta = webhook_guard::meta::MetaExtractor::jamm().extract(&event.body);
         assert_eq!(meta.object.as_deref(), Some("trx-test"));
@@ -558,36 +593,83 @@ mod tests {
         assert!(meta.created_at.is_some());
     }
 
+    const URL: &str = "http://127.0.0.1:3000/hook";
+
+    /// The secret `send` signs with, and the one the receiver verifies with.
+    fn secrets(provider: Provider) -> (String, String) {
+        let same = |s: &str| (s.to_owned(), s.to_owned());
+        match provider {
+            Provider::Standard => same("whsec_c2VjcmV0"),
+            Provider::Adyen => {
+                same("44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056")
+            }
+            Provider::SendGrid => {
+                let private = "BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc=";
+                let public = webhook_guard::verify::SendGrid::public_key_of(private).unwrap();
+                (private.to_owned(), public)
+            }
+            _ => same("secret"),
+        }
+    }
+
     #[test]
     fn every_provider_signs_a_sample_its_preset_accepts() {
         for provider in Provider::ALL {
-            let secret = if provider == Provider::Standard {
-                "whsec_c2VjcmV0"
-            } else {
-                "secret"
-            };
-            let signer = Signer::new(provider, secret).unwrap();
+            let (signing, verifying) = secrets(provider);
+            let signer = Signer::new(provider, &signing, URL).unwrap();
             let event = signer.event(None, None).unwrap();
             let now = Utc::now();
             let (headers, body) = signer.delivery(&event, now.timestamp(), 0);
             let verified = provider
-                .verifier([secret])
+                .verifier_with_url([verifying.as_str()], URL)
                 .unwrap()
                 .verify(&headers, &body, now)
                 .unwrap_or_else(|e| panic!("{provider}: {e}"));
-            assert_eq!(
-                verified.event_id.as_deref(),
-                Some(event.id.as_str()),
-                "{provider}"
-            );
+            let id = verified
+                .event_id
+                .unwrap_or_else(|| panic!("{provider}: no id"));
+            match provider {
+                // An id per delivery: Mailgun's token, Dropbox's time and MAC.
+                Provider::Mailgun | Provider::Dropbox => {
+                    let later = now + chrono::TimeDelta::seconds(1);
+                    let (headers, body) = signer.delivery(&event, later.timestamp(), 1);
+                    let again = provider
+                        .verifier_with_url([verifying.as_str()], URL)
+                        .unwrap()
+                        .verify(&headers, &body, later)
+                        .unwrap();
+                    assert_ne!(again.event_id.as_deref(), Some(id.as_str()), "{provider}");
+                }
+                _ => assert_eq!(id, event.id, "{provider}"),
+            }
         }
+    }
+
+    #[test]
+    fn square_signs_the_notification_url_and_adyen_refuses_a_body_file() {
+        let signer = Signer::new(Provider::Square, "key", "https://example.com/sq").unwrap();
+        let event = signer.event(None, None).unwrap();
+        let now = Utc::now();
+        let (headers, body) = signer.delivery(&event, now.timestamp(), 0);
+        let at = |url| {
+            Provider::Square
+                .verifier_with_url(["key"], url)
+                .unwrap()
+                .verify(&headers, &body, now)
+        };
+        assert!(at("https://example.com/sq").is_ok());
+        assert!(at("https://example.com/other").is_err());
+        let adyen = Signer::new(Provider::Adyen, &secrets(Provider::Adyen).0, URL).unwrap();
+        let err = adyen.event(None, Some(b"{}".to_vec())).err().unwrap();
+        assert!(err.contains("adyen"), "{err}");
+        assert!(Signer::new(Provider::SendGrid, "not a key", URL).is_err());
     }
 
     /// Linear's tolerance is 60 s on the time in the body: a later delivery of the
     /// same event carries its own time, and verifies then.
     #[test]
     fn a_linear_redelivery_carries_its_own_time() {
-        let signer = Signer::new(Provider::Linear, "secret").unwrap();
+        let signer = Signer::new(Provider::Linear, "secret", URL).unwrap();
         let event = signer.event(None, None).unwrap();
         let later = Utc::now() + chrono::TimeDelta::seconds(120);
         let (headers, body) = signer.delivery(&event, later.timestamp(), 1);
