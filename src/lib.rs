@@ -162,6 +162,7 @@ pub mod metrics;
 pub mod ordering;
 pub mod outcome;
 pub mod reconcile;
+pub mod route;
 mod runtime;
 pub mod store;
 pub mod sweeper;

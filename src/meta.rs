@@ -3,6 +3,12 @@
 //! The ordering guard and reconciliation key by the **target object** (a Stripe
 //! `data.object.id`, a Jamm charge `trx-…` or customer `cus-…`), never by the webhook
 //! id, and order events by the provider's `created_at`, never by arrival.
+//!
+//! Where a delivery's **type** is ([`TypeSource`]: a body field, a header, a header
+//! and an action) and the type found there ([`EventType`]) are here too: what the
+//! [router](crate::route) dispatches on.
+
+mod event_type;
 
 use std::fmt;
 use std::sync::Arc;
@@ -10,6 +16,9 @@ use std::sync::Arc;
 use chrono::{DateTime, Datelike as _, Utc};
 
 use crate::json;
+
+pub(crate) use event_type::TypeHeader;
+pub use event_type::{EventType, TypeSource, MAX_TYPE_LEN};
 
 /// Facts about an event, read from its body.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -34,6 +34,8 @@
 //! | `webhook_guard_store_call_duration_seconds` | histogram | `op`, `result` | each store call ([`MeteredStore`]); `op` is `claim`, `finish`, `renew`, `get`, `delete`, `purge_expired` or `stuck`, `result` is `ok` or `error` |
 //! | `webhook_guard_sweeper_purged_total` | counter | | records the sweeper purged |
 //! | `webhook_guard_stuck_leases` | gauge | | claims whose lease ran out unfinished, at the last sweep (up to the sweeper's limit) |
+//! | `webhook_guard_unrouted_events_total` | counter | `namespace` | events a [`Router`](crate::route::Router) gave to its fallback: a type without a route, or no type |
+//! | `webhook_guard_invalid_payloads_total` | counter | `namespace`, `policy` | routed events whose payload did not deserialize into the handler's type, by [`InvalidPayload`](crate::route::InvalidPayload) policy (`retry`, `permanent`, `ignore`) |
 //!
 //! The names are also constants in this module. No label holds an event id, a body
 //! or a secret.
@@ -63,6 +65,10 @@ pub const STORE_CALL_DURATION: &str = "webhook_guard_store_call_duration_seconds
 pub const SWEEPER_PURGED_TOTAL: &str = "webhook_guard_sweeper_purged_total";
 /// Gauge: stuck leases seen by the last sweep.
 pub const STUCK_LEASES: &str = "webhook_guard_stuck_leases";
+/// Counter: events a router gave to its fallback, by `namespace`.
+pub const UNROUTED_TOTAL: &str = "webhook_guard_unrouted_events_total";
+/// Counter: routed events whose payload did not fit, by `namespace` and `policy`.
+pub const INVALID_PAYLOADS_TOTAL: &str = "webhook_guard_invalid_payloads_total";
 
 /// Registers a description and unit for each metric with the installed recorder.
 /// Optional; call it once after installing the recorder.
@@ -82,6 +88,14 @@ pub fn describe() {
     );
     describe_counter!(SWEEPER_PURGED_TOTAL, "Expired records purged");
     describe_gauge!(STUCK_LEASES, "Claims whose lease ran out unfinished");
+    describe_counter!(
+        UNROUTED_TOTAL,
+        "Webhook events a router gave to its fallback"
+    );
+    describe_counter!(
+        INVALID_PAYLOADS_TOTAL,
+        "Routed webhook events whose payload did not fit the handler's type"
+    );
 }
 
 /// [`Hooks`] that record metrics, then call the wrapped hooks. See the

@@ -170,3 +170,128 @@ fn a_preset_reading_the_body_allocates_no_more() {
         "a processed Stripe delivery allocated {processed} times (bound {PROCESSED_MAX})"
     );
 }
+
+/// A router adds no allocation of its own: a Stripe delivery routed to a handler
+/// whose payload type borrows the body (so it allocates nothing either) allocates
+/// exactly as many times as one given to a plain handler; likewise a GitHub one,
+/// whose type is its `X-GitHub-Event` header (kept inline from verification) and its
+/// body's `action`, and an `OwnedEvent` routed to a payload of numbers only.
+#[test]
+fn a_router_allocates_nothing_beyond_the_payload() {
+    use bytes::Bytes;
+    use webhook_guard::route::Router;
+    use webhook_guard::verify::{GitHub, Stripe};
+    use webhook_guard::{Event, OwnedEvent};
+
+    #[derive(serde::Deserialize)]
+    struct Intent<'a> {
+        #[serde(borrow)]
+        data: Data<'a>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Data<'a> {
+        #[serde(borrow)]
+        object: Object<'a>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Object<'a> {
+        id: &'a str,
+    }
+    #[derive(serde::Deserialize)]
+    struct Issue {
+        issue: Number,
+    }
+    #[derive(serde::Deserialize)]
+    struct Number {
+        number: u64,
+    }
+
+    let secret = "whsec_allocations";
+    let stripe = Stripe::new([secret]).unwrap();
+    let guard = WebhookGuard::builder()
+        .store(MemoryStore::with_shards(1))
+        .verifier(stripe.clone())
+        .build()
+        .unwrap();
+    let now = chrono::Utc::now().timestamp();
+    let deliveries: Vec<(String, String)> = (0..1004)
+        .map(|i| {
+            let body = format!(
+                r#"{{"id":"evt_{i:026}","type":"charge.succeeded","data":{{"object":{{"id":"ch_{i}"}}}}}}"#
+            );
+            let signature = stripe.sign(body.as_bytes(), now);
+            (body, signature)
+        })
+        .collect();
+    let plain = |(body, signature): &(String, String)| {
+        let headers = [("stripe-signature", signature.as_str())];
+        ready(guard.handle(&headers, body.as_bytes(), |_| async {
+            Ok::<(), HandlerError>(())
+        }))
+    };
+    let routed = |(body, signature): &(String, String)| {
+        let headers = [("stripe-signature", signature.as_str())];
+        let router = Router::new()
+            .on("charge.succeeded", |charge: Intent<'_>, _: Event<'_>| {
+                assert!(charge.data.object.id.starts_with("ch_"));
+                async { Ok(()) }
+            })
+            .on("charge.refunded", |_: Intent<'_>, _: Event<'_>| async {
+                Ok(())
+            })
+            .fallback(|_: Event<'_>| async { Err(HandlerError::permanent("unrouted")) });
+        ready(guard.handle(&headers, body.as_bytes(), |event| router.dispatch(event)))
+    };
+    for delivery in &deliveries[..1001] {
+        assert!(matches!(plain(delivery), Outcome::Processed { .. }));
+    }
+    let (outcome, without) = allocations(|| plain(&deliveries[1001]));
+    assert!(matches!(outcome, Outcome::Processed { .. }), "{outcome:?}");
+    let (outcome, with) = allocations(|| routed(&deliveries[1002]));
+    assert!(matches!(outcome, Outcome::Processed { .. }), "{outcome:?}");
+    println!("allocations with the Stripe preset: plain handler {without}, router {with}");
+    assert_eq!(with, without, "the router allocated");
+
+    // GitHub: the type from a header and the body's action.
+    let github = GitHub::new([secret]).unwrap();
+    let guard = WebhookGuard::builder()
+        .store(MemoryStore::with_shards(1))
+        .verifier(github.clone())
+        .build()
+        .unwrap();
+    let body = br#"{"action":"opened","issue":{"number":7}}"#;
+    let signature = github.sign(body);
+    let ids: Vec<String> = (0..1004).map(|i| format!("d-{i:026}")).collect();
+    let deliver = |id: &str, routed: bool| {
+        let headers = [
+            ("x-hub-signature-256", signature.as_str()),
+            ("x-github-delivery", id),
+            ("x-github-event", "issues"),
+        ];
+        let bytes = Bytes::from_static(body);
+        if routed {
+            let handler = Router::new()
+                .on("issues.opened", |issue: Issue, _: OwnedEvent| {
+                    assert_eq!(issue.issue.number, 7);
+                    async { Ok(()) }
+                })
+                .on("issues.closed", |_: Issue, _: OwnedEvent| async { Ok(()) });
+            ready(guard.handle_owned(&headers, bytes, |event| handler.dispatch(event)))
+        } else {
+            ready(guard.handle_owned(&headers, bytes, |_| async { Ok::<(), HandlerError>(()) }))
+        }
+    };
+    for id in &ids[..1001] {
+        assert!(matches!(deliver(id, false), Outcome::Processed { .. }));
+    }
+    let (outcome, without) = allocations(|| deliver(&ids[1001], false));
+    assert!(matches!(outcome, Outcome::Processed { .. }), "{outcome:?}");
+    let (outcome, with) = allocations(|| deliver(&ids[1002], true));
+    assert!(matches!(outcome, Outcome::Processed { .. }), "{outcome:?}");
+    println!("allocations with the GitHub preset: plain handler {without}, router {with}");
+    assert_eq!(with, without, "the router allocated");
+    assert!(
+        without <= PROCESSED_MAX,
+        "a processed GitHub delivery allocated {without} times (bound {PROCESSED_MAX})"
+    );
+}

@@ -12,7 +12,7 @@ use super::{EventId, Inner, WebhookGuard};
 use crate::clock::{Clock, SystemClock};
 use crate::hooks::{Hooks, NoHooks, PanicSafe};
 use crate::inbox::InboxStore;
-use crate::meta::MetaExtractor;
+use crate::meta::{MetaExtractor, TypeSource};
 use crate::ordering::OrderingStore;
 use crate::outcome::OutcomeKind;
 use crate::reconcile::Reconciler;
@@ -156,6 +156,7 @@ pub struct WebhookGuardBuilder {
     ordering: Option<Arc<dyn OrderingStore>>,
     reconciler: Option<Arc<dyn Reconciler>>,
     meta: Option<MetaExtractor>,
+    event_type: Option<TypeSource>,
     tenants: Option<Tenants>,
     short_retention: bool,
     content_keys: bool,
@@ -207,6 +208,17 @@ impl WebhookGuardBuilder {
     /// stores it with the event).
     pub fn event_meta(mut self, meta: MetaExtractor) -> Self {
         self.meta = Some(meta);
+        self
+    }
+
+    /// Where a delivery's event type is (default: where the verifier's provider
+    /// puts it — every provider preset knows — else nowhere): what
+    /// [`Event::event_type`](crate::Event::event_type) reads and the
+    /// [router](crate::route::Router) dispatches on. A header named here is read
+    /// when the delivery is verified and kept with its claim; body fields are read
+    /// only when the handler asks.
+    pub fn event_type(mut self, source: TypeSource) -> Self {
+        self.event_type = Some(source);
         self
     }
 
@@ -423,6 +435,7 @@ impl WebhookGuardBuilder {
             .fingerprint
             .unwrap_or(!verifier.body_changes_on_retry());
         let verifier_meta = verifier.event_meta();
+        let event_type = self.event_type.or_else(|| verifier.event_type());
         let retention = self
             .retention
             .unwrap_or_else(|| DEFAULT_RETENTION.max(verifier.retry_window().unwrap_or_default()));
@@ -515,6 +528,8 @@ impl WebhookGuardBuilder {
                 meta: self
                     .meta
                     .unwrap_or_else(|| verifier_meta.unwrap_or_default()),
+                type_headers: event_type.as_ref().is_some_and(TypeSource::reads_headers),
+                event_type,
                 lost_searches: Arc::default(),
                 dropped_searches: Arc::default(),
                 tenants,
@@ -609,6 +624,7 @@ impl WebhookGuard {
             ordering: None,
             reconciler: None,
             meta: None,
+            event_type: None,
             tenants: None,
             short_retention: false,
             content_keys: true,

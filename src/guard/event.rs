@@ -11,11 +11,13 @@ use bytes::Bytes;
 use chrono::{DateTime, Utc};
 
 use super::state::ClaimState;
-use crate::meta::EventMeta;
+use crate::meta::{EventMeta, EventType, TypeHeader, TypeSource};
 use crate::outcome::Rejection;
 use crate::store::StoreError;
 use crate::verify::Verified;
 use crate::Headers;
+
+use super::WebhookGuard;
 
 /// The longest event id accepted, in bytes.
 pub const MAX_ID_LEN: usize = 255;
@@ -117,6 +119,37 @@ fn has_control(id: &str) -> bool {
         })
 }
 
+/// What verification found that a claim needs: the event id, the signed time, and
+/// the event type's header when the guard's type source names one.
+pub(super) struct Checked {
+    pub(super) id: String,
+    pub(super) signed_at: Option<DateTime<Utc>>,
+    pub(super) type_header: Option<TypeHeader>,
+    /// The content key, for a scheme whose id is not signed (`content.rs`).
+    pub(super) content_key: Option<[u8; 32]>,
+}
+
+impl Checked {
+    pub(super) fn new(
+        id: String,
+        signed_at: Option<DateTime<Utc>>,
+        type_header: Option<TypeHeader>,
+    ) -> Self {
+        Self {
+            id,
+            signed_at,
+            type_header,
+            content_key: None,
+        }
+    }
+
+    /// The delivery's type as `source` finds it, as text.
+    pub(super) fn event_type(&self, source: Option<&TypeSource>, body: &[u8]) -> Option<String> {
+        let found = source?.read(self.type_header.as_ref(), body)?;
+        Some(found.to_string())
+    }
+}
+
 /// A delivery that passed verification, with its event id.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -126,7 +159,10 @@ pub struct VerifiedDelivery {
     /// The signed timestamp, where the scheme signs one.
     pub signed_at: Option<DateTime<Utc>>,
     /// Type, creation time and target object, as configured with
-    /// [`WebhookGuardBuilder::event_meta`](crate::WebhookGuardBuilder::event_meta).
+    /// [`WebhookGuardBuilder::event_meta`](crate::WebhookGuardBuilder::event_meta);
+    /// where that finds no type, the type the guard's
+    /// [type source](crate::WebhookGuardBuilder::event_type) finds (GitHub's and
+    /// Shopify's, in a header).
     pub meta: EventMeta,
 }
 
@@ -184,6 +220,20 @@ impl<'a> Event<'a> {
     /// Which claim of this id this is (1 for the first claim).
     pub fn attempt(&self) -> u32 {
         self.claim.record.attempts
+    }
+
+    /// The namespace its delivery is reported under (metrics labels).
+    pub(crate) fn reported_namespace(&self) -> &str {
+        self.claim.guard.reported_namespace()
+    }
+
+    /// The event's type, from where the guard's type source says (for a preset,
+    /// where its provider puts it: Stripe's `type`, GitHub's `X-GitHub-Event` and
+    /// `action`, ...): `None` when the guard has no type source or the delivery has
+    /// no type there. Body fields are read on each call (one pass over the body),
+    /// borrowed from it; a header was kept when the delivery was verified.
+    pub fn event_type(&self) -> Option<EventType<'_>> {
+        self.claim.event_type(self.body)
     }
 
     /// Parses the body as JSON.
@@ -254,6 +304,16 @@ impl OwnedEvent {
         self.claim.record.attempts
     }
 
+    /// The namespace its delivery is reported under (metrics labels).
+    pub(crate) fn reported_namespace(&self) -> &str {
+        self.claim.guard.reported_namespace()
+    }
+
+    /// The event's type: see [`Event::event_type`].
+    pub fn event_type(&self) -> Option<EventType<'_>> {
+        self.claim.event_type(&self.body)
+    }
+
     /// Parses the body as JSON.
     ///
     /// # Errors
@@ -283,6 +343,50 @@ pub enum LeaseError {
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+/// Verification alone, without the store (for hosts and the inbox), and the
+/// namespace deliveries are reported under.
+impl WebhookGuard {
+    /// The namespace its deliveries are reported under: for a tenant's guard, the
+    /// guard that serves the tenants' (one metrics series per guard).
+    pub(crate) fn reported_namespace(&self) -> &str {
+        let served = self.inner.served.as_ref();
+        served.map_or(&self.inner.namespace, |served| &served.namespace)
+    }
+
+    /// Verifies a delivery and extracts its id, without touching the store.
+    ///
+    /// # Errors
+    /// The [`Rejection`]: body too large, signature not verified, id missing or invalid.
+    pub fn verify(
+        &self,
+        headers: &dyn Headers,
+        body: &[u8],
+    ) -> Result<VerifiedDelivery, Rejection> {
+        self.verify_at(headers, body, self.inner.clock.now())
+    }
+
+    /// [`WebhookGuard::verify`] at `now`, the delivery's arrival: the flow reads the
+    /// clock once and uses the time for the signature's tolerance and the claim.
+    pub(super) fn verify_at(
+        &self,
+        headers: &dyn Headers,
+        body: &[u8],
+        now: DateTime<Utc>,
+    ) -> Result<VerifiedDelivery, Rejection> {
+        let checked = self.verify_id_at(headers, body, now)?;
+        let mut meta = self.inner.meta.extract(body);
+        if meta.event_type.is_none() {
+            // A type the body alone does not give (GitHub's, Shopify's header).
+            meta.event_type = checked.event_type(self.inner.event_type.as_ref(), body);
+        }
+        Ok(VerifiedDelivery {
+            id: checked.id,
+            signed_at: checked.signed_at,
+            meta,
+        })
+    }
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use tracing::Instrument as _;
 
-use super::event::check_id;
+use super::event::{check_id, Checked};
 use super::{run_owned, Begin, OwnedEvent, WebhookGuard};
 use crate::outcome::{HandlerError, Outcome, Rejection};
 use crate::runtime::enterable;
@@ -71,7 +71,7 @@ impl WebhookGuard {
                 limit,
             })
         } else {
-            check_id(id).map(|()| (id.to_owned(), None, None))
+            check_id(id).map(|()| Checked::new(id.to_owned(), None, None))
         };
         async move {
             let unknown = Fingerprint::UNKNOWN;

@@ -208,6 +208,7 @@ impl WebhookGuard {
             claimed_at: Instant::now(),
             lease_cap: None,
             content: None,
+            type_header: None,
         };
         tracing::warn!(id = %record.id, state = %record.state, "announcing a failure for good that a crashed process recorded but did not announce");
         state.settle_object(ObjectStatus::Failed).await;

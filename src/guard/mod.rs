@@ -42,7 +42,7 @@ use tracing::Instrument as _;
 use crate::clock::Clock;
 use crate::hooks::{DeliveryReport, Hooks};
 use crate::inbox::InboxStore;
-use crate::meta::{EventMeta, MetaExtractor};
+use crate::meta::{EventMeta, MetaExtractor, TypeSource};
 use crate::ordering::OrderingStore;
 use crate::outcome::{Answer, HandlerError, Outcome, OutcomeKind, Rejection};
 use crate::reconcile::Reconciler;
@@ -69,7 +69,7 @@ pub use reconcile::ReconcileReport;
 use builder::KINDS;
 pub(crate) use cancellation::Detachable;
 use cancellation::ReleaseOnDrop;
-use event::check_id;
+use event::{check_id, Checked};
 pub(crate) use followup::Paid;
 use state::ClaimState;
 
@@ -119,6 +119,10 @@ struct Inner {
     ordering: Option<Arc<dyn OrderingStore>>,
     reconciler: Option<Arc<dyn Reconciler>>,
     meta: MetaExtractor,
+    /// Where a delivery's event type is.
+    event_type: Option<TypeSource>,
+    /// Whether `event_type` names a header, read at verification.
+    type_headers: bool,
     /// Background searches for claims the store did not answer, running now (at
     /// most [`MAX_SEARCHES`](cancellation::MAX_SEARCHES)).
     lost_searches: Arc<AtomicUsize>,
@@ -433,43 +437,15 @@ impl WebhookGuard {
         self.claim(verified, body, started, now, None)
     }
 
-    /// Verifies a delivery and extracts its id, without touching the store.
-    ///
-    /// # Errors
-    /// The [`Rejection`]: body too large, signature not verified, id missing or invalid.
-    pub fn verify(
-        &self,
-        headers: &dyn Headers,
-        body: &[u8],
-    ) -> Result<VerifiedDelivery, Rejection> {
-        self.verify_at(headers, body, self.inner.clock.now())
-    }
-
-    /// [`WebhookGuard::verify`] at `now`, the delivery's arrival: the flow reads the
-    /// clock once and uses the time for the signature's tolerance and the claim.
-    fn verify_at(
-        &self,
-        headers: &dyn Headers,
-        body: &[u8],
-        now: DateTime<Utc>,
-    ) -> Result<VerifiedDelivery, Rejection> {
-        let (id, signed_at, _) = self.verify_id_at(headers, body, now)?;
-        Ok(VerifiedDelivery {
-            id,
-            signed_at,
-            meta: self.inner.meta.extract(body),
-        })
-    }
-
-    /// The checks of [`WebhookGuard::verify_at`]: the event id, the signed time and
-    /// the content key. The flow reads the metadata only once it has claimed the
-    /// id, so that a duplicate costs no scan of the body for it.
+    /// The checks of [`WebhookGuard::verify_at`]: the event id and the signed time.
+    /// The flow reads the metadata only once it has claimed the id, so that a
+    /// duplicate costs no scan of the body for it.
     fn verify_id_at(
         &self,
         headers: &dyn Headers,
         body: &[u8],
         now: DateTime<Utc>,
-    ) -> Result<VerifiedId, Rejection> {
+    ) -> Result<Checked, Rejection> {
         let inner = &self.inner;
         if body.len() > inner.max_body {
             return Err(Rejection::BodyTooLarge {
@@ -484,9 +460,13 @@ impl WebhookGuard {
         let signed_at = verified.signed_at;
         let id = inner.event_id.extract(headers, body, verified)?;
         check_id(&id)?;
-        let content = (inner.content_namespace.as_ref())
+        // The headers are gone by the time a handler asks for the event's type.
+        let source = inner.event_type.as_ref().filter(|_| inner.type_headers);
+        let type_header = source.and_then(|source| source.capture(headers));
+        let mut checked = Checked::new(id, signed_at, type_header);
+        checked.content_key = (inner.content_namespace.as_ref())
             .and_then(|_| inner.verifier.content_key(headers, body));
-        Ok((id, signed_at, content))
+        Ok(checked)
     }
 
     /// Claims the id of a verified delivery: the claim to run, or the outcome to
@@ -495,7 +475,7 @@ impl WebhookGuard {
     /// `lease_cap`, when given, bounds the claim's lease and its renewals.
     fn claim<'s, 'a>(
         &'s self,
-        verified: Result<VerifiedId, Rejection>,
+        verified: Result<Checked, Rejection>,
         body: &'a [u8],
         started: Instant,
         now: DateTime<Utc>,
@@ -504,7 +484,10 @@ impl WebhookGuard {
         // A content key stands for the signed content: a Jamm envelope around the
         // same content is the same delivery, not a conflict.
         let fingerprint = match &verified {
-            Ok((_, _, Some(key))) if self.inner.fingerprint => Fingerprint(*key),
+            Ok(Checked {
+                content_key: Some(key),
+                ..
+            }) if self.inner.fingerprint => Fingerprint(*key),
             Ok(_) if self.inner.fingerprint => Fingerprint::of(body),
             _ => Fingerprint::UNKNOWN,
         };
@@ -515,15 +498,15 @@ impl WebhookGuard {
     /// from the provider's API claims with [`Fingerprint::UNKNOWN`] (`fetched.rs`).
     async fn claim_as<'a>(
         &self,
-        verified: Result<VerifiedId, Rejection>,
+        verified: Result<Checked, Rejection>,
         body: &'a [u8],
         fingerprint: Fingerprint,
         started: Instant,
         now: DateTime<Utc>,
         lease_cap: Option<DateTime<Utc>>,
     ) -> Begin<'a> {
-        let (id, content_key) = match verified {
-            Ok((id, _, content_key)) => (id, content_key),
+        let (id, type_header, content_key) = match verified {
+            Ok(checked) => (checked.id, checked.type_header, checked.content_key),
             Err(r) => return self.done(Outcome::Rejected(r), None, started),
         };
         record_on_span("webhook.event_id", id.as_str());
@@ -613,6 +596,7 @@ impl WebhookGuard {
             claimed_at: Instant::now(),
             lease_cap,
             content,
+            type_header,
         });
         // The two rare early ends below are boxed (kept out of every delivery's
         // future) and detachable: they finish, hooks and report included, even if
@@ -834,9 +818,6 @@ impl WebhookGuard {
         Answer::with_status(outcome, status)
     }
 }
-
-/// What verification found: the event id, the signed time, the content key.
-type VerifiedId = (String, Option<DateTime<Utc>>, Option<[u8; 32]>);
 
 /// The store behind the guard's `Arc`. Calling through `Arc<dyn ProcessedStore>`
 /// itself would go through its forwarding impl, which boxes a second future per call.

@@ -7,7 +7,7 @@ use std::time::Instant;
 use chrono::{DateTime, Utc};
 
 use super::{store, LeaseError, WebhookGuard};
-use crate::meta::EventMeta;
+use crate::meta::{EventMeta, EventType, TypeHeader};
 use crate::ordering::{Freshness, ObjectKey, ObjectStatus};
 use crate::outcome::Outcome;
 use crate::reconcile::{ReconcileReason, ReconcileRequest};
@@ -40,6 +40,9 @@ pub(super) struct ClaimState {
     /// The content key this claim holds beside its id (`content.rs`): ended as the
     /// id's record ends, renewed with it.
     pub(super) content: Option<super::content::ContentClaim>,
+    /// The event type's header, read at verification (when the guard's type
+    /// source names one).
+    pub(super) type_header: Option<TypeHeader>,
 }
 
 impl ClaimState {
@@ -145,6 +148,12 @@ impl ClaimState {
         if let Some(content) = &self.content {
             self.guard.end_content(content, state).await;
         }
+    }
+
+    /// The event's type: from the header kept at verification and `body`.
+    pub(super) fn event_type<'a>(&'a self, body: &'a [u8]) -> Option<EventType<'a>> {
+        let source = self.guard.inner.event_type.as_ref()?;
+        source.read(self.type_header.as_ref(), body)
     }
 
     pub(super) fn key(&self) -> Key<'_> {

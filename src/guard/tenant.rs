@@ -260,6 +260,8 @@ impl WebhookGuard {
                 ordering: inner.ordering.clone(),
                 reconciler: inner.reconciler.clone(),
                 meta: inner.meta.clone(),
+                event_type: inner.event_type.clone(),
+                type_headers: inner.type_headers,
                 lost_searches: inner.lost_searches.clone(),
                 dropped_searches: inner.dropped_searches.clone(),
                 tenants: None,

@@ -140,6 +140,15 @@ impl InboxEvent {
         Key::new(&self.namespace, &self.id)
     }
 
+    /// The event's type: its [`meta.event_type`](EventMeta::event_type), whole
+    /// (what [`WebhookGuard::accept`](crate::WebhookGuard::accept) stored:
+    /// `issues.opened` for GitHub, the name alone with no
+    /// [action](crate::meta::EventType::action)).
+    pub fn event_type(&self) -> Option<crate::meta::EventType<'_>> {
+        let text = self.meta.event_type.as_deref()?;
+        Some(crate::meta::EventType::new(text, None))
+    }
+
     /// A freshly accepted event, for store implementations.
     pub fn accepted(new: &NewEvent<'_>) -> Self {
         Self {

@@ -1,5 +1,6 @@
 //! Reading one field out of a raw JSON body without building or re-serializing it.
 
+mod borrowed;
 mod plain;
 mod seed;
 #[cfg(test)]
@@ -9,6 +10,7 @@ use std::cell::RefCell;
 
 use serde::de::DeserializeSeed;
 
+pub(crate) use borrowed::{strings, MAX_STRINGS};
 use plain::{first_key_string, Leaf, Plain};
 use seed::{Found, MultiSeed, PathSeed};
 

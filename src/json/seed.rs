@@ -217,7 +217,7 @@ impl<'de> Visitor<'de> for PathSeed<'_> {
 /// Reads an object key and compares it with up to 8 names without copying it: the
 /// answer has bit `i` set when the key equals `names[i]`. (Reading it as a
 /// `Cow<str>` would allocate a `String` for every key: serde's `Cow` always owns.)
-struct KeyIn<'n>(&'n [&'n str]);
+pub(super) struct KeyIn<'n>(pub(super) &'n [&'n str]);
 
 impl<'de> DeserializeSeed<'de> for KeyIn<'_> {
     type Value = u8;
@@ -246,7 +246,7 @@ impl<'de> Visitor<'de> for KeyIn<'_> {
 
 /// Skips one value. Unlike `IgnoredAny`, it goes through `deserialize_any` at every
 /// level, so serde_json's nesting limit (128) applies to skipped values too.
-struct Skip;
+pub(super) struct Skip;
 
 impl<'de> DeserializeSeed<'de> for Skip {
     type Value = ();

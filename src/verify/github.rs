@@ -87,6 +87,10 @@ impl Verifier for GitHub {
         Some(common::sha256(body))
     }
 
+    fn event_type(&self) -> Option<crate::meta::TypeSource> {
+        Some(crate::meta::TypeSource::github())
+    }
+
     common::limits! {
         retry_window;
         answer_timeout: 10;

@@ -227,6 +227,10 @@ impl Verifier for Jamm {
         Some(common::sha256(&minify(parsed.content)))
     }
 
+    fn event_type(&self) -> Option<crate::meta::TypeSource> {
+        Some(crate::meta::TypeSource::jamm())
+    }
+
     common::limits! {
         retry_window;
         answer_timeout: 120;

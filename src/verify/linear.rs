@@ -109,6 +109,10 @@ impl Verifier for Linear {
         Some(common::sha256(body))
     }
 
+    fn event_type(&self) -> Option<crate::meta::TypeSource> {
+        Some(crate::meta::TypeSource::linear())
+    }
+
     common::limits! {
         tolerance;
         retry_window;

@@ -147,6 +147,16 @@ pub trait Verifier: fmt::Debug + Send + Sync + 'static {
         None
     }
 
+    /// Where this provider puts an event's type (a body field, a header, a header
+    /// and an action), if the preset knows: what
+    /// [`Event::event_type`](crate::Event::event_type) reads and the
+    /// [router](crate::route::Router) dispatches on. The guard uses it unless
+    /// configured otherwise
+    /// ([`WebhookGuardBuilder::event_type`](crate::WebhookGuardBuilder::event_type)).
+    fn event_type(&self) -> Option<crate::meta::TypeSource> {
+        None
+    }
+
     /// A verifier of the same scheme and settings (tolerance, headers, template...)
     /// keyed with `secrets` instead of this one's: how a guard serving many tenants
     /// makes each tenant's verifier from the one it was built with (see
@@ -205,6 +215,7 @@ crate::forward::forward!(Verifier {
     fn tolerance(&self) -> Option<Duration>;
     fn body_changes_on_retry(&self) -> bool;
     fn event_meta(&self) -> Option<crate::meta::MetaExtractor>;
+    fn event_type(&self) -> Option<crate::meta::TypeSource>;
     fn with_secrets(&self, secrets: &[Secret]) -> Option<Result<Box<dyn Verifier>, KeyError>>;
     fn finds_event_id(&self) -> bool;
     fn content_key(&self, headers: &dyn Headers, body: &[u8]) -> Option<[u8; 32]>;

@@ -95,6 +95,10 @@ impl Verifier for Paddle {
         })
     }
 
+    fn event_type(&self) -> Option<crate::meta::TypeSource> {
+        Some(crate::meta::TypeSource::paddle())
+    }
+
     common::limits! {
         tolerance;
         retry_window;

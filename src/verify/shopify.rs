@@ -90,6 +90,10 @@ impl Verifier for Shopify {
         Some(common::sha256(body))
     }
 
+    fn event_type(&self) -> Option<crate::meta::TypeSource> {
+        Some(crate::meta::TypeSource::shopify())
+    }
+
     common::limits! {
         retry_window;
         answer_timeout: 5;

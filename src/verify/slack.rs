@@ -96,6 +96,10 @@ impl Verifier for Slack {
         })
     }
 
+    fn event_type(&self) -> Option<crate::meta::TypeSource> {
+        Some(crate::meta::TypeSource::slack())
+    }
+
     common::limits! {
         tolerance;
         retry_window;

@@ -374,6 +374,10 @@ impl Verifier for StandardWebhooks {
         common::timed(signed_at, now, self.tolerance, || common::id_value(id))
     }
 
+    fn event_type(&self) -> Option<crate::meta::TypeSource> {
+        Some(crate::meta::TypeSource::standard_webhooks())
+    }
+
     common::limits! {
         tolerance;
         retry_window;

@@ -102,6 +102,10 @@ impl Verifier for Stripe {
         Some(crate::meta::MetaExtractor::stripe())
     }
 
+    fn event_type(&self) -> Option<crate::meta::TypeSource> {
+        Some(crate::meta::TypeSource::stripe())
+    }
+
     common::limits! {
         tolerance;
         retry_window;

@@ -15,6 +15,8 @@ mod guard;
 mod inbox;
 #[cfg(feature = "metrics")]
 mod metrics;
+#[cfg(feature = "tokio")]
+mod routing;
 mod store_calls;
 // Many tenants behind one guard, on the memory store, PostgreSQL and through axum.
 #[cfg(feature = "axum")]
