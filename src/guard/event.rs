@@ -114,6 +114,9 @@ pub struct VerifiedDelivery {
     /// Type, creation time and target object, as configured with
     /// [`WebhookGuardBuilder::event_meta`](crate::WebhookGuardBuilder::event_meta).
     pub meta: EventMeta,
+    /// Set when the request was the provider's handshake: answer it; `id` is then
+    /// empty and `meta` default, as there is no event.
+    pub handshake: Option<crate::verify::Handshake>,
 }
 
 /// The event handed to a handler. It borrows the body for `'a` and shares the claim,

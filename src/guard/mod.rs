@@ -418,6 +418,10 @@ impl WebhookGuard {
 
     /// Verifies a delivery and extracts its id, without touching the store.
     ///
+    /// A verified handshake (see [`Handshake`](crate::verify::Handshake)) is
+    /// answered `Ok` with [`VerifiedDelivery::handshake`] set and an empty `id`:
+    /// answer the handshake, there is no event.
+    ///
     /// # Errors
     /// The [`Rejection`]: body too large, signature not verified, id missing or invalid.
     pub fn verify(
@@ -436,12 +440,21 @@ impl WebhookGuard {
         body: &[u8],
         now: DateTime<Utc>,
     ) -> Result<VerifiedDelivery, Rejection> {
-        let (id, signed_at) = self.verify_id_at(headers, body, now)?;
-        Ok(VerifiedDelivery {
-            id,
-            signed_at,
-            meta: self.inner.meta.extract(body),
-        })
+        match self.verify_id_at(headers, body, now) {
+            Ok((id, signed_at)) => Ok(VerifiedDelivery {
+                id,
+                signed_at,
+                meta: self.inner.meta.extract(body),
+                handshake: None,
+            }),
+            Err(Early::Rejected(rejection)) => Err(rejection),
+            Err(Early::Handshake(handshake)) => Ok(VerifiedDelivery {
+                id: String::new(),
+                signed_at: None,
+                meta: EventMeta::default(),
+                handshake: Some(*handshake),
+            }),
+        }
     }
 
     /// The checks of [`WebhookGuard::verify_at`]: the event id and the signed time.
@@ -452,15 +465,18 @@ impl WebhookGuard {
         headers: &dyn Headers,
         body: &[u8],
         now: DateTime<Utc>,
-    ) -> Result<(String, Option<DateTime<Utc>>), Rejection> {
+    ) -> Result<(String, Option<DateTime<Utc>>), Early> {
         let inner = &self.inner;
         if body.len() > inner.max_body {
-            return Err(Rejection::BodyTooLarge {
+            return Err(Early::Rejected(Rejection::BodyTooLarge {
                 size: body.len(),
                 limit: inner.max_body,
-            });
+            }));
         }
-        let verified = inner.verifier.verify(headers, body, now)?;
+        let mut verified = inner.verifier.verify(headers, body, now)?;
+        if let Some(handshake) = verified.handshake.take() {
+            return Err(Early::Handshake(Box::new(handshake)));
+        }
         let signed_at = verified.signed_at;
         let id = inner.event_id.extract(headers, body, verified)?;
         check_id(&id)?;
@@ -473,7 +489,7 @@ impl WebhookGuard {
     /// `lease_cap`, when given, bounds the claim's lease and its renewals.
     async fn claim<'a>(
         &self,
-        verified: Result<(String, Option<DateTime<Utc>>), Rejection>,
+        verified: Result<(String, Option<DateTime<Utc>>), Early>,
         body: &'a [u8],
         started: Instant,
         now: DateTime<Utc>,
@@ -481,7 +497,7 @@ impl WebhookGuard {
     ) -> Begin<'a> {
         let id = match verified {
             Ok((id, _)) => id,
-            Err(r) => return self.done(Outcome::Rejected(r), None, started),
+            Err(early) => return self.done(early.into_outcome(), None, started),
         };
         record_on_span("webhook.event_id", id.as_str());
         let inner = &self.inner;
@@ -651,6 +667,34 @@ impl WebhookGuard {
     }
 }
 
+/// How a delivery ends before its id is claimed: refused, or a handshake to answer
+/// (boxed: it is rare, and keeps every delivery's result small).
+enum Early {
+    Rejected(Rejection),
+    Handshake(Box<crate::verify::Handshake>),
+}
+
+impl Early {
+    fn into_outcome(self) -> Outcome {
+        match self {
+            Self::Rejected(rejection) => Outcome::Rejected(rejection),
+            Self::Handshake(handshake) => Outcome::Handshake(*handshake),
+        }
+    }
+}
+
+impl From<Rejection> for Early {
+    fn from(rejection: Rejection) -> Self {
+        Self::Rejected(rejection)
+    }
+}
+
+impl From<crate::verify::VerifyError> for Early {
+    fn from(error: crate::verify::VerifyError) -> Self {
+        Self::Rejected(error.into())
+    }
+}
+
 /// The answer to [`WebhookGuard::begin`]: either this delivery won the claim, or
 /// there is already an outcome (duplicate, in progress, rejected, ...).
 #[derive(Debug)]
@@ -779,6 +823,8 @@ impl WebhookGuard {
     pub fn answer(&self, outcome: &Outcome) -> Answer {
         let kind = outcome.kind();
         let default = match (outcome, self.inner.in_progress) {
+            // The provider checks a handshake's status: no override applies.
+            (Outcome::Handshake(h), _) => return Answer::with_status(outcome, h.status),
             (Outcome::Rejected(r), _) => r.status(),
             (Outcome::InProgress { .. }, InProgressAnswer::Accept) => StatusCode::OK,
             _ => kind.default_status(),

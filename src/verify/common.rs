@@ -112,6 +112,7 @@ pub(crate) fn timed(
     Ok(Verified {
         event_id: event_id(),
         signed_at: Some(signed_at),
+        handshake: None,
     })
 }
 

@@ -141,6 +141,7 @@ impl Verifier for HmacSha256Header {
         Ok(Verified {
             event_id: id_header.and_then(|name| common::id_header(headers, &[name])),
             signed_at: None,
+            handshake: None,
         })
     }
 }

@@ -3,10 +3,30 @@
 //! A verifier turns `(headers, raw body, now)` into a [`Verified`] delivery or a
 //! [`VerifyError`] that says what was wrong. It knows nothing of stores. It works on
 //! the raw body bytes and never re-serializes JSON.
+//!
+//! # Request context
+//!
+//! Some schemes sign more than headers and body: HubSpot v3 signs the method and
+//! URL, Twilio the URL with its query, and Meta's subscription check is a `GET`
+//! whose parameters are in the query. A verifier reads these through
+//! [`Headers::method`] and [`Headers::target`]. The integrations pass them (they
+//! give the guard the request's `http::request::Parts`, or actix's `HttpRequest`);
+//! a host that calls [`WebhookGuard::handle`](crate::WebhookGuard::handle) itself
+//! passes an [`http::Request`], its `Parts`, or a
+//! [`RequestHead`](crate::RequestHead) around its header map. A bare header map
+//! answers `None` to both: the presets that need them say what they do then.
+//!
+//! # Handshakes
+//!
+//! A verifier that recognizes its provider's handshake (a request that checks the
+//! endpoint rather than delivering an event) returns
+//! [`Verified::with_handshake`] once the request has verified, and the guard
+//! answers it itself: see [`Handshake`].
 
 mod common;
 mod generic;
 mod github;
+mod handshake;
 mod hmac_header;
 mod jamm;
 mod linear;
@@ -26,6 +46,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 
 pub use generic::{GenericHmac, Template, TemplateError};
 pub use github::GitHub;
+pub use handshake::Handshake;
 pub use hmac_header::{Encoding, HmacSha256Header, KeyError};
 pub use jamm::Jamm;
 pub use linear::Linear;
@@ -48,6 +69,10 @@ pub struct Verified {
     pub event_id: Option<String>,
     /// The signed timestamp, where the scheme signs one.
     pub signed_at: Option<DateTime<Utc>>,
+    /// Set when the request is the provider's handshake, not an event: the guard
+    /// answers it (see [`Handshake`]) without looking for an event id, claiming
+    /// anything or running the handler.
+    pub handshake: Option<Handshake>,
 }
 
 impl Verified {
@@ -55,7 +80,15 @@ impl Verified {
     pub fn with_event_id(id: impl Into<String>) -> Self {
         Self {
             event_id: Some(id.into()),
-            signed_at: None,
+            ..Self::default()
+        }
+    }
+
+    /// A verified handshake, to be answered with `handshake`.
+    pub fn with_handshake(handshake: Handshake) -> Self {
+        Self {
+            handshake: Some(handshake),
+            ..Self::default()
         }
     }
 
