@@ -1,8 +1,6 @@
 //! Handshakes: requests a provider sends to check an endpoint before (or between)
 //! deliveries, answered by the guard itself.
 
-use std::borrow::Cow;
-
 use http::StatusCode;
 
 use super::VerifyError;
@@ -86,19 +84,6 @@ pub(crate) fn challenge<'a>(value: &'a str, what: &'static str) -> Result<&'a st
     } else {
         Err(VerifyError::MalformedBody(what))
     }
-}
-
-/// A JSON string field of a body that must be there, as text.
-pub(crate) fn body_str<'b>(
-    doc: &'b serde_json::Value,
-    path: &[&str],
-    what: &'static str,
-) -> Result<Cow<'b, str>, VerifyError> {
-    path.iter()
-        .try_fold(doc, |v, key| v.get(key))
-        .and_then(serde_json::Value::as_str)
-        .map(Cow::Borrowed)
-        .ok_or(VerifyError::MalformedBody(what))
 }
 
 #[cfg(test)]

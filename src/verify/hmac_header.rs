@@ -75,6 +75,16 @@ pub enum KeyError {
     /// A secret is not in the encoding the scheme requires.
     #[error("secret is not valid {0}")]
     BadEncoding(&'static str),
+    /// The public URL a scheme signs (Twilio, HubSpot) is not usable.
+    #[error("public URL: {0}")]
+    BadUrl(&'static str),
+    /// The provider signs the URL it calls: build its preset with
+    /// [`Provider::verifier_with_url`](super::Provider::verifier_with_url).
+    #[error("this provider signs the URL it calls: give the endpoint's public URL")]
+    NeedsUrl,
+    /// The preset needs a crate feature that is off.
+    #[error("this preset needs the crate's `{0}` feature")]
+    NeedsFeature(&'static str),
 }
 
 impl HmacSha256Header {

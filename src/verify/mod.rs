@@ -24,19 +24,27 @@
 //! answers it itself: see [`Handshake`].
 
 mod common;
+#[cfg(feature = "ed25519")]
+mod discord;
 mod generic;
 mod github;
 mod handshake;
 mod hmac_header;
+mod hubspot;
 mod jamm;
 mod linear;
+mod meta;
 mod paddle;
 mod provider;
+mod request;
 mod secret;
 mod shopify;
 mod slack;
 mod standard;
 mod stripe;
+mod twilio;
+mod twitch;
+mod zoom;
 
 use std::borrow::Cow;
 use std::fmt;
@@ -44,12 +52,17 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 
+#[cfg(feature = "ed25519")]
+#[cfg_attr(docsrs, doc(cfg(feature = "ed25519")))]
+pub use discord::Discord;
 pub use generic::{GenericHmac, Template, TemplateError};
 pub use github::GitHub;
 pub use handshake::Handshake;
 pub use hmac_header::{Encoding, HmacSha256Header, KeyError};
+pub use hubspot::HubSpot;
 pub use jamm::Jamm;
 pub use linear::Linear;
+pub use meta::Meta;
 pub use paddle::Paddle;
 pub use provider::{Provider, UnknownProvider};
 pub use secret::Secret;
@@ -57,6 +70,9 @@ pub use shopify::Shopify;
 pub use slack::Slack;
 pub use standard::StandardWebhooks;
 pub use stripe::Stripe;
+pub use twilio::Twilio;
+pub use twitch::{Revocation, Twitch};
+pub use zoom::Zoom;
 
 use crate::Headers;
 
@@ -230,6 +246,10 @@ pub enum VerifyError {
     /// The body could not be read where the scheme signs part of it.
     #[error("malformed body: {0}")]
     MalformedBody(&'static str),
+    /// The request's query, which the scheme signs or reads (Twilio's
+    /// `bodySHA256`, Meta's `hub.*` parameters), is missing a part or malformed.
+    #[error("malformed query: {0}")]
+    MalformedQuery(&'static str),
 }
 
 impl VerifyError {
@@ -244,6 +264,7 @@ impl VerifyError {
             Self::NoMatch => "signature_mismatch",
             Self::BodyTooLarge { .. } => "body_too_large",
             Self::MalformedBody(_) => "malformed_body",
+            Self::MalformedQuery(_) => "malformed_query",
         }
     }
 }
