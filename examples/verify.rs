@@ -5,16 +5,25 @@
 //!     --header 'Stripe-Signature: t=...,v1=...' --body-file body.json [--now 1700000000]
 //! ```
 //!
-//! Prints `ok <event id>` and exits 0 when the delivery verifies; prints
-//! `rejected: <reason> (<code>)` and exits 1 when it does not; exits 2 on a usage error.
+//! Prints `ok <event id>` and exits 0 when the delivery verifies (`handshake
+//! <name>: <answer>` for a provider's handshake); prints `rejected: <reason>
+//! (<code>)` and exits 1 when it does not; exits 2 on a usage error.
+//!
+//! Schemes that sign the request line take it too: `--url` is the public URL
+//! Twilio or HubSpot call (without query), `--method` and `--target` the request's
+//! method and path-and-query as received (`--target '/sms?bodySHA256=...'`, or
+//! `--method GET --target '/meta?hub.mode=...'`). For discord, `--secret` is the
+//! application's public key (hex).
 
 use std::process::ExitCode;
 
 use chrono::{DateTime, Utc};
 use webhook_guard::verify::Provider;
+use webhook_guard::RequestHead;
 
-const USAGE: &str = "usage: verify --provider <stripe|standard|github|shopify|slack|jamm|paddle|linear> \
---secret <s> [--secret <s2> ...] [--header 'Name: value' ...] --body-file <path> [--now <unix seconds>]";
+const USAGE: &str = "usage: verify --provider <stripe|standard|github|shopify|slack|jamm|paddle|linear|zoom|meta|twitch|discord|twilio|hubspot> \
+--secret <s> [--secret <s2> ...] [--header 'Name: value' ...] --body-file <path> [--now <unix seconds>] \
+[--url <public URL>] [--method <METHOD>] [--target <path?query>]";
 
 struct Args {
     provider: Provider,
@@ -22,10 +31,14 @@ struct Args {
     headers: Vec<(String, String)>,
     body_file: String,
     now: Option<DateTime<Utc>>,
+    url: Option<String>,
+    method: Option<String>,
+    target: Option<String>,
 }
 
 fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
     let (mut provider, mut body_file, mut now) = (None, None, None);
+    let (mut url, mut method, mut target) = (None, None, None);
     let (mut secrets, mut headers) = (Vec::new(), Vec::new());
     while let Some(flag) = args.next() {
         let mut value = || args.next().ok_or_else(|| format!("{flag} needs a value"));
@@ -42,6 +55,9 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
                 headers.push((name.trim().to_owned(), val.trim().to_owned()));
             }
             "--body-file" => body_file = Some(value()?),
+            "--url" => url = Some(value()?),
+            "--method" => method = Some(value()?),
+            "--target" => target = Some(value()?),
             "--now" => {
                 let text = value()?;
                 let secs: i64 = text
@@ -61,6 +77,9 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
         headers,
         body_file: body_file.ok_or("--body-file is required")?,
         now,
+        url,
+        method,
+        target,
     })
 }
 
@@ -79,7 +98,11 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let verifier = match args.provider.verifier(args.secrets) {
+    let built = match &args.url {
+        Some(url) => args.provider.verifier_with_url(url, args.secrets),
+        None => args.provider.verifier(args.secrets),
+    };
+    let verifier = match built {
         Ok(v) => v,
         Err(e) => {
             eprintln!("verify: bad secret for {}: {e}", args.provider);
@@ -87,11 +110,22 @@ fn main() -> ExitCode {
         }
     };
     let now = args.now.unwrap_or_else(Utc::now);
-    match verifier.verify(&args.headers, &body, now) {
+    let method = args.method.as_deref().unwrap_or("POST");
+    let verified = match &args.target {
+        Some(target) => verifier.verify(
+            &RequestHead::new(&args.headers[..], method, target),
+            &body,
+            now,
+        ),
+        None => verifier.verify(&args.headers, &body, now),
+    };
+    match verified {
         Ok(verified) => {
-            match verified.event_id {
-                Some(id) => println!("ok {id}"),
-                None => println!("ok"),
+            // Values from the delivery are printed escaped.
+            match (verified.handshake, verified.event_id) {
+                (Some(h), _) => println!("handshake {}: {}", h.name, h.body.escape_debug()),
+                (None, Some(id)) => println!("ok {}", id.escape_debug()),
+                (None, None) => println!("ok"),
             }
             ExitCode::SUCCESS
         }

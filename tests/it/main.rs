@@ -31,6 +31,9 @@ mod actix;
 mod cli;
 #[cfg(feature = "axum")]
 mod detached;
+// Every preset's handshake through the web integrations.
+#[cfg(feature = "axum")]
+mod handshakes;
 #[cfg(feature = "lambda")]
 mod lambda;
 #[cfg(feature = "tower")]
