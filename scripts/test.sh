@@ -11,6 +11,9 @@ wg_start_dynamodb
 wg_start_tls_services
 wg_start_valkey
 trap 'wg_stop_tls_services; wg_stop_dynamodb; wg_stop_valkey' EXIT
+# Deliveries signed by the providers' own SDKs (npm, PyPI), for tests/it/sdk_vectors.rs.
+WG_SDK_VECTORS="$(bash scripts/sdk_vectors.sh)"
+export WG_SDK_VECTORS
 cargo test --all-features "$@"
 # The whole run (no filter given) also runs the Lambda example under the local
 # Lambda emulator.

@@ -21,6 +21,9 @@ mod store_calls;
 #[cfg(feature = "tokio")]
 mod forgery;
 mod fuzz_regressions;
+// Deliveries signed by the providers' own SDKs (scripts/sdk_vectors.sh).
+#[cfg(feature = "ed25519")]
+mod sdk_vectors;
 mod verify_providers;
 mod verify_tool;
 
