@@ -103,6 +103,34 @@ fn has_control(id: &str) -> bool {
     !id.bytes().all(|b| (0x20..0x7f).contains(&b)) && id.chars().any(char::is_control)
 }
 
+/// How a delivery ends before its id is claimed: refused, or a handshake to answer
+/// (boxed: it is rare, and keeps every delivery's result small).
+pub(super) enum Early {
+    Rejected(Rejection),
+    Handshake(Box<crate::verify::Handshake>),
+}
+
+impl Early {
+    pub(super) fn into_outcome(self) -> crate::Outcome {
+        match self {
+            Self::Rejected(rejection) => crate::Outcome::Rejected(rejection),
+            Self::Handshake(handshake) => crate::Outcome::Handshake(*handshake),
+        }
+    }
+}
+
+impl From<Rejection> for Early {
+    fn from(rejection: Rejection) -> Self {
+        Self::Rejected(rejection)
+    }
+}
+
+impl From<crate::verify::VerifyError> for Early {
+    fn from(error: crate::verify::VerifyError) -> Self {
+        Self::Rejected(error.into())
+    }
+}
+
 /// A delivery that passed verification, with its event id.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]

@@ -55,6 +55,7 @@ pub use builder::{
     DEFAULT_STORE_TIMEOUT,
 };
 pub use claim::Claimed;
+use event::Early;
 pub use event::{
     Event, EventId, IdExtractor, LeaseError, OwnedEvent, VerifiedDelivery, MAX_ID_LEN,
 };
@@ -664,34 +665,6 @@ impl WebhookGuard {
     fn done<'a>(&self, outcome: Outcome, attempt: Option<u32>, started: Instant) -> Begin<'a> {
         self.report(&outcome, attempt, started, None);
         Begin::Done(outcome)
-    }
-}
-
-/// How a delivery ends before its id is claimed: refused, or a handshake to answer
-/// (boxed: it is rare, and keeps every delivery's result small).
-enum Early {
-    Rejected(Rejection),
-    Handshake(Box<crate::verify::Handshake>),
-}
-
-impl Early {
-    fn into_outcome(self) -> Outcome {
-        match self {
-            Self::Rejected(rejection) => Outcome::Rejected(rejection),
-            Self::Handshake(handshake) => Outcome::Handshake(*handshake),
-        }
-    }
-}
-
-impl From<Rejection> for Early {
-    fn from(rejection: Rejection) -> Self {
-        Self::Rejected(rejection)
-    }
-}
-
-impl From<crate::verify::VerifyError> for Early {
-    fn from(error: crate::verify::VerifyError) -> Self {
-        Self::Rejected(error.into())
     }
 }
 
