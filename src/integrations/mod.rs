@@ -23,6 +23,18 @@
 //! `examples/plain_http.rs`); with feature `http02`, `http` 0.2's `HeaderMap` (warp
 //! 0.3, hyper 0.14) is a [`Headers`](crate::Headers) too.
 //!
+//! # Handshakes and the request line
+//!
+//! Every integration gives the guard the request's method and target (path and
+//! query) with its headers, for the presets that sign them (Twilio, HubSpot) or
+//! read them (Meta's subscription check); see
+//! [request context](crate::verify#request-context). A provider's handshake
+//! (Slack, Zoom, Meta, Twitch, Discord) is answered with its own status, content
+//! type and body ([`Outcome::Handshake`]), without running the handler or touching
+//! the store. The axum and actix `guarded` routes take `GET` as well as `POST`
+//! for Meta's check; with the tower layer, route `GET` to the layered service too
+//! where a provider checks the endpoint with one.
+//!
 //! # Bodies over the limit
 //!
 //! The integrations read at most [`WebhookGuard::max_body`] bytes: a request whose

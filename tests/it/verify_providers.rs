@@ -15,17 +15,25 @@ fn signature_header(p: Provider) -> &'static str {
         Provider::Slack => "X-Slack-Signature",
         Provider::Paddle => "Paddle-Signature",
         Provider::Linear => "Linear-Signature",
+        Provider::Zoom => "x-zm-signature",
+        Provider::Meta => "X-Hub-Signature-256",
+        Provider::Twitch => "Twitch-Eventsub-Message-Signature",
+        Provider::Discord => "X-Signature-Ed25519",
+        Provider::Twilio => "X-Twilio-Signature",
+        Provider::HubSpot => "X-HubSpot-Signature-v3",
         _ => "X-Unused",
     }
 }
 
 fn verifier(p: Provider) -> Box<dyn Verifier> {
-    let secret = if p == Provider::Standard {
-        "whsec_c2VjcmV0"
-    } else {
-        "secret"
+    let secret = match p {
+        Provider::Standard => "whsec_c2VjcmV0",
+        // RFC 8032's first public key.
+        Provider::Discord => "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a",
+        _ => "secret",
     };
-    p.verifier([secret]).unwrap()
+    p.verifier_with_url("https://example.com/hook", [secret])
+        .unwrap()
 }
 
 fn now() -> DateTime<Utc> {
@@ -39,6 +47,11 @@ fn base_headers(p: Provider, signature: String) -> Vec<(String, Vec<u8>)> {
         ("webhook-id", "msg_1"),
         ("webhook-timestamp", "1700000000"),
         ("X-Slack-Request-Timestamp", "1700000000"),
+        ("x-zm-request-timestamp", "1700000000"),
+        ("Twitch-Eventsub-Message-Id", "msg_1"),
+        ("Twitch-Eventsub-Message-Timestamp", "2023-11-14T22:13:20Z"),
+        ("X-Signature-Timestamp", "1700000000"),
+        ("X-HubSpot-Request-Timestamp", "1700000000000"),
     ] {
         h.push((k.to_owned(), v.as_bytes().to_vec()));
     }
@@ -144,6 +157,11 @@ proptest! {
                 ("webhook-id".to_owned(), ts.clone()),
                 ("webhook-timestamp".to_owned(), ts.clone()),
                 ("X-Slack-Request-Timestamp".to_owned(), ts.clone()),
+                ("x-zm-request-timestamp".to_owned(), ts.clone()),
+                ("Twitch-Eventsub-Message-Id".to_owned(), ts.clone()),
+                ("Twitch-Eventsub-Message-Timestamp".to_owned(), ts.clone()),
+                ("X-Signature-Timestamp".to_owned(), ts.clone()),
+                ("X-HubSpot-Request-Timestamp".to_owned(), ts.clone()),
             ];
             let _ = v.verify(&h, &body, now);
         }
