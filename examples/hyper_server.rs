@@ -13,7 +13,7 @@ async fn receive(guard: WebhookGuard, request: Request<hyper::body::Incoming>) -
     let Ok(body) = Limited::new(body, guard.max_body()).collect().await else {
         return Response::builder().status(413).body(Full::default());
     };
-    let delivery = guard.handle_spawned(&parts.headers, body.to_bytes(), |event| async move {
+    let delivery = guard.handle_spawned(&parts, body.to_bytes(), |event| async move {
         println!("{}", event.id()); // your side effects: once per event id, on a task
         Ok(())
     });

@@ -18,7 +18,9 @@ use webhook_guard::{EventId, HandlerError, MemoryStore, WebhookGuard};
 /// One delivery in, one answer out: the whole integration.
 async fn receive(guard: &WebhookGuard, request: Request<Vec<u8>>) -> Response<String> {
     let outcome = guard
-        .handle(request.headers(), request.body(), |event| async move {
+        // The whole request, not only its headers: a scheme that signs the method or
+        // URL (HubSpot, Twilio) or a handshake sent as a GET (Meta) needs them too.
+        .handle(&request, request.body(), |event| async move {
             // Your side effects, run once per event id.
             let payload: serde_json::Value = event.json()?;
             println!("  handler: {} ({})", event.id(), payload["type"]);
@@ -30,6 +32,15 @@ async fn receive(guard: &WebhookGuard, request: Request<Vec<u8>>) -> Response<St
         .await;
 
     let answer = guard.answer(&outcome);
+    // A provider's handshake (Slack's url_verification, Meta's subscription check,
+    // ...) is answered with its own status, content type and body.
+    if let Some(handshake) = outcome.handshake() {
+        return Response::builder()
+            .status(answer.status)
+            .header(CONTENT_TYPE, handshake.content_type)
+            .body(handshake.body.clone())
+            .expect("valid response");
+    }
     let mut response = Response::builder()
         .status(answer.status)
         .header(CONTENT_TYPE, "application/json");

@@ -5,22 +5,30 @@
 //!     --header 'Stripe-Signature: t=...,v1=...' --body-file body.json [--now 1700000000]
 //! ```
 //!
+//! Prints `ok <event id>` and exits 0 when the delivery verifies (`handshake
+//! <name>: <answer>` for a provider's handshake); prints `rejected: <reason>
+//! (<code>)` and exits 1 when it does not; exits 2 on a usage error.
+//!
+//! Schemes that sign the request line take it too: `--url` is the public URL
+//! Twilio or HubSpot call (without query), `--method` and `--target` the request's
+//! method and path-and-query as received (`--target '/sms?bodySHA256=...'`, or
+//! `--method GET --target '/meta?hub.mode=...'`). For discord, `--secret` is the
+//! application's public key (hex).
+//!
 //! For `square`, whose signature covers the notification URL, add `--url <URL>` (as
 //! configured at Square); for `sendgrid`, `--secret` is the public verification key;
 //! for `gitlab`, the secret token.
-//!
-//! Prints `ok <event id>` and exits 0 when the delivery verifies; prints
-//! `rejected: <reason> (<code>)` and exits 1 when it does not; exits 2 on a usage error.
 
 use std::process::ExitCode;
 
 use chrono::{DateTime, Utc};
 use webhook_guard::verify::Provider;
+use webhook_guard::RequestHead;
 
 const USAGE: &str = "usage: verify --provider <stripe|standard|github|shopify|slack|jamm|paddle|linear|\
-square|sendgrid|adyen|mailgun|intercom|gitlab|typeform|calendly|dropbox> \
+square|sendgrid|adyen|mailgun|intercom|gitlab|typeform|calendly|dropbox|zoom|meta|twitch|discord|twilio|hubspot> \
 --secret <s> [--secret <s2> ...] [--header 'Name: value' ...] --body-file <path> [--now <unix seconds>] \
-[--url <notification URL, for square>]";
+[--url <public URL>] [--method <METHOD>] [--target <path?query>]";
 
 struct Args {
     provider: Provider,
@@ -29,10 +37,13 @@ struct Args {
     body_file: String,
     now: Option<DateTime<Utc>>,
     url: Option<String>,
+    method: Option<String>,
+    target: Option<String>,
 }
 
 fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
-    let (mut provider, mut body_file, mut now, mut url) = (None, None, None, None);
+    let (mut provider, mut body_file, mut now) = (None, None, None);
+    let (mut url, mut method, mut target) = (None, None, None);
     let (mut secrets, mut headers) = (Vec::new(), Vec::new());
     while let Some(flag) = args.next() {
         let mut value = || args.next().ok_or_else(|| format!("{flag} needs a value"));
@@ -50,6 +61,8 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
             }
             "--body-file" => body_file = Some(value()?),
             "--url" => url = Some(value()?),
+            "--method" => method = Some(value()?),
+            "--target" => target = Some(value()?),
             "--now" => {
                 let text = value()?;
                 let secs: i64 = text
@@ -70,6 +83,8 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
         body_file: body_file.ok_or("--body-file is required")?,
         now,
         url,
+        method,
+        target,
     })
 }
 
@@ -89,13 +104,13 @@ fn main() -> ExitCode {
         }
     };
     let built = match &args.url {
-        Some(url) => args.provider.verifier_with_url(args.secrets, url),
+        Some(url) => args.provider.verifier_with_url(url, args.secrets),
         None => args.provider.verifier(args.secrets),
     };
     let verifier = match built {
         Ok(v) => v,
         Err(e) => {
-            let hint = if e == webhook_guard::verify::KeyError::MissingUrl {
+            let hint = if e == webhook_guard::verify::KeyError::NeedsUrl {
                 " (give it with --url)"
             } else {
                 ""
@@ -105,11 +120,22 @@ fn main() -> ExitCode {
         }
     };
     let now = args.now.unwrap_or_else(Utc::now);
-    match verifier.verify(&args.headers, &body, now) {
+    let method = args.method.as_deref().unwrap_or("POST");
+    let verified = match &args.target {
+        Some(target) => verifier.verify(
+            &RequestHead::new(&args.headers[..], method, target),
+            &body,
+            now,
+        ),
+        None => verifier.verify(&args.headers, &body, now),
+    };
+    match verified {
         Ok(verified) => {
-            match verified.event_id {
-                Some(id) => println!("ok {id}"),
-                None => println!("ok"),
+            // Values from the delivery are printed escaped.
+            match (verified.handshake, verified.event_id) {
+                (Some(h), _) => println!("handshake {}: {}", h.name, h.body.escape_debug()),
+                (None, Some(id)) => println!("ok {}", id.escape_debug()),
+                (None, None) => println!("ok"),
             }
             ExitCode::SUCCESS
         }

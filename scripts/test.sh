@@ -15,6 +15,9 @@ wg_start_valkey
 # Chromium and chromedriver for the console's browser test (tests/console_browser.rs).
 wg_start_chromedriver
 trap 'wg_stop_tls_services; wg_stop_dynamodb; wg_stop_valkey; wg_stop_chromedriver' EXIT
+# Deliveries signed by the providers' own SDKs (npm, PyPI), for tests/it/sdk_vectors.rs.
+WG_SDK_VECTORS="$(bash scripts/sdk_vectors.sh)"
+export WG_SDK_VECTORS
 # Deliveries signed and judged by the SDKs of Square, SendGrid, Adyen and others
 # (npm), for tests/it/providers_b.rs.
 mkdir -p target

@@ -1,4 +1,5 @@
-//! Header lookup that works with `http::HeaderMap` and with plain pairs.
+//! Header lookup that works with `http::HeaderMap` and with plain pairs, and the
+//! request line (method and target) for the schemes that sign it.
 
 /// A source of request headers, looked up by case-insensitive name.
 ///
@@ -21,6 +22,109 @@ pub trait Headers {
         self.get_bytes(name)
             .and_then(|v| std::str::from_utf8(v).ok())
     }
+
+    /// The request's method (`POST`, `GET`), when the source knows it.
+    ///
+    /// A header map alone does not: `None`. [`http::request::Parts`],
+    /// [`http::Request`] and [`RequestHead`] do, and the integrations pass one of
+    /// them, so that the schemes that sign the method (HubSpot v3) or answer a
+    /// handshake sent as a `GET` (Meta's subscription check) see it.
+    fn method(&self) -> Option<&str> {
+        None
+    }
+
+    /// The request target as received: the path and the query, such as
+    /// `/hooks/twilio?bodySHA256=...` (no scheme or host), when the source knows it.
+    ///
+    /// The schemes that sign the URL (Twilio, HubSpot v3) take the query from here
+    /// and the scheme, host and path from their configuration (a proxy may rewrite
+    /// those); Meta's subscription check reads its `hub.*` parameters here.
+    fn target(&self) -> Option<&str> {
+        None
+    }
+}
+
+/// The method and target of a request alongside its headers, for a host that calls
+/// the guard with a header map of its own (warp, rocket, a hand-written server):
+/// what the integrations pass for you.
+///
+/// ```
+/// use webhook_guard::{Headers, RequestHead};
+///
+/// let headers = [("X-Twilio-Signature", "...")];
+/// let head = RequestHead::new(&headers[..], "POST", "/twilio?a=1");
+/// assert_eq!(head.method(), Some("POST"));
+/// assert_eq!(head.target(), Some("/twilio?a=1"));
+/// assert_eq!(head.get_str("x-twilio-signature"), Some("..."));
+/// ```
+#[derive(Debug, Clone, Copy)]
+pub struct RequestHead<'a, H: ?Sized> {
+    headers: &'a H,
+    method: &'a str,
+    target: &'a str,
+}
+
+impl<'a, H: Headers + ?Sized> RequestHead<'a, H> {
+    /// `headers` of a request made with `method` to `target` (its path and query,
+    /// as received).
+    pub fn new(headers: &'a H, method: &'a str, target: &'a str) -> Self {
+        Self {
+            headers,
+            method,
+            target,
+        }
+    }
+}
+
+impl<H: Headers + ?Sized> Headers for RequestHead<'_, H> {
+    fn get_bytes(&self, name: &str) -> Option<&[u8]> {
+        self.headers.get_bytes(name)
+    }
+
+    fn method(&self) -> Option<&str> {
+        Some(self.method)
+    }
+
+    fn target(&self) -> Option<&str> {
+        Some(self.target)
+    }
+}
+
+/// The head of an `http` request: its headers, method and target. What the axum,
+/// tower and Lambda integrations pass to the guard.
+impl Headers for http::request::Parts {
+    fn get_bytes(&self, name: &str) -> Option<&[u8]> {
+        self.headers.get_bytes(name)
+    }
+
+    fn method(&self) -> Option<&str> {
+        Some(self.method.as_str())
+    }
+
+    fn target(&self) -> Option<&str> {
+        Some(uri_target(&self.uri))
+    }
+}
+
+/// An `http` request's headers, method and target (its body is not read).
+impl<B> Headers for http::Request<B> {
+    fn get_bytes(&self, name: &str) -> Option<&[u8]> {
+        self.headers().get_bytes(name)
+    }
+
+    fn method(&self) -> Option<&str> {
+        Some(self.method().as_str())
+    }
+
+    fn target(&self) -> Option<&str> {
+        Some(uri_target(self.uri()))
+    }
+}
+
+/// The path and query of `uri` (`/` when it has neither).
+fn uri_target(uri: &http::Uri) -> &str {
+    uri.path_and_query()
+        .map_or("/", http::uri::PathAndQuery::as_str)
 }
 
 impl Headers for http::HeaderMap {
@@ -67,6 +171,14 @@ impl<K: AsRef<str>, V: AsRef<[u8]>> Headers for Vec<(K, V)> {
 impl<H: Headers + ?Sized> Headers for &H {
     fn get_bytes(&self, name: &str) -> Option<&[u8]> {
         (**self).get_bytes(name)
+    }
+
+    fn method(&self) -> Option<&str> {
+        (**self).method()
+    }
+
+    fn target(&self) -> Option<&str> {
+        (**self).target()
     }
 }
 
@@ -117,6 +229,26 @@ mod tests {
             guard.verify(&map, body).unwrap_err().code(),
             "signature_mismatch"
         );
+    }
+
+    #[test]
+    fn request_heads_know_their_method_and_target() {
+        let request = http::Request::post("https://example.com/hooks?a=1&b=%20")
+            .header("X-Sig", "ab")
+            .body(())
+            .unwrap();
+        assert_eq!(Headers::method(&request), Some("POST"));
+        assert_eq!(Headers::target(&request), Some("/hooks?a=1&b=%20"));
+        let (parts, ()) = request.into_parts();
+        assert_eq!(Headers::method(&parts), Some("POST"));
+        assert_eq!(parts.target(), Some("/hooks?a=1&b=%20"));
+        assert_eq!(parts.get_str("x-sig"), Some("ab"));
+        let by_ref: &dyn Headers = &&parts;
+        assert_eq!(by_ref.target(), Some("/hooks?a=1&b=%20"));
+        let map = http::HeaderMap::new();
+        assert_eq!((map.method(), map.target()), (None, None));
+        let bare = http::Request::get("http://example.com").body(()).unwrap();
+        assert_eq!(Headers::target(&bare), Some("/"));
     }
 
     #[test]

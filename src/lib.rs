@@ -63,6 +63,7 @@
 //! | [`StoreUnavailable`](Outcome::StoreUnavailable) | 503 + `Retry-After` | no | retries; nothing lost |
 //! | [`Accepted`](Outcome::Accepted) | 200 | later (inbox mode) | stops |
 //! | [`Stale`](Outcome::Stale) | 200 + stale hook | no | stops |
+//! | [`Handshake`](Outcome::Handshake) | the handshake's own (200, its body and content type) | no, nothing stored | enables the endpoint |
 //!
 //! Escalation is the seed advice "escalate before the provider gives up": after
 //! `escalate_after` failed deliveries of one id (default 5, or fewer when the
@@ -177,7 +178,7 @@ pub use json::fuzz as __fuzz;
 // The front door: what a user of the happy path touches. Everything else lives in
 // its module (`guard`, `store`, `outcome`, `hooks`, `clock`, `sweeper`, ...).
 pub use guard::{ConfigError, Event, EventId, OwnedEvent, WebhookGuard, WebhookGuardBuilder};
-pub use headers::Headers;
+pub use headers::{Headers, RequestHead};
 pub use hooks::Hooks;
 pub use outcome::{HandlerError, Outcome};
 pub use store::{MemoryStore, ProcessedStore, StoreError};

@@ -28,7 +28,7 @@
 //!
 //! | Name | Type | Labels | What |
 //! |---|---|---|---|
-//! | `webhook_guard_deliveries_total` | counter | `namespace`, `outcome` | deliveries, by [`OutcomeKind`](crate::outcome::OutcomeKind) name (`processed`, `duplicate`, `in_progress`, `rejected`, `conflict`, `retryable_failure`, `escalated`, `permanent_failure`, `unrecorded`, `store_unavailable`, `accepted`, `stale`) |
+//! | `webhook_guard_deliveries_total` | counter | `namespace`, `outcome` | deliveries, by [`OutcomeKind`](crate::outcome::OutcomeKind) name (`processed`, `duplicate`, `in_progress`, `rejected`, `conflict`, `retryable_failure`, `escalated`, `permanent_failure`, `unrecorded`, `store_unavailable`, `accepted`, `stale`, `handshake`) |
 //! | `webhook_guard_delivery_duration_seconds` | histogram | `namespace`, `outcome` | from the start of verification to the outcome |
 //! | `webhook_guard_handler_duration_seconds` | histogram | `namespace`, `outcome` | the handler's run, for deliveries that ran it |
 //! | `webhook_guard_store_call_duration_seconds` | histogram | `op`, `result` | each store call ([`MeteredStore`]); `op` is `claim`, `finish`, `renew`, `get`, `delete`, `purge_expired` or `stuck`, `result` is `ok` or `error` |

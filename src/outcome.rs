@@ -7,7 +7,7 @@ use std::time::Duration;
 use http::StatusCode;
 
 use crate::store::{RecordState, StoreError};
-use crate::verify::VerifyError;
+use crate::verify::{Handshake, VerifyError};
 
 /// What a handler returns when it fails. Its error's text is kept (in the
 /// record's history, the outcome, the log) up to [`MAX_ERROR_LEN`](crate::guard::MAX_ERROR_LEN) bytes.
@@ -142,6 +142,10 @@ pub enum Outcome {
         /// The store's error.
         error: StoreError,
     },
+    /// The request was the provider's handshake (it verified): the handler did not
+    /// run and nothing was stored. Answer the handshake's own status, content type
+    /// and body, which every integration does (see [`Handshake`]).
+    Handshake(Handshake),
 }
 
 /// Why a successful handler run could not be recorded.
@@ -260,11 +264,13 @@ pub enum OutcomeKind {
     Accepted,
     /// See [`Outcome::Stale`].
     Stale,
+    /// See [`Outcome::Handshake`].
+    Handshake,
 }
 
 impl OutcomeKind {
     /// Every kind, in declaration order.
-    pub const ALL: [OutcomeKind; 12] = [
+    pub const ALL: [OutcomeKind; 13] = [
         Self::Processed,
         Self::Duplicate,
         Self::InProgress,
@@ -277,6 +283,7 @@ impl OutcomeKind {
         Self::StoreUnavailable,
         Self::Accepted,
         Self::Stale,
+        Self::Handshake,
     ];
 
     /// The name used in logs and metrics, such as `"processed"`.
@@ -294,6 +301,7 @@ impl OutcomeKind {
             Self::StoreUnavailable => "store_unavailable",
             Self::Accepted => "accepted",
             Self::Stale => "stale",
+            Self::Handshake => "handshake",
         }
     }
 
@@ -302,7 +310,7 @@ impl OutcomeKind {
     }
 
     /// The default HTTP status for this kind (rejections carry their own: 400, 401 or
-    /// 413).
+    /// 413; a handshake carries its own, 200 for every preset's).
     pub fn default_status(self) -> StatusCode {
         match self {
             Self::Processed
@@ -311,7 +319,8 @@ impl OutcomeKind {
             | Self::PermanentFailure
             | Self::Unrecorded
             | Self::Accepted
-            | Self::Stale => StatusCode::OK,
+            | Self::Stale
+            | Self::Handshake => StatusCode::OK,
             Self::InProgress => StatusCode::CONFLICT,
             Self::Rejected => StatusCode::BAD_REQUEST,
             Self::Conflict => StatusCode::UNPROCESSABLE_ENTITY,
@@ -343,6 +352,7 @@ impl Outcome {
             Self::StoreUnavailable { .. } => OutcomeKind::StoreUnavailable,
             Self::Accepted { .. } => OutcomeKind::Accepted,
             Self::Stale { .. } => OutcomeKind::Stale,
+            Self::Handshake(_) => OutcomeKind::Handshake,
         }
     }
 
@@ -360,7 +370,16 @@ impl Outcome {
             | Self::Accepted { id, .. }
             | Self::Stale { id, .. } => Some(id),
             Self::StoreUnavailable { id, .. } => id.as_deref(),
-            Self::Rejected(_) => None,
+            Self::Rejected(_) | Self::Handshake(_) => None,
+        }
+    }
+
+    /// The handshake to answer, for [`Outcome::Handshake`]: its status, content
+    /// type and body.
+    pub fn handshake(&self) -> Option<&Handshake> {
+        match self {
+            Self::Handshake(handshake) => Some(handshake),
+            _ => None,
         }
     }
 
@@ -386,6 +405,7 @@ impl fmt::Display for Outcome {
             Self::Unrecorded { reason, .. } => write!(f, "unrecorded: {reason}"),
             Self::StoreUnavailable { error, .. } => write!(f, "{error}"),
             Self::Duplicate { state, .. } => write!(f, "duplicate ({state})"),
+            Self::Handshake(h) => write!(f, "handshake ({})", h.name),
             other => f.write_str(other.kind().as_str()),
         }
     }

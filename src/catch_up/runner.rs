@@ -208,7 +208,10 @@ where
                 Outcome::Escalated { .. } | Outcome::PermanentFailure { .. } => {
                     report.failed_for_good += 1;
                 }
-                Outcome::Unrecorded { .. } | Outcome::Stale { .. } => report.settled_otherwise += 1,
+                // A fetched event is never a handshake (no verifier reads it).
+                Outcome::Unrecorded { .. } | Outcome::Stale { .. } | Outcome::Handshake(_) => {
+                    report.settled_otherwise += 1
+                }
                 Outcome::Rejected(rejection) => {
                     tracing::error!(%id, reason = %rejection, "catch-up passed over an event the guard refuses");
                     report.rejected += 1;

@@ -414,7 +414,9 @@ impl WebhookGuardBuilder {
         self
     }
 
-    /// Overrides the HTTP status answered for `kind`.
+    /// Overrides the HTTP status answered for `kind`. A handshake is always answered
+    /// with its own status (the provider checks it): an override for
+    /// [`OutcomeKind::Handshake`] is ignored.
     pub fn status(mut self, kind: OutcomeKind, status: StatusCode) -> Self {
         self.status[kind.index()] = Some(status);
         self

@@ -150,6 +150,34 @@ impl Checked {
     }
 }
 
+/// How a delivery ends before its id is claimed: refused, or a handshake to answer
+/// (boxed: it is rare, and keeps every delivery's result small).
+pub(super) enum Early {
+    Rejected(Rejection),
+    Handshake(Box<crate::verify::Handshake>),
+}
+
+impl Early {
+    pub(super) fn into_outcome(self) -> crate::Outcome {
+        match self {
+            Self::Rejected(rejection) => crate::Outcome::Rejected(rejection),
+            Self::Handshake(handshake) => crate::Outcome::Handshake(*handshake),
+        }
+    }
+}
+
+impl From<Rejection> for Early {
+    fn from(rejection: Rejection) -> Self {
+        Self::Rejected(rejection)
+    }
+}
+
+impl From<crate::verify::VerifyError> for Early {
+    fn from(error: crate::verify::VerifyError) -> Self {
+        Self::Rejected(error.into())
+    }
+}
+
 /// A delivery that passed verification, with its event id.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -164,6 +192,9 @@ pub struct VerifiedDelivery {
     /// [type source](crate::WebhookGuardBuilder::event_type) finds (GitHub's and
     /// Shopify's, in a header).
     pub meta: EventMeta,
+    /// Set when the request was the provider's handshake: answer it; `id` is then
+    /// empty and `meta` default, as there is no event.
+    pub handshake: Option<crate::verify::Handshake>,
 }
 
 /// The event handed to a handler. It borrows the body for `'a` and shares the claim,
@@ -375,7 +406,18 @@ impl WebhookGuard {
         body: &[u8],
         now: DateTime<Utc>,
     ) -> Result<VerifiedDelivery, Rejection> {
-        let checked = self.verify_id_at(headers, body, now)?;
+        let checked = match self.verify_id_at(headers, body, now) {
+            Ok(checked) => checked,
+            Err(Early::Rejected(rejection)) => return Err(rejection),
+            Err(Early::Handshake(handshake)) => {
+                return Ok(VerifiedDelivery {
+                    id: String::new(),
+                    signed_at: None,
+                    meta: EventMeta::default(),
+                    handshake: Some(*handshake),
+                })
+            }
+        };
         let mut meta = self.inner.meta.extract(body);
         if meta.event_type.is_none() {
             // A type the body alone does not give (GitHub's, Shopify's header).
@@ -385,6 +427,7 @@ impl WebhookGuard {
             id: checked.id,
             signed_at: checked.signed_at,
             meta,
+            handshake: None,
         })
     }
 }

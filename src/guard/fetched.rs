@@ -7,7 +7,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use tracing::Instrument as _;
 
-use super::event::{check_id, Checked};
+use super::event::{check_id, Checked, Early};
 use super::{run_owned, Begin, OwnedEvent, WebhookGuard};
 use crate::outcome::{HandlerError, Outcome, Rejection};
 use crate::runtime::enterable;
@@ -65,14 +65,15 @@ impl WebhookGuard {
         let started = Instant::now();
         let now = self.inner.clock.now();
         let limit = self.inner.max_body;
-        let checked = if body.len() > limit {
+        let checked = (if body.len() > limit {
             Err(Rejection::BodyTooLarge {
                 size: body.len(),
                 limit,
             })
         } else {
             check_id(id).map(|()| Checked::new(id.to_owned(), None, None))
-        };
+        })
+        .map_err(Early::from);
         async move {
             let unknown = Fingerprint::UNKNOWN;
             match self

@@ -53,6 +53,9 @@ impl WebhookGuard {
             Ok(d) => d,
             Err(r) => return Outcome::Rejected(r),
         };
+        if let Some(handshake) = delivery.handshake {
+            return Outcome::Handshake(handshake);
+        }
         record_on_span("webhook.event_id", delivery.id.as_str());
         let inner = &self.inner;
         let Some(inbox) = &inner.inbox else {

@@ -61,6 +61,7 @@ pub use builder::{
     DEFAULT_STORE_TIMEOUT,
 };
 pub use claim::Claimed;
+use event::Early;
 pub use event::{
     Event, EventId, IdExtractor, LeaseError, OwnedEvent, VerifiedDelivery, MAX_ID_LEN,
 };
@@ -445,18 +446,22 @@ impl WebhookGuard {
         headers: &dyn Headers,
         body: &[u8],
         now: DateTime<Utc>,
-    ) -> Result<Checked, Rejection> {
+    ) -> Result<Checked, Early> {
         let inner = &self.inner;
         if body.len() > inner.max_body {
-            return Err(Rejection::BodyTooLarge {
+            return Err(Early::Rejected(Rejection::BodyTooLarge {
                 size: body.len(),
                 limit: inner.max_body,
-            });
+            }));
         }
         if inner.tenants.is_some() {
-            return Err(Rejection::MissingTenant); // its verifier is the tenants' template
+            // Its verifier is the tenants' template.
+            return Err(Early::Rejected(Rejection::MissingTenant));
         }
-        let verified = inner.verifier.verify(headers, body, now)?;
+        let mut verified = inner.verifier.verify(headers, body, now)?;
+        if let Some(handshake) = verified.handshake.take() {
+            return Err(Early::Handshake(Box::new(handshake)));
+        }
         let signed_at = verified.signed_at;
         let id = inner.event_id.extract(headers, body, verified)?;
         check_id(&id)?;
@@ -475,7 +480,7 @@ impl WebhookGuard {
     /// `lease_cap`, when given, bounds the claim's lease and its renewals.
     fn claim<'s, 'a>(
         &'s self,
-        verified: Result<Checked, Rejection>,
+        verified: Result<Checked, Early>,
         body: &'a [u8],
         started: Instant,
         now: DateTime<Utc>,
@@ -498,7 +503,7 @@ impl WebhookGuard {
     /// from the provider's API claims with [`Fingerprint::UNKNOWN`] (`fetched.rs`).
     async fn claim_as<'a>(
         &self,
-        verified: Result<Checked, Rejection>,
+        verified: Result<Checked, Early>,
         body: &'a [u8],
         fingerprint: Fingerprint,
         started: Instant,
@@ -507,7 +512,7 @@ impl WebhookGuard {
     ) -> Begin<'a> {
         let (id, type_header, content_key) = match verified {
             Ok(checked) => (checked.id, checked.type_header, checked.content_key),
-            Err(r) => return self.done(Outcome::Rejected(r), None, started),
+            Err(early) => return self.done(early.into_outcome(), None, started),
         };
         record_on_span("webhook.event_id", id.as_str());
         let inner = &self.inner;
@@ -810,6 +815,8 @@ impl WebhookGuard {
     pub fn answer(&self, outcome: &Outcome) -> Answer {
         let kind = outcome.kind();
         let default = match (outcome, self.inner.in_progress) {
+            // The provider checks a handshake's status: no override applies.
+            (Outcome::Handshake(h), _) => return Answer::with_status(outcome, h.status),
             (Outcome::Rejected(r), _) => r.status(),
             (Outcome::InProgress { .. }, InProgressAnswer::Accept) => StatusCode::OK,
             _ => kind.default_status(),

@@ -75,6 +75,23 @@ impl Headers for HeaderMap {
     }
 }
 
+/// The request's headers, method and target: what [`handle_request`] gives the
+/// guard, so that a scheme signing the method or URL (and a handshake sent as a
+/// `GET`) sees them.
+impl Headers for HttpRequest {
+    fn get_bytes(&self, name: &str) -> Option<&[u8]> {
+        self.headers().get_bytes(name)
+    }
+
+    fn method(&self) -> Option<&str> {
+        Some(HttpRequest::method(self).as_str())
+    }
+
+    fn target(&self) -> Option<&str> {
+        Some(self.uri().path_and_query().map_or("/", |pq| pq.as_str()))
+    }
+}
+
 impl GuardResponse {
     /// An actix-web [`HttpResponse`]: the status, `Retry-After`, `Content-Type:
     /// application/json` and the JSON body, with the
@@ -83,7 +100,10 @@ impl GuardResponse {
         let status = StatusCode::from_u16(self.answer.status.as_u16())
             .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let mut builder = HttpResponse::build(status);
-        builder.insert_header((CONTENT_TYPE, HeaderValue::from_static("application/json")));
+        // A custom verifier's content type that is no header value becomes bytes.
+        let content_type = HeaderValue::from_str(self.content_type())
+            .unwrap_or(HeaderValue::from_static("application/octet-stream"));
+        builder.insert_header((CONTENT_TYPE, content_type));
         if let Some(secs) = self.answer.retry_after {
             builder.insert_header((RETRY_AFTER, HeaderValue::from(secs)));
         }
@@ -177,25 +197,30 @@ where
     F: Fn(OwnedEvent) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = Result<(), HandlerError>> + Send + 'static,
 {
-    /// The `POST` route, for `App::route` or `Resource::route`.
+    /// The `POST` route, for `App::route` or `Resource::route`. It answers `GET`
+    /// too, for a provider's handshake sent as a `GET` (Meta's subscription
+    /// check); the verifier refuses any other `GET`, 401 by default.
     pub fn route(&self) -> actix_web::Route {
         let this = self.clone();
-        web::post().to(move |request: HttpRequest, payload: web::Payload| {
-            let this = this.clone();
-            async move {
-                let Guarded {
-                    guard,
-                    handler,
-                    home,
-                } = this;
-                on_home(home, async move {
-                    handle_request(&guard, &request, payload, handler)
-                        .await
-                        .into_actix()
-                })
-                .await
-            }
-        })
+        let methods = actix_web::guard::Any(actix_web::guard::Post()).or(actix_web::guard::Get());
+        web::route()
+            .guard(methods)
+            .to(move |request: HttpRequest, payload: web::Payload| {
+                let this = this.clone();
+                async move {
+                    let Guarded {
+                        guard,
+                        handler,
+                        home,
+                    } = this;
+                    on_home(home, async move {
+                        handle_request(&guard, &request, payload, handler)
+                            .await
+                            .into_actix()
+                    })
+                    .await
+                }
+            })
     }
 
     /// The guard.
@@ -257,7 +282,7 @@ where
         Ok(bytes) => bytes,
         Err(error) => return super::refuse_body(guard, error, started),
     };
-    let outcome = guard.handle_spawned(headers, bytes, handler).await;
+    let outcome = guard.handle_spawned(request, bytes, handler).await;
     guard.respond(outcome)
 }
 

@@ -69,7 +69,9 @@ impl IntoResponse for Outcome {
     }
 }
 
-/// A `POST` route that runs `handler` once per event id.
+/// A `POST` route that runs `handler` once per event id (and answers `GET` too, for
+/// a provider's handshake sent as a `GET`: Meta's subscription check; the verifier
+/// refuses any other `GET`, 401 by default).
 ///
 /// It reads the raw body (at most [`WebhookGuard::max_body`] bytes, never
 /// re-serialized), verifies and claims the delivery, calls `handler` with the
@@ -90,7 +92,8 @@ where
     // so the closure hands its own guard and handler to the request's future: no
     // second clone of them (a guard's clone writes the reference count that every
     // worker of the host shares).
-    axum::routing::post(move |request: Request| async move {
+    let methods = axum::routing::MethodFilter::POST.or(axum::routing::MethodFilter::GET);
+    axum::routing::on(methods, move |request: Request| async move {
         handle_request(&guard, request, handler).await
     })
 }
@@ -138,7 +141,9 @@ where
             Ok(bytes) => bytes,
             Err(response) => return response,
         };
-        guard.handle_spawned(&parts.headers, bytes, handler)
+        // The request's head, so that a scheme signing the method or URL (and a
+        // handshake sent as a GET) sees them.
+        guard.handle_spawned(&parts, bytes, handler)
     };
     let outcome = delivery.await;
     guard.respond(outcome)

@@ -132,8 +132,8 @@ where
     let (parts, body) = request.into_parts();
     let body = raw_body(body);
     let outcome = match deadline {
-        Some(deadline) => (guard.handle_owned_until(&parts.headers, body, deadline, handler)).await,
-        None => guard.handle_owned(&parts.headers, body, handler).await,
+        Some(deadline) => (guard.handle_owned_until(&parts, body, deadline, handler)).await,
+        None => guard.handle_owned(&parts, body, handler).await,
     };
     guard.respond(outcome)
 }

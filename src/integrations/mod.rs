@@ -23,6 +23,18 @@
 //! `examples/plain_http.rs`); with feature `http02`, `http` 0.2's `HeaderMap` (warp
 //! 0.3, hyper 0.14) is a [`Headers`](crate::Headers) too.
 //!
+//! # Handshakes and the request line
+//!
+//! Every integration gives the guard the request's method and target (path and
+//! query) with its headers, for the presets that sign them (Twilio, HubSpot) or
+//! read them (Meta's subscription check); see
+//! [request context](crate::verify#request-context). A provider's handshake
+//! (Slack, Zoom, Meta, Twitch, Discord) is answered with its own status, content
+//! type and body ([`Outcome::Handshake`]), without running the handler or touching
+//! the store. The axum and actix `guarded` routes take `GET` as well as `POST`
+//! for Meta's check; with the tower layer, route `GET` to the layered service too
+//! where a provider checks the endpoint with one.
+//!
 //! # Bodies over the limit
 //!
 //! The integrations read at most [`WebhookGuard::max_body`] bytes: a request whose
@@ -59,7 +71,8 @@ pub mod tower;
 
 /// An [`Outcome`] with the [`Answer`] chosen for it: the status, a `Retry-After`
 /// where the answer has one, and a small JSON body
-/// `{"outcome": "...", "reason": "...", "id": "..."}`.
+/// `{"outcome": "...", "reason": "...", "id": "..."}` — or, for
+/// [`Outcome::Handshake`], the handshake's own status, content type and body.
 ///
 /// The body holds the outcome kind, the machine-readable reason and the event id —
 /// never an error message, the payload or a secret.
@@ -149,9 +162,21 @@ impl GuardResponse {
             .map_or(OutcomeKind::Rejected.as_str(), |o| o.kind().as_str())
     }
 
+    /// The `Content-Type` of [`GuardResponse::body`]: `application/json`, or the
+    /// handshake's own.
+    pub fn content_type(&self) -> &'static str {
+        match self.outcome.as_ref().and_then(Outcome::handshake) {
+            Some(handshake) => handshake.content_type,
+            None => "application/json",
+        }
+    }
+
     /// The JSON body: `{"outcome": kind, "reason": code, "id": event id}`, the id
-    /// left out when there is none.
+    /// left out when there is none. For a handshake, the handshake's own body.
     pub fn body(&self) -> String {
+        if let Some(handshake) = self.outcome.as_ref().and_then(Outcome::handshake) {
+            return handshake.body.clone();
+        }
         let (outcome, reason) = (self.kind_str(), self.answer.reason);
         let id = self.outcome.as_ref().and_then(Outcome::id);
         // The kind and reason are fixed ASCII words. When the id needs no escaping
@@ -179,13 +204,18 @@ impl GuardResponse {
     }
 
     /// An [`http::Response`] with the status, `Retry-After`, `Content-Type:
-    /// application/json` and the JSON body. The [`OutcomeKind`] is also put in the
-    /// response's extensions, for middleware.
+    /// application/json` and the JSON body (a handshake's own content type and
+    /// body). The [`OutcomeKind`] is also put in the response's extensions, for
+    /// middleware.
     pub fn into_http<B: From<String>>(self) -> http::Response<B> {
         let mut response = http::Response::new(B::from(self.body()));
         *response.status_mut() = self.answer.status;
+        let content_type = self.content_type();
         let headers = response.headers_mut();
-        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        // A custom verifier's content type that is no header value becomes bytes.
+        let content_type = HeaderValue::from_str(content_type)
+            .unwrap_or(HeaderValue::from_static("application/octet-stream"));
+        headers.insert(CONTENT_TYPE, content_type);
         if let Some(secs) = self.answer.retry_after {
             headers.insert(RETRY_AFTER, HeaderValue::from(secs));
         }
@@ -223,6 +253,7 @@ impl From<Outcome> for GuardResponse {
 fn default_answer(outcome: &Outcome) -> Answer {
     let status = match outcome {
         Outcome::Rejected(r) => r.status(),
+        Outcome::Handshake(h) => h.status,
         other => other.kind().default_status(),
     };
     Answer::with_status(outcome, status)

@@ -6,9 +6,11 @@
 //!
 //! 1. reads the body, at most [`WebhookGuard::max_body`] bytes (see the
 //!    [module docs](crate::integrations#bodies-over-the-limit) for larger ones);
-//! 2. verifies and claims the delivery ([`WebhookGuard::begin`]). A duplicate, a
-//!    delivery in progress elsewhere, a rejected delivery or a store outage is
-//!    answered by the layer from its [`Outcome`](crate::Outcome), and **the inner service is not
+//! 2. verifies and claims the delivery ([`WebhookGuard::begin`], given the
+//!    request's method and target as well as its headers). A duplicate, a
+//!    delivery in progress elsewhere, a rejected delivery, a provider's handshake
+//!    (answered as the preset says) or a store outage is answered by the layer
+//!    from its [`Outcome`](crate::Outcome), and **the inner service is not
 //!    called**;
 //! 3. when this delivery won the claim, calls the inner service with the request,
 //!    its body rebuilt from the buffered bytes, and the verified [`OwnedEvent`] in
@@ -187,7 +189,9 @@ where
         Ok(bytes) => bytes,
         Err(response) => return Ok(response.into_http()),
     };
-    let claimed = match guard.begin(&parts.headers, &bytes).await {
+    // The request's head, so that a scheme signing the method or URL (and a
+    // handshake sent as a GET) sees them.
+    let claimed = match guard.begin(&parts, &bytes).await {
         Begin::Claimed(claimed) => claimed,
         Begin::Done(outcome) => return Ok(guard.respond(outcome).into_http()),
     };

@@ -321,6 +321,7 @@ impl Verifier for Adyen {
         ]);
         self.keys.check(&[&signed], &[tag])?;
         Ok(Verified {
+            handshake: None,
             event_id: Some(format!("{event_code}:{psp}:{success}")),
             signed_at: None,
         })

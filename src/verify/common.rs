@@ -99,6 +99,27 @@ impl Keys {
         })
     }
 
+    /// Which secret's MAC over the concatenation of `parts` equals `tag`, if any
+    /// (constant-time comparisons): for a scheme that answers with the same secret.
+    pub(crate) fn matching(&self, parts: &[&[u8]], tag: &[u8; 32]) -> Option<usize> {
+        self.0.iter().position(|key| {
+            let mut mac = key.clone();
+            for part in parts {
+                mac.update(part);
+            }
+            mac.verify_slice(tag).is_ok()
+        })
+    }
+
+    /// The MAC of the concatenation of `parts` under secret number `index`.
+    pub(crate) fn sign_with(&self, index: usize, parts: &[&[u8]]) -> [u8; 32] {
+        let mut mac = self.0[index].clone();
+        for part in parts {
+            mac.update(part);
+        }
+        mac.finalize().into_bytes().into()
+    }
+
     /// [`Keys::any_match`] as a verification step: [`VerifyError::NoMatch`] when no
     /// secret's MAC over `parts` equals any of `tags`.
     pub(crate) fn check(&self, parts: &[&[u8]], tags: &[[u8; 32]]) -> Result<(), VerifyError> {
@@ -122,6 +143,7 @@ pub(crate) fn timed(
     Ok(Verified {
         event_id: event_id(),
         signed_at: Some(signed_at),
+        handshake: None,
     })
 }
 
@@ -466,6 +488,11 @@ pub(crate) fn body_field(body: &[u8], name: &str) -> Option<String> {
 pub(crate) fn sha256(bytes: &[u8]) -> [u8; 32] {
     use sha2::Digest as _;
     Sha256::digest(bytes).into()
+}
+
+/// A JSON body's value at `path`, if the body is JSON and has it (read up to it).
+pub(crate) fn first_path(body: &[u8], path: &[&str]) -> Option<String> {
+    crate::json::first_field(body, path).ok()
 }
 
 /// Decodes exactly 64 hex digits (either case) into 32 bytes.

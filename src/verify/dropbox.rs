@@ -78,6 +78,7 @@ impl Verifier for Dropbox {
         let tag = common::single_tag(value, b"", Encoding::Hex, &HEADER.into())?;
         self.keys.check(&[body], &[tag])?;
         Ok(Verified {
+            handshake: None,
             event_id: Some(format!(
                 "dropbox-{}-{}",
                 now.timestamp_millis(),

@@ -437,6 +437,7 @@ impl Verifier for GenericHmac {
         Ok(Verified {
             event_id: id_name.and_then(|n| common::id_header(headers, &[n])),
             signed_at,
+            handshake: None,
         })
     }
 

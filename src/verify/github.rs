@@ -79,6 +79,7 @@ impl Verifier for GitHub {
         Ok(Verified {
             event_id: common::id_header(headers, &[DELIVERY]),
             signed_at: None,
+            handshake: None,
         })
     }
 

@@ -110,6 +110,7 @@ impl Verifier for GitLab {
             return Err(VerifyError::NoMatch);
         }
         Ok(Verified {
+            handshake: None,
             event_id: common::id_header(headers, &ID_HEADERS),
             signed_at: None,
         })

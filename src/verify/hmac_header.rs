@@ -75,14 +75,6 @@ pub enum KeyError {
     /// A secret is not in the encoding the scheme requires.
     #[error("secret is not valid {0}")]
     BadEncoding(&'static str),
-    /// The provider signs the URL its notifications are sent to (Square), and none
-    /// was given: build the preset with it
-    /// ([`Provider::verifier_with_url`](super::Provider::verifier_with_url)).
-    #[error("this provider signs the notification URL: configure the URL it posts to")]
-    MissingUrl,
-    /// The preset needs a cargo feature this build lacks.
-    #[error("this build lacks the `{0}` feature the preset needs")]
-    FeatureDisabled(&'static str),
     /// A secret begins or ends with whitespace: a trailing newline read from an
     /// environment variable or a file, most often.
     #[error(
@@ -145,6 +137,16 @@ pub enum KeyError {
     /// A header name given to a verifier is not a valid HTTP header name.
     #[error("`{0}` is not a valid HTTP header name (letters, digits and `-`, no spaces)")]
     BadHeaderName(String),
+    /// The public URL a scheme signs (Twilio, HubSpot) is not usable.
+    #[error("public URL: {0}")]
+    BadUrl(&'static str),
+    /// The provider signs the URL it calls: build its preset with
+    /// [`Provider::verifier_with_url`](super::Provider::verifier_with_url).
+    #[error("this provider signs the URL it calls: give the endpoint's public URL")]
+    NeedsUrl,
+    /// The preset needs a crate feature that is off.
+    #[error("this preset needs the crate's `{0}` feature")]
+    NeedsFeature(&'static str),
 }
 
 /// " after `prefix`" for a prefix, nothing without one.
@@ -239,6 +241,7 @@ impl Verifier for HmacSha256Header {
         Ok(Verified {
             event_id: id_header.and_then(|name| common::id_header(headers, &[name])),
             signed_at: None,
+            handshake: None,
         })
     }
 

@@ -111,6 +111,7 @@ impl Verifier for Intercom {
             return Err(VerifyError::NoMatch);
         }
         Ok(Verified {
+            handshake: None,
             event_id: common::body_field(body, "id"),
             signed_at: None,
         })

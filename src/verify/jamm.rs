@@ -212,6 +212,7 @@ impl Verifier for Jamm {
         Ok(Verified {
             event_id: common::body_field(body, "id"),
             signed_at: None,
+            handshake: None,
         })
     }
 

@@ -3,21 +3,46 @@
 //! A verifier turns `(headers, raw body, now)` into a [`Verified`] delivery or a
 //! [`VerifyError`] that says what was wrong. It knows nothing of stores. It works on
 //! the raw body bytes and never re-serializes JSON.
+//!
+//! # Request context
+//!
+//! Some schemes sign more than headers and body: HubSpot v3 signs the method and
+//! URL, Twilio the URL with its query, and Meta's subscription check is a `GET`
+//! whose parameters are in the query. A verifier reads these through
+//! [`Headers::method`] and [`Headers::target`]. The integrations pass them (they
+//! give the guard the request's `http::request::Parts`, or actix's `HttpRequest`);
+//! a host that calls [`WebhookGuard::handle`](crate::WebhookGuard::handle) itself
+//! passes an [`http::Request`], its `Parts`, or a
+//! [`RequestHead`](crate::RequestHead) around its header map. A bare header map
+//! answers `None` to both: the presets that need them say what they do then.
+//!
+//! # Handshakes
+//!
+//! A verifier that recognizes its provider's handshake (a request that checks the
+//! endpoint rather than delivering an event) returns
+//! [`Verified::with_handshake`] once the request has verified, and the guard
+//! answers it itself: see [`Handshake`].
 
 mod adyen;
 mod calendly;
 mod common;
+#[cfg(feature = "ed25519")]
+mod discord;
 mod dropbox;
 mod generic;
 mod github;
 mod gitlab;
+mod handshake;
 mod hmac_header;
+mod hubspot;
 mod intercom;
 mod jamm;
 mod linear;
 mod mailgun;
+mod meta;
 mod paddle;
 mod provider;
+mod request;
 mod secret;
 #[cfg(feature = "sendgrid")]
 mod sendgrid;
@@ -26,7 +51,10 @@ mod slack;
 mod square;
 mod standard;
 mod stripe;
+mod twilio;
+mod twitch;
 mod typeform;
+mod zoom;
 
 use std::borrow::Cow;
 use std::fmt;
@@ -36,15 +64,21 @@ use chrono::{DateTime, TimeDelta, Utc};
 
 pub use adyen::{Adyen, AdyenItem};
 pub use calendly::Calendly;
+#[cfg(feature = "ed25519")]
+#[cfg_attr(docsrs, doc(cfg(feature = "ed25519")))]
+pub use discord::Discord;
 pub use dropbox::Dropbox;
 pub use generic::{GenericHmac, Template, TemplateError};
 pub use github::GitHub;
 pub use gitlab::GitLab;
+pub use handshake::Handshake;
 pub use hmac_header::{Encoding, HmacSha256Header, KeyError};
+pub use hubspot::HubSpot;
 pub use intercom::Intercom;
 pub use jamm::Jamm;
 pub use linear::Linear;
 pub use mailgun::Mailgun;
+pub use meta::Meta;
 pub use paddle::Paddle;
 pub use provider::{Provider, UnknownProvider};
 pub use secret::{Secret, SecretFormat};
@@ -56,7 +90,10 @@ pub use slack::Slack;
 pub use square::Square;
 pub use standard::StandardWebhooks;
 pub use stripe::Stripe;
+pub use twilio::Twilio;
+pub use twitch::{Revocation, Twitch};
 pub use typeform::Typeform;
+pub use zoom::Zoom;
 
 use crate::Headers;
 
@@ -69,6 +106,10 @@ pub struct Verified {
     pub event_id: Option<String>,
     /// The signed timestamp, where the scheme signs one.
     pub signed_at: Option<DateTime<Utc>>,
+    /// Set when the request is the provider's handshake, not an event: the guard
+    /// answers it (see [`Handshake`]) without looking for an event id, claiming
+    /// anything or running the handler.
+    pub handshake: Option<Handshake>,
 }
 
 impl Verified {
@@ -76,7 +117,15 @@ impl Verified {
     pub fn with_event_id(id: impl Into<String>) -> Self {
         Self {
             event_id: Some(id.into()),
-            signed_at: None,
+            ..Self::default()
+        }
+    }
+
+    /// A verified handshake, to be answered with `handshake`.
+    pub fn with_handshake(handshake: Handshake) -> Self {
+        Self {
+            handshake: Some(handshake),
+            ..Self::default()
         }
     }
 
@@ -284,6 +333,10 @@ pub enum VerifyError {
     /// The body could not be read where the scheme signs part of it.
     #[error("malformed body: {0}")]
     MalformedBody(&'static str),
+    /// The request's query, which the scheme signs or reads (Twilio's
+    /// `bodySHA256`, Meta's `hub.*` parameters), is missing a part or malformed.
+    #[error("malformed query: {0}")]
+    MalformedQuery(&'static str),
 }
 
 impl VerifyError {
@@ -298,6 +351,7 @@ impl VerifyError {
             Self::NoMatch => "signature_mismatch",
             Self::BodyTooLarge { .. } => "body_too_large",
             Self::MalformedBody(_) => "malformed_body",
+            Self::MalformedQuery(_) => "malformed_query",
         }
     }
 }

@@ -4,8 +4,9 @@ use std::fmt;
 use std::str::FromStr;
 
 use super::{
-    Adyen, Calendly, Dropbox, GitHub, GitLab, Intercom, Jamm, KeyError, Linear, Mailgun, Paddle,
-    Secret, Shopify, Slack, Square, StandardWebhooks, Stripe, Typeform, Verifier,
+    Adyen, Calendly, Dropbox, GitHub, GitLab, HubSpot, Intercom, Jamm, KeyError, Linear, Mailgun,
+    Meta, Paddle, Secret, Shopify, Slack, Square, StandardWebhooks, Stripe, Twilio, Twitch,
+    Typeform, Verifier, Zoom,
 };
 
 /// A provider with a preset verifier, named as in configuration.
@@ -57,6 +58,23 @@ pub enum Provider {
     Calendly,
     /// [`Dropbox`], named `dropbox`.
     Dropbox,
+    /// [`Zoom`], named `zoom`.
+    Zoom,
+    /// [`Meta`] (WhatsApp, Instagram, Messenger), named `meta`. Built from the app
+    /// secrets alone, it refuses the subscription check (`GET`): build [`Meta`]
+    /// with its verify token to answer it.
+    Meta,
+    /// [`Twitch`] EventSub, named `twitch`.
+    Twitch,
+    /// `Discord` interactions, named `discord`: its "secrets" are the
+    /// application's public keys (hex). Needs the crate's `ed25519` feature.
+    Discord,
+    /// [`Twilio`], named `twilio`: it signs its URL (see
+    /// [`Provider::verifier_with_url`]).
+    Twilio,
+    /// [`HubSpot`] (signature v3), named `hubspot`: it signs its URL (see
+    /// [`Provider::verifier_with_url`]).
+    HubSpot,
 }
 
 /// Other names of senders that use a preset's scheme exactly (same headers, secret
@@ -69,7 +87,7 @@ const ALIASES: [(&str, Provider); 3] = [
 
 impl Provider {
     /// Every provider, in a stable order.
-    pub const ALL: [Provider; 17] = [
+    pub const ALL: [Provider; 23] = [
         Self::Stripe,
         Self::Standard,
         Self::GitHub,
@@ -87,6 +105,12 @@ impl Provider {
         Self::Typeform,
         Self::Calendly,
         Self::Dropbox,
+        Self::Zoom,
+        Self::Meta,
+        Self::Twitch,
+        Self::Discord,
+        Self::Twilio,
+        Self::HubSpot,
     ];
 
     /// The provider's configuration name.
@@ -109,47 +133,58 @@ impl Provider {
             Self::Typeform => "typeform",
             Self::Calendly => "calendly",
             Self::Dropbox => "dropbox",
+            Self::Zoom => "zoom",
+            Self::Meta => "meta",
+            Self::Twitch => "twitch",
+            Self::Discord => "discord",
+            Self::Twilio => "twilio",
+            Self::HubSpot => "hubspot",
         }
     }
 
-    /// Whether the provider's signature covers the URL it posts to, which
-    /// [`Provider::verifier_with_url`] then needs.
+    /// Whether the provider signs the URL it calls, so that its preset needs the
+    /// endpoint's public URL ([`Provider::verifier_with_url`]).
     pub fn signs_url(self) -> bool {
-        matches!(self, Self::Square)
+        matches!(self, Self::Square | Self::Twilio | Self::HubSpot)
     }
 
     /// The provider's preset, with its default tolerance, keyed with `secrets`.
     ///
     /// # Errors
     /// A [`KeyError`] when no secret is given or one is unusable for the scheme;
-    /// [`KeyError::MissingUrl`] for a provider that [signs the URL](Provider::signs_url);
-    /// [`KeyError::FeatureDisabled`] for `sendgrid` without its feature.
+    /// [`KeyError::NeedsUrl`] for a provider that [signs its URL](Provider::signs_url);
+    /// [`KeyError::NeedsFeature`] for `sendgrid` or `discord` without their features.
     pub fn verifier<S: Into<Secret>>(
         self,
         secrets: impl IntoIterator<Item = S>,
     ) -> Result<Box<dyn Verifier>, KeyError> {
-        self.build(secrets, None)
+        if self.signs_url() {
+            return Err(KeyError::NeedsUrl);
+        }
+        self.build(None, secrets)
     }
 
-    /// [`Provider::verifier`], with the URL the provider posts to (exactly as
-    /// configured at the provider), for those whose signature covers it; the others
-    /// ignore it.
+    /// [`Provider::verifier`] for a provider that signs the URL it calls (Twilio,
+    /// HubSpot): `url` is the endpoint's public URL as configured with the
+    /// provider, without query (the query is read from each request). Other
+    /// providers ignore it.
     ///
     /// # Errors
-    /// As [`Provider::verifier`]; [`KeyError::MissingUrl`] if the URL is empty.
+    /// As [`Provider::verifier`], and [`KeyError::BadUrl`] for an unusable URL.
     pub fn verifier_with_url<S: Into<Secret>>(
         self,
-        secrets: impl IntoIterator<Item = S>,
         url: &str,
+        secrets: impl IntoIterator<Item = S>,
     ) -> Result<Box<dyn Verifier>, KeyError> {
-        self.build(secrets, Some(url))
+        self.build(Some(url), secrets)
     }
 
     fn build<S: Into<Secret>>(
         self,
-        secrets: impl IntoIterator<Item = S>,
         url: Option<&str>,
+        secrets: impl IntoIterator<Item = S>,
     ) -> Result<Box<dyn Verifier>, KeyError> {
+        let url = || url.ok_or(KeyError::NeedsUrl);
         Ok(match self {
             Self::Stripe => Box::new(Stripe::new(secrets)?),
             Self::Standard => Box::new(StandardWebhooks::new(secrets)?),
@@ -159,11 +194,11 @@ impl Provider {
             Self::Jamm => Box::new(Jamm::new(secrets)?),
             Self::Paddle => Box::new(Paddle::new(secrets)?),
             Self::Linear => Box::new(Linear::new(secrets)?),
-            Self::Square => Box::new(Square::new(url.ok_or(KeyError::MissingUrl)?, secrets)?),
+            Self::Square => Box::new(Square::new(url()?, secrets)?),
             #[cfg(feature = "sendgrid")]
             Self::SendGrid => Box::new(super::SendGrid::new(secrets)?),
             #[cfg(not(feature = "sendgrid"))]
-            Self::SendGrid => return Err(KeyError::FeatureDisabled("sendgrid")),
+            Self::SendGrid => return Err(KeyError::NeedsFeature("sendgrid")),
             Self::Adyen => Box::new(Adyen::new(secrets)?),
             Self::Mailgun => Box::new(Mailgun::new(secrets)?),
             Self::Intercom => Box::new(Intercom::new(secrets)?),
@@ -171,6 +206,12 @@ impl Provider {
             Self::Typeform => Box::new(Typeform::new(secrets)?),
             Self::Calendly => Box::new(Calendly::new(secrets)?),
             Self::Dropbox => Box::new(Dropbox::new(secrets)?),
+            Self::Zoom => Box::new(Zoom::new(secrets)?),
+            Self::Meta => Box::new(Meta::new(secrets)?),
+            Self::Twitch => Box::new(Twitch::new(secrets)?),
+            Self::Discord => discord(secrets)?,
+            Self::Twilio => Box::new(Twilio::new(url()?, secrets)?),
+            Self::HubSpot => Box::new(HubSpot::new(url()?, secrets)?),
         })
     }
 
@@ -185,9 +226,33 @@ impl Provider {
             }
             Self::Adyen => "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056",
             Self::SendGrid => "MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEEDr2LjtURuePQzplybdC+u4CwrqDqBaWjcMMsTbhdbcwHBcepxo7yAQGhHPTnlvFYPAZFceEu/1FwCM/QmGUhA==",
+            // RFC 8032's first public key.
+            Self::Discord => "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a",
             _ => "sample-secret-0123456789abcdef-0123456789",
         }
     }
+}
+
+/// The Discord preset, keyed with public keys given as text.
+#[cfg(feature = "ed25519")]
+fn discord<S: Into<Secret>>(
+    keys: impl IntoIterator<Item = S>,
+) -> Result<Box<dyn Verifier>, KeyError> {
+    let keys = keys
+        .into_iter()
+        .map(|k| {
+            String::from_utf8(k.into().expose().to_vec())
+                .map_err(|_| KeyError::BadEncoding("hex of a 32-byte ed25519 public key"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Box::new(super::Discord::new(keys)?))
+}
+
+#[cfg(not(feature = "ed25519"))]
+fn discord<S: Into<Secret>>(
+    _keys: impl IntoIterator<Item = S>,
+) -> Result<Box<dyn Verifier>, KeyError> {
+    Err(KeyError::NeedsFeature("ed25519"))
 }
 
 impl fmt::Display for Provider {
@@ -201,7 +266,7 @@ impl fmt::Display for Provider {
 #[error(
     "unknown provider `{0}`; known: stripe, standard (or svix, clerk, resend), github, shopify, \
      slack, jamm, paddle, linear, square, sendgrid, adyen, mailgun, intercom, gitlab, typeform, \
-     calendly, dropbox"
+     calendly, dropbox, zoom, meta, twitch, discord, twilio, hubspot"
 )]
 pub struct UnknownProvider(pub String);
 
@@ -228,20 +293,17 @@ mod tests {
         for p in Provider::ALL {
             assert_eq!(p.name().parse::<Provider>().unwrap(), p);
             let secret = p.sample_secret();
-            #[cfg(not(feature = "sendgrid"))]
-            if p == Provider::SendGrid {
-                assert_eq!(
-                    p.verifier([secret]).unwrap_err(),
-                    KeyError::FeatureDisabled("sendgrid")
-                );
+            if p.signs_url() {
+                assert_eq!(p.verifier([secret]).unwrap_err(), KeyError::NeedsUrl);
+            }
+            let built = p.verifier_with_url("https://example.com/hook", [secret]);
+            if (p == Provider::Discord && cfg!(not(feature = "ed25519")))
+                || (p == Provider::SendGrid && cfg!(not(feature = "sendgrid")))
+            {
+                assert!(matches!(built, Err(KeyError::NeedsFeature(_))), "{p}");
                 continue;
             }
-            if p.signs_url() {
-                assert_eq!(p.verifier([secret]).unwrap_err(), KeyError::MissingUrl);
-            }
-            let v = p
-                .verifier_with_url([secret], "https://example.com/hook")
-                .unwrap();
+            let v = built.unwrap();
             assert!(v.retry_window().is_some(), "{p}");
             // Every preset serves many tenants: it can be keyed anew.
             let rekeyed = v.with_secrets(&[p.sample_secret().into()]);
@@ -257,6 +319,10 @@ mod tests {
             unknown.contains("dropbox") && unknown.contains("clerk"),
             "{unknown}"
         );
+        assert_eq!("HubSpot".parse::<Provider>().unwrap(), Provider::HubSpot);
         assert!(Provider::Stripe.verifier(Vec::<String>::new()).is_err());
+        assert!(Provider::Twilio
+            .verifier_with_url("example.com", ["secret"])
+            .is_err());
     }
 }

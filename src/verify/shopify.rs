@@ -82,6 +82,7 @@ impl Verifier for Shopify {
         Ok(Verified {
             event_id: common::id_header(headers, &ID_HEADERS),
             signed_at: None,
+            handshake: None,
         })
     }
 

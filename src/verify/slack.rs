@@ -5,6 +5,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::common::{self, Keys};
+use super::handshake::{self, Handshake};
 use super::{parse_unix_seconds, Encoding, SecretFormat, Verified, Verifier, VerifyError};
 use crate::Headers;
 
@@ -18,15 +19,17 @@ const PREFIX: &[u8] = b"v0=";
 ///   app's signing secret, `v0=` + lowercase hex in `X-Slack-Signature`.
 /// - The timestamp must be within the tolerance (default 300 s, as Slack's SDKs) of
 ///   `now`, both ways.
-/// - Event id: the Events API body field `event_id`. Slash commands, interactivity
-///   payloads (form-encoded bodies) and the Events API's `url_verification`
-///   handshake carry none, so with the default [`EventId`](crate::EventId) the guard
-///   refuses them (`missing_event_id`): give those routes an id of their own
-///   (`EventId::Custom`, from `trigger_id` say), and answer the handshake's
-///   `challenge` before the guard (after [`WebhookGuard::verify`](crate::WebhookGuard::verify)),
-///   or Slack never enables the request URL. Retry window: Slack retries an event
-///   3 times, nearly immediately, after 1 minute and after 5 minutes: about 6
-///   minutes.
+/// - Event id: the Events API body field `event_id`. Slash commands and
+///   interactivity payloads (form-encoded bodies) carry none, so with the default
+///   [`EventId`](crate::EventId) the guard refuses them (`missing_event_id`): give
+///   those routes an id of their own (`EventId::Custom`, from `trigger_id` say).
+///   Retry window: Slack retries an event 3 times, nearly immediately, after 1
+///   minute and after 5 minutes: about 6 minutes.
+/// - Handshake: the Events API's `url_verification` request (signed like every
+///   request, body `{"type":"url_verification","challenge":...}`, no `event_id`)
+///   is answered by the guard, 200 with the `challenge` as `text/plain`, as Slack
+///   asks before it enables the request URL; the handler does not run and nothing
+///   is stored (see [`Handshake`](super::Handshake)).
 ///
 /// ```
 /// use webhook_guard::verify::{Slack, Verifier};
@@ -91,9 +94,14 @@ impl Verifier for Slack {
         let signed_at = parse_unix_seconds(ts, TIMESTAMP)?;
         let tag = common::single_tag(value, PREFIX, Encoding::Hex, &HEADER.into())?;
         self.keys.check(&[b"v0:", ts, b":", body], &[tag])?;
-        common::timed(signed_at, now, self.tolerance, || {
+        let mut verified = common::timed(signed_at, now, self.tolerance, || {
             common::body_field(body, "event_id")
-        })
+        })?;
+        // Only a body without an event id is looked at again (a handshake has none).
+        if verified.event_id.is_none() {
+            verified.handshake = url_verification(body)?;
+        }
+        Ok(verified)
     }
 
     fn event_type(&self) -> Option<crate::meta::TypeSource> {
@@ -107,6 +115,22 @@ impl Verifier for Slack {
         /// Slack's first attempt and its 3 retries.
         deliveries: 4;
     }
+}
+
+/// The answer to a `url_verification` body: its challenge, as `text/plain`.
+///
+/// # Errors
+/// [`VerifyError::MalformedBody`] for a `url_verification` whose challenge is
+/// missing or is not a plain token.
+fn url_verification(body: &[u8]) -> Result<Option<Handshake>, VerifyError> {
+    if common::body_field(body, "type").as_deref() != Some("url_verification") {
+        return Ok(None);
+    }
+    let challenge = common::body_field(body, "challenge").ok_or(VerifyError::MalformedBody(
+        "url_verification without a challenge",
+    ))?;
+    let challenge = handshake::challenge(&challenge, "url_verification challenge")?;
+    Ok(Some(Handshake::text("slack_url_verification", challenge)))
 }
 
 #[cfg(test)]
@@ -139,6 +163,40 @@ mod tests {
         assert_eq!(
             s.verify(&h, misquoted.as_bytes(), at(1_531_420_618)),
             Err(VerifyError::NoMatch)
+        );
+    }
+
+    #[test]
+    fn url_verification_is_a_handshake_once_signed() {
+        let s = Slack::new([SECRET]).unwrap();
+        let body = br#"{"token":"Jhj5dZrVaK7ZwHHjRyZWjbDl","challenge":"3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P","type":"url_verification"}"#;
+        let h = s.sign_headers(1_531_420_618, body);
+        let v = s.verify(&h, body, at(1_531_420_618)).unwrap();
+        let hs = v.handshake.expect("a handshake");
+        assert_eq!(
+            hs.body,
+            "3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P"
+        );
+        assert_eq!(hs.content_type, "text/plain; charset=utf-8");
+        let forged = [
+            (HEADER, "v0=".to_owned() + &"0".repeat(64)),
+            (TIMESTAMP, TS.to_owned()),
+        ];
+        assert_eq!(
+            s.verify(&forged, body, at(1_531_420_618)),
+            Err(VerifyError::NoMatch)
+        );
+        let hostile = br#"{"type":"url_verification","challenge":"<script>"}"#;
+        let h = s.sign_headers(1_531_420_618, hostile);
+        assert!(matches!(
+            s.verify(&h, hostile, at(1_531_420_618)),
+            Err(VerifyError::MalformedBody(_))
+        ));
+        let event = br#"{"type":"event_callback","event_id":"Ev1","challenge":"x"}"#;
+        let h = s.sign_headers(1_531_420_618, event);
+        assert_eq!(
+            s.verify(&h, event, at(1_531_420_618)).unwrap().handshake,
+            None
         );
     }
 

@@ -58,7 +58,7 @@ impl Square {
     /// or more signature keys (used as their UTF-8 bytes).
     ///
     /// # Errors
-    /// [`KeyError::MissingUrl`] if the URL is empty or has surrounding whitespace;
+    /// [`KeyError::NeedsUrl`] if the URL is empty or has surrounding whitespace;
     /// [`KeyError::EmptySecret`] if no key is given or one is empty.
     pub fn new<S: Into<Secret>>(
         notification_url: impl Into<String>,
@@ -66,7 +66,7 @@ impl Square {
     ) -> Result<Self, KeyError> {
         let url = notification_url.into();
         if url.is_empty() || url.trim() != url {
-            return Err(KeyError::MissingUrl);
+            return Err(KeyError::NeedsUrl);
         }
         Ok(Self {
             keys: Keys::checked(secrets, &Self::SECRET_FORMAT)?,
@@ -98,6 +98,7 @@ impl Verifier for Square {
         let tag = common::single_tag(value, b"", Encoding::Base64, &HEADER.into())?;
         self.keys.check(&[self.url.as_bytes(), body], &[tag])?;
         Ok(Verified {
+            handshake: None,
             event_id: common::body_field(body, "event_id"),
             signed_at: None,
         })
@@ -161,10 +162,10 @@ mod tests {
 
     #[test]
     fn the_url_is_required_and_keys_rotate() {
-        assert_eq!(Square::new("", [KEY]).unwrap_err(), KeyError::MissingUrl);
+        assert_eq!(Square::new("", [KEY]).unwrap_err(), KeyError::NeedsUrl);
         assert_eq!(
             Square::new(format!("{URL}\n"), [KEY]).unwrap_err(),
-            KeyError::MissingUrl
+            KeyError::NeedsUrl
         );
         assert_eq!(Square::new(URL, [""]).unwrap_err(), KeyError::EmptySecret);
         let both = Square::new(URL, ["new-key", KEY]).unwrap();

@@ -74,6 +74,7 @@ impl Verifier for Typeform {
         let tag = common::single_tag(value, PREFIX, Encoding::Base64, &HEADER.into())?;
         self.keys.check(&[body], &[tag])?;
         Ok(Verified {
+            handshake: None,
             event_id: common::body_field(body, "event_id"),
             signed_at: None,
         })

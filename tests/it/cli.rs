@@ -921,3 +921,65 @@ async fn listing_commands_on_postgres() {
     };
     listing_flow(&url, Some("webhook_guard_cli_test")).await;
 }
+/// `send` signs like each of the presets for Zoom, Meta, Twitch, Discord, Twilio and
+/// HubSpot (the last two over the URL it posts to, as the receiver is configured),
+/// and its duplicate is answered as one.
+#[tokio::test]
+async fn send_signs_like_the_newer_presets() {
+    use webhook_guard::verify::{Discord, HubSpot, Meta, Twilio, Twitch, Zoom};
+    // RFC 8032's first key pair: `send` signs with the seed, the route holds the key.
+    const SEED: &str = "9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60";
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let url = |p: &str| format!("http://{addr}/{p}");
+    let app = Router::new();
+    let (app, zoom) = route(app, "/zoom", Zoom::new(["zoom-secret"]).unwrap(), 0);
+    let (app, meta) = route(app, "/meta", Meta::new(["meta-secret"]).unwrap(), 0);
+    let (app, twitch) = route(app, "/twitch", Twitch::new(["twitch-secret"]).unwrap(), 0);
+    let discord_key = Discord::public_key(SEED).unwrap();
+    let (app, discord) = route(app, "/discord", Discord::new([discord_key]).unwrap(), 0);
+    let twilio_verifier = Twilio::new(&url("twilio"), ["twilio-token"]).unwrap();
+    let (app, twilio) = route(app, "/twilio", twilio_verifier, 0);
+    let hubspot_verifier = HubSpot::new(&url("hubspot"), ["hubspot-secret"]).unwrap();
+    let (app, hubspot) = route(app, "/hubspot", hubspot_verifier, 0);
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    for (provider, secret, runs, query) in [
+        ("zoom", "zoom-secret", zoom, ""),
+        ("meta", "meta-secret", meta, ""),
+        ("twitch", "twitch-secret", twitch, ""),
+        ("discord", SEED, discord, ""),
+        ("twilio", "twilio-token", twilio, "?tenant=a%3Ab"),
+        ("hubspot", "hubspot-secret", hubspot, "?portal=1&x=a%3Ab"),
+    ] {
+        let target = format!("{}{query}", url(provider));
+        let args = [
+            "send",
+            "--provider",
+            provider,
+            "--url",
+            &target,
+            "--duplicates",
+            "1",
+        ];
+        let out = run(&args, &[("WEBHOOK_GUARD_SECRET", secret)]).await;
+        let text = stdout(&out);
+        assert_code(&out, 0);
+        assert_eq!(count(&text, "processed"), 1, "{provider}: {text}");
+        assert_eq!(count(&text, "duplicate"), 1, "{provider}: {text}");
+        assert_eq!(runs.load(Ordering::SeqCst), 1, "{provider}");
+        let out = run(
+            &args,
+            &[(
+                "WEBHOOK_GUARD_SECRET",
+                "0000000000000000000000000000000000000000000000000000000000000001",
+            )],
+        )
+        .await;
+        assert_code(&out, 1);
+        assert!(
+            stdout(&out).contains("] 401 "),
+            "{provider}: {}",
+            stdout(&out)
+        );
+    }
+}

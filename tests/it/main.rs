@@ -31,6 +31,9 @@ mod misconfig;
 mod providers_b;
 #[cfg(feature = "tokio")]
 mod replay;
+// Deliveries signed by the providers' own SDKs (scripts/sdk_vectors.sh).
+#[cfg(feature = "ed25519")]
+mod sdk_vectors;
 mod verify_providers;
 mod verify_tool;
 
@@ -52,6 +55,9 @@ mod cli;
 mod console;
 #[cfg(feature = "axum")]
 mod detached;
+// Every preset's handshake through the web integrations.
+#[cfg(feature = "axum")]
+mod handshakes;
 #[cfg(feature = "lambda")]
 mod lambda;
 #[cfg(feature = "tower")]

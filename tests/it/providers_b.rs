@@ -56,7 +56,7 @@ fn verifier(v: &serde_json::Value) -> Box<dyn Verifier> {
         .map(|s| s.as_str().unwrap().to_owned())
         .collect();
     let url = v["url"].as_str().unwrap_or("https://unused.example");
-    provider.verifier_with_url(secrets, url).unwrap()
+    provider.verifier_with_url(url, secrets).unwrap()
 }
 
 #[test]

@@ -22,6 +22,12 @@ fn signature_header(p: Provider) -> &'static str {
         Provider::Typeform => "Typeform-Signature",
         Provider::Calendly => "Calendly-Webhook-Signature",
         Provider::Dropbox => "X-Dropbox-Signature",
+        Provider::Zoom => "x-zm-signature",
+        Provider::Meta => "X-Hub-Signature-256",
+        Provider::Twitch => "Twitch-Eventsub-Message-Signature",
+        Provider::Discord => "X-Signature-Ed25519",
+        Provider::Twilio => "X-Twilio-Signature",
+        Provider::HubSpot => "X-HubSpot-Signature-v3",
         _ => "X-Unused",
     }
 }
@@ -39,7 +45,7 @@ fn body_signed(p: Provider) -> bool {
 }
 
 fn verifier(p: Provider) -> Box<dyn Verifier> {
-    p.verifier_with_url([p.sample_secret()], "https://example.com/hook")
+    p.verifier_with_url("https://example.com/hook", [p.sample_secret()])
         .unwrap()
 }
 
@@ -55,6 +61,11 @@ fn base_headers(p: Provider, signature: String) -> Vec<(String, Vec<u8>)> {
         ("webhook-timestamp", "1700000000"),
         ("X-Slack-Request-Timestamp", "1700000000"),
         ("X-Twilio-Email-Event-Webhook-Timestamp", "1700000000"),
+        ("x-zm-request-timestamp", "1700000000"),
+        ("Twitch-Eventsub-Message-Id", "msg_1"),
+        ("Twitch-Eventsub-Message-Timestamp", "2023-11-14T22:13:20Z"),
+        ("X-Signature-Timestamp", "1700000000"),
+        ("X-HubSpot-Request-Timestamp", "1700000000000"),
     ] {
         h.push((k.to_owned(), v.as_bytes().to_vec()));
     }
@@ -160,6 +171,11 @@ proptest! {
                 ("webhook-id".to_owned(), ts.clone()),
                 ("webhook-timestamp".to_owned(), ts.clone()),
                 ("X-Slack-Request-Timestamp".to_owned(), ts.clone()),
+                ("x-zm-request-timestamp".to_owned(), ts.clone()),
+                ("Twitch-Eventsub-Message-Id".to_owned(), ts.clone()),
+                ("Twitch-Eventsub-Message-Timestamp".to_owned(), ts.clone()),
+                ("X-Signature-Timestamp".to_owned(), ts.clone()),
+                ("X-HubSpot-Request-Timestamp".to_owned(), ts.clone()),
             ];
             let _ = v.verify(&h, &body, now);
         }

@@ -182,3 +182,79 @@ fn usage_errors_exit_2() {
         assert!(!out.stderr.is_empty(), "{args:?}");
     }
 }
+
+/// A scheme that signs its URL takes the public URL and the request line, and a
+/// handshake prints its answer.
+#[test]
+fn twilio_takes_the_url_and_target_and_zoom_prints_its_handshake() {
+    use webhook_guard::verify::{Twilio, Zoom};
+    let form = b"Body=Hello&From=%2B14158675310";
+    let twilio = Twilio::new("https://example.com/sms", ["auth-token"]).unwrap();
+    let signature = twilio.sign("https://example.com/sms?tenant=7", form);
+    let file = body_file("twilio", form);
+    let header = format!("X-Twilio-Signature: {signature}");
+    let args = |target: &'static str| {
+        run(&[
+            "--provider",
+            "twilio",
+            "--secret",
+            "auth-token",
+            "--url",
+            "https://example.com/sms",
+            "--target",
+            target,
+            "--header",
+            &header,
+            "--header",
+            "I-Twilio-Idempotency-Token: idem-7",
+            "--body-file",
+            file.to_str().unwrap(),
+        ])
+    };
+    let ok = args("/internal/sms?tenant=7");
+    assert_eq!(ok.status.code(), Some(0), "{ok:?}");
+    assert_eq!(String::from_utf8_lossy(&ok.stdout).trim(), "ok idem-7");
+    let other = args("/internal/sms?tenant=8");
+    assert_eq!(other.status.code(), Some(1), "{other:?}");
+    // Without --url the preset cannot be built: a usage error.
+    let no_url = run(&[
+        "--provider",
+        "twilio",
+        "--secret",
+        "t",
+        "--body-file",
+        file.to_str().unwrap(),
+    ]);
+    assert_eq!(no_url.status.code(), Some(2), "{no_url:?}");
+
+    let body = br#"{"event":"endpoint.url_validation","payload":{"plainToken":"abc123"}}"#;
+    let zoom = Zoom::new(["zoom-secret"]).unwrap();
+    let now = 1_700_000_000;
+    let file = body_file("zoom", body);
+    let headers: Vec<String> = zoom
+        .sign_headers(now, body)
+        .into_iter()
+        .map(|(k, v)| format!("{k}: {v}"))
+        .collect();
+    let out = run(&[
+        "--provider",
+        "zoom",
+        "--secret",
+        "zoom-secret",
+        "--header",
+        &headers[0],
+        "--header",
+        &headers[1],
+        "--body-file",
+        file.to_str().unwrap(),
+        "--now",
+        "1700000000",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.starts_with("handshake zoom_url_validation: {"),
+        "{text}"
+    );
+    assert!(text.contains(r#"\"plainToken\":\"abc123\""#), "{text}");
+}

@@ -12,8 +12,10 @@ use chrono::{SecondsFormat, Utc};
 use clap::{Args, ValueEnum};
 use webhook_guard::store::FencingToken;
 use webhook_guard::verify::{
-    GitHub, Jamm, Linear, Paddle, Provider, Shopify, Slack, StandardWebhooks, Stripe,
+    Discord, GitHub, HubSpot, Jamm, Linear, Meta, Paddle, Provider, Shopify, Slack,
+    StandardWebhooks, Stripe, Twilio, Twitch, Zoom,
 };
+use webhook_guard::RequestHead;
 
 use crate::http::{Reply, Target};
 use crate::samples::Extra;
@@ -25,7 +27,9 @@ use crate::Fail;
 pub(crate) struct SendArgs {
     /// Whose signing scheme to use: stripe, standard, github, shopify, slack, jamm,
     /// paddle, linear, square, sendgrid, adyen, mailgun, intercom, gitlab, typeform,
-    /// calendly or dropbox.
+    /// calendly, dropbox, zoom, meta, twitch, discord, twilio or hubspot. For discord
+    /// the secret is the signing key (hex of its 32-byte seed) whose public key the
+    /// receiver holds; twilio and hubspot sign the --url as given.
     #[arg(long, value_name = "PROVIDER")]
     provider: Provider,
     /// The signing secret the receiver is configured with (for sendgrid: the base64
@@ -150,6 +154,14 @@ enum Signer {
     Linear(Linear),
     /// Square, SendGrid, Adyen, Mailgun, Intercom, GitLab, Typeform, Calendly, Dropbox.
     Extra(Extra),
+    Zoom(Zoom),
+    Meta(Meta),
+    Twitch(Twitch),
+    /// The signing key (hex).
+    Discord(String),
+    /// The preset and the URL it signs (the one posted to).
+    Twilio(Twilio, String),
+    HubSpot(HubSpot, String),
 }
 
 /// One event: its body (fixed across deliveries, but for the time Linear puts in
@@ -183,6 +195,9 @@ impl Signer {
         }
         let key = |e: webhook_guard::verify::KeyError| format!("--secret: {e}");
         let s = [secret];
+        // The public URL these presets are configured with: the URL without query.
+        let base = url.split(['?', '#']).next().unwrap_or(url);
+        let bad_url = |e: webhook_guard::verify::KeyError| format!("--url: {e}");
         Ok(match provider {
             Provider::Stripe => Self::Stripe(Stripe::new(s).map_err(key)?),
             Provider::Standard => Self::Standard(StandardWebhooks::new(s).map_err(key)?),
@@ -192,6 +207,19 @@ impl Signer {
             Provider::Jamm => Self::Jamm(Jamm::new(s).map_err(key)?),
             Provider::Paddle => Self::Paddle(Paddle::new(s).map_err(key)?),
             Provider::Linear => Self::Linear(Linear::new(s).map_err(key)?),
+            Provider::Zoom => Self::Zoom(Zoom::new(s).map_err(key)?),
+            Provider::Meta => Self::Meta(Meta::new(s).map_err(key)?),
+            Provider::Twitch => Self::Twitch(Twitch::new(s).map_err(key)?),
+            Provider::Discord => {
+                Discord::public_key(secret).map_err(key)?;
+                Self::Discord(secret.to_owned())
+            }
+            Provider::Twilio => {
+                Self::Twilio(Twilio::new(base, s).map_err(bad_url)?, url.to_owned())
+            }
+            Provider::HubSpot => {
+                Self::HubSpot(HubSpot::new(base, s).map_err(bad_url)?, url.to_owned())
+            }
             _ => return Err(format!("`send` does not know how {provider} signs yet")),
         })
     }
@@ -199,11 +227,35 @@ impl Signer {
     /// The body field holding the event id, for providers that put it there.
     fn id_field(&self) -> Option<&'static str> {
         match self {
-            Self::Stripe(_) => Some("id"),
+            Self::Stripe(_) | Self::Discord(_) => Some("id"),
             Self::Slack(_) | Self::Paddle(_) => Some("event_id"),
             Self::Extra(extra) => extra.id_field(),
             _ => None,
         }
+    }
+
+    /// Whether the receiver's id is a digest of the body (the provider sends none).
+    fn derives_id(&self) -> bool {
+        matches!(self, Self::Zoom(_) | Self::Meta(_) | Self::HubSpot(..))
+    }
+
+    /// The id the receiving preset finds in a delivery of `body`: what the
+    /// signer's own preset (keyed as the receiver is) verifies it to, signed now.
+    fn receiver_id(&self, body: &[u8]) -> Option<String> {
+        let now = Utc::now();
+        let event = Event {
+            id: String::new(),
+            body: body.to_vec(),
+        };
+        let (headers, body) = self.delivery(&event, now.timestamp(), 0);
+        let (verifier, target): (&dyn webhook_guard::verify::Verifier, &str) = match self {
+            Self::Zoom(z) => (z, "/"),
+            Self::Meta(m) => (m, "/"),
+            Self::HubSpot(h, url) => (h, target_of(url)),
+            _ => return None,
+        };
+        let head = RequestHead::new(&headers[..], "POST", target);
+        verifier.verify(&head, &body, now).ok()?.event_id
     }
 
     /// The event to send: the file's body or a sample, with its id.
@@ -213,6 +265,25 @@ impl Signer {
                 return Err(format!("--body-file: {why}"));
             }
         }
+        if self.derives_id() {
+            if id.is_some() {
+                return Err(
+                    "--event-id cannot be used here: this provider sends no id, and the \
+                     receiver's id is a digest of the body"
+                        .into(),
+                );
+            }
+            let mut event = self.sample(String::new(), file)?;
+            event.id = self
+                .receiver_id(&event.body)
+                .unwrap_or_else(|| "(no id for this body)".into());
+            return Ok(event);
+        }
+        self.sample_or_file(id, file)
+    }
+
+    /// [`Signer::event`] for a provider that sends its own id.
+    fn sample_or_file(&self, id: Option<String>, file: Option<Vec<u8>>) -> Result<Event, String> {
         if let (Some(field), Some(body)) = (self.id_field(), &file) {
             if id.is_some() {
                 return Err(format!(
@@ -233,10 +304,6 @@ impl Signer {
             let (id, body) = extra.event(id, file);
             return Ok(Event { id, body });
         }
-        let now = Utc::now();
-        let secs = now.timestamp();
-        let rfc = now.to_rfc3339_opts(SecondsFormat::Secs, true);
-        let q = |s: &str| serde_json::to_string(s).expect("strings serialize");
         let id = id.unwrap_or_else(|| match self {
             Self::Stripe(_) => format!("evt_test_{}", random_hex(24)),
             Self::Standard(_) => format!("msg_{}", random_hex(27)),
@@ -245,7 +312,19 @@ impl Signer {
             Self::Jamm(_) => format!("mwh-{}", uuid()),
             Self::Paddle(_) => format!("evt_{}", random_hex(26)),
             Self::Extra(_) => unreachable!("answered above"),
+            Self::Twitch(_) | Self::Twilio(..) => uuid(),
+            Self::Discord(_) => snowflake(),
+            Self::Zoom(_) | Self::Meta(_) | Self::HubSpot(..) => String::new(),
         });
+        self.sample(id, file)
+    }
+
+    /// The file's body, or the provider's sample event carrying `id`.
+    fn sample(&self, id: String, file: Option<Vec<u8>>) -> Result<Event, String> {
+        let now = Utc::now();
+        let secs = now.timestamp();
+        let rfc = now.to_rfc3339_opts(SecondsFormat::Secs, true);
+        let q = |s: &str| serde_json::to_string(s).expect("strings serialize");
         let body = match (self, file) {
             (Self::Jamm(jamm), content) => {
                 let content = match content {
@@ -288,6 +367,43 @@ impl Signer {
                 r#"{{"action":"create","type":"Issue","data":{{"id":"issue-test","title":"Test issue"}},"createdAt":{},"webhookTimestamp":{},"webhookId":"webhook-test"}}"#,
                 q(&rfc),
                 now.timestamp_millis()
+            )
+            .into_bytes(),
+            (Self::Zoom(_), None) => format!(
+                r#"{{"event":"meeting.started","event_ts":{},"payload":{{"account_id":"test","object":{{"id":"{}","uuid":"{}","topic":"Test meeting"}}}}}}"#,
+                now.timestamp_millis(),
+                10_000_000_000u64 + FencingToken::random().0 % 80_000_000_000,
+                random_hex(22)
+            )
+            .into_bytes(),
+            (Self::Meta(_), None) => format!(
+                r#"{{"object":"whatsapp_business_account","entry":[{{"id":"0","changes":[{{"field":"messages","value":{{"messaging_product":"whatsapp","messages":[{{"id":"wamid.{}","from":"15550001111","timestamp":"{secs}","type":"text","text":{{"body":"hello"}}}}]}}}}]}}]}}"#,
+                random_hex(32)
+            )
+            .into_bytes(),
+            (Self::Twitch(_), None) => format!(
+                r#"{{"subscription":{{"id":{},"status":"enabled","type":"channel.follow","version":"2","condition":{{"broadcaster_user_id":"1337","moderator_user_id":"1337"}},"transport":{{"method":"webhook","callback":"https://example.com/twitch"}},"created_at":{}}},"event":{{"user_id":"1234","user_login":"cool_user","user_name":"Cool_User","broadcaster_user_id":"1337","broadcaster_user_login":"cooler_user","broadcaster_user_name":"Cooler_User","followed_at":{}}}}}"#,
+                q(&uuid()),
+                q(&rfc),
+                q(&rfc)
+            )
+            .into_bytes(),
+            (Self::Discord(_), None) => format!(
+                r#"{{"id":{},"type":2,"application_id":"1","token":"test-token","version":1,"data":{{"id":"1","name":"test","type":1}}}}"#,
+                q(&id)
+            )
+            .into_bytes(),
+            (Self::Twilio(..), None) => format!(
+                "MessageSid=SM{}&AccountSid=AC{}&From=%2B15005550006&To=%2B15005550010&Body=Hello+from+webhook-guard&NumMedia=0",
+                random_hex(32),
+                random_hex(32)
+            )
+            .into_bytes(),
+            (Self::HubSpot(..), None) => format!(
+                r#"[{{"eventId":{},"subscriptionId":1,"portalId":1,"appId":1,"occurredAt":{},"subscriptionType":"contact.creation","attemptNumber":0,"objectId":{},"changeFlag":"CREATED","changeSource":"CRM"}}]"#,
+                FencingToken::random().0 % 4_000_000_000,
+                now.timestamp_millis(),
+                FencingToken::random().0 % 100_000_000
             )
             .into_bytes(),
         };
@@ -361,10 +477,47 @@ impl Signer {
                 ("Linear-Event", "Issue".into()),
             ]),
             Self::Extra(extra) => extra.headers(&id, body, now),
+            Self::Zoom(s) => own(s.sign_headers(now, body)),
+            Self::Meta(s) => own(vec![("X-Hub-Signature-256", s.sign(body))]),
+            Self::Twitch(s) => {
+                let at = chrono::DateTime::from_timestamp(now, 0)
+                    .unwrap_or_default()
+                    .to_rfc3339_opts(SecondsFormat::Nanos, true);
+                let mut h = s.sign_headers(&id, &at, "notification", body);
+                h.push(("Twitch-Eventsub-Subscription-Type", "channel.follow".into()));
+                h.push(("Twitch-Eventsub-Subscription-Version", "2".into()));
+                own(h)
+            }
+            Self::Discord(key) => {
+                own(Discord::sign_headers(key, now, body).expect("the key was checked at start"))
+            }
+            Self::Twilio(s, url) => own(vec![
+                ("X-Twilio-Signature", s.sign(url, body)),
+                ("I-Twilio-Idempotency-Token", id),
+            ]),
+            Self::HubSpot(s, url) => {
+                own(s.sign_headers("POST", url, body, now.saturating_mul(1000)))
+            }
         };
-        headers.push(("Content-Type".into(), "application/json".into()));
+        let content_type = match self {
+            Self::Twilio(..) => "application/x-www-form-urlencoded",
+            _ => "application/json",
+        };
+        headers.push(("Content-Type".into(), content_type.into()));
         headers
     }
+}
+
+/// The path and query of `url` (`/` without one).
+fn target_of(url: &str) -> &str {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    rest.find('/').map_or("/", |at| &rest[at..])
+}
+
+/// A random id in the shape of a Discord snowflake (19 digits).
+fn snowflake() -> String {
+    (1_000_000_000_000_000_000u64 + FencingToken::random().0 % 8_000_000_000_000_000_000)
+        .to_string()
 }
 
 struct Sender {
@@ -604,6 +757,9 @@ mod tests {
     }
 
     const URL: &str = "http://127.0.0.1:3000/hook";
+    /// RFC 8032's first key pair's seed: `send` signs with it, the receiver holds
+    /// its public key.
+    const SEED: &str = "9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60";
 
     /// The secret `send` signs with, and the one the receiver verifies with.
     fn secrets(provider: Provider) -> (String, String) {
@@ -613,6 +769,8 @@ mod tests {
             Provider::Adyen => {
                 same("44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056")
             }
+            #[cfg(feature = "ed25519")]
+            Provider::Discord => (SEED.to_owned(), Discord::public_key(SEED).unwrap()),
             Provider::SendGrid => {
                 let private = "BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc=";
                 let public = webhook_guard::verify::SendGrid::public_key_of(private).unwrap();
@@ -624,30 +782,38 @@ mod tests {
 
     #[test]
     fn every_provider_signs_a_sample_its_preset_accepts() {
+        const URL: &str = "http://127.0.0.1:9/hooks/in?tenant=a%3Ab";
+        // RFC 8032's first key pair.
         for provider in Provider::ALL {
             let (signing, verifying) = secrets(provider);
             let signer = Signer::new(provider, &signing, URL).unwrap();
             let event = signer.event(None, None).unwrap();
             let now = Utc::now();
             let (headers, body) = signer.delivery(&event, now.timestamp(), 0);
-            let verified = provider
-                .verifier_with_url([verifying.as_str()], URL)
-                .unwrap()
-                .verify(&headers, &body, now)
+            // Square signs the notification URL as posted; Twilio and HubSpot the
+            // endpoint's URL with the request's own query.
+            let endpoint = match provider {
+                Provider::Square => URL,
+                _ => "http://127.0.0.1:9/hooks/in",
+            };
+            let verifier = provider
+                .verifier_with_url(endpoint, [verifying.as_str()])
+                .unwrap();
+            let head = RequestHead::new(&headers[..], "POST", "/hooks/in?tenant=a%3Ab");
+            let verified = verifier
+                .verify(&head, &body, now)
                 .unwrap_or_else(|e| panic!("{provider}: {e}"));
+            assert_eq!(verified.handshake, None, "{provider}");
             let id = verified
                 .event_id
                 .unwrap_or_else(|| panic!("{provider}: no id"));
+            assert!(!event.id.is_empty(), "{provider}");
             match provider {
                 // An id per delivery: Mailgun's token, Dropbox's time and MAC.
                 Provider::Mailgun | Provider::Dropbox => {
                     let later = now + chrono::TimeDelta::seconds(1);
                     let (headers, body) = signer.delivery(&event, later.timestamp(), 1);
-                    let again = provider
-                        .verifier_with_url([verifying.as_str()], URL)
-                        .unwrap()
-                        .verify(&headers, &body, later)
-                        .unwrap();
+                    let again = verifier.verify(&headers, &body, later).unwrap();
                     assert_ne!(again.event_id.as_deref(), Some(id.as_str()), "{provider}");
                 }
                 _ => assert_eq!(id, event.id, "{provider}"),
@@ -663,7 +829,7 @@ mod tests {
         let (headers, body) = signer.delivery(&event, now.timestamp(), 0);
         let at = |url| {
             Provider::Square
-                .verifier_with_url(["key"], url)
+                .verifier_with_url(url, ["key"])
                 .unwrap()
                 .verify(&headers, &body, now)
         };
@@ -673,6 +839,16 @@ mod tests {
         let err = adyen.event(None, Some(b"{}".to_vec())).err().unwrap();
         assert!(err.contains("adyen"), "{err}");
         assert!(Signer::new(Provider::SendGrid, "not a key", URL).is_err());
+    }
+
+    #[test]
+    fn derived_ids_refuse_an_event_id() {
+        for provider in [Provider::Zoom, Provider::Meta, Provider::HubSpot] {
+            let signer = Signer::new(provider, "secret", "http://127.0.0.1:9/h").unwrap();
+            assert!(signer.event(Some("x".into()), None).is_err(), "{provider}");
+        }
+        assert!(Signer::new(Provider::Discord, "not hex", "http://127.0.0.1:9/h").is_err());
+        assert!(Signer::new(Provider::Twilio, "s", "127.0.0.1:9/h").is_err());
     }
 
     /// Linear's tolerance is 60 s on the time in the body: a later delivery of the

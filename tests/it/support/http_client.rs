@@ -32,8 +32,19 @@ impl Reply {
 
 /// `POST path` with `headers` and `body`, declaring its `Content-Length`.
 pub async fn post(addr: SocketAddr, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Reply {
+    request(addr, "POST", path, headers, body).await
+}
+
+/// `method path` with `headers` and `body`, declaring its `Content-Length`.
+pub async fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Reply {
     let mut head = format!(
-        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
         body.len()
     );
     for (k, v) in headers {

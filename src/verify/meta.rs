@@ -1,0 +1,257 @@
+//! Meta (WhatsApp, Instagram, Messenger and other Graph API webhooks):
+//! `X-Hub-Signature-256: sha256=<hex>` over the raw body, and the subscription
+//! check sent as a `GET`.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use super::common::{self, Keys};
+use super::handshake::{self, Handshake};
+use super::request::{constant_time_eq, digest_id, param, query};
+use super::SecretFormat;
+use super::{Encoding, Secret, Verified, Verifier, VerifyError};
+use crate::Headers;
+
+const HEADER: &str = "X-Hub-Signature-256";
+const PREFIX: &[u8] = b"sha256=";
+
+/// Verifies Meta webhooks: WhatsApp Business Platform, Instagram, Messenger and the
+/// other Graph API objects.
+///
+/// - Signed bytes: the raw body, HMAC-SHA256 with the app secret, `sha256=` +
+///   lowercase hex in `X-Hub-Signature-256`. The legacy SHA-1 `X-Hub-Signature` is
+///   never used. No timestamp is signed, so there is no replay window.
+/// - Event id: Meta's deliveries carry no delivery id (and batch several changes
+///   in one body), so the id is the SHA-256 of the signed body (`sha256:<hex>`):
+///   the same delivery sent again is a duplicate. A retry that batches changes
+///   differently is not; deduplicate on the payload's own ids (a WhatsApp message's
+///   `wamid`, a Messenger `mid`) in the handler as well.
+/// - Retry window: the WhatsApp Business Platform retries a delivery not answered
+///   200 with decreasing frequency for up to 7 days.
+/// - Handshake: when the endpoint is set up, Meta sends a `GET` with the query
+///   parameters `hub.mode=subscribe`, `hub.verify_token` and `hub.challenge`. With a
+///   [verify token](Meta::verify_token) configured, the guard compares it in
+///   constant time and answers 200 with the challenge as `text/plain`; the handler
+///   does not run and nothing is stored. A wrong token is refused
+///   (`signature_mismatch`, 401), and so is every `GET` without a verify token
+///   configured. The guard learns the method and query from the integrations (see
+///   [request context](super#request-context)).
+///
+/// ```
+/// use webhook_guard::verify::{Meta, Verifier};
+/// use webhook_guard::RequestHead;
+///
+/// let meta = Meta::new(["app-secret"]).unwrap().verify_token("my-verify-token");
+/// let no_headers: [(&str, &str); 0] = [];
+/// let check = RequestHead::new(
+///     &no_headers[..],
+///     "GET",
+///     "/meta?hub.mode=subscribe&hub.challenge=1158201444&hub.verify_token=my-verify-token",
+/// );
+/// let verified = meta.verify(&check, b"", chrono::Utc::now()).unwrap();
+/// assert_eq!(verified.handshake.unwrap().body, "1158201444");
+///
+/// let body = br#"{"object":"whatsapp_business_account","entry":[]}"#;
+/// let headers = [("X-Hub-Signature-256", meta.sign(body))];
+/// assert!(meta.verify(&headers, body, chrono::Utc::now()).unwrap().event_id.is_some());
+/// ```
+#[derive(Clone)]
+pub struct Meta {
+    keys: Keys,
+    verify_token: Option<Secret>,
+}
+
+impl std::fmt::Debug for Meta {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Meta")
+            .field("keys", &self.keys)
+            .field("verify_token", &self.verify_token.is_some())
+            .finish()
+    }
+}
+
+impl Meta {
+    /// What the constructor accepts as a secret: the app secret (its length is not published, so not enforced); any bytes
+    /// without surrounding whitespace (a trailing newline from an environment
+    /// variable is refused).
+    pub const SECRET_FORMAT: SecretFormat = SecretFormat::new("Meta");
+
+    /// The WhatsApp Business Platform retries for up to 7 days.
+    pub const RETRY_WINDOW: Duration = Duration::from_secs(7 * 24 * 3600);
+
+    /// A verifier keyed with one or more app secrets.
+    ///
+    /// # Errors
+    /// [`KeyError::EmptySecret`](super::KeyError::EmptySecret) if no secret is given
+    /// or one is empty.
+    pub fn new<S: Into<Secret>>(
+        secrets: impl IntoIterator<Item = S>,
+    ) -> Result<Self, super::KeyError> {
+        Ok(Self {
+            keys: Keys::checked(secrets, &Self::SECRET_FORMAT)?,
+            verify_token: None,
+        })
+    }
+
+    /// The verify token entered with the callback URL in the App Dashboard: the
+    /// subscription check (`GET ...?hub.mode=subscribe`) is answered only when its
+    /// `hub.verify_token` equals it.
+    #[must_use]
+    pub fn verify_token(mut self, token: impl Into<Secret>) -> Self {
+        let token = token.into();
+        self.verify_token = (!token.is_empty()).then_some(token);
+        self
+    }
+
+    /// The `X-Hub-Signature-256` value Meta would send for `body`, signed with the
+    /// first app secret.
+    pub fn sign(&self, body: &[u8]) -> String {
+        format!("sha256={}", hex::encode(self.keys.sign_first(&[body])))
+    }
+
+    /// The answer to the subscription check: its challenge, once the verify token
+    /// matched.
+    fn subscription_check(&self, headers: &dyn Headers) -> Result<Verified, VerifyError> {
+        let query = query(headers)?.ok_or(VerifyError::MalformedQuery(
+            "a GET without the hub.mode, hub.verify_token and hub.challenge parameters",
+        ))?;
+        let q = query.as_bytes();
+        if param(q, "hub.mode").as_deref() != Some("subscribe") {
+            return Err(VerifyError::MalformedQuery("hub.mode is not subscribe"));
+        }
+        let expected = self.verify_token.as_ref().ok_or(VerifyError::NoMatch)?;
+        let given = param(q, "hub.verify_token")
+            .ok_or(VerifyError::MalformedQuery("hub.verify_token is missing"))?;
+        if !constant_time_eq(given.as_bytes(), expected.expose()) {
+            return Err(VerifyError::NoMatch);
+        }
+        let challenge = param(q, "hub.challenge")
+            .ok_or(VerifyError::MalformedQuery("hub.challenge is missing"))?;
+        let challenge = handshake::challenge(&challenge, "hub.challenge")
+            .map_err(|_| VerifyError::MalformedQuery("hub.challenge is not a plain token"))?;
+        Ok(Verified::with_handshake(Handshake::text(
+            "meta_subscription_check",
+            challenge,
+        )))
+    }
+}
+
+impl Verifier for Meta {
+    common::rekeyed!();
+
+    fn verify(
+        &self,
+        headers: &dyn Headers,
+        body: &[u8],
+        _now: DateTime<Utc>,
+    ) -> Result<Verified, VerifyError> {
+        if headers.method() == Some("GET") {
+            return self.subscription_check(headers);
+        }
+        let value = common::bounded_header(headers, HEADER)?;
+        let tag = common::single_tag(value, PREFIX, Encoding::Hex, &HEADER.into())?;
+        self.keys.check(&[body], &[tag])?;
+        Ok(Verified {
+            event_id: Some(digest_id(body)),
+            ..Verified::default()
+        })
+    }
+
+    common::limits! {
+        retry_window;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::RequestHead;
+
+    const NONE: [(&str, &str); 0] = [];
+
+    fn get(target: &str) -> RequestHead<'_, [(&'static str, &'static str)]> {
+        RequestHead::new(&NONE[..], "GET", target)
+    }
+
+    #[test]
+    fn the_subscription_check_wants_the_verify_token() {
+        let meta = Meta::new(["secret"]).unwrap().verify_token("tok en");
+        let now = Utc::now();
+        let ok = meta
+            .verify(
+                &get("/w?hub.mode=subscribe&hub.verify_token=tok+en&hub.challenge=42"),
+                b"",
+                now,
+            )
+            .unwrap();
+        let hs = ok.handshake.unwrap();
+        assert_eq!(
+            (hs.body.as_str(), hs.content_type),
+            ("42", "text/plain; charset=utf-8")
+        );
+        assert_eq!(ok.event_id, None);
+        for (target, want) in [
+            (
+                "/w?hub.mode=subscribe&hub.verify_token=tok%20em&hub.challenge=42",
+                "signature_mismatch",
+            ),
+            ("/w?hub.mode=subscribe&hub.challenge=42", "malformed_query"),
+            (
+                "/w?hub.mode=unsubscribe&hub.verify_token=tok+en&hub.challenge=42",
+                "malformed_query",
+            ),
+            (
+                "/w?hub.mode=subscribe&hub.verify_token=tok+en",
+                "malformed_query",
+            ),
+            (
+                "/w?hub.mode=subscribe&hub.verify_token=tok+en&hub.challenge=%3Cb%3E",
+                "malformed_query",
+            ),
+            ("/w", "malformed_query"),
+        ] {
+            assert_eq!(
+                meta.verify(&get(target), b"", now).unwrap_err().code(),
+                want,
+                "{target}"
+            );
+        }
+        let unset = Meta::new(["secret"]).unwrap().verify_token("");
+        let target = "/w?hub.mode=subscribe&hub.verify_token=&hub.challenge=42";
+        assert_eq!(
+            unset.verify(&get(target), b"", now),
+            Err(VerifyError::NoMatch)
+        );
+        assert!(!format!("{meta:?}").contains("tok en"));
+    }
+
+    #[test]
+    fn posts_are_signed_over_the_body() {
+        let meta = Meta::new(["new", "old"]).unwrap();
+        let old = Meta::new(["old"]).unwrap();
+        let body = br#"{"object":"page","entry":[{"id":"1","time":1}]}"#;
+        let headers = [(HEADER, old.sign(body))];
+        let v = meta.verify(&headers, body, Utc::now()).unwrap();
+        assert_eq!(v.event_id, Some(digest_id(body)));
+        assert_eq!(
+            meta.verify(&headers, b"{}", Utc::now()),
+            Err(VerifyError::NoMatch)
+        );
+        let sha1 = [("X-Hub-Signature", "sha1=00")];
+        assert_eq!(
+            meta.verify(&sha1, body, Utc::now()),
+            Err(VerifyError::MissingHeader(HEADER.into()))
+        );
+        // A POST carrying a subscription check's query is verified as a delivery.
+        let head = RequestHead::new(
+            &headers[..],
+            "POST",
+            "/w?hub.mode=subscribe&hub.challenge=1",
+        );
+        assert_eq!(
+            meta.verify(&head, body, Utc::now()).unwrap().handshake,
+            None
+        );
+    }
+}
