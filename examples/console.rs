@@ -84,7 +84,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .with_ansi(false)
         .with_max_level(tracing::Level::INFO)
         .init();
-    let secret = std::env::var("STRIPE_WEBHOOK_SECRET").unwrap_or_else(|_| "whsec_test".into());
+    let secret = std::env::var("STRIPE_WEBHOOK_SECRET")
+        .unwrap_or_else(|_| "whsec_test0000000000000000000000000000".into());
     let password = std::env::var("CONSOLE_PASSWORD")
         .map_err(|_| "set CONSOLE_PASSWORD (at least 12 characters) for the console's user ops")?;
     let addr = std::env::var("ADDR").unwrap_or_else(|_| "127.0.0.1:3000".into());

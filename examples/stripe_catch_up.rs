@@ -35,7 +35,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         eprintln!("set STRIPE_API_KEY: a secret key, or a restricted key allowed to read events");
         std::process::exit(2);
     };
-    let secret = std::env::var("STRIPE_WEBHOOK_SECRET").unwrap_or_else(|_| "whsec_test".into());
+    let secret = std::env::var("STRIPE_WEBHOOK_SECRET")
+        .unwrap_or_else(|_| "whsec_test0000000000000000000000000000".into());
     let path = std::env::var_os("WEBHOOK_GUARD_SQLITE_PATH")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| std::env::temp_dir().join("webhook-guard-catch-up.db"));

@@ -36,19 +36,19 @@
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! // Your database, in real life: a `SecretResolver` of your own.
 //! let secrets = HashMap::from([
-//!     ("acct_a".to_owned(), vec![Secret::from("whsec_a")]),
-//!     ("acct_b".to_owned(), vec![Secret::from("whsec_b_new"), Secret::from("whsec_b_old")]),
+//!     ("acct_a".to_owned(), vec![Secret::from("whsec_a0000000000000000000000000000000")]),
+//!     ("acct_b".to_owned(), vec![Secret::from("whsec_bnew0000000000000000000000000000"), Secret::from("whsec_bold0000000000000000000000000000")]),
 //! ]);
 //! let guard = WebhookGuard::builder()
 //!     .store(MemoryStore::new())
 //!     // The scheme and its settings; each tenant's secrets replace this one's.
-//!     .verifier(Stripe::new(["whsec_template_never_used"])?)
+//!     .verifier(Stripe::new(["whsec_templateneverused000000000000000"])?)
 //!     .tenants(Tenants::new(secrets).source(TenantSource::json_field(["account"])))
 //!     .namespace("stripe")
 //!     .build()?;
 //!
 //! let body = br#"{"id":"evt_1","account":"acct_b","type":"charge.succeeded"}"#;
-//! let signature = Stripe::new(["whsec_b_old"])?.sign(body, chrono::Utc::now().timestamp());
+//! let signature = Stripe::new(["whsec_bold0000000000000000000000000000"])?.sign(body, chrono::Utc::now().timestamp());
 //! let headers = [("Stripe-Signature", signature.as_str())];
 //!
 //! // In the handler of `/webhooks/stripe/{tenant}`, with the route's tenant:

@@ -21,7 +21,7 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use webhook_guard::verify::Stripe;
 
-const SECRET: &str = "whsec_console_browser_test";
+const SECRET: &str = "whsec_consolebrowsertest00000000000000";
 const USER: &str = "ops";
 const PASSWORD: &str = "correct-horse-battery-staple";
 /// What the hostile id would set if any of it ran as script.

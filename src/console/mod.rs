@@ -11,7 +11,7 @@
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! let guard = WebhookGuard::builder()
 //!     .store(MemoryStore::new())
-//!     .verifier(Stripe::new(["whsec_..."])?)
+//!     .verifier(Stripe::new(["whsec_wRNftLajMZNeslQOP6vEPm4iVx5NlZ6z"])?)
 //!     .build()?;
 //! let password = std::env::var("CONSOLE_PASSWORD")?;
 //! let app: Router = Router::new().nest(

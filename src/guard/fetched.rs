@@ -39,7 +39,7 @@ impl WebhookGuard {
     /// # async fn main() {
     /// let guard = WebhookGuard::builder()
     ///     .store(MemoryStore::new())
-    ///     .verifier(Stripe::new(["whsec_test"]).unwrap())
+    ///     .verifier(Stripe::new(["whsec_test0000000000000000000000000000"]).unwrap())
     ///     .namespace("stripe")
     ///     .build()
     ///     .unwrap();

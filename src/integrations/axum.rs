@@ -166,10 +166,10 @@ where
 /// use webhook_guard::{MemoryStore, WebhookGuard};
 ///
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// let secrets = HashMap::from([("acme".to_owned(), vec![Secret::from("whsec_acme")])]);
+/// let secrets = HashMap::from([("acme".to_owned(), vec![Secret::from("whsec_acme0000000000000000000000000000")])]);
 /// let guard = WebhookGuard::builder()
 ///     .store(MemoryStore::new())
-///     .verifier(Stripe::new(["whsec_template"])?)
+///     .verifier(Stripe::new(["whsec_template000000000000000000000000"])?)
 ///     .tenants(Tenants::new(secrets))
 ///     .namespace("stripe")
 ///     .build()?;

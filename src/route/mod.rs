@@ -39,7 +39,7 @@
 //! // framework integration (`integrations::axum::guarded(guard, handler)`).
 //! let handler = router.into_handler();
 //!
-//! let stripe = Stripe::new(["whsec_test"])?;
+//! let stripe = Stripe::new(["whsec_test0000000000000000000000000000"])?;
 //! let guard = WebhookGuard::builder()
 //!     .store(MemoryStore::new())
 //!     .verifier(stripe.clone()) // knows Stripe puts the type in `type`

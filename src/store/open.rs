@@ -38,7 +38,7 @@
 //! opened.migrate().await?;
 //! let guard = WebhookGuard::builder()
 //!     .store(opened.shared())
-//!     .verifier(Stripe::new(["whsec_..."])?)
+//!     .verifier(Stripe::new(["whsec_wRNftLajMZNeslQOP6vEPm4iVx5NlZ6z"])?)
 //!     .build()?;
 //! # let _ = guard;
 //! # Ok(())

@@ -221,10 +221,10 @@ pub trait Verifier: fmt::Debug + Send + Sync + 'static {
     /// ```
     /// use webhook_guard::verify::{Secret, Stripe, Verifier};
     ///
-    /// let template = Stripe::new(["whsec_template"]).unwrap();
-    /// let tenant = template.with_secrets(&[Secret::from("whsec_tenant")]).unwrap().unwrap();
+    /// let template = Stripe::new(["whsec_template000000000000000000000000"]).unwrap();
+    /// let tenant = template.with_secrets(&[Secret::from("whsec_tenant00000000000000000000000000")]).unwrap().unwrap();
     /// let body = br#"{"id":"evt_1"}"#;
-    /// let header = Stripe::new(["whsec_tenant"]).unwrap().sign(body, 1_700_000_000);
+    /// let header = Stripe::new(["whsec_tenant00000000000000000000000000"]).unwrap().sign(body, 1_700_000_000);
     /// let now = chrono::DateTime::from_timestamp(1_700_000_001, 0).unwrap();
     /// assert!(tenant.verify(&[("Stripe-Signature", header.as_str())], body, now).is_ok());
     /// assert!(template.verify(&[("Stripe-Signature", header.as_str())], body, now).is_err());

@@ -28,7 +28,7 @@ use webhook_guard::{HandlerError, OwnedEvent, WebhookGuard};
 
 use crate::support::backends::{self, Backend};
 
-const SECRET: &str = "whsec_catch_up_test";
+const SECRET: &str = "whsec_catchuptest000000000000000000000";
 const API_KEY: &str = "sk_test_51CatchUpSecretKey";
 
 // ---- a Stripe List Events server -------------------------------------------------

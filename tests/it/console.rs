@@ -25,7 +25,7 @@ const TOKEN: &str = "a-bearer-token-for-scripts";
 fn guard_on(store: impl ProcessedStore, inbox: Option<MemoryStore>) -> WebhookGuard {
     let mut builder = WebhookGuard::builder()
         .store(store)
-        .verifier(HmacSha256Header::new("X-Signature", ["s3cret"]).unwrap())
+        .verifier(HmacSha256Header::new("X-Signature", ["s3cret-0123456789abcdef"]).unwrap())
         .event_id(EventId::json_field(["id"]))
         .namespace("shop");
     if let Some(inbox) = inbox {
@@ -39,7 +39,7 @@ async fn deliver(guard: &WebhookGuard, id: &str) -> Outcome {
         r#"{{"id":"{id}","type":"order.paid","secret_note":"{}"}}"#,
         "x".repeat(40)
     );
-    let verifier = HmacSha256Header::new("X-Signature", ["s3cret"]).unwrap();
+    let verifier = HmacSha256Header::new("X-Signature", ["s3cret-0123456789abcdef"]).unwrap();
     let signature = verifier.sign(body.as_bytes());
     let headers = [("X-Signature", signature.as_str())];
     guard
@@ -323,7 +323,7 @@ async fn bodies_are_shown_only_when_the_host_enables_them_and_cut_at_the_limit()
     let inbox = MemoryStore::new();
     let guard = guard_on(MemoryStore::new(), Some(inbox));
     let body = r#"{"id":"ord_9","type":"order.paid","note":"<b>bold</b>"}"#;
-    let signature = HmacSha256Header::new("X-Signature", ["s3cret"])
+    let signature = HmacSha256Header::new("X-Signature", ["s3cret-0123456789abcdef"])
         .unwrap()
         .sign(body.as_bytes());
     let accepted = guard
@@ -404,7 +404,7 @@ async fn the_console_lists_a_durable_store_through_its_index() {
     let guard = WebhookGuard::builder()
         .store(store.clone())
         .inbox(store)
-        .verifier(HmacSha256Header::new("X-Signature", ["s3cret"]).unwrap())
+        .verifier(HmacSha256Header::new("X-Signature", ["s3cret-0123456789abcdef"]).unwrap())
         .event_id(EventId::json_field(["id"]))
         .namespace("shop")
         .build()

@@ -66,7 +66,7 @@ const TEXT: &str = "text/plain; charset=utf-8";
 
 #[tokio::test]
 async fn slack_url_verification_is_answered_with_its_challenge() {
-    let slack = Slack::new(["slack-signing-secret"]).unwrap();
+    let slack = Slack::new(["slack-signing-secret-0123456789abcdef"]).unwrap();
     let (addr, runs) = app(slack.clone()).await;
     let body = br#"{"token":"Jhj5dZrVaK7ZwHHjRyZWjbDl","challenge":"3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P","type":"url_verification"}"#;
     let now = Utc::now().timestamp();
@@ -76,7 +76,7 @@ async fn slack_url_verification_is_answered_with_its_challenge() {
         TEXT,
         "3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P",
     );
-    let forged = Slack::new(["another-secret"])
+    let forged = Slack::new(["another-secret-0123456789abcdef01234"])
         .unwrap()
         .sign_headers(now, body);
     assert_refused(&post(addr, "/hook", &pairs(&forged), body).await);

@@ -149,7 +149,11 @@ async fn concurrent_migrations_and_the_schema() {
             .iter()
             .map(|r| r.get(0))
             .collect();
-    assert_eq!(indexes.len(), 3, "{indexes:?}");
+    assert_eq!(
+        indexes.len(),
+        4,
+        "primary key, expires_at, stuck, listing: {indexes:?}"
+    );
     db.drop_table().await;
 }
 

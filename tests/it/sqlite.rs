@@ -149,7 +149,7 @@ async fn open_creates_the_file_and_the_schema_is_shown() {
     .await
     .unwrap()
     .get(0);
-    assert_eq!(indexes, 3, "primary key, expires_at, stuck");
+    assert_eq!(indexes, 4, "primary key, expires_at, stuck, listing");
     for bad in ["", "1abc", "a-b", "x\"; DROP TABLE y; --", &"a".repeat(64)] {
         let err = SqliteStore::with_table(store.pool().clone(), bad).unwrap_err();
         assert_eq!(err.name(), bad);

@@ -311,14 +311,24 @@ struct Setup {
 }
 
 async fn setup(store: Arc<DynProcessedStore>, resolver: Arc<Resolver>) -> Setup {
-    resolver.set(A, &["whsec_a"]).await;
-    resolver.set(B, &["whsec_b_new", "whsec_b_old"]).await;
+    resolver
+        .set(A, &["whsec_a0000000000000000000000000000000"])
+        .await;
+    resolver
+        .set(
+            B,
+            &[
+                "whsec_bnew0000000000000000000000000000",
+                "whsec_bold0000000000000000000000000000",
+            ],
+        )
+        .await;
     let store = Counted::new(store);
     let clock = ManualClock::new(at_start());
     let hooks = Arc::new(Announced::default());
     let guard = WebhookGuard::builder()
         .store(store.clone())
-        .verifier(Stripe::new(["whsec_template"]).unwrap())
+        .verifier(Stripe::new(["whsec_template000000000000000000000000"]).unwrap())
         .tenants(
             Tenants::new(resolver.clone())
                 .source(TenantSource::json_field(["account"]))
@@ -391,7 +401,9 @@ async fn two_tenants(store: Arc<DynProcessedStore>, resolver: Arc<Resolver>) {
     // A's delivery sent to B's route (the platform's own event: no `account` to
     // tell): verified with B's secrets, rejected; the store never asked.
     let a_only = body("evt_platform", None);
-    let (outcome, ran) = s.deliver(Some(B), "whsec_a", &a_only).await;
+    let (outcome, ran) = s
+        .deliver(Some(B), "whsec_a0000000000000000000000000000000", &a_only)
+        .await;
     assert_eq!(
         rejected(&outcome).code(),
         "signature_mismatch",
@@ -407,15 +419,31 @@ async fn two_tenants(store: Arc<DynProcessedStore>, resolver: Arc<Resolver>) {
     assert_eq!(resolver.calls(), 1, "B resolved");
 
     // The same event id under A and under B: two events, each run once.
-    let (outcome, ran) = s.deliver(Some(A), "whsec_a", &body("evt_1", Some(A))).await;
+    let (outcome, ran) = s
+        .deliver(
+            Some(A),
+            "whsec_a0000000000000000000000000000000",
+            &body("evt_1", Some(A)),
+        )
+        .await;
     assert!(matches!(outcome, Outcome::Processed { .. }), "{outcome:?}");
     assert_eq!(ran.as_deref(), Some(A));
     let (outcome, ran) = s
-        .deliver(Some(B), "whsec_b_new", &body("evt_1", Some(B)))
+        .deliver(
+            Some(B),
+            "whsec_bnew0000000000000000000000000000",
+            &body("evt_1", Some(B)),
+        )
         .await;
     assert!(matches!(outcome, Outcome::Processed { .. }), "{outcome:?}");
     assert_eq!(ran.as_deref(), Some(B));
-    let (outcome, ran) = s.deliver(Some(A), "whsec_a", &body("evt_1", Some(A))).await;
+    let (outcome, ran) = s
+        .deliver(
+            Some(A),
+            "whsec_a0000000000000000000000000000000",
+            &body("evt_1", Some(A)),
+        )
+        .await;
     assert!(matches!(outcome, Outcome::Duplicate { .. }), "{outcome:?}");
     assert_eq!(ran, None);
     // Each in its tenant's namespace, none in the guard's own.
@@ -432,7 +460,13 @@ async fn two_tenants(store: Arc<DynProcessedStore>, resolver: Arc<Resolver>) {
     let expected = [A, B].map(|t| ("stripe".to_owned(), Some(t.to_owned())));
     assert_eq!(reported, expected);
     // A body naming its tenant needs no route.
-    let (outcome, _) = s.deliver(None, "whsec_a", &body("evt_2", Some(A))).await;
+    let (outcome, _) = s
+        .deliver(
+            None,
+            "whsec_a0000000000000000000000000000000",
+            &body("evt_2", Some(A)),
+        )
+        .await;
     assert!(matches!(outcome, Outcome::Processed { .. }), "{outcome:?}");
     assert_eq!(resolver.calls(), 2, "A resolved once, then cached");
 
@@ -440,32 +474,60 @@ async fn two_tenants(store: Arc<DynProcessedStore>, resolver: Arc<Resolver>) {
     // before any store call.
     let calls = store.calls();
     let (outcome, _) = s
-        .deliver(Some("acct_zz"), "whsec_a", &body("evt_3", None))
+        .deliver(
+            Some("acct_zz"),
+            "whsec_a0000000000000000000000000000000",
+            &body("evt_3", None),
+        )
         .await;
     assert_eq!(rejected(&outcome), &Rejection::UnknownTenant);
     assert_eq!(guard.answer(&outcome).status, 404);
     assert_eq!(guard.answer(&outcome).reason, "unknown_tenant");
     assert_eq!(resolver.calls(), 3);
     let (outcome, _) = s
-        .deliver(Some("acct_zz"), "whsec_a", &body("evt_3", None))
+        .deliver(
+            Some("acct_zz"),
+            "whsec_a0000000000000000000000000000000",
+            &body("evt_3", None),
+        )
         .await;
     assert_eq!(rejected(&outcome), &Rejection::UnknownTenant);
     assert_eq!(resolver.calls(), 3, "unknown tenants are cached too");
     let (outcome, _) = s
-        .deliver(Some("a/b"), "whsec_a", &body("evt_3", None))
+        .deliver(
+            Some("a/b"),
+            "whsec_a0000000000000000000000000000000",
+            &body("evt_3", None),
+        )
         .await;
     assert_eq!(rejected(&outcome), &Rejection::UnknownTenant);
-    let (outcome, _) = s.deliver(Some(B), "whsec_a", &body("evt_4", Some(A))).await;
+    let (outcome, _) = s
+        .deliver(
+            Some(B),
+            "whsec_a0000000000000000000000000000000",
+            &body("evt_4", Some(A)),
+        )
+        .await;
     assert_eq!(rejected(&outcome), &Rejection::TenantMismatch);
     assert_eq!(guard.answer(&outcome).status, 403);
     assert_eq!(guard.answer(&outcome).reason, "tenant_mismatch");
-    let (outcome, _) = s.deliver(None, "whsec_a", &body("evt_4", None)).await;
+    let (outcome, _) = s
+        .deliver(
+            None,
+            "whsec_a0000000000000000000000000000000",
+            &body("evt_4", None),
+        )
+        .await;
     assert_eq!(rejected(&outcome), &Rejection::MissingTenant);
     assert_eq!(guard.answer(&outcome).reason, "missing_tenant");
     assert_eq!(resolver.calls(), 3, "a mismatch asks no resolver");
     // The guard itself verifies nothing: its template's secret is never used.
     let template = body("evt_5", None);
-    let headers = sign("whsec_template", &template, s.clock.now_utc());
+    let headers = sign(
+        "whsec_template000000000000000000000000",
+        &template,
+        s.clock.now_utc(),
+    );
     let outcome = guard
         .handle(&headers, &template, |_| async { Ok(()) })
         .await;
@@ -474,11 +536,21 @@ async fn two_tenants(store: Arc<DynProcessedStore>, resolver: Arc<Resolver>) {
 
     // The secrets' database down: a cached tenant is served, a new one is 503.
     resolver.down(true);
-    let (outcome, _) = s.deliver(Some(A), "whsec_a", &body("evt_6", Some(A))).await;
+    let (outcome, _) = s
+        .deliver(
+            Some(A),
+            "whsec_a0000000000000000000000000000000",
+            &body("evt_6", Some(A)),
+        )
+        .await;
     assert!(matches!(outcome, Outcome::Processed { .. }), "{outcome:?}");
     let calls = store.calls();
     let (outcome, _) = s
-        .deliver(Some("acct_c"), "whsec_c", &body("evt_7", None))
+        .deliver(
+            Some("acct_c"),
+            "whsec_c0000000000000000000000000000000",
+            &body("evt_7", None),
+        )
         .await;
     assert!(
         matches!(outcome, Outcome::StoreUnavailable { id: None, .. }),
@@ -489,9 +561,15 @@ async fn two_tenants(store: Arc<DynProcessedStore>, resolver: Arc<Resolver>) {
     assert!(answer.retry_after.is_some());
     assert_eq!(store.calls(), calls);
     resolver.down(false);
-    resolver.set("acct_c", &["whsec_c"]).await;
+    resolver
+        .set("acct_c", &["whsec_c0000000000000000000000000000000"])
+        .await;
     let (outcome, _) = s
-        .deliver(Some("acct_c"), "whsec_c", &body("evt_7", None))
+        .deliver(
+            Some("acct_c"),
+            "whsec_c0000000000000000000000000000000",
+            &body("evt_7", None),
+        )
         .await;
     assert!(
         matches!(outcome, Outcome::Processed { .. }),
@@ -502,12 +580,22 @@ async fn two_tenants(store: Arc<DynProcessedStore>, resolver: Arc<Resolver>) {
     // which takes over once the cache entry expired, the old ones then refused.
     let resolved = resolver.calls();
     let (outcome, _) = s
-        .deliver(Some(B), "whsec_b_old", &body("evt_8", Some(B)))
+        .deliver(
+            Some(B),
+            "whsec_bold0000000000000000000000000000",
+            &body("evt_8", Some(B)),
+        )
         .await;
     assert!(matches!(outcome, Outcome::Processed { .. }), "{outcome:?}");
-    resolver.set(B, &["whsec_b_newer"]).await;
+    resolver
+        .set(B, &["whsec_bnewer00000000000000000000000000"])
+        .await;
     let (outcome, _) = s
-        .deliver(Some(B), "whsec_b_new", &body("evt_9", Some(B)))
+        .deliver(
+            Some(B),
+            "whsec_bnew0000000000000000000000000000",
+            &body("evt_9", Some(B)),
+        )
         .await;
     assert!(
         matches!(outcome, Outcome::Processed { .. }),
@@ -516,7 +604,11 @@ async fn two_tenants(store: Arc<DynProcessedStore>, resolver: Arc<Resolver>) {
     assert_eq!(resolver.calls(), resolved, "cache hits ask no resolver");
     s.clock.advance(TimeDelta::seconds(61));
     let (outcome, _) = s
-        .deliver(Some(B), "whsec_b_new", &body("evt_10", Some(B)))
+        .deliver(
+            Some(B),
+            "whsec_bnew0000000000000000000000000000",
+            &body("evt_10", Some(B)),
+        )
         .await;
     assert_eq!(
         rejected(&outcome).code(),
@@ -525,15 +617,25 @@ async fn two_tenants(store: Arc<DynProcessedStore>, resolver: Arc<Resolver>) {
     );
     assert_eq!(resolver.calls(), resolved + 1, "expired: asked again");
     let (outcome, _) = s
-        .deliver(Some(B), "whsec_b_newer", &body("evt_10", Some(B)))
+        .deliver(
+            Some(B),
+            "whsec_bnewer00000000000000000000000000",
+            &body("evt_10", Some(B)),
+        )
         .await;
     assert!(matches!(outcome, Outcome::Processed { .. }), "{outcome:?}");
     assert_eq!(resolver.calls(), resolved + 1);
     // `forget_tenant` takes a change up at once.
-    resolver.set(B, &["whsec_b_fourth"]).await;
+    resolver
+        .set(B, &["whsec_bfourth0000000000000000000000000"])
+        .await;
     guard.forget_tenant(B);
     let (outcome, _) = s
-        .deliver(Some(B), "whsec_b_fourth", &body("evt_11", Some(B)))
+        .deliver(
+            Some(B),
+            "whsec_bfourth0000000000000000000000000",
+            &body("evt_11", Some(B)),
+        )
         .await;
     assert!(matches!(outcome, Outcome::Processed { .. }), "{outcome:?}");
     assert_eq!(resolver.calls(), resolved + 2);
@@ -542,7 +644,11 @@ async fn two_tenants(store: Arc<DynProcessedStore>, resolver: Arc<Resolver>) {
     // by the guard's sweeper, in the tenant's namespace.
     store.keep_markers.store(true, Ordering::SeqCst);
     let fails = body("evt_12", Some(A));
-    let headers = sign("whsec_a", &fails, s.clock.now_utc());
+    let headers = sign(
+        "whsec_a0000000000000000000000000000000",
+        &fails,
+        s.clock.now_utc(),
+    );
     let tenant = guard.tenant(Some(A), &headers, &fails).await.unwrap();
     let outcome = tenant
         .handle(&headers, &fails, |_| async {
@@ -597,10 +703,13 @@ async fn a_long_shop_domain_fits_mariadb() {
         return;
     };
     let shop = "a-very-long-shop-name-for-a-test.myshopify.com";
-    let secrets = HashMap::from([(shop.to_owned(), vec![Secret::from("shpss_1")])]);
+    let secrets = HashMap::from([(
+        shop.to_owned(),
+        vec![Secret::from("shpss_10000000000000000000000000000000")],
+    )]);
     let guard = WebhookGuard::builder()
         .store(store)
-        .verifier(Shopify::new(["template"]).unwrap())
+        .verifier(Shopify::new(["template0000000000000000000000000"]).unwrap())
         .tenants(Tenants::new(secrets).source(TenantSource::header("X-Shopify-Shop-Domain")))
         .namespace("shopify")
         .build()
@@ -609,7 +718,9 @@ async fn a_long_shop_domain_fits_mariadb() {
     let headers = [
         (
             "X-Shopify-Hmac-Sha256",
-            Shopify::new(["shpss_1"]).unwrap().sign(body),
+            Shopify::new(["shpss_10000000000000000000000000000000"])
+                .unwrap()
+                .sign(body),
         ),
         ("X-Shopify-Shop-Domain", shop.to_owned()),
         ("X-Shopify-Webhook-Id", "wh_1".to_owned()),
@@ -631,12 +742,16 @@ async fn through_axum_the_route_names_the_tenant() {
     use webhook_guard::integrations::axum::handle_tenant_request;
 
     let resolver = Resolver::memory();
-    resolver.set(A, &["whsec_a"]).await;
-    resolver.set(B, &["whsec_b"]).await;
+    resolver
+        .set(A, &["whsec_a0000000000000000000000000000000"])
+        .await;
+    resolver
+        .set(B, &["whsec_b0000000000000000000000000000000"])
+        .await;
     let ran = Arc::new(Mutex::new(Vec::new()));
     let guard = WebhookGuard::builder()
         .store(MemoryStore::new())
-        .verifier(Stripe::new(["whsec_template"]).unwrap())
+        .verifier(Stripe::new(["whsec_template000000000000000000000000"]).unwrap())
         .tenants(Tenants::new(resolver.clone()).source(TenantSource::json_field(["account"])))
         .namespace("stripe")
         .build()
@@ -663,33 +778,63 @@ async fn through_axum_the_route_names_the_tenant() {
         crate::support::http_client::post(addr, &path, &[(name, &value)], &body).await
     };
 
-    let reply = post(A, "whsec_a", body("evt_1", None)).await;
+    let reply = post(
+        A,
+        "whsec_a0000000000000000000000000000000",
+        body("evt_1", None),
+    )
+    .await;
     assert_eq!(
         (reply.status, reply.json()["outcome"].as_str()),
         (200, Some("processed"))
     );
-    let reply = post(B, "whsec_b", body("evt_1", None)).await;
+    let reply = post(
+        B,
+        "whsec_b0000000000000000000000000000000",
+        body("evt_1", None),
+    )
+    .await;
     assert_eq!(
         (reply.status, reply.json()["outcome"].as_str()),
         (200, Some("processed"))
     );
-    let reply = post(B, "whsec_a", body("evt_2", None)).await;
+    let reply = post(
+        B,
+        "whsec_a0000000000000000000000000000000",
+        body("evt_2", None),
+    )
+    .await;
     assert_eq!(
         (reply.status, reply.json()["reason"].as_str()),
         (401, Some("signature_mismatch"))
     );
-    let reply = post("acct_zz", "whsec_a", body("evt_2", None)).await;
+    let reply = post(
+        "acct_zz",
+        "whsec_a0000000000000000000000000000000",
+        body("evt_2", None),
+    )
+    .await;
     assert_eq!(
         (reply.status, reply.json()["reason"].as_str()),
         (404, Some("unknown_tenant"))
     );
-    let reply = post(B, "whsec_a", body("evt_2", Some(A))).await;
+    let reply = post(
+        B,
+        "whsec_a0000000000000000000000000000000",
+        body("evt_2", Some(A)),
+    )
+    .await;
     assert_eq!(
         (reply.status, reply.json()["reason"].as_str()),
         (403, Some("tenant_mismatch"))
     );
     resolver.down(true);
-    let reply = post("acct_new", "whsec_a", body("evt_2", None)).await;
+    let reply = post(
+        "acct_new",
+        "whsec_a0000000000000000000000000000000",
+        body("evt_2", None),
+    )
+    .await;
     assert_eq!(reply.status, 503);
     assert!(reply.header("retry-after").is_some());
     assert_eq!(*ran.lock().unwrap(), ["acct_a:evt_1", "acct_b:evt_1"]);
