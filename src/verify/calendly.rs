@@ -88,6 +88,11 @@ fn event_id(body: &[u8]) -> Option<String> {
 }
 
 impl Verifier for Calendly {
+    /// The event type is the body's `event`.
+    fn event_type(&self) -> Option<crate::meta::TypeSource> {
+        Some(crate::meta::TypeSource::json(["event"]))
+    }
+
     common::rekeyed!();
 
     fn verify(

@@ -92,6 +92,11 @@ impl GitLab {
 }
 
 impl Verifier for GitLab {
+    /// The event type is the body's `object_kind`.
+    fn event_type(&self) -> Option<crate::meta::TypeSource> {
+        Some(crate::meta::TypeSource::json(["object_kind"]))
+    }
+
     common::rekeyed!(by new);
 
     fn verify(

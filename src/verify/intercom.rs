@@ -87,6 +87,11 @@ impl Intercom {
 }
 
 impl Verifier for Intercom {
+    /// The event type is the body's `topic`.
+    fn event_type(&self) -> Option<crate::meta::TypeSource> {
+        Some(crate::meta::TypeSource::json(["topic"]))
+    }
+
     super::common::rekeyed!(by new);
 
     fn verify(

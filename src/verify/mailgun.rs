@@ -121,6 +121,11 @@ fn bad(reason: &'static str) -> VerifyError {
 }
 
 impl Verifier for Mailgun {
+    /// The event type is the body's `event-data.event`.
+    fn event_type(&self) -> Option<crate::meta::TypeSource> {
+        Some(crate::meta::TypeSource::json(["event-data", "event"]))
+    }
+
     common::rekeyed!();
 
     fn verify(

@@ -138,6 +138,11 @@ impl Meta {
 }
 
 impl Verifier for Meta {
+    /// The event type is the body's `object` (`whatsapp_business_account`, `page`, `instagram`).
+    fn event_type(&self) -> Option<crate::meta::TypeSource> {
+        Some(crate::meta::TypeSource::json(["object"]))
+    }
+
     common::rekeyed!();
 
     fn verify(

@@ -325,4 +325,69 @@ mod tests {
             .verifier_with_url("example.com", ["secret"])
             .is_err());
     }
+
+    /// Each preset reads the event type where its provider puts it.
+    #[test]
+    fn presets_name_their_event_types() {
+        let cases: [(Provider, &[(&str, &str)], &str, &str); 9] = [
+            (
+                Provider::Square,
+                &[],
+                r#"{"type":"payment.updated"}"#,
+                "payment.updated",
+            ),
+            (
+                Provider::Mailgun,
+                &[],
+                r#"{"event-data":{"event":"delivered"}}"#,
+                "delivered",
+            ),
+            (
+                Provider::Intercom,
+                &[],
+                r#"{"topic":"conversation.user.created"}"#,
+                "conversation.user.created",
+            ),
+            (Provider::GitLab, &[], r#"{"object_kind":"push"}"#, "push"),
+            (
+                Provider::Typeform,
+                &[],
+                r#"{"event_type":"form_response"}"#,
+                "form_response",
+            ),
+            (
+                Provider::Calendly,
+                &[],
+                r#"{"event":"invitee.created"}"#,
+                "invitee.created",
+            ),
+            (
+                Provider::Zoom,
+                &[],
+                r#"{"event":"meeting.started"}"#,
+                "meeting.started",
+            ),
+            (Provider::Meta, &[], r#"{"object":"page"}"#, "page"),
+            (
+                Provider::Twitch,
+                &[("Twitch-Eventsub-Subscription-Type", "channel.follow")],
+                "{}",
+                "channel.follow",
+            ),
+        ];
+        for (p, headers, body, expected) in cases {
+            let v = p
+                .verifier_with_url("https://example.com/hook", [p.sample_secret()])
+                .unwrap();
+            let source = v
+                .event_type()
+                .unwrap_or_else(|| panic!("{p}: no type source"));
+            let found = source.find(&headers, body.as_bytes());
+            assert_eq!(
+                found.map(|t| t.to_string()).as_deref(),
+                Some(expected),
+                "{p}"
+            );
+        }
+    }
 }

@@ -86,6 +86,11 @@ impl Square {
 }
 
 impl Verifier for Square {
+    /// The event type is the body's `type`.
+    fn event_type(&self) -> Option<crate::meta::TypeSource> {
+        Some(crate::meta::TypeSource::json(["type"]))
+    }
+
     common::rekeyed!();
 
     fn verify(

@@ -129,6 +129,13 @@ impl Twitch {
 }
 
 impl Verifier for Twitch {
+    /// The event type is the `Twitch-Eventsub-Subscription-Type` header.
+    fn event_type(&self) -> Option<crate::meta::TypeSource> {
+        Some(crate::meta::TypeSource::header(
+            "Twitch-Eventsub-Subscription-Type",
+        ))
+    }
+
     common::rekeyed!();
 
     fn verify(

@@ -62,6 +62,11 @@ impl Typeform {
 }
 
 impl Verifier for Typeform {
+    /// The event type is the body's `event_type`.
+    fn event_type(&self) -> Option<crate::meta::TypeSource> {
+        Some(crate::meta::TypeSource::json(["event_type"]))
+    }
+
     common::rekeyed!();
 
     fn verify(

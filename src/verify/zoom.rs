@@ -90,6 +90,11 @@ impl Zoom {
 }
 
 impl Verifier for Zoom {
+    /// The event type is the body's `event`.
+    fn event_type(&self) -> Option<crate::meta::TypeSource> {
+        Some(crate::meta::TypeSource::json(["event"]))
+    }
+
     common::rekeyed!();
 
     fn verify(
