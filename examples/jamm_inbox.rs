@@ -161,7 +161,12 @@ async fn main() -> Result<(), BoxError> {
         for ty in events {
             truth.insert(trx.clone(), (Status::of(ty).expect("known type"), at));
             let id = format!("mwh-{:016x}", rng.next());
-            let content = format!(r#"{{"charge":{{"id":"{trx}","customer":"{cus}"}}}}"#);
+            // The signed content differs per event, as Jamm's does (the charge's
+            // state): the guard keys Jamm deliveries on it, since the envelope's id
+            // and type are not signed.
+            let state = ty.trim_start_matches("EVENT_TYPE_");
+            let content =
+                format!(r#"{{"charge":{{"id":"{trx}","customer":"{cus}","state":"{state}"}}}}"#);
             let body = signer.envelope(&id, ty, &content, &at.to_rfc3339());
             at += TimeDelta::seconds(30);
             let lost = rng.chance(8);
