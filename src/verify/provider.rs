@@ -329,7 +329,14 @@ mod tests {
     /// Each preset reads the event type where its provider puts it.
     #[test]
     fn presets_name_their_event_types() {
-        let cases: [(Provider, &[(&str, &str)], &str, &str); 9] = [
+        /// A preset, the headers and body of a delivery, the type it names.
+        type Case = (
+            Provider,
+            &'static [(&'static str, &'static str)],
+            &'static str,
+            &'static str,
+        );
+        let cases: [Case; 9] = [
             (
                 Provider::Square,
                 &[],
