@@ -62,9 +62,10 @@ pub struct HubSpot {
 }
 
 impl HubSpot {
-    /// What the constructor accepts as a secret: the app's client secret (its length is not published, so not enforced); any bytes
-    /// without surrounding whitespace (a trailing newline from an environment
-    /// variable is refused).
+    /// What the constructor accepts as a secret: the app's client secret, which HubSpot issues in
+    /// no published format (so neither its length nor its characters are checked):
+    /// any bytes without surrounding whitespace (a trailing newline from an
+    /// environment variable is refused).
     pub const SECRET_FORMAT: SecretFormat = SecretFormat::new("HubSpot");
 
     /// Refuse requests older than 5 minutes, as HubSpot's guide says.

@@ -61,9 +61,10 @@ pub struct Mailgun {
 }
 
 impl Mailgun {
-    /// What the constructor accepts as a secret: its HTTP webhook signing key (its length is not published, so not enforced); any bytes
-    /// without surrounding whitespace (a trailing newline from an environment
-    /// variable is refused).
+    /// What the constructor accepts as a secret: the HTTP webhook signing key, which Mailgun issues in
+    /// no published format (so neither its length nor its characters are checked):
+    /// any bytes without surrounding whitespace (a trailing newline from an
+    /// environment variable is refused).
     pub const SECRET_FORMAT: SecretFormat = SecretFormat::new("Mailgun");
 
     /// Mailgun documents no tolerance; 300 s, as most schemes.

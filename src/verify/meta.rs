@@ -72,9 +72,10 @@ impl std::fmt::Debug for Meta {
 }
 
 impl Meta {
-    /// What the constructor accepts as a secret: the app secret (its length is not published, so not enforced); any bytes
-    /// without surrounding whitespace (a trailing newline from an environment
-    /// variable is refused).
+    /// What the constructor accepts as a secret: the app secret, which Meta issues in
+    /// no published format (so neither its length nor its characters are checked):
+    /// any bytes without surrounding whitespace (a trailing newline from an
+    /// environment variable is refused).
     pub const SECRET_FORMAT: SecretFormat = SecretFormat::new("Meta");
 
     /// The WhatsApp Business Platform retries for up to 7 days.

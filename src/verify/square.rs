@@ -46,9 +46,10 @@ pub struct Square {
 }
 
 impl Square {
-    /// What the constructor accepts as a secret: its webhook signature key (its length is not published, so not enforced); any bytes
-    /// without surrounding whitespace (a trailing newline from an environment
-    /// variable is refused).
+    /// What the constructor accepts as a secret: the subscription's signature key, which Square issues in
+    /// no published format (so neither its length nor its characters are checked):
+    /// any bytes without surrounding whitespace (a trailing newline from an
+    /// environment variable is refused).
     pub const SECRET_FORMAT: SecretFormat = SecretFormat::new("Square");
 
     /// Square retries for up to 72 hours after the event.

@@ -11,7 +11,7 @@ use sha2::{Digest as _, Sha256};
 
 use super::common;
 use super::request::{param, query, PublicUrl};
-use super::{KeyError, Secret, Verified, Verifier, VerifyError};
+use super::{KeyError, Secret, SecretFormat, Verified, Verifier, VerifyError};
 use crate::Headers;
 
 type HmacSha1 = Hmac<Sha1>;
@@ -85,6 +85,12 @@ impl std::fmt::Debug for Twilio {
 }
 
 impl Twilio {
+    /// What the constructor accepts as a secret: the account's Auth Token, which
+    /// Twilio issues in no format its documentation publishes (so neither its
+    /// length nor its characters are checked): any bytes without surrounding
+    /// whitespace (a trailing newline from an environment variable is refused).
+    pub const SECRET_FORMAT: SecretFormat = SecretFormat::new("Twilio");
+
     /// Twilio retries once, within its 15-second total timeout.
     pub const RETRY_WINDOW: Duration = Duration::from_secs(15);
 
@@ -93,7 +99,8 @@ impl Twilio {
     ///
     /// # Errors
     /// [`KeyError::BadUrl`] for a URL that is not `http(s)://host/path`;
-    /// [`KeyError::EmptySecret`] if no token is given or one is empty.
+    /// [`KeyError::EmptySecret`] if no token is given or one is empty;
+    /// [`KeyError::Whitespace`] for one with surrounding whitespace.
     pub fn new<S: Into<Secret>>(
         url: &str,
         auth_tokens: impl IntoIterator<Item = S>,
@@ -103,9 +110,7 @@ impl Twilio {
             .into_iter()
             .map(|s| {
                 let s = s.into();
-                if s.is_empty() {
-                    return Err(KeyError::EmptySecret);
-                }
+                Self::SECRET_FORMAT.check(&s)?;
                 Ok(HmacSha1::new_from_slice(s.expose()).expect("HMAC takes keys of any length"))
             })
             .collect::<Result<Vec<_>, _>>()?;

@@ -25,7 +25,7 @@ const PREFIX: &[u8] = b"sha256=";
 /// ```
 /// use webhook_guard::verify::{Typeform, Verifier};
 ///
-/// let typeform = Typeform::new(["tf_secret"]).unwrap();
+/// let typeform = Typeform::new(["a-secret-you-chose"]).unwrap();
 /// let body = br#"{"event_id":"01HZ4TJ8","event_type":"form_response"}"#;
 /// let sig = typeform.sign(body);
 /// let verified = typeform
@@ -39,10 +39,11 @@ pub struct Typeform {
 }
 
 impl Typeform {
-    /// What the constructor accepts as a secret: the secret you chose for the webhook; any bytes
-    /// without surrounding whitespace (a trailing newline from an environment
-    /// variable is refused).
-    pub const SECRET_FORMAT: SecretFormat = SecretFormat::new("Typeform");
+    /// What the constructor accepts as a secret: the secret you chose for the
+    /// webhook (Typeform publishes no format or minimum): at least 16 bytes (the
+    /// crate's floor for a chosen HMAC key), without surrounding whitespace (a
+    /// trailing newline from an environment variable is refused).
+    pub const SECRET_FORMAT: SecretFormat = SecretFormat::new("Typeform").min_len(16);
 
     /// Typeform retries for up to 10 hours.
     pub const RETRY_WINDOW: Duration = Duration::from_secs(10 * 3600);
@@ -109,7 +110,9 @@ mod tests {
     fn independent_vector_and_prefix() {
         // Computed independently with Python's hmac (sha256, base64) over BODY,
         // key "tf_secret".
-        let t = Typeform::new(["tf_secret"]).unwrap();
+        let t = Typeform {
+            keys: Keys::from_secrets(["tf_secret"]).unwrap(),
+        };
         let sig = t.sign(BODY);
         assert_eq!(sig, "sha256=Ak7Px7CDOvm6Kki7/OtM9CpZdbtSF+SI4JHZaaorIwQ=");
         let v = t
@@ -139,8 +142,8 @@ mod tests {
 
     #[test]
     fn rotation() {
-        let old = Typeform::new(["old"]).unwrap();
-        let both = Typeform::new(["new", "old"]).unwrap();
+        let old = Typeform::new(["old-typeform-secret"]).unwrap();
+        let both = Typeform::new(["new-typeform-secret", "old-typeform-secret"]).unwrap();
         let sig = old.sign(BODY);
         assert!(both
             .verify(&[(HEADER, sig.as_str())], BODY, Utc::now())

@@ -55,9 +55,10 @@ pub struct Zoom {
 }
 
 impl Zoom {
-    /// What the constructor accepts as a secret: the app's secret token (its length is not published, so not enforced); any bytes
-    /// without surrounding whitespace (a trailing newline from an environment
-    /// variable is refused).
+    /// What the constructor accepts as a secret: the app's secret token, which Zoom issues in
+    /// no published format (so neither its length nor its characters are checked):
+    /// any bytes without surrounding whitespace (a trailing newline from an
+    /// environment variable is refused).
     pub const SECRET_FORMAT: SecretFormat = SecretFormat::new("Zoom");
 
     /// The tolerance used unless set: 300 seconds (Zoom publishes none).

@@ -86,7 +86,10 @@ fn stripe_secrets_that_cannot_be_stripes_are_refused_naming_the_fix() {
         "{e:?}"
     );
     let (e, text) = stripe_error("whsec_wRNftLajMZNeslQOP6vEPm4iVx5Nl=6z");
-    assert_eq!(e, KeyError::BadCharacters { provider: "Stripe" }, "{text}");
+    assert_eq!(e, KeyError::BadCharacters {
+            provider: "Stripe",
+            expected: "letters and digits"
+        }, "{text}");
     let (e, text) = stripe_error("wRNftLajMZNeslQOP6vEPm4iVx5NlZ6z");
     assert!(
         matches!(
