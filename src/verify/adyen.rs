@@ -506,10 +506,7 @@ mod tests {
                 expected: "hexadecimal digits"
             }
         );
-        assert!(matches!(
-            Adyen::new(["ABC"]),
-            Err(KeyError::BadEncoding(_))
-        ));
+        assert!(matches!(Adyen::new(["ABC"]), Err(KeyError::BadEncoding(_))));
         assert_eq!(Adyen::new([""]).unwrap_err(), KeyError::EmptySecret);
     }
 

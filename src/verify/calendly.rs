@@ -154,10 +154,7 @@ mod tests {
             v.event_id.as_deref(),
             Some("invitee.created:https://api.calendly.com/scheduled_events/GBGBDCAADAEDCRZ2/invitees/AAAAAAAAAAAAAAAA")
         );
-        assert_eq!(
-            vector_key().sign(BODY, T),
-            HEADER_VALUE
-        );
+        assert_eq!(vector_key().sign(BODY, T), HEADER_VALUE);
         assert!(verify(HEADER_VALUE, T + 180).is_ok());
         assert!(matches!(
             verify(HEADER_VALUE, T + 181),

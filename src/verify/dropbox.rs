@@ -173,10 +173,17 @@ mod tests {
         let hs = ok.handshake.unwrap();
         assert_eq!(
             (hs.name, hs.body.as_str(), hs.content_type),
-            ("dropbox_verification", "abc123", "text/plain; charset=utf-8")
+            (
+                "dropbox_verification",
+                "abc123",
+                "text/plain; charset=utf-8"
+            )
         );
         assert_eq!(ok.event_id, None);
-        let long = format!("/w?challenge={}", "a".repeat(handshake::MAX_CHALLENGE_LEN + 1));
+        let long = format!(
+            "/w?challenge={}",
+            "a".repeat(handshake::MAX_CHALLENGE_LEN + 1)
+        );
         for target in [
             "/w",
             "/w?other=1",

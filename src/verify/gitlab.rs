@@ -152,7 +152,13 @@ mod tests {
         for token in ["old-secret-token", "new-secret-token"] {
             assert!(g.verify(&[(HEADER, token)], b"", now).is_ok());
         }
-        for bad in ["new-secret-toke", "NEW-SECRET-TOKEN", "", "new-secret-tokenx", "new-secret-token\0"] {
+        for bad in [
+            "new-secret-toke",
+            "NEW-SECRET-TOKEN",
+            "",
+            "new-secret-tokenx",
+            "new-secret-token\0",
+        ] {
             assert_eq!(
                 g.verify(&[(HEADER, bad)], b"", now),
                 Err(VerifyError::NoMatch),

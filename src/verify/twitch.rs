@@ -74,10 +74,8 @@ impl Twitch {
     /// characters, so that is what is accepted (visible ASCII characters and spaces),
     /// without surrounding whitespace (a trailing newline from an environment
     /// variable is refused).
-    pub const SECRET_FORMAT: SecretFormat = SecretFormat::new("Twitch")
-        .min_len(10)
-        .max_len(100)
-        .ascii();
+    pub const SECRET_FORMAT: SecretFormat =
+        SecretFormat::new("Twitch").min_len(10).max_len(100).ascii();
 
     /// Refuse messages older than 10 minutes, as Twitch's guide says.
     pub const DEFAULT_TOLERANCE: Duration = Duration::from_secs(10 * 60);

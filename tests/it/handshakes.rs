@@ -156,10 +156,24 @@ async fn dropbox_verification_get_is_answered_with_its_challenge_as_plain_text()
     // A signed notification is no handshake: it goes to the store (down: 503).
     let body = br#"{"list_folder":{"accounts":["dbid:AAH4f99T0taONIb"]}}"#;
     let sig = dropbox.sign(body);
-    let reply = post(addr, "/hook", &[("X-Dropbox-Signature", sig.as_str())], body).await;
+    let reply = post(
+        addr,
+        "/hook",
+        &[("X-Dropbox-Signature", sig.as_str())],
+        body,
+    )
+    .await;
     assert_eq!(reply.status, 503, "{reply:?}");
     let forged = Dropbox::new(["another_secret1"]).unwrap().sign(body);
-    assert_refused(&post(addr, "/hook", &[("X-Dropbox-Signature", forged.as_str())], body).await);
+    assert_refused(
+        &post(
+            addr,
+            "/hook",
+            &[("X-Dropbox-Signature", forged.as_str())],
+            body,
+        )
+        .await,
+    );
     assert_eq!(runs.load(Ordering::SeqCst), 0);
 }
 
