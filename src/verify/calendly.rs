@@ -32,9 +32,9 @@ const SIGNATURE: common::TimedHeader = common::TimedHeader {
 /// - Event id: Calendly's payload carries no event id. The preset uses the signed
 ///   pair `{event}:{payload.uri}` (`invitee.created:https://api.calendly.com/
 ///   scheduled_events/…/invitees/…`): one invitee is created, canceled or marked a
-///   no-show once per resource, so the pair names one event. Retry window: Calendly
-///   retries with exponential backoff for 24 hours, and waits 10 s to connect and
-///   15 s for the answer.
+///   no-show once per resource, so the pair names one event. Retry window: Calendly's
+///   "Webhook Errors" page: it keeps trying for 24 hours with exponential back-off;
+///   its webhooks overview gives 10 s to connect and 15 s to read the answer.
 ///
 /// ```
 /// use webhook_guard::verify::{Calendly, Verifier};

@@ -29,9 +29,9 @@ const COMPARE_KEY: &[u8] = b"webhook-guard gitlab token comparison";
 ///   unauthenticated (see "Known limits" in `SECURITY.md`).
 /// - Event id: the `Idempotency-Key` header (GitLab 17.4 and later: the same on
 ///   every retry of one event), else `X-Gitlab-Event-UUID` (older versions).
-///   Retry window: GitLab does not retry on a schedule; failed requests can be
-///   re-sent by hand from the hook's recent events, kept 2 days. GitLab.com waits
-///   10 s for an answer.
+///   Retry window: 48 hours, a conservative choice: GitLab does not retry on a
+///   schedule; failed requests can be re-sent by hand from the hook's recent
+///   events, kept 2 days. GitLab.com waits 10 s for an answer.
 ///
 /// ```
 /// use webhook_guard::verify::{GitLab, Verifier};

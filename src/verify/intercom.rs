@@ -23,9 +23,11 @@ type HmacSha1 = Hmac<Sha1>;
 ///   with; as an HMAC it is not open to the collision attacks on bare SHA-1.
 /// - No timestamp is signed: no replay window; deduplication on the signed `id`
 ///   stops a replay of a captured notification.
-/// - Event id: the body's `id` (`notif_…`). Retry window: Intercom publishes no
-///   retry schedule; it delays throttled notifications (answered 429) by up to
-///   2 hours. 24 hours is kept, with margin. It expects an answer within 5 s.
+/// - Event id: the body's `id` (`notif_…`). Retry window: 24 hours, a
+///   conservative choice: Intercom's "Webhook Notifications" page publishes no
+///   retry schedule (it pauses a topic for 15 minutes after 1000 consecutive
+///   errors, and suspends a private app's subscription after seven days of
+///   errors). It expects an answer within 5 s.
 ///
 /// ```
 /// use webhook_guard::verify::{Intercom, Verifier};

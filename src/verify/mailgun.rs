@@ -41,8 +41,9 @@ const MAX_TOKEN: usize = 256;
 /// Form-encoded bodies (legacy webhooks, routes) are not read: use the JSON
 /// webhooks.
 ///
-/// - Retry window: Mailgun retries for 8 hours (5, 10, 15 minutes, 1, 2 and
-///   4 hours; an older schedule adds up to 8 h 5 min): 9 hours here.
+/// - Retry window: Mailgun's "Automatic Retries" page: it retries during 8 hours
+///   (5, 10, 15 minutes, 1, 2 and 4 hours; an older schedule adds up to 8 h 5 min):
+///   9 hours here, with margin.
 ///
 /// ```
 /// use webhook_guard::verify::{Mailgun, Verifier};

@@ -27,8 +27,9 @@ const PREFIX: &[u8] = b"sha256=";
 ///   the same delivery sent again is a duplicate. A retry that batches changes
 ///   differently is not; deduplicate on the payload's own ids (a WhatsApp message's
 ///   `wamid`, a Messenger `mid`) in the handler as well.
-/// - Retry window: the WhatsApp Business Platform retries a delivery not answered
-///   200 with decreasing frequency for up to 7 days.
+/// - Retry window: 7 days, a conservative choice: the Meta documentation consulted
+///   gives no retry window for the Graph API webhooks (the WhatsApp Business
+///   Platform is commonly described as retrying for up to 7 days).
 /// - Handshake: when the endpoint is set up, Meta sends a `GET` with the query
 ///   parameters `hub.mode=subscribe`, `hub.verify_token` and `hub.challenge`. With a
 ///   [verify token](Meta::verify_token) configured, the guard compares it in
@@ -78,7 +79,7 @@ impl Meta {
     /// environment variable is refused).
     pub const SECRET_FORMAT: SecretFormat = SecretFormat::new("Meta");
 
-    /// The WhatsApp Business Platform retries for up to 7 days.
+    /// 7 days, a conservative choice (see the type's documentation).
     pub const RETRY_WINDOW: Duration = Duration::from_secs(7 * 24 * 3600);
 
     /// A verifier keyed with one or more app secrets.

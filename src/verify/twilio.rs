@@ -46,9 +46,10 @@ const MAX_PARAMS: usize = 1024;
 ///   `I-Twilio-Idempotency-Token` header, which Twilio keeps across the retries of
 ///   one request; it is not signed, so deduplication stops a request resent under
 ///   the same token, not a captured request resent under a new one.
-/// - Retry window and timeout: by default Twilio waits 15 seconds for an answer
-///   and retries once, on a failed connection, within those 15 seconds (its
-///   connection overrides `rt`, `tt`, `rc`). Rotation: give the primary and the
+/// - Retry window and timeout: Twilio's error 11205 page: it tries for 10 seconds
+///   to connect (two 5-second attempts) and waits 15 seconds in all for the
+///   answer, so a request is not resent after 15 seconds by default (the
+///   connection overrides `rt`, `tt`, `rc` change that). Rotation: give the primary and the
 ///   secondary Auth Token while promoting.
 ///
 /// ```

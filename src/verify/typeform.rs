@@ -18,9 +18,11 @@ const PREFIX: &[u8] = b"sha256=";
 ///   `sha256=` + standard base64 in `Typeform-Signature`.
 /// - No timestamp is signed: no replay window; deduplication on the signed
 ///   `event_id` stops a replay of a captured delivery.
-/// - Event id: the body's `event_id`. Retry window: Typeform retries every 2 to 3
-///   minutes for up to 10 hours (on 408, 423, 429 and 503 answers), and waits
-///   30 s for an answer.
+/// - Event id: the body's `event_id`. Retry window: Typeform's Webhooks API
+///   documentation ("Delivery retries") retries every 2 to 3 minutes for 10 hours
+///   after a 408, 423, 429 or 503 answer, and after any other failing answer backs
+///   off 5, 10, 20 minutes, then 1, 2, 3 and 4 hours, which add up to 10 h 35 min:
+///   11 hours here. It waits 30 s for an answer ("Timeout").
 ///
 /// ```
 /// use webhook_guard::verify::{Typeform, Verifier};
@@ -45,8 +47,8 @@ impl Typeform {
     /// trailing newline from an environment variable is refused).
     pub const SECRET_FORMAT: SecretFormat = SecretFormat::new("Typeform").min_len(16);
 
-    /// Typeform retries for up to 10 hours.
-    pub const RETRY_WINDOW: Duration = Duration::from_secs(10 * 3600);
+    /// Typeform's back-offs add up to 10 h 35 min: 11 hours.
+    pub const RETRY_WINDOW: Duration = Duration::from_secs(11 * 3600);
 
     common::keyed! {
         /// A verifier keyed with one or more webhook secrets.
