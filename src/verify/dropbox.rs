@@ -6,8 +6,8 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::common::{self, Keys};
-use super::handshake::{self, Handshake};
-use super::request::{param, query};
+use super::handshake;
+use super::request::query;
 use super::SecretFormat;
 use super::{Encoding, Verified, Verifier, VerifyError};
 use crate::Headers;
@@ -90,14 +90,12 @@ impl Dropbox {
         let query = query(headers)?.ok_or(VerifyError::MalformedQuery(
             "a GET without the challenge parameter",
         ))?;
-        let challenge = param(query.as_bytes(), "challenge")
-            .ok_or(VerifyError::MalformedQuery("challenge is missing"))?;
-        let challenge = handshake::challenge(&challenge, "challenge")
-            .map_err(|_| VerifyError::MalformedQuery("challenge is not a plain token"))?;
-        Ok(Verified::with_handshake(Handshake::text(
+        handshake::echo_query_param(
+            query.as_bytes(),
+            "challenge",
             "dropbox_verification",
-            challenge,
-        )))
+            ("challenge is missing", "challenge is not a plain token"),
+        )
     }
 }
 

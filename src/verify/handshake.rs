@@ -87,6 +87,25 @@ pub(crate) fn challenge<'a>(value: &'a str, what: &'static str) -> Result<&'a st
     }
 }
 
+/// The handshake `name` answering the query parameter `param` of `query` as
+/// plain text, once it is a plain token ([`challenge`]).
+///
+/// # Errors
+/// [`VerifyError::MalformedQuery`]: `missing` without the parameter, `not_plain`
+/// for one that is no plain token.
+pub(crate) fn echo_query_param(
+    query: &[u8],
+    param: &str,
+    name: &'static str,
+    (missing, not_plain): (&'static str, &'static str),
+) -> Result<super::Verified, VerifyError> {
+    let value = super::request::param(query, param).ok_or(VerifyError::MalformedQuery(missing))?;
+    let value = challenge(&value, missing).map_err(|_| VerifyError::MalformedQuery(not_plain))?;
+    Ok(super::Verified::with_handshake(Handshake::text(
+        name, value,
+    )))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

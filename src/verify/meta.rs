@@ -7,7 +7,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::common::{self, Keys};
-use super::handshake::{self, Handshake};
+use super::handshake;
 use super::request::{constant_time_eq, digest_id, param, query};
 use super::SecretFormat;
 use super::{Encoding, Secret, Verified, Verifier, VerifyError};
@@ -128,14 +128,15 @@ impl Meta {
         if !constant_time_eq(given.as_bytes(), expected.expose()) {
             return Err(VerifyError::NoMatch);
         }
-        let challenge = param(q, "hub.challenge")
-            .ok_or(VerifyError::MalformedQuery("hub.challenge is missing"))?;
-        let challenge = handshake::challenge(&challenge, "hub.challenge")
-            .map_err(|_| VerifyError::MalformedQuery("hub.challenge is not a plain token"))?;
-        Ok(Verified::with_handshake(Handshake::text(
+        handshake::echo_query_param(
+            q,
+            "hub.challenge",
             "meta_subscription_check",
-            challenge,
-        )))
+            (
+                "hub.challenge is missing",
+                "hub.challenge is not a plain token",
+            ),
+        )
     }
 }
 
