@@ -57,7 +57,9 @@
 use std::future::Future;
 
 use actix_web::body::BoxBody;
-use actix_web::http::header::{HeaderMap, HeaderValue, CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER};
+use actix_web::http::header::{
+    HeaderMap, HeaderValue, CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER, X_CONTENT_TYPE_OPTIONS,
+};
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse, Responder};
 use bytes::{Bytes, BytesMut};
@@ -94,7 +96,7 @@ impl Headers for HttpRequest {
 
 impl GuardResponse {
     /// An actix-web [`HttpResponse`]: the status, `Retry-After`, `Content-Type:
-    /// application/json` and the JSON body, with the
+    /// application/json` and the JSON body, `X-Content-Type-Options: nosniff`, with the
     /// [`OutcomeKind`](crate::outcome::OutcomeKind) in the response's extensions.
     pub fn into_actix(self) -> HttpResponse {
         let status = StatusCode::from_u16(self.answer.status.as_u16())
@@ -104,6 +106,7 @@ impl GuardResponse {
         let content_type = HeaderValue::from_str(self.content_type())
             .unwrap_or(HeaderValue::from_static("application/octet-stream"));
         builder.insert_header((CONTENT_TYPE, content_type));
+        builder.insert_header((X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff")));
         if let Some(secs) = self.answer.retry_after {
             builder.insert_header((RETRY_AFTER, HeaderValue::from(secs)));
         }

@@ -50,7 +50,7 @@
 
 use std::fmt;
 
-use http::header::{CONTENT_TYPE, RETRY_AFTER};
+use http::header::{CONTENT_TYPE, RETRY_AFTER, X_CONTENT_TYPE_OPTIONS};
 use http::{HeaderValue, StatusCode};
 
 use crate::outcome::{Answer, Outcome, OutcomeKind};
@@ -205,7 +205,7 @@ impl GuardResponse {
 
     /// An [`http::Response`] with the status, `Retry-After`, `Content-Type:
     /// application/json` and the JSON body (a handshake's own content type and
-    /// body). The [`OutcomeKind`] is also put in the response's extensions, for
+    /// body), and `X-Content-Type-Options: nosniff`. The [`OutcomeKind`] is also put in the response's extensions, for
     /// middleware.
     pub fn into_http<B: From<String>>(self) -> http::Response<B> {
         let mut response = http::Response::new(B::from(self.body()));
@@ -216,6 +216,8 @@ impl GuardResponse {
         let content_type = HeaderValue::from_str(content_type)
             .unwrap_or(HeaderValue::from_static("application/octet-stream"));
         headers.insert(CONTENT_TYPE, content_type);
+        // A handshake echoes a value the caller sent: never sniffed as markup.
+        headers.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
         if let Some(secs) = self.answer.retry_after {
             headers.insert(RETRY_AFTER, HeaderValue::from(secs));
         }

@@ -9,7 +9,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::common::{self, Keys};
-use super::{KeyError, Secret, Verified, Verifier, VerifyError};
+use super::{KeyError, Secret, SecretFormat, Verified, Verifier, VerifyError};
 use crate::Headers;
 
 /// Verifies Adyen standard webhooks (JSON notifications) signed with an HMAC key.
@@ -115,6 +115,13 @@ impl Default for AdyenItem<'_> {
 }
 
 impl Adyen {
+    /// What the constructor accepts as a secret: the endpoint's HMAC key as the
+    /// Customer Area shows it. Adyen's verification recipe converts the key from
+    /// hex to bytes, so only hexadecimal digits are accepted (its length is not
+    /// published, so not checked), without surrounding whitespace (a trailing
+    /// newline from an environment variable is refused).
+    pub const SECRET_FORMAT: SecretFormat = SecretFormat::new("Adyen").hex();
+
     /// Adyen retries for 30 days.
     pub const RETRY_WINDOW: Duration = Duration::from_secs(30 * 24 * 3600);
 
@@ -122,11 +129,14 @@ impl Adyen {
     /// Customer Area shows it (64 hex digits).
     ///
     /// # Errors
-    /// [`KeyError::EmptySecret`] if no key is given or one is empty;
-    /// [`KeyError::BadEncoding`] if a key is not hex.
+    /// [`KeyError::EmptySecret`] if no key is given or one is empty; the other
+    /// [`KeyError`]s of [`Self::SECRET_FORMAT`] (surrounding whitespace, a
+    /// character that is no hex digit); [`KeyError::BadEncoding`] for an odd
+    /// number of hex digits.
     pub fn new<S: Into<Secret>>(secrets: impl IntoIterator<Item = S>) -> Result<Self, KeyError> {
         Ok(Self {
             keys: Keys::from_secrets_with(secrets, |s| {
+                Self::SECRET_FORMAT.check(&s)?;
                 hex::decode(s.expose())
                     .map(Secret::new)
                     .map_err(|_| KeyError::BadEncoding("hex (the HMAC key as Adyen shows it)"))
@@ -489,10 +499,14 @@ mod tests {
             verify(DOCS_KEY, "[]"),
             Err(VerifyError::MalformedBody(_))
         ));
-        assert!(matches!(
-            Adyen::new(["not hex"]),
-            Err(KeyError::BadEncoding(_))
-        ));
+        assert_eq!(
+            Adyen::new(["not hex"]).unwrap_err(),
+            KeyError::BadCharacters {
+                provider: "Adyen",
+                expected: "hexadecimal digits"
+            }
+        );
+        assert!(matches!(Adyen::new(["ABC"]), Err(KeyError::BadEncoding(_))));
         assert_eq!(Adyen::new([""]).unwrap_err(), KeyError::EmptySecret);
     }
 

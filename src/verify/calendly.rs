@@ -32,14 +32,14 @@ const SIGNATURE: common::TimedHeader = common::TimedHeader {
 /// - Event id: Calendly's payload carries no event id. The preset uses the signed
 ///   pair `{event}:{payload.uri}` (`invitee.created:https://api.calendly.com/
 ///   scheduled_events/…/invitees/…`): one invitee is created, canceled or marked a
-///   no-show once per resource, so the pair names one event. Retry window: Calendly
-///   retries with exponential backoff for 24 hours, and waits 10 s to connect and
-///   15 s for the answer.
+///   no-show once per resource, so the pair names one event. Retry window: Calendly's
+///   "Webhook Errors" page: it keeps trying for 24 hours with exponential back-off;
+///   its webhooks overview gives 10 s to connect and 15 s to read the answer.
 ///
 /// ```
 /// use webhook_guard::verify::{Calendly, Verifier};
 ///
-/// let calendly = Calendly::new(["signing_key"]).unwrap();
+/// let calendly = Calendly::new(["a-signing-key-you-chose"]).unwrap();
 /// let body = br#"{"event":"invitee.created","payload":{"uri":"https://api.calendly.com/scheduled_events/E1/invitees/I1"}}"#;
 /// let header = calendly.sign(body, 1_700_000_000);
 /// let now = chrono::DateTime::from_timestamp(1_700_000_010, 0).unwrap();
@@ -56,10 +56,13 @@ pub struct Calendly {
 }
 
 impl Calendly {
-    /// What the constructor accepts as a secret: its webhook signing key: a key Calendly makes or one you chose, in no published format; any bytes
+    /// What the constructor accepts as a secret: the subscription's webhook signing
+    /// key. Calendly documents it as a key you choose when you create the subscription
+    /// with a personal access token (or one it makes for an OAuth app), in no
+    /// published format: at least 16 bytes (the crate's floor for a chosen HMAC key),
     /// without surrounding whitespace (a trailing newline from an environment
     /// variable is refused).
-    pub const SECRET_FORMAT: SecretFormat = SecretFormat::new("Calendly");
+    pub const SECRET_FORMAT: SecretFormat = SecretFormat::new("Calendly").min_len(16);
 
     /// The tolerance of Calendly's documented example: 3 minutes.
     pub const DEFAULT_TOLERANCE: Duration = Duration::from_secs(180);
@@ -132,10 +135,16 @@ mod tests {
         "t=1714557600,v1=2b0d9dc698fdeed157912ea719d0902bb966b98516076de525ae4da1966ba617";
     const T: i64 = 1_714_557_600;
 
+    /// Keyed with the vector's key, shorter than the constructor takes.
+    fn vector_key() -> Calendly {
+        Calendly {
+            keys: Keys::from_secrets(["cal_signing_key"]).unwrap(),
+            tolerance: Calendly::DEFAULT_TOLERANCE,
+        }
+    }
+
     fn verify(header: &str, now: i64) -> Result<Verified, VerifyError> {
-        Calendly::new(["cal_signing_key"])
-            .unwrap()
-            .verify(&[(HEADER, header)], BODY, at(now))
+        vector_key().verify(&[(HEADER, header)], BODY, at(now))
     }
 
     #[test]
@@ -145,10 +154,7 @@ mod tests {
             v.event_id.as_deref(),
             Some("invitee.created:https://api.calendly.com/scheduled_events/GBGBDCAADAEDCRZ2/invitees/AAAAAAAAAAAAAAAA")
         );
-        assert_eq!(
-            Calendly::new(["cal_signing_key"]).unwrap().sign(BODY, T),
-            HEADER_VALUE
-        );
+        assert_eq!(vector_key().sign(BODY, T), HEADER_VALUE);
         assert!(verify(HEADER_VALUE, T + 180).is_ok());
         assert!(matches!(
             verify(HEADER_VALUE, T + 181),
@@ -168,8 +174,8 @@ mod tests {
 
     #[test]
     fn rotation_and_the_id_needs_both_fields() {
-        let old = Calendly::new(["old"]).unwrap();
-        let both = Calendly::new(["new", "old"]).unwrap();
+        let old = Calendly::new(["old-signing-key-1"]).unwrap();
+        let both = Calendly::new(["new-signing-key-2", "old-signing-key-1"]).unwrap();
         let h = old.sign(b"{\"event\":\"x\"}", T);
         let v = both
             .verify(&[(HEADER, h.as_str())], b"{\"event\":\"x\"}", at(T))

@@ -248,12 +248,14 @@ macro_rules! limits {
 pub(crate) use limits;
 
 /// [`Verifier::with_secrets`](super::Verifier::with_secrets) for a verifier whose
-/// `keys` field holds secrets used as their raw bytes (or decoded by `$decode`),
-/// its other settings cloned; `rekeyed!(by new)` for one whose `new(secrets)` is
-/// its only setting.
+/// `keys` field holds secrets used as their raw bytes, its other settings cloned:
+/// each secret checked against the preset's `SECRET_FORMAT` (or the `format:`
+/// given) as its constructor checks them, so that a tenant's malformed secret is
+/// refused with the same [`KeyError`](super::KeyError); `rekeyed!(by new)` for one
+/// whose `new(secrets)` is its only setting.
 macro_rules! rekeyed {
     () => {
-        $crate::verify::common::rekeyed!(Ok);
+        $crate::verify::common::rekeyed!(format: Self::SECRET_FORMAT);
     };
     // A verifier whose only setting is its keys: made anew by its `new`.
     (by new) => {
@@ -267,13 +269,12 @@ macro_rules! rekeyed {
             )
         }
     };
-    ($decode:expr) => {
+    (format: $format:expr) => {
         fn with_secrets(
             &self,
             secrets: &[$crate::verify::Secret],
         ) -> Option<Result<Box<dyn $crate::verify::Verifier>, $crate::verify::KeyError>> {
-            let keys =
-                $crate::verify::common::Keys::from_secrets_with(secrets.iter().cloned(), $decode);
+            let keys = $crate::verify::common::Keys::checked(secrets.iter().cloned(), &$format);
             Some(keys.map(|keys| {
                 let mut verifier = self.clone();
                 verifier.keys = keys;

@@ -8,7 +8,7 @@ use ed25519_dalek::{Signer as _, SigningKey, VerifyingKey};
 
 use super::common;
 use super::handshake::Handshake;
-use super::{parse_unix_seconds, KeyError, Verified, Verifier, VerifyError};
+use super::{parse_unix_seconds, KeyError, Secret, SecretFormat, Verified, Verifier, VerifyError};
 use crate::Headers;
 
 const SIGNATURE: &str = "X-Signature-Ed25519";
@@ -53,17 +53,27 @@ impl Discord {
     /// The tolerance used unless set: 300 seconds (Discord publishes none).
     pub const DEFAULT_TOLERANCE: Duration = Duration::from_secs(300);
 
+    /// What the constructor accepts as a "secret": the application's public key,
+    /// which Discord shows in hex and verifies ed25519 signatures with: an ed25519
+    /// public key is 32 bytes, so exactly 64 hexadecimal digits, without
+    /// surrounding whitespace (a trailing newline from an environment variable is
+    /// refused). The key is then checked to be a valid ed25519 point.
+    pub const SECRET_FORMAT: SecretFormat = SecretFormat::new("Discord").hex().exact_len(64);
+
     /// A verifier of interactions signed with any of `public_keys` (hex, as the
     /// Developer Portal shows them).
     ///
     /// # Errors
-    /// [`KeyError::EmptySecret`] if no key is given; [`KeyError::BadEncoding`] if a
-    /// key is not 64 hex digits of a valid ed25519 public key.
+    /// [`KeyError::EmptySecret`] if no key is given; the other [`KeyError`]s of
+    /// [`Self::SECRET_FORMAT`] (surrounding whitespace, a character that is no hex
+    /// digit, fewer or more than 64 digits); [`KeyError::BadEncoding`] if the key
+    /// is no valid ed25519 public key.
     pub fn new<K: AsRef<str>>(public_keys: impl IntoIterator<Item = K>) -> Result<Self, KeyError> {
         let public_keys = public_keys
             .into_iter()
             .map(|k| {
-                let bytes = common::hex32(k.as_ref().trim().as_bytes())
+                Self::SECRET_FORMAT.check(&Secret::from(k.as_ref()))?;
+                let bytes = common::hex32(k.as_ref().as_bytes())
                     .ok_or(KeyError::BadEncoding("hex of a 32-byte ed25519 public key"))?;
                 VerifyingKey::from_bytes(&bytes)
                     .map_err(|_| KeyError::BadEncoding("ed25519 public key"))

@@ -1,10 +1,13 @@
-//! Dropbox: `X-Dropbox-Signature: <hex>` over the raw body.
+//! Dropbox: `X-Dropbox-Signature: <hex>` over the raw body, and the verification
+//! request sent as a `GET`.
 
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
 use super::common::{self, Keys};
+use super::handshake;
+use super::request::query;
 use super::SecretFormat;
 use super::{Encoding, Verified, Verifier, VerifyError};
 use crate::Headers;
@@ -24,11 +27,21 @@ const HEADER: &str = "X-Dropbox-Signature";
 ///   MAC}`: every verified delivery runs the handler, which reads the changes with
 ///   `files/list_folder/continue` from its stored cursor (idempotent by design,
 ///   so a replayed or retried notification costs one extra poll, nothing more).
-/// - Retry window: Dropbox retries a failed notification with exponential backoff
-///   over about ten minutes (15 minutes here), and waits 10 s for an answer.
-/// - Handshake: Dropbox first sends `GET ?challenge=…`, to be echoed back as
-///   `text/plain` with `X-Content-Type-Options: nosniff`. The guard does not answer
-///   it: route the `GET` to your own handler.
+/// - Retry window: Dropbox's webhook reference says a notification answered
+///   other than 200, or not in time, is retried with exponential backoff "over the
+///   course of about ten minutes" (15 minutes here, with margin); its webhook
+///   documentation gives 10 s to answer.
+/// - Handshake: when the webhook URI is entered in the App Console, Dropbox sends
+///   a verification request, a `GET` with the query parameter `challenge`, and
+///   enables the URI once the answer's body is that challenge. It is unsigned;
+///   the guard answers it itself: 200, the challenge as `text/plain; charset=utf-8`
+///   with `X-Content-Type-Options: nosniff` (as Dropbox asks, against reflected
+///   XSS; every integration sends `nosniff` on every answer). The handler does not
+///   run and nothing is stored. A challenge is echoed only when it is a plain
+///   token (1 to 1024 visible ASCII characters, no quotes, `<`, `>`, `&` or `\`);
+///   any other, and a `GET` without one, is refused (`malformed_query`, 401). The
+///   guard learns the method and query from the integrations (see
+///   [request context](super#request-context)).
 ///
 /// ```
 /// use webhook_guard::verify::{Dropbox, Verifier};
@@ -39,6 +52,12 @@ const HEADER: &str = "X-Dropbox-Signature";
 /// let now = chrono::DateTime::from_timestamp(1_700_000_000, 0).unwrap();
 /// let verified = dropbox.verify(&[("X-Dropbox-Signature", sig.as_str())], body, now).unwrap();
 /// assert!(verified.event_id.unwrap().starts_with("dropbox-1700000000000-"));
+///
+/// // The verification request, answered with its challenge.
+/// use webhook_guard::RequestHead;
+/// let no_headers: [(&str, &str); 0] = [];
+/// let check = RequestHead::new(&no_headers[..], "GET", "/dropbox?challenge=abc123");
+/// assert_eq!(dropbox.verify(&check, b"", now).unwrap().handshake.unwrap().body, "abc123");
 /// ```
 #[derive(Debug, Clone)]
 pub struct Dropbox {
@@ -46,9 +65,10 @@ pub struct Dropbox {
 }
 
 impl Dropbox {
-    /// What the constructor accepts as a secret: its app secret (15 letters and digits as Dropbox issues them today; not enforced); any bytes
-    /// without surrounding whitespace (a trailing newline from an environment
-    /// variable is refused).
+    /// What the constructor accepts as a secret: the app secret, which Dropbox issues in
+    /// no published format (so neither its length nor its characters are checked):
+    /// any bytes without surrounding whitespace (a trailing newline from an
+    /// environment variable is refused).
     pub const SECRET_FORMAT: SecretFormat = SecretFormat::new("Dropbox");
 
     /// Dropbox retries over about ten minutes; rounded up to 15.
@@ -63,6 +83,20 @@ impl Dropbox {
     pub fn sign(&self, body: &[u8]) -> String {
         hex::encode(self.keys.sign_first(&[body]))
     }
+
+    /// The answer to the verification request: its challenge, when it is a plain
+    /// token.
+    fn verification(headers: &dyn Headers) -> Result<Verified, VerifyError> {
+        let query = query(headers)?.ok_or(VerifyError::MalformedQuery(
+            "a GET without the challenge parameter",
+        ))?;
+        handshake::echo_query_param(
+            query.as_bytes(),
+            "challenge",
+            "dropbox_verification",
+            ("challenge is missing", "challenge is not a plain token"),
+        )
+    }
 }
 
 impl Verifier for Dropbox {
@@ -74,6 +108,9 @@ impl Verifier for Dropbox {
         body: &[u8],
         now: DateTime<Utc>,
     ) -> Result<Verified, VerifyError> {
+        if headers.method() == Some("GET") {
+            return Self::verification(headers);
+        }
         let value = common::bounded_header(headers, HEADER)?;
         let tag = common::single_tag(value, b"", Encoding::Hex, &HEADER.into())?;
         self.keys.check(&[body], &[tag])?;
@@ -122,5 +159,48 @@ mod tests {
         );
         let rotated = Dropbox::new(["new", "dbx_app_secret"]).unwrap();
         assert!(rotated.verify(&[(HEADER, SIG)], BODY, at(1)).is_ok());
+    }
+
+    #[test]
+    fn the_verification_request_echoes_a_plain_challenge_only() {
+        use crate::RequestHead;
+        const NONE: [(&str, &str); 0] = [];
+        let d = Dropbox::new(["dbx_app_secret"]).unwrap();
+        let get = |target| d.verify(&RequestHead::new(&NONE[..], "GET", target), b"", at(1));
+        let ok = get("/w?challenge=abc123").unwrap();
+        let hs = ok.handshake.unwrap();
+        assert_eq!(
+            (hs.name, hs.body.as_str(), hs.content_type),
+            (
+                "dropbox_verification",
+                "abc123",
+                "text/plain; charset=utf-8"
+            )
+        );
+        assert_eq!(ok.event_id, None);
+        let long = format!(
+            "/w?challenge={}",
+            "a".repeat(handshake::MAX_CHALLENGE_LEN + 1)
+        );
+        for target in [
+            "/w",
+            "/w?other=1",
+            "/w?challenge=",
+            "/w?challenge=%3Cscript%3Ealert(1)%3C%2Fscript%3E",
+            "/w?challenge=a%22b",
+            "/w?challenge=a+b",
+            long.as_str(),
+        ] {
+            assert!(
+                matches!(get(target), Err(VerifyError::MalformedQuery(_))),
+                "{target}"
+            );
+        }
+        // A POST carrying a challenge is verified as a notification.
+        let head = RequestHead::new(&NONE[..], "POST", "/w?challenge=abc123");
+        assert_eq!(
+            d.verify(&head, BODY, at(1)),
+            Err(VerifyError::MissingHeader(HEADER.into()))
+        );
     }
 }

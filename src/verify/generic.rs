@@ -417,7 +417,7 @@ fn read<'h>(headers: &'h dyn Headers, name: &str) -> Result<&'h [u8], VerifyErro
 }
 
 impl Verifier for GenericHmac {
-    super::common::rekeyed!();
+    super::common::rekeyed!(format: super::SecretFormat::GENERIC);
 
     fn verify(
         &self,

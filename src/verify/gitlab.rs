@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use hmac::Mac;
 
 use super::common::{self, HmacSha256};
-use super::{KeyError, Secret, Verified, Verifier, VerifyError};
+use super::{KeyError, Secret, SecretFormat, Verified, Verifier, VerifyError};
 use crate::Headers;
 
 const HEADER: &str = "X-Gitlab-Token";
@@ -29,9 +29,9 @@ const COMPARE_KEY: &[u8] = b"webhook-guard gitlab token comparison";
 ///   unauthenticated (see "Known limits" in `SECURITY.md`).
 /// - Event id: the `Idempotency-Key` header (GitLab 17.4 and later: the same on
 ///   every retry of one event), else `X-Gitlab-Event-UUID` (older versions).
-///   Retry window: GitLab does not retry on a schedule; failed requests can be
-///   re-sent by hand from the hook's recent events, kept 2 days. GitLab.com waits
-///   10 s for an answer.
+///   Retry window: 48 hours, a conservative choice: GitLab does not retry on a
+///   schedule; failed requests can be re-sent by hand from the hook's recent
+///   events, kept 2 days. GitLab.com waits 10 s for an answer.
 ///
 /// ```
 /// use webhook_guard::verify::{GitLab, Verifier};
@@ -66,21 +66,27 @@ fn digest(token: &[u8]) -> HmacSha256 {
 }
 
 impl GitLab {
+    /// What the constructor accepts as a secret: the hook's secret token, which
+    /// you chose (GitLab publishes no format or minimum): at least 16 bytes (the
+    /// crate's floor for a chosen secret), without surrounding whitespace (a
+    /// trailing newline from an environment variable is refused).
+    pub const SECRET_FORMAT: SecretFormat = SecretFormat::new("GitLab").min_len(16);
+
     /// Redeliveries by hand are possible for 2 days.
     pub const RETRY_WINDOW: Duration = Duration::from_secs(48 * 3600);
 
     /// A verifier accepting one or more secret tokens.
     ///
     /// # Errors
-    /// [`KeyError::EmptySecret`] if no token is given or one is empty.
+    /// [`KeyError::EmptySecret`] if no token is given or one is empty; the other
+    /// [`KeyError`]s of [`Self::SECRET_FORMAT`] (surrounding whitespace, fewer
+    /// than 16 bytes).
     pub fn new<S: Into<Secret>>(tokens: impl IntoIterator<Item = S>) -> Result<Self, KeyError> {
         let tokens = tokens
             .into_iter()
             .map(|s| {
                 let s: Secret = s.into();
-                if s.is_empty() {
-                    return Err(KeyError::EmptySecret);
-                }
+                Self::SECRET_FORMAT.check(&s)?;
                 Ok(digest(s.expose()).finalize().into_bytes().into())
             })
             .collect::<Result<Vec<_>, _>>()?;
@@ -141,12 +147,18 @@ mod tests {
 
     #[test]
     fn tokens_match_exactly_and_ids_prefer_the_idempotency_key() {
-        let g = GitLab::new(["old-token", "new-token"]).unwrap();
+        let g = GitLab::new(["old-secret-token", "new-secret-token"]).unwrap();
         let now = Utc::now();
-        for token in ["old-token", "new-token"] {
+        for token in ["old-secret-token", "new-secret-token"] {
             assert!(g.verify(&[(HEADER, token)], b"", now).is_ok());
         }
-        for bad in ["new-toke", "NEW-TOKEN", "", "new-tokenx", "new-token\0"] {
+        for bad in [
+            "new-secret-toke",
+            "NEW-SECRET-TOKEN",
+            "",
+            "new-secret-tokenx",
+            "new-secret-token\0",
+        ] {
             assert_eq!(
                 g.verify(&[(HEADER, bad)], b"", now),
                 Err(VerifyError::NoMatch),
@@ -158,7 +170,7 @@ mod tests {
             Err(VerifyError::MissingHeader(HEADER.into()))
         );
         let both = [
-            (HEADER, "new-token"),
+            (HEADER, "new-secret-token"),
             ("X-Gitlab-Event-UUID", "uuid-1"),
             ("Idempotency-Key", "idem-1"),
         ];
@@ -167,7 +179,7 @@ mod tests {
         let v = g.verify(&both[..2].to_vec(), b"", now).unwrap();
         assert_eq!(v.event_id.as_deref(), Some("uuid-1"));
         assert!(!format!("{g:?}").contains("token\""));
-        assert!(!format!("{g:?}").contains("old-token"));
+        assert!(!format!("{g:?}").contains("old-secret-token"));
         assert_eq!(GitLab::new([""]).unwrap_err(), KeyError::EmptySecret);
     }
 }

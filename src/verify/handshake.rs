@@ -7,14 +7,15 @@ use super::VerifyError;
 
 /// The answer a preset gives to a provider's handshake: a request that checks the
 /// endpoint (Slack's `url_verification`, Zoom's `endpoint.url_validation`, Meta's
-/// subscription `GET`, Twitch's `webhook_callback_verification`, Discord's `PING`)
-/// rather than delivering an event.
+/// subscription `GET`, Twitch's `webhook_callback_verification`, Discord's `PING`,
+/// Dropbox's verification `GET`) rather than delivering an event.
 ///
 /// A verifier returns it in [`Verified::handshake`](super::Verified::handshake)
 /// once the request has verified (a handshake with a bad signature is refused like
 /// any delivery). The guard then answers it as [`Outcome::Handshake`]: the handler
 /// does not run and the store is not touched. Every integration sends its status,
-/// `Content-Type` and body; a host answering an [`Outcome`] itself reads them from
+/// `Content-Type` and body (with `X-Content-Type-Options: nosniff`, as on every
+/// answer); a host answering an [`Outcome`] itself reads them from
 /// [`Outcome::handshake`].
 ///
 /// [`Outcome`]: crate::Outcome
@@ -84,6 +85,25 @@ pub(crate) fn challenge<'a>(value: &'a str, what: &'static str) -> Result<&'a st
     } else {
         Err(VerifyError::MalformedBody(what))
     }
+}
+
+/// The handshake `name` answering the query parameter `param` of `query` as
+/// plain text, once it is a plain token ([`challenge`]).
+///
+/// # Errors
+/// [`VerifyError::MalformedQuery`]: `missing` without the parameter, `not_plain`
+/// for one that is no plain token.
+pub(crate) fn echo_query_param(
+    query: &[u8],
+    param: &str,
+    name: &'static str,
+    (missing, not_plain): (&'static str, &'static str),
+) -> Result<super::Verified, VerifyError> {
+    let value = super::request::param(query, param).ok_or(VerifyError::MalformedQuery(missing))?;
+    let value = challenge(&value, missing).map_err(|_| VerifyError::MalformedQuery(not_plain))?;
+    Ok(super::Verified::with_handshake(Handshake::text(
+        name, value,
+    )))
 }
 
 #[cfg(test)]

@@ -109,12 +109,14 @@ pub enum KeyError {
     },
     /// A secret holds characters the provider's secrets never hold.
     #[error(
-        "the {provider} secret holds characters its secrets never hold (only letters \
-         and digits): copy it again"
+        "the {provider} secret holds characters its secrets never hold (only \
+         {expected}): copy it again"
     )]
     BadCharacters {
         /// The provider whose format was checked.
         provider: &'static str,
+        /// The characters its secrets hold, such as "hexadecimal digits".
+        expected: &'static str,
     },
     /// A secret is shorter than any the provider issues (or, for the generic
     /// verifiers, than 16 bytes).
@@ -133,6 +135,19 @@ pub enum KeyError {
         min: usize,
         /// The prefix (empty when the provider has none).
         prefix: &'static str,
+    },
+    /// A secret is longer than any the provider issues or accepts.
+    #[error(
+        "the {provider} secret is {len} bytes, more than the {max} its secrets have: \
+         copy the secret alone (no quotes, no other key beside it)"
+    )]
+    TooLong {
+        /// The provider whose format was checked.
+        provider: &'static str,
+        /// The secret's length after the prefix, in bytes.
+        len: usize,
+        /// The most bytes the provider's secrets have after the prefix.
+        max: usize,
     },
     /// A header name given to a verifier is not a valid HTTP header name.
     #[error("`{0}` is not a valid HTTP header name (letters, digits and `-`, no spaces)")]
@@ -225,7 +240,7 @@ impl HmacSha256Header {
 }
 
 impl Verifier for HmacSha256Header {
-    super::common::rekeyed!();
+    super::common::rekeyed!(format: super::SecretFormat::GENERIC);
 
     fn verify(
         &self,

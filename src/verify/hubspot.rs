@@ -39,8 +39,10 @@ const TIMESTAMP: &str = "X-HubSpot-Request-Timestamp";
 ///   duplicate, a different batch is not. A body that is not such an array (a CRM
 ///   card's or a workflow's request) has no id here: configure an
 ///   [`EventId`](crate::EventId).
-/// - Retry window: HubSpot retries a delivery that failed (no connection, an
-///   answer slower than 5 seconds, a 5xx or 429) up to 10 times over 24 hours.
+/// - Retry window: HubSpot's webhooks documentation ("Retries") re-sends a failed
+///   notification up to 10 times with exponential backoff, the first retry after
+///   2 minutes, then 4, 8, ... minutes: the tenth comes 2046 minutes (34 h 6 min)
+///   after the first attempt, so the window is 35 hours.
 ///
 /// ```
 /// use webhook_guard::verify::{HubSpot, Verifier};
@@ -62,15 +64,16 @@ pub struct HubSpot {
 }
 
 impl HubSpot {
-    /// What the constructor accepts as a secret: the app's client secret (its length is not published, so not enforced); any bytes
-    /// without surrounding whitespace (a trailing newline from an environment
-    /// variable is refused).
+    /// What the constructor accepts as a secret: the app's client secret, which HubSpot issues in
+    /// no published format (so neither its length nor its characters are checked):
+    /// any bytes without surrounding whitespace (a trailing newline from an
+    /// environment variable is refused).
     pub const SECRET_FORMAT: SecretFormat = SecretFormat::new("HubSpot");
 
     /// Refuse requests older than 5 minutes, as HubSpot's guide says.
     pub const DEFAULT_TOLERANCE: Duration = Duration::from_secs(5 * 60);
-    /// Up to 10 retries over 24 hours.
-    pub const RETRY_WINDOW: Duration = Duration::from_secs(24 * 3600);
+    /// Up to 10 retries, 2 minutes apart and doubling: 34 h 6 min, so 35 hours.
+    pub const RETRY_WINDOW: Duration = Duration::from_secs(35 * 3600);
 
     /// A verifier for requests HubSpot sends to `url` (the public URL configured
     /// in the app, without query or fragment), keyed with one or more client

@@ -8,7 +8,7 @@ use hmac::{Hmac, Mac};
 use sha1::Sha1;
 
 use super::common;
-use super::{KeyError, Secret, Verified, Verifier, VerifyError};
+use super::{KeyError, Secret, SecretFormat, Verified, Verifier, VerifyError};
 use crate::Headers;
 
 const HEADER: &str = "X-Hub-Signature";
@@ -23,9 +23,11 @@ type HmacSha1 = Hmac<Sha1>;
 ///   with; as an HMAC it is not open to the collision attacks on bare SHA-1.
 /// - No timestamp is signed: no replay window; deduplication on the signed `id`
 ///   stops a replay of a captured notification.
-/// - Event id: the body's `id` (`notif_…`). Retry window: Intercom publishes no
-///   retry schedule; it delays throttled notifications (answered 429) by up to
-///   2 hours. 24 hours is kept, with margin. It expects an answer within 5 s.
+/// - Event id: the body's `id` (`notif_…`). Retry window: 24 hours, a
+///   conservative choice: Intercom's "Webhook Notifications" page publishes no
+///   retry schedule (it pauses a topic for 15 minutes after 1000 consecutive
+///   errors, and suspends a private app's subscription after seven days of
+///   errors). It expects an answer within 5 s.
 ///
 /// ```
 /// use webhook_guard::verify::{Intercom, Verifier};
@@ -57,18 +59,23 @@ impl Intercom {
     /// Kept for 24 hours (see the type's documentation).
     pub const RETRY_WINDOW: Duration = Duration::from_secs(24 * 3600);
 
+    /// What the constructor accepts as a secret: the app's client secret, which
+    /// Intercom issues in no published format (so neither its length nor its
+    /// characters are checked): any bytes without surrounding whitespace (a
+    /// trailing newline from an environment variable is refused).
+    pub const SECRET_FORMAT: SecretFormat = SecretFormat::new("Intercom");
+
     /// A verifier keyed with one or more client secrets.
     ///
     /// # Errors
-    /// [`KeyError::EmptySecret`] if no secret is given or one is empty.
+    /// [`KeyError::EmptySecret`] if no secret is given or one is empty;
+    /// [`KeyError::Whitespace`] for one with surrounding whitespace.
     pub fn new<S: Into<Secret>>(secrets: impl IntoIterator<Item = S>) -> Result<Self, KeyError> {
         let keys = secrets
             .into_iter()
             .map(|s| {
                 let s: Secret = s.into();
-                if s.is_empty() {
-                    return Err(KeyError::EmptySecret);
-                }
+                Self::SECRET_FORMAT.check(&s)?;
                 Ok(HmacSha1::new_from_slice(s.expose()).expect("HMAC takes keys of any length"))
             })
             .collect::<Result<Vec<_>, _>>()?;

@@ -41,8 +41,9 @@ const MAX_TOKEN: usize = 256;
 /// Form-encoded bodies (legacy webhooks, routes) are not read: use the JSON
 /// webhooks.
 ///
-/// - Retry window: Mailgun retries for 8 hours (5, 10, 15 minutes, 1, 2 and
-///   4 hours; an older schedule adds up to 8 h 5 min): 9 hours here.
+/// - Retry window: Mailgun's "Automatic Retries" page: it retries during 8 hours
+///   (5, 10, 15 minutes, 1, 2 and 4 hours; an older schedule adds up to 8 h 5 min):
+///   9 hours here, with margin.
 ///
 /// ```
 /// use webhook_guard::verify::{Mailgun, Verifier};
@@ -61,9 +62,10 @@ pub struct Mailgun {
 }
 
 impl Mailgun {
-    /// What the constructor accepts as a secret: its HTTP webhook signing key (its length is not published, so not enforced); any bytes
-    /// without surrounding whitespace (a trailing newline from an environment
-    /// variable is refused).
+    /// What the constructor accepts as a secret: the HTTP webhook signing key, which Mailgun issues in
+    /// no published format (so neither its length nor its characters are checked):
+    /// any bytes without surrounding whitespace (a trailing newline from an
+    /// environment variable is refused).
     pub const SECRET_FORMAT: SecretFormat = SecretFormat::new("Mailgun");
 
     /// Mailgun documents no tolerance; 300 s, as most schemes.

@@ -7,7 +7,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::common::{self, Keys};
-use super::handshake::{self, Handshake};
+use super::handshake;
 use super::request::{constant_time_eq, digest_id, param, query};
 use super::SecretFormat;
 use super::{Encoding, Secret, Verified, Verifier, VerifyError};
@@ -27,8 +27,9 @@ const PREFIX: &[u8] = b"sha256=";
 ///   the same delivery sent again is a duplicate. A retry that batches changes
 ///   differently is not; deduplicate on the payload's own ids (a WhatsApp message's
 ///   `wamid`, a Messenger `mid`) in the handler as well.
-/// - Retry window: the WhatsApp Business Platform retries a delivery not answered
-///   200 with decreasing frequency for up to 7 days.
+/// - Retry window: 7 days, a conservative choice: the Meta documentation consulted
+///   gives no retry window for the Graph API webhooks (the WhatsApp Business
+///   Platform is commonly described as retrying for up to 7 days).
 /// - Handshake: when the endpoint is set up, Meta sends a `GET` with the query
 ///   parameters `hub.mode=subscribe`, `hub.verify_token` and `hub.challenge`. With a
 ///   [verify token](Meta::verify_token) configured, the guard compares it in
@@ -72,12 +73,13 @@ impl std::fmt::Debug for Meta {
 }
 
 impl Meta {
-    /// What the constructor accepts as a secret: the app secret (its length is not published, so not enforced); any bytes
-    /// without surrounding whitespace (a trailing newline from an environment
-    /// variable is refused).
+    /// What the constructor accepts as a secret: the app secret, which Meta issues in
+    /// no published format (so neither its length nor its characters are checked):
+    /// any bytes without surrounding whitespace (a trailing newline from an
+    /// environment variable is refused).
     pub const SECRET_FORMAT: SecretFormat = SecretFormat::new("Meta");
 
-    /// The WhatsApp Business Platform retries for up to 7 days.
+    /// 7 days, a conservative choice (see the type's documentation).
     pub const RETRY_WINDOW: Duration = Duration::from_secs(7 * 24 * 3600);
 
     /// A verifier keyed with one or more app secrets.
@@ -126,14 +128,15 @@ impl Meta {
         if !constant_time_eq(given.as_bytes(), expected.expose()) {
             return Err(VerifyError::NoMatch);
         }
-        let challenge = param(q, "hub.challenge")
-            .ok_or(VerifyError::MalformedQuery("hub.challenge is missing"))?;
-        let challenge = handshake::challenge(&challenge, "hub.challenge")
-            .map_err(|_| VerifyError::MalformedQuery("hub.challenge is not a plain token"))?;
-        Ok(Verified::with_handshake(Handshake::text(
+        handshake::echo_query_param(
+            q,
+            "hub.challenge",
             "meta_subscription_check",
-            challenge,
-        )))
+            (
+                "hub.challenge is missing",
+                "hub.challenge is not a plain token",
+            ),
+        )
     }
 }
 

@@ -77,7 +77,8 @@ pub struct SecretFormat {
     provider: &'static str,
     prefix: Option<&'static str>,
     min_len: usize,
-    alphanumeric: bool,
+    max_len: usize,
+    chars: Chars,
     mistaken: &'static [(&'static str, &'static str)],
     allow_short: bool,
 }
@@ -94,7 +95,8 @@ impl SecretFormat {
             provider,
             prefix: None,
             min_len: 1,
-            alphanumeric: false,
+            max_len: usize::MAX,
+            chars: Chars::Any,
             mistaken: &[],
             allow_short: false,
         }
@@ -114,10 +116,38 @@ impl SecretFormat {
         self
     }
 
+    /// At most `bytes` bytes after the prefix (Twitch takes 100 at most).
+    #[must_use]
+    pub const fn max_len(mut self, bytes: usize) -> Self {
+        self.max_len = bytes;
+        self
+    }
+
+    /// Exactly `bytes` bytes after the prefix (a key of fixed size, in hex).
+    #[must_use]
+    pub const fn exact_len(self, bytes: usize) -> Self {
+        self.min_len(bytes).max_len(bytes)
+    }
+
     /// Only ASCII letters and digits after the prefix.
     #[must_use]
     pub const fn alphanumeric(mut self) -> Self {
-        self.alphanumeric = true;
+        self.chars = Chars::Alphanumeric;
+        self
+    }
+
+    /// Only hexadecimal digits (either case) after the prefix: a key the provider
+    /// shows in hex.
+    #[must_use]
+    pub const fn hex(mut self) -> Self {
+        self.chars = Chars::Hex;
+        self
+    }
+
+    /// Only visible ASCII characters (and spaces) after the prefix.
+    #[must_use]
+    pub const fn ascii(mut self) -> Self {
+        self.chars = Chars::Ascii;
         self
     }
 
@@ -148,8 +178,8 @@ impl SecretFormat {
     ///
     /// # Errors
     /// [`KeyError::EmptySecret`], [`KeyError::Whitespace`], [`KeyError::WrongKey`],
-    /// [`KeyError::MissingPrefix`], [`KeyError::BadCharacters`] or
-    /// [`KeyError::TooShort`].
+    /// [`KeyError::MissingPrefix`], [`KeyError::BadCharacters`],
+    /// [`KeyError::TooShort`] or [`KeyError::TooLong`].
     pub fn check(&self, secret: &Secret) -> Result<(), KeyError> {
         let provider = self.provider;
         let bytes = secret.expose();
@@ -174,8 +204,11 @@ impl SecretFormat {
                 .ok_or(KeyError::MissingPrefix { provider, prefix })?,
             None => bytes,
         };
-        if self.alphanumeric && !rest.iter().all(u8::is_ascii_alphanumeric) {
-            return Err(KeyError::BadCharacters { provider });
+        if !rest.iter().all(|&b| self.chars.allows(b)) {
+            return Err(KeyError::BadCharacters {
+                provider,
+                expected: self.chars.describe(),
+            });
         }
         if rest.len() < self.min_len && !(self.allow_short && secret.short_ok) {
             return Err(KeyError::TooShort {
@@ -185,7 +218,44 @@ impl SecretFormat {
                 prefix: self.prefix.unwrap_or(""),
             });
         }
+        if rest.len() > self.max_len {
+            return Err(KeyError::TooLong {
+                provider,
+                len: rest.len(),
+                max: self.max_len,
+            });
+        }
         Ok(())
+    }
+}
+
+/// Which characters a format allows after its prefix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Chars {
+    Any,
+    Alphanumeric,
+    Hex,
+    Ascii,
+}
+
+impl Chars {
+    fn allows(self, b: u8) -> bool {
+        match self {
+            Self::Any => true,
+            Self::Alphanumeric => b.is_ascii_alphanumeric(),
+            Self::Hex => b.is_ascii_hexdigit(),
+            Self::Ascii => b.is_ascii_graphic() || b == b' ',
+        }
+    }
+
+    /// What the error names as allowed.
+    fn describe(self) -> &'static str {
+        match self {
+            Self::Any => "any bytes",
+            Self::Alphanumeric => "letters and digits",
+            Self::Hex => "hexadecimal digits",
+            Self::Ascii => "visible ASCII characters",
+        }
     }
 }
 

@@ -46,7 +46,8 @@ const MAX_SIGNATURE_B64: usize = 100;
 ///   another make-up runs again, so a handler keys its writes on each event's
 ///   `sg_event_id` (SendGrid's own advice: duplicates happen). A batch where an
 ///   event lacks `sg_event_id`: `body-` and the SHA-256 of the body.
-/// - Retry window: SendGrid retries for up to 24 hours.
+/// - Retry window: SendGrid's Event Webhook troubleshooting page: events are
+///   retried at increasing intervals for up to 24 hours after the event.
 /// - Rotation: configure the old and the new public key.
 ///
 /// ```

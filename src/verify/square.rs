@@ -23,8 +23,10 @@ const HEADER: &str = "x-square-hmacsha256-signature";
 /// - No timestamp is signed: there is no replay window; deduplication on the signed
 ///   `event_id` stops a replay of a captured delivery.
 /// - Event id: the body's `event_id` (Square: "use this value to bypass processing
-///   if it's a repeated value"). Retry window: 72 hours (1, 2, 4, 8, 16 and
-///   32 minutes, then hourly: 79 deliveries at most). Square waits 10 s for an answer.
+///   if it's a repeated value"). Retry window: Square's "Troubleshoot Webhooks"
+///   page: unsuccessful deliveries are retried for up to 72 hours (1, 2, 4, 8, 16
+///   and 32 minutes, then hourly: 79 deliveries at most), and a notification must
+///   be acknowledged within 10 s.
 /// - The legacy `x-square-signature` (HMAC-SHA1) header is never read.
 ///
 /// ```
@@ -46,9 +48,10 @@ pub struct Square {
 }
 
 impl Square {
-    /// What the constructor accepts as a secret: its webhook signature key (its length is not published, so not enforced); any bytes
-    /// without surrounding whitespace (a trailing newline from an environment
-    /// variable is refused).
+    /// What the constructor accepts as a secret: the subscription's signature key, which Square issues in
+    /// no published format (so neither its length nor its characters are checked):
+    /// any bytes without surrounding whitespace (a trailing newline from an
+    /// environment variable is refused).
     pub const SECRET_FORMAT: SecretFormat = SecretFormat::new("Square");
 
     /// Square retries for up to 72 hours after the event.

@@ -11,7 +11,7 @@ use sha2::{Digest as _, Sha256};
 
 use super::common;
 use super::request::{param, query, PublicUrl};
-use super::{KeyError, Secret, Verified, Verifier, VerifyError};
+use super::{KeyError, Secret, SecretFormat, Verified, Verifier, VerifyError};
 use crate::Headers;
 
 type HmacSha1 = Hmac<Sha1>;
@@ -46,9 +46,10 @@ const MAX_PARAMS: usize = 1024;
 ///   `I-Twilio-Idempotency-Token` header, which Twilio keeps across the retries of
 ///   one request; it is not signed, so deduplication stops a request resent under
 ///   the same token, not a captured request resent under a new one.
-/// - Retry window and timeout: by default Twilio waits 15 seconds for an answer
-///   and retries once, on a failed connection, within those 15 seconds (its
-///   connection overrides `rt`, `tt`, `rc`). Rotation: give the primary and the
+/// - Retry window and timeout: Twilio's error 11205 page: it tries for 10 seconds
+///   to connect (two 5-second attempts) and waits 15 seconds in all for the
+///   answer, so a request is not resent after 15 seconds by default (the
+///   connection overrides `rt`, `tt`, `rc` change that). Rotation: give the primary and the
 ///   secondary Auth Token while promoting.
 ///
 /// ```
@@ -85,6 +86,12 @@ impl std::fmt::Debug for Twilio {
 }
 
 impl Twilio {
+    /// What the constructor accepts as a secret: the account's Auth Token, which
+    /// Twilio issues in no format its documentation publishes (so neither its
+    /// length nor its characters are checked): any bytes without surrounding
+    /// whitespace (a trailing newline from an environment variable is refused).
+    pub const SECRET_FORMAT: SecretFormat = SecretFormat::new("Twilio");
+
     /// Twilio retries once, within its 15-second total timeout.
     pub const RETRY_WINDOW: Duration = Duration::from_secs(15);
 
@@ -93,7 +100,8 @@ impl Twilio {
     ///
     /// # Errors
     /// [`KeyError::BadUrl`] for a URL that is not `http(s)://host/path`;
-    /// [`KeyError::EmptySecret`] if no token is given or one is empty.
+    /// [`KeyError::EmptySecret`] if no token is given or one is empty;
+    /// [`KeyError::Whitespace`] for one with surrounding whitespace.
     pub fn new<S: Into<Secret>>(
         url: &str,
         auth_tokens: impl IntoIterator<Item = S>,
@@ -103,9 +111,7 @@ impl Twilio {
             .into_iter()
             .map(|s| {
                 let s = s.into();
-                if s.is_empty() {
-                    return Err(KeyError::EmptySecret);
-                }
+                Self::SECRET_FORMAT.check(&s)?;
                 Ok(HmacSha1::new_from_slice(s.expose()).expect("HMAC takes keys of any length"))
             })
             .collect::<Result<Vec<_>, _>>()?;

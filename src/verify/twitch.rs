@@ -69,10 +69,13 @@ pub struct Revocation {
 }
 
 impl Twitch {
-    /// What the constructor accepts as a secret: the subscription's secret, which you chose (Twitch takes 10 to 100 ASCII characters); any bytes
+    /// What the constructor accepts as a secret: the subscription's secret, which you
+    /// chose: Twitch's EventSub reference requires an ASCII string of 10 to 100
+    /// characters, so that is what is accepted (visible ASCII characters and spaces),
     /// without surrounding whitespace (a trailing newline from an environment
     /// variable is refused).
-    pub const SECRET_FORMAT: SecretFormat = SecretFormat::new("Twitch").min_len(10);
+    pub const SECRET_FORMAT: SecretFormat =
+        SecretFormat::new("Twitch").min_len(10).max_len(100).ascii();
 
     /// Refuse messages older than 10 minutes, as Twitch's guide says.
     pub const DEFAULT_TOLERANCE: Duration = Duration::from_secs(10 * 60);

@@ -18,14 +18,16 @@ const PREFIX: &[u8] = b"sha256=";
 ///   `sha256=` + standard base64 in `Typeform-Signature`.
 /// - No timestamp is signed: no replay window; deduplication on the signed
 ///   `event_id` stops a replay of a captured delivery.
-/// - Event id: the body's `event_id`. Retry window: Typeform retries every 2 to 3
-///   minutes for up to 10 hours (on 408, 423, 429 and 503 answers), and waits
-///   30 s for an answer.
+/// - Event id: the body's `event_id`. Retry window: Typeform's Webhooks API
+///   documentation ("Delivery retries") retries every 2 to 3 minutes for 10 hours
+///   after a 408, 423, 429 or 503 answer, and after any other failing answer backs
+///   off 5, 10, 20 minutes, then 1, 2, 3 and 4 hours, which add up to 10 h 35 min:
+///   11 hours here. It waits 30 s for an answer ("Timeout").
 ///
 /// ```
 /// use webhook_guard::verify::{Typeform, Verifier};
 ///
-/// let typeform = Typeform::new(["tf_secret"]).unwrap();
+/// let typeform = Typeform::new(["a-secret-you-chose"]).unwrap();
 /// let body = br#"{"event_id":"01HZ4TJ8","event_type":"form_response"}"#;
 /// let sig = typeform.sign(body);
 /// let verified = typeform
@@ -39,13 +41,14 @@ pub struct Typeform {
 }
 
 impl Typeform {
-    /// What the constructor accepts as a secret: the secret you chose for the webhook; any bytes
-    /// without surrounding whitespace (a trailing newline from an environment
-    /// variable is refused).
-    pub const SECRET_FORMAT: SecretFormat = SecretFormat::new("Typeform");
+    /// What the constructor accepts as a secret: the secret you chose for the
+    /// webhook (Typeform publishes no format or minimum): at least 16 bytes (the
+    /// crate's floor for a chosen HMAC key), without surrounding whitespace (a
+    /// trailing newline from an environment variable is refused).
+    pub const SECRET_FORMAT: SecretFormat = SecretFormat::new("Typeform").min_len(16);
 
-    /// Typeform retries for up to 10 hours.
-    pub const RETRY_WINDOW: Duration = Duration::from_secs(10 * 3600);
+    /// Typeform's back-offs add up to 10 h 35 min: 11 hours.
+    pub const RETRY_WINDOW: Duration = Duration::from_secs(11 * 3600);
 
     common::keyed! {
         /// A verifier keyed with one or more webhook secrets.
@@ -109,7 +112,9 @@ mod tests {
     fn independent_vector_and_prefix() {
         // Computed independently with Python's hmac (sha256, base64) over BODY,
         // key "tf_secret".
-        let t = Typeform::new(["tf_secret"]).unwrap();
+        let t = Typeform {
+            keys: Keys::from_secrets(["tf_secret"]).unwrap(),
+        };
         let sig = t.sign(BODY);
         assert_eq!(sig, "sha256=Ak7Px7CDOvm6Kki7/OtM9CpZdbtSF+SI4JHZaaorIwQ=");
         let v = t
@@ -139,8 +144,8 @@ mod tests {
 
     #[test]
     fn rotation() {
-        let old = Typeform::new(["old"]).unwrap();
-        let both = Typeform::new(["new", "old"]).unwrap();
+        let old = Typeform::new(["old-typeform-secret"]).unwrap();
+        let both = Typeform::new(["new-typeform-secret", "old-typeform-secret"]).unwrap();
         let sig = old.sign(BODY);
         assert!(both
             .verify(&[(HEADER, sig.as_str())], BODY, Utc::now())

@@ -27,9 +27,10 @@ const PREFIX: &[u8] = b"v0=";
 ///   SHA-256 of the signed body (`sha256:<hex>`): the same delivery sent again is a
 ///   duplicate. Deduplicate on the payload's own object ids in the handler where a
 ///   retry could differ.
-/// - Retry window: Zoom retries a delivery not answered 200 or 204 within 3
-///   seconds 3 times, 5 minutes after the first attempt, 20 minutes after the
-///   first retry and 60 minutes after the second: 85 minutes.
+/// - Retry window: Zoom's developer blog ("Resolving webhook delays") says a
+///   delivery not answered 200 or 204 within 3 seconds is sent 3 more times, 5
+///   minutes after the first attempt, 20 minutes after the first retry and 60
+///   minutes after the second: 85 minutes.
 /// - Handshake: an `endpoint.url_validation` request (signed like every request,
 ///   body `{"event":"endpoint.url_validation","payload":{"plainToken":...}}`) is
 ///   answered by the guard with `{"plainToken":...,"encryptedToken":...}`, the
@@ -55,9 +56,10 @@ pub struct Zoom {
 }
 
 impl Zoom {
-    /// What the constructor accepts as a secret: the app's secret token (its length is not published, so not enforced); any bytes
-    /// without surrounding whitespace (a trailing newline from an environment
-    /// variable is refused).
+    /// What the constructor accepts as a secret: the app's secret token, which Zoom issues in
+    /// no published format (so neither its length nor its characters are checked):
+    /// any bytes without surrounding whitespace (a trailing newline from an
+    /// environment variable is refused).
     pub const SECRET_FORMAT: SecretFormat = SecretFormat::new("Zoom");
 
     /// The tolerance used unless set: 300 seconds (Zoom publishes none).

@@ -17,7 +17,7 @@ use chrono::Utc;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use webhook_guard::integrations::axum::guarded;
-use webhook_guard::verify::{HubSpot, Meta, Slack, Twilio, Twitch, Verifier, Zoom};
+use webhook_guard::verify::{Dropbox, HubSpot, Meta, Slack, Twilio, Twitch, Verifier, Zoom};
 use webhook_guard::{MemoryStore, OwnedEvent, ProcessedStore, WebhookGuard};
 
 /// A guard over `store` with `verifier`.
@@ -129,6 +129,51 @@ async fn meta_subscription_get_is_answered_with_its_challenge() {
     // A GET that is no subscription check is refused too.
     let reply = request(addr, "GET", "/hook", &[], b"").await;
     assert_eq!(reply.status, 401, "{reply:?}");
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn dropbox_verification_get_is_answered_with_its_challenge_as_plain_text() {
+    let dropbox = Dropbox::new(["dbx_app_secret"]).unwrap();
+    let (addr, runs) = app(dropbox.clone()).await;
+    let reply = request(addr, "GET", "/hook?challenge=abc123", &[], b"").await;
+    assert_answer(&reply, TEXT, "abc123");
+    assert_eq!(reply.header("x-content-type-options"), Some("nosniff"));
+    // Markup, a quote, an empty or absurdly long challenge: never echoed.
+    let long = format!("/hook?challenge={}", "a".repeat(1025));
+    for target in [
+        "/hook?challenge=%3Cscript%3Ealert(1)%3C%2Fscript%3E",
+        "/hook?challenge=%22onload%3D",
+        "/hook?challenge=",
+        "/hook",
+        long.as_str(),
+    ] {
+        let reply = request(addr, "GET", target, &[], b"").await;
+        assert_eq!(reply.status, 401, "{target}: {reply:?}");
+        assert_eq!(reply.json()["reason"], "malformed_query", "{target}");
+        assert!(!reply.body.contains("script"), "{reply:?}");
+    }
+    // A signed notification is no handshake: it goes to the store (down: 503).
+    let body = br#"{"list_folder":{"accounts":["dbid:AAH4f99T0taONIb"]}}"#;
+    let sig = dropbox.sign(body);
+    let reply = post(
+        addr,
+        "/hook",
+        &[("X-Dropbox-Signature", sig.as_str())],
+        body,
+    )
+    .await;
+    assert_eq!(reply.status, 503, "{reply:?}");
+    let forged = Dropbox::new(["another_secret1"]).unwrap().sign(body);
+    assert_refused(
+        &post(
+            addr,
+            "/hook",
+            &[("X-Dropbox-Signature", forged.as_str())],
+            body,
+        )
+        .await,
+    );
     assert_eq!(runs.load(Ordering::SeqCst), 0);
 }
 

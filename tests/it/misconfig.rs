@@ -86,7 +86,14 @@ fn stripe_secrets_that_cannot_be_stripes_are_refused_naming_the_fix() {
         "{e:?}"
     );
     let (e, text) = stripe_error("whsec_wRNftLajMZNeslQOP6vEPm4iVx5Nl=6z");
-    assert_eq!(e, KeyError::BadCharacters { provider: "Stripe" }, "{text}");
+    assert_eq!(
+        e,
+        KeyError::BadCharacters {
+            provider: "Stripe",
+            expected: "letters and digits"
+        },
+        "{text}"
+    );
     let (e, text) = stripe_error("wRNftLajMZNeslQOP6vEPm4iVx5NlZ6z");
     assert!(
         matches!(
@@ -358,4 +365,186 @@ async fn a_new_sqlite_file_is_readable_by_its_owner_only() {
         assert_eq!(mode, 0o600, "{file}: {mode:o}");
     }
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Each newer preset's `SECRET_FORMAT`, through `Provider`: a secret it refuses
+/// (with the error and the words of its message) and one it accepts.
+#[test]
+fn each_newer_preset_checks_its_documented_secret_format() {
+    /// A provider, a secret refused, the error, words its message holds.
+    type Refused<'a> = (Provider, &'a str, KeyError, &'static str);
+    let whitespace = |provider| KeyError::Whitespace { provider };
+    let short = |provider, len, min| KeyError::TooShort {
+        provider,
+        len,
+        min,
+        prefix: "",
+    };
+    let hex = |provider| KeyError::BadCharacters {
+        provider,
+        expected: "hexadecimal digits",
+    };
+    let long_twitch = "t".repeat(101);
+    let refused: Vec<Refused<'_>> = vec![
+        (
+            Provider::Square,
+            "Ibxx_5AKakO-3qeNVR61Dw\n",
+            whitespace("Square"),
+            "trim it",
+        ),
+        (
+            Provider::Mailgun,
+            " key-0123456789",
+            whitespace("Mailgun"),
+            "trim it",
+        ),
+        (
+            Provider::Intercom,
+            "ic-9f2c1b\n",
+            whitespace("Intercom"),
+            "trim it",
+        ),
+        (
+            Provider::Zoom,
+            "zoom-secret\r\n",
+            whitespace("Zoom"),
+            "trim it",
+        ),
+        (
+            Provider::Meta,
+            "app-secret\n",
+            whitespace("Meta"),
+            "trim it",
+        ),
+        (
+            Provider::Dropbox,
+            "dbx_app_secret\n",
+            whitespace("Dropbox"),
+            "trim it",
+        ),
+        (
+            Provider::Twilio,
+            "auth-token\n",
+            whitespace("Twilio"),
+            "trim it",
+        ),
+        (
+            Provider::HubSpot,
+            "client-secret\n",
+            whitespace("HubSpot"),
+            "trim it",
+        ),
+        (
+            Provider::GitLab,
+            "short-token",
+            short("GitLab", 11, 16),
+            "fewer than the 16",
+        ),
+        (
+            Provider::Typeform,
+            "tf_secret",
+            short("Typeform", 9, 16),
+            "fewer than the 16",
+        ),
+        (
+            Provider::Calendly,
+            "cal_signing_key",
+            short("Calendly", 15, 16),
+            "fewer than the 16",
+        ),
+        (
+            Provider::Twitch,
+            "nine-char",
+            short("Twitch", 9, 10),
+            "fewer than the 10",
+        ),
+        (
+            Provider::Twitch,
+            long_twitch.as_str(),
+            KeyError::TooLong {
+                provider: "Twitch",
+                len: 101,
+                max: 100,
+            },
+            "more than the 100",
+        ),
+        (
+            Provider::Twitch,
+            "sécret-of-ten",
+            KeyError::BadCharacters {
+                provider: "Twitch",
+                expected: "visible ASCII characters",
+            },
+            "only visible ASCII",
+        ),
+        (
+            Provider::Adyen,
+            "44782DEF547AAA06C910C43932B1EB0Z",
+            hex("Adyen"),
+            "only hexadecimal digits",
+        ),
+    ];
+    let mut refused = refused;
+    if cfg!(feature = "ed25519") {
+        let sample = Provider::Discord.sample_secret();
+        refused.push((
+            Provider::Discord,
+            &sample[..62],
+            short("Discord", 62, 64),
+            "fewer than the 64",
+        ));
+        refused.push((
+            Provider::Discord,
+            "not-a-key",
+            hex("Discord"),
+            "only hexadecimal digits",
+        ));
+    }
+    for (provider, secret, error, words) in refused {
+        let e = provider
+            .verifier_with_url("https://example.com/hook", [secret])
+            .map(drop)
+            .unwrap_err();
+        assert_eq!(e, error, "{provider} {secret:?}");
+        let text = e.to_string();
+        assert!(text.contains(words), "{provider}: {text}");
+        assert!(
+            !secret.trim().is_empty() && !text.contains(secret.trim()),
+            "{text}"
+        );
+    }
+    // Accepted: the provider's own formats, at their bounds.
+    let accepted: &[(Provider, &str)] = &[
+        (Provider::Square, "Ibxx_5AKakO-3qeNVR61Dw"),
+        (Provider::Dropbox, "0123456789abcde"),
+        (Provider::GitLab, "sixteen-bytes-ok"),
+        (Provider::Typeform, "sixteen-bytes-ok"),
+        (Provider::Calendly, "sixteen-bytes-ok"),
+        (Provider::Twitch, "ten-chars!"),
+        (Provider::Twitch, "a secret with spaces, 10 to 100"),
+        (
+            Provider::Adyen,
+            "44782def547aaa06c910c43932b1eb0c71fc68d9d0c057550c48ec2acf6ba056",
+        ),
+    ];
+    for (provider, secret) in accepted {
+        assert!(
+            provider
+                .verifier_with_url("https://example.com/hook", [*secret])
+                .is_ok(),
+            "{provider} {secret:?}"
+        );
+    }
+    assert!(Provider::Twitch
+        .verifier([long_twitch[..100].to_owned()])
+        .is_ok());
+    // Every preset's sample secret passes its own format.
+    for provider in Provider::ALL {
+        let built =
+            provider.verifier_with_url("https://example.com/hook", [provider.sample_secret()]);
+        assert!(
+            !matches!(built, Err(ref e) if !matches!(e, KeyError::NeedsFeature(_))),
+            "{provider}: {built:?}"
+        );
+    }
 }

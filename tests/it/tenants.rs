@@ -839,3 +839,56 @@ async fn through_axum_the_route_names_the_tenant() {
     assert!(reply.header("retry-after").is_some());
     assert_eq!(*ran.lock().unwrap(), ["acct_a:evt_1", "acct_b:evt_1"]);
 }
+
+/// A tenant whose resolver gives a secret that cannot be the provider's (too
+/// short for a Stripe signing secret): refused as that tenant's configuration
+/// error (503, the store untouched, the handler not run), the message naming the
+/// tenant and the fix but not the secret, and not cached: once the resolver gives
+/// a good secret, the tenant is served.
+#[tokio::test]
+async fn a_tenant_secret_in_the_wrong_format_is_refused_not_cached() {
+    use hmac::{Hmac, Mac};
+    let s = setup(Arc::new(MemoryStore::new()), Resolver::memory()).await;
+    let bad = "whsec_tooShort9";
+    s.resolver.set("acct_bad", &[bad]).await;
+    let body = body("evt_bad_1", None);
+    let now = s.clock.now_utc().timestamp();
+    // Signed with the malformed secret's bytes: what a verifier keyed with it
+    // unchecked would accept.
+    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(bad.as_bytes()).unwrap();
+    mac.update(format!("{now}.").as_bytes());
+    mac.update(&body);
+    let header = format!("t={now},v1={}", hex::encode(mac.finalize().into_bytes()));
+    let headers = [("Stripe-Signature", header)];
+    let calls = s.store.calls();
+    let tenant = s.guard.tenant(Some("acct_bad"), &headers, &body).await;
+    let outcome = match tenant {
+        Ok(tenant) => {
+            tenant
+                .handle(&headers, &body, |_| async { panic!("the handler ran") })
+                .await
+        }
+        Err(outcome) => outcome,
+    };
+    let Outcome::StoreUnavailable { error, .. } = &outcome else {
+        panic!("not refused as the tenant's configuration: {outcome:?}");
+    };
+    let text = error.to_string();
+    assert!(
+        text.contains("acct_bad") && text.contains("Stripe") && text.contains("fewer than"),
+        "{text}"
+    );
+    assert!(
+        !text.contains(bad) && !format!("{outcome:?}").contains(bad),
+        "{text}"
+    );
+    assert_eq!(s.guard.answer(&outcome).status, 503);
+    assert_eq!(s.store.calls(), calls, "the store was not touched");
+
+    // Fixed at the resolver: served at once (the refusal was not cached).
+    let good = "whsec_fixed000000000000000000000000000";
+    s.resolver.set("acct_bad", &[good]).await;
+    let (outcome, ran) = s.deliver(Some("acct_bad"), good, &body).await;
+    assert!(matches!(outcome, Outcome::Processed { .. }), "{outcome:?}");
+    assert_eq!(ran.as_deref(), Some("acct_bad"));
+}
