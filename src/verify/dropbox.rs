@@ -65,11 +65,11 @@ pub struct Dropbox {
 }
 
 impl Dropbox {
-    /// What the constructor accepts as a secret: the app secret, which Dropbox issues in
-    /// no published format (so neither its length nor its characters are checked):
-    /// any bytes without surrounding whitespace (a trailing newline from an
-    /// environment variable is refused).
-    pub const SECRET_FORMAT: SecretFormat = SecretFormat::new("Dropbox");
+    /// What the constructor accepts as a secret: the app secret, which Dropbox
+    /// issues as 15 characters: at least 15 bytes and no surrounding whitespace (a
+    /// trailing newline from an environment variable is refused); its characters are
+    /// not checked.
+    pub const SECRET_FORMAT: SecretFormat = SecretFormat::new("Dropbox").min_len(15);
 
     /// Dropbox retries over about ten minutes; rounded up to 15.
     pub const RETRY_WINDOW: Duration = Duration::from_secs(15 * 60);

@@ -64,11 +64,14 @@ pub struct HubSpot {
 }
 
 impl HubSpot {
-    /// What the constructor accepts as a secret: the app's client secret, which HubSpot issues in
-    /// no published format (so neither its length nor its characters are checked):
-    /// any bytes without surrounding whitespace (a trailing newline from an
-    /// environment variable is refused).
-    pub const SECRET_FORMAT: SecretFormat = SecretFormat::new("HubSpot");
+    /// What the constructor accepts as a secret: the app's client secret, for which HubSpot publishes
+    /// no format. As for the generic verifiers, it must hold at least 16 bytes (an
+    /// HMAC key shorter than that is weak whatever issued it; mark one with
+    /// [`Secret::allow_short`](crate::verify::Secret::allow_short) to accept it) and
+    /// no surrounding whitespace (a trailing newline from an environment variable is
+    /// refused); its characters are not checked.
+    pub const SECRET_FORMAT: SecretFormat =
+        SecretFormat::new("HubSpot").min_len(16).short_allowed();
 
     /// Refuse requests older than 5 minutes, as HubSpot's guide says.
     pub const DEFAULT_TOLERANCE: Duration = Duration::from_secs(5 * 60);

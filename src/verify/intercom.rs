@@ -59,11 +59,14 @@ impl Intercom {
     /// Kept for 24 hours (see the type's documentation).
     pub const RETRY_WINDOW: Duration = Duration::from_secs(24 * 3600);
 
-    /// What the constructor accepts as a secret: the app's client secret, which
-    /// Intercom issues in no published format (so neither its length nor its
-    /// characters are checked): any bytes without surrounding whitespace (a
-    /// trailing newline from an environment variable is refused).
-    pub const SECRET_FORMAT: SecretFormat = SecretFormat::new("Intercom");
+    /// What the constructor accepts as a secret: the app's client secret, for which Intercom publishes
+    /// no format. As for the generic verifiers, it must hold at least 16 bytes (an
+    /// HMAC key shorter than that is weak whatever issued it; mark one with
+    /// [`Secret::allow_short`](crate::verify::Secret::allow_short) to accept it) and
+    /// no surrounding whitespace (a trailing newline from an environment variable is
+    /// refused); its characters are not checked.
+    pub const SECRET_FORMAT: SecretFormat =
+        SecretFormat::new("Intercom").min_len(16).short_allowed();
 
     /// A verifier keyed with one or more client secrets.
     ///

@@ -73,11 +73,13 @@ impl std::fmt::Debug for Meta {
 }
 
 impl Meta {
-    /// What the constructor accepts as a secret: the app secret, which Meta issues in
-    /// no published format (so neither its length nor its characters are checked):
-    /// any bytes without surrounding whitespace (a trailing newline from an
-    /// environment variable is refused).
-    pub const SECRET_FORMAT: SecretFormat = SecretFormat::new("Meta");
+    /// What the constructor accepts as a secret: the app secret, for which Meta publishes
+    /// no format. As for the generic verifiers, it must hold at least 16 bytes (an
+    /// HMAC key shorter than that is weak whatever issued it; mark one with
+    /// [`Secret::allow_short`](crate::verify::Secret::allow_short) to accept it) and
+    /// no surrounding whitespace (a trailing newline from an environment variable is
+    /// refused); its characters are not checked.
+    pub const SECRET_FORMAT: SecretFormat = SecretFormat::new("Meta").min_len(16).short_allowed();
 
     /// 7 days, a conservative choice (see the type's documentation).
     pub const RETRY_WINDOW: Duration = Duration::from_secs(7 * 24 * 3600);

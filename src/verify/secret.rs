@@ -160,8 +160,8 @@ impl SecretFormat {
     }
 
     /// A secret marked with [`Secret::allow_short`] may be shorter than
-    /// [`SecretFormat::min_len`] (the generic verifiers, for a sender that issues
-    /// short secrets). A preset's format does not allow it.
+    /// [`SecretFormat::min_len`] (the generic verifiers, and the presets whose
+    /// provider publishes no secret format, for a sender that issues short secrets).
     #[must_use]
     pub const fn short_allowed(mut self) -> Self {
         self.allow_short = true;

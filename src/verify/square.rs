@@ -48,11 +48,13 @@ pub struct Square {
 }
 
 impl Square {
-    /// What the constructor accepts as a secret: the subscription's signature key, which Square issues in
-    /// no published format (so neither its length nor its characters are checked):
-    /// any bytes without surrounding whitespace (a trailing newline from an
-    /// environment variable is refused).
-    pub const SECRET_FORMAT: SecretFormat = SecretFormat::new("Square");
+    /// What the constructor accepts as a secret: the subscription's signature key, for which Square publishes
+    /// no format. As for the generic verifiers, it must hold at least 16 bytes (an
+    /// HMAC key shorter than that is weak whatever issued it; mark one with
+    /// [`Secret::allow_short`](crate::verify::Secret::allow_short) to accept it) and
+    /// no surrounding whitespace (a trailing newline from an environment variable is
+    /// refused); its characters are not checked.
+    pub const SECRET_FORMAT: SecretFormat = SecretFormat::new("Square").min_len(16).short_allowed();
 
     /// Square retries for up to 72 hours after the event.
     pub const RETRY_WINDOW: Duration = Duration::from_secs(72 * 3600);

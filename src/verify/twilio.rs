@@ -86,11 +86,13 @@ impl std::fmt::Debug for Twilio {
 }
 
 impl Twilio {
-    /// What the constructor accepts as a secret: the account's Auth Token, which
-    /// Twilio issues in no format its documentation publishes (so neither its
-    /// length nor its characters are checked): any bytes without surrounding
-    /// whitespace (a trailing newline from an environment variable is refused).
-    pub const SECRET_FORMAT: SecretFormat = SecretFormat::new("Twilio");
+    /// What the constructor accepts as a secret: the account's Auth Token, for which Twilio publishes
+    /// no format. As for the generic verifiers, it must hold at least 16 bytes (an
+    /// HMAC key shorter than that is weak whatever issued it; mark one with
+    /// [`Secret::allow_short`](crate::verify::Secret::allow_short) to accept it) and
+    /// no surrounding whitespace (a trailing newline from an environment variable is
+    /// refused); its characters are not checked.
+    pub const SECRET_FORMAT: SecretFormat = SecretFormat::new("Twilio").min_len(16).short_allowed();
 
     /// Twilio retries once, within its 15-second total timeout.
     pub const RETRY_WINDOW: Duration = Duration::from_secs(15);

@@ -56,11 +56,13 @@ pub struct Zoom {
 }
 
 impl Zoom {
-    /// What the constructor accepts as a secret: the app's secret token, which Zoom issues in
-    /// no published format (so neither its length nor its characters are checked):
-    /// any bytes without surrounding whitespace (a trailing newline from an
-    /// environment variable is refused).
-    pub const SECRET_FORMAT: SecretFormat = SecretFormat::new("Zoom");
+    /// What the constructor accepts as a secret: the app's secret token, for which Zoom publishes
+    /// no format. As for the generic verifiers, it must hold at least 16 bytes (an
+    /// HMAC key shorter than that is weak whatever issued it; mark one with
+    /// [`Secret::allow_short`](crate::verify::Secret::allow_short) to accept it) and
+    /// no surrounding whitespace (a trailing newline from an environment variable is
+    /// refused); its characters are not checked.
+    pub const SECRET_FORMAT: SecretFormat = SecretFormat::new("Zoom").min_len(16).short_allowed();
 
     /// The tolerance used unless set: 300 seconds (Zoom publishes none).
     pub const DEFAULT_TOLERANCE: Duration = Duration::from_secs(300);

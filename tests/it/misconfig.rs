@@ -478,6 +478,54 @@ fn each_newer_preset_checks_its_documented_secret_format() {
             "only visible ASCII",
         ),
         (
+            Provider::Dropbox,
+            "dbx-14-chars-x",
+            short("Dropbox", 14, 15),
+            "fewer than the 15",
+        ),
+        (
+            Provider::Square,
+            "sq-sig-key-15ch",
+            short("Square", 15, 16),
+            "fewer than the 16",
+        ),
+        (
+            Provider::Mailgun,
+            "key-0123",
+            short("Mailgun", 8, 16),
+            "fewer than the 16",
+        ),
+        (
+            Provider::Intercom,
+            "ic-9f2c1b",
+            short("Intercom", 9, 16),
+            "fewer than the 16",
+        ),
+        (
+            Provider::Zoom,
+            "zoom-secret",
+            short("Zoom", 11, 16),
+            "fewer than the 16",
+        ),
+        (
+            Provider::Meta,
+            "app-secret",
+            short("Meta", 10, 16),
+            "fewer than the 16",
+        ),
+        (
+            Provider::Twilio,
+            "auth-token",
+            short("Twilio", 10, 16),
+            "fewer than the 16",
+        ),
+        (
+            Provider::HubSpot,
+            "client-secret",
+            short("HubSpot", 13, 16),
+            "fewer than the 16",
+        ),
+        (
             Provider::Adyen,
             "44782DEF547AAA06C910C43932B1EB0Z",
             hex("Adyen"),
@@ -538,6 +586,18 @@ fn each_newer_preset_checks_its_documented_secret_format() {
     assert!(Provider::Twitch
         .verifier([long_twitch[..100].to_owned()])
         .is_ok());
+    // A provider that publishes no format: a short secret marked as meant is taken.
+    assert!(webhook_guard::verify::Zoom::new([
+        webhook_guard::verify::Secret::new("zoom-secret").allow_short()
+    ])
+    .is_ok());
+    assert!(
+        webhook_guard::verify::Dropbox::new([
+            webhook_guard::verify::Secret::new("dbx-14-chars-x").allow_short()
+        ])
+        .is_err(),
+        "Dropbox issues 15 characters: no exception"
+    );
     // Every preset's sample secret passes its own format.
     for provider in Provider::ALL {
         let built =
