@@ -232,14 +232,9 @@ pub(super) fn err(e: sqlx::Error) -> StoreError {
 /// `sslmode=require` with a CA given (`sslrootcert`, or `PGSSLROOTCERT`) checks the
 /// server's certificate against it, as libpq does: `verify-ca`.
 fn given_ca_checked(options: PgConnectOptions) -> PgConnectOptions {
-    use sqlx::ConnectOptions;
-    let ca_given = || {
-        options
-            .to_url_lossy()
-            .query_pairs()
-            .any(|(key, _)| key == "sslrootcert")
-    };
-    if matches!(options.get_ssl_mode(), PgSslMode::Require) && ca_given() {
+    if matches!(options.get_ssl_mode(), PgSslMode::Require)
+        && super::sql::url_has_param(&options, "sslrootcert")
+    {
         options.ssl_mode(PgSslMode::VerifyCa)
     } else {
         options
