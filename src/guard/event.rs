@@ -225,37 +225,55 @@ fn debug_event(
         .finish()
 }
 
+/// The methods [`Event`] and [`OwnedEvent`] share: what they read from their claim.
+macro_rules! claim_accessors {
+    () => {
+        /// The event id.
+        pub fn id(&self) -> &str {
+            &self.claim.id
+        }
+
+        /// The tenant the event was delivered for, when its guard serves one (see
+        /// [`crate::tenant`]).
+        pub fn tenant(&self) -> Option<&str> {
+            self.claim.guard.tenant_id()
+        }
+
+        /// The namespace the event's record lives in (with a tenant's guard, the
+        /// tenant's).
+        pub fn namespace(&self) -> &str {
+            self.claim.guard.namespace()
+        }
+
+        /// Which claim of this id this is (1 for the first claim).
+        pub fn attempt(&self) -> u32 {
+            self.claim.record.attempts
+        }
+
+        /// The namespace its delivery is reported under (metrics labels).
+        pub(crate) fn reported_namespace(&self) -> &str {
+            self.claim.guard.reported_namespace()
+        }
+
+        /// Extends this claim's lease by the guard's lease duration from now (to the
+        /// delivery's deadline at most, for one run by
+        /// [`WebhookGuard::handle_owned_until`](crate::WebhookGuard::handle_owned_until)).
+        ///
+        /// # Errors
+        /// [`LeaseError::Lost`] if another delivery took the claim over, or the store's
+        /// error.
+        pub async fn renew_lease(&self) -> Result<(), LeaseError> {
+            self.claim.renew().await
+        }
+    };
+}
+
 impl<'a> Event<'a> {
-    /// The event id.
-    pub fn id(&self) -> &str {
-        &self.claim.id
-    }
+    claim_accessors!();
 
     /// The raw body, exactly as received and verified.
     pub fn body(&self) -> &'a [u8] {
         self.body
-    }
-
-    /// The tenant the event was delivered for, when its guard serves one (see
-    /// [`crate::tenant`]).
-    pub fn tenant(&self) -> Option<&str> {
-        self.claim.guard.tenant_id()
-    }
-
-    /// The namespace the event's record lives in (with a tenant's guard, the
-    /// tenant's).
-    pub fn namespace(&self) -> &str {
-        self.claim.guard.namespace()
-    }
-
-    /// Which claim of this id this is (1 for the first claim).
-    pub fn attempt(&self) -> u32 {
-        self.claim.record.attempts
-    }
-
-    /// The namespace its delivery is reported under (metrics labels).
-    pub(crate) fn reported_namespace(&self) -> &str {
-        self.claim.guard.reported_namespace()
     }
 
     /// The event's type, from where the guard's type source says (for a preset,
@@ -273,16 +291,6 @@ impl<'a> Event<'a> {
     /// The parser's error.
     pub fn json<T: serde::Deserialize<'a>>(&self) -> Result<T, serde_json::Error> {
         serde_json::from_slice(self.body)
-    }
-
-    /// Extends this claim's lease by the guard's lease duration from now (to the
-    /// delivery's deadline at most, for one run by
-    /// [`WebhookGuard::handle_owned_until`](crate::WebhookGuard::handle_owned_until)).
-    ///
-    /// # Errors
-    /// [`LeaseError::Lost`] if another delivery took the claim over, or the store's error.
-    pub async fn renew_lease(&self) -> Result<(), LeaseError> {
-        self.claim.renew().await
     }
 }
 
@@ -303,10 +311,7 @@ impl fmt::Debug for OwnedEvent {
 }
 
 impl OwnedEvent {
-    /// The event id.
-    pub fn id(&self) -> &str {
-        &self.claim.id
-    }
+    claim_accessors!();
 
     /// The raw body, exactly as received and verified.
     pub fn body(&self) -> &[u8] {
@@ -316,28 +321,6 @@ impl OwnedEvent {
     /// The raw body as [`Bytes`] (a cheap clone).
     pub fn bytes(&self) -> Bytes {
         self.body.clone()
-    }
-
-    /// The tenant the event was delivered for, when its guard serves one (see
-    /// [`crate::tenant`]).
-    pub fn tenant(&self) -> Option<&str> {
-        self.claim.guard.tenant_id()
-    }
-
-    /// The namespace the event's record lives in (with a tenant's guard, the
-    /// tenant's).
-    pub fn namespace(&self) -> &str {
-        self.claim.guard.namespace()
-    }
-
-    /// Which claim of this id this is (1 for the first claim).
-    pub fn attempt(&self) -> u32 {
-        self.claim.record.attempts
-    }
-
-    /// The namespace its delivery is reported under (metrics labels).
-    pub(crate) fn reported_namespace(&self) -> &str {
-        self.claim.guard.reported_namespace()
     }
 
     /// The event's type: see [`Event::event_type`].
@@ -351,16 +334,6 @@ impl OwnedEvent {
     /// The parser's error.
     pub fn json<'de, T: serde::Deserialize<'de>>(&'de self) -> Result<T, serde_json::Error> {
         serde_json::from_slice(&self.body)
-    }
-
-    /// Extends this claim's lease by the guard's lease duration from now (to the
-    /// delivery's deadline at most, for one run by
-    /// [`WebhookGuard::handle_owned_until`](crate::WebhookGuard::handle_owned_until)).
-    ///
-    /// # Errors
-    /// [`LeaseError::Lost`] if another delivery took the claim over, or the store's error.
-    pub async fn renew_lease(&self) -> Result<(), LeaseError> {
-        self.claim.renew().await
     }
 }
 

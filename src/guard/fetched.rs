@@ -2,7 +2,6 @@
 //! the same claim, run and record as a delivery, without the signature check.
 
 use std::future::Future;
-use std::time::Instant;
 
 use bytes::Bytes;
 use tracing::Instrument as _;
@@ -10,7 +9,6 @@ use tracing::Instrument as _;
 use super::event::{check_id, Checked, Early};
 use super::{run_owned, Begin, OwnedEvent, WebhookGuard};
 use crate::outcome::{HandlerError, Outcome, Rejection};
-use crate::runtime::enterable;
 use crate::store::Fingerprint;
 
 impl WebhookGuard {
@@ -61,9 +59,7 @@ impl WebhookGuard {
         F: FnOnce(OwnedEvent) -> Fut,
         Fut: Future<Output = Result<(), HandlerError>>,
     {
-        let span = enterable(self.delivery_span());
-        let started = Instant::now();
-        let now = self.inner.clock.now();
+        let (span, started, now) = self.start_delivery();
         let limit = self.inner.max_body;
         let checked = (if body.len() > limit {
             Err(Rejection::BodyTooLarge {

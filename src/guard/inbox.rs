@@ -2,7 +2,6 @@
 //! [`WebhookGuard::worker`] makes the worker that processes it.
 
 use std::future::Future;
-use std::time::Instant;
 
 use chrono::{DateTime, Utc};
 use tracing::Instrument as _;
@@ -10,7 +9,6 @@ use tracing::Instrument as _;
 use super::{record_on_span, VerifiedDelivery, WebhookGuard};
 use crate::inbox::{Enqueued, NewEvent};
 use crate::outcome::{Outcome, Rejection};
-use crate::runtime::enterable;
 use crate::store::{Fingerprint, Key, RecordState, StoreError};
 use crate::Headers;
 
@@ -26,9 +24,7 @@ impl WebhookGuard {
         headers: &dyn Headers,
         body: &'a [u8],
     ) -> impl Future<Output = Outcome> + Send + use<'s, 'a> {
-        let span = enterable(self.delivery_span());
-        let started = Instant::now();
-        let now = self.inner.clock.now();
+        let (span, started, now) = self.start_delivery();
         let verified = span.in_scope(|| self.verify_at(headers, body, now));
         let inner = &self.inner;
         let content_key = (verified.is_ok() && inner.content_namespace.is_some())

@@ -200,9 +200,7 @@ impl WebhookGuard {
         F: FnOnce(Event<'a>) -> Fut,
         Fut: Future<Output = Result<(), HandlerError>>,
     {
-        let span = enterable(self.delivery_span());
-        let started = Instant::now();
-        let now = self.inner.clock.now();
+        let (span, started, now) = self.start_delivery();
         let verified = span.in_scope(|| self.verify_id_at(headers, body, now));
         async move {
             let begin = self.claim(verified, body, started, now, None).await;
@@ -312,9 +310,7 @@ impl WebhookGuard {
         F: FnOnce(OwnedEvent) -> Fut,
         Fut: Future<Output = Result<(), HandlerError>>,
     {
-        let span = enterable(self.delivery_span());
-        let started = Instant::now();
-        let now = self.inner.clock.now();
+        let (span, started, now) = self.start_delivery();
         let verified = span.in_scope(|| self.verify_id_at(headers, &body, now));
         async move {
             match self.claim(verified, &body, started, now, lease_cap).await {
@@ -353,9 +349,7 @@ impl WebhookGuard {
         F: FnOnce(OwnedEvent) -> Fut + Send + 'static,
         Fut: Future<Output = Result<(), HandlerError>> + Send + 'static,
     {
-        let span = enterable(self.delivery_span());
-        let started = Instant::now();
-        let now = self.inner.clock.now();
+        let (span, started, now) = self.start_delivery();
         let verified = span.in_scope(|| self.verify_id_at(headers, &body, now));
         async move {
             let claimed = match self.claim(verified, &body, started, now, None).await {
@@ -741,6 +735,13 @@ where
 
 /// Telling how a delivery ended: its span, its log line and hook, its answer.
 impl WebhookGuard {
+    /// What a delivery starts with: its span (none when no subscriber takes it),
+    /// the instant it began (for its elapsed time) and the clock's time.
+    fn start_delivery(&self) -> (tracing::Span, Instant, DateTime<Utc>) {
+        let span = enterable(self.delivery_span());
+        (span, Instant::now(), self.inner.clock.now())
+    }
+
     /// A new `webhook_delivery` span, at `INFO` level, for one delivery: field
     /// `webhook.namespace` is set, and `webhook.event_id`, `webhook.attempt`,
     /// `webhook.outcome` and `webhook.elapsed_ms` are recorded as the flow learns them.

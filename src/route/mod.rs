@@ -221,33 +221,28 @@ pub trait Payload<T>: Routable {
     fn payload(&self) -> Result<T, serde_json::Error>;
 }
 
-impl Routable for Event<'_> {
-    fn route_type(&self) -> Option<EventType<'_>> {
-        self.event_type()
-    }
-    fn route_id(&self) -> &str {
-        self.id()
-    }
-    fn route_namespace(&self) -> &str {
-        self.reported_namespace()
-    }
+/// [`Routable`] for the guard's events, read through their own accessors.
+macro_rules! routable_guard_event {
+    ($($event:ty),*) => {$(
+        impl Routable for $event {
+            fn route_type(&self) -> Option<EventType<'_>> {
+                self.event_type()
+            }
+            fn route_id(&self) -> &str {
+                self.id()
+            }
+            fn route_namespace(&self) -> &str {
+                self.reported_namespace()
+            }
+        }
+    )*};
 }
+
+routable_guard_event!(Event<'_>, OwnedEvent);
 
 impl<'a, T: Deserialize<'a>> Payload<T> for Event<'a> {
     fn payload(&self) -> Result<T, serde_json::Error> {
         serde_json::from_slice(self.body())
-    }
-}
-
-impl Routable for OwnedEvent {
-    fn route_type(&self) -> Option<EventType<'_>> {
-        self.event_type()
-    }
-    fn route_id(&self) -> &str {
-        self.id()
-    }
-    fn route_namespace(&self) -> &str {
-        self.reported_namespace()
     }
 }
 

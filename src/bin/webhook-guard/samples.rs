@@ -26,7 +26,8 @@ pub(crate) enum Extra {
     Dropbox(Dropbox),
 }
 
-fn random_hex(len: usize) -> String {
+/// `len` random lowercase hex digits.
+pub(crate) fn random_hex(len: usize) -> String {
     let mut out = String::new();
     while out.len() < len {
         out.push_str(&format!("{:016x}", FencingToken::random().0));

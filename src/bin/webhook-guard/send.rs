@@ -18,7 +18,7 @@ use webhook_guard::verify::{
 use webhook_guard::RequestHead;
 
 use crate::http::{Reply, Target};
-use crate::samples::Extra;
+use crate::samples::{random_hex, Extra};
 use crate::Fail;
 
 /// Arguments of `send`.
@@ -169,15 +169,6 @@ enum Signer {
 struct Event {
     id: String,
     body: Vec<u8>,
-}
-
-fn random_hex(len: usize) -> String {
-    let mut out = String::new();
-    while out.len() < len {
-        out.push_str(&format!("{:016x}", FencingToken::random().0));
-    }
-    out.truncate(len);
-    out
 }
 
 /// A random (version 4) UUID, hyphenated and lowercase, as GitHub, Shopify and

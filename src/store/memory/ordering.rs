@@ -11,6 +11,15 @@ use crate::store::{MemoryStore, StoreError};
 
 type ObjectKeyOwned = (String, String, String);
 
+/// The ledger's key of `key`: (namespace, object, family).
+fn owned(key: ObjectKey<'_>) -> ObjectKeyOwned {
+    (
+        key.namespace.to_owned(),
+        key.object.to_owned(),
+        key.family.to_owned(),
+    )
+}
+
 /// The ordering ledger of a [`MemoryStore`], with an index of failed objects per
 /// namespace by when they last changed (what `failed_objects` reads).
 #[derive(Debug, Default)]
@@ -61,11 +70,7 @@ impl MemoryStore {
         now: DateTime<Utc>,
     ) -> bool {
         let mut ledger = lock(self.ledger());
-        let k = (
-            key.namespace.to_owned(),
-            key.object.to_owned(),
-            key.family.to_owned(),
-        );
+        let k = owned(key);
         ledger
             .change(&k, |r| {
                 if r.newest != created_at {
@@ -91,11 +96,7 @@ impl OrderingStore for MemoryStore {
         now: DateTime<Utc>,
     ) -> Result<Freshness, StoreError> {
         let mut ledger = lock(self.ledger());
-        let k = (
-            key.namespace.to_owned(),
-            key.object.to_owned(),
-            key.family.to_owned(),
-        );
+        let k = owned(key);
         let seen = ledger.change(&k, |r| {
             if created_at < r.newest {
                 return Freshness::Stale { newest: r.newest };
@@ -162,11 +163,7 @@ impl OrderingStore for MemoryStore {
     }
 
     async fn get_object(&self, key: ObjectKey<'_>) -> Result<Option<ObjectRecord>, StoreError> {
-        let k = (
-            key.namespace.to_owned(),
-            key.object.to_owned(),
-            key.family.to_owned(),
-        );
+        let k = owned(key);
         Ok(lock(self.ledger()).objects.get(&k).cloned())
     }
 

@@ -529,14 +529,9 @@ fn server_error_number(error: &sqlx::Error) -> Option<u16> {
 /// `ssl-mode=REQUIRED` with `ssl-ca` given checks the server's certificate against
 /// that CA: `VERIFY_CA`.
 fn given_ca_checked(options: MySqlConnectOptions) -> MySqlConnectOptions {
-    use sqlx::ConnectOptions;
-    let ca_given = || {
-        options
-            .to_url_lossy()
-            .query_pairs()
-            .any(|(key, _)| key == "ssl-ca")
-    };
-    if matches!(options.get_ssl_mode(), MySqlSslMode::Required) && ca_given() {
+    if matches!(options.get_ssl_mode(), MySqlSslMode::Required)
+        && super::sql::url_has_param(&options, "ssl-ca")
+    {
         options.ssl_mode(MySqlSslMode::VerifyCa)
     } else {
         options

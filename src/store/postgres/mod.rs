@@ -177,16 +177,13 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgSslMode};
 use sqlx::PgConnection;
 
 use super::sql::impls::sql_store_impls;
 use super::sql::returning::returning_ops;
-use super::sql::{
-    self, map_error, Dialect, InvalidTableName, Statements, TableName, DEFAULT_TABLE,
-};
-use super::{Fingerprint, Key, Recorded, StoreError};
+use super::sql::{self, map_error, Dialect, Statements, TableName};
+use super::StoreError;
 
 pub use sqlx;
 
@@ -232,14 +229,9 @@ pub(super) fn err(e: sqlx::Error) -> StoreError {
 /// `sslmode=require` with a CA given (`sslrootcert`, or `PGSSLROOTCERT`) checks the
 /// server's certificate against it, as libpq does: `verify-ca`.
 fn given_ca_checked(options: PgConnectOptions) -> PgConnectOptions {
-    use sqlx::ConnectOptions;
-    let ca_given = || {
-        options
-            .to_url_lossy()
-            .query_pairs()
-            .any(|(key, _)| key == "sslrootcert")
-    };
-    if matches!(options.get_ssl_mode(), PgSslMode::Require) && ca_given() {
+    if matches!(options.get_ssl_mode(), PgSslMode::Require)
+        && super::sql::url_has_param(&options, "sslrootcert")
+    {
         options.ssl_mode(PgSslMode::VerifyCa)
     } else {
         options
@@ -247,24 +239,6 @@ fn given_ca_checked(options: PgConnectOptions) -> PgConnectOptions {
 }
 
 impl PostgresStore {
-    /// A store on `pool`, in the table `webhook_guard_records`.
-    pub fn new(pool: PgPool) -> Self {
-        Self::build(pool, TableName::new(DEFAULT_TABLE).expect("valid default"))
-    }
-
-    /// A store on `pool`, in the table `table`.
-    ///
-    /// The store also uses `<table>_inbox` and `<table>_objects` (and indexes named
-    /// after `table`): stores sharing a database need names that none of these
-    /// repeat (`t` and `t_inbox` would meet).
-    ///
-    /// # Errors
-    /// [`InvalidTableName`] unless `table` matches `[A-Za-z_][A-Za-z0-9_]{0,62}`. The
-    /// name is quoted in SQL, so it is case-sensitive and may be a reserved word.
-    pub fn with_table(pool: PgPool, table: &str) -> Result<Self, InvalidTableName> {
-        Ok(Self::build(pool, TableName::new(table)?))
-    }
-
     fn build(pool: PgPool, table: TableName) -> Self {
         Self {
             pool,
@@ -324,6 +298,25 @@ impl PostgresStore {
 }
 
 impl PostgresStore {
+    /// PostgreSQL orders concurrent writes itself (row locks, `SKIP LOCKED`): a write
+    /// waits for nothing here.
+    async fn write_gate(&self) -> Result<sql::Ungated, StoreError> {
+        Ok(sql::Ungated)
+    }
+
+    /// Purge statements of 250 rows, each followed by a rest as long as it took, so
+    /// that a purge of a large backlog takes at most about half of the server's
+    /// time and WAL flushes, and claims meanwhile keep their latency.
+    const PURGE_PACE: sql::PurgePace = sql::PurgePace {
+        rows: 250,
+        rest: 1.0,
+    };
+}
+
+returning_ops! {
+    PostgresStore, sqlx::Postgres, PgConnection, err,
+    with_table: "The name is quoted in SQL, so it is case-sensitive and may be a reserved word.",
+    record_in:
     /// Records `key` as processed inside the caller's transaction: the
     /// **transactional mode**, for handlers whose effect lives in this same database.
     ///
@@ -360,34 +353,5 @@ impl PostgresStore {
     /// # Errors
     /// [`StoreError`] when a statement fails; the transaction should then be rolled
     /// back (dropping it does).
-    pub async fn record_in(
-        &self,
-        conn: &mut PgConnection,
-        key: Key<'_>,
-        fingerprint: Fingerprint,
-        now: DateTime<Utc>,
-        expires_at: DateTime<Utc>,
-    ) -> Result<Recorded, StoreError> {
-        self.record_with(conn, key, fingerprint, now, expires_at)
-            .await
-    }
 }
-
-impl PostgresStore {
-    /// PostgreSQL orders concurrent writes itself (row locks, `SKIP LOCKED`): a write
-    /// waits for nothing here.
-    async fn write_gate(&self) -> Result<sql::Ungated, StoreError> {
-        Ok(sql::Ungated)
-    }
-
-    /// Purge statements of 250 rows, each followed by a rest as long as it took, so
-    /// that a purge of a large backlog takes at most about half of the server's
-    /// time and WAL flushes, and claims meanwhile keep their latency.
-    const PURGE_PACE: sql::PurgePace = sql::PurgePace {
-        rows: 250,
-        rest: 1.0,
-    };
-}
-
-returning_ops!(PostgresStore, sqlx::Postgres, PgConnection, err);
 sql_store_impls!(PostgresStore, str, "postgres", err);

@@ -55,6 +55,16 @@ impl<'a> Walk<'a> {
         !self.prefix.is_empty()
     }
 
+    /// `prefixed` when the walk has a prefix, else `plain`: which of a listing's two
+    /// statements runs.
+    pub(crate) fn pick<'s, S: ?Sized>(&self, prefixed: &'s S, plain: &'s S) -> &'s S {
+        if self.has_prefix() {
+            prefixed
+        } else {
+            plain
+        }
+    }
+
     /// `binds`, then the prefix's length and the prefix when there is one.
     fn with_prefix(&self, mut binds: Vec<Arg<'a>>) -> Vec<Arg<'a>> {
         if self.has_prefix() {
@@ -154,11 +164,7 @@ macro_rules! sql_listing_impls {
                             return Ok(Chunk::whole(Vec::new()));
                         };
                         let binds = walk.records(lease_bounds(state, now), limit);
-                        let stmt = if walk.has_prefix() {
-                            &c.list_records_prefix
-                        } else {
-                            &c.list_records
-                        };
+                        let stmt = walk.pick(&c.list_records_prefix, &c.list_records);
                         let rows = self.fetch_all(stmt, &binds).await?;
                         let records = rows.iter().map(|row| keyed_record(row, $err));
                         Ok(Chunk::whole(records.collect::<Result<_, _>>()?))
@@ -178,11 +184,7 @@ macro_rules! sql_listing_impls {
                             return Ok(0);
                         };
                         let binds = walk.count_records(lease_bounds(state, now));
-                        let stmt = if walk.has_prefix() {
-                            &c.count_records_prefix
-                        } else {
-                            &c.count_records
-                        };
+                        let stmt = walk.pick(&c.count_records_prefix, &c.count_records);
                         n += count_of(self.fetch_optional(stmt, &binds).await?)?;
                     }
                     Ok(n)
@@ -202,11 +204,7 @@ macro_rules! sql_listing_impls {
                         let Some(walk) = Walk::new(query, state.as_str(), c.prefix_in_chars) else {
                             return Ok(Chunk::whole(Vec::new()));
                         };
-                        let stmt = if walk.has_prefix() {
-                            &c.list_events_prefix
-                        } else {
-                            &c.list_events
-                        };
+                        let stmt = walk.pick(&c.list_events_prefix, &c.list_events);
                         let rows = self.fetch_all(stmt, &walk.events(limit)).await?;
                         let events = rows
                             .iter()
@@ -226,11 +224,7 @@ macro_rules! sql_listing_impls {
                             return Ok(0);
                         };
                         let binds = walk.count_events();
-                        let stmt = if walk.has_prefix() {
-                            &c.count_events_prefix
-                        } else {
-                            &c.count_events
-                        };
+                        let stmt = walk.pick(&c.count_events_prefix, &c.count_events);
                         n += count_of(self.fetch_optional(stmt, &binds).await?)?;
                     }
                     Ok(n)

@@ -187,6 +187,16 @@ pub(crate) fn fence(rows_affected: u64) -> super::Fence {
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) struct Ungated;
 
+/// Whether the connection URL of `options` has the query parameter `key` (a CA
+/// given for checking the server's certificate).
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(crate) fn url_has_param(options: &impl sqlx::ConnectOptions, key: &str) -> bool {
+    options
+        .to_url_lossy()
+        .query_pairs()
+        .any(|(name, _)| name == key)
+}
+
 /// Maps a driver error: no connection to send on (pool timed out or closed, a
 /// refused connection) becomes [`StoreError::NotSent`]; unreachable (other I/O,
 /// TLS, broken protocol stream, or a database code that `db_unavailable`

@@ -4,17 +4,59 @@
 
 /// Implements, for `$store` on the sqlx database `$db`, the methods that
 /// [`sql_store_impls!`](crate::store::sql::impls::sql_store_impls) asks of a store,
-/// a private `record_with` that runs the transactional record on a `$conn`, and the
-/// accessors `schema_sql`, `table` and `pool`.
+/// the transactional `record_in` on a `$conn` (its docs the attributes after
+/// `record_in:`), the constructors `new` and `with_table` (`$table_note`, when
+/// given, ends the latter's docs) and the accessors `schema_sql`, `table` and `pool`.
 ///
 /// `$store` must have the fields `pool` (its sqlx pool) and `sql`
-/// (`Arc<Statements>`), an `async fn write_gate(&self)` and the constant
-/// `PURGE_PACE`, and must batch its claims
-/// ([`ClaimBatch`](crate::store::sql::claim_batch::ClaimBatch)). `$err` maps a
-/// driver error to a [`StoreError`](crate::store::StoreError).
+/// (`Arc<Statements>`), a `fn build(pool, TableName) -> Self`, an
+/// `async fn write_gate(&self)` and the constant `PURGE_PACE`, and must batch its
+/// claims ([`ClaimBatch`](crate::store::sql::claim_batch::ClaimBatch)). `$err` maps
+/// a driver error to a [`StoreError`](crate::store::StoreError).
 macro_rules! returning_ops {
-    ($store:ty, $db:ty, $conn:ty, $err:path) => {
+    (
+        $store:ty, $db:ty, $conn:ty, $err:path,
+        $(with_table: $table_note:literal,)?
+        record_in: $(#[$record_in_doc:meta])*
+    ) => {
         impl $store {
+            $(#[$record_in_doc])*
+            pub async fn record_in(
+                &self,
+                conn: &mut $conn,
+                key: $crate::store::Key<'_>,
+                fingerprint: $crate::store::Fingerprint,
+                now: ::chrono::DateTime<::chrono::Utc>,
+                expires_at: ::chrono::DateTime<::chrono::Utc>,
+            ) -> Result<$crate::store::Recorded, $crate::store::StoreError> {
+                self.record_with(conn, key, fingerprint, now, expires_at)
+                    .await
+            }
+
+            /// A store on `pool`, in the table `webhook_guard_records`. Does not
+            /// create the table: see [`migrate`](Self::migrate).
+            pub fn new(pool: ::sqlx::Pool<$db>) -> Self {
+                let table = $crate::store::sql::TableName::new($crate::store::sql::DEFAULT_TABLE);
+                Self::build(pool, table.expect("valid default"))
+            }
+
+            /// A store on `pool`, in the table `table`.
+            ///
+            /// The store also uses `<table>_inbox` and `<table>_objects` (and indexes
+            /// named after `table`): stores sharing a database need names that none
+            /// of these repeat (`t` and `t_inbox` would meet).
+            ///
+            /// # Errors
+            /// [`InvalidTableName`](crate::store::InvalidTableName) unless
+            /// `table` matches `[A-Za-z_][A-Za-z0-9_]{0,62}`.
+            $(#[doc = $table_note])?
+            pub fn with_table(
+                pool: ::sqlx::Pool<$db>,
+                table: &str,
+            ) -> Result<Self, $crate::store::sql::InvalidTableName> {
+                Ok(Self::build(pool, $crate::store::sql::TableName::new(table)?))
+            }
+
             /// The SQL that creates this store's table and indexes, for teams that
             /// apply schema changes with their own tooling. Shown for the default
             /// table in the module docs.

@@ -134,7 +134,6 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
@@ -143,8 +142,8 @@ use tokio::sync::{Mutex, MutexGuard};
 
 use super::sql::impls::sql_store_impls;
 use super::sql::returning::returning_ops;
-use super::sql::{map_error, Dialect, InvalidTableName, Statements, TableName, DEFAULT_TABLE};
-use super::{Fingerprint, Key, Recorded, StoreError};
+use super::sql::{map_error, Dialect, Statements, TableName};
+use super::StoreError;
 
 pub use sqlx;
 
@@ -258,24 +257,6 @@ impl SqliteStore {
             .busy_timeout(BUSY_TIMEOUT)
     }
 
-    /// A store on `pool`, in the table `webhook_guard_records`. Does not create the
-    /// table: see [`SqliteStore::migrate`].
-    pub fn new(pool: SqlitePool) -> Self {
-        Self::build(pool, TableName::new(DEFAULT_TABLE).expect("valid default"))
-    }
-
-    /// A store on `pool`, in the table `table`.
-    ///
-    /// The store also uses `<table>_inbox` and `<table>_objects` (and indexes named
-    /// after `table`): stores sharing a database need names that none of these
-    /// repeat (`t` and `t_inbox` would meet).
-    ///
-    /// # Errors
-    /// [`InvalidTableName`] unless `table` matches `[A-Za-z_][A-Za-z0-9_]{0,62}`.
-    pub fn with_table(pool: SqlitePool, table: &str) -> Result<Self, InvalidTableName> {
-        Ok(Self::build(pool, TableName::new(table)?))
-    }
-
     fn build(pool: SqlitePool, table: TableName) -> Self {
         Self {
             pool,
@@ -301,6 +282,36 @@ impl SqliteStore {
 }
 
 impl SqliteStore {
+    /// Taken around every write statement (per statement for purges, so claims
+    /// waiting for it go first). Waited for at most 5 s (the busy timeout
+    /// [`SqliteStore::open`] sets, whatever the pool's own): writes queued behind a
+    /// lock held elsewhere (another process, a host transaction) would otherwise
+    /// each wait out the busy timeout in turn, the k-th for k times as long, instead
+    /// of answering `Unavailable`. A burst of the store's own writes slower than
+    /// that (fsync-bound) answers `Unavailable` too, and the provider retries.
+    async fn write_gate(&self) -> Result<MutexGuard<'_, ()>, StoreError> {
+        tokio::time::timeout(BUSY_TIMEOUT, self.writes.lock())
+            .await
+            .map_err(|_| {
+                StoreError::unavailable(
+                    "the database is locked: this store's earlier writes held it past the busy timeout",
+                )
+            })
+    }
+
+    /// Purge statements of 100 rows (each holds the write gate and the file's write
+    /// lock for well under a millisecond on a local disk), each followed by a rest
+    /// as long as it took: a claim waits for at most one such statement, and the
+    /// purge leaves the writer free about half of the time.
+    const PURGE_PACE: super::sql::PurgePace = super::sql::PurgePace {
+        rows: 100,
+        rest: 1.0,
+    };
+}
+
+returning_ops! {
+    SqliteStore, sqlx::Sqlite, SqliteConnection, err,
+    record_in:
     /// Records `key` as processed inside the caller's transaction: the
     /// **transactional mode**, for handlers whose effect lives in this same database
     /// file.
@@ -340,46 +351,5 @@ impl SqliteStore {
     /// [`StoreError`] when a statement fails ([`StoreError::Unavailable`] when the
     /// write lock was not granted within the busy timeout); the transaction should
     /// then be rolled back (dropping it does).
-    pub async fn record_in(
-        &self,
-        conn: &mut SqliteConnection,
-        key: Key<'_>,
-        fingerprint: Fingerprint,
-        now: DateTime<Utc>,
-        expires_at: DateTime<Utc>,
-    ) -> Result<Recorded, StoreError> {
-        self.record_with(conn, key, fingerprint, now, expires_at)
-            .await
-    }
 }
-
-impl SqliteStore {
-    /// Taken around every write statement (per statement for purges, so claims
-    /// waiting for it go first). Waited for at most 5 s (the busy timeout
-    /// [`SqliteStore::open`] sets, whatever the pool's own): writes queued behind a
-    /// lock held elsewhere (another process, a host transaction) would otherwise
-    /// each wait out the busy timeout in turn, the k-th for k times as long, instead
-    /// of answering `Unavailable`. A burst of the store's own writes slower than
-    /// that (fsync-bound) answers `Unavailable` too, and the provider retries.
-    async fn write_gate(&self) -> Result<MutexGuard<'_, ()>, StoreError> {
-        tokio::time::timeout(BUSY_TIMEOUT, self.writes.lock())
-            .await
-            .map_err(|_| {
-                StoreError::unavailable(
-                    "the database is locked: this store's earlier writes held it past the busy timeout",
-                )
-            })
-    }
-
-    /// Purge statements of 100 rows (each holds the write gate and the file's write
-    /// lock for well under a millisecond on a local disk), each followed by a rest
-    /// as long as it took: a claim waits for at most one such statement, and the
-    /// purge leaves the writer free about half of the time.
-    const PURGE_PACE: super::sql::PurgePace = super::sql::PurgePace {
-        rows: 100,
-        rest: 1.0,
-    };
-}
-
-returning_ops!(SqliteStore, sqlx::Sqlite, SqliteConnection, err);
 sql_store_impls!(SqliteStore, str, "sqlite", err);
