@@ -106,7 +106,7 @@ async function main() {
 
   // Zoom, Meta, Twitch: no signing SDK; their documentation's recipes on Node's crypto.
   const hmac = (key, data, enc) => crypto.createHmac("sha256", key).update(data).digest(enc);
-  const zoomSecret = crypto.randomBytes(11).toString("base64url");
+  const zoomSecret = crypto.randomBytes(16).toString("base64url");
   for (let i = 0; i < PER_KIND; i++) {
     const validation = i % 4 === 0;
     const plainToken = crypto.randomBytes(16).toString("base64url");

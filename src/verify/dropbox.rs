@@ -46,7 +46,7 @@ const HEADER: &str = "X-Dropbox-Signature";
 /// ```
 /// use webhook_guard::verify::{Dropbox, Verifier};
 ///
-/// let dropbox = Dropbox::new(["app_secret"]).unwrap();
+/// let dropbox = Dropbox::new(["dbx-app-secret1"]).unwrap();
 /// let body = br#"{"list_folder":{"accounts":["dbid:AAH4f99T0taONIb"]}}"#;
 /// let sig = dropbox.sign(body);
 /// let now = chrono::DateTime::from_timestamp(1_700_000_000, 0).unwrap();
@@ -138,17 +138,17 @@ mod tests {
 
     const BODY: &[u8] = br#"{"list_folder": {"accounts": ["dbid:AAH4f99T0taONIb-OurWxbNQ6ywGRopQngc", "dbid:AAD2Bj5UuOJsRjHv6-xTNlk3nEs2zrDnjJA"]}, "delta": {"users": [12345, 67890]}}"#;
     // Computed independently with Python's hmac (sha256, hex) over BODY.
-    const SIG: &str = "88678f95d2c2c38721e6d21b8d79e2592fe836b444bb57dc7ea3259d685980a4";
+    const SIG: &str = "3957c8bf7c28b50b5f55fd670ed4b89e33a2c27ae2896aae573927b878e2ab1f";
 
     #[test]
     fn independent_vector_and_a_fresh_id_per_delivery() {
-        let d = Dropbox::new(["dbx_app_secret"]).unwrap();
+        let d = Dropbox::new(["dbx_app_secret1"]).unwrap();
         assert_eq!(d.sign(BODY), SIG);
         let first = d.verify(&[(HEADER, SIG)], BODY, at(1_700_000_000)).unwrap();
         let later = d.verify(&[(HEADER, SIG)], BODY, at(1_700_000_060)).unwrap();
         assert_eq!(
             first.event_id.as_deref(),
-            Some("dropbox-1700000000000-88678f95d2c2c387")
+            Some("dropbox-1700000000000-3957c8bf7c28b50b")
         );
         assert_ne!(first.event_id, later.event_id);
         let upper = SIG.to_uppercase();
@@ -157,7 +157,7 @@ mod tests {
             d.verify(&[(HEADER, SIG)], b"{}", at(1)),
             Err(VerifyError::NoMatch)
         );
-        let rotated = Dropbox::new(["new", "dbx_app_secret"]).unwrap();
+        let rotated = Dropbox::new(["new_app_secret1", "dbx_app_secret1"]).unwrap();
         assert!(rotated.verify(&[(HEADER, SIG)], BODY, at(1)).is_ok());
     }
 
@@ -165,7 +165,7 @@ mod tests {
     fn the_verification_request_echoes_a_plain_challenge_only() {
         use crate::RequestHead;
         const NONE: [(&str, &str); 0] = [];
-        let d = Dropbox::new(["dbx_app_secret"]).unwrap();
+        let d = Dropbox::new(["dbx_app_secret1"]).unwrap();
         let get = |target| d.verify(&RequestHead::new(&NONE[..], "GET", target), b"", at(1));
         let ok = get("/w?challenge=abc123").unwrap();
         let hs = ok.handshake.unwrap();

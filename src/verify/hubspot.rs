@@ -48,7 +48,7 @@ const TIMESTAMP: &str = "X-HubSpot-Request-Timestamp";
 /// use webhook_guard::verify::{HubSpot, Verifier};
 /// use webhook_guard::RequestHead;
 ///
-/// let hubspot = HubSpot::new("https://example.com/hubspot", ["client-secret"]).unwrap();
+/// let hubspot = HubSpot::new("https://example.com/hubspot", ["hubspot-client-secret"]).unwrap();
 /// let body = br#"[{"eventId":1,"subscriptionId":2,"portalId":3,"occurredAt":1700000000000,"subscriptionType":"contact.creation","attemptNumber":0,"objectId":4}]"#;
 /// let headers = hubspot.sign_headers("POST", "https://example.com/hubspot", body, 1700000000000);
 /// let request = RequestHead::new(&headers[..], "POST", "/hubspot");
@@ -242,8 +242,13 @@ mod tests {
 
     #[test]
     fn signs_method_uri_body_and_timestamp() {
-        let hs = HubSpot::new("https://example.com/webhooks", ["old", "secret"]).unwrap();
-        let signer = HubSpot::new("https://example.com/webhooks", ["secret"]).unwrap();
+        let hs = HubSpot::new(
+            "https://example.com/webhooks",
+            ["old-hubspot-secret", "hubspot-client-secret"],
+        )
+        .unwrap();
+        let signer =
+            HubSpot::new("https://example.com/webhooks", ["hubspot-client-secret"]).unwrap();
         let uri = "https://example.com/webhooks?portal=33&x=a%3Ab";
         let h = signer.sign_headers("POST", uri, BODY, 1_462_216_308_000);
         let head = |method, target| RequestHead::new(&h[..], method, target);

@@ -32,7 +32,7 @@ type HmacSha1 = Hmac<Sha1>;
 /// ```
 /// use webhook_guard::verify::{Intercom, Verifier};
 ///
-/// let intercom = Intercom::new(["client_secret"]).unwrap();
+/// let intercom = Intercom::new(["intercom_client_secret"]).unwrap();
 /// let body = br#"{"type":"notification_event","id":"notif_1","topic":"ping"}"#;
 /// let sig = intercom.sign(body);
 /// let verified = intercom
@@ -175,7 +175,7 @@ mod tests {
             i.verify(&[(HEADER, SIG)], b"{}", Utc::now()),
             Err(VerifyError::NoMatch)
         );
-        let both = Intercom::new(["new", "ic_client_secret"]).unwrap();
+        let both = Intercom::new(["new_ic_client_secret", "ic_client_secret"]).unwrap();
         assert!(both.verify(&[(HEADER, SIG)], BODY, Utc::now()).is_ok());
         assert!(!format!("{both:?}").contains("ic_client_secret"));
         assert_eq!(Intercom::new([""]).unwrap_err(), KeyError::EmptySecret);

@@ -48,7 +48,7 @@ const MAX_TOKEN: usize = 256;
 /// ```
 /// use webhook_guard::verify::{Mailgun, Verifier};
 ///
-/// let mailgun = Mailgun::new(["key-signing"]).unwrap();
+/// let mailgun = Mailgun::new(["key-mailgun-signing"]).unwrap();
 /// let body = mailgun.envelope(1_700_000_000, "a8ce0edb2dd8301dee6c2405235584e45aa91d1e9f979f3de0",
 ///     r#"{"event":"delivered","id":"CPgfbmQMTCKtHW6uIWtuVe"}"#);
 /// let now = chrono::DateTime::from_timestamp(1_700_000_030, 0).unwrap();
@@ -254,7 +254,7 @@ mod tests {
             verify(&body("\"1529006855\"", SIG), T),
             Err(VerifyError::NoMatch)
         );
-        let meta = Mailgun::new(["k"])
+        let meta = Mailgun::new(["key-mailgun-signing"])
             .unwrap()
             .event_meta()
             .unwrap()
@@ -280,13 +280,15 @@ mod tests {
 
     #[test]
     fn parent_signature_rotation_and_bad_bodies() {
-        let parent = Mailgun::new(["primary"]).unwrap().sign(T, TOKEN);
+        let parent = Mailgun::new(["primary-signing-key"])
+            .unwrap()
+            .sign(T, TOKEN);
         let sub = body("\"1529006854\"", &"0".repeat(64)).replacen(
             "\"signature\":\"0",
             &format!("\"parent-signature\":\"{parent}\",\"signature\":\"0"),
             1,
         );
-        let both = Mailgun::new(["subaccount", "primary"]).unwrap();
+        let both = Mailgun::new(["subaccount-signing-key", "primary-signing-key"]).unwrap();
         assert!(both.verify(&[("", ""); 0], sub.as_bytes(), at(T)).is_ok());
         assert_eq!(verify(&sub, T), Err(VerifyError::NoMatch));
         for bad in [

@@ -43,7 +43,7 @@ const PREFIX: &[u8] = b"sha256=";
 /// use webhook_guard::verify::{Meta, Verifier};
 /// use webhook_guard::RequestHead;
 ///
-/// let meta = Meta::new(["app-secret"]).unwrap().verify_token("my-verify-token");
+/// let meta = Meta::new(["meta-app-secret-0123"]).unwrap().verify_token("my-verify-token");
 /// let no_headers: [(&str, &str); 0] = [];
 /// let check = RequestHead::new(
 ///     &no_headers[..],
@@ -186,7 +186,9 @@ mod tests {
 
     #[test]
     fn the_subscription_check_wants_the_verify_token() {
-        let meta = Meta::new(["secret"]).unwrap().verify_token("tok en");
+        let meta = Meta::new(["meta-app-secret-0123"])
+            .unwrap()
+            .verify_token("tok en");
         let now = Utc::now();
         let ok = meta
             .verify(
@@ -227,7 +229,9 @@ mod tests {
                 "{target}"
             );
         }
-        let unset = Meta::new(["secret"]).unwrap().verify_token("");
+        let unset = Meta::new(["meta-app-secret-0123"])
+            .unwrap()
+            .verify_token("");
         let target = "/w?hub.mode=subscribe&hub.verify_token=&hub.challenge=42";
         assert_eq!(
             unset.verify(&get(target), b"", now),
@@ -238,8 +242,8 @@ mod tests {
 
     #[test]
     fn posts_are_signed_over_the_body() {
-        let meta = Meta::new(["new", "old"]).unwrap();
-        let old = Meta::new(["old"]).unwrap();
+        let meta = Meta::new(["new-meta-app-secret", "old-meta-app-secret"]).unwrap();
+        let old = Meta::new(["old-meta-app-secret"]).unwrap();
         let body = br#"{"object":"page","entry":[{"id":"1","time":1}]}"#;
         let headers = [(HEADER, old.sign(body))];
         let v = meta.verify(&headers, body, Utc::now()).unwrap();

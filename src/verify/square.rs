@@ -178,7 +178,7 @@ mod tests {
             KeyError::NeedsUrl
         );
         assert_eq!(Square::new(URL, [""]).unwrap_err(), KeyError::EmptySecret);
-        let both = Square::new(URL, ["new-key", KEY]).unwrap();
+        let both = Square::new(URL, ["new-signature-key-22ch", KEY]).unwrap();
         assert!(both
             .verify(&[(HEADER, SIG)], BODY.as_bytes(), Utc::now())
             .is_ok());

@@ -56,7 +56,7 @@ const MAX_PARAMS: usize = 1024;
 /// use webhook_guard::verify::{Twilio, Verifier};
 /// use webhook_guard::RequestHead;
 ///
-/// let twilio = Twilio::new("https://example.com/sms", ["12345"]).unwrap();
+/// let twilio = Twilio::new("https://example.com/sms", ["your-twilio-auth-token"]).unwrap();
 /// let body = b"Body=Hello&From=%2B14158675310&To=%2B15017122661";
 /// let signature = twilio.sign("https://example.com/sms", body);
 /// let headers = [
@@ -265,9 +265,17 @@ mod tests {
 
     #[test]
     fn twilios_vectors_verify() {
-        let twilio = Twilio::new("https://mycompany.com/myapp.php", ["12345"]).unwrap();
+        let twilio = Twilio::new(
+            "https://mycompany.com/myapp.php",
+            [Secret::new("12345").allow_short()],
+        )
+        .unwrap();
         assert_eq!(twilio.sign(URL, PARAMS), SIG);
-        let ported = Twilio::new("https://mycompany.com:443/myapp.php", ["12345"]).unwrap();
+        let ported = Twilio::new(
+            "https://mycompany.com:443/myapp.php",
+            [Secret::new("12345").allow_short()],
+        )
+        .unwrap();
         assert_eq!(
             ported.sign("https://mycompany.com:443/myapp.php?foo=1&bar=2", PARAMS),
             SIG_443
@@ -318,7 +326,7 @@ mod tests {
 
     #[test]
     fn json_bodies_are_bound_by_their_hash() {
-        let twilio = Twilio::new("https://example.com/hook", ["token"]).unwrap();
+        let twilio = Twilio::new("https://example.com/hook", ["twilio-auth-token"]).unwrap();
         let body = br#"{"MessageSid":"SM1","Body":"h\u00e9llo"}"#;
         let target = format!("/hook?bodySHA256={}", Twilio::body_sha256(body));
         let sig = twilio.sign(&format!("https://example.com{target}"), b"");
@@ -341,7 +349,7 @@ mod tests {
 
     #[test]
     fn bad_headers_urls_and_keys_are_refused() {
-        let twilio = Twilio::new("https://example.com/hook", ["token"]).unwrap();
+        let twilio = Twilio::new("https://example.com/hook", ["twilio-auth-token"]).unwrap();
         let now = Utc::now();
         assert_eq!(
             twilio.verify(&[("X-Other", "x")], b"", now),

@@ -41,7 +41,7 @@ const PREFIX: &[u8] = b"v0=";
 /// ```
 /// use webhook_guard::verify::{Verifier, Zoom};
 ///
-/// let zoom = Zoom::new(["secret-token"]).unwrap();
+/// let zoom = Zoom::new(["zoom-secret-token-22ch"]).unwrap();
 /// let body = br#"{"event":"endpoint.url_validation","payload":{"plainToken":"qgg8vlvZRS6UYooatFL8Aw"},"event_ts":1654503849680}"#;
 /// let headers = zoom.sign_headers(1654503849, body);
 /// let now = chrono::DateTime::from_timestamp(1654503849, 0).unwrap();
@@ -147,8 +147,8 @@ mod tests {
 
     #[test]
     fn signs_v0_over_the_timestamp_and_body() {
-        let zoom = Zoom::new(["old", "new"]).unwrap();
-        let newer = Zoom::new(["new"]).unwrap();
+        let zoom = Zoom::new(["old-zoom-secret-token", "new-zoom-secret-token"]).unwrap();
+        let newer = Zoom::new(["new-zoom-secret-token"]).unwrap();
         let h = newer.sign_headers(1_626_230_691, BODY);
         let v = zoom.verify(&h, BODY, at(1_626_230_691)).unwrap();
         assert_eq!(v.event_id, Some(digest_id(BODY)));
@@ -172,8 +172,8 @@ mod tests {
     #[test]
     fn url_validation_answers_with_the_signing_secret() {
         let body = br#"{"payload":{"plainToken":"qgg8vlvZRS6UYooatFL8Aw"},"event_ts":1654503849680,"event":"endpoint.url_validation"}"#;
-        let zoom = Zoom::new(["first", "second"]).unwrap();
-        let signer = Zoom::new(["second"]).unwrap();
+        let zoom = Zoom::new(["first-zoom-secret-token", "second-zoom-secret-token"]).unwrap();
+        let signer = Zoom::new(["second-zoom-secret-token"]).unwrap();
         let h = signer.sign_headers(1_654_503_849, body);
         let hs = zoom
             .verify(&h, body, at(1_654_503_849))
@@ -184,7 +184,7 @@ mod tests {
         let want = hex::encode(signer.keys.sign_first(&[b"qgg8vlvZRS6UYooatFL8Aw"]));
         assert_eq!(answer["encryptedToken"], want.as_str());
         assert_eq!(hs.content_type, "application/json");
-        let forged = Zoom::new(["other"])
+        let forged = Zoom::new(["other-zoom-secret-token"])
             .unwrap()
             .sign_headers(1_654_503_849, body);
         assert_eq!(

@@ -933,23 +933,38 @@ async fn send_signs_like_the_newer_presets() {
     let addr = listener.local_addr().unwrap();
     let url = |p: &str| format!("http://{addr}/{p}");
     let app = Router::new();
-    let (app, zoom) = route(app, "/zoom", Zoom::new(["zoom-secret"]).unwrap(), 0);
-    let (app, meta) = route(app, "/meta", Meta::new(["meta-secret"]).unwrap(), 0);
+    let (app, zoom) = route(
+        app,
+        "/zoom",
+        Zoom::new(["zoom-secret-token-22ch"]).unwrap(),
+        0,
+    );
+    let (app, meta) = route(
+        app,
+        "/meta",
+        Meta::new(["meta-app-secret-0123"]).unwrap(),
+        0,
+    );
     let (app, twitch) = route(app, "/twitch", Twitch::new(["twitch-secret"]).unwrap(), 0);
     let discord_key = Discord::public_key(SEED).unwrap();
     let (app, discord) = route(app, "/discord", Discord::new([discord_key]).unwrap(), 0);
-    let twilio_verifier = Twilio::new(&url("twilio"), ["twilio-token"]).unwrap();
+    let twilio_verifier = Twilio::new(&url("twilio"), ["twilio-auth-token"]).unwrap();
     let (app, twilio) = route(app, "/twilio", twilio_verifier, 0);
-    let hubspot_verifier = HubSpot::new(&url("hubspot"), ["hubspot-secret"]).unwrap();
+    let hubspot_verifier = HubSpot::new(&url("hubspot"), ["hubspot-client-secret"]).unwrap();
     let (app, hubspot) = route(app, "/hubspot", hubspot_verifier, 0);
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     for (provider, secret, runs, query) in [
-        ("zoom", "zoom-secret", zoom, ""),
-        ("meta", "meta-secret", meta, ""),
+        ("zoom", "zoom-secret-token-22ch", zoom, ""),
+        ("meta", "meta-app-secret-0123", meta, ""),
         ("twitch", "twitch-secret", twitch, ""),
         ("discord", SEED, discord, ""),
-        ("twilio", "twilio-token", twilio, "?tenant=a%3Ab"),
-        ("hubspot", "hubspot-secret", hubspot, "?portal=1&x=a%3Ab"),
+        ("twilio", "twilio-auth-token", twilio, "?tenant=a%3Ab"),
+        (
+            "hubspot",
+            "hubspot-client-secret",
+            hubspot,
+            "?portal=1&x=a%3Ab",
+        ),
     ] {
         let target = format!("{}{query}", url(provider));
         let args = [

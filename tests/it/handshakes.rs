@@ -110,7 +110,7 @@ async fn zoom_url_validation_is_answered_with_the_encrypted_token() {
         reply.json(),
         serde_json::json!({"plainToken": "qgg8vlvZRS6UYooatFL8Aw", "encryptedToken": encrypted})
     );
-    let forged = Zoom::new(["not-the-token"])
+    let forged = Zoom::new(["not-the-zoom-secret-token"])
         .unwrap()
         .sign_headers(now, body);
     assert_refused(&post(addr, "/hook", &pairs(&forged), body).await);
@@ -119,7 +119,9 @@ async fn zoom_url_validation_is_answered_with_the_encrypted_token() {
 
 #[tokio::test]
 async fn meta_subscription_get_is_answered_with_its_challenge() {
-    let meta = Meta::new(["app-secret"]).unwrap().verify_token("verify-me");
+    let meta = Meta::new(["meta-app-secret-0123"])
+        .unwrap()
+        .verify_token("verify-me");
     let (addr, runs) = app(meta).await;
     let check = "/hook?hub.mode=subscribe&hub.challenge=1158201444&hub.verify_token=verify-me";
     let reply = request(addr, "GET", check, &[], b"").await;
@@ -134,7 +136,7 @@ async fn meta_subscription_get_is_answered_with_its_challenge() {
 
 #[tokio::test]
 async fn dropbox_verification_get_is_answered_with_its_challenge_as_plain_text() {
-    let dropbox = Dropbox::new(["dbx_app_secret"]).unwrap();
+    let dropbox = Dropbox::new(["dbx_app_secret1"]).unwrap();
     let (addr, runs) = app(dropbox.clone()).await;
     let reply = request(addr, "GET", "/hook?challenge=abc123", &[], b"").await;
     assert_answer(&reply, TEXT, "abc123");
@@ -263,7 +265,9 @@ fn a_subscription_get_through_actix_is_answered() {
 async fn actix_get() {
     use actix_web::{test, App};
     use webhook_guard::integrations::actix;
-    let meta = Meta::new(["app-secret"]).unwrap().verify_token("verify-me");
+    let meta = Meta::new(["meta-app-secret-0123"])
+        .unwrap()
+        .verify_token("verify-me");
     let runs = Arc::new(AtomicUsize::new(0));
     let counter = runs.clone();
     let route = actix::guarded(guard(DownStore, meta), move |_event: OwnedEvent| {
@@ -294,7 +298,9 @@ async fn actix_get() {
 #[tokio::test]
 async fn a_subscription_get_through_lambda_is_answered() {
     use webhook_guard::integrations::lambda;
-    let meta = Meta::new(["app-secret"]).unwrap().verify_token("verify-me");
+    let meta = Meta::new(["meta-app-secret-0123"])
+        .unwrap()
+        .verify_token("verify-me");
     let guard = guard(DownStore, meta);
     let get = |target: &str| {
         http::Request::get(target)
@@ -330,7 +336,11 @@ async fn hubspot_and_twilio_see_the_method_and_query_through_axum() {
         ["hs-client-secret"],
     )
     .unwrap();
-    let twilio = Twilio::new("https://hooks.example.com/public/twilio", ["twilio-token"]).unwrap();
+    let twilio = Twilio::new(
+        "https://hooks.example.com/public/twilio",
+        ["twilio-auth-token"],
+    )
+    .unwrap();
     let runs = Arc::new(AtomicUsize::new(0));
     let route = |verifier: Box<dyn Verifier>| {
         let counter = runs.clone();

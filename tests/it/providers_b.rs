@@ -125,7 +125,7 @@ async fn a_mailgun_token_is_used_once_whatever_the_event_data() {
     use webhook_guard::verify::Mailgun;
     use webhook_guard::{Outcome, WebhookGuard};
 
-    let mailgun = Mailgun::new(["key-signing"]).unwrap();
+    let mailgun = Mailgun::new(["key-mailgun-signing"]).unwrap();
     let now = chrono::Utc::now().timestamp();
     let token = "e0b5477167110d68991efc6b9f89f0a11066af27834600e123";
     let genuine = mailgun.envelope(now, token, r#"{"event":"delivered","id":"ev-1"}"#);

@@ -189,7 +189,7 @@ fn usage_errors_exit_2() {
 fn twilio_takes_the_url_and_target_and_zoom_prints_its_handshake() {
     use webhook_guard::verify::{Twilio, Zoom};
     let form = b"Body=Hello&From=%2B14158675310";
-    let twilio = Twilio::new("https://example.com/sms", ["auth-token"]).unwrap();
+    let twilio = Twilio::new("https://example.com/sms", ["twilio-auth-token"]).unwrap();
     let signature = twilio.sign("https://example.com/sms?tenant=7", form);
     let file = body_file("twilio", form);
     let header = format!("X-Twilio-Signature: {signature}");
@@ -198,7 +198,7 @@ fn twilio_takes_the_url_and_target_and_zoom_prints_its_handshake() {
             "--provider",
             "twilio",
             "--secret",
-            "auth-token",
+            "twilio-auth-token",
             "--url",
             "https://example.com/sms",
             "--target",
@@ -228,7 +228,7 @@ fn twilio_takes_the_url_and_target_and_zoom_prints_its_handshake() {
     assert_eq!(no_url.status.code(), Some(2), "{no_url:?}");
 
     let body = br#"{"event":"endpoint.url_validation","payload":{"plainToken":"abc123"}}"#;
-    let zoom = Zoom::new(["zoom-secret"]).unwrap();
+    let zoom = Zoom::new(["zoom-secret-token-22ch"]).unwrap();
     let now = 1_700_000_000;
     let file = body_file("zoom", body);
     let headers: Vec<String> = zoom
@@ -240,7 +240,7 @@ fn twilio_takes_the_url_and_target_and_zoom_prints_its_handshake() {
         "--provider",
         "zoom",
         "--secret",
-        "zoom-secret",
+        "zoom-secret-token-22ch",
         "--header",
         &headers[0],
         "--header",
