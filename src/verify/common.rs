@@ -216,6 +216,15 @@ pub(crate) struct SignatureHeader {
 }
 
 impl SignatureHeader {
+    /// The header `name` holding `prefix` and the MAC in `encoding`.
+    pub(crate) const fn new(name: &'static str, prefix: &'static str, encoding: Encoding) -> Self {
+        Self {
+            name,
+            prefix,
+            encoding,
+        }
+    }
+
     /// The MAC of the header, read within [`MAX_HEADER_LEN`].
     ///
     /// # Errors
@@ -265,11 +274,7 @@ pub(crate) struct V0Header {
 impl V0Header {
     /// The header of the MAC as a [`SignatureHeader`].
     const fn mac(&self) -> SignatureHeader {
-        SignatureHeader {
-            name: self.signature,
-            prefix: "v0=",
-            encoding: Encoding::Hex,
-        }
+        SignatureHeader::new(self.signature, "v0=", Encoding::Hex)
     }
 
     /// Reads a delivery of `body`: the parts the MAC covers, when it was signed,
@@ -318,12 +323,12 @@ impl V0Header {
 macro_rules! unpublished_format {
     ($provider:literal, $what:literal) => {
         #[doc = concat!(
-                    "What the constructor accepts as a secret: ",
-                    $what,
-                    ", for which ",
-                    $provider,
-                    " publishes"
-                )]
+                                    "What the constructor accepts as a secret: ",
+                                    $what,
+                                    ", for which ",
+                                    $provider,
+                                    " publishes"
+                                )]
         /// no format. As for the generic verifiers, it must hold at least 16 bytes (an
         /// HMAC key shorter than that is weak whatever issued it; mark one with
         /// [`Secret::allow_short`](crate::verify::Secret::allow_short) to accept it) and

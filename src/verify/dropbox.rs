@@ -13,11 +13,7 @@ use super::{Encoding, Verified, Verifier, VerifyError};
 use crate::Headers;
 
 const HEADER: &str = "X-Dropbox-Signature";
-const SIGNATURE: common::SignatureHeader = common::SignatureHeader {
-    name: HEADER,
-    prefix: "",
-    encoding: Encoding::Hex,
-};
+const SIGNATURE: common::SignatureHeader = common::SignatureHeader::new(HEADER, "", Encoding::Hex);
 
 /// Verifies Dropbox webhook notifications.
 ///

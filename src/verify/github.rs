@@ -9,11 +9,8 @@ use super::{Encoding, SecretFormat, Verified, Verifier, VerifyError};
 use crate::Headers;
 
 const HEADER: &str = "X-Hub-Signature-256";
-const SIGNATURE: common::SignatureHeader = common::SignatureHeader {
-    name: HEADER,
-    prefix: "sha256=",
-    encoding: Encoding::Hex,
-};
+const SIGNATURE: common::SignatureHeader =
+    common::SignatureHeader::new(HEADER, "sha256=", Encoding::Hex);
 const DELIVERY: &str = "X-GitHub-Delivery";
 
 /// Verifies GitHub webhooks.

@@ -9,11 +9,7 @@ use super::{Encoding, SecretFormat, Verified, Verifier, VerifyError};
 use crate::Headers;
 
 const HEADER: &str = "Linear-Signature";
-const SIGNATURE: common::SignatureHeader = common::SignatureHeader {
-    name: HEADER,
-    prefix: "",
-    encoding: Encoding::Hex,
-};
+const SIGNATURE: common::SignatureHeader = common::SignatureHeader::new(HEADER, "", Encoding::Hex);
 const DELIVERY: &str = "Linear-Delivery";
 
 /// Verifies Linear webhooks.

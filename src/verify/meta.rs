@@ -13,11 +13,8 @@ use super::{Encoding, Secret, Verified, Verifier, VerifyError};
 use crate::Headers;
 
 const HEADER: &str = "X-Hub-Signature-256";
-const SIGNATURE: common::SignatureHeader = common::SignatureHeader {
-    name: HEADER,
-    prefix: "sha256=",
-    encoding: Encoding::Hex,
-};
+const SIGNATURE: common::SignatureHeader =
+    common::SignatureHeader::new(HEADER, "sha256=", Encoding::Hex);
 
 /// Verifies Meta webhooks: WhatsApp Business Platform, Instagram, Messenger and the
 /// other Graph API objects.

@@ -11,15 +11,6 @@ use crate::Headers;
 const HEADERS: [&str; 2] = ["X-Shopify-Hmac-Sha256", "Shopify-Hmac-Sha256"];
 const ID_HEADERS: [&str; 2] = ["X-Shopify-Webhook-Id", "Shopify-Webhook-Id"];
 
-/// The signature header, spelt `name`: the MAC in standard base64, no prefix.
-const fn signature(name: &'static str) -> common::SignatureHeader {
-    common::SignatureHeader {
-        name,
-        prefix: "",
-        encoding: Encoding::Base64,
-    }
-}
-
 /// Verifies Shopify webhooks.
 ///
 /// - Signed bytes: the raw body, HMAC-SHA256, standard base64, in
@@ -62,7 +53,7 @@ impl Shopify {
 
     /// The `X-Shopify-Hmac-Sha256` value for `body`, signed with the first secret.
     pub fn sign(&self, body: &[u8]) -> String {
-        signature(HEADERS[0]).sign(&self.keys, &[body])
+        common::SignatureHeader::new(HEADERS[0], "", Encoding::Base64).sign(&self.keys, &[body])
     }
 }
 
@@ -85,7 +76,11 @@ impl Verifier for Shopify {
                     .is_some_and(|v| !v.trim_ascii().is_empty())
             })
             .ok_or(VerifyError::MissingHeader(HEADERS[0].into()))?;
-        signature(name).check(&self.keys, headers, &[body])?;
+        common::SignatureHeader::new(name, "", Encoding::Base64).check(
+            &self.keys,
+            headers,
+            &[body],
+        )?;
         Ok(Verified::untimed(common::id_header(headers, &ID_HEADERS)))
     }
 

@@ -10,11 +10,8 @@ use super::{Encoding, KeyError, Secret, Verified, Verifier, VerifyError};
 use crate::Headers;
 
 const HEADER: &str = "x-square-hmacsha256-signature";
-const SIGNATURE: common::SignatureHeader = common::SignatureHeader {
-    name: HEADER,
-    prefix: "",
-    encoding: Encoding::Base64,
-};
+const SIGNATURE: common::SignatureHeader =
+    common::SignatureHeader::new(HEADER, "", Encoding::Base64);
 
 /// Verifies Square webhooks (API version 2 subscriptions).
 ///

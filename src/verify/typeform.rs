@@ -10,11 +10,8 @@ use super::{Encoding, Verified, Verifier, VerifyError};
 use crate::Headers;
 
 const HEADER: &str = "Typeform-Signature";
-const SIGNATURE: common::SignatureHeader = common::SignatureHeader {
-    name: HEADER,
-    prefix: "sha256=",
-    encoding: Encoding::Base64,
-};
+const SIGNATURE: common::SignatureHeader =
+    common::SignatureHeader::new(HEADER, "sha256=", Encoding::Base64);
 
 /// Verifies Typeform webhooks.
 ///
