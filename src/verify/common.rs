@@ -271,6 +271,16 @@ pub(crate) struct V0Header {
     pub(crate) timestamp: &'static str,
 }
 
+/// A delivery as [`V0Header::read`] reads it.
+pub(crate) struct V0Signed<'a> {
+    /// What the MAC covers: `v0:`, the timestamp as sent, `:`, the raw body.
+    pub(crate) parts: [&'a [u8]; 4],
+    /// When it was signed.
+    pub(crate) signed_at: DateTime<Utc>,
+    /// The MAC.
+    pub(crate) tag: [u8; 32],
+}
+
 impl V0Header {
     /// The header of the MAC as a [`SignatureHeader`].
     const fn mac(&self) -> SignatureHeader {
@@ -287,12 +297,16 @@ impl V0Header {
         &self,
         headers: &'a dyn Headers,
         body: &'a [u8],
-    ) -> Result<([&'a [u8]; 4], DateTime<Utc>, [u8; 32]), VerifyError> {
+    ) -> Result<V0Signed<'a>, VerifyError> {
         let value = bounded_header(headers, self.signature)?;
         let ts = bounded_header(headers, self.timestamp)?;
         let signed_at = super::parse_unix_seconds(ts, self.timestamp)?;
         let tag = self.mac().tag_of(value)?;
-        Ok(([b"v0:", ts, b":", body], signed_at, tag))
+        Ok(V0Signed {
+            parts: [b"v0:", ts, b":", body],
+            signed_at,
+            tag,
+        })
     }
 
     /// The signature header's value for `body` at `timestamp`, signed with the
@@ -323,12 +337,12 @@ impl V0Header {
 macro_rules! unpublished_format {
     ($provider:literal, $what:literal) => {
         #[doc = concat!(
-                                    "What the constructor accepts as a secret: ",
-                                    $what,
-                                    ", for which ",
-                                    $provider,
-                                    " publishes"
-                                )]
+                                            "What the constructor accepts as a secret: ",
+                                            $what,
+                                            ", for which ",
+                                            $provider,
+                                            " publishes"
+                                        )]
         /// no format. As for the generic verifiers, it must hold at least 16 bytes (an
         /// HMAC key shorter than that is weak whatever issued it; mark one with
         /// [`Secret::allow_short`](crate::verify::Secret::allow_short) to accept it) and

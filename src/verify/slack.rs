@@ -87,7 +87,11 @@ impl Verifier for Slack {
         body: &[u8],
         now: DateTime<Utc>,
     ) -> Result<Verified, VerifyError> {
-        let (parts, signed_at, tag) = SIGNATURE.read(headers, body)?;
+        let common::V0Signed {
+            parts,
+            signed_at,
+            tag,
+        } = SIGNATURE.read(headers, body)?;
         self.keys.check(&parts, &[tag])?;
         let mut verified = common::timed(signed_at, now, self.tolerance, || {
             common::body_field(body, "event_id")

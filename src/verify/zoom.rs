@@ -99,7 +99,11 @@ impl Verifier for Zoom {
         body: &[u8],
         now: DateTime<Utc>,
     ) -> Result<Verified, VerifyError> {
-        let (parts, signed_at, tag) = SIGNATURE.read(headers, body)?;
+        let common::V0Signed {
+            parts,
+            signed_at,
+            tag,
+        } = SIGNATURE.read(headers, body)?;
         let key = self
             .keys
             .matching(&parts, &tag)
