@@ -330,11 +330,8 @@ impl Verifier for Adyen {
             success.as_bytes(),
         ]);
         self.keys.check(&[&signed], &[tag])?;
-        Ok(Verified {
-            handshake: None,
-            event_id: Some(format!("{event_code}:{psp}:{success}")),
-            signed_at: None,
-        })
+        let id = format!("{event_code}:{psp}:{success}");
+        Ok(Verified::untimed(Some(id)))
     }
 
     fn event_meta(&self) -> Option<crate::meta::MetaExtractor> {

@@ -12,16 +12,7 @@ use crate::Headers;
 const HEADER: &str = "Calendly-Webhook-Signature";
 
 /// `t=<unix>,v1=<hex>`: as Stripe's header, only `v1` entries are read.
-const SIGNATURE: common::TimedHeader = common::TimedHeader {
-    name: HEADER,
-    separator: b',',
-    timestamp: b"t",
-    signature: b"v1",
-    joiner: b".",
-    repeated: "more than one timestamp",
-    empty: "empty timestamp",
-    missing: "no timestamp",
-};
+const SIGNATURE: common::TimedHeader = common::TimedHeader::t_v1(HEADER);
 
 /// Verifies Calendly webhooks.
 ///

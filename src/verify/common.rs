@@ -8,6 +8,7 @@ use std::fmt;
 
 use base64::Engine as _;
 use chrono::{DateTime, Utc};
+use hmac::digest::{KeyInit, Output};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
@@ -16,19 +17,34 @@ use crate::Headers;
 
 pub(crate) type HmacSha256 = Hmac<Sha256>;
 
+/// HMAC-SHA1, which Intercom and Twilio sign with.
+pub(crate) type HmacSha1 = Hmac<sha1::Sha1>;
+
 /// Longest signature header any preset reads (8 KiB); longer ones are rejected unread.
 pub(crate) const MAX_HEADER_LEN: usize = 8 * 1024;
 
 /// Most entries any preset reads from one signature header.
 pub(crate) const MAX_ENTRIES: usize = 32;
 
-/// Precomputed keyed HMAC-SHA256 states, one per secret. Each verification clones a
-/// state instead of re-deriving the key pads, which keeps verification close to the
-/// cost of one bare HMAC.
-#[derive(Clone, Default)]
-pub(crate) struct Keys(Vec<HmacSha256>);
+/// Precomputed keyed HMAC states of type `M`, one per secret. Each verification
+/// clones a state instead of re-deriving the key pads, which keeps verification
+/// close to the cost of one bare HMAC.
+#[derive(Clone)]
+pub(crate) struct MacKeys<M>(Vec<M>);
 
-impl Keys {
+/// Keyed HMAC-SHA256 states: what most presets sign with.
+pub(crate) type Keys = MacKeys<HmacSha256>;
+
+/// Keyed HMAC-SHA1 states.
+pub(crate) type Sha1Keys = MacKeys<HmacSha1>;
+
+impl<M> Default for MacKeys<M> {
+    fn default() -> Self {
+        Self(Vec::new())
+    }
+}
+
+impl<M: Mac + KeyInit + Clone> MacKeys<M> {
     /// Keys from secrets used as their raw bytes, unchecked (for the tests).
     #[cfg(test)]
     pub(crate) fn from_secrets<S: Into<Secret>>(
@@ -58,7 +74,8 @@ impl Keys {
                 if s.is_empty() {
                     return Err(KeyError::EmptySecret);
                 }
-                Ok(HmacSha256::new_from_slice(s.expose()).expect("HMAC takes keys of any length"))
+                Ok(<M as KeyInit>::new_from_slice(s.expose())
+                    .expect("HMAC takes keys of any length"))
             })
             .collect::<Result<Vec<_>, _>>()?;
         if keys.is_empty() {
@@ -72,15 +89,34 @@ impl Keys {
         self.0.len()
     }
 
-    /// The MAC of the concatenation of `parts` under the first (newest) secret.
-    pub(crate) fn sign_first(&self, parts: &[&[u8]]) -> [u8; 32] {
+    /// The MAC under the first (newest) secret of what `feed` puts in.
+    pub(crate) fn first_fed(&self, feed: impl FnOnce(&mut M)) -> Output<M> {
         let mut mac = self.0[0].clone();
+        feed(&mut mac);
+        mac.finalize().into_bytes()
+    }
+
+    /// Whether any secret's MAC of what `feed` puts in equals `tag` (constant-time
+    /// comparisons, `Mac::verify_slice`).
+    pub(crate) fn any_fed(&self, feed: impl Fn(&mut M), tag: &[u8]) -> bool {
+        self.0.iter().any(|key| {
+            let mut mac = key.clone();
+            feed(&mut mac);
+            mac.verify_slice(tag).is_ok()
+        })
+    }
+
+    /// A copy of `key`'s state fed the concatenation of `parts`.
+    fn fed(key: &M, parts: &[&[u8]]) -> M {
+        let mut mac = key.clone();
         for part in parts {
             mac.update(part);
         }
-        mac.finalize().into_bytes().into()
+        mac
     }
+}
 
+impl Keys {
     /// Whether any secret's MAC over the concatenation of `parts` equals any of `tags`.
     /// Each comparison is constant-time (`Mac::verify_slice`).
     pub(crate) fn any_match(&self, parts: &[&[u8]], tags: &[[u8; 32]]) -> bool {
@@ -88,10 +124,7 @@ impl Keys {
             return false;
         }
         self.0.iter().any(|key| {
-            let mut mac = key.clone();
-            for part in parts {
-                mac.update(part);
-            }
+            let mac = Self::fed(key, parts);
             match tags {
                 [only] => mac.verify_slice(only).is_ok(),
                 _ => tags.iter().any(|tag| mac.clone().verify_slice(tag).is_ok()),
@@ -99,35 +132,33 @@ impl Keys {
         })
     }
 
-    /// Which secret's MAC over the concatenation of `parts` equals `tag`, if any
-    /// (constant-time comparisons): for a scheme that answers with the same secret.
-    pub(crate) fn matching(&self, parts: &[&[u8]], tag: &[u8; 32]) -> Option<usize> {
-        self.0.iter().position(|key| {
-            let mut mac = key.clone();
-            for part in parts {
-                mac.update(part);
-            }
-            mac.verify_slice(tag).is_ok()
-        })
-    }
-
-    /// The MAC of the concatenation of `parts` under secret number `index`.
-    pub(crate) fn sign_with(&self, index: usize, parts: &[&[u8]]) -> [u8; 32] {
-        let mut mac = self.0[index].clone();
-        for part in parts {
-            mac.update(part);
-        }
-        mac.finalize().into_bytes().into()
-    }
-
-    /// [`Keys::any_match`] as a verification step: [`VerifyError::NoMatch`] when no
-    /// secret's MAC over `parts` equals any of `tags`.
+    /// [`Keys::any_match`] as a verification step: [`VerifyError::NoMatch`] when
+    /// no secret's MAC over `parts` equals any of `tags`.
     pub(crate) fn check(&self, parts: &[&[u8]], tags: &[[u8; 32]]) -> Result<(), VerifyError> {
         if self.any_match(parts, tags) {
             Ok(())
         } else {
             Err(VerifyError::NoMatch)
         }
+    }
+
+    /// The MAC of the concatenation of `parts` under the first (newest) secret.
+    pub(crate) fn sign_first(&self, parts: &[&[u8]]) -> [u8; 32] {
+        self.sign_with(0, parts)
+    }
+
+    /// Which secret's MAC over the concatenation of `parts` equals `tag`, if any
+    /// (constant-time comparisons): for a scheme that answers with the same secret.
+    pub(crate) fn matching(&self, parts: &[&[u8]], tag: &[u8; 32]) -> Option<usize> {
+        (self.0.iter()).position(|key| Self::fed(key, parts).verify_slice(tag).is_ok())
+    }
+
+    /// The MAC of the concatenation of `parts` under secret number `index`.
+    pub(crate) fn sign_with(&self, index: usize, parts: &[&[u8]]) -> [u8; 32] {
+        Self::fed(&self.0[index], parts)
+            .finalize()
+            .into_bytes()
+            .into()
     }
 }
 
@@ -172,6 +203,159 @@ pub(crate) fn single_tag(
         })
 }
 
+/// A header that carries one MAC: `prefix`, then the MAC in `encoding` (GitHub's
+/// `X-Hub-Signature-256: sha256=<hex>`, Shopify's bare base64). What the MAC covers
+/// is the preset's to say.
+pub(crate) struct SignatureHeader {
+    /// The header's name.
+    pub(crate) name: &'static str,
+    /// What precedes the MAC (empty for none).
+    pub(crate) prefix: &'static str,
+    /// How the MAC is written.
+    pub(crate) encoding: Encoding,
+}
+
+impl SignatureHeader {
+    /// The header `name` holding `prefix` and the MAC in `encoding`.
+    pub(crate) const fn new(name: &'static str, prefix: &'static str, encoding: Encoding) -> Self {
+        Self {
+            name,
+            prefix,
+            encoding,
+        }
+    }
+
+    /// The MAC of the header, read within [`MAX_HEADER_LEN`].
+    ///
+    /// # Errors
+    /// [`VerifyError::MissingHeader`]; those of [`SignatureHeader::tag_of`].
+    pub(crate) fn tag(&self, headers: &dyn Headers) -> Result<[u8; 32], VerifyError> {
+        self.tag_of(bounded_header(headers, self.name)?)
+    }
+
+    /// The MAC of the header's `value` (see [`single_tag`]).
+    pub(crate) fn tag_of(&self, value: &[u8]) -> Result<[u8; 32], VerifyError> {
+        single_tag(
+            value,
+            self.prefix.as_bytes(),
+            self.encoding,
+            &Cow::Borrowed(self.name),
+        )
+    }
+
+    /// Verifies that the header's MAC is one of `keys`' over the concatenation of
+    /// `parts` ([`VerifyError::NoMatch`] when none is).
+    pub(crate) fn check(
+        &self,
+        keys: &Keys,
+        headers: &dyn Headers,
+        parts: &[&[u8]],
+    ) -> Result<(), VerifyError> {
+        keys.check(parts, &[self.tag(headers)?])
+    }
+
+    /// The header's value for the concatenation of `parts`, signed with the first
+    /// of `keys`.
+    pub(crate) fn sign(&self, keys: &Keys, parts: &[&[u8]]) -> String {
+        let tag = keys.sign_first(parts);
+        format!("{}{}", self.prefix, self.encoding.encode(&tag))
+    }
+}
+
+/// Slack's scheme, which Zoom shares: `v0=` and the hex MAC over
+/// `v0:{timestamp}:{raw body}` in one header, the Unix timestamp in another.
+pub(crate) struct V0Header {
+    /// The header of the MAC.
+    pub(crate) signature: &'static str,
+    /// The header of the timestamp.
+    pub(crate) timestamp: &'static str,
+}
+
+/// A delivery as [`V0Header::read`] reads it.
+pub(crate) struct V0Signed<'a> {
+    /// What the MAC covers: `v0:`, the timestamp as sent, `:`, the raw body.
+    pub(crate) parts: [&'a [u8]; 4],
+    /// When it was signed.
+    pub(crate) signed_at: DateTime<Utc>,
+    /// The MAC.
+    pub(crate) tag: [u8; 32],
+}
+
+impl V0Header {
+    /// The header of the MAC as a [`SignatureHeader`].
+    const fn mac(&self) -> SignatureHeader {
+        SignatureHeader::new(self.signature, "v0=", Encoding::Hex)
+    }
+
+    /// Reads a delivery of `body`: the parts the MAC covers, when it was signed,
+    /// and the MAC. Both headers are read within [`MAX_HEADER_LEN`].
+    ///
+    /// # Errors
+    /// [`VerifyError::MissingHeader`] or [`VerifyError::MalformedHeader`] for either
+    /// header; [`VerifyError::NoUsableSignature`] without the `v0=` prefix.
+    pub(crate) fn read<'a>(
+        &self,
+        headers: &'a dyn Headers,
+        body: &'a [u8],
+    ) -> Result<V0Signed<'a>, VerifyError> {
+        let value = bounded_header(headers, self.signature)?;
+        let ts = bounded_header(headers, self.timestamp)?;
+        let signed_at = super::parse_unix_seconds(ts, self.timestamp)?;
+        let tag = self.mac().tag_of(value)?;
+        Ok(V0Signed {
+            parts: [b"v0:", ts, b":", body],
+            signed_at,
+            tag,
+        })
+    }
+
+    /// The signature header's value for `body` at `timestamp`, signed with the
+    /// first of `keys`.
+    pub(crate) fn sign(&self, keys: &Keys, timestamp: i64, body: &[u8]) -> String {
+        let t = timestamp.to_string();
+        self.mac().sign(keys, &[b"v0:", t.as_bytes(), b":", body])
+    }
+
+    /// Both headers a sender puts on `body` at `timestamp`: the timestamp, then the
+    /// signature.
+    pub(crate) fn sign_headers(
+        &self,
+        keys: &Keys,
+        timestamp: i64,
+        body: &[u8],
+    ) -> Vec<(&'static str, String)> {
+        vec![
+            (self.timestamp, timestamp.to_string()),
+            (self.signature, self.sign(keys, timestamp, body)),
+        ]
+    }
+}
+
+/// The `SECRET_FORMAT` of a preset whose provider publishes no format for its
+/// secret (`$what`): at least 16 bytes as for the generic verifiers, a shorter one
+/// accepted when marked, no surrounding whitespace. Its doc comment names both.
+macro_rules! unpublished_format {
+    ($provider:literal, $what:literal) => {
+        #[doc = concat!(
+                                            "What the constructor accepts as a secret: ",
+                                            $what,
+                                            ", for which ",
+                                            $provider,
+                                            " publishes"
+                                        )]
+        /// no format. As for the generic verifiers, it must hold at least 16 bytes (an
+        /// HMAC key shorter than that is weak whatever issued it; mark one with
+        /// [`Secret::allow_short`](crate::verify::Secret::allow_short) to accept it) and
+        /// no surrounding whitespace (a trailing newline from an environment variable is
+        /// refused); its characters are not checked.
+        pub const SECRET_FORMAT: $crate::verify::SecretFormat =
+            $crate::verify::SecretFormat::new($provider)
+                .min_len(16)
+                .short_allowed();
+    };
+}
+pub(crate) use unpublished_format;
+
 /// The constructor `new` of a preset keyed with secrets used as their raw bytes,
 /// each checked against the preset's `SECRET_FORMAT` (fields `keys`, and
 /// `tolerance` starting at the preset's `DEFAULT_TOLERANCE`),
@@ -206,7 +390,7 @@ macro_rules! keyed {
             secrets: impl IntoIterator<Item = S>,
         ) -> Result<Self, $crate::verify::KeyError> {
             Ok(Self {
-                keys: $crate::verify::common::Keys::checked(secrets, &Self::SECRET_FORMAT)?,
+                keys: $crate::verify::common::MacKeys::checked(secrets, &Self::SECRET_FORMAT)?,
                 $($field: $value,)?
             })
         }
@@ -274,7 +458,8 @@ macro_rules! rekeyed {
             &self,
             secrets: &[$crate::verify::Secret],
         ) -> Option<Result<Box<dyn $crate::verify::Verifier>, $crate::verify::KeyError>> {
-            let keys = $crate::verify::common::Keys::checked(secrets.iter().cloned(), &$format);
+            let keys =
+                $crate::verify::common::MacKeys::checked(secrets.iter().cloned(), &$format);
             Some(keys.map(|keys| {
                 let mut verifier = self.clone();
                 verifier.keys = keys;
@@ -285,7 +470,7 @@ macro_rules! rekeyed {
 }
 pub(crate) use rekeyed;
 
-impl fmt::Debug for Keys {
+impl<M> fmt::Debug for MacKeys<M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "<{} secret(s), redacted>", self.0.len())
     }
@@ -362,6 +547,21 @@ pub(crate) struct TimedHeader {
 pub(crate) type Tags = [[u8; 32]; MAX_ENTRIES];
 
 impl TimedHeader {
+    /// Stripe's `t=<unix>,v1=<hex>,...` over `{t}.{raw body}`, named `name`: only
+    /// `v1` entries are read.
+    pub(crate) const fn t_v1(name: &'static str) -> Self {
+        Self {
+            name,
+            separator: b',',
+            timestamp: b"t",
+            signature: b"v1",
+            joiner: b".",
+            repeated: "more than one timestamp",
+            empty: "empty timestamp",
+            missing: "no timestamp",
+        }
+    }
+
     /// Reads `value`: the timestamp's digits, and how many MACs were decoded into
     /// `tags`. Bounded: refuses more than [`MAX_HEADER_LEN`] bytes or
     /// [`MAX_ENTRIES`] entries before reading any.

@@ -13,6 +13,7 @@ use super::{Encoding, Verified, Verifier, VerifyError};
 use crate::Headers;
 
 const HEADER: &str = "X-Dropbox-Signature";
+const SIGNATURE: common::SignatureHeader = common::SignatureHeader::new(HEADER, "", Encoding::Hex);
 
 /// Verifies Dropbox webhook notifications.
 ///
@@ -81,7 +82,7 @@ impl Dropbox {
 
     /// The `X-Dropbox-Signature` value for `body`, signed with the first secret.
     pub fn sign(&self, body: &[u8]) -> String {
-        hex::encode(self.keys.sign_first(&[body]))
+        SIGNATURE.sign(&self.keys, &[body])
     }
 
     /// The answer to the verification request: its challenge, when it is a plain
@@ -111,18 +112,14 @@ impl Verifier for Dropbox {
         if headers.method() == Some("GET") {
             return Self::verification(headers);
         }
-        let value = common::bounded_header(headers, HEADER)?;
-        let tag = common::single_tag(value, b"", Encoding::Hex, &HEADER.into())?;
+        let tag = SIGNATURE.tag(headers)?;
         self.keys.check(&[body], &[tag])?;
-        Ok(Verified {
-            handshake: None,
-            event_id: Some(format!(
-                "dropbox-{}-{}",
-                now.timestamp_millis(),
-                hex::encode(&tag[..8])
-            )),
-            signed_at: None,
-        })
+        let id = format!(
+            "dropbox-{}-{}",
+            now.timestamp_millis(),
+            hex::encode(&tag[..8])
+        );
+        Ok(Verified::untimed(Some(id)))
     }
 
     common::limits! {

@@ -9,7 +9,8 @@ use super::{Encoding, SecretFormat, Verified, Verifier, VerifyError};
 use crate::Headers;
 
 const HEADER: &str = "X-Hub-Signature-256";
-const PREFIX: &[u8] = b"sha256=";
+const SIGNATURE: common::SignatureHeader =
+    common::SignatureHeader::new(HEADER, "sha256=", Encoding::Hex);
 const DELIVERY: &str = "X-GitHub-Delivery";
 
 /// Verifies GitHub webhooks.
@@ -60,7 +61,7 @@ impl GitHub {
     /// The `X-Hub-Signature-256` value GitHub would send for `body`, signed with the
     /// first secret.
     pub fn sign(&self, body: &[u8]) -> String {
-        format!("sha256={}", hex::encode(self.keys.sign_first(&[body])))
+        SIGNATURE.sign(&self.keys, &[body])
     }
 }
 
@@ -73,14 +74,8 @@ impl Verifier for GitHub {
         body: &[u8],
         _now: DateTime<Utc>,
     ) -> Result<Verified, VerifyError> {
-        let value = common::bounded_header(headers, HEADER)?;
-        let tag = common::single_tag(value, PREFIX, Encoding::Hex, &HEADER.into())?;
-        self.keys.check(&[body], &[tag])?;
-        Ok(Verified {
-            event_id: common::id_header(headers, &[DELIVERY]),
-            signed_at: None,
-            handshake: None,
-        })
+        SIGNATURE.check(&self.keys, headers, &[body])?;
+        Ok(Verified::untimed(common::id_header(headers, &[DELIVERY])))
     }
 
     /// The delivery id (`X-GitHub-Delivery`) is not signed: the SHA-256 of the signed body.

@@ -120,11 +120,7 @@ impl Verifier for GitLab {
         {
             return Err(VerifyError::NoMatch);
         }
-        Ok(Verified {
-            handshake: None,
-            event_id: common::id_header(headers, &ID_HEADERS),
-            signed_at: None,
-        })
+        Ok(Verified::untimed(common::id_header(headers, &ID_HEADERS)))
     }
 
     fn event_meta(&self) -> Option<crate::meta::MetaExtractor> {

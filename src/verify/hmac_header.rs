@@ -253,11 +253,8 @@ impl Verifier for HmacSha256Header {
         self.keys.check(&[body], &[tag])?;
         // Read as the presets read theirs: trimmed, and absent when empty.
         let id_header = self.id_header.as_deref();
-        Ok(Verified {
-            event_id: id_header.and_then(|name| common::id_header(headers, &[name])),
-            signed_at: None,
-            handshake: None,
-        })
+        let event_id = id_header.and_then(|name| common::id_header(headers, &[name]));
+        Ok(Verified::untimed(event_id))
     }
 
     fn finds_event_id(&self) -> bool {

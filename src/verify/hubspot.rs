@@ -9,7 +9,6 @@ use sha2::{Digest as _, Sha256};
 
 use super::common::{self, Keys};
 use super::request::{query, PublicUrl};
-use super::SecretFormat;
 use super::{KeyError, Secret, Verified, Verifier, VerifyError};
 use crate::Headers;
 
@@ -64,14 +63,7 @@ pub struct HubSpot {
 }
 
 impl HubSpot {
-    /// What the constructor accepts as a secret: the app's client secret, for which HubSpot publishes
-    /// no format. As for the generic verifiers, it must hold at least 16 bytes (an
-    /// HMAC key shorter than that is weak whatever issued it; mark one with
-    /// [`Secret::allow_short`](crate::verify::Secret::allow_short) to accept it) and
-    /// no surrounding whitespace (a trailing newline from an environment variable is
-    /// refused); its characters are not checked.
-    pub const SECRET_FORMAT: SecretFormat =
-        SecretFormat::new("HubSpot").min_len(16).short_allowed();
+    common::unpublished_format!("HubSpot", "the app's client secret");
 
     /// Refuse requests older than 5 minutes, as HubSpot's guide says.
     pub const DEFAULT_TOLERANCE: Duration = Duration::from_secs(5 * 60);

@@ -1,20 +1,16 @@
 //! Intercom: `X-Hub-Signature: sha1=<hex>` (HMAC-SHA1) over the raw body.
 
-use std::fmt;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use hmac::{Hmac, Mac};
-use sha1::Sha1;
+use hmac::Mac;
 
-use super::common;
-use super::{KeyError, Secret, SecretFormat, Verified, Verifier, VerifyError};
+use super::common::{self, Sha1Keys};
+use super::{Verified, Verifier, VerifyError};
 use crate::Headers;
 
 const HEADER: &str = "X-Hub-Signature";
 const PREFIX: &[u8] = b"sha1=";
-
-type HmacSha1 = Hmac<Sha1>;
 
 /// Verifies Intercom webhook notifications.
 ///
@@ -40,59 +36,26 @@ type HmacSha1 = Hmac<Sha1>;
 ///     .unwrap();
 /// assert_eq!(verified.event_id.as_deref(), Some("notif_1"));
 /// ```
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub struct Intercom {
-    keys: Vec<HmacSha1>,
-}
-
-impl fmt::Debug for Intercom {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "Intercom {{ keys: <{} secret(s), redacted> }}",
-            self.keys.len()
-        )
-    }
+    keys: Sha1Keys,
 }
 
 impl Intercom {
     /// Kept for 24 hours (see the type's documentation).
     pub const RETRY_WINDOW: Duration = Duration::from_secs(24 * 3600);
 
-    /// What the constructor accepts as a secret: the app's client secret, for which Intercom publishes
-    /// no format. As for the generic verifiers, it must hold at least 16 bytes (an
-    /// HMAC key shorter than that is weak whatever issued it; mark one with
-    /// [`Secret::allow_short`](crate::verify::Secret::allow_short) to accept it) and
-    /// no surrounding whitespace (a trailing newline from an environment variable is
-    /// refused); its characters are not checked.
-    pub const SECRET_FORMAT: SecretFormat =
-        SecretFormat::new("Intercom").min_len(16).short_allowed();
+    common::unpublished_format!("Intercom", "the app's client secret");
 
-    /// A verifier keyed with one or more client secrets.
-    ///
-    /// # Errors
-    /// [`KeyError::EmptySecret`] if no secret is given or one is empty;
-    /// [`KeyError::Whitespace`] for one with surrounding whitespace.
-    pub fn new<S: Into<Secret>>(secrets: impl IntoIterator<Item = S>) -> Result<Self, KeyError> {
-        let keys = secrets
-            .into_iter()
-            .map(|s| {
-                let s: Secret = s.into();
-                Self::SECRET_FORMAT.check(&s)?;
-                Ok(HmacSha1::new_from_slice(s.expose()).expect("HMAC takes keys of any length"))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        if keys.is_empty() {
-            return Err(KeyError::EmptySecret);
-        }
-        Ok(Self { keys })
+    common::keyed! {
+        /// A verifier keyed with one or more client secrets.
+        new;
     }
 
     /// The `X-Hub-Signature` value for `body`, signed with the first secret.
     pub fn sign(&self, body: &[u8]) -> String {
-        let mut mac = self.keys[0].clone();
-        mac.update(body);
-        format!("sha1={}", hex::encode(mac.finalize().into_bytes()))
+        let tag = self.keys.first_fed(|mac| mac.update(body));
+        format!("sha1={}", hex::encode(tag))
     }
 }
 
@@ -102,7 +65,7 @@ impl Verifier for Intercom {
         Some(crate::meta::TypeSource::json(["topic"]))
     }
 
-    super::common::rekeyed!(by new);
+    common::rekeyed!();
 
     fn verify(
         &self,
@@ -117,19 +80,10 @@ impl Verifier for Intercom {
         let mut tag = [0u8; 20];
         hex::decode_to_slice(encoded, &mut tag)
             .map_err(|_| common::malformed(HEADER, "not 40 hex digits"))?;
-        let matched = self.keys.iter().any(|key| {
-            let mut mac = key.clone();
-            mac.update(body);
-            mac.verify_slice(&tag).is_ok()
-        });
-        if !matched {
+        if !self.keys.any_fed(|mac| mac.update(body), &tag) {
             return Err(VerifyError::NoMatch);
         }
-        Ok(Verified {
-            handshake: None,
-            event_id: common::body_field(body, "id"),
-            signed_at: None,
-        })
+        Ok(Verified::untimed(common::body_field(body, "id")))
     }
 
     fn event_meta(&self) -> Option<crate::meta::MetaExtractor> {
@@ -149,6 +103,7 @@ impl Verifier for Intercom {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::verify::KeyError;
 
     const BODY: &[u8] = br#"{"type":"notification_event","app_id":"a86dr8yl","data":{"type":"notification_event_data","item":{"type":"ping","message":"something something interzen"}},"links":{},"id":"notif_f22b5c40-5d7b-11e8-b9f1-d5b0e6d7e0f1","topic":"ping","delivery_status":null,"delivery_attempts":1,"delivered_at":0,"first_sent_at":1527145561,"created_at":1527145561,"self":null}"#;
     // Computed independently with Python's hmac (sha1, hex) over BODY.

@@ -209,11 +209,7 @@ impl Verifier for Jamm {
         }
         let content = minify(parsed.content);
         self.keys.check(&[&content], &[parsed.tag])?;
-        Ok(Verified {
-            event_id: common::body_field(body, "id"),
-            signed_at: None,
-            handshake: None,
-        })
+        Ok(Verified::untimed(common::body_field(body, "id")))
     }
 
     fn event_meta(&self) -> Option<crate::meta::MetaExtractor> {

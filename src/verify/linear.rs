@@ -9,6 +9,7 @@ use super::{Encoding, SecretFormat, Verified, Verifier, VerifyError};
 use crate::Headers;
 
 const HEADER: &str = "Linear-Signature";
+const SIGNATURE: common::SignatureHeader = common::SignatureHeader::new(HEADER, "", Encoding::Hex);
 const DELIVERY: &str = "Linear-Delivery";
 
 /// Verifies Linear webhooks.
@@ -64,7 +65,7 @@ impl Linear {
 
     /// The `Linear-Signature` value for `body`, signed with the first secret.
     pub fn sign(&self, body: &[u8]) -> String {
-        hex::encode(self.keys.sign_first(&[body]))
+        SIGNATURE.sign(&self.keys, &[body])
     }
 }
 
@@ -86,7 +87,7 @@ impl Verifier for Linear {
         now: DateTime<Utc>,
     ) -> Result<Verified, VerifyError> {
         let value = common::bounded_header(headers, HEADER)?;
-        let tag = common::single_tag(value.trim_ascii(), b"", Encoding::Hex, &HEADER.into())?;
+        let tag = SIGNATURE.tag_of(value.trim_ascii())?;
         self.keys.check(&[body], &[tag])?;
         let ts = common::body_field(body, "webhookTimestamp")
             .ok_or(VerifyError::MalformedBody("no webhookTimestamp"))?;

@@ -8,7 +8,6 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::common::{self, Keys};
-use super::SecretFormat;
 use super::{parse_unix_seconds, Verified, Verifier, VerifyError};
 use crate::Headers;
 
@@ -62,14 +61,7 @@ pub struct Mailgun {
 }
 
 impl Mailgun {
-    /// What the constructor accepts as a secret: the HTTP webhook signing key, for which Mailgun publishes
-    /// no format. As for the generic verifiers, it must hold at least 16 bytes (an
-    /// HMAC key shorter than that is weak whatever issued it; mark one with
-    /// [`Secret::allow_short`](crate::verify::Secret::allow_short) to accept it) and
-    /// no surrounding whitespace (a trailing newline from an environment variable is
-    /// refused); its characters are not checked.
-    pub const SECRET_FORMAT: SecretFormat =
-        SecretFormat::new("Mailgun").min_len(16).short_allowed();
+    common::unpublished_format!("Mailgun", "the HTTP webhook signing key");
 
     /// Mailgun documents no tolerance; 300 s, as most schemes.
     pub const DEFAULT_TOLERANCE: Duration = Duration::from_secs(300);

@@ -9,12 +9,12 @@ use chrono::{DateTime, Utc};
 use super::common::{self, Keys};
 use super::handshake;
 use super::request::{constant_time_eq, digest_id, param, query};
-use super::SecretFormat;
 use super::{Encoding, Secret, Verified, Verifier, VerifyError};
 use crate::Headers;
 
 const HEADER: &str = "X-Hub-Signature-256";
-const PREFIX: &[u8] = b"sha256=";
+const SIGNATURE: common::SignatureHeader =
+    common::SignatureHeader::new(HEADER, "sha256=", Encoding::Hex);
 
 /// Verifies Meta webhooks: WhatsApp Business Platform, Instagram, Messenger and the
 /// other Graph API objects.
@@ -73,13 +73,7 @@ impl std::fmt::Debug for Meta {
 }
 
 impl Meta {
-    /// What the constructor accepts as a secret: the app secret, for which Meta publishes
-    /// no format. As for the generic verifiers, it must hold at least 16 bytes (an
-    /// HMAC key shorter than that is weak whatever issued it; mark one with
-    /// [`Secret::allow_short`](crate::verify::Secret::allow_short) to accept it) and
-    /// no surrounding whitespace (a trailing newline from an environment variable is
-    /// refused); its characters are not checked.
-    pub const SECRET_FORMAT: SecretFormat = SecretFormat::new("Meta").min_len(16).short_allowed();
+    common::unpublished_format!("Meta", "the app secret");
 
     /// 7 days, a conservative choice (see the type's documentation).
     pub const RETRY_WINDOW: Duration = Duration::from_secs(7 * 24 * 3600);
@@ -111,7 +105,7 @@ impl Meta {
     /// The `X-Hub-Signature-256` value Meta would send for `body`, signed with the
     /// first app secret.
     pub fn sign(&self, body: &[u8]) -> String {
-        format!("sha256={}", hex::encode(self.keys.sign_first(&[body])))
+        SIGNATURE.sign(&self.keys, &[body])
     }
 
     /// The answer to the subscription check: its challenge, once the verify token
@@ -159,13 +153,8 @@ impl Verifier for Meta {
         if headers.method() == Some("GET") {
             return self.subscription_check(headers);
         }
-        let value = common::bounded_header(headers, HEADER)?;
-        let tag = common::single_tag(value, PREFIX, Encoding::Hex, &HEADER.into())?;
-        self.keys.check(&[body], &[tag])?;
-        Ok(Verified {
-            event_id: Some(digest_id(body)),
-            ..Verified::default()
-        })
+        SIGNATURE.check(&self.keys, headers, &[body])?;
+        Ok(Verified::untimed(Some(digest_id(body))))
     }
 
     common::limits! {

@@ -121,6 +121,15 @@ impl Verified {
         }
     }
 
+    /// The result of a scheme that signs no time, for a delivery (no handshake)
+    /// with `event_id`, if any.
+    pub(crate) fn untimed(event_id: Option<String>) -> Self {
+        Self {
+            event_id,
+            ..Self::default()
+        }
+    }
+
     /// A verified handshake, to be answered with `handshake`.
     pub fn with_handshake(handshake: Handshake) -> Self {
         Self {

@@ -53,7 +53,7 @@ impl Shopify {
 
     /// The `X-Shopify-Hmac-Sha256` value for `body`, signed with the first secret.
     pub fn sign(&self, body: &[u8]) -> String {
-        common::base64_encode(&self.keys.sign_first(&[body]))
+        common::SignatureHeader::new(HEADERS[0], "", Encoding::Base64).sign(&self.keys, &[body])
     }
 }
 
@@ -76,14 +76,12 @@ impl Verifier for Shopify {
                     .is_some_and(|v| !v.trim_ascii().is_empty())
             })
             .ok_or(VerifyError::MissingHeader(HEADERS[0].into()))?;
-        let value = common::bounded_header(headers, name)?;
-        let tag = common::single_tag(value, b"", Encoding::Base64, &name.into())?;
-        self.keys.check(&[body], &[tag])?;
-        Ok(Verified {
-            event_id: common::id_header(headers, &ID_HEADERS),
-            signed_at: None,
-            handshake: None,
-        })
+        common::SignatureHeader::new(name, "", Encoding::Base64).check(
+            &self.keys,
+            headers,
+            &[body],
+        )?;
+        Ok(Verified::untimed(common::id_header(headers, &ID_HEADERS)))
     }
 
     /// The delivery id (`X-Shopify-Webhook-Id`) is not signed: the SHA-256 of the signed body.

@@ -6,12 +6,15 @@ use chrono::{DateTime, Utc};
 
 use super::common::{self, Keys};
 use super::handshake::{self, Handshake};
-use super::{parse_unix_seconds, Encoding, SecretFormat, Verified, Verifier, VerifyError};
+use super::{SecretFormat, Verified, Verifier, VerifyError};
 use crate::Headers;
 
 const HEADER: &str = "X-Slack-Signature";
 const TIMESTAMP: &str = "X-Slack-Request-Timestamp";
-const PREFIX: &[u8] = b"v0=";
+const SIGNATURE: common::V0Header = common::V0Header {
+    signature: HEADER,
+    timestamp: TIMESTAMP,
+};
 
 /// Verifies requests from Slack (Events API, slash commands, interactivity).
 ///
@@ -66,17 +69,12 @@ impl Slack {
     /// The `X-Slack-Signature` value for `body` at `timestamp`, signed with the
     /// first secret.
     pub fn sign(&self, timestamp: i64, body: &[u8]) -> String {
-        let t = timestamp.to_string();
-        let tag = self.keys.sign_first(&[b"v0:", t.as_bytes(), b":", body]);
-        format!("v0={}", hex::encode(tag))
+        SIGNATURE.sign(&self.keys, timestamp, body)
     }
 
     /// The two headers Slack sends: the timestamp and the signature.
     pub fn sign_headers(&self, timestamp: i64, body: &[u8]) -> Vec<(&'static str, String)> {
-        vec![
-            (TIMESTAMP, timestamp.to_string()),
-            (HEADER, self.sign(timestamp, body)),
-        ]
+        SIGNATURE.sign_headers(&self.keys, timestamp, body)
     }
 }
 
@@ -89,11 +87,12 @@ impl Verifier for Slack {
         body: &[u8],
         now: DateTime<Utc>,
     ) -> Result<Verified, VerifyError> {
-        let value = common::bounded_header(headers, HEADER)?;
-        let ts = common::bounded_header(headers, TIMESTAMP)?;
-        let signed_at = parse_unix_seconds(ts, TIMESTAMP)?;
-        let tag = common::single_tag(value, PREFIX, Encoding::Hex, &HEADER.into())?;
-        self.keys.check(&[b"v0:", ts, b":", body], &[tag])?;
+        let common::V0Signed {
+            parts,
+            signed_at,
+            tag,
+        } = SIGNATURE.read(headers, body)?;
+        self.keys.check(&parts, &[tag])?;
         let mut verified = common::timed(signed_at, now, self.tolerance, || {
             common::body_field(body, "event_id")
         })?;

@@ -6,11 +6,12 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::common::{self, Keys};
-use super::SecretFormat;
 use super::{Encoding, KeyError, Secret, Verified, Verifier, VerifyError};
 use crate::Headers;
 
 const HEADER: &str = "x-square-hmacsha256-signature";
+const SIGNATURE: common::SignatureHeader =
+    common::SignatureHeader::new(HEADER, "", Encoding::Base64);
 
 /// Verifies Square webhooks (API version 2 subscriptions).
 ///
@@ -48,13 +49,7 @@ pub struct Square {
 }
 
 impl Square {
-    /// What the constructor accepts as a secret: the subscription's signature key, for which Square publishes
-    /// no format. As for the generic verifiers, it must hold at least 16 bytes (an
-    /// HMAC key shorter than that is weak whatever issued it; mark one with
-    /// [`Secret::allow_short`](crate::verify::Secret::allow_short) to accept it) and
-    /// no surrounding whitespace (a trailing newline from an environment variable is
-    /// refused); its characters are not checked.
-    pub const SECRET_FORMAT: SecretFormat = SecretFormat::new("Square").min_len(16).short_allowed();
+    common::unpublished_format!("Square", "the subscription's signature key");
 
     /// Square retries for up to 72 hours after the event.
     pub const RETRY_WINDOW: Duration = Duration::from_secs(72 * 3600);
@@ -86,7 +81,7 @@ impl Square {
 
     /// The `x-square-hmacsha256-signature` value for `body`, signed with the first key.
     pub fn sign(&self, body: &[u8]) -> String {
-        common::base64_encode(&self.keys.sign_first(&[self.url.as_bytes(), body]))
+        SIGNATURE.sign(&self.keys, &[self.url.as_bytes(), body])
     }
 }
 
@@ -104,14 +99,8 @@ impl Verifier for Square {
         body: &[u8],
         _now: DateTime<Utc>,
     ) -> Result<Verified, VerifyError> {
-        let value = common::bounded_header(headers, HEADER)?;
-        let tag = common::single_tag(value, b"", Encoding::Base64, &HEADER.into())?;
-        self.keys.check(&[self.url.as_bytes(), body], &[tag])?;
-        Ok(Verified {
-            handshake: None,
-            event_id: common::body_field(body, "event_id"),
-            signed_at: None,
-        })
+        SIGNATURE.check(&self.keys, headers, &[self.url.as_bytes(), body])?;
+        Ok(Verified::untimed(common::body_field(body, "event_id")))
     }
 
     fn event_meta(&self) -> Option<crate::meta::MetaExtractor> {

@@ -12,16 +12,7 @@ const HEADER: &str = "Stripe-Signature";
 
 /// `t=<unix>,v1=<hex>,...`: only `v1` entries are read; `v0` (test mode's fake)
 /// and unknown schemes are ignored.
-pub(super) const SIGNATURE: common::TimedHeader = common::TimedHeader {
-    name: HEADER,
-    separator: b',',
-    timestamp: b"t",
-    signature: b"v1",
-    joiner: b".",
-    repeated: "more than one timestamp",
-    empty: "empty timestamp",
-    missing: "no timestamp",
-};
+pub(super) const SIGNATURE: common::TimedHeader = common::TimedHeader::t_v1(HEADER);
 
 /// Verifies Stripe webhooks.
 ///

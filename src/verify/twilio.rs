@@ -5,16 +5,13 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use hmac::{Hmac, Mac};
-use sha1::Sha1;
+use hmac::Mac;
 use sha2::{Digest as _, Sha256};
 
-use super::common;
+use super::common::{self, HmacSha1, Sha1Keys};
 use super::request::{param, query, PublicUrl};
-use super::{KeyError, Secret, SecretFormat, Verified, Verifier, VerifyError};
+use super::{KeyError, Secret, Verified, Verifier, VerifyError};
 use crate::Headers;
-
-type HmacSha1 = Hmac<Sha1>;
 
 const SIGNATURE: &str = "X-Twilio-Signature";
 const SETTINGS: &str = "X-Twilio-Webhooks-Signature-Settings";
@@ -70,29 +67,20 @@ const MAX_PARAMS: usize = 1024;
 #[derive(Clone)]
 pub struct Twilio {
     url: PublicUrl,
-    keys: Vec<HmacSha1>,
+    keys: Sha1Keys,
 }
 
 impl std::fmt::Debug for Twilio {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Twilio")
             .field("url", &self.url.as_str())
-            .field(
-                "keys",
-                &format_args!("<{} secret(s), redacted>", self.keys.len()),
-            )
+            .field("keys", &self.keys)
             .finish()
     }
 }
 
 impl Twilio {
-    /// What the constructor accepts as a secret: the account's Auth Token, for which Twilio publishes
-    /// no format. As for the generic verifiers, it must hold at least 16 bytes (an
-    /// HMAC key shorter than that is weak whatever issued it; mark one with
-    /// [`Secret::allow_short`](crate::verify::Secret::allow_short) to accept it) and
-    /// no surrounding whitespace (a trailing newline from an environment variable is
-    /// refused); its characters are not checked.
-    pub const SECRET_FORMAT: SecretFormat = SecretFormat::new("Twilio").min_len(16).short_allowed();
+    common::unpublished_format!("Twilio", "the account's Auth Token");
 
     /// Twilio retries once, within its 15-second total timeout.
     pub const RETRY_WINDOW: Duration = Duration::from_secs(15);
@@ -108,37 +96,32 @@ impl Twilio {
         url: &str,
         auth_tokens: impl IntoIterator<Item = S>,
     ) -> Result<Self, KeyError> {
-        let url = PublicUrl::parse(url)?;
-        let keys = auth_tokens
-            .into_iter()
-            .map(|s| {
-                let s = s.into();
-                Self::SECRET_FORMAT.check(&s)?;
-                Ok(HmacSha1::new_from_slice(s.expose()).expect("HMAC takes keys of any length"))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        if keys.is_empty() {
-            return Err(KeyError::EmptySecret);
-        }
-        Ok(Self { url, keys })
+        Ok(Self {
+            url: PublicUrl::parse(url)?,
+            keys: Sha1Keys::checked(auth_tokens, &Self::SECRET_FORMAT)?,
+        })
     }
 
     /// The `X-Twilio-Signature` for a request to `url` (the full URL Twilio calls,
     /// query included) with the form body `body` (empty for none), under the first
     /// Auth Token: for tests and the `send` simulator.
     pub fn sign(&self, url: &str, body: &[u8]) -> String {
-        let mut mac = self.keys[0].clone();
-        mac.update(url.as_bytes());
-        for (name, value) in sorted_params(body).unwrap_or_default() {
-            mac.update(name.as_bytes());
-            mac.update(value.as_bytes());
-        }
-        common::base64_encode(&mac.finalize().into_bytes())
+        let params = sorted_params(body).unwrap_or_default();
+        common::base64_encode(&self.keys.first_fed(|mac| feed(mac, url, &params)))
     }
 
     /// The `bodySHA256` query value Twilio adds to the URL for a JSON `body`.
     pub fn body_sha256(body: &[u8]) -> String {
         hex::encode(Sha256::digest(body))
+    }
+}
+
+/// Puts in `mac` what Twilio signs: `url`, then each parameter's name and value.
+fn feed(mac: &mut HmacSha1, url: &str, params: &[(String, String)]) {
+    mac.update(url.as_bytes());
+    for (name, value) in params {
+        mac.update(name.as_bytes());
+        mac.update(value.as_bytes());
     }
 }
 
@@ -158,16 +141,7 @@ fn sorted_params(body: &[u8]) -> Result<Vec<(String, String)>, VerifyError> {
 }
 
 impl Verifier for Twilio {
-    fn with_secrets(&self, secrets: &[Secret]) -> Option<Result<Box<dyn Verifier>, KeyError>> {
-        // The same public URL, other Auth Tokens.
-        let url = self.url.clone();
-        Some(
-            Self::new("http://unused.invalid/", secrets.iter().cloned()).map(|mut v| {
-                v.url = url;
-                Box::new(v) as Box<dyn Verifier>
-            }),
-        )
-    }
+    common::rekeyed!();
 
     fn verify(
         &self,
@@ -205,37 +179,22 @@ impl Verifier for Twilio {
             None if headers.method() == Some("GET") => Vec::new(),
             None => sorted_params(body)?,
         };
-        let matched = self.url.forms(query).any(|url| {
-            self.keys.iter().any(|key| {
-                let mut mac = key.clone();
-                mac.update(url.as_bytes());
-                for (name, value) in &params {
-                    mac.update(name.as_bytes());
-                    mac.update(value.as_bytes());
-                }
-                mac.verify_slice(&tag).is_ok()
-            })
-        });
+        let matched = (self.url.forms(query))
+            .any(|url| self.keys.any_fed(|mac| feed(mac, &url, &params), &tag));
         if !matched {
             return Err(VerifyError::NoMatch);
         }
-        Ok(Verified {
-            event_id: common::id_header(headers, &[IDEMPOTENCY]),
-            ..Verified::default()
-        })
+        Ok(Verified::untimed(common::id_header(
+            headers,
+            &[IDEMPOTENCY],
+        )))
     }
 
-    fn retry_window(&self) -> Option<Duration> {
-        Some(Self::RETRY_WINDOW)
-    }
-
-    fn answer_timeout(&self) -> Option<Duration> {
-        Some(Duration::from_secs(15))
-    }
-
-    /// Twilio's first attempt and its one retry.
-    fn deliveries(&self) -> Option<u32> {
-        Some(2)
+    common::limits! {
+        retry_window;
+        answer_timeout: 15;
+        /// Twilio's first attempt and its one retry.
+        deliveries: 2;
     }
 }
 

@@ -10,7 +10,8 @@ use super::{Encoding, Verified, Verifier, VerifyError};
 use crate::Headers;
 
 const HEADER: &str = "Typeform-Signature";
-const PREFIX: &[u8] = b"sha256=";
+const SIGNATURE: common::SignatureHeader =
+    common::SignatureHeader::new(HEADER, "sha256=", Encoding::Base64);
 
 /// Verifies Typeform webhooks.
 ///
@@ -57,10 +58,7 @@ impl Typeform {
 
     /// The `Typeform-Signature` value for `body`, signed with the first secret.
     pub fn sign(&self, body: &[u8]) -> String {
-        format!(
-            "sha256={}",
-            common::base64_encode(&self.keys.sign_first(&[body]))
-        )
+        SIGNATURE.sign(&self.keys, &[body])
     }
 }
 
@@ -78,14 +76,8 @@ impl Verifier for Typeform {
         body: &[u8],
         _now: DateTime<Utc>,
     ) -> Result<Verified, VerifyError> {
-        let value = common::bounded_header(headers, HEADER)?;
-        let tag = common::single_tag(value, PREFIX, Encoding::Base64, &HEADER.into())?;
-        self.keys.check(&[body], &[tag])?;
-        Ok(Verified {
-            handshake: None,
-            event_id: common::body_field(body, "event_id"),
-            signed_at: None,
-        })
+        SIGNATURE.check(&self.keys, headers, &[body])?;
+        Ok(Verified::untimed(common::body_field(body, "event_id")))
     }
 
     fn event_meta(&self) -> Option<crate::meta::MetaExtractor> {

@@ -8,13 +8,16 @@ use chrono::{DateTime, Utc};
 use super::common::{self, Keys};
 use super::handshake::{self, Handshake};
 use super::request::digest_id;
-use super::SecretFormat;
-use super::{parse_unix_seconds, Encoding, Verified, Verifier, VerifyError};
+use super::{Verified, Verifier, VerifyError};
 use crate::Headers;
 
 const HEADER: &str = "x-zm-signature";
 const TIMESTAMP: &str = "x-zm-request-timestamp";
-const PREFIX: &[u8] = b"v0=";
+/// Slack's scheme under Zoom's header names.
+const SIGNATURE: common::V0Header = common::V0Header {
+    signature: HEADER,
+    timestamp: TIMESTAMP,
+};
 
 /// Verifies Zoom webhooks (Marketplace apps' event subscriptions).
 ///
@@ -56,13 +59,7 @@ pub struct Zoom {
 }
 
 impl Zoom {
-    /// What the constructor accepts as a secret: the app's secret token, for which Zoom publishes
-    /// no format. As for the generic verifiers, it must hold at least 16 bytes (an
-    /// HMAC key shorter than that is weak whatever issued it; mark one with
-    /// [`Secret::allow_short`](crate::verify::Secret::allow_short) to accept it) and
-    /// no surrounding whitespace (a trailing newline from an environment variable is
-    /// refused); its characters are not checked.
-    pub const SECRET_FORMAT: SecretFormat = SecretFormat::new("Zoom").min_len(16).short_allowed();
+    common::unpublished_format!("Zoom", "the app's secret token");
 
     /// The tolerance used unless set: 300 seconds (Zoom publishes none).
     pub const DEFAULT_TOLERANCE: Duration = Duration::from_secs(300);
@@ -79,17 +76,12 @@ impl Zoom {
     /// The `x-zm-signature` value for `body` at `timestamp`, signed with the first
     /// secret token.
     pub fn sign(&self, timestamp: i64, body: &[u8]) -> String {
-        let t = timestamp.to_string();
-        let tag = self.keys.sign_first(&[b"v0:", t.as_bytes(), b":", body]);
-        format!("v0={}", hex::encode(tag))
+        SIGNATURE.sign(&self.keys, timestamp, body)
     }
 
     /// The two headers Zoom sends: the timestamp and the signature.
     pub fn sign_headers(&self, timestamp: i64, body: &[u8]) -> Vec<(&'static str, String)> {
-        vec![
-            (TIMESTAMP, timestamp.to_string()),
-            (HEADER, self.sign(timestamp, body)),
-        ]
+        SIGNATURE.sign_headers(&self.keys, timestamp, body)
     }
 }
 
@@ -107,11 +99,11 @@ impl Verifier for Zoom {
         body: &[u8],
         now: DateTime<Utc>,
     ) -> Result<Verified, VerifyError> {
-        let value = common::bounded_header(headers, HEADER)?;
-        let ts = common::bounded_header(headers, TIMESTAMP)?;
-        let signed_at = parse_unix_seconds(ts, TIMESTAMP)?;
-        let tag = common::single_tag(value, PREFIX, Encoding::Hex, &HEADER.into())?;
-        let parts: [&[u8]; 4] = [b"v0:", ts, b":", body];
+        let common::V0Signed {
+            parts,
+            signed_at,
+            tag,
+        } = SIGNATURE.read(headers, body)?;
         let key = self
             .keys
             .matching(&parts, &tag)
