@@ -63,7 +63,13 @@
 //!   `DELETE` on SQL).
 
 use std::fmt;
-#[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
+#[cfg(any(
+    feature = "postgres",
+    feature = "mysql",
+    feature = "sqlite",
+    feature = "redis",
+    feature = "dynamodb"
+))]
 use std::future::Future;
 
 use chrono::{DateTime, Utc};
@@ -600,6 +606,178 @@ impl<T: Listed> Newest<T> {
     /// The page of the `limit` newest items pushed.
     pub(crate) fn page(self) -> Page<T> {
         page_of_scan(self.found.into_iter(), self.limit)
+    }
+}
+
+/// A position in an index walk: `(updated_at` in milliseconds, id`).
+#[cfg(any(feature = "redis", feature = "dynamodb"))]
+pub(crate) type Position = (i64, String);
+
+/// Where the walk of one index goes on: entries with `ms` before `at.0`, or at
+/// `at.0` with an id before `at.1` (every id at `at.0` when `None`).
+#[cfg(any(feature = "redis", feature = "dynamodb"))]
+#[derive(Debug, Clone)]
+pub(crate) struct Below {
+    pub(crate) ms: i64,
+    pub(crate) id: Option<String>,
+}
+
+#[cfg(any(feature = "redis", feature = "dynamodb"))]
+impl Below {
+    /// Whether `(ms, id)` lies below this position (the walk is yet to meet it).
+    pub(crate) fn admits(&self, ms: i64, id: &str) -> bool {
+        ms < self.ms || (ms == self.ms && self.id.as_deref().is_none_or(|b| id < b))
+    }
+}
+
+/// An entry of a listing index: the position of the record it names, and what
+/// else the index holds for it (`M`).
+#[cfg(any(feature = "redis", feature = "dynamodb"))]
+#[derive(Debug, Clone)]
+pub(crate) struct IndexEntry<M> {
+    pub(crate) ms: i64,
+    pub(crate) id: String,
+    pub(crate) member: M,
+}
+
+/// What one fetch from one index answered: entries newest first, all below the
+/// position asked for and at or after the range's start, and whether the index
+/// may hold more.
+#[cfg(any(feature = "redis", feature = "dynamodb"))]
+pub(crate) struct Fetched<M> {
+    pub(crate) entries: Vec<IndexEntry<M>>,
+    pub(crate) more: bool,
+}
+
+/// The most index entries one page looks at (an id prefix is checked on each):
+/// a walk stops there with a cursor.
+#[cfg(any(feature = "redis", feature = "dynamodb"))]
+const WALK_BUDGET: usize = 20 * MAX_PAGE;
+
+/// The entries of one page of `query` over `sources` ordered indexes (a shard of
+/// one state, say), merged newest first, and where the next page starts.
+///
+/// `fetch` answers, for each `(source, below)` asked, up to `count` entries newest
+/// first below that position (and within the query's time range), as one round
+/// trip for all of them. The first round asks every source for a share of the page
+/// (twice the page over the sources, and eight more); later rounds ask, for twice
+/// as many, only the sources that may still hold an entry newer than the page's
+/// last: a page costs `O(sources × log n + page)` index reads, not a walk of the
+/// index. The id prefix is checked on each entry met, up to [`WALK_BUDGET`]
+/// entries a page; a walk that stops at that budget answers a cursor where it
+/// stopped.
+#[cfg(any(feature = "redis", feature = "dynamodb"))]
+pub(crate) async fn walk_indexes<S, M, F, Fut>(
+    query: &ListQuery<S>,
+    sources: usize,
+    mut fetch: F,
+) -> Result<(Vec<(usize, IndexEntry<M>)>, Option<Cursor>), StoreError>
+where
+    S: Copy + PartialEq,
+    F: FnMut(Vec<(usize, Below)>, usize) -> Fut,
+    Fut: Future<Output = Result<Vec<Fetched<M>>, StoreError>>,
+{
+    let limit = query.page_size();
+    let Some((_, hi)) = query.millis_range() else {
+        return Ok((Vec::new(), None));
+    };
+    let start = Below {
+        ms: hi,
+        id: query
+            .after
+            .as_ref()
+            .filter(|c| c.at.timestamp_millis() == hi)
+            .map(|c| c.id.clone()),
+    };
+    let prefix = query.id_prefix.as_deref().unwrap_or("");
+    // Per source, where its walk goes on (`None`: at its end).
+    let mut at: Vec<Option<Below>> = vec![Some(start); sources];
+    let mut found: Vec<(usize, IndexEntry<M>)> = Vec::new();
+    let mut count = (2 * limit / sources.max(1) + 8).min(limit);
+    let mut looked = 0;
+    let newest = |a: &(usize, IndexEntry<M>), b: &(usize, IndexEntry<M>)| {
+        (b.1.ms, &b.1.id).cmp(&(a.1.ms, &a.1.id))
+    };
+    while looked < WALK_BUDGET {
+        // The page's last entry so far: a source whose walk is past it has
+        // nothing the page needs.
+        found.sort_by(newest);
+        let last = found.get(limit - 1).map(|(_, e)| (e.ms, e.id.clone()));
+        let want: Vec<(usize, Below)> = at
+            .iter()
+            .enumerate()
+            .filter_map(|(i, b)| {
+                let b = b.as_ref()?;
+                let needed = last.as_ref().is_none_or(|(ms, id)| b.admits(*ms, id));
+                needed.then(|| (i, b.clone()))
+            })
+            .collect();
+        if want.is_empty() {
+            break;
+        }
+        let answers = fetch(want.clone(), count).await?;
+        for ((i, _), got) in want.into_iter().zip(answers) {
+            looked += got.entries.len();
+            if let Some(e) = got.entries.last() {
+                at[i] = Some(Below {
+                    ms: e.ms,
+                    id: Some(e.id.clone()),
+                });
+            }
+            if !got.more || got.entries.is_empty() {
+                at[i] = None;
+            }
+            found.extend(
+                got.entries
+                    .into_iter()
+                    .filter(|e| e.id.as_bytes().starts_with(prefix.as_bytes()))
+                    .map(|e| (i, e)),
+            );
+        }
+        count = (count * 2).min(MAX_PAGE);
+    }
+    // The newest position below which some walk has not looked.
+    let bound: Option<Position> = at
+        .iter()
+        .flatten()
+        .map(|b| (b.ms, b.id.clone().unwrap_or_default()))
+        .max();
+    found.sort_by(newest);
+    if let Some((ms, id)) = &bound {
+        // Older entries may be preceded by entries a walk has not reached yet.
+        found.retain(|(_, e)| (e.ms, &e.id) >= (*ms, id));
+    }
+    let more = found.len() > limit;
+    found.truncate(limit);
+    let next = if found.len() == limit && (more || bound.is_some()) {
+        found.last().map(|(_, e)| (e.ms, e.id.clone()))
+    } else {
+        bound
+    };
+    let next = next.map(|(ms, id)| Cursor {
+        at: DateTime::from_timestamp_millis(ms).unwrap_or(DateTime::<Utc>::MAX_UTC),
+        id,
+    });
+    Ok((found, next))
+}
+
+/// How many items of `query` a store lists, counted page by page (for what its
+/// indexes cannot count: an id prefix, a lease to tell live from stuck).
+#[cfg(any(feature = "redis", feature = "dynamodb"))]
+pub(crate) async fn count_by_pages(
+    store: &dyn ListingStore,
+    query: &RecordQuery,
+) -> Result<u64, StoreError> {
+    let mut q = query.clone().limit(MAX_PAGE);
+    q.after = None;
+    let mut n = 0;
+    loop {
+        let page = store.list_records(&q).await?;
+        n += page.items.len() as u64;
+        match page.next {
+            Some(next) => q.after = Some(next),
+            None => return Ok(n),
+        }
     }
 }
 

@@ -253,7 +253,7 @@ use std::time::Duration;
 
 use ::redis::IntoConnectionInfo;
 
-use super::Key;
+use super::{Key, RecordState};
 
 /// The `redis` crate this store is built on, for building connections by hand.
 pub use ::redis;
@@ -494,6 +494,8 @@ struct ShardKeys {
     records: String,
     /// The due index, a sorted set.
     due: String,
+    /// The listing index key prefix, `{<prefix>:<n>}:l:` (see the `listing` module).
+    lists: String,
 }
 
 impl ShardKeys {
@@ -501,6 +503,29 @@ impl ShardKeys {
         Self {
             records: format!("{tag}:r:"),
             due: format!("{tag}:due"),
+            lists: format!("{tag}:l:"),
         }
+    }
+
+    /// The listing index of records of `namespace` in `state`:
+    /// `{<prefix>:<n>}:l:<state>:<namespace>`.
+    fn list(&self, state: RecordState, namespace: &str) -> String {
+        let state = state.as_str();
+        let mut key = String::with_capacity(self.lists.len() + state.len() + 1 + namespace.len());
+        key.push_str(&self.lists);
+        key.push_str(state);
+        key.push(':');
+        key.push_str(namespace);
+        key
+    }
+}
+
+/// A record's entry in its listing index: its id, and in `in_progress` a NUL and
+/// the claim's token (see the `listing` module).
+fn list_entry(id: &str, state: RecordState, token: u64) -> String {
+    if state == RecordState::InProgress {
+        format!("{id}\0{token}")
+    } else {
+        id.to_owned()
     }
 }
