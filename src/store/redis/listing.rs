@@ -309,23 +309,26 @@ impl ListingStore for RedisStore {
             self.fetch_entries(query, &states, want, count)
         })
         .await?;
-        let cmds = entries
-            .iter()
-            .map(|(source, e)| {
-                let (shard, _) = source_of(*source, &states);
-                let keys = self.keys(shard);
-                let mut get = ::redis::cmd("GET");
-                get.arg(format!("{}{}\0{}", keys.records, query.namespace, e.id));
-                (shard, get)
-            })
-            .collect();
-        let values = self.send_all(cmds).await?;
+        // The page's records: one `MGET` per shard (its keys share a slot).
+        let mut by_shard: BTreeMap<u16, ::redis::Cmd> = BTreeMap::new();
+        for (source, e) in &entries {
+            let (shard, _) = source_of(*source, &states);
+            let keys = self.keys(shard);
+            (by_shard.entry(shard).or_insert_with(|| ::redis::cmd("MGET")))
+                .arg(format!("{}{}\0{}", keys.records, query.namespace, e.id));
+        }
+        let shards: Vec<u16> = by_shard.keys().copied().collect();
+        let mut values: BTreeMap<u16, std::vec::IntoIter<Option<String>>> = BTreeMap::new();
+        for (shard, v) in shards.into_iter().zip(self.send_all(by_shard.into_iter().collect()).await?) {
+            let got: Vec<Option<String>> =
+                ::redis::from_redis_value(v).map_err(|e| store_error(e.into()))?;
+            values.insert(shard, got.into_iter());
+        }
         let mut items = Vec::with_capacity(entries.len());
-        for ((source, e), v) in entries.into_iter().zip(values) {
+        for (source, e) in entries {
             let (shard, state) = source_of(source, &states);
             let key = Key::new(&query.namespace, &e.id);
-            let stored: Option<String> =
-                ::redis::from_redis_value(v).map_err(|e| store_error(e.into()))?;
+            let stored = values.get_mut(&shard).and_then(Iterator::next).flatten();
             let found = match stored.as_deref().map(|v| record(key, v)) {
                 Some(Ok(r)) => Some(r),
                 Some(Err(err)) => {
