@@ -10,7 +10,7 @@ use std::time::Instant;
 use chrono::{DateTime, TimeDelta, Utc};
 use webhook_guard::store::listing::{ListState, RecordQuery};
 use webhook_guard::store::{
-    ClaimRequest, Fingerprint, Finish, FencingToken, Key, ProcessedStore, RecordState,
+    ClaimRequest, FencingToken, Fingerprint, Finish, Key, ProcessedStore, RecordState,
 };
 
 use crate::harness::{median, Ctx, Figure, Report, Skip};
@@ -77,7 +77,12 @@ fn list_newest_100(ctx: &Ctx, backend: Backend) -> Result<Report, Skip> {
 /// The median time of a page of the newest 100 failed records of namespace
 /// `default` and of one `get` of record `evt_<i>`, timed in turn, `20 × rounds`
 /// of each.
-async fn list_vs_get(ctx: &Ctx, store: &dyn ProcessedStore, n: usize, now: DateTime<Utc>) -> (f64, f64) {
+async fn list_vs_get(
+    ctx: &Ctx,
+    store: &dyn ProcessedStore,
+    n: usize,
+    now: DateTime<Utc>,
+) -> (f64, f64) {
     let listing = store.record_listing().expect("the store lists");
     let query = RecordQuery::new("default", now)
         .states([ListState::Failed])
@@ -126,7 +131,11 @@ fn report(list: f64, get: f64, n: usize, fill_s: f64, how: &str) -> Report {
 /// Claims and finishes records `evt_0..n` of namespace `default` through the
 /// store, 512 at once: record `i` claimed and finished at `base + i` ms, one in
 /// ten failed, the others completed.
-async fn fill_through_store(store: &webhook_guard::store::RedisStore, n: usize, base: DateTime<Utc>) {
+async fn fill_through_store(
+    store: &webhook_guard::store::RedisStore,
+    n: usize,
+    base: DateTime<Utc>,
+) {
     const TASKS: usize = 512;
     let mut tasks = tokio::task::JoinSet::new();
     for k in 0..TASKS {
@@ -186,7 +195,13 @@ pub(crate) fn list_newest_100_redis(ctx: &Ctx) -> Result<Report, Skip> {
         redis_cleanup(&url, &format!("{{{prefix}:*")).await;
         (list, get, fill_s)
     });
-    Ok(report(list, get, n, fill_s, "claim and finish through the store"))
+    Ok(report(
+        list,
+        get,
+        n,
+        fill_s,
+        "claim and finish through the store",
+    ))
 }
 
 pub(crate) fn list_newest_100_postgres(ctx: &Ctx) -> Result<Report, Skip> {

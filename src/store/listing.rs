@@ -39,25 +39,26 @@
 //!   whole range of its states.
 //! - **Memory**: no index (it would cost every claim); a page scans every record
 //!   of the store, tens of milliseconds at a million records.
-//! - **Redis** (standalone and cluster): no index by `updated_at`. A page (or a
-//!   count) walks each shard's due index — which names every record of the shard
-//!   — with `ZSCAN … MATCH <namespace>\0<id prefix>* COUNT 1000`, reads the
-//!   records it names (one pipeline of `GET`s per step) and keeps the newest
-//!   matches. Inbox events: `ZSCAN` of the namespace's `due` and `settled` sets
-//!   and an `HGETALL` per event. The claim and finish paths are unchanged (no
-//!   cost on the hot path); a page costs a walk of every entry of every shard: at
-//!   a million records (16 shards) about a thousand `ZSCAN` round trips plus a
-//!   `GET` of every record of the namespace, seconds per page, spread over short
-//!   commands. An id prefix narrows what is read, not what is walked. The indexed
-//!   design (a sorted set per shard, namespace and state scored by `updated_at`,
-//!   kept by the claim, finish, delete and purge paths, `O(shards × log n)` per
-//!   page) is not built.
-//! - **DynamoDB**: no listing index. A page (or a count) is a strongly consistent
-//!   `Scan` of the whole table filtered by `begins_with(pk, …)` (namespace and id
-//!   prefix): it reads and bills every item of the table, at a million records of
-//!   about 1 KB some thousand calls and 250,000 read units per page. The indexed
-//!   design (a sparse global secondary index keyed by `(namespace#state,
-//!   updated_at#id)`, one `Query` per state) is not built.
+//! - **Redis** (standalone and cluster): a sorted set per shard, namespace and
+//!   state scored by `updated_at`, kept in the same transaction or script as the
+//!   record (see [`store::redis`](crate::store::redis)). A page is, per shard and
+//!   state, a `ZRANGE … BYSCORE REV LIMIT` (one pipeline on a standalone server,
+//!   one per shard at once on a cluster), merged, then one `MGET` per shard of
+//!   the page's records: `O(shards × log n + page)`, about 0.6 ms for the newest
+//!   100 failed of a million (`benches/README.md`). Counts of finished states are
+//!   `ZCOUNT`s. Inbox events have no such index: `ZSCAN` of the namespace's `due`
+//!   and `settled` sets and an `HGETALL` per event, a cost that grows with the
+//!   namespace's inbox.
+//! - **DynamoDB**: a sparse global secondary index `list` keyed by
+//!   `(namespace/state/shard, updated_at/id)`, written by the record's own
+//!   conditional writes (see [`store::dynamodb`](crate::store::dynamodb)). A page
+//!   is one `Query` newest first per state and shard, merged, then a
+//!   `BatchGetItem` of the page's records. Inbox events: a `Scan` of the table.
+//! - On Redis and DynamoDB an id prefix is checked on the index entries a page
+//!   walks (the index is ordered by time, not id), at most 20 pages' worth of
+//!   entries per call (then the page ends early, with a cursor); a count with an
+//!   id prefix, or of in-progress or stuck records (a lease tells them apart, not
+//!   the index), reads page by page.
 //! - Requeue and purge of a dead letter are one atomic step on every backend (a
 //!   script on Redis, a conditional write on DynamoDB, a conditional `UPDATE` /
 //!   `DELETE` on SQL).

@@ -139,7 +139,10 @@ pub(super) fn list_pk(namespace: &str, state: RecordState, shard: u16) -> String
 
 /// The `list` index sort key: `<updated_at + 10^16, 17 digits>/<id>`.
 pub(super) fn list_at(updated_ms: i64, id: &str) -> String {
-    format!("{:017}/{id}", updated_ms.saturating_add(LIST_AT_OFFSET).max(0))
+    format!(
+        "{:017}/{id}",
+        updated_ms.saturating_add(LIST_AT_OFFSET).max(0)
+    )
 }
 
 /// The `(updated_at, id)` a `list_at` spells.

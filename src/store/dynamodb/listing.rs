@@ -24,8 +24,8 @@ use super::{
 };
 use crate::inbox::{InboxEvent, InboxListing, InboxState};
 use crate::store::listing::{
-    count_by_pages, walk_indexes, Below, EventQuery, Fetched, IndexEntry, ListState,
-    ListingStore, Newest, Page, RecordQuery,
+    count_by_pages, walk_indexes, Below, EventQuery, Fetched, IndexEntry, ListState, ListingStore,
+    Newest, Page, RecordQuery,
 };
 use crate::store::{Key, Record, RecordState, StoreError};
 
@@ -102,7 +102,12 @@ fn record_states(query: &RecordQuery) -> Vec<RecordState> {
 
 impl DynamoDbStore {
     /// The state and `list` partition of source `i` of a listing over `states`.
-    fn list_source(&self, i: usize, namespace: &str, states: &[RecordState]) -> (RecordState, String) {
+    fn list_source(
+        &self,
+        i: usize,
+        namespace: &str,
+        states: &[RecordState],
+    ) -> (RecordState, String) {
         let state = states[i % states.len()];
         let shard = u16::try_from(i / states.len()).unwrap_or(u16::MAX);
         (state, codec::list_pk(namespace, state, shard))
@@ -135,7 +140,10 @@ impl DynamoDbStore {
         want: Vec<(usize, Below)>,
         count: usize,
     ) -> Result<Vec<Fetched<String>>, StoreError> {
-        let lo = query.millis_range().map_or(i64::MIN, |(lo, _)| lo).max(-LIST_MS_LIMIT);
+        let lo = query
+            .millis_range()
+            .map_or(i64::MIN, |(lo, _)| lo)
+            .max(-LIST_MS_LIMIT);
         let queries = want.iter().map(|(i, below)| {
             let (_, partition) = self.list_source(*i, &query.namespace, states);
             let mut e = Expr::default();
@@ -155,7 +163,10 @@ impl DynamoDbStore {
         let mut out = Vec::with_capacity(want.len());
         for ((_, below), answer) in want.iter().zip(answers) {
             let answer = answer.map_err(store_error)?;
-            let more = answer.last_evaluated_key.as_ref().is_some_and(|k| !k.is_empty());
+            let more = answer
+                .last_evaluated_key
+                .as_ref()
+                .is_some_and(|k| !k.is_empty());
             let entries = (answer.items())
                 .iter()
                 .filter_map(|item| {
@@ -248,9 +259,7 @@ impl ListingStore for DynamoDbStore {
             // An entry names its record only while the record is in the entry's
             // state since the entry's time: the index lags the table a little.
             if let Some(r) = found.remove(&e.member) {
-                if r.state == state
-                    && r.updated_at.timestamp_millis() == e.ms
-                    && query.matches(&r)
+                if r.state == state && r.updated_at.timestamp_millis() == e.ms && query.matches(&r)
                 {
                     items.push(r);
                 }

@@ -66,8 +66,9 @@
 //! instead of one hot one; `stuck` and `purge_expired` query every shard. Every
 //! process sharing a table must use the same shard count.
 //!
-//! The price on the hot path: a claim writes one index entry and a finish moves it
-//! (two small index writes, billed as index write units), with no extra round trip.
+//! The price on the hot path: a claim writes one entry in `due` and one in `list`
+//! (below), and a finish moves both (small index writes, billed as index write
+//! units), with no extra round trip.
 //! The index holds keys only (`KEYS_ONLY`), and is eventually consistent: what it
 //! lists is read again, or changed by a conditional write, on the table itself,
 //! so a stale index entry never yields a wrong answer — at worst an item is found a

@@ -138,7 +138,10 @@ impl ProcessedStore for DynamoDbStore {
         set.push(format!(
             "{} = {}, {} = {}",
             e.n("list_pk"),
-            e.v("list_pk", s(codec::list_pk(key.namespace, finish.state, shard))),
+            e.v(
+                "list_pk",
+                s(codec::list_pk(key.namespace, finish.state, shard))
+            ),
             e.n("list_at"),
             e.v("list_at", s(codec::list_at(now, key.id))),
         ));

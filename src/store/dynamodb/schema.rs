@@ -10,9 +10,7 @@ use aws_sdk_dynamodb::types::{
     TimeToLiveStatus,
 };
 
-use super::{
-    build_error, store_error, DynamoDbStore, DynamoDbStoreError, DUE_INDEX, LIST_INDEX,
-};
+use super::{build_error, store_error, DynamoDbStore, DynamoDbStoreError, DUE_INDEX, LIST_INDEX};
 use crate::store::StoreError;
 
 /// The attribute DynamoDB's time to live reads (seconds since the epoch).

@@ -1,15 +1,9 @@
-//! Listing a [`RedisStore`]: a `ZSCAN` of the indexes the store keeps anyway.
+//! Listing a [`RedisStore`].
 //!
-//! Records: every record of a shard has an entry `<namespace>\0<id>` in the
-//! shard's due index (see [`crate::store::redis`]). A page (or a count) walks the
-//! due index of every shard with `ZSCAN … MATCH <namespace>\0<id prefix>* COUNT
-//! 1000`, reads the records it names with one pipeline of `GET`s per step, and
-//! keeps the newest matches. There is no index by `updated_at`: every entry of
-//! every shard is visited per page, whatever the page size. At a million records
-//! (16 shards) that is about a thousand `ZSCAN` round trips, each entry of the
-//! namespace read whole (`GET`), a few seconds of server time spread over many
-//! short commands (no command holds the server for long). The claim and finish
-//! paths are unchanged.
+//! Records: the listing indexes, a sorted set per shard, namespace and state
+//! scored by `updated_at` (see [Listing](crate::store::redis#listing)), walked by
+//! [`walk_indexes`] and merged over the shards; the page's records read with one
+//! `MGET` per shard and checked against their entries.
 //!
 //! Inbox events: an event of a namespace is in its `due` or its `settled` sorted
 //! set; a page walks both with `ZSCAN` (`MATCH <id prefix>*`) and reads each event
@@ -29,8 +23,8 @@ use super::inbox::event;
 use super::{list_entry, RedisConnection, RedisStore};
 use crate::inbox::{InboxEvent, InboxListing};
 use crate::store::listing::{
-    count_by_pages, walk_indexes, Below, EventQuery, Fetched, IndexEntry, ListState,
-    ListingStore, Newest, Page, RecordQuery,
+    count_by_pages, walk_indexes, Below, EventQuery, Fetched, IndexEntry, ListState, ListingStore,
+    Newest, Page, RecordQuery,
 };
 use crate::store::{Key, Record, RecordState, StoreError};
 
@@ -166,7 +160,11 @@ impl RedisStore {
             for (_, cmd) in cmds {
                 pipe.add_command(cmd);
             }
-            return self.connection().query_pipe(&pipe).await.map_err(store_error);
+            return self
+                .connection()
+                .query_pipe(&pipe)
+                .await
+                .map_err(store_error);
         }
         let mut by_shard: BTreeMap<u16, (Vec<usize>, ::redis::Pipeline)> = BTreeMap::new();
         let n = cmds.len();
@@ -278,7 +276,10 @@ fn record_states(query: &RecordQuery) -> Vec<RecordState> {
 }
 
 /// The entries of a `ZRANGE … WITHSCORES` of the listing index of `state`.
-fn scored(answer: Option<Value>, state: RecordState) -> Result<Vec<IndexEntry<String>>, StoreError> {
+fn scored(
+    answer: Option<Value>,
+    state: RecordState,
+) -> Result<Vec<IndexEntry<String>>, StoreError> {
     let pairs: Vec<(String, f64)> = match answer {
         Some(v) => ::redis::from_redis_value(v).map_err(|e| store_error(e.into()))?,
         None => return Err(corrupt("listing answer")),
@@ -314,12 +315,17 @@ impl ListingStore for RedisStore {
         for (source, e) in &entries {
             let (shard, _) = source_of(*source, &states);
             let keys = self.keys(shard);
-            (by_shard.entry(shard).or_insert_with(|| ::redis::cmd("MGET")))
-                .arg(format!("{}{}\0{}", keys.records, query.namespace, e.id));
+            (by_shard
+                .entry(shard)
+                .or_insert_with(|| ::redis::cmd("MGET")))
+            .arg(format!("{}{}\0{}", keys.records, query.namespace, e.id));
         }
         let shards: Vec<u16> = by_shard.keys().copied().collect();
         let mut values: BTreeMap<u16, std::vec::IntoIter<Option<String>>> = BTreeMap::new();
-        for (shard, v) in shards.into_iter().zip(self.send_all(by_shard.into_iter().collect()).await?) {
+        for (shard, v) in shards
+            .into_iter()
+            .zip(self.send_all(by_shard.into_iter().collect()).await?)
+        {
             let got: Vec<Option<String>> =
                 ::redis::from_redis_value(v).map_err(|e| store_error(e.into()))?;
             values.insert(shard, got.into_iter());
