@@ -24,8 +24,8 @@ use super::{
 };
 use crate::inbox::{InboxEvent, InboxListing, InboxState};
 use crate::store::listing::{
-    count_by_pages, walk_indexes, Below, EventQuery, Fetched, IndexEntry, ListState, ListingStore,
-    Newest, Page, RecordQuery,
+    count_by_pages, scanned_event_count, scanned_events, walk_indexes, Below, EventQuery,
+    EventScan, Fetched, IndexEntry, ListingStore, Page, RecordQuery,
 };
 use crate::store::{Key, Record, RecordState, StoreError};
 
@@ -65,7 +65,7 @@ impl DynamoDbStore {
     async fn scan_events(
         &self,
         query: &EventQuery,
-        mut each: impl FnMut(InboxEvent),
+        each: &mut (dyn FnMut(InboxEvent) + Send),
     ) -> Result<(), StoreError> {
         let prefix = item_pk(
             'e',
@@ -86,18 +86,6 @@ fn is_dead(e: &mut Expr) -> String {
         e.n("state"),
         e.v("dead", s(InboxState::Dead.as_str()))
     )
-}
-
-/// The record states `query` lists (stuck and live claims are both `in_progress`).
-fn record_states(query: &RecordQuery) -> Vec<RecordState> {
-    let mut out = Vec::new();
-    for s in query.states_or(&ListState::ALL) {
-        let s = s.record_state();
-        if !out.contains(&s) {
-            out.push(s);
-        }
-    }
-    out
 }
 
 impl DynamoDbStore {
@@ -231,11 +219,22 @@ impl DynamoDbStore {
 /// spells: a range starting before is read from there.
 const LIST_MS_LIMIT: i64 = 9_000_000_000_000_000;
 
+#[async_trait]
+impl EventScan for DynamoDbStore {
+    async fn each_event(
+        &self,
+        query: &EventQuery,
+        each: &mut (dyn FnMut(InboxEvent) + Send),
+    ) -> Result<(), StoreError> {
+        self.scan_events(query, each).await
+    }
+}
+
 #[cfg_attr(docsrs, doc(cfg(feature = "dynamodb")))]
 #[async_trait]
 impl ListingStore for DynamoDbStore {
     async fn list_records(&self, query: &RecordQuery) -> Result<Page<Record>, StoreError> {
-        let states = record_states(query);
+        let states = query.record_states();
         let sources = usize::from(self.inner.shards) * states.len();
         let (entries, next) = walk_indexes(query, sources, |want, count| {
             self.fetch_entries(query, &states, want, count)
@@ -274,7 +273,7 @@ impl ListingStore for DynamoDbStore {
         let Some((lo, hi)) = all.millis_range() else {
             return Ok(0);
         };
-        let states = record_states(&all);
+        let states = all.record_states();
         if all.id_prefix.is_some() || states.contains(&RecordState::InProgress) {
             // A lease tells live from stuck, and an id prefix is no key range.
             return count_by_pages(self, &all).await;
@@ -288,29 +287,11 @@ impl ListingStore for DynamoDbStore {
 #[async_trait]
 impl InboxListing for DynamoDbStore {
     async fn list_events(&self, query: &EventQuery) -> Result<Page<InboxEvent>, StoreError> {
-        if query.millis_range().is_none() {
-            return Ok(Page::default());
-        }
-        let mut newest = Newest::new(query.page_size());
-        self.scan_events(query, |e| {
-            if query.matches(&e) {
-                newest.push(e);
-            }
-        })
-        .await?;
-        Ok(newest.page())
+        scanned_events(self, query).await
     }
 
     async fn count_events(&self, query: &EventQuery) -> Result<u64, StoreError> {
-        let mut all = query.clone();
-        all.after = None;
-        if all.millis_range().is_none() {
-            return Ok(0);
-        }
-        let mut count = 0u64;
-        self.scan_events(&all, |e| count += u64::from(all.matches(&e)))
-            .await?;
-        Ok(count)
+        scanned_event_count(self, query).await
     }
 
     async fn requeue_dead(&self, key: Key<'_>, now: DateTime<Utc>) -> Result<bool, StoreError> {

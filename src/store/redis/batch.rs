@@ -56,6 +56,7 @@ pub(super) struct ClaimJob {
 
 /// How a finish moves a record between listing indexes: `entry` leaves the
 /// `in_progress` index `listed`, and `id` enters `target` at `now`.
+#[derive(Clone)]
 pub(super) struct Relist {
     pub(super) listed: String,
     pub(super) entry: String,

@@ -23,8 +23,8 @@ use super::inbox::event;
 use super::{list_entry, RedisConnection, RedisStore};
 use crate::inbox::{InboxEvent, InboxListing};
 use crate::store::listing::{
-    count_by_pages, walk_indexes, Below, EventQuery, Fetched, IndexEntry, ListState, ListingStore,
-    Newest, Page, RecordQuery,
+    count_by_pages, scanned_event_count, scanned_events, walk_indexes, Below, EventQuery,
+    EventScan, Fetched, IndexEntry, ListingStore, Page, RecordQuery,
 };
 use crate::store::{Key, Record, RecordState, StoreError};
 
@@ -79,7 +79,7 @@ impl RedisStore {
     async fn scan_events(
         &self,
         query: &EventQuery,
-        mut each: impl FnMut(InboxEvent),
+        each: &mut (dyn FnMut(InboxEvent) + Send),
     ) -> Result<(), StoreError> {
         let keys = self.inbox_keys(&query.namespace);
         let mut pattern = String::new();
@@ -263,18 +263,6 @@ fn source_of(i: usize, states: &[RecordState]) -> (u16, RecordState) {
     (shard, states[i % states.len()])
 }
 
-/// The record states `query` lists (stuck and live claims are both `in_progress`).
-fn record_states(query: &RecordQuery) -> Vec<RecordState> {
-    let mut out = Vec::new();
-    for s in query.states_or(&ListState::ALL) {
-        let s = s.record_state();
-        if !out.contains(&s) {
-            out.push(s);
-        }
-    }
-    out
-}
-
 /// The entries of a `ZRANGE … WITHSCORES` of the listing index of `state`.
 fn scored(
     answer: Option<Value>,
@@ -287,10 +275,12 @@ fn scored(
     Ok(pairs
         .into_iter()
         .map(|(member, score)| {
-            let id = if state == RecordState::InProgress {
-                member.split('\0').next().unwrap_or_default().to_owned()
+            // The member is kept where it is not the id: in `in_progress`.
+            let (id, member) = if state == RecordState::InProgress {
+                let id = member.split('\0').next().unwrap_or_default().to_owned();
+                (id, member)
             } else {
-                member.clone()
+                (member, String::new())
             };
             // Scores are whole milliseconds, well within a double's exact range.
             #[allow(clippy::cast_possible_truncation)]
@@ -300,11 +290,22 @@ fn scored(
         .collect())
 }
 
+#[async_trait]
+impl EventScan for RedisStore {
+    async fn each_event(
+        &self,
+        query: &EventQuery,
+        each: &mut (dyn FnMut(InboxEvent) + Send),
+    ) -> Result<(), StoreError> {
+        self.scan_events(query, each).await
+    }
+}
+
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 #[async_trait]
 impl ListingStore for RedisStore {
     async fn list_records(&self, query: &RecordQuery) -> Result<Page<Record>, StoreError> {
-        let states = record_states(query);
+        let states = query.record_states();
         let sources = usize::from(self.shards()) * states.len();
         let (entries, next) = walk_indexes(query, sources, |want, count| {
             self.fetch_entries(query, &states, want, count)
@@ -376,7 +377,7 @@ impl ListingStore for RedisStore {
         let Some((lo, hi)) = all.millis_range() else {
             return Ok(0);
         };
-        let states = record_states(&all);
+        let states = all.record_states();
         if all.id_prefix.is_some() || states.contains(&RecordState::InProgress) {
             // A lease tells live from stuck, and an id prefix is no index range:
             // counted page by page.
@@ -411,29 +412,11 @@ impl ListingStore for RedisStore {
 #[async_trait]
 impl InboxListing for RedisStore {
     async fn list_events(&self, query: &EventQuery) -> Result<Page<InboxEvent>, StoreError> {
-        if query.millis_range().is_none() {
-            return Ok(Page::default());
-        }
-        let mut newest = Newest::new(query.page_size());
-        self.scan_events(query, |e| {
-            if query.matches(&e) {
-                newest.push(e);
-            }
-        })
-        .await?;
-        Ok(newest.page())
+        scanned_events(self, query).await
     }
 
     async fn count_events(&self, query: &EventQuery) -> Result<u64, StoreError> {
-        let mut all = query.clone();
-        all.after = None;
-        if all.millis_range().is_none() {
-            return Ok(0);
-        }
-        let mut n = 0u64;
-        self.scan_events(&all, |e| n += u64::from(all.matches(&e)))
-            .await?;
-        Ok(n)
+        scanned_event_count(self, query).await
     }
 
     async fn requeue_dead(&self, key: Key<'_>, now: DateTime<Utc>) -> Result<bool, StoreError> {

@@ -355,13 +355,7 @@ impl RedisStore {
                 old,
                 ttl: job.ttl,
                 refile: (job.expires < lease).then_some(job.expires),
-                relist: batch::Relist {
-                    listed: job.relist.listed.clone(),
-                    entry: job.relist.entry.clone(),
-                    target: job.relist.target.clone(),
-                    id: job.relist.id.clone(),
-                    now: job.relist.now,
-                },
+                relist: job.relist.clone(),
             };
             if self.batcher().set_if_eq(set).await.map_err(store_error)? {
                 return Ok(Fence::Applied);
