@@ -887,4 +887,76 @@ mod tests {
         let q = q.since(t + chrono::TimeDelta::milliseconds(1));
         assert_eq!(q.millis_range(), None);
     }
+
+    /// Pages of any size over several ordered sources read every entry once,
+    /// newest first (ties by id), and an id prefix keeps only its entries.
+    #[cfg(any(feature = "redis", feature = "dynamodb"))]
+    #[test]
+    fn walks_of_several_indexes_merge_into_stable_pages() {
+        // Three sources, ties within and across them.
+        let sources: Vec<Vec<(i64, String)>> = vec![
+            vec![
+                (9, "a".into()),
+                (5, "c".into()),
+                (5, "b".into()),
+                (1, "x".into()),
+            ],
+            vec![(7, "m".into()), (5, "d".into()), (2, "n".into())],
+            vec![(5, "a".into()), (3, "y".into())],
+        ];
+        let mut all: Vec<(i64, String)> = sources.iter().flatten().cloned().collect();
+        all.sort_by(|a, b| b.cmp(a));
+        let fetch = |want: Vec<(usize, Below)>, count: usize| {
+            let out = want
+                .into_iter()
+                .map(|(i, below)| {
+                    let below_all: Vec<_> = sources[i]
+                        .iter()
+                        .filter(|(ms, id)| below.admits(*ms, id))
+                        .collect();
+                    let entries: Vec<IndexEntry<()>> = below_all
+                        .iter()
+                        .take(count)
+                        .map(|(ms, id)| IndexEntry {
+                            ms: *ms,
+                            id: id.clone(),
+                            member: (),
+                        })
+                        .collect();
+                    Fetched {
+                        more: below_all.len() > entries.len(),
+                        entries,
+                    }
+                })
+                .collect();
+            std::future::ready(Ok(out))
+        };
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let now = DateTime::from_timestamp_millis(100).unwrap();
+        for limit in 1..=10 {
+            let mut query = RecordQuery::new("n", now).limit(limit);
+            let mut seen = Vec::new();
+            for _ in 0..100 {
+                let (entries, next) = rt
+                    .block_on(walk_indexes(&query, sources.len(), fetch))
+                    .unwrap();
+                assert!(entries.len() <= limit);
+                seen.extend(entries.into_iter().map(|(_, e)| (e.ms, e.id)));
+                match next {
+                    Some(c) => query.after = Some(c),
+                    None => break,
+                }
+            }
+            assert_eq!(seen, all, "pages of {limit}");
+        }
+        let query = RecordQuery::new("n", now).id_prefix("a");
+        let (entries, next) = rt
+            .block_on(walk_indexes(&query, sources.len(), fetch))
+            .unwrap();
+        let ids: Vec<_> = entries.into_iter().map(|(i, e)| (i, e.ms, e.id)).collect();
+        assert_eq!(ids, [(0, 9, "a".to_owned()), (2, 5, "a".to_owned())]);
+        assert_eq!(next, None);
+    }
 }
