@@ -283,8 +283,8 @@ async fn standalone_store_passes_the_inbox_and_ordering_suites() {
     );
 }
 
-/// Listing walks the due index with `ZSCAN … MATCH`: glob characters in a
-/// namespace or an id prefix are matched as themselves, not as patterns.
+/// Glob characters in a namespace or an id prefix are matched as themselves, not
+/// as patterns.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn listing_matches_glob_characters_literally() {
     let Some(url) = url() else { return };
