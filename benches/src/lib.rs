@@ -53,7 +53,9 @@ use std::time::Instant;
 
 use self::harness::{load_average, AtLeast, AtMost, Comparison, Ctx, Peer, Skip};
 use self::http::axum_e2e_tput;
-use self::listing::{list_newest_100_mysql, list_newest_100_postgres, list_newest_100_sqlite};
+use self::listing::{
+    list_newest_100_mysql, list_newest_100_postgres, list_newest_100_redis, list_newest_100_sqlite,
+};
 use self::memory::{
     child_main, memory_bytes_per_record, memory_cycle, memory_cycle_2t_tput,
     memory_cycle_vs_idempotent_tput, memory_cycle_vs_klauthed_tput, memory_duplicate,
@@ -156,6 +158,7 @@ const COMPARISONS: &[Comparison] = &[
         AtMost(20.0),
         list_newest_100_sqlite,
     ),
+    Comparison::new("list_newest_100_redis", AtMost(20.0), list_newest_100_redis),
 ];
 
 /// Runs every comparison whose name contains one of the arguments (all of them

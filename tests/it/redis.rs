@@ -283,8 +283,8 @@ async fn standalone_store_passes_the_inbox_and_ordering_suites() {
     );
 }
 
-/// Listing walks the due index with `ZSCAN … MATCH`: glob characters in a
-/// namespace or an id prefix are matched as themselves, not as patterns.
+/// Glob characters in a namespace or an id prefix are matched as themselves, not
+/// as patterns.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn listing_matches_glob_characters_literally() {
     let Some(url) = url() else { return };
@@ -1820,5 +1820,124 @@ async fn one_unreadable_record_fails_no_scan() {
         .unwrap();
     let ids: Vec<&str> = leased.iter().map(|e| e.id.as_str()).collect();
     assert_eq!(ids, ["e_good"]);
+    cleanup(&url, &prefix).await;
+}
+
+/// The entries of every listing index of `prefix`, as `(state:namespace, member)`.
+async fn listing_entries(url: &str, prefix: &str) -> Vec<(String, String)> {
+    let client = redis::Client::open(url).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let (_, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+        .arg(0)
+        .arg("MATCH")
+        .arg(format!("{{{prefix}:*}}:l:*"))
+        .arg("COUNT")
+        .arg(100_000)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    for key in keys {
+        let members: Vec<String> = redis::cmd("ZRANGE")
+            .arg(&key)
+            .arg(0)
+            .arg(-1)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let index = key.split_once(":l:").unwrap().1.to_owned();
+        out.extend(members.into_iter().map(|m| (index.clone(), m)));
+    }
+    out.sort();
+    out
+}
+
+/// Every write keeps the listing indexes: a claim files its entry in
+/// `in_progress`, a finish moves it to the new state, a duplicate's entry goes
+/// again, a take-over moves a failed record back, and delete and purge remove it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_write_keeps_the_listing_indexes() {
+    let Some(url) = url() else { return };
+    let prefix = random_prefix("listing-index");
+    let store = store(&url, &prefix).await;
+    let now = Utc::now();
+    let request = |id: &'static str, at: DateTime<Utc>| ClaimRequest {
+        key: Key::new("ns", id),
+        fingerprint: Fingerprint::of(id.as_bytes()),
+        token: FencingToken::random(),
+        now: at,
+        lease_until: at + TimeDelta::minutes(5),
+        expires_at: at + TimeDelta::hours(1),
+    };
+    let finish = |state, at| Finish {
+        state,
+        failures: 0,
+        history: &[],
+        now: at,
+        expires_at: now + TimeDelta::hours(1),
+    };
+    let (a, b, c) = (request("a", now), request("b", now), request("c", now));
+    for r in [&a, &b, &c] {
+        assert!(matches!(store.claim(r).await.unwrap(), Claim::Acquired(_)));
+    }
+    let ip = |id: &str, t: FencingToken| ("in_progress:ns".to_owned(), format!("{id}\0{}", t.0));
+    let entry = |s: &str, id: &str| (format!("{s}:ns"), id.to_owned());
+    assert_eq!(
+        listing_entries(&url, &prefix).await,
+        [ip("a", a.token), ip("b", b.token), ip("c", c.token)]
+    );
+    let done = now + TimeDelta::seconds(1);
+    let f = finish(RecordState::Completed, done);
+    let applied = store.finish(a.key, a.token, &f).await;
+    assert_eq!(applied.unwrap(), Fence::Applied);
+    let f = finish(RecordState::Failed, done);
+    let applied = store.finish(b.key, b.token, &f).await;
+    assert_eq!(applied.unwrap(), Fence::Applied);
+    // A duplicate of `a` files an entry in its transaction and drops it again.
+    let dup = request("a", now + TimeDelta::seconds(2));
+    assert!(matches!(
+        store.claim(&dup).await.unwrap(),
+        Claim::Existing(_)
+    ));
+    // A retry takes `b` over: back in progress, under its new token.
+    let retry = request("b", now + TimeDelta::seconds(3));
+    assert!(matches!(
+        store.claim(&retry).await.unwrap(),
+        Claim::Acquired(_)
+    ));
+    let expected = vec![
+        entry("completed", "a"),
+        ip("b", retry.token),
+        ip("c", c.token),
+    ];
+    let mut got = Vec::new();
+    for _ in 0..100 {
+        // The duplicate's entry goes in a later batch.
+        got = listing_entries(&url, &prefix).await;
+        if got == expected {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(got, expected);
+    // A late finish by `b`'s old holder is refused and drops no live entry.
+    let f = finish(RecordState::Completed, done);
+    let stale = store.finish(b.key, b.token, &f).await;
+    assert_eq!(stale.unwrap(), Fence::LeaseLost);
+    assert_eq!(listing_entries(&url, &prefix).await, expected);
+    let later = now + TimeDelta::seconds(4);
+    let f = finish(RecordState::Escalated, later);
+    let applied = store.finish(c.key, c.token, &f).await;
+    assert_eq!(applied.unwrap(), Fence::Applied);
+    store.delete(c.key, later).await.unwrap();
+    assert_eq!(
+        store
+            .purge_expired(now + TimeDelta::days(1), 100)
+            .await
+            .unwrap(),
+        2,
+        "`a` and `b` expired a day later"
+    );
+    assert_eq!(listing_entries(&url, &prefix).await, []);
     cleanup(&url, &prefix).await;
 }

@@ -106,6 +106,14 @@ pub(super) fn record_item(record: &Record, pk: &str, v: u64, shard: u16, now_ms:
     };
     item.insert("due_pk".into(), s(due_pk));
     item.insert("due_at".into(), n(due_at));
+    item.insert(
+        "list_pk".into(),
+        s(list_pk(&record.namespace, record.state, shard)),
+    );
+    item.insert(
+        "list_at".into(),
+        s(list_at(millis(record.updated_at), &record.id)),
+    );
     let keep = if in_progress {
         expires.max(lease)
     } else {
@@ -113,6 +121,35 @@ pub(super) fn record_item(record: &Record, pk: &str, v: u64, shard: u16, now_ms:
     };
     item.insert("ttl".into(), n(super::ttl_secs(keep, now_ms)));
     item
+}
+
+/// What `list_at` adds to `updated_at`, so that every time since the year -314,000
+/// spells 17 digits (and sorts as text).
+const LIST_AT_OFFSET: i64 = 10_000_000_000_000_000;
+
+/// The `list` index partition of the records of `namespace` in `state` in
+/// `shard`: `r/<len>/<namespace>/<state>/<shard>`.
+pub(super) fn list_pk(namespace: &str, state: RecordState, shard: u16) -> String {
+    format!(
+        "r/{}/{namespace}/{}/{shard}",
+        namespace.len(),
+        state.as_str()
+    )
+}
+
+/// The `list` index sort key: `<updated_at + 10^16, 17 digits>/<id>`.
+pub(super) fn list_at(updated_ms: i64, id: &str) -> String {
+    format!(
+        "{:017}/{id}",
+        updated_ms.saturating_add(LIST_AT_OFFSET).max(0)
+    )
+}
+
+/// The `(updated_at, id)` a `list_at` spells.
+pub(super) fn list_position(list_at: &str) -> Option<(i64, &str)> {
+    let (ms, id) = list_at.split_at_checked(17)?;
+    let ms: i64 = ms.parse().ok()?;
+    Some((ms - LIST_AT_OFFSET, id.strip_prefix('/')?))
 }
 
 /// The record an item holds, and its version.

@@ -1,27 +1,33 @@
-//! Listing a [`DynamoDbStore`]: a `Scan` of the table, filtered by `pk` prefix.
+//! Listing a [`DynamoDbStore`].
 //!
-//! The table has no index by namespace, state and `updated_at` (the `due` index
-//! files records by shard and lease end or expiry, not by change time), so a page
-//! (or a count) reads the whole table with strongly consistent `Scan` calls
-//! filtered by `begins_with(pk, "r/<len>/<namespace>/<id prefix>")` (`e/…` for
-//! inbox events), keeps the matches newest first and answers the page. A `Scan`
-//! reads — and bills — every item of the table, whatever the filter: at a million
-//! records of about 1 KB, about a thousand calls (1 MB each) and some 250,000 read
-//! units per page (strongly consistent), seconds to minutes depending on the
-//! table's capacity. Fine for a small table or an occasional look; a console over a
-//! large table wants a listing index (a sparse global secondary index keyed by
-//! `(namespace#state, updated_at#id)`) that this store does not have.
+//! Records: the `list` global secondary index (see the [store's docs](super)),
+//! one `Query` per state and shard newest first, merged by
+//! [`walk_indexes`], then a `BatchGetItem` of the page's records.
+//!
+//! Inbox events have no listing index: a page (or a count) reads the whole table
+//! with strongly consistent `Scan` calls filtered by
+//! `begins_with(pk, "e/<len>/<namespace>/<id prefix>")`, which read — and bill —
+//! every item of the table: at a million items of about 1 KB, about a thousand
+//! calls and some 250,000 read units per page.
 //!
 //! Requeue and purge of a dead letter are one conditional write each
 //! (`#state = dead`).
 
+use std::collections::HashMap;
+
 use async_trait::async_trait;
+use aws_sdk_dynamodb::types::{AttributeValue, Select};
 use chrono::{DateTime, Utc};
 
-use super::{codec, item_pk, millis, n, s, store_error, DynamoDbStore, Expr, Item, Write};
+use super::{
+    codec, item_pk, millis, n, s, store_error, DynamoDbStore, Expr, Item, Write, LIST_INDEX,
+};
 use crate::inbox::{InboxEvent, InboxListing, InboxState};
-use crate::store::listing::{EventQuery, ListingStore, Newest, Page, RecordQuery};
-use crate::store::{Key, Record, StoreError};
+use crate::store::listing::{
+    count_by_pages, scanned_event_count, scanned_events, walk_indexes, Below, EventQuery,
+    EventScan, Fetched, IndexEntry, ListingStore, Page, RecordQuery,
+};
+use crate::store::{Key, Record, RecordState, StoreError};
 
 impl DynamoDbStore {
     /// Calls `each` with every item whose `pk` starts with `prefix`, reading the
@@ -55,29 +61,11 @@ impl DynamoDbStore {
         }
     }
 
-    /// Calls `each` with every record the query's namespace and prefix select (one
-    /// that does not read is skipped, with a warning).
-    async fn scan_records(
-        &self,
-        query: &RecordQuery,
-        mut each: impl FnMut(Record),
-    ) -> Result<(), StoreError> {
-        let prefix = item_pk(
-            'r',
-            Key::new(&query.namespace, query.id_prefix.as_deref().unwrap_or("")),
-        )?;
-        self.scan_prefix(&prefix, |item| match codec::record(item) {
-            Ok((r, _)) => each(r),
-            Err(e) => tracing::warn!(error = %e, "a record that does not read: not listed"),
-        })
-        .await
-    }
-
     /// Calls `each` with every event the query's namespace and prefix select.
     async fn scan_events(
         &self,
         query: &EventQuery,
-        mut each: impl FnMut(InboxEvent),
+        each: &mut (dyn FnMut(InboxEvent) + Send),
     ) -> Result<(), StoreError> {
         let prefix = item_pk(
             'e',
@@ -100,33 +88,198 @@ fn is_dead(e: &mut Expr) -> String {
     )
 }
 
+impl DynamoDbStore {
+    /// The state and `list` partition of source `i` of a listing over `states`.
+    fn list_source(
+        &self,
+        i: usize,
+        namespace: &str,
+        states: &[RecordState],
+    ) -> (RecordState, String) {
+        let state = states[i % states.len()];
+        let shard = u16::try_from(i / states.len()).unwrap_or(u16::MAX);
+        (state, codec::list_pk(namespace, state, shard))
+    }
+
+    /// The key condition on one `list` partition from the range's start to
+    /// `below` (inclusive: the caller drops the entry at `below` itself).
+    fn list_condition(e: &mut Expr, partition: &str, lo: i64, below: &Below) -> String {
+        let hi = match &below.id {
+            Some(id) => codec::list_at(below.ms, id),
+            // Every id at `below.ms`: up to the next millisecond's start.
+            None => codec::list_at(below.ms.saturating_add(1), ""),
+        };
+        format!(
+            "{} = {} AND {} BETWEEN {} AND {}",
+            e.n("list_pk"),
+            e.v("p", s(partition)),
+            e.n("list_at"),
+            e.v("lo", s(codec::list_at(lo, ""))),
+            e.v("hi", s(hi)),
+        )
+    }
+
+    /// Up to `count` entries of each `list` partition asked for, newest first, all
+    /// queried at once.
+    async fn fetch_entries(
+        &self,
+        query: &RecordQuery,
+        states: &[RecordState],
+        want: Vec<(usize, Below)>,
+        count: usize,
+    ) -> Result<Vec<Fetched<String>>, StoreError> {
+        let lo = query
+            .millis_range()
+            .map_or(i64::MIN, |(lo, _)| lo)
+            .max(-LIST_MS_LIMIT);
+        let queries = want.iter().map(|(i, below)| {
+            let (_, partition) = self.list_source(*i, &query.namespace, states);
+            let mut e = Expr::default();
+            let condition = Self::list_condition(&mut e, &partition, lo, below);
+            (self.inner.client.query())
+                .table_name(&self.inner.table)
+                .index_name(LIST_INDEX)
+                .key_condition_expression(condition)
+                .set_expression_attribute_names(e.names())
+                .set_expression_attribute_values(e.values())
+                .scan_index_forward(false)
+                // One more: the entry at `below` itself may come first.
+                .limit(i32::try_from(count + 1).unwrap_or(i32::MAX))
+                .send()
+        });
+        let answers = futures_util::future::join_all(queries).await;
+        let mut out = Vec::with_capacity(want.len());
+        for ((_, below), answer) in want.iter().zip(answers) {
+            let answer = answer.map_err(store_error)?;
+            let more = answer
+                .last_evaluated_key
+                .as_ref()
+                .is_some_and(|k| !k.is_empty());
+            let entries = (answer.items())
+                .iter()
+                .filter_map(|item| {
+                    let (Some(AttributeValue::S(pk)), Some(AttributeValue::S(at))) =
+                        (item.get("pk"), item.get("list_at"))
+                    else {
+                        return None;
+                    };
+                    let (ms, id) = codec::list_position(at)?;
+                    below.admits(ms, id).then(|| IndexEntry {
+                        ms,
+                        id: id.to_owned(),
+                        member: pk.clone(),
+                    })
+                })
+                .collect();
+            out.push(Fetched { entries, more });
+        }
+        Ok(out)
+    }
+
+    /// How many entries the `list` partitions of `states` hold in `[lo, hi]`
+    /// (`Select=COUNT` queries, page by page).
+    async fn count_entries(
+        &self,
+        namespace: &str,
+        states: &[RecordState],
+        lo: i64,
+        hi: i64,
+    ) -> Result<u64, StoreError> {
+        let below = Below { ms: hi, id: None };
+        let mut total = 0u64;
+        for i in 0..usize::from(self.inner.shards) * states.len() {
+            let (_, partition) = self.list_source(i, namespace, states);
+            let mut start: Option<Item> = None;
+            loop {
+                let mut e = Expr::default();
+                let condition = Self::list_condition(&mut e, &partition, lo, &below);
+                let out = (self.inner.client.query())
+                    .table_name(&self.inner.table)
+                    .index_name(LIST_INDEX)
+                    .key_condition_expression(condition)
+                    .set_expression_attribute_names(e.names())
+                    .set_expression_attribute_values(e.values())
+                    .select(Select::Count)
+                    .set_exclusive_start_key(start)
+                    .send()
+                    .await
+                    .map_err(store_error)?;
+                total += u64::try_from(out.count).unwrap_or(0);
+                match out.last_evaluated_key {
+                    Some(key) if !key.is_empty() => start = Some(key),
+                    _ => break,
+                }
+            }
+        }
+        Ok(total)
+    }
+}
+
+/// The earliest and latest `updated_at` (ms from the epoch) the `list` index
+/// spells: a range starting before is read from there.
+const LIST_MS_LIMIT: i64 = 9_000_000_000_000_000;
+
+#[async_trait]
+impl EventScan for DynamoDbStore {
+    async fn each_event(
+        &self,
+        query: &EventQuery,
+        each: &mut (dyn FnMut(InboxEvent) + Send),
+    ) -> Result<(), StoreError> {
+        self.scan_events(query, each).await
+    }
+}
+
 #[cfg_attr(docsrs, doc(cfg(feature = "dynamodb")))]
 #[async_trait]
 impl ListingStore for DynamoDbStore {
     async fn list_records(&self, query: &RecordQuery) -> Result<Page<Record>, StoreError> {
-        if query.millis_range().is_none() {
-            return Ok(Page::default());
-        }
-        let mut newest = Newest::new(query.page_size());
-        self.scan_records(query, |r| {
-            if query.matches(&r) {
-                newest.push(r);
-            }
+        let states = query.record_states();
+        let sources = usize::from(self.inner.shards) * states.len();
+        let (entries, next) = walk_indexes(query, sources, |want, count| {
+            self.fetch_entries(query, &states, want, count)
         })
         .await?;
-        Ok(newest.page())
+        let pks: Vec<String> = entries.iter().map(|(_, e)| e.member.clone()).collect();
+        let mut found: HashMap<String, Record> = HashMap::with_capacity(pks.len());
+        for item in self.get_many(&pks).await? {
+            match codec::record(&item) {
+                Ok((r, _)) => {
+                    if let Some(AttributeValue::S(pk)) = item.get("pk") {
+                        found.insert(pk.clone(), r);
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "a record that does not read: not listed"),
+            }
+        }
+        let mut items = Vec::with_capacity(entries.len());
+        for (source, e) in entries {
+            let state = states[source % states.len()];
+            // An entry names its record only while the record is in the entry's
+            // state since the entry's time: the index lags the table a little.
+            if let Some(r) = found.remove(&e.member) {
+                if r.state == state && r.updated_at.timestamp_millis() == e.ms && query.matches(&r)
+                {
+                    items.push(r);
+                }
+            }
+        }
+        Ok(Page { items, next })
     }
 
     async fn count_records(&self, query: &RecordQuery) -> Result<u64, StoreError> {
         let mut all = query.clone();
         all.after = None;
-        if all.millis_range().is_none() {
+        let Some((lo, hi)) = all.millis_range() else {
             return Ok(0);
+        };
+        let states = all.record_states();
+        if all.id_prefix.is_some() || states.contains(&RecordState::InProgress) {
+            // A lease tells live from stuck, and an id prefix is no key range.
+            return count_by_pages(self, &all).await;
         }
-        let mut count = 0u64;
-        self.scan_records(&all, |r| count += u64::from(all.matches(&r)))
-            .await?;
-        Ok(count)
+        let (lo, hi) = (lo.max(-LIST_MS_LIMIT), hi.min(LIST_MS_LIMIT));
+        self.count_entries(&all.namespace, &states, lo, hi).await
     }
 }
 
@@ -134,29 +287,11 @@ impl ListingStore for DynamoDbStore {
 #[async_trait]
 impl InboxListing for DynamoDbStore {
     async fn list_events(&self, query: &EventQuery) -> Result<Page<InboxEvent>, StoreError> {
-        if query.millis_range().is_none() {
-            return Ok(Page::default());
-        }
-        let mut newest = Newest::new(query.page_size());
-        self.scan_events(query, |e| {
-            if query.matches(&e) {
-                newest.push(e);
-            }
-        })
-        .await?;
-        Ok(newest.page())
+        scanned_events(self, query).await
     }
 
     async fn count_events(&self, query: &EventQuery) -> Result<u64, StoreError> {
-        let mut all = query.clone();
-        all.after = None;
-        if all.millis_range().is_none() {
-            return Ok(0);
-        }
-        let mut count = 0u64;
-        self.scan_events(&all, |e| count += u64::from(all.matches(&e)))
-            .await?;
-        Ok(count)
+        scanned_event_count(self, query).await
     }
 
     async fn requeue_dead(&self, key: Key<'_>, now: DateTime<Utc>) -> Result<bool, StoreError> {

@@ -16,6 +16,7 @@
 //! |---|---|---|
 //! | partition key | `pk` | string |
 //! | global secondary index | `due`: partition key `due_pk` (string), sort key `due_at` (number), keys only | |
+//! | global secondary index | `list`: partition key `list_pk` (string), sort key `list_at` (string), keys only | |
 //! | time to live | attribute `ttl` (seconds since the epoch) | |
 //!
 //! Three kinds of items share it, told apart by the first letter of `pk`:
@@ -65,13 +66,44 @@
 //! instead of one hot one; `stuck` and `purge_expired` query every shard. Every
 //! process sharing a table must use the same shard count.
 //!
-//! The price on the hot path: a claim writes one index entry and a finish moves it
-//! (two small index writes, billed as index write units), with no extra round trip.
+//! The price on the hot path: a claim writes one entry in `due` and one in `list`
+//! (below), and a finish moves both (small index writes, billed as index write
+//! units), with no extra round trip.
 //! The index holds keys only (`KEYS_ONLY`), and is eventually consistent: what it
 //! lists is read again, or changed by a conditional write, on the table itself,
 //! so a stale index entry never yields a wrong answer — at worst an item is found a
 //! moment late (a claim made a moment ago not yet listed as stuck, an inbox event
 //! leased slightly out of order).
+//!
+//! # The `list` index: records by namespace, state and change time
+//!
+//! Every record also carries `list_pk` = `r/<len>/<namespace>/<state>/<shard>` and
+//! `list_at` = `<updated_at + 10^16, 17 digits>/<id>`, written by the same
+//! conditional `PutItem` or `UpdateItem` that writes the record (a claim, a
+//! take-over, a finish), so the `list` index files each record under its
+//! namespace and state, ordered by `(updated_at, id)`; a deleted or purged record
+//! leaves it with its item. A page of a listing is, per state asked for and per
+//! shard, one `Query` of the partition newest first (`ScanIndexForward=false`,
+//! `Limit` a share of the page, `list_at` between the range's start and the
+//! cursor), merged, then one strongly consistent `BatchGetItem` of the page's
+//! records (the index holds keys only). An entry whose record changed since the
+//! index was written (the index is eventually consistent) is skipped. At a million
+//! records the page of the newest 100 failed is 16 queries of about 14 keys each
+//! (16 shards) and 100 reads: a few dozen read units, whatever the table's size.
+//!
+//! The index is sharded like `due`, for the same reason: a partition key of a
+//! global secondary index takes some 1,000 writes a second, and one per namespace
+//! and state would cap a namespace's claims (every one writes `in_progress`) and
+//! finishes there, and throttling an index throttles the table's writes. The
+//! price is a query per shard per page. An id prefix is checked on the entries the
+//! queries read (`list_at` holds the id after the time): a rare prefix reads the
+//! whole range of its states, up to a budget per page. Counting the finished states
+//! is a `Select=COUNT` query per partition (reads every entry counted); counting
+//! in-progress or stuck records, or with an id prefix, reads page by page.
+//!
+//! Verified against moto (the emulator the tests run on), not against DynamoDB
+//! itself: the schema, the queries and their order, paging and the conditional
+//! writes; not the capacity figures above.
 //!
 //! # Claims and fences
 //!
@@ -186,6 +218,9 @@ pub const MAX_ITEM_BYTES: usize = 400 * 1024;
 pub const MAX_KEY_BYTES: usize = 2048;
 /// The name of the global secondary index the store reads due items from.
 pub const DUE_INDEX: &str = "due";
+/// The name of the global secondary index records are listed from (see
+/// [`store::listing`](crate::store::listing)).
+pub const LIST_INDEX: &str = "list";
 /// How long connecting may take by default.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long one attempt of a request may take by default.

@@ -135,6 +135,16 @@ impl ProcessedStore for DynamoDbStore {
             (format!("r/expiry/{shard}"), Some(expires))
         };
         set.push(format!("{} = {}", e.n("due_pk"), e.v("due_pk", s(due_pk))));
+        set.push(format!(
+            "{} = {}, {} = {}",
+            e.n("list_pk"),
+            e.v(
+                "list_pk",
+                s(codec::list_pk(key.namespace, finish.state, shard))
+            ),
+            e.n("list_at"),
+            e.v("list_at", s(codec::list_at(now, key.id))),
+        ));
         if let Some(due_at) = due_at {
             set.push(format!("{} = {}", e.n("due_at"), e.v("due_at", n(due_at))));
         }

@@ -10,7 +10,7 @@ use aws_sdk_dynamodb::types::{
     TimeToLiveStatus,
 };
 
-use super::{build_error, store_error, DynamoDbStore, DynamoDbStoreError, DUE_INDEX};
+use super::{build_error, store_error, DynamoDbStore, DynamoDbStoreError, DUE_INDEX, LIST_INDEX};
 use crate::store::StoreError;
 
 /// The attribute DynamoDB's time to live reads (seconds since the epoch).
@@ -40,33 +40,39 @@ impl DynamoDbStore {
     /// its time to live on the `ttl` attribute unless it is on: idempotent, safe
     /// from every replica at start-up. The schema (see the [module docs](super)):
     /// partition key `pk` (string); global secondary index `due` on `due_pk`
-    /// (string) and `due_at` (number), keys only; billed on demand.
+    /// (string) and `due_at` (number), keys only, and `list` on `list_pk` and
+    /// `list_at` (strings), keys only; billed on demand.
     ///
     /// # Errors
     /// The store's error (for instance for lack of the `dynamodb:CreateTable`,
     /// `DescribeTable`, `DescribeTimeToLive` or `UpdateTimeToLive` permission), or
     /// a [`StoreError::Backend`] with [`DynamoDbStoreError::Schema`] when the table
-    /// exists without the `due` index.
+    /// exists without the `due` or the `list` index.
     pub async fn create_table(&self) -> Result<(), StoreError> {
         let client = &self.inner.client;
-        let index = (GlobalSecondaryIndex::builder())
-            .index_name(DUE_INDEX)
-            .key_schema(key("due_pk", KeyType::Hash)?)
-            .key_schema(key("due_at", KeyType::Range)?)
-            .projection(
-                (Projection::builder())
-                    .projection_type(ProjectionType::KeysOnly)
-                    .build(),
-            )
-            .build()
-            .map_err(build_error)?;
+        let index = |name: &str, pk: &str, sk: &str| {
+            (GlobalSecondaryIndex::builder())
+                .index_name(name)
+                .key_schema(key(pk, KeyType::Hash)?)
+                .key_schema(key(sk, KeyType::Range)?)
+                .projection(
+                    (Projection::builder())
+                        .projection_type(ProjectionType::KeysOnly)
+                        .build(),
+                )
+                .build()
+                .map_err(build_error)
+        };
         let created = (client.create_table())
             .table_name(&self.inner.table)
             .attribute_definitions(attribute("pk", ScalarAttributeType::S)?)
             .attribute_definitions(attribute("due_pk", ScalarAttributeType::S)?)
             .attribute_definitions(attribute("due_at", ScalarAttributeType::N)?)
+            .attribute_definitions(attribute("list_pk", ScalarAttributeType::S)?)
+            .attribute_definitions(attribute("list_at", ScalarAttributeType::S)?)
             .key_schema(key("pk", KeyType::Hash)?)
-            .global_secondary_indexes(index)
+            .global_secondary_indexes(index(DUE_INDEX, "due_pk", "due_at")?)
+            .global_secondary_indexes(index(LIST_INDEX, "list_pk", "list_at")?)
             .billing_mode(BillingMode::PayPerRequest)
             .send()
             .await;
@@ -109,7 +115,7 @@ impl DynamoDbStore {
         Ok(())
     }
 
-    /// Waits until the table and its `due` index are active.
+    /// Waits until the table and its `due` and `list` indexes are active.
     async fn await_active(&self) -> Result<(), StoreError> {
         let started = std::time::Instant::now();
         loop {
@@ -120,17 +126,20 @@ impl DynamoDbStore {
                 .map_err(store_error)?;
             let table = described.table();
             let active = table.and_then(|t| t.table_status()) == Some(&TableStatus::Active);
-            let index = table.and_then(|t| {
-                (t.global_secondary_indexes().iter()).find(|i| i.index_name() == Some(DUE_INDEX))
-            });
-            let Some(index) = index else {
-                return Err(StoreError::backend(DynamoDbStoreError::Schema(format!(
-                    "no `{DUE_INDEX}` index (create the table with `create_table`)"
-                ))));
-            };
-            let index_active = index
-                .index_status()
-                .is_none_or(|s| *s == IndexStatus::Active);
+            let mut index_active = true;
+            for name in [DUE_INDEX, LIST_INDEX] {
+                let index = table.and_then(|t| {
+                    (t.global_secondary_indexes().iter()).find(|i| i.index_name() == Some(name))
+                });
+                let Some(index) = index else {
+                    return Err(StoreError::backend(DynamoDbStoreError::Schema(format!(
+                        "no `{name}` index (create the table with `create_table`)"
+                    ))));
+                };
+                index_active &= index
+                    .index_status()
+                    .is_none_or(|s| *s == IndexStatus::Active);
+            }
             if active && index_active {
                 return Ok(());
             }

@@ -39,14 +39,29 @@ const MAX_BATCH: usize = 256;
 /// How many batches may await their answers at once.
 const IN_FLIGHT: usize = 2;
 
-/// A fresh claim: `SET rec fresh NX GET PX ttl`, and the member filed in its
-/// shard's due index at `lease` unless it is there already.
+/// A fresh claim: `SET rec fresh NX GET PX ttl`, the member filed in its
+/// shard's due index at `lease` unless it is there already, and `entry` filed in
+/// the namespace's `in_progress` listing index `listed` at `now` (the caller drops
+/// it again when the record was there before, see [`Batcher::unlist`]).
 pub(super) struct ClaimJob {
     pub(super) shard: u16,
     pub(super) rec: RecordKey,
     pub(super) fresh: String,
     pub(super) ttl: i64,
     pub(super) lease: i64,
+    pub(super) now: i64,
+    pub(super) listed: String,
+    pub(super) entry: String,
+}
+
+/// How a finish moves a record between listing indexes: `entry` leaves the
+/// `in_progress` index `listed`, and `id` enters `target` at `now`.
+#[derive(Clone)]
+pub(super) struct Relist {
+    pub(super) listed: String,
+    pub(super) entry: String,
+    pub(super) target: String,
+    pub(super) id: String,
     pub(super) now: i64,
 }
 
@@ -60,12 +75,19 @@ pub(super) struct FinishJob {
     pub(super) tail: String,
     pub(super) ttl: i64,
     pub(super) expires: i64,
+    pub(super) relist: Relist,
 }
 
 /// A fenced finish on the native path (see the `native` module): `SET rec new IFEQ
 /// old PX ttl`, and, when the new expiry is earlier than the stored lease's end, the
-/// index entry moved there (`ZADD due LT refile member`). Answers whether the `SET`
-/// was applied.
+/// index entry moved there (`ZADD due LT refile member`), and the listing entry
+/// moved, all in one transaction. Answers whether the `SET` was applied.
+///
+/// The transaction applies the listing move whatever the `SET` answers: the
+/// `in_progress` entry it drops names this claim's token, which no record holds
+/// once the lease is lost, and an entry it files for a finish that was refused is
+/// one the listing finds stale (the record is not in that state at that time) and
+/// skips.
 pub(super) struct SetJob {
     pub(super) shard: u16,
     pub(super) rec: RecordKey,
@@ -73,6 +95,15 @@ pub(super) struct SetJob {
     pub(super) old: String,
     pub(super) ttl: i64,
     pub(super) refile: Option<i64>,
+    pub(super) relist: Relist,
+}
+
+/// A claim's listing entry dropped again (`ZREM key member`): the claim met a
+/// record it keeps. Nobody waits for it.
+pub(super) struct UnlistJob {
+    pub(super) shard: u16,
+    pub(super) key: String,
+    pub(super) member: String,
 }
 
 /// What the finish script answers for one entry.
@@ -87,6 +118,7 @@ enum Job {
     Claim(ClaimJob, oneshot::Sender<RedisResult<Option<String>>>),
     Finish(FinishJob, oneshot::Sender<RedisResult<Finished>>),
     Set(SetJob, oneshot::Sender<RedisResult<bool>>),
+    Unlist(UnlistJob),
 }
 
 /// The sending side of a store's batching task; the task ends when every clone is
@@ -189,6 +221,13 @@ impl Batcher {
         self.answer(answer).await
     }
 
+    /// Drops a listing entry through the next batch, answering at once (a failure
+    /// is logged: the listing skips and drops an entry whose record does not
+    /// carry its token).
+    pub(super) fn unlist(&self, job: UnlistJob) {
+        let _ = self.task(job.shard).send(Job::Unlist(job));
+    }
+
     /// The job's answer, or an error once the caller has waited `wait`.
     async fn answer<T>(&self, answer: oneshot::Receiver<RedisResult<T>>) -> RedisResult<T> {
         match tokio::time::timeout(self.wait, answer).await {
@@ -238,6 +277,7 @@ impl Sender {
         let mut claims = Vec::new();
         let mut finishes = Vec::new();
         let mut sets = Vec::new();
+        let mut unlists = Vec::new();
         for job in jobs {
             match job {
                 // The caller is gone: nobody would run the handler or release the
@@ -246,9 +286,10 @@ impl Sender {
                 Job::Claim(j, r) => claims.push((j, r)),
                 Job::Finish(j, r) => finishes.push((j, r)),
                 Job::Set(j, r) => sets.push((j, r)),
+                Job::Unlist(j) => unlists.push(j),
             }
         }
-        if claims.is_empty() && finishes.is_empty() && sets.is_empty() {
+        if claims.is_empty() && finishes.is_empty() && sets.is_empty() && unlists.is_empty() {
             return;
         }
 
@@ -257,13 +298,20 @@ impl Sender {
         // Per shard: the new index entries (score, member), and the latest `now`.
         type Entries<'j> = (Vec<(i64, &'j str)>, i64);
         let mut entries: BTreeMap<u16, Entries<'_>> = BTreeMap::new();
+        // Per listing index, the claims' entries (score, member).
+        let mut listed: BTreeMap<&str, Vec<(i64, &str)>> = BTreeMap::new();
         for (j, _) in &claims {
             let (members, now) = entries.entry(j.shard).or_default();
             members.push((j.lease, j.rec.member()));
             *now = (*now).max(j.now);
+            listed
+                .entry(j.listed.as_str())
+                .or_default()
+                .push((j.now, j.entry.as_str()));
         }
-        let mut pipe =
-            ::redis::Pipeline::with_capacity(entries.len() + claims.len() + 2 * sets.len() + 3);
+        let mut pipe = ::redis::Pipeline::with_capacity(
+            entries.len() + listed.len() + claims.len() + 5 * sets.len() + unlists.len() + 5,
+        );
         pipe.ignore_errors();
         if !claims.is_empty() {
             pipe.cmd("MULTI");
@@ -286,6 +334,9 @@ impl Sender {
                     .arg(j.ttl);
                 pipe.add_command(set);
             }
+            for (key, members) in &listed {
+                pipe.cmd("ZADD").arg(*key).arg(members);
+            }
             pipe.cmd("EXEC");
         }
         let entries: Vec<(u16, i64)> = entries.into_iter().map(|(s, (_, now))| (s, now)).collect();
@@ -294,6 +345,12 @@ impl Sender {
         let finish = !finishes.is_empty();
         if finish {
             pipe.add_command(finish_script(&self.keys, &finishes).cmd);
+        }
+        // The finishes on the native path in one transaction: each `SET … IFEQ` with
+        // its listing move (see `SetJob`).
+        let mut set_commands = 0;
+        if !sets.is_empty() {
+            pipe.cmd("MULTI");
         }
         for (j, _) in &sets {
             let mut set =
@@ -313,6 +370,16 @@ impl Sender {
                     .arg(refile)
                     .arg(j.rec.member());
             }
+            let r = &j.relist;
+            pipe.cmd("ZREM").arg(&r.listed).arg(&r.entry);
+            pipe.cmd("ZADD").arg(&r.target).arg(r.now).arg(&r.id);
+            set_commands += 3 + usize::from(j.refile.is_some());
+        }
+        if !sets.is_empty() {
+            pipe.cmd("EXEC");
+        }
+        for j in &unlists {
+            pipe.cmd("ZREM").arg(&j.key).arg(&j.member);
         }
 
         let answers = match self
@@ -322,7 +389,12 @@ impl Sender {
         {
             Ok(answers) if answers.len() == pipe.len() => answers,
             Ok(_) => return fail(claims, finishes, sets, &unexpected("pipeline")),
-            Err(e) => return fail(claims, finishes, sets, &e),
+            Err(e) => {
+                if !unlists.is_empty() {
+                    tracing::debug!(error = %e, "redis store: dropping listing entries failed");
+                }
+                return fail(claims, finishes, sets, &e);
+            }
         };
         let mut answers = answers.into_iter();
         let mut added = Vec::new();
@@ -330,12 +402,12 @@ impl Sender {
             // `MULTI`, then one `QUEUED` per command, then what `EXEC` answers.
             let queued: Vec<_> = answers
                 .by_ref()
-                .take(1 + entries.len() + claims.len())
+                .take(1 + entries.len() + claims.len() + listed.len())
                 .collect();
             let exec = answers.next();
             match exec {
                 Some(Ok(Value::Array(results)))
-                    if results.len() == entries.len() + claims.len() =>
+                    if results.len() == entries.len() + claims.len() + listed.len() =>
                 {
                     let mut results = results.into_iter();
                     added.extend(results.by_ref().take(entries.len()));
@@ -367,21 +439,42 @@ impl Sender {
             }
             answer_finishes(finishes, answer);
         }
-        for (j, reply) in sets {
-            let set = answers.next().unwrap_or(Ok(Value::Nil));
-            if j.refile.is_some() {
-                // Only an early entry can come of it, which scans re-file.
-                if let Some(Err(e)) = answers.next() {
-                    tracing::debug!(error = %e, "redis store: re-filing a finished record failed");
+        if !sets.is_empty() {
+            // `MULTI`, one `QUEUED` per command, then what `EXEC` answers: per job its
+            // `SET`, then its `ZADD LT` (if any) and listing move, which only an
+            // early or stale entry can come of (scans re-file the one, the listing
+            // skips the other).
+            let queued: Vec<_> = answers.by_ref().take(1 + set_commands).collect();
+            match answers.next() {
+                Some(Ok(Value::Array(results))) if results.len() == set_commands => {
+                    let mut results = results.into_iter();
+                    for (j, reply) in sets {
+                        let set = results.next().unwrap_or(Value::Nil);
+                        for _ in 0..2 + usize::from(j.refile.is_some()) {
+                            if let Some(Value::ServerError(e)) = results.next() {
+                                tracing::debug!(error = ?e, "redis store: moving a finished record's index entries failed");
+                            }
+                        }
+                        let _ = reply.send(match set {
+                            Value::Nil => Ok(false),
+                            Value::Okay => Ok(true),
+                            Value::SimpleString(s) if s == "OK" => Ok(true),
+                            Value::ServerError(e) => Err(e.into()),
+                            _ => Err(unexpected("SET IFEQ")),
+                        });
+                    }
                 }
+                Some(Err(e)) => {
+                    let cause = queued.into_iter().find_map(Result::err);
+                    fail(Vec::new(), Vec::new(), sets, cause.as_ref().unwrap_or(&e));
+                }
+                _ => fail(Vec::new(), Vec::new(), sets, &unexpected("transaction")),
             }
-            let _ = reply.send(set.and_then(|v| match v {
-                Value::Nil => Ok(false),
-                Value::Okay => Ok(true),
-                Value::SimpleString(s) if s == "OK" => Ok(true),
-                Value::ServerError(e) => Err(e.into()),
-                _ => Err(unexpected("SET IFEQ")),
-            }));
+        }
+        for _ in &unlists {
+            if let Some(Err(e)) = answers.next() {
+                tracing::debug!(error = %e, "redis store: dropping a listing entry failed");
+            }
         }
 
         for ((shard, now), n) in entries.into_iter().zip(added) {
@@ -412,9 +505,12 @@ type Sets = Vec<(SetJob, oneshot::Sender<RedisResult<bool>>)>;
 
 /// One run of the finish script for every finish of the pipeline.
 fn finish_script<'s>(keys: &[ShardKeys], finishes: &Finishes) -> Eval<'s> {
-    let mut inv = Eval::new(&SCRIPTS.finish, 2 * finishes.len());
+    let mut inv = Eval::new(&SCRIPTS.finish, 4 * finishes.len());
     for (j, _) in finishes {
-        inv.key(j.rec.rec()).key(&keys[usize::from(j.shard)].due);
+        inv.key(j.rec.rec())
+            .key(&keys[usize::from(j.shard)].due)
+            .key(&j.relist.listed)
+            .key(&j.relist.target);
     }
     for (j, _) in finishes {
         inv.arg(&j.fence)
@@ -422,7 +518,10 @@ fn finish_script<'s>(keys: &[ShardKeys], finishes: &Finishes) -> Eval<'s> {
             .arg(&j.tail)
             .arg(j.ttl)
             .arg(j.expires)
-            .arg(j.rec.member());
+            .arg(j.rec.member())
+            .arg(&j.relist.entry)
+            .arg(&j.relist.id)
+            .arg(j.relist.now);
     }
     inv
 }
@@ -459,7 +558,10 @@ fn fail(claims: Claims, finishes: Finishes, sets: Sets, e: &RedisError) {
 /// the claims it follows stand, and a later batch tries again.
 async fn tidy(connection: &RedisConnection, keys: &ShardKeys, now: i64) {
     let mut inv = Eval::new(&SCRIPTS.tidy, 1);
-    inv.key(&keys.due).arg(&keys.records).arg(now);
+    inv.key(&keys.due)
+        .arg(&keys.records)
+        .arg(now)
+        .arg(&keys.lists);
     if let Err(e) = connection.eval::<i64>(&inv).await {
         tracing::debug!(error = %e, "redis store: tidying the due index failed");
     }

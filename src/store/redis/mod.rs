@@ -84,7 +84,10 @@
 //!   (to [purge](crate::store::ProcessedStore::purge_expired) it). A claim files a new record at
 //!   the end of its lease; a finish leaves the entry there unless the expiry is
 //!   earlier. Entries scored too early are re-filed when a purge or a stuck scan
-//!   meets them, and so are finished records when a tidy (below) does.
+//!   meets them, and so are finished records when a tidy (below) does;
+//! - `{<prefix>:<n>}:l:<state>:<namespace>` — a listing index: a sorted set of the
+//!   shard's records of `namespace` in `state`, scored by `updated_at` (member
+//!   the id; in `in_progress`, `<id>\0<token>`). See [Listing](#listing).
 //!
 //! The trade-off: a shard's load lands on the node that serves its slot, so one
 //! store spreads over at most `shards` slots (16 by default — enough for a few
@@ -115,12 +118,45 @@
 //!
 //! [`record_listing`](crate::store::ProcessedStore::record_listing) and
 //! [`inbox_listing`](crate::inbox::InboxStore::inbox_listing) answer the store
-//! itself. There is no index by change time: a page walks every shard's `due`
-//! index with `ZSCAN … MATCH <namespace>\0<id prefix>*` and reads the records it
-//! names (inbox events: the namespace's `due` and `settled` sets), a cost that
-//! grows with the whole store, not with the page (see
-//! [`store::listing`](crate::store::listing)). Claims and finishes pay nothing
-//! for it. Requeue and purge of a dead letter are one script each.
+//! itself. Records are listed from the listing indexes (key layout above), which
+//! the writes of a record keep in the same step:
+//!
+//! - a claim's transaction files `<id>\0<token>` in `in_progress` at `now` next to
+//!   its `SET NX GET`; when the `SET` finds a record the claim keeps, the claim drops
+//!   that entry again in a later batch (not waited for), and the claim script
+//!   drops it in the same step when it decides (a take-over or replacement moves
+//!   the old record's entry out of its state);
+//! - the finish script moves the entry from `in_progress` to the new state, scored
+//!   at the finish's `now`; on the native path the `SET … IFEQ` and the same move
+//!   share one `MULTI`, which applies the move even when the `SET` is refused: the
+//!   entry it drops names this claim's token, which no record holds once the lease
+//!   is lost, and the one it files is stale (the listing skips it);
+//! - delete and purge remove the entries of what they remove; tidy, stuck and
+//!   purge drop the finished states' entries of records the TTL dropped. A renew
+//!   changes neither state nor `updated_at`.
+//!
+//! A page walks, per shard and state asked for, the index newest first
+//! (`ZRANGE … BYSCORE REV LIMIT`, and the cursor's own millisecond whole, for
+//! ties), merges the shards, and reads the page's records with one `MGET` per
+//! shard. An entry whose record is not in the index's state at the entry's time
+//! (the TTL dropped it, or it changed since the entry was read) is skipped, so a
+//! page may hold fewer records than asked, with a cursor; a skipped `in_progress`
+//! entry names a claim no record carries and is dropped. Live and stuck claims
+//! share `in_progress` (a lease tells them apart as it runs out, without a write):
+//! listing either walks the claims in progress, few unless many are stuck. Counts of
+//! finished states are `ZCOUNT`s per shard, which include entries of records the
+//! TTL dropped that no tidy has met yet; other counts read page by page.
+//!
+//! Records written by a build without the listing indexes are not listed: the
+//! crate is unreleased, and no migration fills them.
+//!
+//! The cost on the hot path: one more `ZADD` per claim batch and namespace in the
+//! claim transaction; in the finish script one `ZREM` and one `ZADD` per record;
+//! on the native path a `MULTI` around the batch's `SET … IFEQ`s and the same two
+//! commands per record (`benches/README.md` has the measured figures). Inbox
+//! events have no listing index: a page walks the namespace's `due` and `settled`
+//! sets with `ZSCAN` and reads each event, a cost that grows with the inbox.
+//! Requeue and purge of a dead letter are one script each.
 //!
 //! # Retention
 //!
@@ -253,7 +289,7 @@ use std::time::Duration;
 
 use ::redis::IntoConnectionInfo;
 
-use super::Key;
+use super::{Key, RecordState};
 
 /// The `redis` crate this store is built on, for building connections by hand.
 pub use ::redis;
@@ -494,6 +530,8 @@ struct ShardKeys {
     records: String,
     /// The due index, a sorted set.
     due: String,
+    /// The listing index key prefix, `{<prefix>:<n>}:l:` (see the `listing` module).
+    lists: String,
 }
 
 impl ShardKeys {
@@ -501,6 +539,29 @@ impl ShardKeys {
         Self {
             records: format!("{tag}:r:"),
             due: format!("{tag}:due"),
+            lists: format!("{tag}:l:"),
         }
+    }
+
+    /// The listing index of records of `namespace` in `state`:
+    /// `{<prefix>:<n>}:l:<state>:<namespace>`.
+    fn list(&self, state: RecordState, namespace: &str) -> String {
+        let state = state.as_str();
+        let mut key = String::with_capacity(self.lists.len() + state.len() + 1 + namespace.len());
+        key.push_str(&self.lists);
+        key.push_str(state);
+        key.push(':');
+        key.push_str(namespace);
+        key
+    }
+}
+
+/// A record's entry in its listing index: its id, and in `in_progress` a NUL and
+/// the claim's token (see the `listing` module).
+fn list_entry(id: &str, state: RecordState, token: u64) -> String {
+    if state == RecordState::InProgress {
+        format!("{id}\0{token}")
+    } else {
+        id.to_owned()
     }
 }

@@ -12,7 +12,7 @@ use super::codec::{
 use super::connection::{store_error, Eval};
 use super::native;
 use super::scripts::SCRIPTS;
-use super::{RedisStore, BATCH};
+use super::{list_entry, RedisStore, BATCH};
 use crate::store::{
     ceil_millis, encode_history, Claim, ClaimRequest, Decision, Deleted, Fence, FencingToken,
     Finish, Key, ProcessedStore, Record, RecordState, StoreError,
@@ -52,8 +52,12 @@ impl ProcessedStore for RedisStore {
         // stores a new id or answers the record, and the due index learns the member
         // in the same transaction (`ZADD NX`: a duplicate's entry stays as it is),
         // sent with the other claims and finishes of its batch.
-        let stored = self
-            .batcher()
+        let listed = self
+            .keys(shard)
+            .list(RecordState::InProgress, request.key.namespace);
+        let entry = list_entry(request.key.id, RecordState::InProgress, request.token.0);
+        let batcher = self.batcher();
+        let stored = batcher
             .claim(batch::ClaimJob {
                 shard,
                 rec,
@@ -61,6 +65,8 @@ impl ProcessedStore for RedisStore {
                 ttl: fresh_ttl,
                 lease,
                 now,
+                listed: listed.clone(),
+                entry: entry.clone(),
             })
             .await
             .map_err(store_error)?;
@@ -78,6 +84,13 @@ impl ProcessedStore for RedisStore {
             return Ok(Claim::Acquired(existing));
         }
         if request.decide_on(&existing) == Decision::Keep {
+            // The transaction filed this claim's listing entry: no record carries its
+            // token.
+            batcher.unlist(batch::UnlistJob {
+                shard,
+                key: listed,
+                member: entry,
+            });
             return Ok(Claim::Existing(existing));
         }
 
@@ -86,9 +99,10 @@ impl ProcessedStore for RedisStore {
         // and the fresh record, moved into the batch, are built again.
         let (rec, shard) = self.locate_shard(request.key);
         let (fresh, fresh_ttl) = fresh_record(request);
-        let mut inv = Eval::new(&SCRIPTS.claim, 2);
+        let mut inv = Eval::new(&SCRIPTS.claim, 3);
         inv.key(rec.rec())
             .key(&self.keys(shard).due)
+            .key(&listed)
             .arg(&fresh)
             .arg(fresh_ttl)
             .arg(rec.member())
@@ -96,7 +110,9 @@ impl ProcessedStore for RedisStore {
             .arg(request.token.0)
             .arg(now)
             .arg(lease)
-            .arg(expires);
+            .arg(expires)
+            .arg(&self.keys(shard).lists)
+            .arg(&entry);
         let answer: Value = self.eval(&inv).await?;
         let remember = |r: &Value| {
             if let (true, Some(r)) = (native.enabled(), text(r)) {
@@ -146,6 +162,14 @@ impl ProcessedStore for RedisStore {
         let token = token.0;
         let (now, expires) = (millis(finish.now), ceil_millis(finish.expires_at));
         let state = finish.state.as_str();
+        let keys = self.keys(shard);
+        let relist = batch::Relist {
+            listed: keys.list(RecordState::InProgress, key.namespace),
+            entry: list_entry(key.id, RecordState::InProgress, token),
+            target: keys.list(finish.state, key.namespace),
+            id: key.id.to_owned(),
+            now,
+        };
         let job = batch::FinishJob {
             shard,
             rec,
@@ -157,6 +181,7 @@ impl ProcessedStore for RedisStore {
             ),
             ttl: ttl(expires, now),
             expires,
+            relist,
         };
         if self.inner.native.enabled() {
             return self.finish_native(token, job).await;
@@ -210,7 +235,8 @@ impl ProcessedStore for RedisStore {
         inv.key(rec.rec())
             .key(&keys.due)
             .arg(rec.member())
-            .arg(millis(now));
+            .arg(millis(now))
+            .arg(&keys.lists);
         let answer: i64 = self.eval(&inv).await?;
         Ok(match answer {
             1 => Deleted::Removed,
@@ -329,6 +355,7 @@ impl RedisStore {
                 old,
                 ttl: job.ttl,
                 refile: (job.expires < lease).then_some(job.expires),
+                relist: job.relist.clone(),
             };
             if self.batcher().set_if_eq(set).await.map_err(store_error)? {
                 return Ok(Fence::Applied);
@@ -356,7 +383,8 @@ impl RedisStore {
             .arg(now)
             .arg(want)
             .arg(&keys.records)
-            .arg(offset);
+            .arg(offset)
+            .arg(&keys.lists);
         self.eval(&inv).await
     }
 }

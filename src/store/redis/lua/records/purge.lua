@@ -9,6 +9,7 @@ for _, m in ipairs(due) do
   if not s then
     if v then redis.call('DEL', k) end
     redis.call('ZREM', KEYS[1], m)
+    unlist_gone(ARGV[5], m)
     removed = removed + 1
   else
     local ln, en = tonumber(l), tonumber(e)
@@ -16,6 +17,7 @@ for _, m in ipairs(due) do
     if en <= now and not live then
       redis.call('DEL', k)
       redis.call('ZREM', KEYS[1], m)
+      unlist(ARGV[5], m, s, t)
       removed = removed + 1
     elseif live then
       redis.call('ZADD', KEYS[1], l, m)

@@ -7,6 +7,7 @@ for _, m in ipairs(due) do
   if v then s, t, f, a, l, c, x, e = parse(v) end
   if not v then
     redis.call('ZREM', KEYS[1], m)
+    unlist_gone(ARGV[5], m)
   elseif not s then
     kept = kept + 1
   elseif s == 'in_progress' then

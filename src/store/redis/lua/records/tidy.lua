@@ -2,6 +2,7 @@ for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[2], 'LIMIT'
   local v = redis.call('GET', ARGV[1] .. m)
   if not v then
     redis.call('ZREM', KEYS[1], m)
+    unlist_gone(ARGV[3], m)
   elseif string.sub(v, 1, 12) ~= 'in_progress|' then
     local e = string.match(v, '^[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|([^|]*)|')
     -- One that does not read stays where it is, for the purge to remove.
