@@ -64,7 +64,9 @@ wg_start_dynamodb() {
     command -v pyenv >/dev/null && pyenv rehash 2>/dev/null || true
   fi
   command -v moto_server >/dev/null || { echo "services: moto_server could not be installed" >&2; return 1; }
-  moto_server -H 127.0.0.1 -p "$WG_DYNAMODB_PORT" >/tmp/webhook-guard-moto.log 2>&1 &
+  # moto's server, its requests applied one at a time (see the script).
+  python3 "$(dirname "${BASH_SOURCE[0]}")/moto_serialized.py" 127.0.0.1 "$WG_DYNAMODB_PORT" \
+    >/tmp/webhook-guard-moto.log 2>&1 &
   _WG_MOTO_PID=$!
   _wg_wait dynamodb curl -s -o /dev/null "$WEBHOOK_GUARD_DYNAMODB_URL"
 }

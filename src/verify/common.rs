@@ -337,12 +337,12 @@ impl V0Header {
 macro_rules! unpublished_format {
     ($provider:literal, $what:literal) => {
         #[doc = concat!(
-                                            "What the constructor accepts as a secret: ",
-                                            $what,
-                                            ", for which ",
-                                            $provider,
-                                            " publishes"
-                                        )]
+                                                    "What the constructor accepts as a secret: ",
+                                                    $what,
+                                                    ", for which ",
+                                                    $provider,
+                                                    " publishes"
+                                                )]
         /// no format. As for the generic verifiers, it must hold at least 16 bytes (an
         /// HMAC key shorter than that is weak whatever issued it; mark one with
         /// [`Secret::allow_short`](crate::verify::Secret::allow_short) to accept it) and

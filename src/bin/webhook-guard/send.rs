@@ -814,13 +814,18 @@ mod tests {
 
     #[test]
     fn square_signs_the_notification_url_and_adyen_refuses_a_body_file() {
-        let signer = Signer::new(Provider::Square, "key", "https://example.com/sq").unwrap();
+        let signer = Signer::new(
+            Provider::Square,
+            "Ibxx_5AKakO-3qeNVR61Dw",
+            "https://example.com/sq",
+        )
+        .unwrap();
         let event = signer.event(None, None).unwrap();
         let now = Utc::now();
         let (headers, body) = signer.delivery(&event, now.timestamp(), 0);
         let at = |url| {
             Provider::Square
-                .verifier_with_url(url, ["key"])
+                .verifier_with_url(url, ["Ibxx_5AKakO-3qeNVR61Dw"])
                 .unwrap()
                 .verify(&headers, &body, now)
         };
@@ -835,11 +840,17 @@ mod tests {
     #[test]
     fn derived_ids_refuse_an_event_id() {
         for provider in [Provider::Zoom, Provider::Meta, Provider::HubSpot] {
-            let signer = Signer::new(provider, "secret", "http://127.0.0.1:9/h").unwrap();
+            let signer =
+                Signer::new(provider, provider.sample_secret(), "http://127.0.0.1:9/h").unwrap();
             assert!(signer.event(Some("x".into()), None).is_err(), "{provider}");
         }
         assert!(Signer::new(Provider::Discord, "not hex", "http://127.0.0.1:9/h").is_err());
-        assert!(Signer::new(Provider::Twilio, "s", "127.0.0.1:9/h").is_err());
+        assert!(Signer::new(
+            Provider::Twilio,
+            Provider::Twilio.sample_secret(),
+            "127.0.0.1:9/h"
+        )
+        .is_err());
     }
 
     /// Linear's tolerance is 60 s on the time in the body: a later delivery of the
