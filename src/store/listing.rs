@@ -45,7 +45,9 @@
 //!   state, a `ZRANGE … BYSCORE REV LIMIT` (one pipeline on a standalone server,
 //!   one per shard at once on a cluster), merged, then one `MGET` per shard of
 //!   the page's records: `O(shards × log n + page)`, about 0.6 ms for the newest
-//!   100 failed of a million (`benches/README.md`). Counts of finished states are
+//!   100 failed of a million (`benches/README.md`); the upkeep (a `ZADD` per
+//!   claim, a `ZREM` and a `ZADD` per finish) costs about a fifth to a quarter of
+//!   the guard's cycle rate on Redis there. Counts of finished states are
 //!   `ZCOUNT`s. Inbox events have no such index: `ZSCAN` of the namespace's `due`
 //!   and `settled` sets and an `HGETALL` per event, a cost that grows with the
 //!   namespace's inbox.
