@@ -279,12 +279,14 @@ async fn operator_flow(url: &str, table: Option<&str>) {
 
 #[tokio::test]
 async fn operator_commands_on_sqlite() {
-    let path = std::env::temp_dir().join(format!("{}.db", unique("webhook-guard-cli")));
-    let url = format!("sqlite://{}", path.display());
-    operator_flow(&url, None).await;
-    for suffix in ["", "-wal", "-shm"] {
-        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
-    }
+    let path = fresh_sqlite("webhook-guard-cli");
+    operator_flow(&format!("sqlite://{}", path.display()), None).await;
+    support::backends::remove_sqlite(&path);
+}
+
+/// A path for a new SQLite database file in the temp directory.
+fn fresh_sqlite(name: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("{}.db", unique(name)))
 }
 
 /// The store URL and the signing secret read from files (one trailing newline
@@ -906,12 +908,9 @@ async fn listing_flow(url: &str, table: Option<&str>) {
 
 #[tokio::test]
 async fn listing_commands_on_sqlite() {
-    let path = std::env::temp_dir().join(format!("{}.db", unique("webhook-guard-cli-list")));
-    let url = format!("sqlite://{}", path.display());
-    listing_flow(&url, None).await;
-    for suffix in ["", "-wal", "-shm"] {
-        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
-    }
+    let path = fresh_sqlite("webhook-guard-cli-list");
+    listing_flow(&format!("sqlite://{}", path.display()), None).await;
+    support::backends::remove_sqlite(&path);
 }
 
 #[tokio::test]
@@ -921,6 +920,7 @@ async fn listing_commands_on_postgres() {
     };
     listing_flow(&url, Some("webhook_guard_cli_test")).await;
 }
+
 /// `send` signs like each of the presets for Zoom, Meta, Twitch, Discord, Twilio and
 /// HubSpot (the last two over the URL it posts to, as the receiver is configured),
 /// and its duplicate is answered as one.

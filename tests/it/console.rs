@@ -462,7 +462,5 @@ async fn the_console_lists_a_durable_store_through_its_index() {
     )
     .await;
     assert_eq!(status, 400);
-    for suffix in ["", "-wal", "-shm"] {
-        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
-    }
+    crate::support::backends::remove_sqlite(&path);
 }

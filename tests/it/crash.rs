@@ -277,9 +277,7 @@ async fn a_worker_killed_with_sigkill_is_finished_by_another_after_the_lease() {
     assert_eq!(ev.state, webhook_guard::inbox::InboxState::Done);
     assert_eq!(ev.attempts, 2);
     drop((guard, store));
-    for suffix in ["", "-wal", "-shm"] {
-        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
-    }
+    crate::support::backends::remove_sqlite(&path);
 }
 
 /// The same with the worker task aborted mid-handler in process (the memory inbox,

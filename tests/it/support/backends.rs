@@ -99,13 +99,7 @@ impl Cleanup {
                     .send()
                     .await;
             }
-            Self::File(path) => {
-                for suffix in ["", "-wal", "-shm"] {
-                    let mut p = path.clone().into_os_string();
-                    p.push(suffix);
-                    let _ = std::fs::remove_file(p);
-                }
-            }
+            Self::File(path) => remove_sqlite(&path),
             #[allow(unused_variables)]
             Self::Table { url, table } => {
                 #[cfg(feature = "postgres")]
@@ -340,4 +334,13 @@ async fn open(backend: Backend, pool: u32, through: Option<&str>) -> Option<View
 fn both<S: ProcessedStore + InboxStore + OrderingStore>(store: S, cleanup: Cleanup) -> Views {
     let store = Arc::new(store);
     (store.clone(), store.clone(), store, cleanup)
+}
+
+/// Removes a SQLite database file and its `-wal` and `-shm` files.
+pub fn remove_sqlite(path: &std::path::Path) {
+    for suffix in ["", "-wal", "-shm"] {
+        let mut p = path.as_os_str().to_owned();
+        p.push(suffix);
+        let _ = std::fs::remove_file(p);
+    }
 }
