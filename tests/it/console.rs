@@ -8,15 +8,11 @@ use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Router;
-use chrono::{DateTime, Utc};
 use http_body_util::BodyExt;
 use serde_json::Value;
 use tower_service::Service;
 use webhook_guard::console::{self, Auth, Console, Operator};
-use webhook_guard::store::{
-    async_trait, Claim, ClaimRequest, Deleted, Fence, FencingToken, Finish, Key, ProcessedStore,
-    Record, StoreError,
-};
+use webhook_guard::store::ProcessedStore;
 use webhook_guard::verify::HmacSha256Header;
 use webhook_guard::{EventId, MemoryStore, Outcome, WebhookGuard};
 
@@ -245,49 +241,13 @@ async fn the_hosts_middleware_names_the_operator_and_csrf_tokens_are_theirs() {
     assert!(guard.inspect("ord_1").await.unwrap().is_none());
 }
 
-/// A store written against the core contract only: no listing.
-#[derive(Debug, Default)]
-struct Unlisted(MemoryStore);
-
-#[async_trait]
-impl ProcessedStore for Unlisted {
-    async fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
-        self.0.claim(request).await
-    }
-    async fn finish(
-        &self,
-        key: Key<'_>,
-        token: FencingToken,
-        finish: &Finish<'_>,
-    ) -> Result<Fence, StoreError> {
-        self.0.finish(key, token, finish).await
-    }
-    async fn renew(
-        &self,
-        key: Key<'_>,
-        token: FencingToken,
-        lease_until: DateTime<Utc>,
-        expires_at: DateTime<Utc>,
-    ) -> Result<Fence, StoreError> {
-        self.0.renew(key, token, lease_until, expires_at).await
-    }
-    async fn get(&self, key: Key<'_>) -> Result<Option<Record>, StoreError> {
-        self.0.get(key).await
-    }
-    async fn delete(&self, key: Key<'_>, now: DateTime<Utc>) -> Result<Deleted, StoreError> {
-        self.0.delete(key, now).await
-    }
-    async fn purge_expired(&self, now: DateTime<Utc>, limit: usize) -> Result<u64, StoreError> {
-        self.0.purge_expired(now, limit).await
-    }
-    async fn stuck(&self, now: DateTime<Utc>, limit: usize) -> Result<Vec<Record>, StoreError> {
-        self.0.stuck(now, limit).await
-    }
-}
-
 #[tokio::test]
 async fn a_store_that_cannot_list_still_shows_records_and_says_so() {
-    let guard = guard_on(Unlisted::default(), None);
+    let guard = guard_on(
+        // A store written against the core contract only: no listing.
+        crate::support::counted::Counted::<MemoryStore>::default(),
+        None,
+    );
     deliver(&guard, "ord_1").await;
     let router = console::router(guard, Auth::bearer(TOKEN).unwrap()).unwrap();
     let (status, _, body) = send(

@@ -220,6 +220,8 @@ pub fn ms(t: chrono::DateTime<chrono::Utc>) -> chrono::DateTime<chrono::Utc> {
     feature = "redis"
 ))]
 pub mod backends;
+/// A counting store wrapper that lists nothing.
+pub mod counted;
 #[cfg(any(feature = "axum", feature = "tower"))]
 pub mod http_client;
 #[cfg(all(
