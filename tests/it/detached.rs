@@ -167,7 +167,10 @@ async fn shutdown_child() {
                 .append(true)
                 .open(&log)
                 .unwrap();
-            writeln!(file, "{}", event.id()).unwrap();
+            // One write per line: `writeln!` writes the id and the newline apart, and
+            // two handlers ending together would interleave them.
+            file.write_all(format!("{}\n", event.id()).as_bytes())
+                .unwrap();
             Ok(())
         }
     };
