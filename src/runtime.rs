@@ -237,6 +237,12 @@ mod imp {
         pub(crate) fn abort(self) {
             self.task.abort();
         }
+
+        /// Whether the loop has ended.
+        #[cfg(test)]
+        pub(crate) fn is_finished(&self) -> bool {
+            self.task.is_finished()
+        }
     }
 
     /// What a spawned loop waits on to stop. A dropped handle detaches the loop: it
