@@ -204,16 +204,45 @@ mod imp {
         }
     }
 
-    /// The sending end of a spawned task's stop signal, and the task's end.
-    pub(crate) fn stop_signal() -> (tokio::sync::watch::Sender<bool>, Stopped) {
-        let (tx, rx) = tokio::sync::watch::channel(false);
-        (
-            tx,
-            Stopped {
+    /// A loop spawned on tokio, and the signal that stops it.
+    #[derive(Debug)]
+    pub(crate) struct Spawned {
+        stop: tokio::sync::watch::Sender<bool>,
+        task: tokio::task::JoinHandle<()>,
+    }
+
+    impl Spawned {
+        /// Spawns the loop `work` makes of what it waits on to stop.
+        pub(crate) fn new<F, Fut>(work: F) -> Self
+        where
+            F: FnOnce(Stopped) -> Fut,
+            Fut: Future<Output = ()> + Send + 'static,
+        {
+            let (stop, rx) = tokio::sync::watch::channel(false);
+            let stopped = Stopped {
                 rx,
                 detached: false,
-            },
-        )
+            };
+            let task = tokio::spawn(work(stopped));
+            Self { stop, task }
+        }
+
+        /// Asks the loop to stop, and waits for it to end.
+        pub(crate) async fn shutdown(self) {
+            let _ = self.stop.send(true);
+            let _ = self.task.await;
+        }
+
+        /// Ends the loop at once.
+        pub(crate) fn abort(self) {
+            self.task.abort();
+        }
+
+        /// Whether the loop has ended.
+        #[cfg(test)]
+        pub(crate) fn is_finished(&self) -> bool {
+            self.task.is_finished()
+        }
     }
 
     /// What a spawned loop waits on to stop. A dropped handle detaches the loop: it

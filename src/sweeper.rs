@@ -135,8 +135,7 @@ impl Sweeper {
     /// tokio `JoinHandle` does); keep the handle to stop it.
     #[must_use = "keep the handle to stop the sweeper (dropping it leaves it running)"]
     pub fn spawn(self) -> SweeperHandle {
-        let (stop, mut stopped) = crate::runtime::stop_signal();
-        let task = tokio::spawn(async move {
+        let task = crate::runtime::Spawned::new(move |mut stopped| async move {
             let mut ticks = tokio::time::interval(self.interval);
             ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             ticks.tick().await;
@@ -163,7 +162,7 @@ impl Sweeper {
                 }
             }
         });
-        SweeperHandle { stop, task }
+        SweeperHandle { task }
     }
 }
 
@@ -172,16 +171,14 @@ impl Sweeper {
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 #[derive(Debug)]
 pub struct SweeperHandle {
-    stop: tokio::sync::watch::Sender<bool>,
-    task: tokio::task::JoinHandle<()>,
+    task: crate::runtime::Spawned,
 }
 
 #[cfg(feature = "tokio")]
 impl SweeperHandle {
     /// Stops the sweeper after its current pass and waits for it.
     pub async fn shutdown(self) {
-        let _ = self.stop.send(true);
-        let _ = self.task.await;
+        self.task.shutdown().await;
     }
 }
 

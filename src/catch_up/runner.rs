@@ -265,8 +265,7 @@ where
     /// stop the task.
     #[must_use = "keep the handle to stop the task (dropping it leaves it running)"]
     pub fn spawn(self) -> CatchUpHandle {
-        let (stop, mut stopped) = crate::runtime::stop_signal();
-        let task = tokio::spawn(async move {
+        let task = crate::runtime::Spawned::new(move |mut stopped| async move {
             loop {
                 match crate::runtime::catch_unwind(self.pass(Some(&stopped))).await {
                     Ok(Ok(r)) if r.processed + r.failed_for_good + r.unsettled + r.rejected > 0 => {
@@ -296,7 +295,7 @@ where
                 }
             }
         });
-        CatchUpHandle { stop, task }
+        CatchUpHandle { task }
     }
 }
 
@@ -324,14 +323,12 @@ fn check_name(name: &str) -> Result<(), CatchUpError> {
 /// Stops a spawned [`CatchUp`].
 #[derive(Debug)]
 pub struct CatchUpHandle {
-    stop: tokio::sync::watch::Sender<bool>,
-    task: tokio::task::JoinHandle<()>,
+    task: crate::runtime::Spawned,
 }
 
 impl CatchUpHandle {
     /// Stops the task once its current page is settled, and waits for it.
     pub async fn shutdown(self) {
-        let _ = self.stop.send(true);
-        let _ = self.task.await;
+        self.task.shutdown().await;
     }
 }

@@ -103,6 +103,17 @@ impl Fixture {
             .await
     }
 
+    /// How many events a lease of this namespace at `now`, until `until`, takes (up
+    /// to 100).
+    async fn count_due(
+        &self,
+        store: &dyn InboxStore,
+        now: DateTime<Utc>,
+        until: DateTime<Utc>,
+    ) -> usize {
+        self.lease_within(store, now, until, 100).await.len()
+    }
+
     /// What a lease of this namespace at `now`, until `until`, takes (up to `max`).
     async fn lease_within(
         &self,
@@ -199,12 +210,8 @@ pub async fn lease_is_exclusive_and_fenced(store: &dyn InboxStore) {
     ids.dedup();
     assert_eq!(ids.len(), n, "no event is leased twice");
     assert_eq!(n, 20, "all due events are leased");
-    assert!(
-        f.lease_within(store, f.at(2), f.at(62), 100)
-            .await
-            .is_empty(),
-        "running events are not due"
-    );
+    let due = f.count_due(store, f.at(2), f.at(62)).await;
+    assert_eq!(due, 0, "running events are not due");
     let e = f.get(store, "x0").await.unwrap();
     let done = f.settle(InboxState::Done, 3, 3);
     let wrong = FencingToken(e.token.0 ^ 1);
@@ -262,13 +269,8 @@ pub async fn lease_is_exclusive_and_fenced(store: &dyn InboxStore) {
         "a settle without an error keeps the last one"
     );
     let other = Fixture::new();
-    assert!(
-        other
-            .lease_within(store, f.at(1000), f.at(1060), 100)
-            .await
-            .is_empty(),
-        "namespaces are separate"
-    );
+    let due = other.count_due(store, f.at(1000), f.at(1060)).await;
+    assert_eq!(due, 0, "namespaces are separate");
 }
 
 /// A retried event is leased again only once due, with its attempts counted.
@@ -295,14 +297,13 @@ pub async fn retries_wait_until_due(store: &dyn InboxStore) {
         ..f.settle(InboxState::Pending, 91, 91)
     };
     settle_applies(store.settle_event(e.key(), e.token, &retry)).await;
-    let early = f
-        .lease_within(store, ms(91_001_200), ms(151_000_000), 10)
-        .await;
-    assert!(early.is_empty(), "not due 0.3 ms before its time");
-    let due = f
-        .lease_within(store, ms(91_002_000), ms(151_000_000), 10)
-        .await;
-    assert_eq!(due.len(), 1, "due once its time has come");
+    for (at, due, rule) in [
+        (91_001_200, 0, "not due 0.3 ms before its time"),
+        (91_002_000, 1, "due once its time has come"),
+    ] {
+        let taken = f.count_due(store, ms(at), ms(151_000_000)).await;
+        assert_eq!(taken, due, "{rule}");
+    }
 
     // A fresh event is due in the very instant it was accepted, even one between
     // two milliseconds.
@@ -368,21 +369,18 @@ pub async fn a_lease_is_held_to_its_end(store: &dyn InboxStore) {
     let f = Fixture::new();
     let us = |n: i64| f.now + TimeDelta::microseconds(n);
     f.enqueue(store, "edge", b"p", 0).await;
-    let leased = f.lease_within(store, us(0), us(700), 10).await;
-    assert_eq!(leased.len(), 1, "due");
-    assert!(
-        f.lease_within(store, us(300), us(60_000_000), 10)
-            .await
-            .is_empty(),
-        "0.4 ms before the lease ends, in its last millisecond"
-    );
-    assert_eq!(
-        f.lease_within(store, us(1_000), us(60_000_000), 10)
-            .await
-            .len(),
-        1,
-        "0.3 ms after the lease ended"
-    );
+    for (at, until, due, rule) in [
+        (0, 700, 1, "due"),
+        (
+            300,
+            60_000_000,
+            0,
+            "0.4 ms before the lease ends, in its last millisecond",
+        ),
+        (1_000, 60_000_000, 1, "0.3 ms after the lease ended"),
+    ] {
+        assert_eq!(f.count_due(store, us(at), us(until)).await, due, "{rule}");
+    }
 }
 
 /// A renewal needs the lease's token, and moves the lease's end.
@@ -509,28 +507,19 @@ pub async fn settled_events_are_purged(store: &dyn InboxStore) {
         "a purged id is stored again"
     );
     // An event not settled is never replaced, however old: pending, then running.
-    assert!(
-        matches!(
-            f.enqueue(store, other, b"p2", 7201).await,
-            Enqueued::Existing {
-                state: InboxState::Pending,
-                ..
-            }
-        ),
-        "a pending event past its expiry is not replaced"
-    );
+    let f = &f;
+    let kept_as = |at| async move {
+        match f.enqueue(store, other, b"p2", at).await {
+            Enqueued::Existing { state, .. } => Some(state),
+            Enqueued::Inserted => None,
+        }
+    };
+    let rule = "a pending event past its expiry is not replaced";
+    assert_eq!(kept_as(7201).await, Some(InboxState::Pending), "{rule}");
     let running = f.lease_within(store, f.at(7202), f.at(7262), 10).await;
     assert!(running.iter().any(|r| r.id == other), "{other} is due");
-    assert!(
-        matches!(
-            f.enqueue(store, other, b"p2", 7203).await,
-            Enqueued::Existing {
-                state: InboxState::Running,
-                ..
-            }
-        ),
-        "a running event past its expiry is not replaced"
-    );
+    let rule = "a running event past its expiry is not replaced";
+    assert_eq!(kept_as(7203).await, Some(InboxState::Running), "{rule}");
 
     // An expired event that no purge removed yet is replaced by a new delivery.
     let g = Fixture::at_time(base);

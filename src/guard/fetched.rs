@@ -7,7 +7,7 @@ use bytes::Bytes;
 use tracing::Instrument as _;
 
 use super::event::{check_id, Checked, Early};
-use super::{run_owned, Begin, OwnedEvent, WebhookGuard};
+use super::{run_owned, OwnedEvent, WebhookGuard};
 use crate::outcome::{HandlerError, Outcome, Rejection};
 use crate::store::Fingerprint;
 
@@ -72,13 +72,8 @@ impl WebhookGuard {
         .map_err(Early::from);
         async move {
             let unknown = Fingerprint::UNKNOWN;
-            match self
-                .claim_as(checked, &body, unknown, started, now, None)
-                .await
-            {
-                Begin::Claimed(claimed) => run_owned(claimed, &body, handler).await,
-                Begin::Done(outcome) => outcome,
-            }
+            let claim = self.claim_as(checked, &body, unknown, started, now, None);
+            run_owned(claim.await, &body, handler).await
         }
         .instrument(span)
     }

@@ -313,10 +313,8 @@ impl WebhookGuard {
         let (span, started, now) = self.start_delivery();
         let verified = span.in_scope(|| self.verify_id_at(headers, &body, now));
         async move {
-            match self.claim(verified, &body, started, now, lease_cap).await {
-                Begin::Claimed(claimed) => run_owned(claimed, &body, handler).await,
-                Begin::Done(outcome) => outcome,
-            }
+            let begin = self.claim(verified, &body, started, now, lease_cap).await;
+            run_owned(begin, &body, handler).await
         }
         .instrument(span)
     }
@@ -357,7 +355,7 @@ impl WebhookGuard {
                 Begin::Done(outcome) => return outcome,
             };
             let Some(slot) = self.detached_slot() else {
-                return run_owned(claimed, &body, handler).await;
+                return run_owned(Begin::Claimed(claimed), &body, handler).await;
             };
             let state = claimed.take();
             let (id, lease_until) = (state.id.clone(), state.record.lease_until);
@@ -369,7 +367,7 @@ impl WebhookGuard {
                     state: Some(state),
                     body: &body,
                 };
-                run_owned(claimed, &body, handler).await
+                run_owned(Begin::Claimed(claimed), &body, handler).await
             });
             let ended = match self.inner.answer_deadline {
                 Some(deadline) => {
@@ -718,13 +716,13 @@ where
 }
 
 /// [`run_claimed`] with an [`OwnedEvent`] that shares `body`, the claim's body.
-async fn run_owned<F, Fut>(claimed: Claimed<'_>, body: &Bytes, handler: F) -> Outcome
+async fn run_owned<F, Fut>(begin: Begin<'_>, body: &Bytes, handler: F) -> Outcome
 where
     F: FnOnce(OwnedEvent) -> Fut,
     Fut: Future<Output = Result<(), HandlerError>>,
 {
     let shared = body.clone();
-    run_claimed(Begin::Claimed(claimed), move |event| {
+    run_claimed(begin, move |event| {
         handler(OwnedEvent {
             body: shared,
             claim: event.claim,

@@ -339,8 +339,7 @@ impl Worker {
     /// tokio `JoinHandle` does); keep the handle to stop it.
     #[must_use = "keep the handle to stop the worker (dropping it leaves it running)"]
     pub fn spawn(self) -> WorkerHandle {
-        let (stop, mut stopped) = crate::runtime::stop_signal();
-        let task = tokio::spawn(async move {
+        let task = crate::runtime::Spawned::new(move |mut stopped| async move {
             let mut running = tokio::task::JoinSet::new();
             // The purge, on a task of its own: a long one holds up no lease.
             let mut purging = tokio::task::JoinSet::new();
@@ -392,7 +391,7 @@ impl Worker {
                 log_task(done);
             }
         });
-        WorkerHandle { stop, task }
+        WorkerHandle { task }
     }
 
     /// Purges settled events past retention at `now`: in batches until one comes
@@ -848,8 +847,7 @@ impl Inner {
 /// Stops a spawned [`Worker`].
 #[derive(Debug)]
 pub struct WorkerHandle {
-    stop: tokio::sync::watch::Sender<bool>,
-    task: tokio::task::JoinHandle<()>,
+    task: crate::runtime::Spawned,
 }
 
 impl WorkerHandle {
@@ -857,8 +855,7 @@ impl WorkerHandle {
     /// An event whose settle the store fails is tried again until its lease ends
     /// (see [`Worker`]), so with the store down this waits at most about a lease.
     pub async fn shutdown(self) {
-        let _ = self.stop.send(true);
-        let _ = self.task.await;
+        self.task.shutdown().await;
     }
 
     /// Stops at once, abandoning the events in flight (their leases run out and they

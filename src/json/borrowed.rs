@@ -5,7 +5,7 @@
 use std::borrow::Cow;
 use std::fmt;
 
-use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
 
 use super::seed::{KeyIn, Skip};
 
@@ -68,13 +68,7 @@ impl<P> Seed<'_, P> {
     }
 }
 
-impl<'de, P: AsRef<str>> DeserializeSeed<'de> for Seed<'_, P> {
-    type Value = Strings<'de>;
-
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Strings<'de>, D::Error> {
-        d.deserialize_any(self)
-    }
-}
+visitor_seed!([P: AsRef<str>] Seed<'_, P> => Strings<'de>, deserialize_any);
 
 impl<'de, P: AsRef<str>> Visitor<'de> for Seed<'_, P> {
     type Value = Strings<'de>;

@@ -1,5 +1,23 @@
 //! Reading one field out of a raw JSON body without building or re-serializing it.
 
+/// Implements [`DeserializeSeed`] for a seed that is its own visitor: the
+/// deserializer is asked for its value with `$how` (such as `deserialize_any`).
+/// `[$generics]` are the impl's parameters beside `'de`.
+macro_rules! visitor_seed {
+    ([$($generics:tt)*] $seed:ty => $value:ty, $how:ident) => {
+        impl<'de, $($generics)*> serde::de::DeserializeSeed<'de> for $seed {
+            type Value = $value;
+
+            fn deserialize<D: serde::de::Deserializer<'de>>(
+                self,
+                d: D,
+            ) -> Result<$value, D::Error> {
+                d.$how(self)
+            }
+        }
+    };
+}
+
 mod borrowed;
 mod plain;
 mod seed;

@@ -4,7 +4,7 @@
 use std::cell::RefCell;
 use std::fmt;
 
-use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::de::{self, MapAccess, SeqAccess, Visitor};
 
 /// [`PathSeed`] for several paths at once. `live` holds the paths that lead to the
 /// value being read (they share their first `depth` keys); the answer holds, for each
@@ -39,13 +39,7 @@ impl<P: AsRef<str>, const N: usize> MultiSeed<'_, P, N> {
     }
 }
 
-impl<'de, P: AsRef<str>, const N: usize> DeserializeSeed<'de> for MultiSeed<'_, P, N> {
-    type Value = [Found; N];
-
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<[Found; N], D::Error> {
-        d.deserialize_any(self)
-    }
-}
+visitor_seed!([P: AsRef<str>, const N: usize] MultiSeed<'_, P, N> => [Found; N], deserialize_any);
 
 impl<'de, P: AsRef<str>, const N: usize> Visitor<'de> for MultiSeed<'_, P, N> {
     type Value = [Found; N];
@@ -138,13 +132,7 @@ pub(super) struct PathSeed<'p> {
 /// The error message that carries "found, stop reading" out of serde.
 const STOPPED: &str = "webhook-guard: field found";
 
-impl<'de> DeserializeSeed<'de> for PathSeed<'_> {
-    type Value = Found;
-
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Found, D::Error> {
-        d.deserialize_any(self)
-    }
-}
+visitor_seed!([] PathSeed<'_> => Found, deserialize_any);
 
 impl<'de> Visitor<'de> for PathSeed<'_> {
     type Value = Found;
@@ -219,13 +207,7 @@ impl<'de> Visitor<'de> for PathSeed<'_> {
 /// `Cow<str>` would allocate a `String` for every key: serde's `Cow` always owns.)
 pub(super) struct KeyIn<'n>(pub(super) &'n [&'n str]);
 
-impl<'de> DeserializeSeed<'de> for KeyIn<'_> {
-    type Value = u8;
-
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<u8, D::Error> {
-        d.deserialize_str(self)
-    }
-}
+visitor_seed!([] KeyIn<'_> => u8, deserialize_str);
 
 impl<'de> Visitor<'de> for KeyIn<'_> {
     type Value = u8;
@@ -248,13 +230,7 @@ impl<'de> Visitor<'de> for KeyIn<'_> {
 /// level, so serde_json's nesting limit (128) applies to skipped values too.
 pub(super) struct Skip;
 
-impl<'de> DeserializeSeed<'de> for Skip {
-    type Value = ();
-
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_any(Skip)
-    }
-}
+visitor_seed!([] Skip => (), deserialize_any);
 
 impl<'de> Visitor<'de> for Skip {
     type Value = ();

@@ -86,22 +86,23 @@ pin_project! {
     #[project = StateProj]
     #[derive(Debug)]
     enum State<R, F> {
-        Routed { #[pin] future: R },
-        Fallback { #[pin] future: F },
+        Running { #[pin] future: OneOf<R, F> },
         Ready { result: Option<Result<(), HandlerError>> },
     }
 }
 
 impl<R, F> RouteFuture<R, F> {
     pub(super) fn routed(future: R) -> Self {
-        Self {
-            state: State::Routed { future },
-        }
+        Self::running(OneOf::here(future))
     }
 
     pub(super) fn fallback(future: F) -> Self {
+        Self::running(OneOf::further(future))
+    }
+
+    fn running(future: OneOf<R, F>) -> Self {
         Self {
-            state: State::Fallback { future },
+            state: State::Running { future },
         }
     }
 
@@ -123,8 +124,7 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().state.project() {
-            StateProj::Routed { future } => future.poll(cx),
-            StateProj::Fallback { future } => future.poll(cx),
+            StateProj::Running { future } => future.poll(cx),
             StateProj::Ready { result } => {
                 Poll::Ready(result.take().expect("a route future polled after it ended"))
             }
