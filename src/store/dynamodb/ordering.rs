@@ -49,6 +49,12 @@ fn set_status(e: &mut Expr, key: ObjectKey<'_>, status: ObjectStatus, now: i64) 
     update
 }
 
+/// `#status <op> :pending`.
+fn status_vs_pending(e: &mut Expr, op: &str) -> String {
+    let pending = e.v("pending", s(ObjectStatus::Pending.as_str()));
+    format!("{} {op} {pending}", e.n("status"))
+}
+
 impl DynamoDbStore {
     /// Sets the status of `key` if its newest is `created_at` and `extra` (a
     /// condition on the stored record, may be empty) holds: whether it was set, and
@@ -156,13 +162,7 @@ impl OrderingStore for DynamoDbStore {
         status: ObjectStatus,
         now: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
-        let pending = |e: &mut Expr| {
-            format!(
-                "{} = {}",
-                e.n("status"),
-                e.v("pending", s(ObjectStatus::Pending.as_str()))
-            )
-        };
+        let pending = |e: &mut Expr| status_vs_pending(e, "=");
         // The first settle of this time sets it.
         let first = self
             .set_object_status(key, created_at, status, now, &pending)
@@ -172,13 +172,7 @@ impl OrderingStore for DynamoDbStore {
         }
         // A later one sets only a failure, so that a failure is never hidden.
         if status == ObjectStatus::Failed {
-            let settled = |e: &mut Expr| {
-                format!(
-                    "{} <> {}",
-                    e.n("status"),
-                    e.v("pending", s(ObjectStatus::Pending.as_str()))
-                )
-            };
+            let settled = |e: &mut Expr| status_vs_pending(e, "<>");
             let again = self
                 .set_object_status(key, created_at, status, now, &settled)
                 .await?;
