@@ -64,11 +64,7 @@ impl DynamoDbStore {
 
 /// `#state = :dead`.
 fn is_dead(e: &mut Expr) -> String {
-    format!(
-        "{} = {}",
-        e.n("state"),
-        e.v("dead", s(InboxState::Dead.as_str()))
-    )
+    e.eq("state", "dead", s(InboxState::Dead.as_str()))
 }
 
 impl DynamoDbStore {
@@ -87,9 +83,8 @@ impl DynamoDbStore {
             None => codec::list_at(below.ms.saturating_add(1), ""),
         };
         format!(
-            "{} = {} AND {} BETWEEN {} AND {}",
-            e.n("list_pk"),
-            e.v("p", s(partition)),
+            "{} AND {} BETWEEN {} AND {}",
+            e.eq("list_pk", "p", s(partition)),
             e.n("list_at"),
             e.v("lo", s(codec::list_at(lo, ""))),
             e.v("hi", s(hi)),
@@ -245,15 +240,12 @@ walked_listing! {
         let mut e = Expr::default();
         let now = e.v("now", n(millis(now)));
         let update = format!(
-            "SET {} = {}, {} = {now}, {} = {}, {} = {now}, {} = {}, {} = {now} REMOVE {}",
-            e.n("state"),
-            e.v("pending", s(InboxState::Pending.as_str())),
+            "SET {}, {} = {now}, {}, {} = {now}, {}, {} = {now} REMOVE {}",
+            e.eq("state", "pending", s(InboxState::Pending.as_str())),
             e.n("next_attempt_at"),
-            e.n("attempts"),
-            e.v("zero", n(0)),
+            e.eq("attempts", "zero", n(0)),
             e.n("updated_at"),
-            e.n("due_pk"),
-            e.v("due_pk", s(codec::due_events(key.namespace))),
+            e.eq("due_pk", "due_pk", s(codec::due_events(key.namespace))),
             e.n("due_at"),
             e.n("ttl"),
         );

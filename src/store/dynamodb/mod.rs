@@ -541,6 +541,12 @@ impl Expr {
         p
     }
 
+    /// `#attr = :name`, `:name` declared with `value`.
+    fn eq(&mut self, attr: &str, name: &str, value: AttributeValue) -> String {
+        let name = self.v(name, value);
+        format!("{} = {name}", self.n(attr))
+    }
+
     fn names(&self) -> Option<HashMap<String, String>> {
         (!self.names.is_empty()).then(|| self.names.clone())
     }
@@ -757,9 +763,8 @@ impl DynamoDbStore {
     ) -> Result<(Vec<String>, Option<Item>), StoreError> {
         let mut expr = Expr::default();
         let condition = format!(
-            "{} = {} AND {} <= {}",
-            expr.n("due_pk"),
-            expr.v("p", s(due_pk)),
+            "{} AND {} <= {}",
+            expr.eq("due_pk", "p", s(due_pk)),
             expr.n("due_at"),
             expr.v("until", n(until)),
         );
