@@ -108,12 +108,7 @@ impl IndexWalk for DynamoDbStore {
             let partition = Self::list_partition(walk, *i);
             let mut e = Expr::default();
             let condition = Self::list_condition(&mut e, &partition, lo, below);
-            (self.inner.client.query())
-                .table_name(&self.inner.table)
-                .index_name(LIST_INDEX)
-                .key_condition_expression(condition)
-                .set_expression_attribute_names(e.names())
-                .set_expression_attribute_values(e.values())
+            (self.index_query(LIST_INDEX, condition, &e))
                 .scan_index_forward(false)
                 // One more: the entry at `below` itself may come first.
                 .limit(i32::try_from(count + 1).unwrap_or(i32::MAX))
@@ -159,12 +154,7 @@ impl IndexWalk for DynamoDbStore {
             loop {
                 let mut e = Expr::default();
                 let condition = Self::list_condition(&mut e, &partition, lo, &below);
-                let out = (self.inner.client.query())
-                    .table_name(&self.inner.table)
-                    .index_name(LIST_INDEX)
-                    .key_condition_expression(condition)
-                    .set_expression_attribute_names(e.names())
-                    .set_expression_attribute_values(e.values())
+                let out = (self.index_query(LIST_INDEX, condition, &e))
                     .select(Select::Count)
                     .set_exclusive_start_key(start)
                     .send()

@@ -189,6 +189,7 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::config::http::HttpResponse;
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder;
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::Client;
 use chrono::{DateTime, Utc};
@@ -752,6 +753,17 @@ impl DynamoDbStore {
         conditional_write!(delete, condition, expr, delete_item::DeleteItemError, _ => ())
     }
 
+    /// A `Query` of the index `index` under the key condition `condition` (names
+    /// and values from `expr`).
+    fn index_query(&self, index: &str, condition: String, expr: &Expr) -> QueryFluentBuilder {
+        (self.inner.client.query())
+            .table_name(&self.inner.table)
+            .index_name(index)
+            .key_condition_expression(condition)
+            .set_expression_attribute_names(expr.names())
+            .set_expression_attribute_values(expr.values())
+    }
+
     /// One page of the `due` index's partition `due_pk` up to `until` (inclusive),
     /// oldest first: the `pk`s, and where the next page starts.
     async fn due_page(
@@ -768,12 +780,7 @@ impl DynamoDbStore {
             expr.n("due_at"),
             expr.v("until", n(until)),
         );
-        let out = (self.inner.client.query())
-            .table_name(&self.inner.table)
-            .index_name(DUE_INDEX)
-            .key_condition_expression(condition)
-            .set_expression_attribute_names(expr.names())
-            .set_expression_attribute_values(expr.values())
+        let out = (self.index_query(DUE_INDEX, condition, &expr))
             .scan_index_forward(true)
             .limit(i32::try_from(limit.clamp(1, PAGE)).unwrap_or(1))
             .set_exclusive_start_key(start)
