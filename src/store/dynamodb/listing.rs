@@ -2,7 +2,8 @@
 //!
 //! Records: the `list` global secondary index (see the [store's docs](super)),
 //! one `Query` per state and shard newest first, merged by
-//! [`walk_indexes`](crate::store::listing::walk_indexes), then a `BatchGetItem` of the page's records.
+//! [`walk_indexes`](crate::store::listing::walk_indexes), then a `BatchGetItem`
+//! of the page's records.
 //!
 //! Inbox events have no listing index: a page (or a count) reads the whole table
 //! with strongly consistent `Scan` calls filtered by

@@ -2,8 +2,9 @@
 //!
 //! Records: the listing indexes, a sorted set per shard, namespace and state
 //! scored by `updated_at` (see [Listing](crate::store::redis#listing)), walked by
-//! [`walk_indexes`](crate::store::listing::walk_indexes) and merged over the shards; the page's records read with one
-//! `MGET` per shard and checked against their entries.
+//! [`walk_indexes`](crate::store::listing::walk_indexes) and merged over the
+//! shards; the page's records read with one `MGET` per shard and checked against
+//! their entries.
 //!
 //! Inbox events: an event of a namespace is in its `due` or its `settled` sorted
 //! set; a page walks both with `ZSCAN` (`MATCH <id prefix>*`) and reads each event
