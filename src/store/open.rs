@@ -461,42 +461,44 @@ impl StoreUrl {
             }
             None => SqliteStore::new(pool),
         };
-        Ok(OpenedStore::of(
-            store.clone(),
+        Ok(OpenedStore::migrating(
+            store,
             Backend::Sqlite,
-            Schema::Sqlite(store),
+            Schema::Sqlite,
         ))
+    }
+
+    /// `store` on the table option, when there is one (`with_table` moves it there).
+    #[cfg(any(feature = "postgres", feature = "mysql"))]
+    fn on_table<S, E>(
+        &self,
+        store: S,
+        with_table: impl FnOnce(S, &str) -> Result<S, E>,
+    ) -> Result<S, OpenError> {
+        match &self.table {
+            Some(t) => with_table(store, t).map_err(|_| OpenError::InvalidTable(t.clone())),
+            None => Ok(store),
+        }
     }
 
     #[cfg(feature = "postgres")]
     async fn open_postgres(&self) -> Result<OpenedStore, OpenError> {
         use super::PostgresStore;
-        let mut store = PostgresStore::connect(&self.target).await?;
-        if let Some(t) = &self.table {
-            store = PostgresStore::with_table(store.pool().clone(), t)
-                .map_err(|_| OpenError::InvalidTable(t.clone()))?;
-        }
-        Ok(OpenedStore::of(
-            store.clone(),
+        let store = PostgresStore::connect(&self.target).await?;
+        let store = self.on_table(store, |s, t| PostgresStore::with_table(s.pool().clone(), t))?;
+        Ok(OpenedStore::migrating(
+            store,
             Backend::Postgres,
-            Schema::Postgres(store),
+            Schema::Postgres,
         ))
     }
 
     #[cfg(feature = "mysql")]
     async fn open_mysql(&self) -> Result<OpenedStore, OpenError> {
         use super::MySqlStore;
-        let mut store = MySqlStore::connect(&self.target).await?;
-        if let Some(t) = &self.table {
-            store = store
-                .with_table(t)
-                .map_err(|_| OpenError::InvalidTable(t.clone()))?;
-        }
-        Ok(OpenedStore::of(
-            store.clone(),
-            Backend::MySql,
-            Schema::MySql(store),
-        ))
+        let store = MySqlStore::connect(&self.target).await?;
+        let store = self.on_table(store, MySqlStore::with_table)?;
+        Ok(OpenedStore::migrating(store, Backend::MySql, Schema::MySql))
     }
 
     #[cfg(feature = "redis")]
@@ -601,6 +603,15 @@ impl OpenedStore {
             backend,
             schema,
         }
+    }
+
+    /// A store that migrates its own schema (`schema` holds a copy of it).
+    #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
+    fn migrating<S>(store: S, backend: Backend, schema: fn(S) -> Schema) -> Self
+    where
+        S: super::ProcessedStore + crate::inbox::InboxStore + Clone,
+    {
+        Self::of(store.clone(), backend, schema(store))
     }
 
     /// The store's inbox, shared (every store a URL opens keeps one).

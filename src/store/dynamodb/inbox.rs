@@ -20,11 +20,9 @@ fn settled_condition(e: &mut Expr) -> String {
 /// `#state = :running AND #token = :token`: the fence of a settle and a renewal.
 fn fence(e: &mut Expr, token: FencingToken) -> String {
     format!(
-        "{} = {} AND {} = {}",
-        e.n("state"),
-        e.v("running", s(InboxState::Running.as_str())),
-        e.n("token"),
-        e.v("token", n(token.0)),
+        "{} AND {}",
+        e.eq("state", "running", s(InboxState::Running.as_str())),
+        e.eq("token", "token", n(token.0)),
     )
 }
 
@@ -136,21 +134,13 @@ impl InboxStore for DynamoDbStore {
         let now = millis(settle.now);
         let mut e = Expr::default();
         let mut set = vec![
-            format!(
-                "{} = {}",
-                e.n("state"),
-                e.v("state", s(settle.state.as_str()))
-            ),
-            format!("{} = {}", e.n("next_attempt_at"), e.v("next", n(next))),
-            format!("{} = {}", e.n("updated_at"), e.v("now", n(now))),
-            format!("{} = {}", e.n("expires_at"), e.v("expires", n(expires))),
+            e.eq("state", "state", s(settle.state.as_str())),
+            e.eq("next_attempt_at", "next", n(next)),
+            e.eq("updated_at", "now", n(now)),
+            e.eq("expires_at", "expires", n(expires)),
         ];
         if let Some(error) = settle.error {
-            set.push(format!(
-                "{} = {}",
-                e.n("last_error"),
-                e.v("error", s(error))
-            ));
+            set.push(e.eq("last_error", "error", s(error)));
         }
         if !settle.attempt_counts {
             // A `Running` event was leased, so it holds at least one attempt.
@@ -161,14 +151,10 @@ impl InboxStore for DynamoDbStore {
         if settle.state.is_settled() {
             let shard = self.shard_of(&pk);
             let due_pk = format!("e/settled/{shard}");
-            set.push(format!("{} = {}", e.n("due_pk"), e.v("due_pk", s(due_pk))));
-            set.push(format!(
-                "{} = {}",
-                e.n("due_at"),
-                e.v("expires", n(expires))
-            ));
+            set.push(e.eq("due_pk", "due_pk", s(due_pk)));
+            set.push(e.eq("due_at", "expires", n(expires)));
             let ttl = super::ttl_secs(expires, now);
-            set.push(format!("{} = {}", e.n("ttl"), e.v("ttl", n(ttl))));
+            set.push(e.eq("ttl", "ttl", n(ttl)));
         } else {
             let due_at = if settle.state == InboxState::Running {
                 e.n("lease_until")

@@ -2,7 +2,8 @@
 //!
 //! Records: the `list` global secondary index (see the [store's docs](super)),
 //! one `Query` per state and shard newest first, merged by
-//! [`walk_indexes`], then a `BatchGetItem` of the page's records.
+//! [`walk_indexes`](crate::store::listing::walk_indexes), then a `BatchGetItem`
+//! of the page's records.
 //!
 //! Inbox events have no listing index: a page (or a count) reads the whole table
 //! with strongly consistent `Scan` calls filtered by
@@ -22,12 +23,12 @@ use chrono::{DateTime, Utc};
 use super::{
     codec, item_pk, millis, n, s, store_error, DynamoDbStore, Expr, Item, Write, LIST_INDEX,
 };
-use crate::inbox::{InboxEvent, InboxListing, InboxState};
+use crate::inbox::InboxState;
 use crate::store::listing::{
-    count_by_pages, scanned_event_count, scanned_events, walk_indexes, Below, EventQuery,
-    EventScan, Fetched, IndexEntry, ListingStore, Page, RecordQuery,
+    walked_listing, Below, EachEvent, Entries, EventQuery, EventScan, Fetched, Fetches, IndexEntry,
+    IndexWalk, Walk,
 };
-use crate::store::{Key, Record, RecordState, StoreError};
+use crate::store::{Key, Record, StoreError};
 
 impl DynamoDbStore {
     /// Calls `each` with every item whose `pk` starts with `prefix`, reading the
@@ -60,45 +61,18 @@ impl DynamoDbStore {
             }
         }
     }
-
-    /// Calls `each` with every event the query's namespace and prefix select.
-    async fn scan_events(
-        &self,
-        query: &EventQuery,
-        each: &mut (dyn FnMut(InboxEvent) + Send),
-    ) -> Result<(), StoreError> {
-        let prefix = item_pk(
-            'e',
-            Key::new(&query.namespace, query.id_prefix.as_deref().unwrap_or("")),
-        )?;
-        self.scan_prefix(&prefix, |item| match codec::event(item) {
-            Ok(ev) => each(ev),
-            Err(e) => tracing::warn!(error = %e, "an event that does not read: not listed"),
-        })
-        .await
-    }
 }
 
 /// `#state = :dead`.
 fn is_dead(e: &mut Expr) -> String {
-    format!(
-        "{} = {}",
-        e.n("state"),
-        e.v("dead", s(InboxState::Dead.as_str()))
-    )
+    e.eq("state", "dead", s(InboxState::Dead.as_str()))
 }
 
 impl DynamoDbStore {
-    /// The state and `list` partition of source `i` of a listing over `states`.
-    fn list_source(
-        &self,
-        i: usize,
-        namespace: &str,
-        states: &[RecordState],
-    ) -> (RecordState, String) {
-        let state = states[i % states.len()];
-        let shard = u16::try_from(i / states.len()).unwrap_or(u16::MAX);
-        (state, codec::list_pk(namespace, state, shard))
+    /// The `list` partition of source `i` of `walk`.
+    fn list_partition(walk: &Walk<'_>, i: usize) -> String {
+        let (shard, state) = walk.source(i);
+        codec::list_pk(&walk.query.namespace, state, shard)
     }
 
     /// The key condition on one `list` partition from the range's start to
@@ -110,38 +84,32 @@ impl DynamoDbStore {
             None => codec::list_at(below.ms.saturating_add(1), ""),
         };
         format!(
-            "{} = {} AND {} BETWEEN {} AND {}",
-            e.n("list_pk"),
-            e.v("p", s(partition)),
+            "{} AND {} BETWEEN {} AND {}",
+            e.eq("list_pk", "p", s(partition)),
             e.n("list_at"),
             e.v("lo", s(codec::list_at(lo, ""))),
             e.v("hi", s(hi)),
         )
     }
+}
 
-    /// Up to `count` entries of each `list` partition asked for, newest first, all
-    /// queried at once.
-    async fn fetch_entries(
-        &self,
-        query: &RecordQuery,
-        states: &[RecordState],
-        want: Vec<(usize, Below)>,
-        count: usize,
-    ) -> Result<Vec<Fetched<String>>, StoreError> {
-        let lo = query
+#[async_trait]
+impl IndexWalk for DynamoDbStore {
+    fn index_shards(&self) -> usize {
+        usize::from(self.inner.shards)
+    }
+
+    /// All `list` partitions asked for queried at once.
+    async fn fetch(&self, walk: &Walk<'_>, want: Vec<(usize, Below)>, count: usize) -> Fetches {
+        let lo = (walk.query)
             .millis_range()
             .map_or(i64::MIN, |(lo, _)| lo)
             .max(-LIST_MS_LIMIT);
         let queries = want.iter().map(|(i, below)| {
-            let (_, partition) = self.list_source(*i, &query.namespace, states);
+            let partition = Self::list_partition(walk, *i);
             let mut e = Expr::default();
             let condition = Self::list_condition(&mut e, &partition, lo, below);
-            (self.inner.client.query())
-                .table_name(&self.inner.table)
-                .index_name(LIST_INDEX)
-                .key_condition_expression(condition)
-                .set_expression_attribute_names(e.names())
-                .set_expression_attribute_values(e.values())
+            (self.index_query(LIST_INDEX, condition, &e))
                 .scan_index_forward(false)
                 // One more: the entry at `below` itself may come first.
                 .limit(i32::try_from(count + 1).unwrap_or(i32::MAX))
@@ -176,29 +144,18 @@ impl DynamoDbStore {
         Ok(out)
     }
 
-    /// How many entries the `list` partitions of `states` hold in `[lo, hi]`
-    /// (`Select=COUNT` queries, page by page).
-    async fn count_entries(
-        &self,
-        namespace: &str,
-        states: &[RecordState],
-        lo: i64,
-        hi: i64,
-    ) -> Result<u64, StoreError> {
+    /// `Select=COUNT` queries of each `list` partition, page by page.
+    async fn count_range(&self, walk: &Walk<'_>, lo: i64, hi: i64) -> Result<u64, StoreError> {
+        let (lo, hi) = (lo.max(-LIST_MS_LIMIT), hi.min(LIST_MS_LIMIT));
         let below = Below { ms: hi, id: None };
         let mut total = 0u64;
-        for i in 0..usize::from(self.inner.shards) * states.len() {
-            let (_, partition) = self.list_source(i, namespace, states);
+        for i in 0..self.index_shards() * walk.states.len() {
+            let partition = Self::list_partition(walk, i);
             let mut start: Option<Item> = None;
             loop {
                 let mut e = Expr::default();
                 let condition = Self::list_condition(&mut e, &partition, lo, &below);
-                let out = (self.inner.client.query())
-                    .table_name(&self.inner.table)
-                    .index_name(LIST_INDEX)
-                    .key_condition_expression(condition)
-                    .set_expression_attribute_names(e.names())
-                    .set_expression_attribute_values(e.values())
+                let out = (self.index_query(LIST_INDEX, condition, &e))
                     .select(Select::Count)
                     .set_exclusive_start_key(start)
                     .send()
@@ -213,34 +170,10 @@ impl DynamoDbStore {
         }
         Ok(total)
     }
-}
 
-/// The earliest and latest `updated_at` (ms from the epoch) the `list` index
-/// spells: a range starting before is read from there.
-const LIST_MS_LIMIT: i64 = 9_000_000_000_000_000;
-
-#[async_trait]
-impl EventScan for DynamoDbStore {
-    async fn each_event(
-        &self,
-        query: &EventQuery,
-        each: &mut (dyn FnMut(InboxEvent) + Send),
-    ) -> Result<(), StoreError> {
-        self.scan_events(query, each).await
-    }
-}
-
-#[cfg_attr(docsrs, doc(cfg(feature = "dynamodb")))]
-#[async_trait]
-impl ListingStore for DynamoDbStore {
-    async fn list_records(&self, query: &RecordQuery) -> Result<Page<Record>, StoreError> {
-        let states = query.record_states();
-        let sources = usize::from(self.inner.shards) * states.len();
-        let (entries, next) = walk_indexes(query, sources, |want, count| {
-            self.fetch_entries(query, &states, want, count)
-        })
-        .await?;
-        let pks: Vec<String> = entries.iter().map(|(_, e)| e.member.clone()).collect();
+    /// One `BatchGetItem` of the page's records.
+    async fn records(&self, walk: &Walk<'_>, page: Entries) -> Result<Vec<Record>, StoreError> {
+        let pks: Vec<String> = page.iter().map(|(_, e)| e.member.clone()).collect();
         let mut found: HashMap<String, Record> = HashMap::with_capacity(pks.len());
         for item in self.get_many(&pks).await? {
             match codec::record(&item) {
@@ -252,62 +185,58 @@ impl ListingStore for DynamoDbStore {
                 Err(e) => tracing::warn!(error = %e, "a record that does not read: not listed"),
             }
         }
-        let mut items = Vec::with_capacity(entries.len());
-        for (source, e) in entries {
-            let state = states[source % states.len()];
+        let mut items = Vec::with_capacity(page.len());
+        for (source, e) in page {
+            let (_, state) = walk.source(source);
             // An entry names its record only while the record is in the entry's
             // state since the entry's time: the index lags the table a little.
             if let Some(r) = found.remove(&e.member) {
-                if r.state == state && r.updated_at.timestamp_millis() == e.ms && query.matches(&r)
+                if r.state == state
+                    && r.updated_at.timestamp_millis() == e.ms
+                    && walk.query.matches(&r)
                 {
                     items.push(r);
                 }
             }
         }
-        Ok(Page { items, next })
-    }
-
-    async fn count_records(&self, query: &RecordQuery) -> Result<u64, StoreError> {
-        let mut all = query.clone();
-        all.after = None;
-        let Some((lo, hi)) = all.millis_range() else {
-            return Ok(0);
-        };
-        let states = all.record_states();
-        if all.id_prefix.is_some() || states.contains(&RecordState::InProgress) {
-            // A lease tells live from stuck, and an id prefix is no key range.
-            return count_by_pages(self, &all).await;
-        }
-        let (lo, hi) = (lo.max(-LIST_MS_LIMIT), hi.min(LIST_MS_LIMIT));
-        self.count_entries(&all.namespace, &states, lo, hi).await
+        Ok(items)
     }
 }
 
-#[cfg_attr(docsrs, doc(cfg(feature = "dynamodb")))]
+/// The earliest and latest `updated_at` (ms from the epoch) the `list` index
+/// spells: a range starting before is read from there.
+const LIST_MS_LIMIT: i64 = 9_000_000_000_000_000;
+
+/// Every event the query's namespace and prefix select.
 #[async_trait]
-impl InboxListing for DynamoDbStore {
-    async fn list_events(&self, query: &EventQuery) -> Result<Page<InboxEvent>, StoreError> {
-        scanned_events(self, query).await
+impl EventScan for DynamoDbStore {
+    async fn each_event(&self, query: &EventQuery, each: EachEvent<'_>) -> Result<(), StoreError> {
+        let prefix = item_pk(
+            'e',
+            Key::new(&query.namespace, query.id_prefix.as_deref().unwrap_or("")),
+        )?;
+        self.scan_prefix(&prefix, |item| match codec::event(item) {
+            Ok(ev) => each(ev),
+            Err(e) => tracing::warn!(error = %e, "an event that does not read: not listed"),
+        })
+        .await
     }
+}
 
-    async fn count_events(&self, query: &EventQuery) -> Result<u64, StoreError> {
-        scanned_event_count(self, query).await
-    }
-
+walked_listing! {
+    DynamoDbStore,
+    "dynamodb",
     async fn requeue_dead(&self, key: Key<'_>, now: DateTime<Utc>) -> Result<bool, StoreError> {
         let pk = item_pk('e', key)?;
         let mut e = Expr::default();
         let now = e.v("now", n(millis(now)));
         let update = format!(
-            "SET {} = {}, {} = {now}, {} = {}, {} = {now}, {} = {}, {} = {now} REMOVE {}",
-            e.n("state"),
-            e.v("pending", s(InboxState::Pending.as_str())),
+            "SET {}, {} = {now}, {}, {} = {now}, {}, {} = {now} REMOVE {}",
+            e.eq("state", "pending", s(InboxState::Pending.as_str())),
             e.n("next_attempt_at"),
-            e.n("attempts"),
-            e.v("zero", n(0)),
+            e.eq("attempts", "zero", n(0)),
             e.n("updated_at"),
-            e.n("due_pk"),
-            e.v("due_pk", s(codec::due_events(key.namespace))),
+            e.eq("due_pk", "due_pk", s(codec::due_events(key.namespace))),
             e.n("due_at"),
             e.n("ttl"),
         );

@@ -189,6 +189,7 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::config::http::HttpResponse;
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder;
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::Client;
 use chrono::{DateTime, Utc};
@@ -541,6 +542,12 @@ impl Expr {
         p
     }
 
+    /// `#attr = :name`, `:name` declared with `value`.
+    fn eq(&mut self, attr: &str, name: &str, value: AttributeValue) -> String {
+        let name = self.v(name, value);
+        format!("{} = {name}", self.n(attr))
+    }
+
     fn names(&self) -> Option<HashMap<String, String>> {
         (!self.names.is_empty()).then(|| self.names.clone())
     }
@@ -657,6 +664,33 @@ fn corrupt(what: &str) -> StoreError {
 // ---------------------------------------------------------------------------
 // Requests shared by the three stores
 
+/// Sends the write `$request` under `$condition` (names and values from `$expr`),
+/// asking for the stored item on a refusal: `Write::Done($done)` (`$out` the
+/// output), or `Write::Refused` with the item when the condition failed
+/// (`$op::$error`: the operation's module and error type).
+macro_rules! conditional_write {
+    ($request:expr, $condition:expr, $expr:expr, $op:ident::$error:ident, $out:pat => $done:expr) => {
+        match $request
+            .condition_expression($condition)
+            .set_expression_attribute_names($expr.names())
+            .set_expression_attribute_values($expr.values())
+            .return_values_on_condition_check_failure(
+                aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure::AllOld,
+            )
+            .send()
+            .await
+        {
+            Ok($out) => Ok(Write::Done($done)),
+            Err(e) => match e.as_service_error() {
+                Some(
+                    aws_sdk_dynamodb::operation::$op::$error::ConditionalCheckFailedException(c),
+                ) => Ok(Write::Refused(c.item().cloned())),
+                _ => Err(store_error(e)),
+            },
+        }
+    };
+}
+
 impl DynamoDbStore {
     /// A strongly consistent `GetItem` of `pk`.
     async fn get_item(&self, pk: &str) -> Result<Option<Item>, StoreError> {
@@ -683,26 +717,10 @@ impl DynamoDbStore {
                 bytes: size,
             }));
         }
-        let sent = (self.inner.client.put_item())
+        let put = (self.inner.client.put_item())
             .table_name(&self.inner.table)
-            .set_item(Some(item))
-            .condition_expression(condition)
-            .set_expression_attribute_names(expr.names())
-            .set_expression_attribute_values(expr.values())
-            .return_values_on_condition_check_failure(
-                aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure::AllOld,
-            )
-            .send()
-            .await;
-        match sent {
-            Ok(_) => Ok(Write::Done(())),
-            Err(e) => match e.as_service_error() {
-                Some(aws_sdk_dynamodb::operation::put_item::PutItemError::ConditionalCheckFailedException(c)) => {
-                    Ok(Write::Refused(c.item().cloned()))
-                }
-                _ => Err(store_error(e)),
-            },
-        }
+            .set_item(Some(item));
+        conditional_write!(put, condition, expr, put_item::PutItemError, _ => ())
     }
 
     /// An `UpdateItem` of `pk` under `condition`, answering the new item.
@@ -713,28 +731,13 @@ impl DynamoDbStore {
         condition: &str,
         expr: Expr,
     ) -> Result<Write<Item>, StoreError> {
-        let sent = (self.inner.client.update_item())
+        let update = (self.inner.client.update_item())
             .table_name(&self.inner.table)
             .set_key(Some(pk_only(pk)))
             .update_expression(update)
-            .condition_expression(condition)
-            .set_expression_attribute_names(expr.names())
-            .set_expression_attribute_values(expr.values())
-            .return_values(aws_sdk_dynamodb::types::ReturnValue::AllNew)
-            .return_values_on_condition_check_failure(
-                aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure::AllOld,
-            )
-            .send()
-            .await;
-        match sent {
-            Ok(out) => Ok(Write::Done(out.attributes.unwrap_or_default())),
-            Err(e) => match e.as_service_error() {
-                Some(aws_sdk_dynamodb::operation::update_item::UpdateItemError::ConditionalCheckFailedException(c)) => {
-                    Ok(Write::Refused(c.item().cloned()))
-                }
-                _ => Err(store_error(e)),
-            },
-        }
+            .return_values(aws_sdk_dynamodb::types::ReturnValue::AllNew);
+        conditional_write!(update, condition, expr, update_item::UpdateItemError,
+            out => out.attributes.unwrap_or_default())
     }
 
     /// A `DeleteItem` of `pk` under `condition`.
@@ -744,26 +747,21 @@ impl DynamoDbStore {
         condition: &str,
         expr: Expr,
     ) -> Result<Write<()>, StoreError> {
-        let sent = (self.inner.client.delete_item())
+        let delete = (self.inner.client.delete_item())
             .table_name(&self.inner.table)
-            .set_key(Some(pk_only(pk)))
-            .condition_expression(condition)
+            .set_key(Some(pk_only(pk)));
+        conditional_write!(delete, condition, expr, delete_item::DeleteItemError, _ => ())
+    }
+
+    /// A `Query` of the index `index` under the key condition `condition` (names
+    /// and values from `expr`).
+    fn index_query(&self, index: &str, condition: String, expr: &Expr) -> QueryFluentBuilder {
+        (self.inner.client.query())
+            .table_name(&self.inner.table)
+            .index_name(index)
+            .key_condition_expression(condition)
             .set_expression_attribute_names(expr.names())
             .set_expression_attribute_values(expr.values())
-            .return_values_on_condition_check_failure(
-                aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure::AllOld,
-            )
-            .send()
-            .await;
-        match sent {
-            Ok(_) => Ok(Write::Done(())),
-            Err(e) => match e.as_service_error() {
-                Some(aws_sdk_dynamodb::operation::delete_item::DeleteItemError::ConditionalCheckFailedException(c)) => {
-                    Ok(Write::Refused(c.item().cloned()))
-                }
-                _ => Err(store_error(e)),
-            },
-        }
     }
 
     /// One page of the `due` index's partition `due_pk` up to `until` (inclusive),
@@ -777,18 +775,12 @@ impl DynamoDbStore {
     ) -> Result<(Vec<String>, Option<Item>), StoreError> {
         let mut expr = Expr::default();
         let condition = format!(
-            "{} = {} AND {} <= {}",
-            expr.n("due_pk"),
-            expr.v("p", s(due_pk)),
+            "{} AND {} <= {}",
+            expr.eq("due_pk", "p", s(due_pk)),
             expr.n("due_at"),
             expr.v("until", n(until)),
         );
-        let out = (self.inner.client.query())
-            .table_name(&self.inner.table)
-            .index_name(DUE_INDEX)
-            .key_condition_expression(condition)
-            .set_expression_attribute_names(expr.names())
-            .set_expression_attribute_values(expr.values())
+        let out = (self.index_query(DUE_INDEX, condition, &expr))
             .scan_index_forward(true)
             .limit(i32::try_from(limit.clamp(1, PAGE)).unwrap_or(1))
             .set_exclusive_start_key(start)

@@ -29,24 +29,26 @@ fn failed_pk(namespace: &str) -> String {
 /// status: filed while `Failed`, out of the index otherwise.
 fn set_status(e: &mut Expr, key: ObjectKey<'_>, status: ObjectStatus, now: i64) -> String {
     let mut update = format!(
-        "SET {} = {}, {} = {}",
-        e.n("status"),
-        e.v("status", s(status.as_str())),
-        e.n("updated_at"),
-        e.v("now", n(now)),
+        "SET {}, {}",
+        e.eq("status", "status", s(status.as_str())),
+        e.eq("updated_at", "now", n(now)),
     );
     if status == ObjectStatus::Failed {
         update.push_str(&format!(
-            ", {} = {}, {} = {}",
-            e.n("due_pk"),
-            e.v("due_pk", s(failed_pk(key.namespace))),
-            e.n("due_at"),
-            e.v("now", n(now)),
+            ", {}, {}",
+            e.eq("due_pk", "due_pk", s(failed_pk(key.namespace))),
+            e.eq("due_at", "now", n(now)),
         ));
     } else {
         update.push_str(&format!(" REMOVE {}, {}", e.n("due_pk"), e.n("due_at")));
     }
     update
+}
+
+/// `#status <op> :pending`.
+fn status_vs_pending(e: &mut Expr, op: &str) -> String {
+    let pending = e.v("pending", s(ObjectStatus::Pending.as_str()));
+    format!("{} {op} {pending}", e.n("status"))
 }
 
 impl DynamoDbStore {
@@ -64,11 +66,7 @@ impl DynamoDbStore {
         let pk = object_pk(key)?;
         let mut e = Expr::default();
         let update = set_status(&mut e, key, status, millis(now));
-        let mut condition = format!(
-            "{} = {}",
-            e.n("newest"),
-            e.v("created", n(millis(created_at)))
-        );
+        let mut condition = e.eq("newest", "created", n(millis(created_at)));
         let extra = extra(&mut e);
         if !extra.is_empty() {
             condition = format!("{condition} AND {extra}");
@@ -93,13 +91,10 @@ impl OrderingStore for DynamoDbStore {
             // send several events per object).
             let mut e = Expr::default();
             let update = format!(
-                "SET {} = {}, {} = {}, {} = {} REMOVE {}, {}",
-                e.n("newest"),
-                e.v("created", n(created)),
-                e.n("status"),
-                e.v("status", s(ObjectStatus::Pending.as_str())),
-                e.n("updated_at"),
-                e.v("now", n(now)),
+                "SET {}, {}, {} REMOVE {}, {}",
+                e.eq("newest", "created", n(created)),
+                e.eq("status", "status", s(ObjectStatus::Pending.as_str())),
+                e.eq("updated_at", "now", n(now)),
                 e.n("due_pk"),
                 e.n("due_at"),
             );
@@ -156,13 +151,7 @@ impl OrderingStore for DynamoDbStore {
         status: ObjectStatus,
         now: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
-        let pending = |e: &mut Expr| {
-            format!(
-                "{} = {}",
-                e.n("status"),
-                e.v("pending", s(ObjectStatus::Pending.as_str()))
-            )
-        };
+        let pending = |e: &mut Expr| status_vs_pending(e, "=");
         // The first settle of this time sets it.
         let first = self
             .set_object_status(key, created_at, status, now, &pending)
@@ -172,13 +161,7 @@ impl OrderingStore for DynamoDbStore {
         }
         // A later one sets only a failure, so that a failure is never hidden.
         if status == ObjectStatus::Failed {
-            let settled = |e: &mut Expr| {
-                format!(
-                    "{} <> {}",
-                    e.n("status"),
-                    e.v("pending", s(ObjectStatus::Pending.as_str()))
-                )
-            };
+            let settled = |e: &mut Expr| status_vs_pending(e, "<>");
             let again = self
                 .set_object_status(key, created_at, status, now, &settled)
                 .await?;
@@ -217,9 +200,8 @@ impl OrderingStore for DynamoDbStore {
     ) -> Result<bool, StoreError> {
         let still_failed = |e: &mut Expr| {
             format!(
-                "{} = {} AND {} <= {}",
-                e.n("status"),
-                e.v("failed", s(ObjectStatus::Failed.as_str())),
+                "{} AND {} <= {}",
+                e.eq("status", "failed", s(ObjectStatus::Failed.as_str())),
                 e.n("updated_at"),
                 e.v("since", n(millis(failed_since))),
             )

@@ -47,7 +47,7 @@ impl DynamoDbStore {
         let mut expr = Expr::default();
         let condition = match expect {
             Expect::Absent => format!("attribute_not_exists({})", expr.n("pk")),
-            Expect::Version(v) => format!("{} = {}", expr.n("v"), expr.v("v", n(v))),
+            Expect::Version(v) => expr.eq("v", "v", n(v)),
         };
         let (written, _) = codec::record(&item)?;
         Ok(match self.put_if(item, &condition, expr).await? {
@@ -108,24 +108,12 @@ impl ProcessedStore for DynamoDbStore {
         let now = millis(finish.now);
         let mut e = Expr::default();
         let mut set = vec![
-            format!(
-                "{} = {}",
-                e.n("state"),
-                e.v("state", s(finish.state.as_str()))
-            ),
-            format!(
-                "{} = {}",
-                e.n("failures"),
-                e.v("failures", n(finish.failures))
-            ),
-            format!("{} = {}", e.n("expires_at"), e.v("expires", n(expires))),
-            format!("{} = {}", e.n("updated_at"), e.v("now", n(now))),
+            e.eq("state", "state", s(finish.state.as_str())),
+            e.eq("failures", "failures", n(finish.failures)),
+            e.eq("expires_at", "expires", n(expires)),
+            e.eq("updated_at", "now", n(now)),
             format!("{} = {} + {}", e.n("v"), e.n("v"), e.v("one", n(1))),
-            format!(
-                "{} = {}",
-                e.n("ttl"),
-                e.v("ttl", n(super::ttl_secs(expires, now)))
-            ),
+            e.eq("ttl", "ttl", n(super::ttl_secs(expires, now))),
         ];
         let shard = self.shard_of(&pk);
         let (due_pk, due_at) = if finish.state == RecordState::InProgress {
@@ -134,19 +122,18 @@ impl ProcessedStore for DynamoDbStore {
         } else {
             (format!("r/expiry/{shard}"), Some(expires))
         };
-        set.push(format!("{} = {}", e.n("due_pk"), e.v("due_pk", s(due_pk))));
+        set.push(e.eq("due_pk", "due_pk", s(due_pk)));
         set.push(format!(
-            "{} = {}, {} = {}",
-            e.n("list_pk"),
-            e.v(
+            "{}, {}",
+            e.eq(
+                "list_pk",
                 "list_pk",
                 s(codec::list_pk(key.namespace, finish.state, shard))
             ),
-            e.n("list_at"),
-            e.v("list_at", s(codec::list_at(now, key.id))),
+            e.eq("list_at", "list_at", s(codec::list_at(now, key.id))),
         ));
         if let Some(due_at) = due_at {
-            set.push(format!("{} = {}", e.n("due_at"), e.v("due_at", n(due_at))));
+            set.push(e.eq("due_at", "due_at", n(due_at)));
         }
         let mut update = format!("SET {}", set.join(", "));
         if finish.history.is_empty() {
@@ -160,18 +147,12 @@ impl ProcessedStore for DynamoDbStore {
                     },
                 ));
             }
-            update = format!(
-                "{update}, {} = {}",
-                e.n("history"),
-                e.v("history", s(history))
-            );
+            update = format!("{update}, {}", e.eq("history", "history", s(history)));
         }
         let condition = format!(
-            "{} = {} AND {} = {}",
-            e.n("state"),
-            e.v("ip", s(RecordState::InProgress.as_str())),
-            e.n("token"),
-            e.v("token", n(token.0)),
+            "{} AND {}",
+            e.eq("state", "ip", s(RecordState::InProgress.as_str())),
+            e.eq("token", "token", n(token.0)),
         );
         Ok(match self.update_if(&pk, &update, &condition, e).await? {
             Write::Done(_) => Fence::Applied,

@@ -5,16 +5,15 @@ use std::future::Future;
 
 use super::*;
 
+/// What a scan calls with each event it meets.
+pub(crate) type EachEvent<'a> = &'a mut (dyn FnMut(InboxEvent) + Send);
+
 /// A store that lists inbox events by scanning them (Redis, DynamoDB).
 #[async_trait::async_trait]
 pub(crate) trait EventScan: Sync {
     /// Calls `each` with every event of the query's namespace whose id starts
     /// with its prefix, once each.
-    async fn each_event(
-        &self,
-        query: &EventQuery,
-        each: &mut (dyn FnMut(InboxEvent) + Send),
-    ) -> Result<(), StoreError>;
+    async fn each_event(&self, query: &EventQuery, each: EachEvent<'_>) -> Result<(), StoreError>;
 }
 
 /// A page of `query` from a scan of every candidate event.
@@ -246,6 +245,127 @@ pub(crate) async fn count_by_pages(
         }
     }
 }
+
+/// One listing of records over ordered indexes, one per shard and state.
+pub(crate) struct Walk<'a> {
+    /// What is listed (or counted).
+    pub(crate) query: &'a RecordQuery,
+    /// The states listed: source `i` is the index of shard `i / states.len()`
+    /// and state `states[i % states.len()]`.
+    pub(crate) states: Vec<RecordState>,
+}
+
+impl Walk<'_> {
+    /// The shard and state of source `i`.
+    pub(crate) fn source(&self, i: usize) -> (u16, RecordState) {
+        let shard = u16::try_from(i / self.states.len()).unwrap_or(u16::MAX);
+        (shard, self.states[i % self.states.len()])
+    }
+}
+
+/// What a walk fetched: per index asked, its entries (see [`walk_indexes`]).
+pub(crate) type Fetches = Result<Vec<Fetched<String>>, StoreError>;
+
+/// The entries of a page, each with the source it came from.
+pub(crate) type Entries = Vec<(usize, IndexEntry<String>)>;
+
+/// A store whose records are listed by walking ordered indexes, one per shard
+/// and state (Redis, DynamoDB).
+#[async_trait::async_trait]
+pub(crate) trait IndexWalk: Sync {
+    /// How many shards the index of each state is cut into.
+    fn index_shards(&self) -> usize;
+
+    /// Up to `count` entries of each index asked for, newest first, below the
+    /// position asked for and within the query's range (see [`walk_indexes`]).
+    async fn fetch(&self, walk: &Walk<'_>, want: Vec<(usize, Below)>, count: usize) -> Fetches;
+
+    /// The records a page's entries name, in the entries' order: those in their
+    /// entry's state since the entry's time (an index lags or keeps stale
+    /// entries) and matching the query.
+    async fn records(&self, walk: &Walk<'_>, page: Entries) -> Result<Vec<Record>, StoreError>;
+
+    /// How many entries the indexes of the walk's states in its namespace hold
+    /// from `lo` to `hi` (milliseconds, both included).
+    async fn count_range(&self, walk: &Walk<'_>, lo: i64, hi: i64) -> Result<u64, StoreError>;
+}
+
+/// A page of `query` from a walk of the store's indexes.
+pub(crate) async fn walked_records(
+    store: &impl IndexWalk,
+    query: &RecordQuery,
+) -> Result<Page<Record>, StoreError> {
+    let walk = Walk {
+        query,
+        states: query.record_states(),
+    };
+    let sources = store.index_shards() * walk.states.len();
+    let (entries, next) = walk_indexes(query, sources, |want, count| {
+        store.fetch(&walk, want, count)
+    })
+    .await?;
+    let items = store.records(&walk, entries).await?;
+    Ok(Page { items, next })
+}
+
+/// How many records match `query`: a count of index entries, or page by page
+/// where the indexes cannot tell (an id prefix, a lease to tell live from
+/// stuck).
+pub(crate) async fn walked_count(
+    store: &(impl IndexWalk + ListingStore),
+    query: &RecordQuery,
+) -> Result<u64, StoreError> {
+    let mut all = query.clone();
+    all.after = None;
+    let Some((lo, hi)) = all.millis_range() else {
+        return Ok(0);
+    };
+    let walk = Walk {
+        query: &all,
+        states: all.record_states(),
+    };
+    if all.id_prefix.is_some() || walk.states.contains(&RecordState::InProgress) {
+        return count_by_pages(store, &all).await;
+    }
+    store.count_range(&walk, lo, hi).await
+}
+
+/// The [`ListingStore`] and [`InboxListing`](crate::inbox::InboxListing) impls of
+/// a store that walks indexes for records ([`IndexWalk`]) and scans inbox events
+/// ([`EventScan`]); the tokens after the feature are its `requeue_dead` and
+/// `purge_dead`.
+macro_rules! walked_listing {
+    ($store:ty, $feature:literal, $($dead_letters:tt)*) => {
+        $crate::store::listing::walked_listing!(@impl $feature, $store,
+            $crate::store::listing::ListingStore, $crate::store::listing::RecordQuery,
+            $crate::store::Record, list_records, walked_records, count_records, walked_count,);
+        $crate::store::listing::walked_listing!(@impl $feature, $store,
+            $crate::inbox::InboxListing, $crate::store::listing::EventQuery,
+            $crate::inbox::InboxEvent, list_events, scanned_events, count_events,
+            scanned_event_count, $($dead_letters)*);
+    };
+    // One listing trait: a page and a count of its query, and the tokens after.
+    (@impl $feature:literal, $store:ty, $listing:path, $query:ty, $item:ty,
+        $list:ident, $lister:ident, $count:ident, $counter:ident, $($more:tt)*) => {
+        #[cfg_attr(docsrs, doc(cfg(feature = $feature)))]
+        #[async_trait::async_trait]
+        impl $listing for $store {
+            async fn $list(
+                &self,
+                query: &$query,
+            ) -> Result<$crate::store::listing::Page<$item>, $crate::store::StoreError> {
+                $crate::store::listing::$lister(self, query).await
+            }
+
+            async fn $count(&self, query: &$query) -> Result<u64, $crate::store::StoreError> {
+                $crate::store::listing::$counter(self, query).await
+            }
+
+            $($more)*
+        }
+    };
+}
+pub(crate) use walked_listing;
 
 #[cfg(test)]
 mod tests {

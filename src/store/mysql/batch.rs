@@ -35,7 +35,9 @@ use sqlx::pool::PoolConnection;
 use sqlx::Row as _;
 
 use super::{map_err, server_error_number, MySqlStore, DEADLOCK_RETRIES};
-use crate::store::sql::claim_batch::{failed_driver, Batched, ClaimBatch, ClaimBatcher, Waiting};
+use crate::store::sql::claim_batch::{
+    failed_driver, pooled_claim_batch, Batched, ClaimBatch, Waiting,
+};
 use crate::store::sql::keyed_record;
 
 /// The widest key a batch takes: the columns' widths (`VARBINARY(64)`,
@@ -46,16 +48,7 @@ pub(super) fn fits(namespace: &str, id: &str) -> bool {
 }
 
 impl ClaimBatch for MySqlStore {
-    const RUNNERS: usize = 2;
-
-    fn batcher(&self) -> &ClaimBatcher {
-        &self.batcher
-    }
-
-    /// As long as the claim would wait for a connection of the pool.
-    fn patience(&self) -> std::time::Duration {
-        self.pool.options().get_acquire_timeout()
-    }
+    pooled_claim_batch!();
 
     async fn run(&self, batch: Vec<Waiting>) {
         let inserted = match self.pool.acquire().await {

@@ -529,13 +529,9 @@ fn server_error_number(error: &sqlx::Error) -> Option<u16> {
 /// `ssl-mode=REQUIRED` with `ssl-ca` given checks the server's certificate against
 /// that CA: `VERIFY_CA`.
 fn given_ca_checked(options: MySqlConnectOptions) -> MySqlConnectOptions {
-    if matches!(options.get_ssl_mode(), MySqlSslMode::Required)
-        && super::sql::url_has_param(&options, "ssl-ca")
-    {
-        options.ssl_mode(MySqlSslMode::VerifyCa)
-    } else {
-        options
-    }
+    let required = matches!(options.get_ssl_mode(), MySqlSslMode::Required);
+    let verify_ca = |o: MySqlConnectOptions| o.ssl_mode(MySqlSslMode::VerifyCa);
+    super::sql::given_ca_checked(options, required, "ssl-ca", verify_ca)
 }
 
 /// Sorts a driver error into unreachable (the guard answers 503) or not.

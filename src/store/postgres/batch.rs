@@ -21,21 +21,12 @@
 
 use super::PostgresStore;
 use crate::store::sql::claim_batch::{
-    answer_upserted, failed_driver, ClaimBatch, ClaimBatcher, Waiting,
+    answer_upserted, failed_driver, pooled_claim_batch, ClaimBatch, Waiting,
 };
 use crate::store::Fingerprint;
 
 impl ClaimBatch for PostgresStore {
-    const RUNNERS: usize = 2;
-
-    fn batcher(&self) -> &ClaimBatcher {
-        &self.batcher
-    }
-
-    /// As long as the claim would wait for a connection of the pool.
-    fn patience(&self) -> std::time::Duration {
-        self.pool.options().get_acquire_timeout()
-    }
+    pooled_claim_batch!();
 
     async fn run(&self, batch: Vec<Waiting>) {
         claim_batch(self, batch).await;

@@ -229,13 +229,9 @@ pub(super) fn err(e: sqlx::Error) -> StoreError {
 /// `sslmode=require` with a CA given (`sslrootcert`, or `PGSSLROOTCERT`) checks the
 /// server's certificate against it, as libpq does: `verify-ca`.
 fn given_ca_checked(options: PgConnectOptions) -> PgConnectOptions {
-    if matches!(options.get_ssl_mode(), PgSslMode::Require)
-        && super::sql::url_has_param(&options, "sslrootcert")
-    {
-        options.ssl_mode(PgSslMode::VerifyCa)
-    } else {
-        options
-    }
+    let require = matches!(options.get_ssl_mode(), PgSslMode::Require);
+    let verify_ca = |o: PgConnectOptions| o.ssl_mode(PgSslMode::VerifyCa);
+    super::sql::given_ca_checked(options, require, "sslrootcert", verify_ca)
 }
 
 impl PostgresStore {

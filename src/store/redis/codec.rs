@@ -52,6 +52,22 @@ pub(super) fn text(v: &Value) -> Option<&str> {
     }
 }
 
+/// The texts of an `INFO` answer, one per server (a cluster answers a map or an
+/// array of them).
+pub(super) fn info_texts(info: &Value) -> Vec<&str> {
+    let mut texts = Vec::new();
+    let mut values = vec![info];
+    while let Some(v) = values.pop() {
+        match v {
+            Value::Map(pairs) => values.extend(pairs.iter().map(|(_, v)| v)),
+            Value::Array(items) => values.extend(items),
+            Value::VerbatimString { text, .. } => texts.push(text.as_str()),
+            v => texts.extend(text(v)),
+        }
+    }
+    texts
+}
+
 /// A record from its stored form: `s|t|f|a|l|c|x|e|u|h` — state, token (decimal
 /// u64), fingerprint (hex), attempts, lease_until, created_at, failures,
 /// expires_at, updated_at (times in ms since the epoch) and the history (JSON, empty

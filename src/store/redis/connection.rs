@@ -12,7 +12,7 @@ use ::redis::{
     ToRedisArgs, Value,
 };
 
-use super::codec::text;
+use super::codec::info_texts;
 use super::{
     Inner, RedisStore, ShardKeys, DEFAULT_CONNECTION_TIMEOUT, DEFAULT_PREFIX,
     DEFAULT_RESPONSE_TIMEOUT, DEFAULT_SHARDS, MAX_PREFIX_LEN, MAX_SHARDS,
@@ -528,27 +528,12 @@ impl RedisStore {
             .await
             .map_err(RedisStoreError::connect)?;
         // A cluster answers one text per primary.
-        let mut texts = vec![&info];
         let mut old = None;
         let (mut servers, mut with_ifeq) = (0, 0);
-        while let Some(v) = texts.pop() {
-            let info = match v {
-                Value::Map(pairs) => {
-                    texts.extend(pairs.iter().map(|(_, v)| v));
-                    continue;
-                }
-                Value::Array(items) => {
-                    texts.extend(items);
-                    continue;
-                }
-                Value::VerbatimString { text, .. } => Some(text.as_str()),
-                v => text(v),
-            };
-            if let Some(info) = info {
-                old = old.or(too_old(info));
-                servers += 1;
-                with_ifeq += usize::from(super::native::has_ifeq(info));
-            }
+        for info in info_texts(&info) {
+            old = old.or(too_old(info));
+            servers += 1;
+            with_ifeq += usize::from(super::native::has_ifeq(info));
         }
         if let Some(version) = old {
             return Err(RedisStoreError::UnsupportedVersion { version });

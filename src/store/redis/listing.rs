@@ -2,8 +2,9 @@
 //!
 //! Records: the listing indexes, a sorted set per shard, namespace and state
 //! scored by `updated_at` (see [Listing](crate::store::redis#listing)), walked by
-//! [`walk_indexes`] and merged over the shards; the page's records read with one
-//! `MGET` per shard and checked against their entries.
+//! [`walk_indexes`](crate::store::listing::walk_indexes) and merged over the
+//! shards; the page's records read with one `MGET` per shard and checked against
+//! their entries.
 //!
 //! Inbox events: an event of a namespace is in its `due` or its `settled` sorted
 //! set; a page walks both with `ZSCAN` (`MATCH <id prefix>*`) and reads each event
@@ -21,10 +22,9 @@ use super::codec::{array, corrupt, millis, record};
 use super::connection::{store_error, Eval};
 use super::inbox::event;
 use super::{list_entry, RedisConnection, RedisStore};
-use crate::inbox::{InboxEvent, InboxListing};
 use crate::store::listing::{
-    count_by_pages, scanned_event_count, scanned_events, walk_indexes, Below, EventQuery,
-    EventScan, Fetched, IndexEntry, ListingStore, Page, RecordQuery,
+    walked_listing, Below, EachEvent, Entries, EventQuery, EventScan, Fetched, Fetches, IndexEntry,
+    IndexWalk, Walk,
 };
 use crate::store::{Key, Record, RecordState, StoreError};
 
@@ -72,58 +72,6 @@ impl RedisStore {
         // Member, score, member, score, …
         let members = entries.into_iter().step_by(2).collect();
         Ok((next, members))
-    }
-
-    /// Calls `each` with every event of the query's namespace whose id starts with
-    /// its prefix (once each; one that does not read is skipped, with a warning).
-    async fn scan_events(
-        &self,
-        query: &EventQuery,
-        each: &mut (dyn FnMut(InboxEvent) + Send),
-    ) -> Result<(), StoreError> {
-        let keys = self.inbox_keys(&query.namespace);
-        let mut pattern = String::new();
-        push_literal(&mut pattern, query.id_prefix.as_deref().unwrap_or(""));
-        pattern.push('*');
-        let mut seen = HashSet::new();
-        for index in [&keys.due, &keys.settled] {
-            let mut cursor = "0".to_owned();
-            loop {
-                let (next, ids) = self.zscan(index, &cursor, &pattern).await?;
-                let ids: Vec<String> = ids.into_iter().filter(|m| seen.insert(m.clone())).collect();
-                if !ids.is_empty() {
-                    let mut pipe = ::redis::pipe();
-                    for id in &ids {
-                        pipe.cmd("HGETALL").arg(format!("{}{id}", keys.events));
-                    }
-                    let values: Vec<Value> = self
-                        .connection()
-                        .query_pipe(&pipe)
-                        .await
-                        .map_err(store_error)?;
-                    for (id, v) in ids.iter().zip(values) {
-                        let fields = match v {
-                            Value::Map(map) => map.into_iter().flat_map(|(k, v)| [k, v]).collect(),
-                            other => array(other)?,
-                        };
-                        if fields.is_empty() {
-                            continue;
-                        }
-                        match event(Key::new(&query.namespace, id), &fields) {
-                            Ok(e) => each(e),
-                            Err(e) => {
-                                tracing::warn!(namespace = %query.namespace, %id, error = %e, "an event that does not read: not listed");
-                            }
-                        }
-                    }
-                }
-                if next == "0" {
-                    break;
-                }
-                cursor = next;
-            }
-        }
-        Ok(())
     }
 
     /// Runs a dead-letter script on `key`'s event.
@@ -192,24 +140,103 @@ impl RedisStore {
         }
         Ok(out)
     }
+}
 
-    /// Up to `count` entries of each listing index asked for, newest first (see
-    /// [`walk_indexes`]).
-    async fn fetch_entries(
-        &self,
-        query: &RecordQuery,
-        states: &[RecordState],
-        want: Vec<(usize, Below)>,
-        count: usize,
-    ) -> Result<Vec<Fetched<String>>, StoreError> {
-        let lo = match query.millis_range() {
+/// The entries of a `ZRANGE … WITHSCORES` of the listing index of `state`.
+fn scored(
+    answer: Option<Value>,
+    state: RecordState,
+) -> Result<Vec<IndexEntry<String>>, StoreError> {
+    let pairs: Vec<(String, f64)> = match answer {
+        Some(v) => ::redis::from_redis_value(v).map_err(|e| store_error(e.into()))?,
+        None => return Err(corrupt("listing answer")),
+    };
+    Ok(pairs
+        .into_iter()
+        .map(|(member, score)| {
+            // The member is kept where it is not the id: in `in_progress`.
+            let (id, member) = if state == RecordState::InProgress {
+                let id = member.split('\0').next().unwrap_or_default().to_owned();
+                (id, member)
+            } else {
+                (member, String::new())
+            };
+            // Scores are whole milliseconds, well within a double's exact range.
+            #[allow(clippy::cast_possible_truncation)]
+            let ms = score as i64;
+            IndexEntry { ms, id, member }
+        })
+        .collect())
+}
+
+/// Every event of the query's namespace whose id starts with its prefix, once
+/// each (one that does not read is skipped, with a warning).
+#[async_trait]
+impl EventScan for RedisStore {
+    async fn each_event(&self, query: &EventQuery, each: EachEvent<'_>) -> Result<(), StoreError> {
+        let keys = self.inbox_keys(&query.namespace);
+        let mut pattern = String::new();
+        push_literal(&mut pattern, query.id_prefix.as_deref().unwrap_or(""));
+        pattern.push('*');
+        let mut seen = HashSet::new();
+        for index in [&keys.due, &keys.settled] {
+            let mut cursor = "0".to_owned();
+            loop {
+                let (next, ids) = self.zscan(index, &cursor, &pattern).await?;
+                let ids: Vec<String> = ids.into_iter().filter(|m| seen.insert(m.clone())).collect();
+                if !ids.is_empty() {
+                    let mut pipe = ::redis::pipe();
+                    for id in &ids {
+                        pipe.cmd("HGETALL").arg(format!("{}{id}", keys.events));
+                    }
+                    let values: Vec<Value> = self
+                        .connection()
+                        .query_pipe(&pipe)
+                        .await
+                        .map_err(store_error)?;
+                    for (id, v) in ids.iter().zip(values) {
+                        let fields = match v {
+                            Value::Map(map) => map.into_iter().flat_map(|(k, v)| [k, v]).collect(),
+                            other => array(other)?,
+                        };
+                        if fields.is_empty() {
+                            continue;
+                        }
+                        match event(Key::new(&query.namespace, id), &fields) {
+                            Ok(e) => each(e),
+                            Err(e) => {
+                                tracing::warn!(namespace = %query.namespace, %id, error = %e, "an event that does not read: not listed");
+                            }
+                        }
+                    }
+                }
+                if next == "0" {
+                    break;
+                }
+                cursor = next;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl IndexWalk for RedisStore {
+    fn index_shards(&self) -> usize {
+        usize::from(self.shards())
+    }
+
+    /// Per index, the entries in the very millisecond of the position (whole) and
+    /// up to `count` older ones, all sent at once.
+    async fn fetch(&self, walk: &Walk<'_>, want: Vec<(usize, Below)>, count: usize) -> Fetches {
+        let lo = match walk.query.millis_range() {
             Some((lo, _)) if lo > i64::MIN => lo.to_string(),
             _ => "-inf".to_owned(),
         };
         let mut cmds = Vec::with_capacity(2 * want.len());
         for (source, below) in &want {
-            let (shard, state) = source_of(*source, states);
-            let key = self.keys(shard).list(state, &query.namespace);
+            let (shard, state) = walk.source(*source);
+            let key = self.keys(shard).list(state, &walk.query.namespace);
             if below.id.is_some() {
                 // Those in the very millisecond of the position, whole: few.
                 let mut ties = ::redis::cmd("ZRANGE");
@@ -242,7 +269,7 @@ impl RedisStore {
         let mut answers = self.send_all(cmds).await?.into_iter();
         let mut out = Vec::with_capacity(want.len());
         for (source, below) in want {
-            let (_, state) = source_of(source, states);
+            let (_, state) = walk.source(source);
             let mut entries = Vec::new();
             if below.id.is_some() {
                 let ties = scored(answers.next(), state)?;
@@ -255,71 +282,19 @@ impl RedisStore {
         }
         Ok(out)
     }
-}
 
-/// The shard and state of source `i` of a listing over `states`.
-fn source_of(i: usize, states: &[RecordState]) -> (u16, RecordState) {
-    let shard = u16::try_from(i / states.len()).unwrap_or(u16::MAX);
-    (shard, states[i % states.len()])
-}
-
-/// The entries of a `ZRANGE … WITHSCORES` of the listing index of `state`.
-fn scored(
-    answer: Option<Value>,
-    state: RecordState,
-) -> Result<Vec<IndexEntry<String>>, StoreError> {
-    let pairs: Vec<(String, f64)> = match answer {
-        Some(v) => ::redis::from_redis_value(v).map_err(|e| store_error(e.into()))?,
-        None => return Err(corrupt("listing answer")),
-    };
-    Ok(pairs
-        .into_iter()
-        .map(|(member, score)| {
-            // The member is kept where it is not the id: in `in_progress`.
-            let (id, member) = if state == RecordState::InProgress {
-                let id = member.split('\0').next().unwrap_or_default().to_owned();
-                (id, member)
-            } else {
-                (member, String::new())
-            };
-            // Scores are whole milliseconds, well within a double's exact range.
-            #[allow(clippy::cast_possible_truncation)]
-            let ms = score as i64;
-            IndexEntry { ms, id, member }
-        })
-        .collect())
-}
-
-#[async_trait]
-impl EventScan for RedisStore {
-    async fn each_event(
-        &self,
-        query: &EventQuery,
-        each: &mut (dyn FnMut(InboxEvent) + Send),
-    ) -> Result<(), StoreError> {
-        self.scan_events(query, each).await
-    }
-}
-
-#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-#[async_trait]
-impl ListingStore for RedisStore {
-    async fn list_records(&self, query: &RecordQuery) -> Result<Page<Record>, StoreError> {
-        let states = query.record_states();
-        let sources = usize::from(self.shards()) * states.len();
-        let (entries, next) = walk_indexes(query, sources, |want, count| {
-            self.fetch_entries(query, &states, want, count)
-        })
-        .await?;
-        // The page's records: one `MGET` per shard (its keys share a slot).
+    /// One `MGET` per shard (its keys share a slot); an `in_progress` entry whose
+    /// claim no record carries any more is dropped from its index.
+    async fn records(&self, walk: &Walk<'_>, page: Entries) -> Result<Vec<Record>, StoreError> {
+        let namespace = &walk.query.namespace;
         let mut by_shard: BTreeMap<u16, ::redis::Cmd> = BTreeMap::new();
-        for (source, e) in &entries {
-            let (shard, _) = source_of(*source, &states);
+        for (source, e) in &page {
+            let (shard, _) = walk.source(*source);
             let keys = self.keys(shard);
             (by_shard
                 .entry(shard)
                 .or_insert_with(|| ::redis::cmd("MGET")))
-            .arg(format!("{}{}\0{}", keys.records, query.namespace, e.id));
+            .arg(format!("{}{namespace}\0{}", keys.records, e.id));
         }
         let shards: Vec<u16> = by_shard.keys().copied().collect();
         let mut values: BTreeMap<u16, std::vec::IntoIter<Option<String>>> = BTreeMap::new();
@@ -331,10 +306,10 @@ impl ListingStore for RedisStore {
                 ::redis::from_redis_value(v).map_err(|e| store_error(e.into()))?;
             values.insert(shard, got.into_iter());
         }
-        let mut items = Vec::with_capacity(entries.len());
-        for (source, e) in entries {
-            let (shard, state) = source_of(source, &states);
-            let key = Key::new(&query.namespace, &e.id);
+        let mut items = Vec::with_capacity(page.len());
+        for (source, e) in page {
+            let (shard, state) = walk.source(source);
+            let key = Key::new(namespace, &e.id);
             let stored = values.get_mut(&shard).and_then(Iterator::next).flatten();
             let found = match stored.as_deref().map(|v| record(key, v)) {
                 Some(Ok(r)) => Some(r),
@@ -354,35 +329,25 @@ impl ListingStore for RedisStore {
                         || e.member == list_entry(&e.id, state, r.token.0))
             });
             match current {
-                Some(r) if query.matches(&r) => items.push(r),
+                Some(r) if walk.query.matches(&r) => items.push(r),
                 Some(_) => {}
                 None if state == RecordState::InProgress => {
                     // It names a claim no record carries any more (tokens are not
                     // used twice): dropping it cannot drop a live claim's entry.
                     self.batcher().unlist(UnlistJob {
                         shard,
-                        key: self.keys(shard).list(state, &query.namespace),
+                        key: self.keys(shard).list(state, namespace),
                         member: e.member,
                     });
                 }
                 None => {}
             }
         }
-        Ok(Page { items, next })
+        Ok(items)
     }
 
-    async fn count_records(&self, query: &RecordQuery) -> Result<u64, StoreError> {
-        let mut all = query.clone();
-        all.after = None;
-        let Some((lo, hi)) = all.millis_range() else {
-            return Ok(0);
-        };
-        let states = all.record_states();
-        if all.id_prefix.is_some() || states.contains(&RecordState::InProgress) {
-            // A lease tells live from stuck, and an id prefix is no index range:
-            // counted page by page.
-            return count_by_pages(self, &all).await;
-        }
+    /// One `ZCOUNT` per index.
+    async fn count_range(&self, walk: &Walk<'_>, lo: i64, hi: i64) -> Result<u64, StoreError> {
         let lo = if lo == i64::MIN {
             "-inf".to_owned()
         } else {
@@ -390,10 +355,10 @@ impl ListingStore for RedisStore {
         };
         let mut cmds = Vec::new();
         for shard in 0..self.shards() {
-            for state in &states {
+            for state in &walk.states {
                 let mut zcount = ::redis::cmd("ZCOUNT");
                 zcount
-                    .arg(self.keys(shard).list(*state, &all.namespace))
+                    .arg(self.keys(shard).list(*state, &walk.query.namespace))
                     .arg(&lo)
                     .arg(hi);
                 cmds.push((shard, zcount));
@@ -408,17 +373,9 @@ impl ListingStore for RedisStore {
     }
 }
 
-#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-#[async_trait]
-impl InboxListing for RedisStore {
-    async fn list_events(&self, query: &EventQuery) -> Result<Page<InboxEvent>, StoreError> {
-        scanned_events(self, query).await
-    }
-
-    async fn count_events(&self, query: &EventQuery) -> Result<u64, StoreError> {
-        scanned_event_count(self, query).await
-    }
-
+walked_listing! {
+    RedisStore,
+    "redis",
     async fn requeue_dead(&self, key: Key<'_>, now: DateTime<Utc>) -> Result<bool, StoreError> {
         self.dead_letter(&SCRIPTS.requeue, key, Some(now)).await
     }

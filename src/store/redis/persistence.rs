@@ -4,6 +4,7 @@
 
 use ::redis::Value;
 
+use super::codec::info_texts;
 use super::RedisStore;
 
 /// What one server keeps on disk.
@@ -52,27 +53,10 @@ impl RedisStore {
                 return;
             }
         };
-        let mut texts = vec![&info];
-        let mut without = 0usize;
-        while let Some(v) = texts.pop() {
-            let text = match v {
-                Value::Map(pairs) => {
-                    texts.extend(pairs.iter().map(|(_, v)| v));
-                    continue;
-                }
-                Value::Array(items) => {
-                    texts.extend(items);
-                    continue;
-                }
-                Value::VerbatimString { text, .. } => text.as_str(),
-                Value::BulkString(bytes) => std::str::from_utf8(bytes).unwrap_or(""),
-                Value::SimpleString(text) => text.as_str(),
-                _ => continue,
-            };
-            if persistence(text, save_rule).is_some_and(|p| !p.aof && !p.rdb) {
-                without += 1;
-            }
-        }
+        let without = info_texts(&info)
+            .into_iter()
+            .filter(|text| persistence(text, save_rule).is_some_and(|p| !p.aof && !p.rdb))
+            .count();
         if without > 0 {
             tracing::warn!(
                 servers = without,

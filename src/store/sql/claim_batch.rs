@@ -85,6 +85,27 @@ pub(crate) trait ClaimBatch: Clone + Send + Sync + 'static {
     fn run(&self, batch: Vec<Waiting>) -> impl Future<Output = ()> + Send;
 }
 
+/// The [`ClaimBatch`] items a store on a server's pool (PostgreSQL, MySQL) shares:
+/// two runners, its `batcher` field, and a claim waiting in the queue as long as it
+/// would wait for a connection of its `pool`.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+macro_rules! pooled_claim_batch {
+    () => {
+        const RUNNERS: usize = 2;
+
+        fn batcher(&self) -> &$crate::store::sql::claim_batch::ClaimBatcher {
+            &self.batcher
+        }
+
+        /// As long as the claim would wait for a connection of the pool.
+        fn patience(&self) -> std::time::Duration {
+            self.pool.options().get_acquire_timeout()
+        }
+    };
+}
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(crate) use pooled_claim_batch;
+
 /// One queued claim: the claim statement's values, owned.
 #[derive(Debug)]
 pub(crate) struct Waiting {

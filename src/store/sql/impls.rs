@@ -43,11 +43,11 @@ macro_rules! sql_store_impls {
             };
 
             fn event(row: &impl SqlRow) -> Result<InboxEvent, StoreError> {
-                RawEvent::read(row).map_err($err)?.into_event()
+                RawEvent::read(row, 0).map_err($err)?.into_event()
             }
 
             fn object(row: &impl SqlRow) -> Result<ObjectRecord, StoreError> {
-                RawObject::read(row).map_err($err)?.into_record()
+                RawObject::read(row, 0).map_err($err)?.into_record()
             }
 
             impl $store {

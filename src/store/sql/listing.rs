@@ -208,7 +208,7 @@ macro_rules! sql_listing_impls {
                         let rows = self.fetch_all(stmt, &walk.events(limit)).await?;
                         let events = rows
                             .iter()
-                            .map(|row| RawEvent::read(row).map_err($err)?.into_event());
+                            .map(|row| RawEvent::read(row, 0).map_err($err)?.into_event());
                         Ok(Chunk::whole(events.collect::<Result<_, _>>()?))
                     })
                     .await

@@ -187,14 +187,26 @@ pub(crate) fn fence(rows_affected: u64) -> super::Fence {
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) struct Ungated;
 
-/// Whether the connection URL of `options` has the query parameter `key` (a CA
-/// given for checking the server's certificate).
+/// `options`, set by `verify_ca` to check the server's certificate against the CA
+/// given when they ask for TLS without checking it (`tls_unchecked`) and name a
+/// CA (the connection URL's query parameter `ca_param`).
 #[cfg(any(feature = "postgres", feature = "mysql"))]
-pub(crate) fn url_has_param(options: &impl sqlx::ConnectOptions, key: &str) -> bool {
-    options
-        .to_url_lossy()
-        .query_pairs()
-        .any(|(name, _)| name == key)
+pub(crate) fn given_ca_checked<O: sqlx::ConnectOptions>(
+    options: O,
+    tls_unchecked: bool,
+    ca_param: &str,
+    verify_ca: impl FnOnce(O) -> O,
+) -> O {
+    let has_ca = |o: &O| {
+        o.to_url_lossy()
+            .query_pairs()
+            .any(|(name, _)| name == ca_param)
+    };
+    if tls_unchecked && has_ca(&options) {
+        verify_ca(options)
+    } else {
+        options
+    }
 }
 
 /// Maps a driver error: no connection to send on (pool timed out or closed, a

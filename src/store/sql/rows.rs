@@ -10,22 +10,50 @@ use crate::store::{
     decode_history, FencingToken, Fingerprint, Key, Record, RecordState, StoreError,
 };
 
+/// A row as read from the database, before checking: the struct with one field a
+/// column, in the columns' order, each with the [`SqlRow`] reader of its column,
+/// and `read(row, at)`, which reads them from column `at` on.
+macro_rules! raw_row {
+    ($(#[$doc:meta])* $name:ident { $($field:ident: $ty:ty = $reader:ident,)* }) => {
+        $(#[$doc])*
+        pub(crate) struct $name {
+            $(pub(crate) $field: $ty,)*
+        }
+
+        impl $name {
+            /// Reads its columns from column `at` on.
+            pub(crate) fn read(row: &impl SqlRow, at: usize) -> Result<Self, sqlx::Error> {
+                let mut column = at;
+                let mut next = || {
+                    column += 1;
+                    column - 1
+                };
+                Ok(Self {
+                    $($field: row.$reader(next())?,)*
+                })
+            }
+        }
+    };
+}
+
 /// The columns every query returns, in this order, after the key.
 pub(crate) const COLUMNS: &str = "state, fingerprint, token, attempts, failures, \
      lease_until, expires_at, created_at, updated_at, history";
 
-/// One row as read from the database, before checking.
-pub(crate) struct RawRecord {
-    pub(crate) state: String,
-    pub(crate) fingerprint: Vec<u8>,
-    pub(crate) token: i64,
-    pub(crate) attempts: i64,
-    pub(crate) failures: i64,
-    pub(crate) lease_until: i64,
-    pub(crate) expires_at: i64,
-    pub(crate) created_at: i64,
-    pub(crate) updated_at: i64,
-    pub(crate) history: String,
+raw_row! {
+    /// One row as read from the database, before checking.
+    RawRecord {
+        state: String = text,
+        fingerprint: Vec<u8> = bytes,
+        token: i64 = bigint,
+        attempts: i64 = integer,
+        failures: i64 = integer,
+        lease_until: i64 = bigint,
+        expires_at: i64 = bigint,
+        created_at: i64 = bigint,
+        updated_at: i64 = bigint,
+        history: String = text,
+    }
 }
 
 impl RawRecord {
@@ -137,24 +165,6 @@ where
     }
 }
 
-impl RawRecord {
-    /// Reads the [`COLUMNS`] starting at column `at`.
-    pub(crate) fn read(row: &impl SqlRow, at: usize) -> Result<Self, sqlx::Error> {
-        Ok(Self {
-            state: row.text(at)?,
-            fingerprint: row.bytes(at + 1)?,
-            token: row.bigint(at + 2)?,
-            attempts: row.integer(at + 3)?,
-            failures: row.integer(at + 4)?,
-            lease_until: row.bigint(at + 5)?,
-            expires_at: row.bigint(at + 6)?,
-            created_at: row.bigint(at + 7)?,
-            updated_at: row.bigint(at + 8)?,
-            history: row.text(at + 9)?,
-        })
-    }
-}
-
 /// A record read with its key: the namespace and the id, then the [`COLUMNS`];
 /// `err` maps a driver error.
 pub(crate) fn keyed_record(
@@ -173,49 +183,26 @@ pub(crate) const EVENT_COLUMNS: &str = "namespace, id, fingerprint, event_type, 
      object, family, payload, state, attempts, token, lease_until, next_attempt_at, last_error, \
      received_at, updated_at, expires_at";
 
-/// One inbox row as read from the database ([`EVENT_COLUMNS`]), before checking.
-pub(crate) struct RawEvent {
-    pub(crate) namespace: String,
-    pub(crate) id: String,
-    pub(crate) fingerprint: Vec<u8>,
-    pub(crate) event_type: Option<String>,
-    pub(crate) created_at: Option<i64>,
-    pub(crate) object: Option<String>,
-    pub(crate) family: Option<String>,
-    pub(crate) payload: Vec<u8>,
-    pub(crate) state: String,
-    pub(crate) attempts: i64,
-    pub(crate) token: i64,
-    pub(crate) lease_until: i64,
-    pub(crate) next_attempt_at: i64,
-    pub(crate) last_error: Option<String>,
-    pub(crate) received_at: i64,
-    pub(crate) updated_at: i64,
-    pub(crate) expires_at: i64,
-}
-
-impl RawEvent {
-    /// Reads the [`EVENT_COLUMNS`].
-    pub(crate) fn read(row: &impl SqlRow) -> Result<Self, sqlx::Error> {
-        Ok(Self {
-            namespace: row.text(0)?,
-            id: row.text(1)?,
-            fingerprint: row.bytes(2)?,
-            event_type: row.optional_text(3)?,
-            created_at: row.optional_bigint(4)?,
-            object: row.optional_text(5)?,
-            family: row.optional_text(6)?,
-            payload: row.bytes(7)?,
-            state: row.text(8)?,
-            attempts: row.integer(9)?,
-            token: row.bigint(10)?,
-            lease_until: row.bigint(11)?,
-            next_attempt_at: row.bigint(12)?,
-            last_error: row.optional_text(13)?,
-            received_at: row.bigint(14)?,
-            updated_at: row.bigint(15)?,
-            expires_at: row.bigint(16)?,
-        })
+raw_row! {
+    /// One inbox row as read from the database ([`EVENT_COLUMNS`]), before checking.
+    RawEvent {
+        namespace: String = text,
+        id: String = text,
+        fingerprint: Vec<u8> = bytes,
+        event_type: Option<String> = optional_text,
+        created_at: Option<i64> = optional_bigint,
+        object: Option<String> = optional_text,
+        family: Option<String> = optional_text,
+        payload: Vec<u8> = bytes,
+        state: String = text,
+        attempts: i64 = integer,
+        token: i64 = bigint,
+        lease_until: i64 = bigint,
+        next_attempt_at: i64 = bigint,
+        last_error: Option<String> = optional_text,
+        received_at: i64 = bigint,
+        updated_at: i64 = bigint,
+        expires_at: i64 = bigint,
     }
 }
 
@@ -269,27 +256,15 @@ impl RawEvent {
 /// The ordering columns every object read returns, in this order.
 pub(crate) const OBJECT_COLUMNS: &str = "namespace, object, family, newest, status, updated_at";
 
-/// One ordering row as read from the database ([`OBJECT_COLUMNS`]), before checking.
-pub(crate) struct RawObject {
-    pub(crate) namespace: String,
-    pub(crate) object: String,
-    pub(crate) family: String,
-    pub(crate) newest: i64,
-    pub(crate) status: String,
-    pub(crate) updated_at: i64,
-}
-
-impl RawObject {
-    /// Reads the [`OBJECT_COLUMNS`].
-    pub(crate) fn read(row: &impl SqlRow) -> Result<Self, sqlx::Error> {
-        Ok(Self {
-            namespace: row.text(0)?,
-            object: row.text(1)?,
-            family: row.text(2)?,
-            newest: row.bigint(3)?,
-            status: row.text(4)?,
-            updated_at: row.bigint(5)?,
-        })
+raw_row! {
+    /// One ordering row as read from the database ([`OBJECT_COLUMNS`]), before checking.
+    RawObject {
+        namespace: String = text,
+        object: String = text,
+        family: String = text,
+        newest: i64 = bigint,
+        status: String = text,
+        updated_at: i64 = bigint,
     }
 }
 
