@@ -2,12 +2,10 @@
 
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
 
 use super::common::{self, Keys};
 use super::SecretFormat;
-use super::{Verified, Verifier, VerifyError};
-use crate::Headers;
+use super::Verifier;
 
 const HEADER: &str = "Calendly-Webhook-Signature";
 
@@ -82,33 +80,16 @@ fn event_id(body: &[u8]) -> Option<String> {
 }
 
 impl Verifier for Calendly {
-    /// The event type is the body's `event`.
-    fn event_type(&self) -> Option<crate::meta::TypeSource> {
-        Some(crate::meta::TypeSource::json(["event"]))
-    }
-
-    common::rekeyed!();
-
-    fn verify(
-        &self,
-        headers: &dyn Headers,
-        body: &[u8],
-        now: DateTime<Utc>,
-    ) -> Result<Verified, VerifyError> {
-        SIGNATURE.verify(&self.keys, headers, body, now, self.tolerance, || {
-            event_id(body)
-        })
-    }
-
-    fn event_meta(&self) -> Option<crate::meta::MetaExtractor> {
-        Some(crate::meta::MetaExtractor::json(
-            &["event"],
-            &["created_at"],
-            &["payload", "uri"],
-        ))
-    }
-
-    common::limits! {
+    common::verifier! {
+        /// The event type is the body's `event`.
+        event_type: json ["event"];
+        rekeyed;
+        verify |self, headers, body, now| {
+            SIGNATURE.verify(&self.keys, headers, body, now, self.tolerance, || {
+                event_id(body)
+            })
+        }
+        event_meta: json ["event"], ["created_at"], ["payload", "uri"];
         tolerance;
         retry_window;
         answer_timeout: 15;
@@ -119,6 +100,7 @@ impl Verifier for Calendly {
 mod tests {
     use super::common::at;
     use super::*;
+    use crate::verify::testing::*;
 
     const BODY: &[u8] = br#"{"created_at":"2024-05-01T10:00:00.000000Z","created_by":"https://api.calendly.com/users/AAAA","event":"invitee.created","payload":{"uri":"https://api.calendly.com/scheduled_events/GBGBDCAADAEDCRZ2/invitees/AAAAAAAAAAAAAAAA"}}"#;
     // Computed independently with Python's hmac (sha256, hex) over `1714557600.` + BODY.

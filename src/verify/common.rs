@@ -431,6 +431,86 @@ macro_rules! limits {
 }
 pub(crate) use limits;
 
+/// A preset's [`Verifier`](super::Verifier) methods from a description of them,
+/// each entry optional, the limits of [`limits!`] last:
+/// - `rekeyed;` (or `rekeyed(by new);`, `rekeyed(format: F);`): `with_secrets`, as
+///   [`rekeyed!`] writes it;
+/// - `verify |self, headers, body, now| { .. }`: `verify`, the names its parameters
+///   take and its body;
+/// - `content_key: sha256;`: `content_key`, the SHA-256 of the body (for a scheme
+///   that signs the raw body and no id);
+/// - `event_type: json ["field", ..];`, `event_type: NAME;` (a
+///   [`TypeSource`](crate::meta::TypeSource) constructor) or `event_type: EXPR;`;
+/// - `event_meta: json [type path], [time path], [object path];` (a
+///   [`MetaExtractor::json`](crate::meta::MetaExtractor::json)) or `event_meta: EXPR;`.
+///
+/// The doc comment before an entry is its method's.
+macro_rules! verifier {
+    (rekeyed $(($($how:tt)*))?; $($rest:tt)*) => {
+        $crate::verify::common::rekeyed!($($($how)*)?);
+        $crate::verify::common::verifier!($($rest)*);
+    };
+    ($(#[$doc:meta])*
+     verify |$self_:ident, $headers:ident, $body:ident, $now:ident| $block:block $($rest:tt)*) => {
+        $(#[$doc])*
+        fn verify(
+            &$self_,
+            $headers: &dyn $crate::Headers,
+            $body: &[u8],
+            $now: chrono::DateTime<chrono::Utc>,
+        ) -> Result<$crate::verify::Verified, $crate::verify::VerifyError> $block
+        $crate::verify::common::verifier!($($rest)*);
+    };
+    ($(#[$doc:meta])* content_key: sha256; $($rest:tt)*) => {
+        $(#[$doc])*
+        fn content_key(&self, _headers: &dyn $crate::Headers, body: &[u8]) -> Option<[u8; 32]> {
+            Some($crate::verify::common::sha256(body))
+        }
+        $crate::verify::common::verifier!($($rest)*);
+    };
+    ($(#[$doc:meta])* event_type: json [$($field:literal),+]; $($rest:tt)*) => {
+        $crate::verify::common::verifier! {
+            $(#[$doc])* event_type: $crate::meta::TypeSource::json([$($field),+]); $($rest)*
+        }
+    };
+    ($(#[$doc:meta])* event_type: $source:ident; $($rest:tt)*) => {
+        $crate::verify::common::verifier! {
+            $(#[$doc])* event_type: $crate::meta::TypeSource::$source(); $($rest)*
+        }
+    };
+    ($(#[$doc:meta])* event_type: $source:expr; $($rest:tt)*) => {
+        $(#[$doc])*
+        fn event_type(&self) -> Option<$crate::meta::TypeSource> {
+            Some($source)
+        }
+        $crate::verify::common::verifier!($($rest)*);
+    };
+    ($(#[$doc:meta])*
+     event_meta: json [$($ty:literal),*], [$($at:literal),*], [$($object:literal),*];
+     $($rest:tt)*) => {
+        $crate::verify::common::verifier! {
+            $(#[$doc])*
+            event_meta: $crate::meta::MetaExtractor::json(
+                &[$($ty),*],
+                &[$($at),*],
+                &[$($object),*],
+            );
+            $($rest)*
+        }
+    };
+    ($(#[$doc:meta])* event_meta: $meta:expr; $($rest:tt)*) => {
+        $(#[$doc])*
+        fn event_meta(&self) -> Option<$crate::meta::MetaExtractor> {
+            Some($meta)
+        }
+        $crate::verify::common::verifier!($($rest)*);
+    };
+    ($($limits:tt)*) => {
+        $crate::verify::common::limits!($($limits)*);
+    };
+}
+pub(crate) use verifier;
+
 /// [`Verifier::with_secrets`](super::Verifier::with_secrets) for a verifier whose
 /// `keys` field holds secrets used as their raw bytes, its other settings cloned:
 /// each secret checked against the preset's `SECRET_FORMAT` (or the `format:`

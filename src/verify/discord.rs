@@ -3,13 +3,11 @@
 
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
 use ed25519_dalek::{Signer as _, SigningKey, VerifyingKey};
 
 use super::common;
 use super::handshake::Handshake;
-use super::{parse_unix_seconds, KeyError, Secret, SecretFormat, Verified, Verifier, VerifyError};
-use crate::Headers;
+use super::{parse_unix_seconds, KeyError, Secret, SecretFormat, Verifier, VerifyError};
 
 const SIGNATURE: &str = "X-Signature-Ed25519";
 const TIMESTAMP: &str = "X-Signature-Timestamp";
@@ -144,6 +142,42 @@ fn signing_key_from(text: &str) -> Result<SigningKey, KeyError> {
 }
 
 impl Verifier for Discord {
+    common::verifier! {
+        verify |self, headers, body, now| {
+            let value = common::bounded_header(headers, SIGNATURE)?;
+            let ts = common::bounded_header(headers, TIMESTAMP)?;
+            let signed_at = parse_unix_seconds(ts, TIMESTAMP)?;
+            let mut sig = [0u8; 64];
+            hex::decode_to_slice(value, &mut sig)
+                .map_err(|_| common::malformed(SIGNATURE, "not 128 hex digits"))?;
+            let signature = ed25519_dalek::Signature::from_bytes(&sig);
+            let mut msg = Vec::with_capacity(ts.len() + body.len());
+            msg.extend_from_slice(ts);
+            msg.extend_from_slice(body);
+            let ok = self
+                .public_keys
+                .iter()
+                .any(|key| key.verify_strict(&msg, &signature).is_ok());
+            if !ok {
+                return Err(VerifyError::NoMatch);
+            }
+            let mut verified = common::timed(signed_at, now, self.tolerance, || {
+                common::body_field(body, "id")
+            })?;
+            if common::body_field(body, "type").as_deref() == Some("1") {
+                verified.handshake = Some(Handshake::json(
+                    "discord_ping",
+                    &serde_json::json!({ "type": 1 }),
+                ));
+            }
+            Ok(verified)
+        }
+        tolerance;
+        answer_timeout: 3;
+        /// Discord sends an interaction once.
+        deliveries: 1;
+    }
+
     /// The application's public keys (hex) as the "secrets".
     fn with_secrets(
         &self,
@@ -158,50 +192,8 @@ impl Verifier for Discord {
         }))
     }
 
-    fn verify(
-        &self,
-        headers: &dyn Headers,
-        body: &[u8],
-        now: DateTime<Utc>,
-    ) -> Result<Verified, VerifyError> {
-        let value = common::bounded_header(headers, SIGNATURE)?;
-        let ts = common::bounded_header(headers, TIMESTAMP)?;
-        let signed_at = parse_unix_seconds(ts, TIMESTAMP)?;
-        let mut sig = [0u8; 64];
-        hex::decode_to_slice(value, &mut sig)
-            .map_err(|_| common::malformed(SIGNATURE, "not 128 hex digits"))?;
-        let signature = ed25519_dalek::Signature::from_bytes(&sig);
-        let mut msg = Vec::with_capacity(ts.len() + body.len());
-        msg.extend_from_slice(ts);
-        msg.extend_from_slice(body);
-        let ok = self
-            .public_keys
-            .iter()
-            .any(|key| key.verify_strict(&msg, &signature).is_ok());
-        if !ok {
-            return Err(VerifyError::NoMatch);
-        }
-        let mut verified = common::timed(signed_at, now, self.tolerance, || {
-            common::body_field(body, "id")
-        })?;
-        if common::body_field(body, "type").as_deref() == Some("1") {
-            verified.handshake = Some(Handshake::json(
-                "discord_ping",
-                &serde_json::json!({ "type": 1 }),
-            ));
-        }
-        Ok(verified)
-    }
-
     fn retry_window(&self) -> Option<Duration> {
         Some(Duration::ZERO)
-    }
-
-    common::limits! {
-        tolerance;
-        answer_timeout: 3;
-        /// Discord sends an interaction once.
-        deliveries: 1;
     }
 }
 

@@ -417,28 +417,24 @@ fn read<'h>(headers: &'h dyn Headers, name: &str) -> Result<&'h [u8], VerifyErro
 }
 
 impl Verifier for GenericHmac {
-    super::common::rekeyed!(format: super::SecretFormat::GENERIC);
-
-    fn verify(
-        &self,
-        headers: &dyn Headers,
-        body: &[u8],
-        now: DateTime<Utc>,
-    ) -> Result<Verified, VerifyError> {
-        let value = common::header_within(headers, &self.header, common::MAX_HEADER_LEN)?;
-        let tags = self.tags(value)?;
-        let (parts, signed_at) = self.signed_parts(headers, body)?;
-        self.keys.check(&parts, &tags)?;
-        if let Some(at) = signed_at {
-            check_tolerance(at, now, self.tolerance)?;
+    common::verifier! {
+        rekeyed(format: super::SecretFormat::GENERIC);
+        verify |self, headers, body, now| {
+            let value = common::header_within(headers, &self.header, common::MAX_HEADER_LEN)?;
+            let tags = self.tags(value)?;
+            let (parts, signed_at) = self.signed_parts(headers, body)?;
+            self.keys.check(&parts, &tags)?;
+            if let Some(at) = signed_at {
+                check_tolerance(at, now, self.tolerance)?;
+            }
+            // The signed id first: an unsigned header could be replaced by a replayer.
+            let id_name = self.template.id_header().or(self.id_header.as_deref());
+            Ok(Verified {
+                event_id: id_name.and_then(|n| common::id_header(headers, &[n])),
+                signed_at,
+                handshake: None,
+            })
         }
-        // The signed id first: an unsigned header could be replaced by a replayer.
-        let id_name = self.template.id_header().or(self.id_header.as_deref());
-        Ok(Verified {
-            event_id: id_name.and_then(|n| common::id_header(headers, &[n])),
-            signed_at,
-            handshake: None,
-        })
     }
 
     fn tolerance(&self) -> Option<Duration> {

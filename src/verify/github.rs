@@ -2,11 +2,9 @@
 
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
 
 use super::common::{self, Keys};
-use super::{Encoding, SecretFormat, Verified, Verifier, VerifyError};
-use crate::Headers;
+use super::{Encoding, SecretFormat, Verified, Verifier};
 
 const HEADER: &str = "X-Hub-Signature-256";
 const SIGNATURE: common::SignatureHeader =
@@ -66,28 +64,15 @@ impl GitHub {
 }
 
 impl Verifier for GitHub {
-    common::rekeyed!();
-
-    fn verify(
-        &self,
-        headers: &dyn Headers,
-        body: &[u8],
-        _now: DateTime<Utc>,
-    ) -> Result<Verified, VerifyError> {
-        SIGNATURE.check(&self.keys, headers, &[body])?;
-        Ok(Verified::untimed(common::id_header(headers, &[DELIVERY])))
-    }
-
-    /// The delivery id (`X-GitHub-Delivery`) is not signed: the SHA-256 of the signed body.
-    fn content_key(&self, _headers: &dyn Headers, body: &[u8]) -> Option<[u8; 32]> {
-        Some(common::sha256(body))
-    }
-
-    fn event_type(&self) -> Option<crate::meta::TypeSource> {
-        Some(crate::meta::TypeSource::github())
-    }
-
-    common::limits! {
+    common::verifier! {
+        rekeyed;
+        verify |self, headers, body, _now| {
+            SIGNATURE.check(&self.keys, headers, &[body])?;
+            Ok(Verified::untimed(common::id_header(headers, &[DELIVERY])))
+        }
+        /// The delivery id (`X-GitHub-Delivery`) is not signed: the SHA-256 of the signed body.
+        content_key: sha256;
+        event_type: github;
         retry_window;
         answer_timeout: 10;
         /// GitHub delivers an event once (no automatic retry).
@@ -98,6 +83,7 @@ impl Verifier for GitHub {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::verify::testing::*;
 
     // Published vector: GitHub docs, "Validating webhook deliveries".
     const SECRET: &str = "It's a Secret to Everybody";

@@ -1,10 +1,8 @@
 use std::borrow::Cow;
 
-use chrono::{DateTime, Utc};
 
 use super::common::{self, Keys};
-use super::{Secret, Verified, Verifier, VerifyError};
-use crate::Headers;
+use super::{Secret, Verified, Verifier};
 
 /// Longest signature header this verifier reads; longer ones are rejected unread.
 const MAX_HEADER_LEN: usize = 4096;
@@ -240,21 +238,18 @@ impl HmacSha256Header {
 }
 
 impl Verifier for HmacSha256Header {
-    super::common::rekeyed!(format: super::SecretFormat::GENERIC);
-
-    fn verify(
-        &self,
-        headers: &dyn Headers,
-        body: &[u8],
-        _now: DateTime<Utc>,
-    ) -> Result<Verified, VerifyError> {
-        let value = common::header_within(headers, &self.header, MAX_HEADER_LEN)?;
-        let tag = common::single_tag(value, self.prefix.as_bytes(), self.encoding, &self.header)?;
-        self.keys.check(&[body], &[tag])?;
-        // Read as the presets read theirs: trimmed, and absent when empty.
-        let id_header = self.id_header.as_deref();
-        let event_id = id_header.and_then(|name| common::id_header(headers, &[name]));
-        Ok(Verified::untimed(event_id))
+    common::verifier! {
+        rekeyed(format: super::SecretFormat::GENERIC);
+        verify |self, headers, body, _now| {
+            let value = common::header_within(headers, &self.header, MAX_HEADER_LEN)?;
+            let tag =
+                common::single_tag(value, self.prefix.as_bytes(), self.encoding, &self.header)?;
+            self.keys.check(&[body], &[tag])?;
+            // Read as the presets read theirs: trimmed, and absent when empty.
+            let id_header = self.id_header.as_deref();
+            let event_id = id_header.and_then(|name| common::id_header(headers, &[name]));
+            Ok(Verified::untimed(event_id))
+        }
     }
 
     fn finds_event_id(&self) -> bool {
@@ -265,6 +260,7 @@ impl Verifier for HmacSha256Header {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::verify::testing::*;
 
     fn now() -> DateTime<Utc> {
         Utc::now()

@@ -2,12 +2,10 @@
 
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
 use hmac::Mac;
 
 use super::common::{self, Sha1Keys};
 use super::{Verified, Verifier, VerifyError};
-use crate::Headers;
 
 const HEADER: &str = "X-Hub-Signature";
 const PREFIX: &[u8] = b"sha1=";
@@ -60,41 +58,24 @@ impl Intercom {
 }
 
 impl Verifier for Intercom {
-    /// The event type is the body's `topic`.
-    fn event_type(&self) -> Option<crate::meta::TypeSource> {
-        Some(crate::meta::TypeSource::json(["topic"]))
-    }
-
-    common::rekeyed!();
-
-    fn verify(
-        &self,
-        headers: &dyn Headers,
-        body: &[u8],
-        _now: DateTime<Utc>,
-    ) -> Result<Verified, VerifyError> {
-        let value = common::bounded_header(headers, HEADER)?;
-        let encoded = value
-            .strip_prefix(PREFIX)
-            .ok_or(VerifyError::NoUsableSignature)?;
-        let mut tag = [0u8; 20];
-        hex::decode_to_slice(encoded, &mut tag)
-            .map_err(|_| common::malformed(HEADER, "not 40 hex digits"))?;
-        if !self.keys.any_fed(|mac| mac.update(body), &tag) {
-            return Err(VerifyError::NoMatch);
+    common::verifier! {
+        /// The event type is the body's `topic`.
+        event_type: json ["topic"];
+        rekeyed;
+        verify |self, headers, body, _now| {
+            let value = common::bounded_header(headers, HEADER)?;
+            let encoded = value
+                .strip_prefix(PREFIX)
+                .ok_or(VerifyError::NoUsableSignature)?;
+            let mut tag = [0u8; 20];
+            hex::decode_to_slice(encoded, &mut tag)
+                .map_err(|_| common::malformed(HEADER, "not 40 hex digits"))?;
+            if !self.keys.any_fed(|mac| mac.update(body), &tag) {
+                return Err(VerifyError::NoMatch);
+            }
+            Ok(Verified::untimed(common::body_field(body, "id")))
         }
-        Ok(Verified::untimed(common::body_field(body, "id")))
-    }
-
-    fn event_meta(&self) -> Option<crate::meta::MetaExtractor> {
-        Some(crate::meta::MetaExtractor::json(
-            &["topic"],
-            &["created_at"],
-            &["data", "item", "id"],
-        ))
-    }
-
-    common::limits! {
+        event_meta: json ["topic"], ["created_at"], ["data", "item", "id"];
         retry_window;
         answer_timeout: 5;
     }
@@ -104,6 +85,7 @@ impl Verifier for Intercom {
 mod tests {
     use super::*;
     use crate::verify::KeyError;
+    use crate::verify::testing::*;
 
     const BODY: &[u8] = br#"{"type":"notification_event","app_id":"a86dr8yl","data":{"type":"notification_event_data","item":{"type":"ping","message":"something something interzen"}},"links":{},"id":"notif_f22b5c40-5d7b-11e8-b9f1-d5b0e6d7e0f1","topic":"ping","delivery_status":null,"delivery_attempts":1,"delivered_at":0,"first_sent_at":1527145561,"created_at":1527145561,"self":null}"#;
     // Computed independently with Python's hmac (sha1, hex) over BODY.

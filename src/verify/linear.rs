@@ -5,8 +5,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::common::{self, Keys};
-use super::{Encoding, SecretFormat, Verified, Verifier, VerifyError};
-use crate::Headers;
+use super::{Encoding, SecretFormat, Verifier, VerifyError};
 
 const HEADER: &str = "Linear-Signature";
 const SIGNATURE: common::SignatureHeader = common::SignatureHeader::new(HEADER, "", Encoding::Hex);
@@ -78,47 +77,34 @@ fn parse_millis(text: &str) -> Option<DateTime<Utc>> {
 }
 
 impl Verifier for Linear {
-    common::rekeyed!();
-
-    fn verify(
-        &self,
-        headers: &dyn Headers,
-        body: &[u8],
-        now: DateTime<Utc>,
-    ) -> Result<Verified, VerifyError> {
-        let value = common::bounded_header(headers, HEADER)?;
-        let tag = SIGNATURE.tag_of(value.trim_ascii())?;
-        self.keys.check(&[body], &[tag])?;
-        let ts = common::body_field(body, "webhookTimestamp")
-            .ok_or(VerifyError::MalformedBody("no webhookTimestamp"))?;
-        let signed_at = parse_millis(&ts).ok_or(VerifyError::MalformedBody(
-            "webhookTimestamp is not Unix milliseconds",
-        ))?;
-        common::timed(signed_at, now, self.tolerance, || {
-            common::id_header(headers, &[DELIVERY])
-        })
+    common::verifier! {
+        rekeyed;
+        verify |self, headers, body, now| {
+            let value = common::bounded_header(headers, HEADER)?;
+            let tag = SIGNATURE.tag_of(value.trim_ascii())?;
+            self.keys.check(&[body], &[tag])?;
+            let ts = common::body_field(body, "webhookTimestamp")
+                .ok_or(VerifyError::MalformedBody("no webhookTimestamp"))?;
+            let signed_at = parse_millis(&ts).ok_or(VerifyError::MalformedBody(
+                "webhookTimestamp is not Unix milliseconds",
+            ))?;
+            common::timed(signed_at, now, self.tolerance, || {
+                common::id_header(headers, &[DELIVERY])
+            })
+        }
+        /// The delivery id (`Linear-Delivery`) is not signed: the SHA-256 of the signed body.
+        content_key: sha256;
+        event_type: linear;
+        tolerance;
+        retry_window;
+        /// Linear's first attempt and its 3 retries.
+        deliveries: 4;
     }
 
     /// Linear puts a fresh `webhookTimestamp` in each retry's body (the 60 s
     /// tolerance would refuse an old one), so the body differs between attempts.
     fn body_changes_on_retry(&self) -> bool {
         true
-    }
-
-    /// The delivery id (`Linear-Delivery`) is not signed: the SHA-256 of the signed body.
-    fn content_key(&self, _headers: &dyn Headers, body: &[u8]) -> Option<[u8; 32]> {
-        Some(common::sha256(body))
-    }
-
-    fn event_type(&self) -> Option<crate::meta::TypeSource> {
-        Some(crate::meta::TypeSource::linear())
-    }
-
-    common::limits! {
-        tolerance;
-        retry_window;
-        /// Linear's first attempt and its 3 retries.
-        deliveries: 4;
     }
 }
 

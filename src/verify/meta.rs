@@ -4,7 +4,6 @@
 
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
 
 use super::common::{self, Keys};
 use super::handshake;
@@ -137,27 +136,18 @@ impl Meta {
 }
 
 impl Verifier for Meta {
-    /// The event type is the body's `object` (`whatsapp_business_account`, `page`, `instagram`).
-    fn event_type(&self) -> Option<crate::meta::TypeSource> {
-        Some(crate::meta::TypeSource::json(["object"]))
-    }
-
-    common::rekeyed!();
-
-    fn verify(
-        &self,
-        headers: &dyn Headers,
-        body: &[u8],
-        _now: DateTime<Utc>,
-    ) -> Result<Verified, VerifyError> {
-        if headers.method() == Some("GET") {
-            return self.subscription_check(headers);
+    common::verifier! {
+        /// The event type is the body's `object` (`whatsapp_business_account`, `page`,
+        /// `instagram`).
+        event_type: json ["object"];
+        rekeyed;
+        verify |self, headers, body, _now| {
+            if headers.method() == Some("GET") {
+                return self.subscription_check(headers);
+            }
+            SIGNATURE.check(&self.keys, headers, &[body])?;
+            Ok(Verified::untimed(Some(digest_id(body))))
         }
-        SIGNATURE.check(&self.keys, headers, &[body])?;
-        Ok(Verified::untimed(Some(digest_id(body))))
-    }
-
-    common::limits! {
         retry_window;
     }
 }
@@ -166,6 +156,7 @@ impl Verifier for Meta {
 mod tests {
     use super::*;
     use crate::RequestHead;
+    use crate::verify::testing::*;
 
     const NONE: [(&str, &str); 0] = [];
 

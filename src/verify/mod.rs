@@ -50,6 +50,8 @@ mod shopify;
 mod slack;
 mod square;
 mod standard;
+#[cfg(test)]
+mod testing;
 mod stripe;
 mod twilio;
 mod twitch;

@@ -2,11 +2,9 @@
 
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
 
 use super::common::{self, Keys};
-use super::{SecretFormat, Verified, Verifier, VerifyError};
-use crate::Headers;
+use super::{SecretFormat, Verifier};
 
 const HEADER: &str = "Paddle-Signature";
 
@@ -82,24 +80,14 @@ impl Paddle {
 }
 
 impl Verifier for Paddle {
-    common::rekeyed!();
-
-    fn verify(
-        &self,
-        headers: &dyn Headers,
-        body: &[u8],
-        now: DateTime<Utc>,
-    ) -> Result<Verified, VerifyError> {
-        SIGNATURE.verify(&self.keys, headers, body, now, self.tolerance, || {
-            common::body_field(body, "event_id")
-        })
-    }
-
-    fn event_type(&self) -> Option<crate::meta::TypeSource> {
-        Some(crate::meta::TypeSource::paddle())
-    }
-
-    common::limits! {
+    common::verifier! {
+        rekeyed;
+        verify |self, headers, body, now| {
+            SIGNATURE.verify(&self.keys, headers, body, now, self.tolerance, || {
+                common::body_field(body, "event_id")
+            })
+        }
+        event_type: paddle;
         tolerance;
         retry_window;
         /// Paddle's first attempt and up to 60 retries (live accounts).
@@ -111,6 +99,7 @@ impl Verifier for Paddle {
 mod tests {
     use super::common::at;
     use super::*;
+    use crate::verify::testing::*;
 
     // Published vectors: paddle-node-sdk, src/__tests__/notifications/webhooks-validator.test.ts.
     // Their secrets are not in Paddle's format: built without the format check.

@@ -4,7 +4,6 @@ use std::fmt;
 use std::time::Duration;
 
 use base64::Engine as _;
-use chrono::{DateTime, Utc};
 use p256::ecdsa::signature::{Signer as _, Verifier as _};
 use p256::ecdsa::{Signature, SigningKey, VerifyingKey};
 use p256::pkcs8::{DecodePrivateKey as _, DecodePublicKey as _};
@@ -12,8 +11,7 @@ use serde::Deserialize;
 use sha2::{Digest as _, Sha256};
 
 use super::common;
-use super::{parse_unix_seconds, KeyError, Secret, Verified, Verifier, VerifyError};
-use crate::Headers;
+use super::{parse_unix_seconds, KeyError, Secret, Verifier, VerifyError};
 
 const SIGNATURE: &str = "X-Twilio-Email-Event-Webhook-Signature";
 const TIMESTAMP: &str = "X-Twilio-Email-Event-Webhook-Timestamp";
@@ -210,38 +208,31 @@ fn event_id(body: &[u8]) -> Option<String> {
 }
 
 impl Verifier for SendGrid {
-    super::common::rekeyed!(by new);
-
-    fn verify(
-        &self,
-        headers: &dyn Headers,
-        body: &[u8],
-        now: DateTime<Utc>,
-    ) -> Result<Verified, VerifyError> {
-        let sig_b64 = common::bounded_header(headers, SIGNATURE)?;
-        let ts = common::bounded_header(headers, TIMESTAMP)?;
-        let signed_at = parse_unix_seconds(ts, TIMESTAMP)?;
-        if sig_b64.len() > MAX_SIGNATURE_B64 {
-            return Err(common::malformed(
-                SIGNATURE,
-                "longer than a P-256 signature",
-            ));
+    common::verifier! {
+        rekeyed(by new);
+        verify |self, headers, body, now| {
+            let sig_b64 = common::bounded_header(headers, SIGNATURE)?;
+            let ts = common::bounded_header(headers, TIMESTAMP)?;
+            let signed_at = parse_unix_seconds(ts, TIMESTAMP)?;
+            if sig_b64.len() > MAX_SIGNATURE_B64 {
+                return Err(common::malformed(
+                    SIGNATURE,
+                    "longer than a P-256 signature",
+                ));
+            }
+            let der = base64::engine::general_purpose::STANDARD
+                .decode(sig_b64)
+                .map_err(|_| common::malformed(SIGNATURE, "not base64"))?;
+            let sig = Signature::from_der(&der)
+                .map_err(|_| common::malformed(SIGNATURE, "not a DER ECDSA P-256 signature"))?;
+            let mut msg = Vec::with_capacity(ts.len() + body.len());
+            msg.extend_from_slice(ts);
+            msg.extend_from_slice(body);
+            if !self.keys.iter().any(|k| k.verify(&msg, &sig).is_ok()) {
+                return Err(VerifyError::NoMatch);
+            }
+            common::timed(signed_at, now, self.tolerance, || event_id(body))
         }
-        let der = base64::engine::general_purpose::STANDARD
-            .decode(sig_b64)
-            .map_err(|_| common::malformed(SIGNATURE, "not base64"))?;
-        let sig = Signature::from_der(&der)
-            .map_err(|_| common::malformed(SIGNATURE, "not a DER ECDSA P-256 signature"))?;
-        let mut msg = Vec::with_capacity(ts.len() + body.len());
-        msg.extend_from_slice(ts);
-        msg.extend_from_slice(body);
-        if !self.keys.iter().any(|k| k.verify(&msg, &sig).is_ok()) {
-            return Err(VerifyError::NoMatch);
-        }
-        common::timed(signed_at, now, self.tolerance, || event_id(body))
-    }
-
-    common::limits! {
         tolerance;
         retry_window;
     }
@@ -251,6 +242,7 @@ impl Verifier for SendGrid {
 mod tests {
     use super::common::at;
     use super::*;
+    use crate::verify::testing::*;
 
     // Published vector: the tests of SendGrid's SDKs (`@sendgrid/eventwebhook` and
     // the others share it).

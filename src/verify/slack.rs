@@ -2,12 +2,10 @@
 
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
 
 use super::common::{self, Keys};
 use super::handshake::{self, Handshake};
-use super::{SecretFormat, Verified, Verifier, VerifyError};
-use crate::Headers;
+use super::{SecretFormat, Verifier, VerifyError};
 
 const HEADER: &str = "X-Slack-Signature";
 const TIMESTAMP: &str = "X-Slack-Request-Timestamp";
@@ -79,35 +77,25 @@ impl Slack {
 }
 
 impl Verifier for Slack {
-    common::rekeyed!();
-
-    fn verify(
-        &self,
-        headers: &dyn Headers,
-        body: &[u8],
-        now: DateTime<Utc>,
-    ) -> Result<Verified, VerifyError> {
-        let common::V0Signed {
-            parts,
-            signed_at,
-            tag,
-        } = SIGNATURE.read(headers, body)?;
-        self.keys.check(&parts, &[tag])?;
-        let mut verified = common::timed(signed_at, now, self.tolerance, || {
-            common::body_field(body, "event_id")
-        })?;
-        // Only a body without an event id is looked at again (a handshake has none).
-        if verified.event_id.is_none() {
-            verified.handshake = url_verification(body)?;
+    common::verifier! {
+        rekeyed;
+        verify |self, headers, body, now| {
+            let common::V0Signed {
+                parts,
+                signed_at,
+                tag,
+            } = SIGNATURE.read(headers, body)?;
+            self.keys.check(&parts, &[tag])?;
+            let mut verified = common::timed(signed_at, now, self.tolerance, || {
+                common::body_field(body, "event_id")
+            })?;
+            // Only a body without an event id is looked at again (a handshake has none).
+            if verified.event_id.is_none() {
+                verified.handshake = url_verification(body)?;
+            }
+            Ok(verified)
         }
-        Ok(verified)
-    }
-
-    fn event_type(&self) -> Option<crate::meta::TypeSource> {
-        Some(crate::meta::TypeSource::slack())
-    }
-
-    common::limits! {
+        event_type: slack;
         tolerance;
         retry_window;
         answer_timeout: 3;

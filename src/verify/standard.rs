@@ -5,11 +5,9 @@ use std::time::Duration;
 use base64::alphabet;
 use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
 use base64::Engine as _;
-use chrono::{DateTime, Utc};
 
 use super::common::{self, Keys};
-use super::{parse_unix_seconds, KeyError, Secret, SecretFormat, Verified, Verifier, VerifyError};
-use crate::Headers;
+use super::{parse_unix_seconds, KeyError, Secret, SecretFormat, Verifier, VerifyError};
 
 /// Header names: the Standard Webhooks spelling and Svix's.
 const STANDARD: Names = Names {
@@ -310,6 +308,50 @@ fn parse_signatures_of(value: &[u8], name: &'static str) -> Result<Signatures, V
 }
 
 impl Verifier for StandardWebhooks {
+    common::verifier! {
+        verify |self, headers, body, now| {
+            // Each header is read once: the signature header also tells the spelling.
+            let (names, signatures) = match headers.get_bytes(STANDARD.signature) {
+                Some(value) => (&STANDARD, value),
+                None => match headers.get_bytes(SVIX.signature) {
+                    Some(value) => (&SVIX, value),
+                    None => return Err(VerifyError::MissingHeader(STANDARD.signature.into())),
+                },
+            };
+            let id = common::bounded_header(headers, names.id)?;
+            if id.is_empty() {
+                return Err(common::malformed(names.id, "empty id"));
+            }
+            let ts = common::bounded_header(headers, names.timestamp)?;
+            let signed_at = parse_unix_seconds(ts, names.timestamp)?;
+            common::check_len(signatures, names.signature)?;
+            let sigs = parse_signatures_of(signatures, names.signature)?;
+            // Entries only of the scheme this verifier does not hold keys for.
+            #[cfg(feature = "ed25519")]
+            let usable = (self.keys.len() > 0 && !sigs.v1.is_empty())
+                || (!self.public_keys.is_empty() && !sigs.v1a.is_empty());
+            #[cfg(not(feature = "ed25519"))]
+            let usable = !sigs.v1.is_empty();
+            if !usable {
+                return Err(VerifyError::NoUsableSignature);
+            }
+            let hmac_ok = self.keys.any_match(&[id, b".", ts, b".", body], &sigs.v1);
+            #[cfg(feature = "ed25519")]
+            let ok = hmac_ok || self.ed25519_matches(id, ts, body, &sigs.v1a);
+            #[cfg(not(feature = "ed25519"))]
+            let ok = hmac_ok;
+            if !ok {
+                return Err(VerifyError::NoMatch);
+            }
+            common::timed(signed_at, now, self.tolerance, || common::id_value(id))
+        }
+        event_type: standard_webhooks;
+        tolerance;
+        retry_window;
+        /// Svix's schedule: the first attempt and 7 retries.
+        deliveries: 8;
+    }
+
     /// Keyed with `whsec_` secrets, or, for a verifier of `v1a` signatures, with
     /// `whpk_` public keys (as text).
     fn with_secrets(&self, secrets: &[Secret]) -> Option<Result<Box<dyn Verifier>, KeyError>> {
@@ -331,65 +373,13 @@ impl Verifier for StandardWebhooks {
             Box::new(verifier) as Box<dyn Verifier>
         }))
     }
-
-    fn verify(
-        &self,
-        headers: &dyn Headers,
-        body: &[u8],
-        now: DateTime<Utc>,
-    ) -> Result<Verified, VerifyError> {
-        // Each header is read once: the signature header also tells the spelling.
-        let (names, signatures) = match headers.get_bytes(STANDARD.signature) {
-            Some(value) => (&STANDARD, value),
-            None => match headers.get_bytes(SVIX.signature) {
-                Some(value) => (&SVIX, value),
-                None => return Err(VerifyError::MissingHeader(STANDARD.signature.into())),
-            },
-        };
-        let id = common::bounded_header(headers, names.id)?;
-        if id.is_empty() {
-            return Err(common::malformed(names.id, "empty id"));
-        }
-        let ts = common::bounded_header(headers, names.timestamp)?;
-        let signed_at = parse_unix_seconds(ts, names.timestamp)?;
-        common::check_len(signatures, names.signature)?;
-        let sigs = parse_signatures_of(signatures, names.signature)?;
-        // Entries only of the scheme this verifier does not hold keys for.
-        #[cfg(feature = "ed25519")]
-        let usable = (self.keys.len() > 0 && !sigs.v1.is_empty())
-            || (!self.public_keys.is_empty() && !sigs.v1a.is_empty());
-        #[cfg(not(feature = "ed25519"))]
-        let usable = !sigs.v1.is_empty();
-        if !usable {
-            return Err(VerifyError::NoUsableSignature);
-        }
-        let hmac_ok = self.keys.any_match(&[id, b".", ts, b".", body], &sigs.v1);
-        #[cfg(feature = "ed25519")]
-        let ok = hmac_ok || self.ed25519_matches(id, ts, body, &sigs.v1a);
-        #[cfg(not(feature = "ed25519"))]
-        let ok = hmac_ok;
-        if !ok {
-            return Err(VerifyError::NoMatch);
-        }
-        common::timed(signed_at, now, self.tolerance, || common::id_value(id))
-    }
-
-    fn event_type(&self) -> Option<crate::meta::TypeSource> {
-        Some(crate::meta::TypeSource::standard_webhooks())
-    }
-
-    common::limits! {
-        tolerance;
-        retry_window;
-        /// Svix's schedule: the first attempt and 7 retries.
-        deliveries: 8;
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::common::at;
     use super::*;
+    use crate::verify::testing::*;
 
     // Published vector from the Standard Webhooks spec libraries' tests.
     const SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";

@@ -2,11 +2,9 @@
 
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
 
 use super::common::{self, Keys};
-use super::{SecretFormat, Verified, Verifier, VerifyError};
-use crate::Headers;
+use super::{SecretFormat, Verifier};
 
 const HEADER: &str = "Stripe-Signature";
 
@@ -76,28 +74,15 @@ impl Stripe {
 }
 
 impl Verifier for Stripe {
-    common::rekeyed!();
-
-    fn verify(
-        &self,
-        headers: &dyn Headers,
-        body: &[u8],
-        now: DateTime<Utc>,
-    ) -> Result<Verified, VerifyError> {
-        SIGNATURE.verify(&self.keys, headers, body, now, self.tolerance, || {
-            common::body_field(body, "id")
-        })
-    }
-
-    fn event_meta(&self) -> Option<crate::meta::MetaExtractor> {
-        Some(crate::meta::MetaExtractor::stripe())
-    }
-
-    fn event_type(&self) -> Option<crate::meta::TypeSource> {
-        Some(crate::meta::TypeSource::stripe())
-    }
-
-    common::limits! {
+    common::verifier! {
+        rekeyed;
+        verify |self, headers, body, now| {
+            SIGNATURE.verify(&self.keys, headers, body, now, self.tolerance, || {
+                common::body_field(body, "id")
+            })
+        }
+        event_meta: crate::meta::MetaExtractor::stripe();
+        event_type: stripe;
         tolerance;
         retry_window;
         answer_timeout: 5;
@@ -108,6 +93,7 @@ impl Verifier for Stripe {
 mod tests {
     use super::common::at;
     use super::*;
+    use crate::verify::testing::*;
 
     const SECRET: &str = "whsec_testsecret0123456789abcdefghijkl";
     const BODY: &[u8] = br#"{"id":"evt_test_webhook","object":"event"}"#;

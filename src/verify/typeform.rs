@@ -2,12 +2,10 @@
 
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
 
 use super::common::{self, Keys};
 use super::SecretFormat;
-use super::{Encoding, Verified, Verifier, VerifyError};
-use crate::Headers;
+use super::{Encoding, Verified, Verifier};
 
 const HEADER: &str = "Typeform-Signature";
 const SIGNATURE: common::SignatureHeader =
@@ -63,32 +61,18 @@ impl Typeform {
 }
 
 impl Verifier for Typeform {
-    /// The event type is the body's `event_type`.
-    fn event_type(&self) -> Option<crate::meta::TypeSource> {
-        Some(crate::meta::TypeSource::json(["event_type"]))
-    }
-
-    common::rekeyed!();
-
-    fn verify(
-        &self,
-        headers: &dyn Headers,
-        body: &[u8],
-        _now: DateTime<Utc>,
-    ) -> Result<Verified, VerifyError> {
-        SIGNATURE.check(&self.keys, headers, &[body])?;
-        Ok(Verified::untimed(common::body_field(body, "event_id")))
-    }
-
-    fn event_meta(&self) -> Option<crate::meta::MetaExtractor> {
-        Some(crate::meta::MetaExtractor::json(
-            &["event_type"],
-            &["form_response", "submitted_at"],
-            &["form_response", "token"],
-        ))
-    }
-
-    common::limits! {
+    common::verifier! {
+        /// The event type is the body's `event_type`.
+        event_type: json ["event_type"];
+        rekeyed;
+        verify |self, headers, body, _now| {
+            SIGNATURE.check(&self.keys, headers, &[body])?;
+            Ok(Verified::untimed(common::body_field(body, "event_id")))
+        }
+        event_meta: json
+            ["event_type"],
+            ["form_response", "submitted_at"],
+            ["form_response", "token"];
         retry_window;
         answer_timeout: 30;
     }
@@ -97,6 +81,7 @@ impl Verifier for Typeform {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::verify::testing::*;
 
     const BODY: &[u8] = br#"{"event_id":"LtWXD3crgy","event_type":"form_response","form_response":{"form_id":"lT4Z3j","token":"a3a12ec67a1365927098a606107fac15","submitted_at":"2018-01-18T18:17:02Z"}}"#;
 
