@@ -1,6 +1,5 @@
 use std::borrow::Cow;
 
-
 use super::common::{self, Keys};
 use super::{Secret, Verified, Verifier};
 

@@ -216,8 +216,8 @@ impl Verifier for HubSpot {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::RequestHead;
     use crate::verify::testing::*;
+    use crate::RequestHead;
 
     const BODY: &[u8] = br#"[{"objectId":1246965,"propertyName":"lifecyclestage","propertyValue":"subscriber","changeSource":"ACADEMY","eventId":3816279340,"subscriptionId":25,"portalId":33,"appId":1160452,"occurredAt":1462216307945,"subscriptionType":"contact.propertyChange","attemptNumber":0}]"#;
 

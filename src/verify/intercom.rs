@@ -84,8 +84,8 @@ impl Verifier for Intercom {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::verify::KeyError;
     use crate::verify::testing::*;
+    use crate::verify::KeyError;
 
     const BODY: &[u8] = br#"{"type":"notification_event","app_id":"a86dr8yl","data":{"type":"notification_event_data","item":{"type":"ping","message":"something something interzen"}},"links":{},"id":"notif_f22b5c40-5d7b-11e8-b9f1-d5b0e6d7e0f1","topic":"ping","delivery_status":null,"delivery_attempts":1,"delivered_at":0,"first_sent_at":1527145561,"created_at":1527145561,"self":null}"#;
     // Computed independently with Python's hmac (sha1, hex) over BODY.

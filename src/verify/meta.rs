@@ -4,7 +4,6 @@
 
 use std::time::Duration;
 
-
 use super::common::{self, Keys};
 use super::handshake;
 use super::request::{constant_time_eq, digest_id, param, query};
@@ -155,8 +154,8 @@ impl Verifier for Meta {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::RequestHead;
     use crate::verify::testing::*;
+    use crate::RequestHead;
 
     const NONE: [(&str, &str); 0] = [];
 

@@ -50,9 +50,9 @@ mod shopify;
 mod slack;
 mod square;
 mod standard;
+mod stripe;
 #[cfg(test)]
 mod testing;
-mod stripe;
 mod twilio;
 mod twitch;
 mod typeform;

@@ -2,7 +2,6 @@
 
 use std::time::Duration;
 
-
 use super::common::{self, Keys};
 use super::{Encoding, SecretFormat, Verified, Verifier, VerifyError};
 

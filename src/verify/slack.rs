@@ -2,7 +2,6 @@
 
 use std::time::Duration;
 
-
 use super::common::{self, Keys};
 use super::handshake::{self, Handshake};
 use super::{SecretFormat, Verifier, VerifyError};

@@ -3,7 +3,6 @@
 
 use std::time::Duration;
 
-
 use super::common::{self, Keys};
 use super::{Encoding, KeyError, Secret, Verified, Verifier};
 

@@ -192,8 +192,8 @@ impl Verifier for Twilio {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::RequestHead;
     use crate::verify::testing::*;
+    use crate::RequestHead;
 
     // Twilio's own vectors (twilio-python's request validator tests): Auth Token
     // 12345, this URL and these parameters; the same URL with the default port

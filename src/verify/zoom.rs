@@ -3,7 +3,6 @@
 
 use std::time::Duration;
 
-
 use super::common::{self, Keys};
 use super::handshake::{self, Handshake};
 use super::request::digest_id;
