@@ -439,10 +439,11 @@ pub(crate) use limits;
 ///   take and its body;
 /// - `content_key: sha256;`: `content_key`, the SHA-256 of the body (for a scheme
 ///   that signs the raw body and no id);
-/// - `event_type: json ["field", ..];`, `event_type: NAME;` (a
+/// - `event_type: json ["field", ..];`, `event_type: header "Name";`, `event_type: NAME;` (a
 ///   [`TypeSource`](crate::meta::TypeSource) constructor) or `event_type: EXPR;`;
 /// - `event_meta: json [type path], [time path], [object path];` (a
-///   [`MetaExtractor::json`](crate::meta::MetaExtractor::json)) or `event_meta: EXPR;`.
+///   [`MetaExtractor::json`](crate::meta::MetaExtractor::json)) or `event_meta: EXPR;`;
+/// - `body_changes_on_retry;`: `body_changes_on_retry`, true.
 ///
 /// The doc comment before an entry is its method's.
 macro_rules! verifier {
@@ -471,6 +472,11 @@ macro_rules! verifier {
     ($(#[$doc:meta])* event_type: json [$($field:literal),+]; $($rest:tt)*) => {
         $crate::verify::common::verifier! {
             $(#[$doc])* event_type: $crate::meta::TypeSource::json([$($field),+]); $($rest)*
+        }
+    };
+    ($(#[$doc:meta])* event_type: header $name:literal; $($rest:tt)*) => {
+        $crate::verify::common::verifier! {
+            $(#[$doc])* event_type: $crate::meta::TypeSource::header($name); $($rest)*
         }
     };
     ($(#[$doc:meta])* event_type: $source:ident; $($rest:tt)*) => {
@@ -502,6 +508,13 @@ macro_rules! verifier {
         $(#[$doc])*
         fn event_meta(&self) -> Option<$crate::meta::MetaExtractor> {
             Some($meta)
+        }
+        $crate::verify::common::verifier!($($rest)*);
+    };
+    ($(#[$doc:meta])* body_changes_on_retry; $($rest:tt)*) => {
+        $(#[$doc])*
+        fn body_changes_on_retry(&self) -> bool {
+            true
         }
         $crate::verify::common::verifier!($($rest)*);
     };
@@ -554,6 +567,22 @@ impl<M> fmt::Debug for MacKeys<M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "<{} secret(s), redacted>", self.0.len())
     }
+}
+
+/// The public keys of an asymmetric scheme, each read by `parse`: at least one.
+///
+/// # Errors
+/// The first error of `parse`; [`KeyError::EmptySecret`] if no key is given.
+#[cfg(any(feature = "ed25519", feature = "sendgrid"))]
+pub(crate) fn public_keys<K, P>(
+    keys: impl IntoIterator<Item = K>,
+    parse: impl FnMut(K) -> Result<P, KeyError>,
+) -> Result<Vec<P>, KeyError> {
+    let keys = keys.into_iter().map(parse).collect::<Result<Vec<_>, _>>()?;
+    if keys.is_empty() {
+        return Err(KeyError::EmptySecret);
+    }
+    Ok(keys)
 }
 
 /// The value of header `name`, refusing one longer than [`MAX_HEADER_LEN`].

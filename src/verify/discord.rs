@@ -67,19 +67,13 @@ impl Discord {
     /// digit, fewer or more than 64 digits); [`KeyError::BadEncoding`] if the key
     /// is no valid ed25519 public key.
     pub fn new<K: AsRef<str>>(public_keys: impl IntoIterator<Item = K>) -> Result<Self, KeyError> {
-        let public_keys = public_keys
-            .into_iter()
-            .map(|k| {
-                Self::SECRET_FORMAT.check(&Secret::from(k.as_ref()))?;
-                let bytes = common::hex32(k.as_ref().as_bytes())
-                    .ok_or(KeyError::BadEncoding("hex of a 32-byte ed25519 public key"))?;
-                VerifyingKey::from_bytes(&bytes)
-                    .map_err(|_| KeyError::BadEncoding("ed25519 public key"))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        if public_keys.is_empty() {
-            return Err(KeyError::EmptySecret);
-        }
+        let public_keys = common::public_keys(public_keys, |k| {
+            Self::SECRET_FORMAT.check(&Secret::from(k.as_ref()))?;
+            let bytes = common::hex32(k.as_ref().as_bytes())
+                .ok_or(KeyError::BadEncoding("hex of a 32-byte ed25519 public key"))?;
+            VerifyingKey::from_bytes(&bytes)
+                .map_err(|_| KeyError::BadEncoding("ed25519 public key"))
+        })?;
         Ok(Self {
             public_keys,
             tolerance: Self::DEFAULT_TOLERANCE,

@@ -201,15 +201,12 @@ impl Verifier for HubSpot {
             }
             common::timed(millis, now, self.tolerance, || batch_id(body))
         }
+        body_changes_on_retry;
         tolerance;
         retry_window;
         answer_timeout: 5;
         /// HubSpot's first attempt and its up to 10 retries.
         deliveries: 11;
-    }
-
-    fn body_changes_on_retry(&self) -> bool {
-        true
     }
 }
 

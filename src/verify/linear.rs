@@ -92,6 +92,9 @@ impl Verifier for Linear {
                 common::id_header(headers, &[DELIVERY])
             })
         }
+        /// Linear puts a fresh `webhookTimestamp` in each retry's body (the 60 s
+        /// tolerance would refuse an old one), so the body differs between attempts.
+        body_changes_on_retry;
         /// The delivery id (`Linear-Delivery`) is not signed: the SHA-256 of the signed body.
         content_key: sha256;
         event_type: linear;
@@ -99,12 +102,6 @@ impl Verifier for Linear {
         retry_window;
         /// Linear's first attempt and its 3 retries.
         deliveries: 4;
-    }
-
-    /// Linear puts a fresh `webhookTimestamp` in each retry's body (the 60 s
-    /// tolerance would refuse an old one), so the body differs between attempts.
-    fn body_changes_on_retry(&self) -> bool {
-        true
     }
 }
 

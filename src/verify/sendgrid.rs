@@ -103,23 +103,17 @@ impl SendGrid {
     pub fn new<S: Into<Secret>>(
         public_keys: impl IntoIterator<Item = S>,
     ) -> Result<Self, KeyError> {
-        let keys = public_keys
-            .into_iter()
-            .map(|k| {
-                let k: Secret = k.into();
-                if k.is_empty() {
-                    return Err(KeyError::EmptySecret);
-                }
-                der_of(k.expose())
-                    .and_then(|der| VerifyingKey::from_public_key_der(&der).ok())
-                    .ok_or(KeyError::BadEncoding(
-                        "base64 DER public key of P-256 (SendGrid's verification key)",
-                    ))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        if keys.is_empty() {
-            return Err(KeyError::EmptySecret);
-        }
+        let keys = common::public_keys(public_keys, |k| {
+            let k: Secret = k.into();
+            if k.is_empty() {
+                return Err(KeyError::EmptySecret);
+            }
+            der_of(k.expose())
+                .and_then(|der| VerifyingKey::from_public_key_der(&der).ok())
+                .ok_or(KeyError::BadEncoding(
+                    "base64 DER public key of P-256 (SendGrid's verification key)",
+                ))
+        })?;
         Ok(Self {
             keys,
             tolerance: Self::DEFAULT_TOLERANCE,

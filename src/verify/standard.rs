@@ -98,23 +98,17 @@ impl StandardWebhooks {
     pub fn ed25519<K: AsRef<str>>(
         public_keys: impl IntoIterator<Item = K>,
     ) -> Result<Self, KeyError> {
-        let public_keys = public_keys
-            .into_iter()
-            .map(|k| {
-                let text = k.as_ref();
-                let b64 = text.strip_prefix("whpk_").unwrap_or(text);
-                let bytes: [u8; 32] = LENIENT_BASE64
-                    .decode(b64)
-                    .ok()
-                    .and_then(|b| b.try_into().ok())
-                    .ok_or(KeyError::BadEncoding("whpk_ base64 of 32 bytes"))?;
-                ed25519_dalek::VerifyingKey::from_bytes(&bytes)
-                    .map_err(|_| KeyError::BadEncoding("ed25519 public key"))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        if public_keys.is_empty() {
-            return Err(KeyError::EmptySecret);
-        }
+        let public_keys = common::public_keys(public_keys, |k| {
+            let text = k.as_ref();
+            let b64 = text.strip_prefix("whpk_").unwrap_or(text);
+            let bytes: [u8; 32] = LENIENT_BASE64
+                .decode(b64)
+                .ok()
+                .and_then(|b| b.try_into().ok())
+                .ok_or(KeyError::BadEncoding("whpk_ base64 of 32 bytes"))?;
+            ed25519_dalek::VerifyingKey::from_bytes(&bytes)
+                .map_err(|_| KeyError::BadEncoding("ed25519 public key"))
+        })?;
         Ok(Self {
             keys: Keys::default(),
             public_keys,

@@ -132,6 +132,8 @@ impl Twitch {
 
 impl Verifier for Twitch {
     common::verifier! {
+        /// The event type is the `Twitch-Eventsub-Subscription-Type` header.
+        event_type: header "Twitch-Eventsub-Subscription-Type";
         rekeyed;
         verify |self, headers, body, now| {
             let id = common::bounded_header(headers, ID)?;
@@ -159,13 +161,6 @@ impl Verifier for Twitch {
             Ok(verified)
         }
         tolerance;
-    }
-
-    /// The event type is the `Twitch-Eventsub-Subscription-Type` header.
-    fn event_type(&self) -> Option<crate::meta::TypeSource> {
-        Some(crate::meta::TypeSource::header(
-            "Twitch-Eventsub-Subscription-Type",
-        ))
     }
 
     fn retry_window(&self) -> Option<Duration> {
