@@ -524,6 +524,23 @@ macro_rules! verifier {
 }
 pub(crate) use verifier;
 
+/// Builder methods that each set one field: `name(arg: Type) => field = value;`
+/// writes `pub fn name(mut self, arg: Type) -> Self` (`#[must_use]`), which sets
+/// `field` to `value`. The doc comments given are the methods' own.
+macro_rules! setters {
+    ($($(#[$doc:meta])* $name:ident($arg:ident: $ty:ty) => $field:ident = $value:expr;)*) => {
+        $(
+            $(#[$doc])*
+            #[must_use]
+            pub fn $name(mut self, $arg: $ty) -> Self {
+                self.$field = $value;
+                self
+            }
+        )*
+    };
+}
+pub(crate) use setters;
+
 /// [`Verifier::with_secrets`](super::Verifier::with_secrets) for a verifier whose
 /// `keys` field holds secrets used as their raw bytes, its other settings cloned:
 /// each secret checked against the preset's `SECRET_FORMAT` (or the `format:`

@@ -257,45 +257,23 @@ impl GenericHmac {
         })
     }
 
-    /// Text before each encoded MAC, such as `sha256=` or `v1,`.
-    #[must_use]
-    pub fn prefix(mut self, prefix: impl Into<Cow<'static, str>>) -> Self {
-        self.prefix = prefix.into();
-        self
-    }
-
-    /// How each MAC is encoded (hex, or standard padded base64).
-    #[must_use]
-    pub fn encoding(mut self, encoding: Encoding) -> Self {
-        self.encoding = encoding;
-        self
-    }
-
-    /// The byte between several signature entries in the header (such as `b' '` or
-    /// `b','`); entries without the prefix or that do not decode are skipped.
-    #[must_use]
-    pub fn separator(mut self, separator: u8) -> Self {
-        self.separator = Some(separator);
-        self
-    }
-
-    /// What is signed (default `{body}`).
-    #[must_use]
-    pub fn template(mut self, template: Template) -> Self {
-        self.template = template;
-        self
-    }
-
-    /// A header holding the event id, when the template has no `{id:...}` (a signed
-    /// id in the template always wins).
-    ///
-    /// The signature does not cover this header: a captured delivery resent inside
-    /// the tolerance under a *new* id runs again (SECURITY.md, known limits). When
-    /// the sender signs its id, name it in the template (`{id:X-Event-Id}`) instead.
-    #[must_use]
-    pub fn id_header(mut self, name: impl Into<Cow<'static, str>>) -> Self {
-        self.id_header = Some(name.into());
-        self
+    common::setters! {
+        /// Text before each encoded MAC, such as `sha256=` or `v1,`.
+        prefix(prefix: impl Into<Cow<'static, str>>) => prefix = prefix.into();
+        /// How each MAC is encoded (hex, or standard padded base64).
+        encoding(encoding: Encoding) => encoding = encoding;
+        /// The byte between several signature entries in the header (such as `b' '` or
+        /// `b','`); entries without the prefix or that do not decode are skipped.
+        separator(separator: u8) => separator = Some(separator);
+        /// What is signed (default `{body}`).
+        template(template: Template) => template = template;
+        /// A header holding the event id, when the template has no `{id:...}` (a signed
+        /// id in the template always wins).
+        ///
+        /// The signature does not cover this header: a captured delivery resent inside
+        /// the tolerance under a *new* id runs again (SECURITY.md, known limits). When
+        /// the sender signs its id, name it in the template (`{id:X-Event-Id}`) instead.
+        id_header(name: impl Into<Cow<'static, str>>) => id_header = Some(name.into());
     }
 
     common::keyed! {
@@ -303,11 +281,9 @@ impl GenericHmac {
         tolerance;
     }
 
-    /// How long the provider retries one event, if you know it.
-    #[must_use]
-    pub fn retry_window(mut self, window: Duration) -> Self {
-        self.retry_window = Some(window);
-        self
+    common::setters! {
+        /// How long the provider retries one event, if you know it.
+        retry_window(window: Duration) => retry_window = Some(window);
     }
 
     /// The signature header value for `body`, signed with the first secret; the

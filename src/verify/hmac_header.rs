@@ -204,29 +204,17 @@ impl HmacSha256Header {
         })
     }
 
-    /// Text that precedes the encoded MAC, such as `sha256=`.
-    #[must_use]
-    pub fn prefix(mut self, prefix: impl Into<Cow<'static, str>>) -> Self {
-        self.prefix = prefix.into();
-        self
-    }
-
-    /// How the MAC is encoded.
-    #[must_use]
-    pub fn encoding(mut self, encoding: Encoding) -> Self {
-        self.encoding = encoding;
-        self
-    }
-
-    /// A header that carries the event id. The signature does not cover it: a
-    /// captured delivery resent under a *new* id runs again (SECURITY.md, known
-    /// limits; this generic verifier gives no content key, as it cannot tell whether
-    /// the sender resends the same body); where the body carries the id, key on it
-    /// instead (`EventId::json_field`).
-    #[must_use]
-    pub fn event_id_header(mut self, name: impl Into<Cow<'static, str>>) -> Self {
-        self.id_header = Some(name.into());
-        self
+    common::setters! {
+        /// Text that precedes the encoded MAC, such as `sha256=`.
+        prefix(prefix: impl Into<Cow<'static, str>>) => prefix = prefix.into();
+        /// How the MAC is encoded.
+        encoding(encoding: Encoding) => encoding = encoding;
+        /// A header that carries the event id. The signature does not cover it: a
+        /// captured delivery resent under a *new* id runs again (SECURITY.md, known
+        /// limits; this generic verifier gives no content key, as it cannot tell whether
+        /// the sender resends the same body); where the body carries the id, key on it
+        /// instead (`EventId::json_field`).
+        event_id_header(name: impl Into<Cow<'static, str>>) => id_header = Some(name.into());
     }
 
     /// The header value the sender would put on `body`, signed with the first secret.
