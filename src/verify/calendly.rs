@@ -127,15 +127,7 @@ mod tests {
             Some("invitee.created:https://api.calendly.com/scheduled_events/GBGBDCAADAEDCRZ2/invitees/AAAAAAAAAAAAAAAA")
         );
         assert_eq!(vector_key().sign(BODY, T), HEADER_VALUE);
-        assert!(verify(HEADER_VALUE, T + 180).is_ok());
-        assert!(matches!(
-            verify(HEADER_VALUE, T + 181),
-            Err(VerifyError::TimestampTooOld { .. })
-        ));
-        assert!(matches!(
-            verify(HEADER_VALUE, T - 181),
-            Err(VerifyError::TimestampTooNew { .. })
-        ));
+        window(T, 180, |now| verify(HEADER_VALUE, now));
         let moved = HEADER_VALUE.replace("t=1714557600", "t=1714557601");
         assert_eq!(verify(&moved, T), Err(VerifyError::NoMatch));
         assert!(matches!(

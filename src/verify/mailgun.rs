@@ -224,11 +224,7 @@ mod tests {
         );
         // A number timestamp signs the same digits.
         assert!(verify(&body("1529006854", SIG), T).is_ok());
-        assert!(verify(&b, T + 300).is_ok());
-        assert!(matches!(
-            verify(&b, T + 301),
-            Err(VerifyError::TimestampTooOld { .. })
-        ));
+        window(T, 300, |now| verify(&b, now));
         assert_eq!(
             verify(&body("\"1529006855\"", SIG), T),
             Err(VerifyError::NoMatch)

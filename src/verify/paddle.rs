@@ -139,15 +139,7 @@ mod tests {
         );
         // The SDK's window for an old timestamp: +5 s passes, +6 s fails; and this
         // crate's for one ahead of the clock.
-        assert!(check(r#"{"data": ["1", "2"]}"#, h, T + 5).is_ok());
-        assert!(matches!(
-            check(r#"{"data": ["1", "2"]}"#, h, T + 6),
-            Err(VerifyError::TimestampTooOld { .. })
-        ));
-        assert!(matches!(
-            check(r#"{"data": ["1", "2"]}"#, h, T - 6),
-            Err(VerifyError::TimestampTooNew { .. })
-        ));
+        window(T, 5, |now| check(r#"{"data": ["1", "2"]}"#, h, now));
         assert_eq!(unchecked(SECRET).sign(T, br#"{"data": ["1", "2"]}"#), h);
     }
 

@@ -286,11 +286,7 @@ mod tests {
         let h = SendGrid::sign_headers(&private, 1_700_000_000, one).unwrap();
         let got = v.verify(&h, one, at(1_700_000_000)).unwrap();
         assert_eq!(got.event_id.as_deref(), Some("ZGVsaXZlcmVk"));
-        assert!(v.verify(&h, one, at(1_700_000_300)).is_ok());
-        assert!(matches!(
-            v.verify(&h, one, at(1_700_000_301)),
-            Err(VerifyError::TimestampTooOld { .. })
-        ));
+        window(1_700_000_000, 300, |now| v.verify(&h, one, at(now)));
         let two = br#"[{"sg_event_id":"a"},{"sg_event_id":"b"}]"#;
         let h = SendGrid::sign_headers(&private, 1_700_000_000, two).unwrap();
         let id = v

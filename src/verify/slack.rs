@@ -123,6 +123,7 @@ fn url_verification(body: &[u8]) -> Result<Option<Handshake>, VerifyError> {
 mod tests {
     use super::common::at;
     use super::*;
+    use crate::verify::testing::*;
 
     // Published vector: Slack's "Verifying requests from Slack" worked example. The
     // body's token is `xyzz0WbapA4vBCDEFasx0q6G` as on Slack's page (a copy with
@@ -191,16 +192,7 @@ mod tests {
         let s = Slack::new([SECRET]).unwrap();
         let h = [(HEADER, SIG), (TIMESTAMP, TS)];
         let t = 1_531_420_618;
-        assert!(s.verify(&h, BODY.as_bytes(), at(t + 300)).is_ok());
-        assert!(s.verify(&h, BODY.as_bytes(), at(t - 300)).is_ok());
-        assert!(matches!(
-            s.verify(&h, BODY.as_bytes(), at(t + 301)),
-            Err(VerifyError::TimestampTooOld { .. })
-        ));
-        assert!(matches!(
-            s.verify(&h, BODY.as_bytes(), at(t - 301)),
-            Err(VerifyError::TimestampTooNew { .. })
-        ));
+        window(t, 300, |now| s.verify(&h, BODY.as_bytes(), at(now)));
         assert_eq!(
             s.verify(&[h[0]], BODY.as_bytes(), at(t)),
             Err(VerifyError::MissingHeader(TIMESTAMP.into()))

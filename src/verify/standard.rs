@@ -470,16 +470,7 @@ mod tests {
     fn tolerance_both_directions_and_missing_headers() {
         let v = StandardWebhooks::new([SECRET]).unwrap();
         let h = headers(SIG);
-        assert!(v.verify(&h, BODY, at(1_649_367_553 + 300)).is_ok());
-        assert!(v.verify(&h, BODY, at(1_649_367_553 - 300)).is_ok());
-        assert!(matches!(
-            v.verify(&h, BODY, at(1_649_367_553 + 301)),
-            Err(VerifyError::TimestampTooOld { .. })
-        ));
-        assert!(matches!(
-            v.verify(&h, BODY, at(1_649_367_553 - 301)),
-            Err(VerifyError::TimestampTooNew { .. })
-        ));
+        window(1_649_367_553, 300, |now| v.verify(&h, BODY, at(now)));
         assert_eq!(
             v.verify(&[h[0], h[1]], BODY, now()),
             Err(VerifyError::MissingHeader("webhook-signature".into()))

@@ -186,16 +186,7 @@ mod tests {
         let s = Stripe::new([SECRET]).unwrap();
         let h = s.sign(BODY, T);
         let h = [(HEADER, h.as_str())];
-        assert!(s.verify(&h, BODY, at(T + 300)).is_ok());
-        assert!(s.verify(&h, BODY, at(T - 300)).is_ok());
-        assert!(matches!(
-            s.verify(&h, BODY, at(T + 301)),
-            Err(VerifyError::TimestampTooOld { .. })
-        ));
-        assert!(matches!(
-            s.verify(&h, BODY, at(T - 301)),
-            Err(VerifyError::TimestampTooNew { .. })
-        ));
+        window(T, 300, |now| s.verify(&h, BODY, at(now)));
         let strict = s.clone().tolerance(Duration::from_secs(10));
         assert!(strict.verify(&h, BODY, at(T + 11)).is_err());
     }
