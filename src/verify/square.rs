@@ -149,13 +149,21 @@ mod tests {
         );
         assert_eq!(Square::new(URL, [""]).unwrap_err(), KeyError::EmptySecret);
         let both = Square::new(URL, ["new-signature-key-22ch", KEY]).unwrap();
-        assert!(both
-            .verify(&[(HEADER, SIG)], BODY.as_bytes(), Utc::now())
-            .is_ok());
-        assert!(!format!("{both:?}").contains(KEY));
-        assert_eq!(
-            both.verify(&[("x-square-signature", SIG)], BODY.as_bytes(), Utc::now()),
-            Err(VerifyError::MissingHeader(HEADER.into()))
+        let june = BODY.replace("2022-07-13", "2022-06-13");
+        // The legacy header stays unread once the signature header is left out.
+        let delivery = Signed {
+            headers: &[(HEADER, SIG), ("x-square-signature", SIG)],
+            signature: HEADER,
+            body: BODY.as_bytes(),
+            tampered: june.as_bytes(),
+        };
+        let id = "ac3ac95b-f97d-458c-a6e6-18981597e05f";
+        delivery.check(
+            &Square::new(URL, [KEY]).unwrap(),
+            &both,
+            Utc::now(),
+            Some(id),
         );
+        assert!(!format!("{both:?}").contains(KEY));
     }
 }
