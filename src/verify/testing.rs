@@ -50,14 +50,14 @@ impl Signed<'_> {
     /// (`keyed`) and with a newer secret before it (`rotated`): both accept it, with
     /// the event id `id`; both refuse the tampered body
     /// ([`VerifyError::NoMatch`]) and the delivery without its signature header
-    /// ([`VerifyError::MissingHeader`] naming it).
+    /// ([`VerifyError::MissingHeader`] naming it). Returns what `keyed` verified.
     pub(crate) fn check(
         &self,
         keyed: &dyn Verifier,
         rotated: &dyn Verifier,
         now: DateTime<Utc>,
         id: Option<&str>,
-    ) {
+    ) -> Verified {
         let unsigned: Vec<_> = (self.headers.iter())
             .filter(|(name, _)| !name.eq_ignore_ascii_case(self.signature))
             .copied()
@@ -78,5 +78,6 @@ impl Signed<'_> {
                 self.signature
             );
         }
+        keyed.verify(&self.headers, self.body, now).unwrap()
     }
 }
