@@ -38,6 +38,7 @@ mod hubspot;
 mod intercom;
 mod jamm;
 mod linear;
+mod macros;
 mod mailgun;
 mod meta;
 mod paddle;
