@@ -4,13 +4,11 @@
 use std::borrow::Cow;
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::common::{self, Keys};
 use super::{KeyError, Secret, SecretFormat, Verified, Verifier, VerifyError};
-use crate::Headers;
 
 /// Verifies Adyen standard webhooks (JSON notifications) signed with an HMAC key.
 ///
@@ -275,70 +273,60 @@ fn success_text(raw: Option<&RawValue>) -> Result<&'static str, VerifyError> {
 }
 
 impl Verifier for Adyen {
-    common::rekeyed!(by new);
-
-    fn verify(
-        &self,
-        _headers: &dyn Headers,
-        body: &[u8],
-        _now: DateTime<Utc>,
-    ) -> Result<Verified, VerifyError> {
-        let envelope: Envelope<'_> = serde_json::from_slice(body)
-            .map_err(|_| bad("not an Adyen notification with notificationItems"))?;
-        let item =
-            match envelope.items.as_slice() {
-                [one] => &one.item,
-                [] => return Err(bad("notificationItems is empty")),
-                _ => return Err(bad(
-                    "several notificationItems in one request: one item per request is supported",
-                )),
-            };
-        let text = |v: &Option<Cow<'_, str>>| v.as_deref().unwrap_or("").to_owned();
-        let psp = text(&item.psp_reference);
-        let event_code = text(&item.event_code);
-        let value = value_text(item.amount.as_ref().and_then(|a| a.value))?;
-        let currency = item
-            .amount
-            .as_ref()
-            .map(|a| text(&a.currency))
-            .unwrap_or_default();
-        let success = success_text(item.success)?;
-        if psp.is_empty() || event_code.is_empty() {
-            return Err(bad("pspReference or eventCode is missing"));
+    common::verifier! {
+        rekeyed(by new);
+        verify |self, _headers, body, _now| {
+            let envelope: Envelope<'_> = serde_json::from_slice(body)
+                .map_err(|_| bad("not an Adyen notification with notificationItems"))?;
+            let item =
+                match envelope.items.as_slice() {
+                    [one] => &one.item,
+                    [] => return Err(bad("notificationItems is empty")),
+                    _ => return Err(bad(
+                        "several notificationItems in one request: one item per request is supported",
+                    )),
+                };
+            let text = |v: &Option<Cow<'_, str>>| v.as_deref().unwrap_or("").to_owned();
+            let psp = text(&item.psp_reference);
+            let event_code = text(&item.event_code);
+            let value = value_text(item.amount.as_ref().and_then(|a| a.value))?;
+            let currency = item
+                .amount
+                .as_ref()
+                .map(|a| text(&a.currency))
+                .unwrap_or_default();
+            let success = success_text(item.success)?;
+            if psp.is_empty() || event_code.is_empty() {
+                return Err(bad("pspReference or eventCode is missing"));
+            }
+            if [&psp, &event_code, &currency]
+                .iter()
+                .any(|f| f.contains(':'))
+            {
+                return Err(bad("pspReference, eventCode or currency holds a `:`"));
+            }
+            let signature = item
+                .additional_data
+                .as_ref()
+                .and_then(|d| d.hmac_signature.as_deref())
+                .ok_or(VerifyError::NoUsableSignature)?;
+            let tag = common::base64_32(signature.as_bytes())
+                .ok_or(bad("hmacSignature is not base64 of 32 bytes"))?;
+            let signed = signed_text(&[
+                psp.as_bytes(),
+                text(&item.original_reference).as_bytes(),
+                text(&item.merchant_account_code).as_bytes(),
+                text(&item.merchant_reference).as_bytes(),
+                value.as_bytes(),
+                currency.as_bytes(),
+                event_code.as_bytes(),
+                success.as_bytes(),
+            ]);
+            self.keys.check(&[&signed], &[tag])?;
+            let id = format!("{event_code}:{psp}:{success}");
+            Ok(Verified::untimed(Some(id)))
         }
-        if [&psp, &event_code, &currency]
-            .iter()
-            .any(|f| f.contains(':'))
-        {
-            return Err(bad("pspReference, eventCode or currency holds a `:`"));
-        }
-        let signature = item
-            .additional_data
-            .as_ref()
-            .and_then(|d| d.hmac_signature.as_deref())
-            .ok_or(VerifyError::NoUsableSignature)?;
-        let tag = common::base64_32(signature.as_bytes())
-            .ok_or(bad("hmacSignature is not base64 of 32 bytes"))?;
-        let signed = signed_text(&[
-            psp.as_bytes(),
-            text(&item.original_reference).as_bytes(),
-            text(&item.merchant_account_code).as_bytes(),
-            text(&item.merchant_reference).as_bytes(),
-            value.as_bytes(),
-            currency.as_bytes(),
-            event_code.as_bytes(),
-            success.as_bytes(),
-        ]);
-        self.keys.check(&[&signed], &[tag])?;
-        let id = format!("{event_code}:{psp}:{success}");
-        Ok(Verified::untimed(Some(id)))
-    }
-
-    fn event_meta(&self) -> Option<crate::meta::MetaExtractor> {
-        Some(crate::meta::MetaExtractor::custom(meta))
-    }
-
-    common::limits! {
+        event_meta: crate::meta::MetaExtractor::custom(meta);
         retry_window;
         answer_timeout: 10;
     }
@@ -375,6 +363,7 @@ fn meta(body: &[u8]) -> crate::meta::EventMeta {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::verify::testing::*;
 
     /// Adyen's documentation example key and item.
     const DOCS_KEY: &str = "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056";

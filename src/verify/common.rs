@@ -1,6 +1,6 @@
 //! Pieces shared by the provider presets: keyed HMAC states, bounded header reads,
 //! fixed-size decoding, the timestamped `key=value` header, the end of a timed
-//! verification, and the macros that write a preset's constructor and limits.
+//! verification; and, from `macros`, the macros that write what the presets repeat.
 //! Private to the `verify` module.
 
 use std::borrow::Cow;
@@ -331,149 +331,29 @@ impl V0Header {
     }
 }
 
-/// The `SECRET_FORMAT` of a preset whose provider publishes no format for its
-/// secret (`$what`): at least 16 bytes as for the generic verifiers, a shorter one
-/// accepted when marked, no surrounding whitespace. Its doc comment names both.
-macro_rules! unpublished_format {
-    ($provider:literal, $what:literal) => {
-        #[doc = concat!(
-                                                    "What the constructor accepts as a secret: ",
-                                                    $what,
-                                                    ", for which ",
-                                                    $provider,
-                                                    " publishes"
-                                                )]
-        /// no format. As for the generic verifiers, it must hold at least 16 bytes (an
-        /// HMAC key shorter than that is weak whatever issued it; mark one with
-        /// [`Secret::allow_short`](crate::verify::Secret::allow_short) to accept it) and
-        /// no surrounding whitespace (a trailing newline from an environment variable is
-        /// refused); its characters are not checked.
-        pub const SECRET_FORMAT: $crate::verify::SecretFormat =
-            $crate::verify::SecretFormat::new($provider)
-                .min_len(16)
-                .short_allowed();
-    };
-}
-pub(crate) use unpublished_format;
-
-/// The constructor `new` of a preset keyed with secrets used as their raw bytes,
-/// each checked against the preset's `SECRET_FORMAT` (fields `keys`, and
-/// `tolerance` starting at the preset's `DEFAULT_TOLERANCE`),
-/// and the `tolerance` setter of a preset that signs a time. The doc comments
-/// given are the preset's own.
-macro_rules! keyed {
-    ($(#[$new:meta])* new; $(#[$tolerance:meta])* tolerance;) => {
-        $crate::verify::common::keyed!(@new $(#[$new])* tolerance: Self::DEFAULT_TOLERANCE);
-        $crate::verify::common::keyed!($(#[$tolerance])* tolerance;);
-    };
-    ($(#[$new:meta])* new;) => {
-        $crate::verify::common::keyed!(@new $(#[$new])*);
-    };
-    ($(#[$tolerance:meta])* tolerance;) => {
-        $(#[$tolerance])*
-        #[must_use]
-        pub fn tolerance(mut self, tolerance: std::time::Duration) -> Self {
-            self.tolerance = tolerance;
-            self
-        }
-    };
-    (@new $(#[$new:meta])* $($field:ident: $value:expr)?) => {
-        $(#[$new])*
-        ///
-        /// # Errors
-        /// [`KeyError::EmptySecret`](crate::verify::KeyError::EmptySecret) if no
-        /// secret is given or one is empty; the other
-        /// [`KeyError`](crate::verify::KeyError)s of [`Self::SECRET_FORMAT`] (a
-        /// secret with surrounding whitespace, too short, another kind of key),
-        /// each naming the fix.
-        pub fn new<S: Into<$crate::verify::Secret>>(
-            secrets: impl IntoIterator<Item = S>,
-        ) -> Result<Self, $crate::verify::KeyError> {
-            Ok(Self {
-                keys: $crate::verify::common::MacKeys::checked(secrets, &Self::SECRET_FORMAT)?,
-                $($field: $value,)?
-            })
-        }
-    };
-}
-pub(crate) use keyed;
-
-/// The [`Verifier`](super::Verifier) methods that state a preset's published
-/// limits, in this order, each optional: `tolerance` (the preset's `tolerance`
-/// field), `retry_window` (its `RETRY_WINDOW`), `answer_timeout: SECONDS` and
-/// `deliveries: N` (with its doc comment).
-macro_rules! limits {
-    (answer_timeout: $secs:literal; $($rest:tt)*) => {
-        fn answer_timeout(&self) -> Option<std::time::Duration> {
-            Some(std::time::Duration::from_secs($secs))
-        }
-        $crate::verify::common::limits!($($rest)*);
-    };
-    (tolerance; $($rest:tt)*) => {
-        fn tolerance(&self) -> Option<std::time::Duration> {
-            Some(self.tolerance)
-        }
-        $crate::verify::common::limits!($($rest)*);
-    };
-    (retry_window; $($rest:tt)*) => {
-        fn retry_window(&self) -> Option<std::time::Duration> {
-            Some(Self::RETRY_WINDOW)
-        }
-        $crate::verify::common::limits!($($rest)*);
-    };
-    ($(#[$doc:meta])* deliveries: $n:literal;) => {
-        $(#[$doc])*
-        fn deliveries(&self) -> Option<u32> {
-            Some($n)
-        }
-    };
-    () => {};
-}
-pub(crate) use limits;
-
-/// [`Verifier::with_secrets`](super::Verifier::with_secrets) for a verifier whose
-/// `keys` field holds secrets used as their raw bytes, its other settings cloned:
-/// each secret checked against the preset's `SECRET_FORMAT` (or the `format:`
-/// given) as its constructor checks them, so that a tenant's malformed secret is
-/// refused with the same [`KeyError`](super::KeyError); `rekeyed!(by new)` for one
-/// whose `new(secrets)` is its only setting.
-macro_rules! rekeyed {
-    () => {
-        $crate::verify::common::rekeyed!(format: Self::SECRET_FORMAT);
-    };
-    // A verifier whose only setting is its keys: made anew by its `new`.
-    (by new) => {
-        fn with_secrets(
-            &self,
-            secrets: &[$crate::verify::Secret],
-        ) -> Option<Result<Box<dyn $crate::verify::Verifier>, $crate::verify::KeyError>> {
-            Some(
-                Self::new(secrets.iter().cloned())
-                    .map(|verifier| Box::new(verifier) as Box<dyn $crate::verify::Verifier>),
-            )
-        }
-    };
-    (format: $format:expr) => {
-        fn with_secrets(
-            &self,
-            secrets: &[$crate::verify::Secret],
-        ) -> Option<Result<Box<dyn $crate::verify::Verifier>, $crate::verify::KeyError>> {
-            let keys =
-                $crate::verify::common::MacKeys::checked(secrets.iter().cloned(), &$format);
-            Some(keys.map(|keys| {
-                let mut verifier = self.clone();
-                verifier.keys = keys;
-                Box::new(verifier) as Box<dyn $crate::verify::Verifier>
-            }))
-        }
-    };
-}
-pub(crate) use rekeyed;
+// The macros that write what the presets repeat, under the names they call them by.
+pub(crate) use super::macros::{keyed, limits, rekeyed, setters, unpublished_format, verifier};
 
 impl<M> fmt::Debug for MacKeys<M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "<{} secret(s), redacted>", self.0.len())
     }
+}
+
+/// The public keys of an asymmetric scheme, each read by `parse`: at least one.
+///
+/// # Errors
+/// The first error of `parse`; [`KeyError::EmptySecret`] if no key is given.
+#[cfg(any(feature = "ed25519", feature = "sendgrid"))]
+pub(crate) fn public_keys<K, P>(
+    keys: impl IntoIterator<Item = K>,
+    parse: impl FnMut(K) -> Result<P, KeyError>,
+) -> Result<Vec<P>, KeyError> {
+    let keys = keys.into_iter().map(parse).collect::<Result<Vec<_>, _>>()?;
+    if keys.is_empty() {
+        return Err(KeyError::EmptySecret);
+    }
+    Ok(keys)
 }
 
 /// The value of header `name`, refusing one longer than [`MAX_HEADER_LEN`].

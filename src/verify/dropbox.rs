@@ -3,8 +3,6 @@
 
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
-
 use super::common::{self, Keys};
 use super::handshake;
 use super::request::query;
@@ -101,28 +99,21 @@ impl Dropbox {
 }
 
 impl Verifier for Dropbox {
-    common::rekeyed!();
-
-    fn verify(
-        &self,
-        headers: &dyn Headers,
-        body: &[u8],
-        now: DateTime<Utc>,
-    ) -> Result<Verified, VerifyError> {
-        if headers.method() == Some("GET") {
-            return Self::verification(headers);
+    common::verifier! {
+        rekeyed;
+        verify |self, headers, body, now| {
+            if headers.method() == Some("GET") {
+                return Self::verification(headers);
+            }
+            let tag = SIGNATURE.tag(headers)?;
+            self.keys.check(&[body], &[tag])?;
+            let id = format!(
+                "dropbox-{}-{}",
+                now.timestamp_millis(),
+                hex::encode(&tag[..8])
+            );
+            Ok(Verified::untimed(Some(id)))
         }
-        let tag = SIGNATURE.tag(headers)?;
-        self.keys.check(&[body], &[tag])?;
-        let id = format!(
-            "dropbox-{}-{}",
-            now.timestamp_millis(),
-            hex::encode(&tag[..8])
-        );
-        Ok(Verified::untimed(Some(id)))
-    }
-
-    common::limits! {
         retry_window;
         answer_timeout: 10;
     }

@@ -3,12 +3,10 @@
 use std::fmt;
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
 use hmac::Mac;
 
 use super::common::{self, HmacSha256};
 use super::{KeyError, Secret, SecretFormat, Verified, Verifier, VerifyError};
-use crate::Headers;
 
 const HEADER: &str = "X-Gitlab-Token";
 const ID_HEADERS: [&str; 2] = ["Idempotency-Key", "X-Gitlab-Event-UUID"];
@@ -98,40 +96,23 @@ impl GitLab {
 }
 
 impl Verifier for GitLab {
-    /// The event type is the body's `object_kind`.
-    fn event_type(&self) -> Option<crate::meta::TypeSource> {
-        Some(crate::meta::TypeSource::json(["object_kind"]))
-    }
-
-    common::rekeyed!(by new);
-
-    fn verify(
-        &self,
-        headers: &dyn Headers,
-        _body: &[u8],
-        _now: DateTime<Utc>,
-    ) -> Result<Verified, VerifyError> {
-        let token = common::bounded_header(headers, HEADER)?;
-        let mac = digest(token);
-        if !self
-            .tokens
-            .iter()
-            .any(|known| mac.clone().verify_slice(known).is_ok())
-        {
-            return Err(VerifyError::NoMatch);
+    common::verifier! {
+        /// The event type is the body's `object_kind`.
+        event_type: json ["object_kind"];
+        rekeyed(by new);
+        verify |self, headers, _body, _now| {
+            let token = common::bounded_header(headers, HEADER)?;
+            let mac = digest(token);
+            if !self
+                .tokens
+                .iter()
+                .any(|known| mac.clone().verify_slice(known).is_ok())
+            {
+                return Err(VerifyError::NoMatch);
+            }
+            Ok(Verified::untimed(common::id_header(headers, &ID_HEADERS)))
         }
-        Ok(Verified::untimed(common::id_header(headers, &ID_HEADERS)))
-    }
-
-    fn event_meta(&self) -> Option<crate::meta::MetaExtractor> {
-        Some(crate::meta::MetaExtractor::json(
-            &["object_kind"],
-            &[],
-            &["object_attributes", "id"],
-        ))
-    }
-
-    common::limits! {
+        event_meta: json ["object_kind"], [], ["object_attributes", "id"];
         retry_window;
         answer_timeout: 10;
     }
@@ -140,6 +121,7 @@ impl Verifier for GitLab {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::verify::testing::*;
 
     #[test]
     fn tokens_match_exactly_and_ids_prefer_the_idempotency_key() {

@@ -1,10 +1,7 @@
 use std::borrow::Cow;
 
-use chrono::{DateTime, Utc};
-
 use super::common::{self, Keys};
-use super::{Secret, Verified, Verifier, VerifyError};
-use crate::Headers;
+use super::{Secret, Verified, Verifier};
 
 /// Longest signature header this verifier reads; longer ones are rejected unread.
 const MAX_HEADER_LEN: usize = 4096;
@@ -207,29 +204,17 @@ impl HmacSha256Header {
         })
     }
 
-    /// Text that precedes the encoded MAC, such as `sha256=`.
-    #[must_use]
-    pub fn prefix(mut self, prefix: impl Into<Cow<'static, str>>) -> Self {
-        self.prefix = prefix.into();
-        self
-    }
-
-    /// How the MAC is encoded.
-    #[must_use]
-    pub fn encoding(mut self, encoding: Encoding) -> Self {
-        self.encoding = encoding;
-        self
-    }
-
-    /// A header that carries the event id. The signature does not cover it: a
-    /// captured delivery resent under a *new* id runs again (SECURITY.md, known
-    /// limits; this generic verifier gives no content key, as it cannot tell whether
-    /// the sender resends the same body); where the body carries the id, key on it
-    /// instead (`EventId::json_field`).
-    #[must_use]
-    pub fn event_id_header(mut self, name: impl Into<Cow<'static, str>>) -> Self {
-        self.id_header = Some(name.into());
-        self
+    common::setters! {
+        /// Text that precedes the encoded MAC, such as `sha256=`.
+        prefix(prefix: impl Into<Cow<'static, str>>) => prefix = prefix.into();
+        /// How the MAC is encoded.
+        encoding(encoding: Encoding) => encoding = encoding;
+        /// A header that carries the event id. The signature does not cover it: a
+        /// captured delivery resent under a *new* id runs again (SECURITY.md, known
+        /// limits; this generic verifier gives no content key, as it cannot tell whether
+        /// the sender resends the same body); where the body carries the id, key on it
+        /// instead (`EventId::json_field`).
+        event_id_header(name: impl Into<Cow<'static, str>>) => id_header = Some(name.into());
     }
 
     /// The header value the sender would put on `body`, signed with the first secret.
@@ -240,21 +225,18 @@ impl HmacSha256Header {
 }
 
 impl Verifier for HmacSha256Header {
-    super::common::rekeyed!(format: super::SecretFormat::GENERIC);
-
-    fn verify(
-        &self,
-        headers: &dyn Headers,
-        body: &[u8],
-        _now: DateTime<Utc>,
-    ) -> Result<Verified, VerifyError> {
-        let value = common::header_within(headers, &self.header, MAX_HEADER_LEN)?;
-        let tag = common::single_tag(value, self.prefix.as_bytes(), self.encoding, &self.header)?;
-        self.keys.check(&[body], &[tag])?;
-        // Read as the presets read theirs: trimmed, and absent when empty.
-        let id_header = self.id_header.as_deref();
-        let event_id = id_header.and_then(|name| common::id_header(headers, &[name]));
-        Ok(Verified::untimed(event_id))
+    common::verifier! {
+        rekeyed(format: super::SecretFormat::GENERIC);
+        verify |self, headers, body, _now| {
+            let value = common::header_within(headers, &self.header, MAX_HEADER_LEN)?;
+            let tag =
+                common::single_tag(value, self.prefix.as_bytes(), self.encoding, &self.header)?;
+            self.keys.check(&[body], &[tag])?;
+            // Read as the presets read theirs: trimmed, and absent when empty.
+            let id_header = self.id_header.as_deref();
+            let event_id = id_header.and_then(|name| common::id_header(headers, &[name]));
+            Ok(Verified::untimed(event_id))
+        }
     }
 
     fn finds_event_id(&self) -> bool {
@@ -265,6 +247,7 @@ impl Verifier for HmacSha256Header {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::verify::testing::*;
 
     fn now() -> DateTime<Utc> {
         Utc::now()

@@ -4,13 +4,12 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
+use chrono::DateTime;
 use sha2::{Digest as _, Sha256};
 
 use super::common::{self, Keys};
 use super::request::{query, PublicUrl};
-use super::{KeyError, Secret, Verified, Verifier, VerifyError};
-use crate::Headers;
+use super::{KeyError, Secret, Verifier, VerifyError};
 
 const SIGNATURE: &str = "X-HubSpot-Signature-v3";
 const TIMESTAMP: &str = "X-HubSpot-Request-Timestamp";
@@ -178,41 +177,31 @@ fn batch_id(body: &[u8]) -> Option<String> {
 }
 
 impl Verifier for HubSpot {
-    common::rekeyed!();
-
-    fn verify(
-        &self,
-        headers: &dyn Headers,
-        body: &[u8],
-        now: DateTime<Utc>,
-    ) -> Result<Verified, VerifyError> {
-        let value = common::bounded_header(headers, SIGNATURE)?;
-        let ts = common::bounded_header(headers, TIMESTAMP)?;
-        let tag = common::base64_32(value)
-            .ok_or_else(|| common::malformed(SIGNATURE, "not base64 of 32 bytes"))?;
-        let millis = Some(ts)
-            .filter(|t| !t.is_empty() && t.len() <= 15 && t.iter().all(u8::is_ascii_digit))
-            .and_then(|t| std::str::from_utf8(t).ok()?.parse::<i64>().ok())
-            .and_then(DateTime::from_timestamp_millis)
-            .ok_or_else(|| common::malformed(TIMESTAMP, "not a number of milliseconds"))?;
-        let method = headers.method().unwrap_or("POST");
-        let query = query(headers)?;
-        let matched = self.url.forms(query).any(|uri| {
-            let uri = decode_listed(&uri);
-            self.keys
-                .any_match(&[method.as_bytes(), uri.as_bytes(), body, ts], &[tag])
-        });
-        if !matched {
-            return Err(VerifyError::NoMatch);
+    common::verifier! {
+        rekeyed;
+        verify |self, headers, body, now| {
+            let value = common::bounded_header(headers, SIGNATURE)?;
+            let ts = common::bounded_header(headers, TIMESTAMP)?;
+            let tag = common::base64_32(value)
+                .ok_or_else(|| common::malformed(SIGNATURE, "not base64 of 32 bytes"))?;
+            let millis = Some(ts)
+                .filter(|t| !t.is_empty() && t.len() <= 15 && t.iter().all(u8::is_ascii_digit))
+                .and_then(|t| std::str::from_utf8(t).ok()?.parse::<i64>().ok())
+                .and_then(DateTime::from_timestamp_millis)
+                .ok_or_else(|| common::malformed(TIMESTAMP, "not a number of milliseconds"))?;
+            let method = headers.method().unwrap_or("POST");
+            let query = query(headers)?;
+            let matched = self.url.forms(query).any(|uri| {
+                let uri = decode_listed(&uri);
+                self.keys
+                    .any_match(&[method.as_bytes(), uri.as_bytes(), body, ts], &[tag])
+            });
+            if !matched {
+                return Err(VerifyError::NoMatch);
+            }
+            common::timed(millis, now, self.tolerance, || batch_id(body))
         }
-        common::timed(millis, now, self.tolerance, || batch_id(body))
-    }
-
-    fn body_changes_on_retry(&self) -> bool {
-        true
-    }
-
-    common::limits! {
+        body_changes_on_retry;
         tolerance;
         retry_window;
         answer_timeout: 5;
@@ -224,6 +213,7 @@ impl Verifier for HubSpot {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::verify::testing::*;
     use crate::RequestHead;
 
     const BODY: &[u8] = br#"[{"objectId":1246965,"propertyName":"lifecyclestage","propertyValue":"subscriber","changeSource":"ACADEMY","eventId":3816279340,"subscriptionId":25,"portalId":33,"appId":1160452,"occurredAt":1462216307945,"subscriptionType":"contact.propertyChange","attemptNumber":0}]"#;

@@ -3,7 +3,6 @@
 use std::borrow::Cow;
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
@@ -193,27 +192,25 @@ pub(crate) fn minify(json: &[u8]) -> Cow<'_, [u8]> {
 }
 
 impl Verifier for Jamm {
-    common::rekeyed!();
-
-    fn verify(
-        &self,
-        _headers: &dyn Headers,
-        body: &[u8],
-        _now: DateTime<Utc>,
-    ) -> Result<Verified, VerifyError> {
-        let parsed = parse_body(body)?;
-        if body.len() - parsed.content.len() > Self::MAX_ENVELOPE {
-            return Err(VerifyError::MalformedBody(
-                "more than 4 KiB of envelope around the signed content",
-            ));
+    common::verifier! {
+        rekeyed;
+        verify |self, _headers, body, _now| {
+            let parsed = parse_body(body)?;
+            if body.len() - parsed.content.len() > Self::MAX_ENVELOPE {
+                return Err(VerifyError::MalformedBody(
+                    "more than 4 KiB of envelope around the signed content",
+                ));
+            }
+            let content = minify(parsed.content);
+            self.keys.check(&[&content], &[parsed.tag])?;
+            Ok(Verified::untimed(common::body_field(body, "id")))
         }
-        let content = minify(parsed.content);
-        self.keys.check(&[&content], &[parsed.tag])?;
-        Ok(Verified::untimed(common::body_field(body, "id")))
-    }
-
-    fn event_meta(&self) -> Option<crate::meta::MetaExtractor> {
-        Some(crate::meta::MetaExtractor::jamm())
+        event_meta: crate::meta::MetaExtractor::jamm();
+        event_type: jamm;
+        retry_window;
+        answer_timeout: 120;
+        /// Jamm's 20 attempts.
+        deliveries: 20;
     }
 
     /// Only `content` is signed: the SHA-256 of its minified text, so that the
@@ -223,22 +220,12 @@ impl Verifier for Jamm {
         let parsed = parse_body(body).ok()?;
         Some(common::sha256(&minify(parsed.content)))
     }
-
-    fn event_type(&self) -> Option<crate::meta::TypeSource> {
-        Some(crate::meta::TypeSource::jamm())
-    }
-
-    common::limits! {
-        retry_window;
-        answer_timeout: 120;
-        /// Jamm's 20 attempts.
-        deliveries: 20;
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::verify::testing::*;
 
     // No public Jamm test vector exists: round trips, plus one value computed
     // independently with `openssl dgst -sha256 -hmac jamm_client_secret_0123456789` over the compact

@@ -5,8 +5,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::common::{self, Keys};
-use super::{Encoding, SecretFormat, Verified, Verifier, VerifyError};
-use crate::Headers;
+use super::{Encoding, SecretFormat, Verifier, VerifyError};
 
 const HEADER: &str = "Linear-Signature";
 const SIGNATURE: common::SignatureHeader = common::SignatureHeader::new(HEADER, "", Encoding::Hex);
@@ -78,43 +77,27 @@ fn parse_millis(text: &str) -> Option<DateTime<Utc>> {
 }
 
 impl Verifier for Linear {
-    common::rekeyed!();
-
-    fn verify(
-        &self,
-        headers: &dyn Headers,
-        body: &[u8],
-        now: DateTime<Utc>,
-    ) -> Result<Verified, VerifyError> {
-        let value = common::bounded_header(headers, HEADER)?;
-        let tag = SIGNATURE.tag_of(value.trim_ascii())?;
-        self.keys.check(&[body], &[tag])?;
-        let ts = common::body_field(body, "webhookTimestamp")
-            .ok_or(VerifyError::MalformedBody("no webhookTimestamp"))?;
-        let signed_at = parse_millis(&ts).ok_or(VerifyError::MalformedBody(
-            "webhookTimestamp is not Unix milliseconds",
-        ))?;
-        common::timed(signed_at, now, self.tolerance, || {
-            common::id_header(headers, &[DELIVERY])
-        })
-    }
-
-    /// Linear puts a fresh `webhookTimestamp` in each retry's body (the 60 s
-    /// tolerance would refuse an old one), so the body differs between attempts.
-    fn body_changes_on_retry(&self) -> bool {
-        true
-    }
-
-    /// The delivery id (`Linear-Delivery`) is not signed: the SHA-256 of the signed body.
-    fn content_key(&self, _headers: &dyn Headers, body: &[u8]) -> Option<[u8; 32]> {
-        Some(common::sha256(body))
-    }
-
-    fn event_type(&self) -> Option<crate::meta::TypeSource> {
-        Some(crate::meta::TypeSource::linear())
-    }
-
-    common::limits! {
+    common::verifier! {
+        rekeyed;
+        verify |self, headers, body, now| {
+            let value = common::bounded_header(headers, HEADER)?;
+            let tag = SIGNATURE.tag_of(value.trim_ascii())?;
+            self.keys.check(&[body], &[tag])?;
+            let ts = common::body_field(body, "webhookTimestamp")
+                .ok_or(VerifyError::MalformedBody("no webhookTimestamp"))?;
+            let signed_at = parse_millis(&ts).ok_or(VerifyError::MalformedBody(
+                "webhookTimestamp is not Unix milliseconds",
+            ))?;
+            common::timed(signed_at, now, self.tolerance, || {
+                common::id_header(headers, &[DELIVERY])
+            })
+        }
+        /// Linear puts a fresh `webhookTimestamp` in each retry's body (the 60 s
+        /// tolerance would refuse an old one), so the body differs between attempts.
+        body_changes_on_retry;
+        /// The delivery id (`Linear-Delivery`) is not signed: the SHA-256 of the signed body.
+        content_key: sha256;
+        event_type: linear;
         tolerance;
         retry_window;
         /// Linear's first attempt and its 3 retries.
@@ -126,6 +109,7 @@ impl Verifier for Linear {
 mod tests {
     use super::common::at;
     use super::*;
+    use crate::verify::testing::*;
 
     const SECRET: &str = "lin_wh_0123456789abcdef0123456789abcdef";
     const NEW: &str = "lin_wh_new00000000000000000000000000000";
@@ -138,16 +122,15 @@ mod tests {
         let sig = "36314d946af51dc1cbfb926a8120b6855a11edfb9fa342e81f22f17927ba361a";
         let l = Linear::new([SECRET]).unwrap();
         assert_eq!(l.sign(body), sig);
-        let h = [("linear-signature", sig), ("linear-delivery", "d-1")];
-        let v = l.verify(&h, body, at(1_700_000_000)).unwrap();
-        assert_eq!(v.event_id.as_deref(), Some("d-1"));
-        assert_eq!(v.signed_at, Some(at(1_700_000_000)));
-        assert_eq!(
-            l.verify(&h, b"{}", at(1_700_000_000)),
-            Err(VerifyError::NoMatch)
-        );
+        let delivery = Signed {
+            headers: &[("linear-signature", sig), ("linear-delivery", "d-1")],
+            signature: HEADER,
+            body,
+            tampered: b"{}",
+        };
         let both = Linear::new([NEW, SECRET]).unwrap();
-        assert!(both.verify(&h, body, at(1_700_000_000)).is_ok());
+        let v = delivery.check(&l, &both, at(1_700_000_000), Some("d-1"));
+        assert_eq!(v.signed_at, Some(at(1_700_000_000)));
     }
 
     #[test]
@@ -158,16 +141,7 @@ mod tests {
             l.verify(&[(HEADER, sig.as_str())], body.as_bytes(), at(now))
         };
         let body = r#"{"webhookTimestamp":1700000000000}"#;
-        assert!(check(body, 1_700_000_060).is_ok());
-        assert!(check(body, 1_699_999_940).is_ok());
-        assert!(matches!(
-            check(body, 1_700_000_061),
-            Err(VerifyError::TimestampTooOld { .. })
-        ));
-        assert!(matches!(
-            check(body, 1_699_999_939),
-            Err(VerifyError::TimestampTooNew { .. })
-        ));
+        window(1_700_000_000, 60, |now| check(body, now));
         for bad in [
             r#"{}"#,
             r#"{"webhookTimestamp":-1}"#,

@@ -4,8 +4,6 @@
 
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
-
 use super::common::{self, Keys};
 use super::handshake;
 use super::request::{constant_time_eq, digest_id, param, query};
@@ -137,27 +135,18 @@ impl Meta {
 }
 
 impl Verifier for Meta {
-    /// The event type is the body's `object` (`whatsapp_business_account`, `page`, `instagram`).
-    fn event_type(&self) -> Option<crate::meta::TypeSource> {
-        Some(crate::meta::TypeSource::json(["object"]))
-    }
-
-    common::rekeyed!();
-
-    fn verify(
-        &self,
-        headers: &dyn Headers,
-        body: &[u8],
-        _now: DateTime<Utc>,
-    ) -> Result<Verified, VerifyError> {
-        if headers.method() == Some("GET") {
-            return self.subscription_check(headers);
+    common::verifier! {
+        /// The event type is the body's `object` (`whatsapp_business_account`, `page`,
+        /// `instagram`).
+        event_type: json ["object"];
+        rekeyed;
+        verify |self, headers, body, _now| {
+            if headers.method() == Some("GET") {
+                return self.subscription_check(headers);
+            }
+            SIGNATURE.check(&self.keys, headers, &[body])?;
+            Ok(Verified::untimed(Some(digest_id(body))))
         }
-        SIGNATURE.check(&self.keys, headers, &[body])?;
-        Ok(Verified::untimed(Some(digest_id(body))))
-    }
-
-    common::limits! {
         retry_window;
     }
 }
@@ -165,6 +154,7 @@ impl Verifier for Meta {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::verify::testing::*;
     use crate::RequestHead;
 
     const NONE: [(&str, &str); 0] = [];
@@ -234,13 +224,15 @@ mod tests {
         let meta = Meta::new(["new-meta-app-secret", "old-meta-app-secret"]).unwrap();
         let old = Meta::new(["old-meta-app-secret"]).unwrap();
         let body = br#"{"object":"page","entry":[{"id":"1","time":1}]}"#;
-        let headers = [(HEADER, old.sign(body))];
-        let v = meta.verify(&headers, body, Utc::now()).unwrap();
-        assert_eq!(v.event_id, Some(digest_id(body)));
-        assert_eq!(
-            meta.verify(&headers, b"{}", Utc::now()),
-            Err(VerifyError::NoMatch)
-        );
+        let sig = old.sign(body);
+        let delivery = Signed {
+            headers: &[(HEADER, sig.as_str())],
+            signature: HEADER,
+            body,
+            tampered: b"{}",
+        };
+        delivery.check(&old, &meta, Utc::now(), Some(&digest_id(body)));
+        let headers = [(HEADER, sig)];
         let sha1 = [("X-Hub-Signature", "sha1=00")];
         assert_eq!(
             meta.verify(&sha1, body, Utc::now()),

@@ -38,6 +38,7 @@ mod hubspot;
 mod intercom;
 mod jamm;
 mod linear;
+mod macros;
 mod mailgun;
 mod meta;
 mod paddle;
@@ -51,6 +52,8 @@ mod slack;
 mod square;
 mod standard;
 mod stripe;
+#[cfg(test)]
+mod testing;
 mod twilio;
 mod twitch;
 mod typeform;

@@ -2,11 +2,8 @@
 
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
-
 use super::common::{self, Keys};
 use super::{Encoding, SecretFormat, Verified, Verifier, VerifyError};
-use crate::Headers;
 
 const HEADERS: [&str; 2] = ["X-Shopify-Hmac-Sha256", "Shopify-Hmac-Sha256"];
 const ID_HEADERS: [&str; 2] = ["X-Shopify-Webhook-Id", "Shopify-Webhook-Id"];
@@ -58,42 +55,29 @@ impl Shopify {
 }
 
 impl Verifier for Shopify {
-    common::rekeyed!();
-
-    fn verify(
-        &self,
-        headers: &dyn Headers,
-        body: &[u8],
-        _now: DateTime<Utc>,
-    ) -> Result<Verified, VerifyError> {
-        // The first spelling present with a value: an empty one gives way, as for
-        // the id headers.
-        let name = HEADERS
-            .into_iter()
-            .find(|n| {
-                headers
-                    .get_bytes(n)
-                    .is_some_and(|v| !v.trim_ascii().is_empty())
-            })
-            .ok_or(VerifyError::MissingHeader(HEADERS[0].into()))?;
-        common::SignatureHeader::new(name, "", Encoding::Base64).check(
-            &self.keys,
-            headers,
-            &[body],
-        )?;
-        Ok(Verified::untimed(common::id_header(headers, &ID_HEADERS)))
-    }
-
-    /// The delivery id (`X-Shopify-Webhook-Id`) is not signed: the SHA-256 of the signed body.
-    fn content_key(&self, _headers: &dyn Headers, body: &[u8]) -> Option<[u8; 32]> {
-        Some(common::sha256(body))
-    }
-
-    fn event_type(&self) -> Option<crate::meta::TypeSource> {
-        Some(crate::meta::TypeSource::shopify())
-    }
-
-    common::limits! {
+    common::verifier! {
+        rekeyed;
+        verify |self, headers, body, _now| {
+            // The first spelling present with a value: an empty one gives way, as for
+            // the id headers.
+            let name = HEADERS
+                .into_iter()
+                .find(|n| {
+                    headers
+                        .get_bytes(n)
+                        .is_some_and(|v| !v.trim_ascii().is_empty())
+                })
+                .ok_or(VerifyError::MissingHeader(HEADERS[0].into()))?;
+            common::SignatureHeader::new(name, "", Encoding::Base64).check(
+                &self.keys,
+                headers,
+                &[body],
+            )?;
+            Ok(Verified::untimed(common::id_header(headers, &ID_HEADERS)))
+        }
+        /// The delivery id (`X-Shopify-Webhook-Id`) is not signed: the SHA-256 of the signed body.
+        content_key: sha256;
+        event_type: shopify;
         retry_window;
         answer_timeout: 5;
         /// Shopify's first attempt and its 8 retries.
@@ -104,6 +88,7 @@ impl Verifier for Shopify {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::verify::testing::*;
 
     const SECRET: &str = "shpss_0123456789abcdef0123456789abcdef";
     const OLD: &str = "shpss_old00000000000000000000000000000";
@@ -159,16 +144,17 @@ mod tests {
         let oldest = Shopify::new([OLD]).unwrap();
         let both = Shopify::new([NEW, OLD]).unwrap();
         let sig = oldest.sign(b"{}");
-        assert!(both
-            .verify(&[(HEADERS[0], sig.as_str())], b"{}", Utc::now())
-            .is_ok());
+        // Without the signature header, only `other` is left.
+        let delivery = Signed {
+            headers: &[(HEADERS[0], sig.as_str()), ("other", "x")],
+            signature: HEADERS[0],
+            body: b"{}",
+            tampered: b"{ }",
+        };
+        delivery.check(&oldest, &both, Utc::now(), None);
         assert!(matches!(
             both.verify(&[(HEADERS[0], "not base64")], b"{}", Utc::now()),
             Err(VerifyError::MalformedHeader { .. })
         ));
-        assert_eq!(
-            both.verify(&[("other", "x")], b"{}", Utc::now()),
-            Err(VerifyError::MissingHeader(HEADERS[0].into()))
-        );
     }
 }

@@ -3,11 +3,8 @@
 
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
-
 use super::common::{self, Keys};
-use super::{Encoding, KeyError, Secret, Verified, Verifier, VerifyError};
-use crate::Headers;
+use super::{Encoding, KeyError, Secret, Verified, Verifier};
 
 const HEADER: &str = "x-square-hmacsha256-signature";
 const SIGNATURE: common::SignatureHeader =
@@ -86,32 +83,15 @@ impl Square {
 }
 
 impl Verifier for Square {
-    /// The event type is the body's `type`.
-    fn event_type(&self) -> Option<crate::meta::TypeSource> {
-        Some(crate::meta::TypeSource::json(["type"]))
-    }
-
-    common::rekeyed!();
-
-    fn verify(
-        &self,
-        headers: &dyn Headers,
-        body: &[u8],
-        _now: DateTime<Utc>,
-    ) -> Result<Verified, VerifyError> {
-        SIGNATURE.check(&self.keys, headers, &[self.url.as_bytes(), body])?;
-        Ok(Verified::untimed(common::body_field(body, "event_id")))
-    }
-
-    fn event_meta(&self) -> Option<crate::meta::MetaExtractor> {
-        Some(crate::meta::MetaExtractor::json(
-            &["type"],
-            &["created_at"],
-            &["data", "id"],
-        ))
-    }
-
-    common::limits! {
+    common::verifier! {
+        /// The event type is the body's `type`.
+        event_type: json ["type"];
+        rekeyed;
+        verify |self, headers, body, _now| {
+            SIGNATURE.check(&self.keys, headers, &[self.url.as_bytes(), body])?;
+            Ok(Verified::untimed(common::body_field(body, "event_id")))
+        }
+        event_meta: json ["type"], ["created_at"], ["data", "id"];
         retry_window;
         answer_timeout: 10;
         /// The first attempt, 6 backed-off retries, then hourly to 72 h: 79 at most.
@@ -122,6 +102,7 @@ impl Verifier for Square {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::verify::testing::*;
 
     // Published vector: the `WebhooksHelper` tests of Square's SDKs.
     const URL: &str = "https://webhook.site/679a4f3a-dcfa-49ee-bac5-9d0edad886b9";
@@ -168,13 +149,21 @@ mod tests {
         );
         assert_eq!(Square::new(URL, [""]).unwrap_err(), KeyError::EmptySecret);
         let both = Square::new(URL, ["new-signature-key-22ch", KEY]).unwrap();
-        assert!(both
-            .verify(&[(HEADER, SIG)], BODY.as_bytes(), Utc::now())
-            .is_ok());
-        assert!(!format!("{both:?}").contains(KEY));
-        assert_eq!(
-            both.verify(&[("x-square-signature", SIG)], BODY.as_bytes(), Utc::now()),
-            Err(VerifyError::MissingHeader(HEADER.into()))
+        let june = BODY.replace("2022-07-13", "2022-06-13");
+        // The legacy header stays unread once the signature header is left out.
+        let delivery = Signed {
+            headers: &[(HEADER, SIG), ("x-square-signature", SIG)],
+            signature: HEADER,
+            body: BODY.as_bytes(),
+            tampered: june.as_bytes(),
+        };
+        let id = "ac3ac95b-f97d-458c-a6e6-18981597e05f";
+        delivery.check(
+            &Square::new(URL, [KEY]).unwrap(),
+            &both,
+            Utc::now(),
+            Some(id),
         );
+        assert!(!format!("{both:?}").contains(KEY));
     }
 }

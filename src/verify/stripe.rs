@@ -2,11 +2,8 @@
 
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
-
 use super::common::{self, Keys};
-use super::{SecretFormat, Verified, Verifier, VerifyError};
-use crate::Headers;
+use super::{SecretFormat, Verifier};
 
 const HEADER: &str = "Stripe-Signature";
 
@@ -76,28 +73,15 @@ impl Stripe {
 }
 
 impl Verifier for Stripe {
-    common::rekeyed!();
-
-    fn verify(
-        &self,
-        headers: &dyn Headers,
-        body: &[u8],
-        now: DateTime<Utc>,
-    ) -> Result<Verified, VerifyError> {
-        SIGNATURE.verify(&self.keys, headers, body, now, self.tolerance, || {
-            common::body_field(body, "id")
-        })
-    }
-
-    fn event_meta(&self) -> Option<crate::meta::MetaExtractor> {
-        Some(crate::meta::MetaExtractor::stripe())
-    }
-
-    fn event_type(&self) -> Option<crate::meta::TypeSource> {
-        Some(crate::meta::TypeSource::stripe())
-    }
-
-    common::limits! {
+    common::verifier! {
+        rekeyed;
+        verify |self, headers, body, now| {
+            SIGNATURE.verify(&self.keys, headers, body, now, self.tolerance, || {
+                common::body_field(body, "id")
+            })
+        }
+        event_meta: crate::meta::MetaExtractor::stripe();
+        event_type: stripe;
         tolerance;
         retry_window;
         answer_timeout: 5;
@@ -108,6 +92,7 @@ impl Verifier for Stripe {
 mod tests {
     use super::common::at;
     use super::*;
+    use crate::verify::testing::*;
 
     const SECRET: &str = "whsec_testsecret0123456789abcdefghijkl";
     const BODY: &[u8] = br#"{"id":"evt_test_webhook","object":"event"}"#;
@@ -201,16 +186,7 @@ mod tests {
         let s = Stripe::new([SECRET]).unwrap();
         let h = s.sign(BODY, T);
         let h = [(HEADER, h.as_str())];
-        assert!(s.verify(&h, BODY, at(T + 300)).is_ok());
-        assert!(s.verify(&h, BODY, at(T - 300)).is_ok());
-        assert!(matches!(
-            s.verify(&h, BODY, at(T + 301)),
-            Err(VerifyError::TimestampTooOld { .. })
-        ));
-        assert!(matches!(
-            s.verify(&h, BODY, at(T - 301)),
-            Err(VerifyError::TimestampTooNew { .. })
-        ));
+        window(T, 300, |now| s.verify(&h, BODY, at(now)));
         let strict = s.clone().tolerance(Duration::from_secs(10));
         assert!(strict.verify(&h, BODY, at(T + 11)).is_err());
     }

@@ -4,14 +4,12 @@
 
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
 use hmac::Mac;
 use sha2::{Digest as _, Sha256};
 
 use super::common::{self, HmacSha1, Sha1Keys};
 use super::request::{param, query, PublicUrl};
 use super::{KeyError, Secret, Verified, Verifier, VerifyError};
-use crate::Headers;
 
 const SIGNATURE: &str = "X-Twilio-Signature";
 const SETTINGS: &str = "X-Twilio-Webhooks-Signature-Settings";
@@ -141,56 +139,49 @@ fn sorted_params(body: &[u8]) -> Result<Vec<(String, String)>, VerifyError> {
 }
 
 impl Verifier for Twilio {
-    common::rekeyed!();
-
-    fn verify(
-        &self,
-        headers: &dyn Headers,
-        body: &[u8],
-        _now: DateTime<Utc>,
-    ) -> Result<Verified, VerifyError> {
-        if headers.get_bytes(SETTINGS).is_some() {
-            return Err(common::malformed(
-                SETTINGS,
-                "Webhooks Rules' shared-key signatures are not checked by this preset",
-            ));
-        }
-        let value = common::bounded_header(headers, SIGNATURE)?;
-        let tag: [u8; 20] = Some(value)
-            .filter(|v| v.len() == 28)
-            .and_then(|v| {
-                base64::Engine::decode(&base64::engine::general_purpose::STANDARD, v).ok()
-            })
-            .and_then(|bytes| bytes.try_into().ok())
-            .ok_or_else(|| common::malformed(SIGNATURE, "not base64 of 20 bytes"))?;
-        let query = query(headers)?;
-        let body_hash = query.and_then(|q| param(q.as_bytes(), "bodySHA256"));
-        let params = match &body_hash {
-            Some(want) => {
-                let got = Self::body_sha256(body);
-                if !super::request::constant_time_eq(
-                    got.as_bytes(),
-                    want.to_ascii_lowercase().as_bytes(),
-                ) {
-                    return Err(VerifyError::NoMatch);
-                }
-                Vec::new()
+    common::verifier! {
+        rekeyed;
+        verify |self, headers, body, _now| {
+            if headers.get_bytes(SETTINGS).is_some() {
+                return Err(common::malformed(
+                    SETTINGS,
+                    "Webhooks Rules' shared-key signatures are not checked by this preset",
+                ));
             }
-            None if headers.method() == Some("GET") => Vec::new(),
-            None => sorted_params(body)?,
-        };
-        let matched = (self.url.forms(query))
-            .any(|url| self.keys.any_fed(|mac| feed(mac, &url, &params), &tag));
-        if !matched {
-            return Err(VerifyError::NoMatch);
+            let value = common::bounded_header(headers, SIGNATURE)?;
+            let tag: [u8; 20] = Some(value)
+                .filter(|v| v.len() == 28)
+                .and_then(|v| {
+                    base64::Engine::decode(&base64::engine::general_purpose::STANDARD, v).ok()
+                })
+                .and_then(|bytes| bytes.try_into().ok())
+                .ok_or_else(|| common::malformed(SIGNATURE, "not base64 of 20 bytes"))?;
+            let query = query(headers)?;
+            let body_hash = query.and_then(|q| param(q.as_bytes(), "bodySHA256"));
+            let params = match &body_hash {
+                Some(want) => {
+                    let got = Self::body_sha256(body);
+                    if !super::request::constant_time_eq(
+                        got.as_bytes(),
+                        want.to_ascii_lowercase().as_bytes(),
+                    ) {
+                        return Err(VerifyError::NoMatch);
+                    }
+                    Vec::new()
+                }
+                None if headers.method() == Some("GET") => Vec::new(),
+                None => sorted_params(body)?,
+            };
+            let matched = (self.url.forms(query))
+                .any(|url| self.keys.any_fed(|mac| feed(mac, &url, &params), &tag));
+            if !matched {
+                return Err(VerifyError::NoMatch);
+            }
+            Ok(Verified::untimed(common::id_header(
+                headers,
+                &[IDEMPOTENCY],
+            )))
         }
-        Ok(Verified::untimed(common::id_header(
-            headers,
-            &[IDEMPOTENCY],
-        )))
-    }
-
-    common::limits! {
         retry_window;
         answer_timeout: 15;
         /// Twilio's first attempt and its one retry.
@@ -201,6 +192,7 @@ impl Verifier for Twilio {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::verify::testing::*;
     use crate::RequestHead;
 
     // Twilio's own vectors (twilio-python's request validator tests): Auth Token

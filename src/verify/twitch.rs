@@ -9,8 +9,7 @@ use chrono::{DateTime, Utc};
 use super::common::{self, Keys};
 use super::handshake::{self, Handshake};
 use super::SecretFormat;
-use super::{Encoding, Verified, Verifier, VerifyError};
-use crate::Headers;
+use super::{Encoding, Verifier, VerifyError};
 
 const ID: &str = "Twitch-Eventsub-Message-Id";
 const TIMESTAMP: &str = "Twitch-Eventsub-Message-Timestamp";
@@ -132,57 +131,47 @@ impl Twitch {
 }
 
 impl Verifier for Twitch {
-    /// The event type is the `Twitch-Eventsub-Subscription-Type` header.
-    fn event_type(&self) -> Option<crate::meta::TypeSource> {
-        Some(crate::meta::TypeSource::header(
-            "Twitch-Eventsub-Subscription-Type",
-        ))
-    }
-
-    common::rekeyed!();
-
-    fn verify(
-        &self,
-        headers: &dyn Headers,
-        body: &[u8],
-        now: DateTime<Utc>,
-    ) -> Result<Verified, VerifyError> {
-        let id = common::bounded_header(headers, ID)?;
-        let ts = common::bounded_header(headers, TIMESTAMP)?;
-        let value = common::bounded_header(headers, SIGNATURE)?;
-        let tag = common::single_tag(value, PREFIX, Encoding::Hex, &SIGNATURE.into())?;
-        self.keys.check(&[id, ts, body], &[tag])?;
-        let signed_at = std::str::from_utf8(ts)
-            .ok()
-            .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
-            .ok_or_else(|| common::malformed(TIMESTAMP, "not an RFC 3339 time"))?
-            .with_timezone(&Utc);
-        let mut verified = common::timed(signed_at, now, self.tolerance, || common::id_value(id))?;
-        if headers.get_bytes(TYPE) == Some(b"webhook_callback_verification") {
-            let challenge = common::body_field(body, "challenge").ok_or(
-                VerifyError::MalformedBody("webhook_callback_verification without a challenge"),
-            )?;
-            let challenge = handshake::challenge(&challenge, "challenge")?;
-            verified.handshake = Some(Handshake::text(
-                "twitch_webhook_callback_verification",
-                challenge,
-            ));
+    common::verifier! {
+        /// The event type is the `Twitch-Eventsub-Subscription-Type` header.
+        event_type: header "Twitch-Eventsub-Subscription-Type";
+        rekeyed;
+        verify |self, headers, body, now| {
+            let id = common::bounded_header(headers, ID)?;
+            let ts = common::bounded_header(headers, TIMESTAMP)?;
+            let value = common::bounded_header(headers, SIGNATURE)?;
+            let tag = common::single_tag(value, PREFIX, Encoding::Hex, &SIGNATURE.into())?;
+            self.keys.check(&[id, ts, body], &[tag])?;
+            let signed_at = std::str::from_utf8(ts)
+                .ok()
+                .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+                .ok_or_else(|| common::malformed(TIMESTAMP, "not an RFC 3339 time"))?
+                .with_timezone(&Utc);
+            let mut verified =
+                common::timed(signed_at, now, self.tolerance, || common::id_value(id))?;
+            if headers.get_bytes(TYPE) == Some(b"webhook_callback_verification") {
+                let challenge = common::body_field(body, "challenge").ok_or(
+                    VerifyError::MalformedBody("webhook_callback_verification without a challenge"),
+                )?;
+                let challenge = handshake::challenge(&challenge, "challenge")?;
+                verified.handshake = Some(Handshake::text(
+                    "twitch_webhook_callback_verification",
+                    challenge,
+                ));
+            }
+            Ok(verified)
         }
-        Ok(verified)
+        tolerance;
     }
 
     fn retry_window(&self) -> Option<Duration> {
         Some(self.tolerance)
-    }
-
-    common::limits! {
-        tolerance;
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::verify::testing::*;
 
     const MSG: &str = "e76c6bd4-55c9-4987-8304-da1588d8988b";
     const TS: &str = "2019-11-16T10:11:12.634234626Z";
