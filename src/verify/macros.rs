@@ -8,13 +8,8 @@
 /// accepted when marked, no surrounding whitespace. Its doc comment names both.
 macro_rules! unpublished_format {
     ($provider:literal, $what:literal) => {
-        #[doc = concat!(
-                                                    "What the constructor accepts as a secret: ",
-                                                    $what,
-                                                    ", for which ",
-                                                    $provider,
-                                                    " publishes"
-                                                )]
+        #[doc = concat!("What the constructor accepts as a secret: ", $what, ",")]
+        #[doc = concat!("for which ", $provider, " publishes")]
         /// no format. As for the generic verifiers, it must hold at least 16 bytes (an
         /// HMAC key shorter than that is weak whatever issued it; mark one with
         /// [`Secret::allow_short`](crate::verify::Secret::allow_short) to accept it) and
