@@ -87,6 +87,21 @@ impl ObjectStatus {
     }
 }
 
+/// A change to the status of an object's newest event: see
+/// [`OrderingStore::settle_object`], [`OrderingStore::mark_object`] and
+/// [`OrderingStore::mark_object_if_failed`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ObjectMark<'a> {
+    /// The object and family.
+    pub key: ObjectKey<'a>,
+    /// The `created_at` of the event: the change is made only while it is the newest.
+    pub created_at: DateTime<Utc>,
+    /// The new status.
+    pub status: ObjectStatus,
+    /// The current time (becomes `updated_at`).
+    pub now: DateTime<Utc>,
+}
+
 /// What an [`OrderingStore`] keeps per object and family.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -212,10 +227,14 @@ pub(crate) async fn mark_reconciled(
     failed_since: DateTime<Utc>,
     now: DateTime<Utc>,
 ) {
-    let applied = ObjectStatus::Applied;
-    let cleared = ordering
-        .mark_object_if_failed(key, created_at, failed_since, applied, now)
-        .await;
+    let status = ObjectStatus::Applied;
+    let mark = ObjectMark {
+        key,
+        created_at,
+        status,
+        now,
+    };
+    let cleared = ordering.mark_object_if_failed(&mark, failed_since).await;
     if let Err(e) = cleared {
         tracing::warn!(error = %e, "could not mark a reconciled object applied; reconcile_stale may ask again");
     }
@@ -240,7 +259,15 @@ pub(crate) async fn settle_object(
         return true;
     };
     let now = clock.now();
-    match ordering.settle_object(key, created_at, status, now).await {
+    match ordering
+        .settle_object(&ObjectMark {
+            key,
+            created_at,
+            status,
+            now,
+        })
+        .await
+    {
         Ok(settled) => settled,
         Err(e) => {
             tracing::warn!(%id, error = %e, "could not settle object state");
@@ -281,7 +308,8 @@ fn settle_failed_later(
             let mut backoff = crate::runtime::Backoff::new(first, cap, std::time::Duration::from_secs(60));
             while backoff.wait().await {
                 let now = clock.now();
-                match ordering.settle_object(key, created_at, ObjectStatus::Failed, now).await {
+                let status = ObjectStatus::Failed;
+                match ordering.settle_object(&ObjectMark { key, created_at, status, now }).await {
                     Ok(_) => return,
                     Err(e) => tracing::debug!(%id, error = %e, "settling the object failed again"),
                 }
@@ -322,13 +350,13 @@ pub(crate) fn object_key<'a>(
 ///   newest (a retry, or another event created at the same time), change nothing and
 ///   answer `Fresh`; otherwise change nothing and answer [`Freshness::Stale`] with
 ///   the stored newest.
-/// - **settle_object**: if the stored newest equals `created_at` and its status is
-///   `Pending`, set the status and `updated_at` and answer `true`. If the newest
-///   equals `created_at` but was settled already — by another event created at the
-///   same time, whose order against this one nobody knows — answer `false`, and
-///   set the status to `Failed` (with `updated_at`) when `status` is `Failed`, so a
-///   failure is never hidden. Otherwise (a newer event came since, or there is no
-///   record) change nothing and answer `false`.
+/// - **settle_object**: if the stored newest equals the [`ObjectMark`]'s
+///   `created_at` and its status is `Pending`, set the status and `updated_at` and
+///   answer `true`. If the newest equals `created_at` but was settled already — by
+///   another event created at the same time, whose order against this one nobody
+///   knows — answer `false`, and set the status to `Failed` (with `updated_at`) when
+///   `status` is `Failed`, so a failure is never hidden. Otherwise (a newer event
+///   came since, or there is no record) change nothing and answer `false`.
 /// - **mark_object**: if the stored newest equals `created_at`, set the status and
 ///   `updated_at`, whatever the status was, and answer `true` (a host's own
 ///   reconcile); otherwise change nothing and answer `false`.
@@ -354,38 +382,23 @@ pub trait OrderingStore: fmt::Debug + Send + Sync + 'static {
         now: DateTime<Utc>,
     ) -> Result<Freshness, StoreError>;
 
-    /// Settles the newest event of `key`, if it is still the one created at
-    /// `created_at` and nothing settled it yet: whether it was (`false` when a newer
-    /// event came since, or another event created at the same time was settled
-    /// first).
-    async fn settle_object(
-        &self,
-        key: ObjectKey<'_>,
-        created_at: DateTime<Utc>,
-        status: ObjectStatus,
-        now: DateTime<Utc>,
-    ) -> Result<bool, StoreError>;
+    /// Settles the newest event of `mark.key`, if it is still the one created at
+    /// `mark.created_at` and nothing settled it yet: whether it was (`false` when a
+    /// newer event came since, or another event created at the same time was
+    /// settled first).
+    async fn settle_object(&self, mark: &ObjectMark<'_>) -> Result<bool, StoreError>;
 
-    /// Sets the status of `key` whatever it was, if its newest event is still the one
-    /// created at `created_at`.
-    async fn mark_object(
-        &self,
-        key: ObjectKey<'_>,
-        created_at: DateTime<Utc>,
-        status: ObjectStatus,
-        now: DateTime<Utc>,
-    ) -> Result<bool, StoreError>;
+    /// Sets the status of `mark.key` whatever it was, if its newest event is still
+    /// the one created at `mark.created_at`.
+    async fn mark_object(&self, mark: &ObjectMark<'_>) -> Result<bool, StoreError>;
 
-    /// Sets the status of `key` if its newest event (created at `created_at`) is
-    /// still the newest and still failed, its failure recorded at or before
-    /// `failed_since`: whether it was set.
+    /// Sets the status of `mark.key` if its newest event (created at
+    /// `mark.created_at`) is still the newest and still failed, its failure recorded
+    /// at or before `failed_since`: whether it was set.
     async fn mark_object_if_failed(
         &self,
-        key: ObjectKey<'_>,
-        created_at: DateTime<Utc>,
+        mark: &ObjectMark<'_>,
         failed_since: DateTime<Utc>,
-        status: ObjectStatus,
-        now: DateTime<Utc>,
     ) -> Result<bool, StoreError>;
 
     /// The record under `key`.
@@ -403,12 +416,9 @@ pub trait OrderingStore: fmt::Debug + Send + Sync + 'static {
 crate::forward::forward!(OrderingStore {
     async fn observe(&self, key: ObjectKey<'_>, created_at: DateTime<Utc>, now: DateTime<Utc>)
         -> Result<Freshness, StoreError>;
-    async fn settle_object(&self, key: ObjectKey<'_>, created_at: DateTime<Utc>,
-        status: ObjectStatus, now: DateTime<Utc>) -> Result<bool, StoreError>;
-    async fn mark_object(&self, key: ObjectKey<'_>, created_at: DateTime<Utc>,
-        status: ObjectStatus, now: DateTime<Utc>) -> Result<bool, StoreError>;
-    async fn mark_object_if_failed(&self, key: ObjectKey<'_>, created_at: DateTime<Utc>,
-        failed_since: DateTime<Utc>, status: ObjectStatus, now: DateTime<Utc>)
+    async fn settle_object(&self, mark: &ObjectMark<'_>) -> Result<bool, StoreError>;
+    async fn mark_object(&self, mark: &ObjectMark<'_>) -> Result<bool, StoreError>;
+    async fn mark_object_if_failed(&self, mark: &ObjectMark<'_>, failed_since: DateTime<Utc>)
         -> Result<bool, StoreError>;
     async fn get_object(&self, key: ObjectKey<'_>) -> Result<Option<ObjectRecord>, StoreError>;
     async fn failed_objects(&self, namespace: &str, before: DateTime<Utc>, limit: usize)

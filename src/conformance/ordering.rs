@@ -3,7 +3,7 @@
 use chrono::{DateTime, TimeDelta, Utc};
 use futures_util::future::join_all;
 
-use crate::ordering::{Freshness, ObjectKey, ObjectStatus, OrderingStore};
+use crate::ordering::{Freshness, ObjectKey, ObjectMark, ObjectStatus, OrderingStore};
 use crate::store::FencingToken;
 
 /// Runs every ordering check.
@@ -38,7 +38,12 @@ pub async fn a_failure_is_marked_only_while_it_stands(store: &dyn OrderingStore)
             let ended = ObjectStatus::Failed;
             assert!(
                 store
-                    .settle_object(key(object), at(1), ended, at(10))
+                    .settle_object(&ObjectMark {
+                        key: key(object),
+                        created_at: at(1),
+                        status: ended,
+                        now: at(10)
+                    })
                     .await
                     .unwrap(),
                 "settle_object of the object's newest event applies"
@@ -47,28 +52,54 @@ pub async fn a_failure_is_marked_only_while_it_stands(store: &dyn OrderingStore)
     }
     // Failed again at 20 (another event created at the same time).
     let again = store
-        .settle_object(key("failed_later"), at(1), ObjectStatus::Failed, at(20))
+        .settle_object(&ObjectMark {
+            key: key("failed_later"),
+            created_at: at(1),
+            status: ObjectStatus::Failed,
+            now: at(20),
+        })
         .await
         .unwrap();
     assert!(!again, "settled before: answers false, records the failure");
     // A newer event, failed early enough: only its time tells it apart.
     let _ = store.observe(key("newer"), at(5), at(11)).await.unwrap();
-    let newer_failed = store.settle_object(key("newer"), at(5), ObjectStatus::Failed, at(12));
+    let mark = ObjectMark {
+        key: key("newer"),
+        created_at: at(5),
+        status: ObjectStatus::Failed,
+        now: at(12),
+    };
+    let newer_failed = store.settle_object(&mark);
     let rule = "settle_object of the object's newest event applies";
     assert!(newer_failed.await.unwrap(), "{rule}");
     // Applied early enough: only its status tells it apart.
     assert!(
         store
-            .mark_object(key("applied"), at(1), ObjectStatus::Applied, at(12))
+            .mark_object(&ObjectMark {
+                key: key("applied"),
+                created_at: at(1),
+                status: ObjectStatus::Applied,
+                now: at(12)
+            })
             .await
             .unwrap(),
         "mark_object of the object's newest event applies"
     );
 
-    let clear = |object, since| {
-        let applied = ObjectStatus::Applied;
-        store.mark_object_if_failed(key(object), at(1), at(since), applied, at(30))
+    // Marks `object` (its event created at 1) with `status` at `now` if it failed
+    // at or before `since`.
+    let mark_if_failed = |object, status, now, since| {
+        let (key, created_at, now) = (key(object), at(1), at(now));
+        let mark = ObjectMark {
+            key,
+            created_at,
+            status,
+            now,
+        };
+        let failed_since = at(since);
+        async move { store.mark_object_if_failed(&mark, failed_since).await }
     };
+    let clear = |object, since| mark_if_failed(object, ObjectStatus::Applied, 30, since);
     assert!(
         clear("cleared", 10).await.unwrap(),
         "failed at the time given"
@@ -99,10 +130,7 @@ pub async fn a_failure_is_marked_only_while_it_stands(store: &dyn OrderingStore)
     );
 
     // Failed again, to the back of the list, while still the failure listed.
-    let requeue = |object, since| {
-        let failed = ObjectStatus::Failed;
-        store.mark_object_if_failed(key(object), at(1), at(since), failed, at(40))
-    };
+    let requeue = |object, since| mark_if_failed(object, ObjectStatus::Failed, 40, since);
     let rule = "a failure that still stands is marked";
     assert!(requeue("failed_later", 20).await.unwrap(), "{rule}");
     assert_eq!(
@@ -143,7 +171,12 @@ pub async fn failed_objects_are_listed_oldest_first(store: &dyn OrderingStore) {
         let _ = store.observe(k, at(1), at(2)).await.unwrap();
         assert!(
             store
-                .settle_object(k, at(1), ObjectStatus::Failed, at(failed_at))
+                .settle_object(&ObjectMark {
+                    key: k,
+                    created_at: at(1),
+                    status: ObjectStatus::Failed,
+                    now: at(failed_at)
+                })
                 .await
                 .unwrap(),
             "settle_object of the object's newest event applies"
@@ -165,7 +198,12 @@ pub async fn failed_objects_are_listed_oldest_first(store: &dyn OrderingStore) {
     // Marked failed again later (a reconcile that failed): to the back.
     assert!(
         store
-            .mark_object(key(&ns, "trx-a"), at(1), ObjectStatus::Failed, at(30))
+            .mark_object(&ObjectMark {
+                key: key(&ns, "trx-a"),
+                created_at: at(1),
+                status: ObjectStatus::Failed,
+                now: at(30)
+            })
             .await
             .unwrap(),
         "mark_object of the object's newest event applies"
@@ -176,7 +214,12 @@ pub async fn failed_objects_are_listed_oldest_first(store: &dyn OrderingStore) {
     // Reconciled: no longer listed.
     assert!(
         store
-            .mark_object(key(&ns, "trx-b"), at(1), ObjectStatus::Applied, at(31))
+            .mark_object(&ObjectMark {
+                key: key(&ns, "trx-b"),
+                created_at: at(1),
+                status: ObjectStatus::Applied,
+                now: at(31)
+            })
             .await
             .unwrap(),
         "mark_object of the object's newest event applies"
@@ -260,7 +303,12 @@ pub async fn newest_wins(store: &dyn OrderingStore) {
     assert!(store.get_object(never).await.unwrap().is_none(), "{rule}");
     assert!(
         !store
-            .mark_object(never, at(1), ObjectStatus::Applied, at(106))
+            .mark_object(&ObjectMark {
+                key: never,
+                created_at: at(1),
+                status: ObjectStatus::Applied,
+                now: at(106)
+            })
             .await
             .unwrap(),
         "an object never observed is not marked"
@@ -285,7 +333,12 @@ pub async fn settle_applies_to_the_newest_only(store: &dyn OrderingStore) {
     let _ = store.observe(key, at(20), at(20)).await.unwrap();
     assert!(
         !store
-            .settle_object(key, at(10), ObjectStatus::Failed, at(21))
+            .settle_object(&ObjectMark {
+                key,
+                created_at: at(10),
+                status: ObjectStatus::Failed,
+                now: at(21)
+            })
             .await
             .unwrap(),
         "settling an older event answers false"
@@ -297,7 +350,12 @@ pub async fn settle_applies_to_the_newest_only(store: &dyn OrderingStore) {
     );
     assert!(
         store
-            .settle_object(key, at(20), ObjectStatus::Failed, at(22))
+            .settle_object(&ObjectMark {
+                key,
+                created_at: at(20),
+                status: ObjectStatus::Failed,
+                now: at(22)
+            })
             .await
             .unwrap(),
         "settling the newest event answers true"
@@ -325,14 +383,24 @@ pub async fn settle_applies_to_the_newest_only(store: &dyn OrderingStore) {
     );
     assert!(
         store
-            .mark_object(key, at(20), ObjectStatus::Applied, at(23))
+            .mark_object(&ObjectMark {
+                key,
+                created_at: at(20),
+                status: ObjectStatus::Applied,
+                now: at(23)
+            })
             .await
             .unwrap(),
         "a reconciled object is marked applied"
     );
     assert!(
         !store
-            .mark_object(key, at(10), ObjectStatus::Applied, at(23))
+            .mark_object(&ObjectMark {
+                key,
+                created_at: at(10),
+                status: ObjectStatus::Applied,
+                now: at(23)
+            })
             .await
             .unwrap(),
         "marking an older event answers false"
@@ -343,7 +411,12 @@ pub async fn settle_applies_to_the_newest_only(store: &dyn OrderingStore) {
     };
     assert!(
         !store
-            .settle_object(unknown, at(20), ObjectStatus::Applied, at(23))
+            .settle_object(&ObjectMark {
+                key: unknown,
+                created_at: at(20),
+                status: ObjectStatus::Applied,
+                now: at(23)
+            })
             .await
             .unwrap(),
         "settling an object never observed answers false"
@@ -379,14 +452,24 @@ pub async fn events_created_at_the_same_time_settle_once(store: &dyn OrderingSto
     );
     assert!(
         store
-            .settle_object(key, at(0), ObjectStatus::Applied, at(3))
+            .settle_object(&ObjectMark {
+                key,
+                created_at: at(0),
+                status: ObjectStatus::Applied,
+                now: at(3)
+            })
             .await
             .unwrap(),
         "settle_object of the object's newest event applies"
     );
     assert!(
         !store
-            .settle_object(key, at(0), ObjectStatus::Applied, at(4))
+            .settle_object(&ObjectMark {
+                key,
+                created_at: at(0),
+                status: ObjectStatus::Applied,
+                now: at(4)
+            })
             .await
             .unwrap(),
         "the second event of the same time to settle answers false"
@@ -409,7 +492,12 @@ pub async fn events_created_at_the_same_time_settle_once(store: &dyn OrderingSto
     );
     assert!(
         !store
-            .settle_object(key, at(0), ObjectStatus::Failed, at(6))
+            .settle_object(&ObjectMark {
+                key,
+                created_at: at(0),
+                status: ObjectStatus::Failed,
+                now: at(6)
+            })
             .await
             .unwrap(),
         "a later failure of the same time answers false"
@@ -424,7 +512,12 @@ pub async fn events_created_at_the_same_time_settle_once(store: &dyn OrderingSto
     assert_eq!(failed.len(), 1, "the failed object is listed");
     assert!(
         store
-            .mark_object(key, at(0), ObjectStatus::Applied, at(7))
+            .mark_object(&ObjectMark {
+                key,
+                created_at: at(0),
+                status: ObjectStatus::Applied,
+                now: at(7)
+            })
             .await
             .unwrap(),
         "mark_object of the object's newest event applies"
@@ -436,7 +529,12 @@ pub async fn events_created_at_the_same_time_settle_once(store: &dyn OrderingSto
     );
     assert!(
         store
-            .settle_object(key, at(1), ObjectStatus::Applied, at(9))
+            .settle_object(&ObjectMark {
+                key,
+                created_at: at(1),
+                status: ObjectStatus::Applied,
+                now: at(9)
+            })
             .await
             .unwrap(),
         "a newer event settles afresh"

@@ -8,7 +8,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 
 use super::WebhookGuard;
 use crate::meta::EventMeta;
-use crate::ordering::ObjectStatus;
+use crate::ordering::{ObjectMark, ObjectStatus};
 use crate::reconcile::{ReconcileReason, ReconcileRequest};
 use crate::runtime::{self, catch_unwind, panic_message};
 use crate::store::StoreError;
@@ -103,9 +103,15 @@ impl WebhookGuard {
                     // while it is still the failure listed: one another reconcile
                     // cleared meanwhile stays cleared.
                     let now = inner.clock.now();
-                    let (key, failed) = (object.key(), ObjectStatus::Failed);
+                    let (key, created_at) = (object.key(), object.newest);
+                    let mark = ObjectMark {
+                        key,
+                        created_at,
+                        status: ObjectStatus::Failed,
+                        now,
+                    };
                     if let Err(e) = ordering
-                        .mark_object_if_failed(key, object.newest, object.updated_at, failed, now)
+                        .mark_object_if_failed(&mark, object.updated_at)
                         .await
                     {
                         tracing::debug!(object = %object.object, error = %e, "could not requeue a failed object");

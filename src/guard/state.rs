@@ -11,7 +11,7 @@ use crate::meta::{EventMeta, EventType, TypeHeader};
 use crate::ordering::{Freshness, ObjectKey, ObjectStatus};
 use crate::outcome::Outcome;
 use crate::reconcile::{ReconcileReason, ReconcileRequest};
-use crate::store::{Fence, FencingToken, Finish, Key, Record, RecordState};
+use crate::store::{Fence, FencingToken, Finish, Holder, Key, Record, RecordState, Renew};
 
 /// What a won claim shares between the flow, the handler's event and the work
 /// left to the background.
@@ -76,7 +76,7 @@ impl ClaimState {
                 let release = self.finish_as(RecordState::Failed, now);
                 self.end_content(RecordState::Failed).await;
                 if let Err(e) = store(&self.guard.inner)
-                    .finish(self.key(), self.token, &release)
+                    .finish(Holder::new(self.key(), self.token), &release)
                     .await
                 {
                     // Released in the background, or the lease would run out and
@@ -96,7 +96,7 @@ impl ClaimState {
         };
         let finish = self.finish_as(RecordState::Completed, now);
         let finished = store(&self.guard.inner)
-            .finish(self.key(), self.token, &finish)
+            .finish(Holder::new(self.key(), self.token), &finish)
             .await;
         self.end_content(RecordState::Completed).await;
         if let Err(e) = finished {
@@ -171,7 +171,13 @@ impl ClaimState {
                 .await;
         }
         let fence = store(inner)
-            .renew(self.key(), self.token, lease_until, expires_at)
+            .renew(
+                Holder::new(self.key(), self.token),
+                &Renew {
+                    lease_until,
+                    expires_at,
+                },
+            )
             .await?;
         match fence {
             Fence::Applied => Ok(()),

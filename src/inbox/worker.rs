@@ -8,7 +8,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, TimeDelta, Utc};
 
-use super::{InboxEvent, InboxState, InboxStore};
+use super::{InboxEvent, InboxState, InboxStore, LeaseRequest};
 use crate::clock::{Clock, SystemClock};
 use crate::hooks::{Hooks, NoHooks, PanicSafe};
 use crate::ordering::{Freshness, ObjectKey, ObjectStatus, OrderingStore};
@@ -317,7 +317,14 @@ impl Worker {
         let i = &self.inner;
         let now = i.clock.now();
         let lease_until = crate::later(now, delta(i.lease));
-        let events = i.inbox.lease(&i.namespace, now, lease_until, n).await?;
+        let namespace = &i.namespace;
+        let request = LeaseRequest {
+            namespace,
+            now,
+            lease_until,
+            limit: n,
+        };
+        let events = i.inbox.lease(&request).await?;
         let leased = events.len();
         for event in events {
             let inner = self.inner.clone();
@@ -686,7 +693,7 @@ impl Inner {
             wait = every;
             self.held_for(event, *held_until, stopped)?;
             let until = crate::later(self.clock.now(), delta(self.lease));
-            let renewal = self.inbox.renew_event(event.key(), event.token, until);
+            let renewal = self.inbox.renew_event(event.holder(), until);
             let mut renewal = std::pin::pin!(renewal);
             let renewed = loop {
                 let left = self.held_for(

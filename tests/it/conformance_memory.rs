@@ -77,7 +77,7 @@ async fn memory_store_passes_the_inbox_and_ordering_suites() {
 /// all are leased.
 #[test]
 fn leases_racing_on_threads_are_exclusive() {
-    use webhook_guard::inbox::{InboxStore, NewEvent};
+    use webhook_guard::inbox::{InboxStore, LeaseRequest, NewEvent};
     use webhook_guard::meta::EventMeta;
     let store = MemoryStore::new();
     let now = Utc::now();
@@ -102,7 +102,13 @@ fn leases_racing_on_threads_are_exclusive() {
                 barrier.wait();
                 loop {
                     let until = now + Duration::from_secs(60);
-                    let got = ready(store.lease("threads", now, until, 7)).expect("lease");
+                    let got = ready(store.lease(&LeaseRequest {
+                        namespace: "threads",
+                        now,
+                        lease_until: until,
+                        limit: 7,
+                    }))
+                    .expect("lease");
                     if got.is_empty() {
                         break;
                     }

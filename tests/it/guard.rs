@@ -13,7 +13,7 @@ use webhook_guard::hooks::Escalation;
 use webhook_guard::meta::{EventMeta, MetaExtractor};
 use webhook_guard::outcome::{OutcomeKind, Rejection};
 use webhook_guard::store::{
-    Claim, ClaimRequest, Deleted, Fence, FencingToken, Finish, Key, StoreError,
+    Claim, ClaimRequest, Deleted, Fence, Finish, Holder, Key, Renew, StoreError,
 };
 use webhook_guard::store::{Record, RecordState};
 use webhook_guard::verify::{HmacSha256Header, NoVerification};
@@ -747,16 +747,11 @@ impl ProcessedStore for Flaky {
             claim => claim,
         }
     }
-    async fn finish(
-        &self,
-        k: Key<'_>,
-        t: FencingToken,
-        f: &Finish<'_>,
-    ) -> Result<Fence, StoreError> {
+    async fn finish(&self, holder: Holder<'_>, finish: &Finish<'_>) -> Result<Fence, StoreError> {
         self.check(&self.down)?;
         self.check(&self.finish_down)?;
         stall(&self.finish_stall).await;
-        let fence = self.inner.finish(k, t, f).await;
+        let fence = self.inner.finish(holder, finish).await;
         stall(&self.answer_stall).await;
         match self.finish_reply.swap(0, Ordering::SeqCst) {
             1 => Err(StoreError::unavailable("the reply was lost")),
@@ -764,15 +759,9 @@ impl ProcessedStore for Flaky {
             _ => fence,
         }
     }
-    async fn renew(
-        &self,
-        k: Key<'_>,
-        t: FencingToken,
-        l: DateTime<Utc>,
-        e: DateTime<Utc>,
-    ) -> Result<Fence, StoreError> {
+    async fn renew(&self, holder: Holder<'_>, renew: &Renew) -> Result<Fence, StoreError> {
         self.check(&self.down)?;
-        self.inner.renew(k, t, l, e).await
+        self.inner.renew(holder, renew).await
     }
     async fn get(&self, k: Key<'_>) -> Result<Option<Record>, StoreError> {
         self.check(&self.down)?;
@@ -2012,34 +2001,23 @@ impl webhook_guard::ordering::OrderingStore for SlowOrdering {
     }
     async fn settle_object(
         &self,
-        key: webhook_guard::ordering::ObjectKey<'_>,
-        created_at: DateTime<Utc>,
-        status: webhook_guard::ordering::ObjectStatus,
-        now: DateTime<Utc>,
+        mark: &webhook_guard::ordering::ObjectMark<'_>,
     ) -> Result<bool, StoreError> {
         stall(&self.stall).await;
-        self.inner.settle_object(key, created_at, status, now).await
+        self.inner.settle_object(mark).await
     }
     async fn mark_object(
         &self,
-        key: webhook_guard::ordering::ObjectKey<'_>,
-        created_at: DateTime<Utc>,
-        status: webhook_guard::ordering::ObjectStatus,
-        now: DateTime<Utc>,
+        mark: &webhook_guard::ordering::ObjectMark<'_>,
     ) -> Result<bool, StoreError> {
-        self.inner.mark_object(key, created_at, status, now).await
+        self.inner.mark_object(mark).await
     }
     async fn mark_object_if_failed(
         &self,
-        key: webhook_guard::ordering::ObjectKey<'_>,
-        created_at: DateTime<Utc>,
+        mark: &webhook_guard::ordering::ObjectMark<'_>,
         failed_since: DateTime<Utc>,
-        status: webhook_guard::ordering::ObjectStatus,
-        now: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
-        self.inner
-            .mark_object_if_failed(key, created_at, failed_since, status, now)
-            .await
+        self.inner.mark_object_if_failed(mark, failed_since).await
     }
     async fn get_object(
         &self,

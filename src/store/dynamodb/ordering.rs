@@ -6,7 +6,9 @@ use chrono::{DateTime, Utc};
 use super::{
     checked_key, codec, millis, n, push_part, s, time, DynamoDbStore, Expr, Item, Write, PAGE,
 };
-use crate::ordering::{Freshness, ObjectKey, ObjectRecord, ObjectStatus, OrderingStore};
+use crate::ordering::{
+    Freshness, ObjectKey, ObjectMark, ObjectRecord, ObjectStatus, OrderingStore,
+};
 use crate::store::StoreError;
 
 /// The `pk` of the ordering record of `key`.
@@ -149,13 +151,7 @@ impl OrderingStore for DynamoDbStore {
         )))
     }
 
-    async fn settle_object(
-        &self,
-        key: ObjectKey<'_>,
-        created_at: DateTime<Utc>,
-        status: ObjectStatus,
-        now: DateTime<Utc>,
-    ) -> Result<bool, StoreError> {
+    async fn settle_object(&self, mark: &ObjectMark<'_>) -> Result<bool, StoreError> {
         let pending = |e: &mut Expr| {
             format!(
                 "{} = {}",
@@ -165,13 +161,13 @@ impl OrderingStore for DynamoDbStore {
         };
         // The first settle of this time sets it.
         let first = self
-            .set_object_status(key, created_at, status, now, &pending)
+            .set_object_status(mark.key, mark.created_at, mark.status, mark.now, &pending)
             .await?;
         if matches!(first, Write::Done(_)) {
             return Ok(true);
         }
         // A later one sets only a failure, so that a failure is never hidden.
-        if status == ObjectStatus::Failed {
+        if mark.status == ObjectStatus::Failed {
             let settled = |e: &mut Expr| {
                 format!(
                     "{} <> {}",
@@ -180,13 +176,13 @@ impl OrderingStore for DynamoDbStore {
                 )
             };
             let again = self
-                .set_object_status(key, created_at, status, now, &settled)
+                .set_object_status(mark.key, mark.created_at, mark.status, mark.now, &settled)
                 .await?;
             if let Write::Refused(_) = again {
                 // Pending again between the two writes (a mark by the host): this
                 // settle is then the first after all.
                 let won = self
-                    .set_object_status(key, created_at, status, now, &pending)
+                    .set_object_status(mark.key, mark.created_at, mark.status, mark.now, &pending)
                     .await?;
                 return Ok(matches!(won, Write::Done(_)));
             }
@@ -194,26 +190,19 @@ impl OrderingStore for DynamoDbStore {
         Ok(false)
     }
 
-    async fn mark_object(
-        &self,
-        key: ObjectKey<'_>,
-        created_at: DateTime<Utc>,
-        status: ObjectStatus,
-        now: DateTime<Utc>,
-    ) -> Result<bool, StoreError> {
+    async fn mark_object(&self, mark: &ObjectMark<'_>) -> Result<bool, StoreError> {
         let set = self
-            .set_object_status(key, created_at, status, now, &|_| String::new())
+            .set_object_status(mark.key, mark.created_at, mark.status, mark.now, &|_| {
+                String::new()
+            })
             .await?;
         Ok(matches!(set, Write::Done(_)))
     }
 
     async fn mark_object_if_failed(
         &self,
-        key: ObjectKey<'_>,
-        created_at: DateTime<Utc>,
+        mark: &ObjectMark<'_>,
         failed_since: DateTime<Utc>,
-        status: ObjectStatus,
-        now: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
         let still_failed = |e: &mut Expr| {
             format!(
@@ -225,7 +214,13 @@ impl OrderingStore for DynamoDbStore {
             )
         };
         let set = self
-            .set_object_status(key, created_at, status, now, &still_failed)
+            .set_object_status(
+                mark.key,
+                mark.created_at,
+                mark.status,
+                mark.now,
+                &still_failed,
+            )
             .await?;
         Ok(matches!(set, Write::Done(_)))
     }

@@ -6,7 +6,9 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use super::lock;
-use crate::ordering::{Freshness, ObjectKey, ObjectRecord, ObjectStatus, OrderingStore};
+use crate::ordering::{
+    Freshness, ObjectKey, ObjectMark, ObjectRecord, ObjectStatus, OrderingStore,
+};
 use crate::store::{MemoryStore, StoreError};
 
 type ObjectKeyOwned = (String, String, String);
@@ -117,49 +119,41 @@ impl OrderingStore for MemoryStore {
         }))
     }
 
-    async fn settle_object(
-        &self,
-        key: ObjectKey<'_>,
-        created_at: DateTime<Utc>,
-        status: ObjectStatus,
-        now: DateTime<Utc>,
-    ) -> Result<bool, StoreError> {
+    async fn settle_object(&self, mark: &ObjectMark<'_>) -> Result<bool, StoreError> {
         Ok(self.set_object_status(
-            key,
-            created_at,
+            mark.key,
+            mark.created_at,
             |current| {
                 // The first settle of this time sets it; a later one only a failure.
                 let first = current.status == ObjectStatus::Pending;
-                (first || status == ObjectStatus::Failed, first)
+                (first || mark.status == ObjectStatus::Failed, first)
             },
-            status,
-            now,
+            mark.status,
+            mark.now,
         ))
     }
 
-    async fn mark_object(
-        &self,
-        key: ObjectKey<'_>,
-        created_at: DateTime<Utc>,
-        status: ObjectStatus,
-        now: DateTime<Utc>,
-    ) -> Result<bool, StoreError> {
-        Ok(self.set_object_status(key, created_at, |_| (true, true), status, now))
+    async fn mark_object(&self, mark: &ObjectMark<'_>) -> Result<bool, StoreError> {
+        Ok(self.set_object_status(
+            mark.key,
+            mark.created_at,
+            |_| (true, true),
+            mark.status,
+            mark.now,
+        ))
     }
 
     async fn mark_object_if_failed(
         &self,
-        key: ObjectKey<'_>,
-        created_at: DateTime<Utc>,
+        mark: &ObjectMark<'_>,
         failed_since: DateTime<Utc>,
-        status: ObjectStatus,
-        now: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
         let still_failed = |current: &ObjectRecord| {
             let yes = current.status == ObjectStatus::Failed && current.updated_at <= failed_since;
             (yes, yes)
         };
-        Ok(self.set_object_status(key, created_at, still_failed, status, now))
+        let (key, created_at) = (mark.key, mark.created_at);
+        Ok(self.set_object_status(key, created_at, still_failed, mark.status, mark.now))
     }
 
     async fn get_object(&self, key: ObjectKey<'_>) -> Result<Option<ObjectRecord>, StoreError> {

@@ -10,7 +10,9 @@ use chrono::{DateTime, Utc};
 use super::codec::{array, bytes, corrupt, int, millis, time};
 use super::connection::Eval;
 use super::RedisStore;
-use crate::ordering::{Freshness, ObjectKey, ObjectRecord, ObjectStatus, OrderingStore};
+use crate::ordering::{
+    Freshness, ObjectKey, ObjectMark, ObjectRecord, ObjectStatus, OrderingStore,
+};
 use crate::store::StoreError;
 
 impl RedisStore {
@@ -122,38 +124,30 @@ impl OrderingStore for RedisStore {
         })
     }
 
-    async fn settle_object(
-        &self,
-        key: ObjectKey<'_>,
-        created_at: DateTime<Utc>,
-        status: ObjectStatus,
-        now: DateTime<Utc>,
-    ) -> Result<bool, StoreError> {
-        self.object_status(key, created_at, status, now, Mode::Settle)
-            .await
+    async fn settle_object(&self, mark: &ObjectMark<'_>) -> Result<bool, StoreError> {
+        self.object_status(
+            mark.key,
+            mark.created_at,
+            mark.status,
+            mark.now,
+            Mode::Settle,
+        )
+        .await
     }
 
-    async fn mark_object(
-        &self,
-        key: ObjectKey<'_>,
-        created_at: DateTime<Utc>,
-        status: ObjectStatus,
-        now: DateTime<Utc>,
-    ) -> Result<bool, StoreError> {
-        self.object_status(key, created_at, status, now, Mode::Mark)
+    async fn mark_object(&self, mark: &ObjectMark<'_>) -> Result<bool, StoreError> {
+        self.object_status(mark.key, mark.created_at, mark.status, mark.now, Mode::Mark)
             .await
     }
 
     async fn mark_object_if_failed(
         &self,
-        key: ObjectKey<'_>,
-        created_at: DateTime<Utc>,
+        mark: &ObjectMark<'_>,
         failed_since: DateTime<Utc>,
-        status: ObjectStatus,
-        now: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
         let mode = Mode::IfFailed { failed_since };
-        self.object_status(key, created_at, status, now, mode).await
+        self.object_status(mark.key, mark.created_at, mark.status, mark.now, mode)
+            .await
     }
 
     async fn get_object(&self, key: ObjectKey<'_>) -> Result<Option<ObjectRecord>, StoreError> {
