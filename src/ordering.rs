@@ -87,6 +87,17 @@ impl ObjectStatus {
     }
 }
 
+/// An event of an object as [`OrderingStore::observe`] records it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Observation<'a> {
+    /// The object and family.
+    pub key: ObjectKey<'a>,
+    /// The `created_at` of the event.
+    pub created_at: DateTime<Utc>,
+    /// The current time (becomes `updated_at` when the event is the newest).
+    pub now: DateTime<Utc>,
+}
+
 /// A change to the status of an object's newest event: see
 /// [`OrderingStore::settle_object`], [`OrderingStore::mark_object`] and
 /// [`OrderingStore::mark_object_if_failed`].
@@ -344,12 +355,12 @@ pub(crate) fn object_key<'a>(
 /// and the worker order no event with a longer one), so a store may hold them in
 /// columns of that size.
 ///
-/// - **observe**: atomically, if there is no record for the key or `created_at` is
-///   after the stored newest, store `created_at` as the newest with status `Pending`
-///   and `updated_at = now` and answer [`Freshness::Fresh`]; if it equals the stored
-///   newest (a retry, or another event created at the same time), change nothing and
-///   answer `Fresh`; otherwise change nothing and answer [`Freshness::Stale`] with
-///   the stored newest.
+/// - **observe**: atomically, if there is no record for the [`Observation`]'s key or
+///   its `created_at` is after the stored newest, store `created_at` as the newest
+///   with status `Pending` and `updated_at = now` and answer [`Freshness::Fresh`]; if
+///   it equals the stored newest (a retry, or another event created at the same
+///   time), change nothing and answer `Fresh`; otherwise change nothing and answer
+///   [`Freshness::Stale`] with the stored newest.
 /// - **settle_object**: if the stored newest equals the [`ObjectMark`]'s
 ///   `created_at` and its status is `Pending`, set the status and `updated_at` and
 ///   answer `true`. If the newest equals `created_at` but was settled already — by
@@ -374,13 +385,8 @@ pub(crate) fn object_key<'a>(
 ///   `updated_at <= before`, the oldest `updated_at` first.
 #[async_trait]
 pub trait OrderingStore: fmt::Debug + Send + Sync + 'static {
-    /// Records `created_at` for `key` if it is the newest seen.
-    async fn observe(
-        &self,
-        key: ObjectKey<'_>,
-        created_at: DateTime<Utc>,
-        now: DateTime<Utc>,
-    ) -> Result<Freshness, StoreError>;
+    /// Records the `created_at` of `event` for its key if it is the newest seen.
+    async fn observe(&self, event: &Observation<'_>) -> Result<Freshness, StoreError>;
 
     /// Settles the newest event of `mark.key`, if it is still the one created at
     /// `mark.created_at` and nothing settled it yet: whether it was (`false` when a
@@ -414,8 +420,7 @@ pub trait OrderingStore: fmt::Debug + Send + Sync + 'static {
 }
 
 crate::forward::forward!(OrderingStore {
-    async fn observe(&self, key: ObjectKey<'_>, created_at: DateTime<Utc>, now: DateTime<Utc>)
-        -> Result<Freshness, StoreError>;
+    async fn observe(&self, event: &Observation<'_>) -> Result<Freshness, StoreError>;
     async fn settle_object(&self, mark: &ObjectMark<'_>) -> Result<bool, StoreError>;
     async fn mark_object(&self, mark: &ObjectMark<'_>) -> Result<bool, StoreError>;
     async fn mark_object_if_failed(&self, mark: &ObjectMark<'_>, failed_since: DateTime<Utc>)

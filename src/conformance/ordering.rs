@@ -3,7 +3,7 @@
 use chrono::{DateTime, TimeDelta, Utc};
 use futures_util::future::join_all;
 
-use crate::ordering::{Freshness, ObjectKey, ObjectMark, ObjectStatus, OrderingStore};
+use crate::ordering::{Freshness, ObjectKey, ObjectMark, ObjectStatus, Observation, OrderingStore};
 use crate::store::FencingToken;
 
 /// Runs every ordering check.
@@ -33,7 +33,14 @@ pub async fn a_failure_is_marked_only_while_it_stands(store: &dyn OrderingStore)
     };
     // Each object's newest event is created at 1; failed at 10, except "pending".
     for object in ["cleared", "failed_later", "pending", "newer", "applied"] {
-        let _ = store.observe(key(object), at(1), at(2)).await.unwrap();
+        let _ = store
+            .observe(&Observation {
+                key: key(object),
+                created_at: at(1),
+                now: at(2),
+            })
+            .await
+            .unwrap();
         if object != "pending" {
             let ended = ObjectStatus::Failed;
             assert!(
@@ -62,7 +69,14 @@ pub async fn a_failure_is_marked_only_while_it_stands(store: &dyn OrderingStore)
         .unwrap();
     assert!(!again, "settled before: answers false, records the failure");
     // A newer event, failed early enough: only its time tells it apart.
-    let _ = store.observe(key("newer"), at(5), at(11)).await.unwrap();
+    let _ = store
+        .observe(&Observation {
+            key: key("newer"),
+            created_at: at(5),
+            now: at(11),
+        })
+        .await
+        .unwrap();
     let mark = ObjectMark {
         key: key("newer"),
         created_at: at(5),
@@ -168,7 +182,14 @@ pub async fn failed_objects_are_listed_oldest_first(store: &dyn OrderingStore) {
         (other.as_str(), "trx-x", 20),
     ] {
         let k = key(namespace, object);
-        let _ = store.observe(k, at(1), at(2)).await.unwrap();
+        let _ = store
+            .observe(&Observation {
+                key: k,
+                created_at: at(1),
+                now: at(2),
+            })
+            .await
+            .unwrap();
         assert!(
             store
                 .settle_object(&ObjectMark {
@@ -252,22 +273,50 @@ pub async fn newest_wins(store: &dyn OrderingStore) {
         family: "charge",
     };
     assert_eq!(
-        store.observe(key, at(10), at(100)).await.unwrap(),
+        store
+            .observe(&Observation {
+                key,
+                created_at: at(10),
+                now: at(100)
+            })
+            .await
+            .unwrap(),
         Freshness::Fresh,
         "the first event of an object is fresh"
     );
     assert_eq!(
-        store.observe(key, at(5), at(101)).await.unwrap(),
+        store
+            .observe(&Observation {
+                key,
+                created_at: at(5),
+                now: at(101)
+            })
+            .await
+            .unwrap(),
         Freshness::Stale { newest: at(10) },
         "an older event is stale, naming the newest"
     );
     assert_eq!(
-        store.observe(key, at(10), at(102)).await.unwrap(),
+        store
+            .observe(&Observation {
+                key,
+                created_at: at(10),
+                now: at(102)
+            })
+            .await
+            .unwrap(),
         Freshness::Fresh,
         "a retry of the newest is fresh"
     );
     assert_eq!(
-        store.observe(key, at(20), at(103)).await.unwrap(),
+        store
+            .observe(&Observation {
+                key,
+                created_at: at(20),
+                now: at(103)
+            })
+            .await
+            .unwrap(),
         Freshness::Fresh,
         "a newer event is fresh"
     );
@@ -276,7 +325,14 @@ pub async fn newest_wins(store: &dyn OrderingStore) {
         ..key
     };
     assert_eq!(
-        store.observe(refund, at(1), at(104)).await.unwrap(),
+        store
+            .observe(&Observation {
+                key: refund,
+                created_at: at(1),
+                now: at(104)
+            })
+            .await
+            .unwrap(),
         Freshness::Fresh,
         "families are separate"
     );
@@ -285,7 +341,14 @@ pub async fn newest_wins(store: &dyn OrderingStore) {
         ..key
     };
     assert_eq!(
-        store.observe(other, at(1), at(105)).await.unwrap(),
+        store
+            .observe(&Observation {
+                key: other,
+                created_at: at(1),
+                now: at(105)
+            })
+            .await
+            .unwrap(),
         Freshness::Fresh,
         "objects are separate"
     );
@@ -329,8 +392,14 @@ pub async fn settle_applies_to_the_newest_only(store: &dyn OrderingStore) {
         object: "cus-1",
         family: "customer",
     };
-    let _ = store.observe(key, at(10), at(10)).await.unwrap();
-    let _ = store.observe(key, at(20), at(20)).await.unwrap();
+    for created_at in [at(10), at(20)] {
+        let event = Observation {
+            key,
+            created_at,
+            now: created_at,
+        };
+        let _ = store.observe(&event).await.unwrap();
+    }
     assert!(
         !store
             .settle_object(&ObjectMark {
@@ -439,7 +508,14 @@ pub async fn events_created_at_the_same_time_settle_once(store: &dyn OrderingSto
     };
     for (event, seen) in [("finalized", 1), ("paid", 2)] {
         assert_eq!(
-            store.observe(key, at(0), at(seen)).await.unwrap(),
+            store
+                .observe(&Observation {
+                    key,
+                    created_at: at(0),
+                    now: at(seen)
+                })
+                .await
+                .unwrap(),
             Freshness::Fresh,
             "{event}: a tie is fresh"
         );
@@ -481,7 +557,14 @@ pub async fn events_created_at_the_same_time_settle_once(store: &dyn OrderingSto
         "one settle of events created at the same time applies"
     );
     assert_eq!(
-        store.observe(key, at(0), at(5)).await.unwrap(),
+        store
+            .observe(&Observation {
+                key,
+                created_at: at(0),
+                now: at(5)
+            })
+            .await
+            .unwrap(),
         Freshness::Fresh,
         "a retry after a settle is fresh"
     );
@@ -523,7 +606,14 @@ pub async fn events_created_at_the_same_time_settle_once(store: &dyn OrderingSto
         "mark_object of the object's newest event applies"
     );
     assert_eq!(
-        store.observe(key, at(1), at(8)).await.unwrap(),
+        store
+            .observe(&Observation {
+                key,
+                created_at: at(1),
+                now: at(8)
+            })
+            .await
+            .unwrap(),
         Freshness::Fresh,
         "a newer event after a settle is fresh"
     );
@@ -549,11 +639,17 @@ pub async fn concurrent_observations_keep_the_newest(store: &dyn OrderingStore) 
         object: "trx-race",
         family: "charge",
     };
-    let times: Vec<_> = (0..32)
+    let events: Vec<_> = (0..32)
         .map(|i| now + TimeDelta::seconds((i * 7919) % 32))
+        .map(|created_at| Observation {
+            key,
+            created_at,
+            now,
+        })
         .collect();
-    let answers = join_all(times.iter().map(|t| store.observe(key, *t, now))).await;
-    for (t, answer) in times.iter().zip(answers) {
+    let answers = join_all(events.iter().map(|event| store.observe(event))).await;
+    let times = events.iter().map(|event| &event.created_at);
+    for (t, answer) in times.zip(answers) {
         match answer.expect("observe failed") {
             Freshness::Fresh => {}
             Freshness::Stale { newest } => assert!(

@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 
 use super::{store, LeaseError, WebhookGuard};
 use crate::meta::{EventMeta, EventType, TypeHeader};
-use crate::ordering::{Freshness, ObjectKey, ObjectStatus};
+use crate::ordering::{Freshness, ObjectKey, ObjectStatus, Observation};
 use crate::outcome::Outcome;
 use crate::reconcile::{ReconcileReason, ReconcileRequest};
 use crate::store::{Fence, FencingToken, Finish, Holder, Key, Record, RecordState, Renew};
@@ -67,7 +67,14 @@ impl ClaimState {
     pub(super) async fn check_order(&self, now: DateTime<Utc>) -> Option<Outcome> {
         let ordering = self.guard.inner.ordering.as_ref()?;
         let (key, created_at) = self.object_key()?;
-        let newest = match ordering.observe(key, created_at, now).await {
+        let newest = match ordering
+            .observe(&Observation {
+                key,
+                created_at,
+                now,
+            })
+            .await
+        {
             Ok(Freshness::Fresh) => return None,
             Ok(Freshness::Stale { newest }) => newest,
             Err(error) => {

@@ -11,7 +11,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use super::{InboxEvent, InboxState, InboxStore, LeaseRequest};
 use crate::clock::{Clock, SystemClock};
 use crate::hooks::{Hooks, NoHooks, PanicSafe};
-use crate::ordering::{Freshness, ObjectKey, ObjectStatus, OrderingStore};
+use crate::ordering::{Freshness, ObjectKey, ObjectStatus, Observation, OrderingStore};
 use crate::outcome::HandlerError;
 use crate::reconcile::{ReconcileReason, ReconcileRequest, Reconciler};
 use crate::runtime::{catch_unwind, panic_message};
@@ -601,7 +601,12 @@ impl Inner {
         let Some((key, created_at)) = self.object_key(event) else {
             return Order::Go;
         };
-        let observed = ordering.observe(key, created_at, self.clock.now());
+        let seen = Observation {
+            key,
+            created_at,
+            now: self.clock.now(),
+        };
+        let observed = ordering.observe(&seen);
         let limit = self.lease.saturating_mul(3);
         match tokio::time::timeout(limit, observed).await {
             Ok(Ok(Freshness::Fresh)) => Order::Go,

@@ -129,7 +129,7 @@ fn leases_racing_on_threads_are_exclusive() {
 /// answer is stale only against a newer time.
 #[test]
 fn observations_racing_on_threads_keep_the_newest() {
-    use webhook_guard::ordering::{Freshness, ObjectKey, OrderingStore};
+    use webhook_guard::ordering::{Freshness, ObjectKey, Observation, OrderingStore};
     let store = MemoryStore::new();
     let now = Utc::now();
     for round in 0..200 {
@@ -146,7 +146,13 @@ fn observations_racing_on_threads_keep_the_newest() {
                 s.spawn(move || {
                     let created = now + Duration::from_secs(t);
                     barrier.wait();
-                    match ready(store.observe(key, created, now)).expect("observe") {
+                    match ready(store.observe(&Observation {
+                        key,
+                        created_at: created,
+                        now,
+                    }))
+                    .expect("observe")
+                    {
                         Freshness::Fresh => {}
                         Freshness::Stale { newest } => assert!(newest > created),
                     }

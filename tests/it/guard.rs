@@ -1993,11 +1993,9 @@ struct SlowOrdering {
 impl webhook_guard::ordering::OrderingStore for SlowOrdering {
     async fn observe(
         &self,
-        key: webhook_guard::ordering::ObjectKey<'_>,
-        created_at: DateTime<Utc>,
-        now: DateTime<Utc>,
+        event: &webhook_guard::ordering::Observation<'_>,
     ) -> Result<webhook_guard::ordering::Freshness, StoreError> {
-        self.inner.observe(key, created_at, now).await
+        self.inner.observe(event).await
     }
     async fn settle_object(
         &self,

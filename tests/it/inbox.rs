@@ -11,7 +11,7 @@ use chrono::{DateTime, TimeDelta, TimeZone, Utc};
 use webhook_guard::clock::{Clock, ManualClock};
 use webhook_guard::inbox::{InboxEvent, InboxState, InboxStore, LeaseRequest, RetryPolicy, Worker};
 use webhook_guard::meta::{EventMeta, MetaExtractor};
-use webhook_guard::ordering::{ObjectKey, ObjectMark, ObjectStatus, OrderingStore};
+use webhook_guard::ordering::{ObjectKey, ObjectMark, ObjectStatus, Observation, OrderingStore};
 use webhook_guard::outcome::OutcomeKind;
 use webhook_guard::reconcile::{ReconcileReason, ReconcileRequest, Reconciler};
 use webhook_guard::store::{BoxError, Holder, Key};
@@ -1094,7 +1094,14 @@ async fn reconcile_stale_gets_past_an_object_that_keeps_failing() {
             family: "",
         };
         let at = start() + TimeDelta::seconds(i as i64);
-        store.observe(key, at, at).await.unwrap();
+        store
+            .observe(&Observation {
+                key,
+                created_at: at,
+                now: at,
+            })
+            .await
+            .unwrap();
         assert!(store
             .settle_object(&ObjectMark {
                 key,
@@ -1251,9 +1258,7 @@ impl OrderingDown {
 impl OrderingStore for OrderingDown {
     async fn observe(
         &self,
-        key: ObjectKey<'_>,
-        created_at: DateTime<Utc>,
-        now: DateTime<Utc>,
+        event: &Observation<'_>,
     ) -> Result<webhook_guard::ordering::Freshness, webhook_guard::StoreError> {
         self.check()?;
         if let Some((clock, by)) = self.slow_once.lock().unwrap().take() {
@@ -1263,7 +1268,7 @@ impl OrderingStore for OrderingDown {
         if let Some(nap) = nap {
             tokio::time::sleep(nap).await;
         }
-        self.inner.observe(key, created_at, now).await
+        self.inner.observe(event).await
     }
     async fn settle_object(
         &self,
@@ -2278,11 +2283,9 @@ async fn a_failure_landing_as_a_reconciled_object_is_marked_stays_listed() {
     impl OrderingStore for FailsAtTheMark {
         async fn observe(
             &self,
-            key: ObjectKey<'_>,
-            created_at: DateTime<Utc>,
-            now: DateTime<Utc>,
+            event: &Observation<'_>,
         ) -> Result<webhook_guard::ordering::Freshness, webhook_guard::StoreError> {
-            self.inner.observe(key, created_at, now).await
+            self.inner.observe(event).await
         }
         async fn settle_object(
             &self,

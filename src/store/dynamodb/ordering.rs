@@ -7,7 +7,7 @@ use super::{
     checked_key, codec, millis, n, push_part, s, time, DynamoDbStore, Expr, Item, Write, PAGE,
 };
 use crate::ordering::{
-    Freshness, ObjectKey, ObjectMark, ObjectRecord, ObjectStatus, OrderingStore,
+    Freshness, ObjectKey, ObjectMark, ObjectRecord, ObjectStatus, Observation, OrderingStore,
 };
 use crate::store::StoreError;
 
@@ -81,12 +81,8 @@ impl DynamoDbStore {
 
 #[async_trait]
 impl OrderingStore for DynamoDbStore {
-    async fn observe(
-        &self,
-        key: ObjectKey<'_>,
-        created_at: DateTime<Utc>,
-        now: DateTime<Utc>,
-    ) -> Result<Freshness, StoreError> {
+    async fn observe(&self, event: &Observation<'_>) -> Result<Freshness, StoreError> {
+        let (key, created_at, now) = (event.key, event.created_at, event.now);
         let pk = object_pk(key)?;
         let created = millis(created_at);
         let now = millis(now);

@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 
 use super::lock;
 use crate::ordering::{
-    Freshness, ObjectKey, ObjectMark, ObjectRecord, ObjectStatus, OrderingStore,
+    Freshness, ObjectKey, ObjectMark, ObjectRecord, ObjectStatus, Observation, OrderingStore,
 };
 use crate::store::{MemoryStore, StoreError};
 
@@ -91,12 +91,8 @@ impl MemoryStore {
 
 #[async_trait]
 impl OrderingStore for MemoryStore {
-    async fn observe(
-        &self,
-        key: ObjectKey<'_>,
-        created_at: DateTime<Utc>,
-        now: DateTime<Utc>,
-    ) -> Result<Freshness, StoreError> {
+    async fn observe(&self, event: &Observation<'_>) -> Result<Freshness, StoreError> {
+        let (key, created_at, now) = (event.key, event.created_at, event.now);
         let mut ledger = lock(self.ledger());
         let k = owned(key);
         let seen = ledger.change(&k, |r| {

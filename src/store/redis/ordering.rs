@@ -11,7 +11,7 @@ use super::codec::{array, bytes, corrupt, int, millis, time};
 use super::connection::Eval;
 use super::RedisStore;
 use crate::ordering::{
-    Freshness, ObjectKey, ObjectMark, ObjectRecord, ObjectStatus, OrderingStore,
+    Freshness, ObjectKey, ObjectMark, ObjectRecord, ObjectStatus, Observation, OrderingStore,
 };
 use crate::store::StoreError;
 
@@ -104,12 +104,8 @@ scripts!(Scripts {
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 #[async_trait]
 impl OrderingStore for RedisStore {
-    async fn observe(
-        &self,
-        key: ObjectKey<'_>,
-        created_at: DateTime<Utc>,
-        now: DateTime<Utc>,
-    ) -> Result<Freshness, StoreError> {
+    async fn observe(&self, event: &Observation<'_>) -> Result<Freshness, StoreError> {
+        let (key, created_at, now) = (event.key, event.created_at, event.now);
         let (record, failed, member) = self.object_keys(key);
         let mut inv = Eval::new(&SCRIPTS.observe, 2);
         inv.key(record)

@@ -31,7 +31,8 @@ macro_rules! sql_store_impls {
             use ::chrono::{DateTime, Utc};
             use $crate::inbox::{Enqueued, InboxEvent, InboxStore, LeaseRequest, NewEvent, Settle};
             use $crate::ordering::{
-                Freshness, ObjectKey, ObjectMark, ObjectRecord, ObjectStatus, OrderingStore,
+                Freshness, ObjectKey, ObjectMark, ObjectRecord, ObjectStatus, Observation,
+                OrderingStore,
             };
             use $crate::store::sql::{
                 self, args, fence, history_text, keyed_record, purge_in_batches, RawEvent,
@@ -246,12 +247,8 @@ macro_rules! sql_store_impls {
             #[cfg_attr(docsrs, doc(cfg(feature = $feature)))]
             #[::async_trait::async_trait]
             impl OrderingStore for $store {
-                async fn observe(
-                    &self,
-                    key: ObjectKey<'_>,
-                    created_at: DateTime<Utc>,
-                    now: DateTime<Utc>,
-                ) -> Result<Freshness, StoreError> {
+                async fn observe(&self, event: &Observation<'_>) -> Result<Freshness, StoreError> {
+                    let (key, created_at, now) = (event.key, event.created_at, event.now);
                     self.observe_object(key, created_at, now).await
                 }
 
