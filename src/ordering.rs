@@ -99,14 +99,30 @@ pub struct Observation<'a> {
 }
 
 /// A change to the status of an object's newest event: see
-/// [`OrderingStore::settle_object`], [`OrderingStore::mark_object`] and
-/// [`OrderingStore::mark_object_if_failed`].
+/// [`OrderingStore::settle_object`] and [`OrderingStore::mark_object`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ObjectMark<'a> {
     /// The object and family.
     pub key: ObjectKey<'a>,
     /// The `created_at` of the event: the change is made only while it is the newest.
     pub created_at: DateTime<Utc>,
+    /// The new status.
+    pub status: ObjectStatus,
+    /// The current time (becomes `updated_at`).
+    pub now: DateTime<Utc>,
+}
+
+/// A change to the status of an object's newest event that holds only while that
+/// event is still a failure recorded at or before `failed_since`: see
+/// [`OrderingStore::mark_object_if_failed`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FailedMark<'a> {
+    /// The object and family.
+    pub key: ObjectKey<'a>,
+    /// The `created_at` of the event: the change is made only while it is the newest.
+    pub created_at: DateTime<Utc>,
+    /// The latest time the failure may have been recorded at.
+    pub failed_since: DateTime<Utc>,
     /// The new status.
     pub status: ObjectStatus,
     /// The current time (becomes `updated_at`).
@@ -239,13 +255,14 @@ pub(crate) async fn mark_reconciled(
     now: DateTime<Utc>,
 ) {
     let status = ObjectStatus::Applied;
-    let mark = ObjectMark {
+    let mark = FailedMark {
         key,
         created_at,
+        failed_since,
         status,
         now,
     };
-    let cleared = ordering.mark_object_if_failed(&mark, failed_since).await;
+    let cleared = ordering.mark_object_if_failed(&mark).await;
     if let Err(e) = cleared {
         tracing::warn!(error = %e, "could not mark a reconciled object applied; reconcile_stale may ask again");
     }
@@ -371,11 +388,11 @@ pub(crate) fn object_key<'a>(
 /// - **mark_object**: if the stored newest equals `created_at`, set the status and
 ///   `updated_at`, whatever the status was, and answer `true` (a host's own
 ///   reconcile); otherwise change nothing and answer `false`.
-/// - **mark_object_if_failed**: atomically, if the stored newest equals
-///   `created_at`, its status is `Failed` and its `updated_at` is at or before
-///   `failed_since` (both at the precision the store keeps times in), set the status
-///   and `updated_at = now` and answer `true`; otherwise change nothing and answer
-///   `false`. The guard marks an object `Applied` with it once a reconcile of its
+/// - **mark_object_if_failed**: atomically, if the stored newest equals the
+///   [`FailedMark`]'s `created_at`, its status is `Failed` and its `updated_at` is at
+///   or before `failed_since` (both at the precision the store keeps times in), set
+///   the status and `updated_at = now` and answer `true`; otherwise change nothing
+///   and answer `false`. The guard marks an object `Applied` with it once a reconcile of its
 ///   failure succeeded (a failure settled since, by another event created at the
 ///   same time, stays listed, for its own reconcile), and `Failed` again, to the
 ///   back of the list, when that reconcile failed (one cleared meanwhile stays
@@ -400,12 +417,8 @@ pub trait OrderingStore: fmt::Debug + Send + Sync + 'static {
 
     /// Sets the status of `mark.key` if its newest event (created at
     /// `mark.created_at`) is still the newest and still failed, its failure recorded
-    /// at or before `failed_since`: whether it was set.
-    async fn mark_object_if_failed(
-        &self,
-        mark: &ObjectMark<'_>,
-        failed_since: DateTime<Utc>,
-    ) -> Result<bool, StoreError>;
+    /// at or before `mark.failed_since`: whether it was set.
+    async fn mark_object_if_failed(&self, mark: &FailedMark<'_>) -> Result<bool, StoreError>;
 
     /// The record under `key`.
     async fn get_object(&self, key: ObjectKey<'_>) -> Result<Option<ObjectRecord>, StoreError>;
@@ -423,8 +436,7 @@ crate::forward::forward!(OrderingStore {
     async fn observe(&self, event: &Observation<'_>) -> Result<Freshness, StoreError>;
     async fn settle_object(&self, mark: &ObjectMark<'_>) -> Result<bool, StoreError>;
     async fn mark_object(&self, mark: &ObjectMark<'_>) -> Result<bool, StoreError>;
-    async fn mark_object_if_failed(&self, mark: &ObjectMark<'_>, failed_since: DateTime<Utc>)
-        -> Result<bool, StoreError>;
+    async fn mark_object_if_failed(&self, mark: &FailedMark<'_>) -> Result<bool, StoreError>;
     async fn get_object(&self, key: ObjectKey<'_>) -> Result<Option<ObjectRecord>, StoreError>;
     async fn failed_objects(&self, namespace: &str, before: DateTime<Utc>, limit: usize)
         -> Result<Vec<ObjectRecord>, StoreError>;

@@ -3,7 +3,9 @@
 use chrono::{DateTime, TimeDelta, Utc};
 use futures_util::future::join_all;
 
-use crate::ordering::{Freshness, ObjectKey, ObjectMark, ObjectStatus, Observation, OrderingStore};
+use crate::ordering::{
+    FailedMark, Freshness, ObjectKey, ObjectMark, ObjectStatus, Observation, OrderingStore,
+};
 use crate::store::FencingToken;
 
 /// Runs every ordering check.
@@ -103,15 +105,15 @@ pub async fn a_failure_is_marked_only_while_it_stands(store: &dyn OrderingStore)
     // Marks `object` (its event created at 1) with `status` at `now` if it failed
     // at or before `since`.
     let mark_if_failed = |object, status, now, since| {
-        let (key, created_at, now) = (key(object), at(1), at(now));
-        let mark = ObjectMark {
+        let (key, created_at, now, failed_since) = (key(object), at(1), at(now), at(since));
+        let mark = FailedMark {
             key,
             created_at,
+            failed_since,
             status,
             now,
         };
-        let failed_since = at(since);
-        async move { store.mark_object_if_failed(&mark, failed_since).await }
+        async move { store.mark_object_if_failed(&mark).await }
     };
     let clear = |object, since| mark_if_failed(object, ObjectStatus::Applied, 30, since);
     assert!(

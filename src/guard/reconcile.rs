@@ -8,7 +8,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 
 use super::WebhookGuard;
 use crate::meta::EventMeta;
-use crate::ordering::{ObjectMark, ObjectStatus};
+use crate::ordering::{FailedMark, ObjectStatus};
 use crate::reconcile::{ReconcileReason, ReconcileRequest};
 use crate::runtime::{self, catch_unwind, panic_message};
 use crate::store::StoreError;
@@ -103,17 +103,14 @@ impl WebhookGuard {
                     // while it is still the failure listed: one another reconcile
                     // cleared meanwhile stays cleared.
                     let now = inner.clock.now();
-                    let (key, created_at) = (object.key(), object.newest);
-                    let mark = ObjectMark {
-                        key,
-                        created_at,
+                    let mark = FailedMark {
+                        key: object.key(),
+                        created_at: object.newest,
+                        failed_since: object.updated_at,
                         status: ObjectStatus::Failed,
                         now,
                     };
-                    if let Err(e) = ordering
-                        .mark_object_if_failed(&mark, object.updated_at)
-                        .await
-                    {
+                    if let Err(e) = ordering.mark_object_if_failed(&mark).await {
                         tracing::debug!(object = %object.object, error = %e, "could not requeue a failed object");
                     }
                 }

@@ -2012,10 +2012,9 @@ impl webhook_guard::ordering::OrderingStore for SlowOrdering {
     }
     async fn mark_object_if_failed(
         &self,
-        mark: &webhook_guard::ordering::ObjectMark<'_>,
-        failed_since: DateTime<Utc>,
+        mark: &webhook_guard::ordering::FailedMark<'_>,
     ) -> Result<bool, StoreError> {
-        self.inner.mark_object_if_failed(mark, failed_since).await
+        self.inner.mark_object_if_failed(mark).await
     }
     async fn get_object(
         &self,

@@ -11,7 +11,9 @@ use chrono::{DateTime, TimeDelta, TimeZone, Utc};
 use webhook_guard::clock::{Clock, ManualClock};
 use webhook_guard::inbox::{InboxEvent, InboxState, InboxStore, LeaseRequest, RetryPolicy, Worker};
 use webhook_guard::meta::{EventMeta, MetaExtractor};
-use webhook_guard::ordering::{ObjectKey, ObjectMark, ObjectStatus, Observation, OrderingStore};
+use webhook_guard::ordering::{
+    FailedMark, ObjectKey, ObjectMark, ObjectStatus, Observation, OrderingStore,
+};
 use webhook_guard::outcome::OutcomeKind;
 use webhook_guard::reconcile::{ReconcileReason, ReconcileRequest, Reconciler};
 use webhook_guard::store::{BoxError, Holder, Key};
@@ -1283,11 +1285,10 @@ impl OrderingStore for OrderingDown {
     }
     async fn mark_object_if_failed(
         &self,
-        mark: &ObjectMark<'_>,
-        failed_since: DateTime<Utc>,
+        mark: &FailedMark<'_>,
     ) -> Result<bool, webhook_guard::StoreError> {
         self.check()?;
-        self.inner.mark_object_if_failed(mark, failed_since).await
+        self.inner.mark_object_if_failed(mark).await
     }
     async fn get_object(
         &self,
@@ -2196,22 +2197,14 @@ async fn a_failed_reconcile_leaves_an_object_cleared_meanwhile_cleared() {
                 };
                 let object = self.store.get_object(key).await?.unwrap();
                 self.clock.advance(TimeDelta::seconds(1));
-                let (created, failed_at) = (object.newest, object.updated_at);
-                let now = self.clock.now();
-                let applied = ObjectStatus::Applied;
-                assert!(
-                    self.store
-                        .mark_object_if_failed(
-                            &ObjectMark {
-                                key,
-                                created_at: created,
-                                status: applied,
-                                now
-                            },
-                            failed_at
-                        )
-                        .await?
-                );
+                let mark = FailedMark {
+                    key,
+                    created_at: object.newest,
+                    failed_since: object.updated_at,
+                    status: ObjectStatus::Applied,
+                    now: self.clock.now(),
+                };
+                assert!(self.store.mark_object_if_failed(&mark).await?);
             }
             Err("provider API down".into())
         }
@@ -2301,11 +2294,10 @@ async fn a_failure_landing_as_a_reconciled_object_is_marked_stays_listed() {
         }
         async fn mark_object_if_failed(
             &self,
-            mark: &ObjectMark<'_>,
-            failed_since: DateTime<Utc>,
+            mark: &FailedMark<'_>,
         ) -> Result<bool, webhook_guard::StoreError> {
             self.fail_meanwhile(mark.key, mark.created_at).await;
-            self.inner.mark_object_if_failed(mark, failed_since).await
+            self.inner.mark_object_if_failed(mark).await
         }
         async fn get_object(
             &self,

@@ -7,7 +7,8 @@ use super::{
     checked_key, codec, millis, n, push_part, s, time, DynamoDbStore, Expr, Item, Write, PAGE,
 };
 use crate::ordering::{
-    Freshness, ObjectKey, ObjectMark, ObjectRecord, ObjectStatus, Observation, OrderingStore,
+    FailedMark, Freshness, ObjectKey, ObjectMark, ObjectRecord, ObjectStatus, Observation,
+    OrderingStore,
 };
 use crate::store::StoreError;
 
@@ -195,18 +196,14 @@ impl OrderingStore for DynamoDbStore {
         Ok(matches!(set, Write::Done(_)))
     }
 
-    async fn mark_object_if_failed(
-        &self,
-        mark: &ObjectMark<'_>,
-        failed_since: DateTime<Utc>,
-    ) -> Result<bool, StoreError> {
+    async fn mark_object_if_failed(&self, mark: &FailedMark<'_>) -> Result<bool, StoreError> {
         let still_failed = |e: &mut Expr| {
             format!(
                 "{} = {} AND {} <= {}",
                 e.n("status"),
                 e.v("failed", s(ObjectStatus::Failed.as_str())),
                 e.n("updated_at"),
-                e.v("since", n(millis(failed_since))),
+                e.v("since", n(millis(mark.failed_since))),
             )
         };
         let set = self

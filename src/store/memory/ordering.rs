@@ -7,7 +7,8 @@ use chrono::{DateTime, Utc};
 
 use super::lock;
 use crate::ordering::{
-    Freshness, ObjectKey, ObjectMark, ObjectRecord, ObjectStatus, Observation, OrderingStore,
+    FailedMark, Freshness, ObjectKey, ObjectMark, ObjectRecord, ObjectStatus, Observation,
+    OrderingStore,
 };
 use crate::store::{MemoryStore, StoreError};
 
@@ -139,13 +140,10 @@ impl OrderingStore for MemoryStore {
         ))
     }
 
-    async fn mark_object_if_failed(
-        &self,
-        mark: &ObjectMark<'_>,
-        failed_since: DateTime<Utc>,
-    ) -> Result<bool, StoreError> {
+    async fn mark_object_if_failed(&self, mark: &FailedMark<'_>) -> Result<bool, StoreError> {
         let still_failed = |current: &ObjectRecord| {
-            let yes = current.status == ObjectStatus::Failed && current.updated_at <= failed_since;
+            let yes =
+                current.status == ObjectStatus::Failed && current.updated_at <= mark.failed_since;
             (yes, yes)
         };
         let (key, created_at) = (mark.key, mark.created_at);

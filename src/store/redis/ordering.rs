@@ -11,7 +11,8 @@ use super::codec::{array, bytes, corrupt, int, millis, time};
 use super::connection::Eval;
 use super::RedisStore;
 use crate::ordering::{
-    Freshness, ObjectKey, ObjectMark, ObjectRecord, ObjectStatus, Observation, OrderingStore,
+    FailedMark, Freshness, ObjectKey, ObjectMark, ObjectRecord, ObjectStatus, Observation,
+    OrderingStore,
 };
 use crate::store::StoreError;
 
@@ -136,12 +137,10 @@ impl OrderingStore for RedisStore {
             .await
     }
 
-    async fn mark_object_if_failed(
-        &self,
-        mark: &ObjectMark<'_>,
-        failed_since: DateTime<Utc>,
-    ) -> Result<bool, StoreError> {
-        let mode = Mode::IfFailed { failed_since };
+    async fn mark_object_if_failed(&self, mark: &FailedMark<'_>) -> Result<bool, StoreError> {
+        let mode = Mode::IfFailed {
+            failed_since: mark.failed_since,
+        };
         self.object_status(mark.key, mark.created_at, mark.status, mark.now, mode)
             .await
     }

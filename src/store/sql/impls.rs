@@ -31,8 +31,8 @@ macro_rules! sql_store_impls {
             use ::chrono::{DateTime, Utc};
             use $crate::inbox::{Enqueued, InboxEvent, InboxStore, LeaseRequest, NewEvent, Settle};
             use $crate::ordering::{
-                Freshness, ObjectKey, ObjectMark, ObjectRecord, ObjectStatus, Observation,
-                OrderingStore,
+                FailedMark, Freshness, ObjectKey, ObjectMark, ObjectRecord, ObjectStatus,
+                Observation, OrderingStore,
             };
             use $crate::store::sql::{
                 self, args, fence, history_text, keyed_record, purge_in_batches, RawEvent,
@@ -293,8 +293,7 @@ macro_rules! sql_store_impls {
 
                 async fn mark_object_if_failed(
                     &self,
-                    mark: &ObjectMark<'_>,
-                    failed_since: DateTime<Utc>,
+                    mark: &FailedMark<'_>,
                 ) -> Result<bool, StoreError> {
                     let _gate = self.write_gate().await?;
                     let stmt = &self.sql.common.mark_if_failed;
@@ -304,7 +303,7 @@ macro_rules! sql_store_impls {
                         mark.created_at,
                         mark.status,
                         mark.now,
-                        Some(failed_since),
+                        Some(mark.failed_since),
                     )
                     .await
                 }
