@@ -105,13 +105,12 @@ pub async fn a_failure_is_marked_only_while_it_stands(store: &dyn OrderingStore)
     // Marks `object` (its event created at 1) with `status` at `now` if it failed
     // at or before `since`.
     let mark_if_failed = |object, status, now, since| {
-        let (key, created_at, now, failed_since) = (key(object), at(1), at(now), at(since));
         let mark = FailedMark {
-            key,
-            created_at,
-            failed_since,
+            key: key(object),
+            created_at: at(1),
+            failed_since: at(since),
             status,
-            now,
+            now: at(now),
         };
         async move { store.mark_object_if_failed(&mark).await }
     };
