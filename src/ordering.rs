@@ -129,6 +129,17 @@ pub struct FailedMark<'a> {
     pub now: DateTime<Utc>,
 }
 
+/// Which page of failed objects [`OrderingStore::failed_objects`] lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FailedPage<'a> {
+    /// The namespace whose objects to list.
+    pub namespace: &'a str,
+    /// Only objects last changed at or before this time.
+    pub before: DateTime<Utc>,
+    /// How many objects to list at the most.
+    pub limit: usize,
+}
+
 /// What an [`OrderingStore`] keeps per object and family.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -398,8 +409,8 @@ pub(crate) fn object_key<'a>(
 ///   back of the list, when that reconcile failed (one cleared meanwhile stays
 ///   cleared).
 /// - **get_object**: the record or `None`.
-/// - **failed_objects**: up to `limit` records of `namespace` with status `Failed` and
-///   `updated_at <= before`, the oldest `updated_at` first.
+/// - **failed_objects**: up to the [`FailedPage`]'s `limit` records of its `namespace`
+///   with status `Failed` and `updated_at <= before`, the oldest `updated_at` first.
 #[async_trait]
 pub trait OrderingStore: fmt::Debug + Send + Sync + 'static {
     /// Records the `created_at` of `event` for its key if it is the newest seen.
@@ -423,13 +434,9 @@ pub trait OrderingStore: fmt::Debug + Send + Sync + 'static {
     /// The record under `key`.
     async fn get_object(&self, key: ObjectKey<'_>) -> Result<Option<ObjectRecord>, StoreError>;
 
-    /// Objects whose newest event failed for good, last changed at or before `before`.
-    async fn failed_objects(
-        &self,
-        namespace: &str,
-        before: DateTime<Utc>,
-        limit: usize,
-    ) -> Result<Vec<ObjectRecord>, StoreError>;
+    /// Objects of `page.namespace` whose newest event failed for good, last changed at
+    /// or before `page.before`.
+    async fn failed_objects(&self, page: &FailedPage<'_>) -> Result<Vec<ObjectRecord>, StoreError>;
 }
 
 crate::forward::forward!(OrderingStore {
@@ -438,8 +445,7 @@ crate::forward::forward!(OrderingStore {
     async fn mark_object(&self, mark: &ObjectMark<'_>) -> Result<bool, StoreError>;
     async fn mark_object_if_failed(&self, mark: &FailedMark<'_>) -> Result<bool, StoreError>;
     async fn get_object(&self, key: ObjectKey<'_>) -> Result<Option<ObjectRecord>, StoreError>;
-    async fn failed_objects(&self, namespace: &str, before: DateTime<Utc>, limit: usize)
-        -> Result<Vec<ObjectRecord>, StoreError>;
+    async fn failed_objects(&self, page: &FailedPage<'_>) -> Result<Vec<ObjectRecord>, StoreError>;
 });
 
 #[cfg(test)]

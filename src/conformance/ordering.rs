@@ -4,7 +4,8 @@ use chrono::{DateTime, TimeDelta, Utc};
 use futures_util::future::join_all;
 
 use crate::ordering::{
-    FailedMark, Freshness, ObjectKey, ObjectMark, ObjectStatus, Observation, OrderingStore,
+    FailedMark, FailedPage, Freshness, ObjectKey, ObjectMark, ObjectRecord, ObjectStatus,
+    Observation, OrderingStore,
 };
 use crate::store::FencingToken;
 
@@ -136,7 +137,7 @@ pub async fn a_failure_is_marked_only_while_it_stands(store: &dyn OrderingStore)
     assert!(!clear("unknown", 15).await.unwrap(), "no record");
     let rule = "mark_object_if_failed makes no record";
     assert_eq!(status("unknown").await, None, "{rule}");
-    let listed = store.failed_objects(&ns, at(100), 10).await.unwrap();
+    let listed = list_failed(store, &ns, at(100), 10).await;
     let listed: Vec<_> = listed.iter().map(|r| r.object.as_str()).collect();
     assert_eq!(
         listed,
@@ -159,7 +160,7 @@ pub async fn a_failure_is_marked_only_while_it_stands(store: &dyn OrderingStore)
         Some((ObjectStatus::Applied, at(30))),
         "a failure cleared meanwhile is left as it is"
     );
-    let listed = store.failed_objects(&ns, at(30), 10).await.unwrap();
+    let listed = list_failed(store, &ns, at(30), 10).await;
     let listed: Vec<_> = listed.iter().map(|r| r.object.as_str()).collect();
     assert_eq!(listed, ["newer"], "requeued at its new time");
 }
@@ -207,15 +208,15 @@ pub async fn failed_objects_are_listed_oldest_first(store: &dyn OrderingStore) {
     let objects = |list: Vec<crate::ordering::ObjectRecord>| {
         list.into_iter().map(|r| r.object).collect::<Vec<_>>()
     };
-    let all = store.failed_objects(&ns, at(100), 10).await.unwrap();
+    let all = list_failed(store, &ns, at(100), 10).await;
     assert_eq!(
         objects(all),
         ["trx-a", "trx-b", "trx-c"],
         "oldest first, own namespace"
     );
-    let first = store.failed_objects(&ns, at(100), 1).await.unwrap();
+    let first = list_failed(store, &ns, at(100), 1).await;
     assert_eq!(objects(first), ["trx-a"], "the limit is kept");
-    let early = store.failed_objects(&ns, at(22), 10).await.unwrap();
+    let early = list_failed(store, &ns, at(22), 10).await;
     assert_eq!(objects(early), ["trx-a", "trx-b"], "changed at or before");
     // Marked failed again later (a reconcile that failed): to the back.
     assert!(
@@ -230,7 +231,7 @@ pub async fn failed_objects_are_listed_oldest_first(store: &dyn OrderingStore) {
             .unwrap(),
         "mark_object of the object's newest event applies"
     );
-    let requeued = store.failed_objects(&ns, at(100), 10).await.unwrap();
+    let requeued = list_failed(store, &ns, at(100), 10).await;
     let rule = "an object marked failed again goes to the back";
     assert_eq!(objects(requeued), ["trx-b", "trx-c", "trx-a"], "{rule}");
     // Reconciled: no longer listed.
@@ -246,14 +247,27 @@ pub async fn failed_objects_are_listed_oldest_first(store: &dyn OrderingStore) {
             .unwrap(),
         "mark_object of the object's newest event applies"
     );
-    let left = store.failed_objects(&ns, at(100), 10).await.unwrap();
+    let left = list_failed(store, &ns, at(100), 10).await;
     let rule = "a reconciled object is no longer listed";
     assert_eq!(objects(left), ["trx-c", "trx-a"], "{rule}");
-    let all = store
-        .failed_objects(&ns, at(100), usize::MAX)
-        .await
-        .unwrap();
+    let all = list_failed(store, &ns, at(100), usize::MAX).await;
     assert_eq!(objects(all), ["trx-c", "trx-a"], "any limit is taken");
+}
+
+/// The failed objects `store` lists of `namespace`, last changed at or before
+/// `before`, up to `limit`.
+async fn list_failed(
+    store: &dyn OrderingStore,
+    namespace: &str,
+    before: DateTime<Utc>,
+    limit: usize,
+) -> Vec<ObjectRecord> {
+    let page = FailedPage {
+        namespace,
+        before,
+        limit,
+    };
+    store.failed_objects(&page).await.unwrap()
 }
 
 fn base() -> (String, DateTime<Utc>) {
@@ -436,14 +450,10 @@ pub async fn settle_applies_to_the_newest_only(store: &dyn OrderingStore) {
         "a settle of the newest event sets its status"
     );
     assert!(
-        store
-            .failed_objects(&ns, at(21), 10)
-            .await
-            .unwrap()
-            .is_empty(),
+        list_failed(store, &ns, at(21), 10).await.is_empty(),
         "not failed before 22"
     );
-    let failed = store.failed_objects(&ns, at(22), 10).await.unwrap();
+    let failed = list_failed(store, &ns, at(22), 10).await;
     let rule = "failed_objects lists the object whose newest event failed";
     assert_eq!(failed.len(), 1, "{rule}");
     assert_eq!(
@@ -491,7 +501,7 @@ pub async fn settle_applies_to_the_newest_only(store: &dyn OrderingStore) {
             .unwrap(),
         "settling an object never observed answers false"
     );
-    let failed = store.failed_objects(&ns, at(100), 10).await.unwrap();
+    let failed = list_failed(store, &ns, at(100), 10).await;
     let rule = "no object is listed failed whose newest event did not fail";
     assert!(failed.is_empty(), "{rule}");
 }
@@ -592,7 +602,7 @@ pub async fn events_created_at_the_same_time_settle_once(store: &dyn OrderingSto
         (ObjectStatus::Failed, at(6)),
         "but is kept"
     );
-    let failed = store.failed_objects(&ns, at(6), 10).await.unwrap();
+    let failed = list_failed(store, &ns, at(6), 10).await;
     assert_eq!(failed.len(), 1, "the failed object is listed");
     assert!(
         store

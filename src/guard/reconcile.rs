@@ -8,7 +8,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 
 use super::WebhookGuard;
 use crate::meta::EventMeta;
-use crate::ordering::{FailedMark, ObjectStatus};
+use crate::ordering::{FailedMark, FailedPage, ObjectStatus};
 use crate::reconcile::{ReconcileReason, ReconcileRequest};
 use crate::runtime::{self, catch_unwind, panic_message};
 use crate::store::StoreError;
@@ -55,7 +55,11 @@ impl WebhookGuard {
             .and_then(|d| now.checked_sub_signed(d))
             .unwrap_or(DateTime::<Utc>::MIN_UTC);
         let failed = ordering
-            .failed_objects(&inner.namespace, before, limit)
+            .failed_objects(&FailedPage {
+                namespace: &inner.namespace,
+                before,
+                limit,
+            })
             .await?;
         let mut report = ReconcileReport {
             found: failed.len(),

@@ -28,7 +28,7 @@ use support::backends::{self, Backend};
 use webhook_guard::clock::ManualClock;
 use webhook_guard::hooks::Escalation;
 use webhook_guard::meta::MetaExtractor;
-use webhook_guard::ordering::OrderingStore;
+use webhook_guard::ordering::{FailedPage, OrderingStore};
 use webhook_guard::outcome::OutcomeKind;
 use webhook_guard::reconcile::{ReconcileRequest, Reconciler};
 use webhook_guard::store::{
@@ -411,7 +411,11 @@ async fn crash_once(
     assert!(asked >= 1, "{case}: the reconciler was asked");
     let later = start() + TimeDelta::days(1);
     let failed = ordering
-        .failed_objects(new.guard.namespace(), later, 1000)
+        .failed_objects(&FailedPage {
+            namespace: new.guard.namespace(),
+            before: later,
+            limit: 1000,
+        })
         .await
         .unwrap();
     let object = format!("in_{n}");
@@ -641,7 +645,14 @@ async fn killed_after_the_record(backend: Backend, kind: Kind) {
     assert_eq!(new.hooks.count(kind), 1, "the hook ran after the crash");
     assert_eq!(reconciled(&new, 1).await, 1, "the reconciler was asked");
     let later = start() + TimeDelta::days(1);
-    let failed = ordering.failed_objects("default", later, 10).await.unwrap();
+    let failed = ordering
+        .failed_objects(&FailedPage {
+            namespace: "default",
+            before: later,
+            limit: 10,
+        })
+        .await
+        .unwrap();
     assert!(
         failed.iter().any(|o| o.object == "in_1"),
         "listed for reconcile_stale: {failed:?}"

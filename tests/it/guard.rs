@@ -2024,11 +2024,9 @@ impl webhook_guard::ordering::OrderingStore for SlowOrdering {
     }
     async fn failed_objects(
         &self,
-        namespace: &str,
-        before: DateTime<Utc>,
-        limit: usize,
+        page: &webhook_guard::ordering::FailedPage<'_>,
     ) -> Result<Vec<webhook_guard::ordering::ObjectRecord>, StoreError> {
-        self.inner.failed_objects(namespace, before, limit).await
+        self.inner.failed_objects(page).await
     }
 }
 

@@ -12,7 +12,7 @@ use webhook_guard::clock::{Clock, ManualClock};
 use webhook_guard::inbox::{InboxEvent, InboxState, InboxStore, LeaseRequest, RetryPolicy, Worker};
 use webhook_guard::meta::{EventMeta, MetaExtractor};
 use webhook_guard::ordering::{
-    FailedMark, ObjectKey, ObjectMark, ObjectStatus, Observation, OrderingStore,
+    FailedMark, FailedPage, ObjectKey, ObjectMark, ObjectStatus, Observation, OrderingStore,
 };
 use webhook_guard::outcome::OutcomeKind;
 use webhook_guard::reconcile::{ReconcileReason, ReconcileRequest, Reconciler};
@@ -1298,11 +1298,9 @@ impl OrderingStore for OrderingDown {
     }
     async fn failed_objects(
         &self,
-        namespace: &str,
-        before: DateTime<Utc>,
-        limit: usize,
+        page: &FailedPage<'_>,
     ) -> Result<Vec<webhook_guard::ordering::ObjectRecord>, webhook_guard::StoreError> {
-        self.inner.failed_objects(namespace, before, limit).await
+        self.inner.failed_objects(page).await
     }
 }
 
@@ -2312,11 +2310,9 @@ async fn a_failure_landing_as_a_reconciled_object_is_marked_stays_listed() {
         }
         async fn failed_objects(
             &self,
-            namespace: &str,
-            before: DateTime<Utc>,
-            limit: usize,
+            page: &FailedPage<'_>,
         ) -> Result<Vec<webhook_guard::ordering::ObjectRecord>, webhook_guard::StoreError> {
-            self.inner.failed_objects(namespace, before, limit).await
+            self.inner.failed_objects(page).await
         }
     }
     /// Fails the escalation's own reconcile, settles every later one.

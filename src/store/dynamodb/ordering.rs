@@ -7,8 +7,8 @@ use super::{
     checked_key, codec, millis, n, push_part, s, time, DynamoDbStore, Expr, Item, Write, PAGE,
 };
 use crate::ordering::{
-    FailedMark, Freshness, ObjectKey, ObjectMark, ObjectRecord, ObjectStatus, Observation,
-    OrderingStore,
+    FailedMark, FailedPage, Freshness, ObjectKey, ObjectMark, ObjectRecord, ObjectStatus,
+    Observation, OrderingStore,
 };
 use crate::store::StoreError;
 
@@ -224,12 +224,8 @@ impl OrderingStore for DynamoDbStore {
         item.map(|item| codec::object(&item)).transpose()
     }
 
-    async fn failed_objects(
-        &self,
-        namespace: &str,
-        before: DateTime<Utc>,
-        limit: usize,
-    ) -> Result<Vec<ObjectRecord>, StoreError> {
+    async fn failed_objects(&self, page: &FailedPage<'_>) -> Result<Vec<ObjectRecord>, StoreError> {
+        let (namespace, before, limit) = (page.namespace, page.before, page.limit);
         let mut out = Vec::new();
         if limit == 0 {
             return Ok(out);

@@ -7,8 +7,8 @@ use chrono::{DateTime, Utc};
 
 use super::lock;
 use crate::ordering::{
-    FailedMark, Freshness, ObjectKey, ObjectMark, ObjectRecord, ObjectStatus, Observation,
-    OrderingStore,
+    FailedMark, FailedPage, Freshness, ObjectKey, ObjectMark, ObjectRecord, ObjectStatus,
+    Observation, OrderingStore,
 };
 use crate::store::{MemoryStore, StoreError};
 
@@ -155,12 +155,8 @@ impl OrderingStore for MemoryStore {
         Ok(lock(self.ledger()).objects.get(&k).cloned())
     }
 
-    async fn failed_objects(
-        &self,
-        namespace: &str,
-        before: DateTime<Utc>,
-        limit: usize,
-    ) -> Result<Vec<ObjectRecord>, StoreError> {
+    async fn failed_objects(&self, page: &FailedPage<'_>) -> Result<Vec<ObjectRecord>, StoreError> {
+        let (namespace, before, limit) = (page.namespace, page.before, page.limit);
         let ledger = lock(self.ledger());
         let from = (
             namespace.to_owned(),

@@ -11,8 +11,8 @@ use super::codec::{array, bytes, corrupt, int, millis, time};
 use super::connection::Eval;
 use super::RedisStore;
 use crate::ordering::{
-    FailedMark, Freshness, ObjectKey, ObjectMark, ObjectRecord, ObjectStatus, Observation,
-    OrderingStore,
+    FailedMark, FailedPage, Freshness, ObjectKey, ObjectMark, ObjectRecord, ObjectStatus,
+    Observation, OrderingStore,
 };
 use crate::store::StoreError;
 
@@ -167,12 +167,8 @@ impl OrderingStore for RedisStore {
     }
 
     /// Visits every shard (one round trip each); answers the oldest failures first.
-    async fn failed_objects(
-        &self,
-        namespace: &str,
-        before: DateTime<Utc>,
-        limit: usize,
-    ) -> Result<Vec<ObjectRecord>, StoreError> {
+    async fn failed_objects(&self, page: &FailedPage<'_>) -> Result<Vec<ObjectRecord>, StoreError> {
+        let (namespace, before, limit) = (page.namespace, page.before, page.limit);
         let mut out = Vec::new();
         if limit == 0 {
             return Ok(out);

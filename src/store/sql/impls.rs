@@ -31,8 +31,8 @@ macro_rules! sql_store_impls {
             use ::chrono::{DateTime, Utc};
             use $crate::inbox::{Enqueued, InboxEvent, InboxStore, LeaseRequest, NewEvent, Settle};
             use $crate::ordering::{
-                FailedMark, Freshness, ObjectKey, ObjectMark, ObjectRecord, ObjectStatus,
-                Observation, OrderingStore,
+                FailedMark, FailedPage, Freshness, ObjectKey, ObjectMark, ObjectRecord,
+                ObjectStatus, Observation, OrderingStore,
             };
             use $crate::store::sql::{
                 self, args, fence, history_text, keyed_record, purge_in_batches, RawEvent,
@@ -321,10 +321,9 @@ macro_rules! sql_store_impls {
 
                 async fn failed_objects(
                     &self,
-                    namespace: &str,
-                    before: DateTime<Utc>,
-                    limit: usize,
+                    page: &FailedPage<'_>,
                 ) -> Result<Vec<ObjectRecord>, StoreError> {
+                    let (namespace, before, limit) = (page.namespace, page.before, page.limit);
                     if limit == 0 {
                         return Ok(Vec::new());
                     }
