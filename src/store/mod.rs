@@ -384,8 +384,7 @@ crate::forward::forward! {
     /// #[derive(Debug, Default)]
     /// struct MyStore(Mutex<HashMap<(String, String), Record>>);
     ///
-    /// #[async_trait]
-    /// impl ProcessedStore for MyStore {
+    /// /// impl ProcessedStore for MyStore {
     ///     async fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
     ///         let key = (request.key.namespace.to_owned(), request.key.id.to_owned());
     ///         // Read, decide and write in one atomic step: here, under one lock.
@@ -441,6 +440,7 @@ crate::forward::forward! {
     /// - Both are short to write (about fifteen lines in the example). A store whose
     ///   backend expires records by itself answers `Ok(0)` from `purge_expired`, and
     ///   still lists stuck leases: the sweeper reports them.
+    #[async_trait]
     pub trait ProcessedStore: fmt::Debug + Send + Sync + 'static {
         /// Claims `request.key` if it is free, expired, failed or abandoned.
         async fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claim, StoreError>;
