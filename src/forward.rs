@@ -2,20 +2,12 @@
 //! value: `Arc<T>` and `Box<T>` (with `T: ?Sized`, so `Arc<dyn Trait>` works) for
 //! each public trait, and wrappers such as the metrics module's timed store.
 //!
-//! The trait's methods are listed once: the store traits are declared inside
-//! `forward!`, which reads their methods from the declaration; the others list
-//! theirs as declared (all `async fn`, for a trait behind `#[async_trait]`, or all
-//! plain `fn`). Every method is written out, default ones too, so a wrapped value's
-//! own overrides are reached.
+//! The trait's methods are listed once, as declared (all `async fn`, for a trait
+//! behind `#[async_trait]`, or all plain `fn`). Every method is written out, default
+//! ones too, so a wrapped value's own overrides are reached.
 
 /// Writes forwarding impls of a trait.
 ///
-/// - `forward! { pub trait Trait: Bounds { ... } }`: the trait as written, under
-///   `#[async_trait]` (its `async fn`s first, then its plain methods with their
-///   default bodies), and its impls for `Arc<T>` and `Box<T>`, from the methods it
-///   declares. With `also ($) name` after the trait, also a crate macro `name!` for
-///   which `name!(head)` is `forward!(head { the trait's methods })`, for a
-///   wrapper's impl.
 /// - `forward!(Trait { fn ...; })`: `impl<T: Trait + ?Sized> Trait` for `Arc<T>` and
 ///   `Box<T>`, each method calling the pointee's.
 /// - `forward!(impl[..generics..] Trait for Type, via path::to::inner, wrap path::to::wrap { async fn ...; })`:
@@ -23,44 +15,6 @@
 ///   `wrap("method", that_call)` (async traits only; their plain methods, which
 ///   take no argument, follow the async ones as `sync fn name(&self) -> T;`).
 macro_rules! forward {
-    (
-        $(#[$attr:meta])*
-        $vis:vis trait $tr:ident: $first:ident $(:: $path:ident)* $(+ $bound:tt)* {
-            $($body:tt)*
-        }
-        $(also ($d:tt) $m:ident)?
-    ) => {
-        $(#[$attr])*
-        #[::async_trait::async_trait]
-        $vis trait $tr: $first $(:: $path)* $(+ $bound)* {
-            $($body)*
-        }
-        $crate::forward::forward!(@list [$tr $($d $m)?] [] $($body)*);
-    };
-    // The trait's methods, one at a time, as `forward!` lists them.
-    (@list $k:tt [$($out:tt)*]
-        $(#[$a:meta])* async fn $name:ident(&self $(, $arg:ident: $argty:ty)* $(,)?) -> $ret:ty;
-        $($rest:tt)*
-    ) => {
-        $crate::forward::forward!(@list $k [$($out)* async fn $name(&self $(, $arg: $argty)*) -> $ret;] $($rest)*);
-    };
-    (@list $k:tt [$($out:tt)*] $(#[$a:meta])* fn $name:ident(&self) -> $ret:ty $default:block $($rest:tt)*) => {
-        $crate::forward::forward!(@list $k [$($out)* sync fn $name(&self) -> $ret;] $($rest)*);
-    };
-    (@list [$tr:ident] [$($out:tt)*]) => {
-        $crate::forward::forward!($tr { $($out)* });
-    };
-    (@list [$tr:ident $d:tt $m:ident] [$($out:tt)*]) => {
-        $crate::forward::forward!($tr { $($out)* });
-        #[allow(unused_macros)]
-        macro_rules! $m {
-            ($d($d head:tt)*) => {
-                $crate::forward::forward!($d($d head)* { $($out)* });
-            };
-        }
-        #[allow(unused_imports)]
-        pub(crate) use $m;
-    };
     ($tr:ident { $($methods:tt)* }) => {
         $crate::forward::forward!(impl[T: $tr + ?Sized] $tr for ::std::sync::Arc<T>,
             via ::std::ops::Deref::deref, wrap $crate::forward::same { $($methods)* });

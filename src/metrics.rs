@@ -49,8 +49,8 @@ use crate::hooks::SweepReport;
 use crate::hooks::{DeliveryReport, Escalation, Hooks, NoHooks};
 use crate::outcome::Unrecorded;
 use crate::store::{
-    Claim, ClaimRequest, Deleted, Fence, Finish, Holder, Key, ListingStore, ProcessedStore, Record,
-    Renew, StoreError,
+    Claim, ClaimRequest, Deleted, Fence, Finish, Holder, Key, ProcessedStore, Record, Renew,
+    StoreError,
 };
 
 /// Counter: deliveries by `namespace` and `outcome`.

@@ -18,6 +18,7 @@
 
 use std::fmt;
 
+use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use crate::meta::EventMeta;
@@ -375,69 +376,77 @@ pub(crate) fn object_key<'a>(
     Some((key, meta.created_at?))
 }
 
-crate::forward::forward! {
-    /// Keeps the newest `created_at` per object and family.
-    ///
-    /// # Contract
-    /// Keys are at most [`MAX_OBJECT_LEN`] bytes of object id and of family (the guard
-    /// and the worker order no event with a longer one), so a store may hold them in
-    /// columns of that size.
-    ///
-    /// - **observe**: atomically, if there is no record for the [`Observation`]'s key or
-    ///   its `created_at` is after the stored newest, store `created_at` as the newest
-    ///   with status `Pending` and `updated_at = now` and answer [`Freshness::Fresh`]; if
-    ///   it equals the stored newest (a retry, or another event created at the same
-    ///   time), change nothing and answer `Fresh`; otherwise change nothing and answer
-    ///   [`Freshness::Stale`] with the stored newest.
-    /// - **settle_object**: if the stored newest equals the [`ObjectMark`]'s
-    ///   `created_at` and its status is `Pending`, set the status and `updated_at` and
-    ///   answer `true`. If the newest equals `created_at` but was settled already — by
-    ///   another event created at the same time, whose order against this one nobody
-    ///   knows — answer `false`, and set the status to `Failed` (with `updated_at`) when
-    ///   `status` is `Failed`, so a failure is never hidden. Otherwise (a newer event
-    ///   came since, or there is no record) change nothing and answer `false`.
-    /// - **mark_object**: if the stored newest equals `created_at`, set the status and
-    ///   `updated_at`, whatever the status was, and answer `true` (a host's own
-    ///   reconcile); otherwise change nothing and answer `false`.
-    /// - **mark_object_if_failed**: atomically, if the stored newest equals the
-    ///   [`FailedMark`]'s `created_at`, its status is `Failed` and its `updated_at` is at
-    ///   or before `failed_since` (both at the precision the store keeps times in), set
-    ///   the status and `updated_at = now` and answer `true`; otherwise change nothing
-    ///   and answer `false`. The guard marks an object `Applied` with it once a reconcile of its
-    ///   failure succeeded (a failure settled since, by another event created at the
-    ///   same time, stays listed, for its own reconcile), and `Failed` again, to the
-    ///   back of the list, when that reconcile failed (one cleared meanwhile stays
-    ///   cleared).
-    /// - **get_object**: the record or `None`.
-    /// - **failed_objects**: up to the [`FailedPage`]'s `limit` records of its `namespace`
-    ///   with status `Failed` and `updated_at <= before`, the oldest `updated_at` first.
-    pub trait OrderingStore: fmt::Debug + Send + Sync + 'static {
-        /// Records the `created_at` of `event` for its key if it is the newest seen.
-        async fn observe(&self, event: &Observation<'_>) -> Result<Freshness, StoreError>;
+/// Keeps the newest `created_at` per object and family.
+///
+/// # Contract
+/// Keys are at most [`MAX_OBJECT_LEN`] bytes of object id and of family (the guard
+/// and the worker order no event with a longer one), so a store may hold them in
+/// columns of that size.
+///
+/// - **observe**: atomically, if there is no record for the [`Observation`]'s key or
+///   its `created_at` is after the stored newest, store `created_at` as the newest
+///   with status `Pending` and `updated_at = now` and answer [`Freshness::Fresh`]; if
+///   it equals the stored newest (a retry, or another event created at the same
+///   time), change nothing and answer `Fresh`; otherwise change nothing and answer
+///   [`Freshness::Stale`] with the stored newest.
+/// - **settle_object**: if the stored newest equals the [`ObjectMark`]'s
+///   `created_at` and its status is `Pending`, set the status and `updated_at` and
+///   answer `true`. If the newest equals `created_at` but was settled already — by
+///   another event created at the same time, whose order against this one nobody
+///   knows — answer `false`, and set the status to `Failed` (with `updated_at`) when
+///   `status` is `Failed`, so a failure is never hidden. Otherwise (a newer event
+///   came since, or there is no record) change nothing and answer `false`.
+/// - **mark_object**: if the stored newest equals `created_at`, set the status and
+///   `updated_at`, whatever the status was, and answer `true` (a host's own
+///   reconcile); otherwise change nothing and answer `false`.
+/// - **mark_object_if_failed**: atomically, if the stored newest equals the
+///   [`FailedMark`]'s `created_at`, its status is `Failed` and its `updated_at` is at
+///   or before `failed_since` (both at the precision the store keeps times in), set
+///   the status and `updated_at = now` and answer `true`; otherwise change nothing
+///   and answer `false`. The guard marks an object `Applied` with it once a reconcile of its
+///   failure succeeded (a failure settled since, by another event created at the
+///   same time, stays listed, for its own reconcile), and `Failed` again, to the
+///   back of the list, when that reconcile failed (one cleared meanwhile stays
+///   cleared).
+/// - **get_object**: the record or `None`.
+/// - **failed_objects**: up to the [`FailedPage`]'s `limit` records of its `namespace`
+///   with status `Failed` and `updated_at <= before`, the oldest `updated_at` first.
+#[async_trait]
+pub trait OrderingStore: fmt::Debug + Send + Sync + 'static {
+    /// Records the `created_at` of `event` for its key if it is the newest seen.
+    async fn observe(&self, event: &Observation<'_>) -> Result<Freshness, StoreError>;
 
-        /// Settles the newest event of `mark.key`, if it is still the one created at
-        /// `mark.created_at` and nothing settled it yet: whether it was (`false` when a
-        /// newer event came since, or another event created at the same time was
-        /// settled first).
-        async fn settle_object(&self, mark: &ObjectMark<'_>) -> Result<bool, StoreError>;
+    /// Settles the newest event of `mark.key`, if it is still the one created at
+    /// `mark.created_at` and nothing settled it yet: whether it was (`false` when a
+    /// newer event came since, or another event created at the same time was
+    /// settled first).
+    async fn settle_object(&self, mark: &ObjectMark<'_>) -> Result<bool, StoreError>;
 
-        /// Sets the status of `mark.key` whatever it was, if its newest event is still
-        /// the one created at `mark.created_at`.
-        async fn mark_object(&self, mark: &ObjectMark<'_>) -> Result<bool, StoreError>;
+    /// Sets the status of `mark.key` whatever it was, if its newest event is still
+    /// the one created at `mark.created_at`.
+    async fn mark_object(&self, mark: &ObjectMark<'_>) -> Result<bool, StoreError>;
 
-        /// Sets the status of `mark.key` if its newest event (created at
-        /// `mark.created_at`) is still the newest and still failed, its failure recorded
-        /// at or before `mark.failed_since`: whether it was set.
-        async fn mark_object_if_failed(&self, mark: &FailedMark<'_>) -> Result<bool, StoreError>;
+    /// Sets the status of `mark.key` if its newest event (created at
+    /// `mark.created_at`) is still the newest and still failed, its failure recorded
+    /// at or before `mark.failed_since`: whether it was set.
+    async fn mark_object_if_failed(&self, mark: &FailedMark<'_>) -> Result<bool, StoreError>;
 
-        /// The record under `key`.
-        async fn get_object(&self, key: ObjectKey<'_>) -> Result<Option<ObjectRecord>, StoreError>;
+    /// The record under `key`.
+    async fn get_object(&self, key: ObjectKey<'_>) -> Result<Option<ObjectRecord>, StoreError>;
 
-        /// Objects of `page.namespace` whose newest event failed for good, last changed at
-        /// or before `page.before`.
-        async fn failed_objects(&self, page: &FailedPage<'_>) -> Result<Vec<ObjectRecord>, StoreError>;
-    }
+    /// Objects of `page.namespace` whose newest event failed for good, last changed at
+    /// or before `page.before`.
+    async fn failed_objects(&self, page: &FailedPage<'_>) -> Result<Vec<ObjectRecord>, StoreError>;
 }
+
+crate::forward::forward!(OrderingStore {
+    async fn observe(&self, event: &Observation<'_>) -> Result<Freshness, StoreError>;
+    async fn settle_object(&self, mark: &ObjectMark<'_>) -> Result<bool, StoreError>;
+    async fn mark_object(&self, mark: &ObjectMark<'_>) -> Result<bool, StoreError>;
+    async fn mark_object_if_failed(&self, mark: &FailedMark<'_>) -> Result<bool, StoreError>;
+    async fn get_object(&self, key: ObjectKey<'_>) -> Result<Option<ObjectRecord>, StoreError>;
+    async fn failed_objects(&self, page: &FailedPage<'_>) -> Result<Vec<ObjectRecord>, StoreError>;
+});
 
 #[cfg(test)]
 mod tests {

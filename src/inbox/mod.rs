@@ -13,6 +13,7 @@ mod worker;
 
 use std::fmt;
 
+use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use crate::meta::EventMeta;
@@ -267,65 +268,76 @@ pub(crate) fn settled_already(
         && event.updated_at.timestamp_millis() == settle.now.timestamp_millis()
 }
 
-crate::forward::forward! {
-    /// A durable queue of accepted events, deduplicated by key.
-    ///
-    /// # Contract
-    /// Every method is atomic per key across all processes sharing the store; times come
-    /// from the caller.
-    /// - **enqueue**: if no event is stored under the key, or the stored one is settled
-    ///   and `expires_at <= now`, store a fresh [`InboxEvent::accepted`] and answer
-    ///   [`Enqueued::Inserted`]; otherwise change nothing and answer `Existing`.
-    /// - **lease**: atomically take up to the [`LeaseRequest`]'s `limit` events of its
-    ///   `namespace` that are due — `Pending` with `next_attempt_at <= now`, or
-    ///   `Running` with `lease_until <= now` (a dead worker's event) — oldest due first;
-    ///   set each `Running`, a fresh random token (one lease may give all its events the
-    ///   same one: fencing is per event), `attempts + 1`, `lease_until`,
-    ///   `updated_at = now`, and return them. Two concurrent leases never return the
-    ///   same event.
-    /// - **settle_event**: if the event under the [`Holder`]'s key is `Running` with
-    ///   its `token`, set state, `next_attempt_at`, `last_error` (when given),
-    ///   `updated_at` and `expires_at`, take one from `attempts` (unless 0) when the
-    ///   attempt does not count, and answer [`Fence::Applied`]. If it already carries
-    ///   `token`, the settle's state (other than `Running`) and `updated_at = now` (to
-    ///   the millisecond) — the same settle made again, as a transport may resend it
-    ///   after a lost reply — change nothing and answer `Applied`. Otherwise
-    ///   [`Fence::LeaseLost`].
-    /// - **renew_event**: the same fence; sets `lease_until`.
-    /// - **get_event**: the event or `None`.
-    /// - **purge_settled**: removes up to `limit` settled events with `expires_at <= now`.
-    pub trait InboxStore: fmt::Debug + Send + Sync + 'static {
-        /// Stores an accepted event unless its id is known.
-        async fn enqueue(&self, event: &NewEvent<'_>) -> Result<Enqueued, StoreError>;
+/// A durable queue of accepted events, deduplicated by key.
+///
+/// # Contract
+/// Every method is atomic per key across all processes sharing the store; times come
+/// from the caller.
+/// - **enqueue**: if no event is stored under the key, or the stored one is settled
+///   and `expires_at <= now`, store a fresh [`InboxEvent::accepted`] and answer
+///   [`Enqueued::Inserted`]; otherwise change nothing and answer `Existing`.
+/// - **lease**: atomically take up to the [`LeaseRequest`]'s `limit` events of its
+///   `namespace` that are due — `Pending` with `next_attempt_at <= now`, or
+///   `Running` with `lease_until <= now` (a dead worker's event) — oldest due first;
+///   set each `Running`, a fresh random token (one lease may give all its events the
+///   same one: fencing is per event), `attempts + 1`, `lease_until`,
+///   `updated_at = now`, and return them. Two concurrent leases never return the
+///   same event.
+/// - **settle_event**: if the event under the [`Holder`]'s key is `Running` with
+///   its `token`, set state, `next_attempt_at`, `last_error` (when given),
+///   `updated_at` and `expires_at`, take one from `attempts` (unless 0) when the
+///   attempt does not count, and answer [`Fence::Applied`]. If it already carries
+///   `token`, the settle's state (other than `Running`) and `updated_at = now` (to
+///   the millisecond) — the same settle made again, as a transport may resend it
+///   after a lost reply — change nothing and answer `Applied`. Otherwise
+///   [`Fence::LeaseLost`].
+/// - **renew_event**: the same fence; sets `lease_until`.
+/// - **get_event**: the event or `None`.
+/// - **purge_settled**: removes up to `limit` settled events with `expires_at <= now`.
+#[async_trait]
+pub trait InboxStore: fmt::Debug + Send + Sync + 'static {
+    /// Stores an accepted event unless its id is known.
+    async fn enqueue(&self, event: &NewEvent<'_>) -> Result<Enqueued, StoreError>;
 
-        /// Leases due events as `request` says.
-        async fn lease(&self, request: &LeaseRequest<'_>) -> Result<Vec<InboxEvent>, StoreError>;
+    /// Leases due events as `request` says.
+    async fn lease(&self, request: &LeaseRequest<'_>) -> Result<Vec<InboxEvent>, StoreError>;
 
-        /// Settles the event leased by `holder`.
-        async fn settle_event(
-            &self,
-            holder: Holder<'_>,
-            settle: &Settle<'_>,
-        ) -> Result<Fence, StoreError>;
+    /// Settles the event leased by `holder`.
+    async fn settle_event(
+        &self,
+        holder: Holder<'_>,
+        settle: &Settle<'_>,
+    ) -> Result<Fence, StoreError>;
 
-        /// Extends the lease of `holder` until `lease_until`.
-        async fn renew_event(
-            &self,
-            holder: Holder<'_>,
-            lease_until: DateTime<Utc>,
-        ) -> Result<Fence, StoreError>;
+    /// Extends the lease of `holder` until `lease_until`.
+    async fn renew_event(
+        &self,
+        holder: Holder<'_>,
+        lease_until: DateTime<Utc>,
+    ) -> Result<Fence, StoreError>;
 
-        /// The event under `key`.
-        async fn get_event(&self, key: Key<'_>) -> Result<Option<InboxEvent>, StoreError>;
+    /// The event under `key`.
+    async fn get_event(&self, key: Key<'_>) -> Result<Option<InboxEvent>, StoreError>;
 
-        /// Removes up to `limit` settled, expired events.
-        async fn purge_settled(&self, now: DateTime<Utc>, limit: usize) -> Result<u64, StoreError>;
+    /// Removes up to `limit` settled, expired events.
+    async fn purge_settled(&self, now: DateTime<Utc>, limit: usize) -> Result<u64, StoreError>;
 
-        /// The inbox's listing and dead-letter actions for operators, if the store
-        /// has them (every built-in store does); `None` by default, so a custom inbox
-        /// need not list.
-        fn inbox_listing(&self) -> Option<&dyn InboxListing> {
-            None
-        }
+    /// The inbox's listing and dead-letter actions for operators, if the store
+    /// has them (every built-in store does); `None` by default, so a custom inbox
+    /// need not list.
+    fn inbox_listing(&self) -> Option<&dyn InboxListing> {
+        None
     }
 }
+
+crate::forward::forward!(InboxStore {
+    async fn enqueue(&self, event: &NewEvent<'_>) -> Result<Enqueued, StoreError>;
+    async fn lease(&self, request: &LeaseRequest<'_>) -> Result<Vec<InboxEvent>, StoreError>;
+    async fn settle_event(&self, holder: Holder<'_>, settle: &Settle<'_>)
+        -> Result<Fence, StoreError>;
+    async fn renew_event(&self, holder: Holder<'_>, lease_until: DateTime<Utc>)
+        -> Result<Fence, StoreError>;
+    async fn get_event(&self, key: Key<'_>) -> Result<Option<InboxEvent>, StoreError>;
+    async fn purge_settled(&self, now: DateTime<Utc>, limit: usize) -> Result<u64, StoreError>;
+    sync fn inbox_listing(&self) -> Option<&dyn InboxListing>;
+});

@@ -309,171 +309,191 @@ impl StoreError {
     }
 }
 
-crate::forward::forward! {
-    /// Where the guard keeps what it knows about each event id.
-    ///
-    /// # Contract
-    ///
-    /// Every method is atomic with respect to every other call on the same key, across
-    /// all processes sharing the store. Times come from the caller (`now`), never from
-    /// the store's own clock, so that every replica and every test agrees on them.
-    ///
-    /// - **claim** ([`ProcessedStore::claim`]): if there is no record for the key, or the
-    ///   record has expired (`expires_at <= now`, and not `InProgress` with a live
-    ///   lease, `lease_until > now`), insert a fresh one: `InProgress`,
-    ///   the request's token, fingerprint, lease and expiry, `attempts = 1`,
-    ///   `failures = 0`, empty history, `created_at = updated_at = now`, and answer
-    ///   [`Claim::Acquired`]. Otherwise, if the record's fingerprint
-    ///   [matches](Fingerprint::matches) the request's (equal, or either one
-    ///   [`Fingerprint::UNKNOWN`]) and the record is either `Failed`, or `InProgress`
-    ///   with `lease_until <= now` (a crashed or hung holder), take it over: set
-    ///   `InProgress`, the new token and lease, the later of the two expiries,
-    ///   `attempts + 1`, `updated_at = now`, the request's fingerprint if the record's was `UNKNOWN` (a known one is
-    ///   kept), and when the old lease expired also `failures + 1`; answer `Acquired`.
-    ///   In every other case (terminal state, live lease, different known fingerprint)
-    ///   change nothing and answer [`Claim::Existing`] with the record. A claim
-    ///   repeated with the same token (the guard never repeats one; a driver may send
-    ///   a round trip again whose first run was applied) may be answered `Acquired`
-    ///   with the record it made; the guard takes `Existing` with an `InProgress`
-    ///   record carrying the request's token and changed at the request's `now` (to the
-    ///   millisecond: keep `updated_at` at least that precisely) as granted too.
-    /// - **finish**: if the record under the [`Holder`]'s key exists, is `InProgress`
-    ///   and carries the holder's token, set its state, failures, history, expiry and
-    ///   `updated_at` from the [`Finish`] and answer [`Fence::Applied`]; otherwise
-    ///   change nothing and answer [`Fence::LeaseLost`]. A lease that ran out but was
-    ///   not taken over may still be finished.
-    /// - **renew**: the same fence; sets `lease_until`, and `expires_at` to the later of
-    ///   its value and the one given (both from the [`Renew`]).
-    /// - **get**: the record, expired or not, or `None`.
-    /// - **delete**: removes the record unless it is `InProgress` with a live lease.
-    /// - **purge_expired**: removes up to `limit` records with `expires_at <= now`,
-    ///   never an `InProgress` record whose lease is live, and answers how many it removed.
-    ///   It must not block claims for long: work in small batches.
-    /// - **stuck**: up to `limit` `InProgress` records whose lease ran out (`lease_until <= now`).
-    ///
-    /// Errors: a store that cannot be reached answers [`StoreError::Unavailable`], and
-    /// the guard then answers 503 before a handler ran (after one, see
-    /// [`StoreError::Unavailable`]). Implementations must recover by themselves when the
-    /// server comes back.
-    ///
-    /// The public conformance suite (feature `conformance`, module
-    /// `conformance`) checks all of this against any store.
-    ///
-    /// # Writing a store
-    ///
-    /// The trait is declared with [`async_trait`](macro@async_trait) (re-exported here as
-    /// `webhook_guard::store::async_trait`): put `#[async_trait]` on the impl too (a
-    /// plain `async fn` in the impl fails with E0195). [`ClaimRequest::decide`] makes
-    /// the claim's decision, [`Record::claimed`] and [`Record::taken_over`] build the
-    /// record it stores, and [`Record::apply_finish`] and [`Record::apply_renew`] make
-    /// the fenced changes; the store's part is to read and write atomically. A sketch
-    /// over one lock (the complete store, which passes the conformance suite, is
-    /// `examples/custom_store.rs` in the crate's repository: `cargo run --example
-    /// custom_store --features conformance`):
-    ///
-    /// ```
-    /// use std::collections::HashMap;
-    /// use std::sync::Mutex;
-    ///
-    /// use chrono::{DateTime, Utc};
-    /// use webhook_guard::store::{
-    ///     async_trait, Claim, ClaimRequest, Decision, Deleted, Fence, Finish, Holder, Key,
-    ///     ProcessedStore, Record, Renew, StoreError,
-    /// };
-    ///
-    /// #[derive(Debug, Default)]
-    /// struct MyStore(Mutex<HashMap<(String, String), Record>>);
-    ///
-    /// /// impl ProcessedStore for MyStore {
-    ///     async fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
-    ///         let key = (request.key.namespace.to_owned(), request.key.id.to_owned());
-    ///         // Read, decide and write in one atomic step: here, under one lock.
-    ///         let mut records = self.0.lock().unwrap();
-    ///         let existing = records.get(&key);
-    ///         let next = match (request.decide(existing), existing) {
-    ///             (Decision::Keep, Some(record)) => return Ok(Claim::Existing(record.clone())),
-    ///             (Decision::TakeOver, Some(record)) => record.taken_over(request),
-    ///             _ => Record::claimed(request),
-    ///         };
-    ///         records.insert(key, next.clone());
-    ///         Ok(Claim::Acquired(next))
-    ///     }
-    ///
-    ///     async fn finish(&self, holder: Holder<'_>, finish: &Finish<'_>) -> Result<Fence, StoreError> {
-    ///         let Holder { key, token } = holder;
-    ///         let mut records = self.0.lock().unwrap();
-    ///         let record = records.get_mut(&(key.namespace.to_owned(), key.id.to_owned()));
-    ///         Ok(record.map_or(Fence::LeaseLost, |r| r.apply_finish(token, finish)))
-    ///     }
-    ///
-    ///     // `renew` as `finish`, with `Record::apply_renew`; `get`, `delete`,
-    ///     // `purge_expired` and `stuck` as the contract says (see the example).
-    /// #   async fn renew(&self, _: Holder<'_>, _: &Renew) -> Result<Fence, StoreError> {
-    /// #       unimplemented!()
-    /// #   }
-    /// #   async fn get(&self, _: Key<'_>) -> Result<Option<Record>, StoreError> { unimplemented!() }
-    /// #   async fn delete(&self, _: Key<'_>, _: DateTime<Utc>) -> Result<Deleted, StoreError> {
-    /// #       unimplemented!()
-    /// #   }
-    /// #   async fn purge_expired(&self, _: DateTime<Utc>, _: usize) -> Result<u64, StoreError> {
-    /// #       unimplemented!()
-    /// #   }
-    /// #   async fn stuck(&self, _: DateTime<Utc>, _: usize) -> Result<Vec<Record>, StoreError> {
-    /// #       unimplemented!()
-    /// #   }
-    /// }
-    /// ```
-    ///
-    /// # Why `purge_expired` and `stuck` are in this trait
-    ///
-    /// They are required methods here, not a separate maintenance trait with default
-    /// methods (as tower-sessions' `ExpiredDeletion` is), because:
-    ///
-    /// - Nothing else removes an expired record: a claim replaces one, but an id never
-    ///   delivered again stays until a purge (or an operator's `delete`). A default
-    ///   that does nothing would let a store that forgot the method grow without
-    ///   bound and still compile; tower-sessions' stores can leave deletion out
-    ///   because their backends expire entries by themselves.
-    /// - The sweeper, the operator tool's `purge` and `stuck`, and the conformance
-    ///   suite all work on one `dyn ProcessedStore`; a second trait would need a second
-    ///   object beside it everywhere, for two methods.
-    /// - Both are short to write (about fifteen lines in the example). A store whose
-    ///   backend expires records by itself answers `Ok(0)` from `purge_expired`, and
-    ///   still lists stuck leases: the sweeper reports them.
-    #[async_trait]
-    pub trait ProcessedStore: fmt::Debug + Send + Sync + 'static {
-        /// Claims `request.key` if it is free, expired, failed or abandoned.
-        async fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claim, StoreError>;
+/// Where the guard keeps what it knows about each event id.
+///
+/// # Contract
+///
+/// Every method is atomic with respect to every other call on the same key, across
+/// all processes sharing the store. Times come from the caller (`now`), never from
+/// the store's own clock, so that every replica and every test agrees on them.
+///
+/// - **claim** ([`ProcessedStore::claim`]): if there is no record for the key, or the
+///   record has expired (`expires_at <= now`, and not `InProgress` with a live
+///   lease, `lease_until > now`), insert a fresh one: `InProgress`,
+///   the request's token, fingerprint, lease and expiry, `attempts = 1`,
+///   `failures = 0`, empty history, `created_at = updated_at = now`, and answer
+///   [`Claim::Acquired`]. Otherwise, if the record's fingerprint
+///   [matches](Fingerprint::matches) the request's (equal, or either one
+///   [`Fingerprint::UNKNOWN`]) and the record is either `Failed`, or `InProgress`
+///   with `lease_until <= now` (a crashed or hung holder), take it over: set
+///   `InProgress`, the new token and lease, the later of the two expiries,
+///   `attempts + 1`, `updated_at = now`, the request's fingerprint if the record's was `UNKNOWN` (a known one is
+///   kept), and when the old lease expired also `failures + 1`; answer `Acquired`.
+///   In every other case (terminal state, live lease, different known fingerprint)
+///   change nothing and answer [`Claim::Existing`] with the record. A claim
+///   repeated with the same token (the guard never repeats one; a driver may send
+///   a round trip again whose first run was applied) may be answered `Acquired`
+///   with the record it made; the guard takes `Existing` with an `InProgress`
+///   record carrying the request's token and changed at the request's `now` (to the
+///   millisecond: keep `updated_at` at least that precisely) as granted too.
+/// - **finish**: if the record under the [`Holder`]'s key exists, is `InProgress`
+///   and carries the holder's token, set its state, failures, history, expiry and
+///   `updated_at` from the [`Finish`] and answer [`Fence::Applied`]; otherwise
+///   change nothing and answer [`Fence::LeaseLost`]. A lease that ran out but was
+///   not taken over may still be finished.
+/// - **renew**: the same fence; sets `lease_until`, and `expires_at` to the later of
+///   its value and the one given (both from the [`Renew`]).
+/// - **get**: the record, expired or not, or `None`.
+/// - **delete**: removes the record unless it is `InProgress` with a live lease.
+/// - **purge_expired**: removes up to `limit` records with `expires_at <= now`,
+///   never an `InProgress` record whose lease is live, and answers how many it removed.
+///   It must not block claims for long: work in small batches.
+/// - **stuck**: up to `limit` `InProgress` records whose lease ran out (`lease_until <= now`).
+///
+/// Errors: a store that cannot be reached answers [`StoreError::Unavailable`], and
+/// the guard then answers 503 before a handler ran (after one, see
+/// [`StoreError::Unavailable`]). Implementations must recover by themselves when the
+/// server comes back.
+///
+/// The public conformance suite (feature `conformance`, module
+/// `conformance`) checks all of this against any store.
+///
+/// # Writing a store
+///
+/// The trait is declared with [`async_trait`](macro@async_trait) (re-exported here as
+/// `webhook_guard::store::async_trait`): put `#[async_trait]` on the impl too (a
+/// plain `async fn` in the impl fails with E0195). [`ClaimRequest::decide`] makes
+/// the claim's decision, [`Record::claimed`] and [`Record::taken_over`] build the
+/// record it stores, and [`Record::apply_finish`] and [`Record::apply_renew`] make
+/// the fenced changes; the store's part is to read and write atomically. A sketch
+/// over one lock (the complete store, which passes the conformance suite, is
+/// `examples/custom_store.rs` in the crate's repository: `cargo run --example
+/// custom_store --features conformance`):
+///
+/// ```
+/// use std::collections::HashMap;
+/// use std::sync::Mutex;
+///
+/// use chrono::{DateTime, Utc};
+/// use webhook_guard::store::{
+///     async_trait, Claim, ClaimRequest, Decision, Deleted, Fence, Finish, Holder, Key,
+///     ProcessedStore, Record, Renew, StoreError,
+/// };
+///
+/// #[derive(Debug, Default)]
+/// struct MyStore(Mutex<HashMap<(String, String), Record>>);
+///
+/// #[async_trait]
+/// impl ProcessedStore for MyStore {
+///     async fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
+///         let key = (request.key.namespace.to_owned(), request.key.id.to_owned());
+///         // Read, decide and write in one atomic step: here, under one lock.
+///         let mut records = self.0.lock().unwrap();
+///         let existing = records.get(&key);
+///         let next = match (request.decide(existing), existing) {
+///             (Decision::Keep, Some(record)) => return Ok(Claim::Existing(record.clone())),
+///             (Decision::TakeOver, Some(record)) => record.taken_over(request),
+///             _ => Record::claimed(request),
+///         };
+///         records.insert(key, next.clone());
+///         Ok(Claim::Acquired(next))
+///     }
+///
+///     async fn finish(&self, holder: Holder<'_>, finish: &Finish<'_>) -> Result<Fence, StoreError> {
+///         let Holder { key, token } = holder;
+///         let mut records = self.0.lock().unwrap();
+///         let record = records.get_mut(&(key.namespace.to_owned(), key.id.to_owned()));
+///         Ok(record.map_or(Fence::LeaseLost, |r| r.apply_finish(token, finish)))
+///     }
+///
+///     // `renew` as `finish`, with `Record::apply_renew`; `get`, `delete`,
+///     // `purge_expired` and `stuck` as the contract says (see the example).
+/// #   async fn renew(&self, _: Holder<'_>, _: &Renew) -> Result<Fence, StoreError> {
+/// #       unimplemented!()
+/// #   }
+/// #   async fn get(&self, _: Key<'_>) -> Result<Option<Record>, StoreError> { unimplemented!() }
+/// #   async fn delete(&self, _: Key<'_>, _: DateTime<Utc>) -> Result<Deleted, StoreError> {
+/// #       unimplemented!()
+/// #   }
+/// #   async fn purge_expired(&self, _: DateTime<Utc>, _: usize) -> Result<u64, StoreError> {
+/// #       unimplemented!()
+/// #   }
+/// #   async fn stuck(&self, _: DateTime<Utc>, _: usize) -> Result<Vec<Record>, StoreError> {
+/// #       unimplemented!()
+/// #   }
+/// }
+/// ```
+///
+/// # Why `purge_expired` and `stuck` are in this trait
+///
+/// They are required methods here, not a separate maintenance trait with default
+/// methods (as tower-sessions' `ExpiredDeletion` is), because:
+///
+/// - Nothing else removes an expired record: a claim replaces one, but an id never
+///   delivered again stays until a purge (or an operator's `delete`). A default
+///   that does nothing would let a store that forgot the method grow without
+///   bound and still compile; tower-sessions' stores can leave deletion out
+///   because their backends expire entries by themselves.
+/// - The sweeper, the operator tool's `purge` and `stuck`, and the conformance
+///   suite all work on one `dyn ProcessedStore`; a second trait would need a second
+///   object beside it everywhere, for two methods.
+/// - Both are short to write (about fifteen lines in the example). A store whose
+///   backend expires records by itself answers `Ok(0)` from `purge_expired`, and
+///   still lists stuck leases: the sweeper reports them.
+#[async_trait]
+pub trait ProcessedStore: fmt::Debug + Send + Sync + 'static {
+    /// Claims `request.key` if it is free, expired, failed or abandoned.
+    async fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claim, StoreError>;
 
-        /// Ends the claim of `holder` with the state in `finish`.
-        async fn finish(&self, holder: Holder<'_>, finish: &Finish<'_>) -> Result<Fence, StoreError>;
+    /// Ends the claim of `holder` with the state in `finish`.
+    async fn finish(&self, holder: Holder<'_>, finish: &Finish<'_>) -> Result<Fence, StoreError>;
 
-        /// Extends the lease of the claim of `holder` as `renew` says.
-        async fn renew(&self, holder: Holder<'_>, renew: &Renew) -> Result<Fence, StoreError>;
+    /// Extends the lease of the claim of `holder` as `renew` says.
+    async fn renew(&self, holder: Holder<'_>, renew: &Renew) -> Result<Fence, StoreError>;
 
-        /// The record under `key`, if any.
-        async fn get(&self, key: Key<'_>) -> Result<Option<Record>, StoreError>;
+    /// The record under `key`, if any.
+    async fn get(&self, key: Key<'_>) -> Result<Option<Record>, StoreError>;
 
-        /// Removes the record under `key` unless a live lease holds it.
-        async fn delete(&self, key: Key<'_>, now: DateTime<Utc>) -> Result<Deleted, StoreError>;
+    /// Removes the record under `key` unless a live lease holds it.
+    async fn delete(&self, key: Key<'_>, now: DateTime<Utc>) -> Result<Deleted, StoreError>;
 
-        /// Removes up to `limit` records that expired at `now`.
-        async fn purge_expired(&self, now: DateTime<Utc>, limit: usize) -> Result<u64, StoreError>;
+    /// Removes up to `limit` records that expired at `now`.
+    async fn purge_expired(&self, now: DateTime<Utc>, limit: usize) -> Result<u64, StoreError>;
 
-        /// Up to `limit` `InProgress` records whose lease ran out at `now`, the
-        /// longest-expired first: when more are stuck, the page holds the oldest leases
-        /// (a sweeper reports how long ago the first one ran out).
-        async fn stuck(&self, now: DateTime<Utc>, limit: usize) -> Result<Vec<Record>, StoreError>;
+    /// Up to `limit` `InProgress` records whose lease ran out at `now`, the
+    /// longest-expired first: when more are stuck, the page holds the oldest leases
+    /// (a sweeper reports how long ago the first one ran out).
+    async fn stuck(&self, now: DateTime<Utc>, limit: usize) -> Result<Vec<Record>, StoreError>;
 
-        /// The store's listing of records for operators, if it has one (every
-        /// built-in store does). A store that does not list answers `None`, the
-        /// default: see [`listing`] for why this is a capability apart.
-        fn record_listing(&self) -> Option<&dyn ListingStore> {
-            None
-        }
+    /// The store's listing of records for operators, if it has one (every
+    /// built-in store does). A store that does not list answers `None`, the
+    /// default: see [`listing`] for why this is a capability apart.
+    fn record_listing(&self) -> Option<&dyn ListingStore> {
+        None
     }
-    also ($) forward_processed_store
 }
+
+/// Writes a [`forward!`](crate::forward::forward) impl of [`ProcessedStore`] for the
+/// head given (see there), its methods listed here once.
+macro_rules! forward_processed_store {
+    ($($head:tt)*) => {
+        crate::forward::forward!($($head)* {
+            async fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claim, StoreError>;
+            async fn finish(&self, holder: Holder<'_>, finish: &Finish<'_>) -> Result<Fence, StoreError>;
+            async fn renew(&self, holder: Holder<'_>, renew: &Renew) -> Result<Fence, StoreError>;
+            async fn get(&self, key: Key<'_>) -> Result<Option<Record>, StoreError>;
+            async fn delete(&self, key: Key<'_>, now: DateTime<Utc>) -> Result<Deleted, StoreError>;
+            async fn purge_expired(&self, now: DateTime<Utc>, limit: usize) -> Result<u64, StoreError>;
+            async fn stuck(&self, now: DateTime<Utc>, limit: usize) -> Result<Vec<Record>, StoreError>;
+            sync fn record_listing(&self) -> Option<&dyn crate::store::ListingStore>;
+        });
+    };
+}
+
+#[cfg_attr(not(feature = "metrics"), allow(unused_imports))]
+pub(crate) use forward_processed_store;
+
+forward_processed_store!(ProcessedStore);
 
 /// The end of a lease or of a retention in whole milliseconds, rounded up, for
 /// stores and indexes that keep times in milliseconds: an end kept to the
