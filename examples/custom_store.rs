@@ -6,8 +6,8 @@ use std::sync::{Mutex, MutexGuard};
 
 use chrono::{DateTime, Utc};
 use webhook_guard::store::{
-    async_trait, Claim, ClaimRequest, Decision, Deleted, Fence, FencingToken, Finish, Key,
-    ProcessedStore, Record, StoreError,
+    async_trait, Claim, ClaimRequest, Decision, Deleted, Fence, Finish, Holder, Key,
+    ProcessedStore, Record, Renew, StoreError,
 };
 use webhook_guard::verify::NoVerification;
 use webhook_guard::{EventId, WebhookGuard};
@@ -40,27 +40,18 @@ impl ProcessedStore for HashMapStore {
         Ok(Claim::Acquired(next))
     }
 
-    async fn finish(
-        &self,
-        key: Key<'_>,
-        token: FencingToken,
-        finish: &Finish<'_>,
-    ) -> Result<Fence, StoreError> {
+    async fn finish(&self, holder: Holder<'_>, finish: &Finish<'_>) -> Result<Fence, StoreError> {
+        let Holder { key, token } = holder;
         let mut records = self.lock();
         let record = records.get_mut(&owned(key));
         Ok(record.map_or(Fence::LeaseLost, |r| r.apply_finish(token, finish)))
     }
 
-    async fn renew(
-        &self,
-        key: Key<'_>,
-        token: FencingToken,
-        lease_until: DateTime<Utc>,
-        expires_at: DateTime<Utc>,
-    ) -> Result<Fence, StoreError> {
+    async fn renew(&self, holder: Holder<'_>, renew: &Renew) -> Result<Fence, StoreError> {
+        let Holder { key, token } = holder;
         let mut records = self.lock();
         let record = records.get_mut(&owned(key));
-        let fence = record.map(|r| r.apply_renew(token, lease_until, expires_at));
+        let fence = record.map(|r| r.apply_renew(token, renew));
         Ok(fence.unwrap_or(Fence::LeaseLost))
     }
 

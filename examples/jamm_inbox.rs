@@ -26,7 +26,7 @@ use chrono::{DateTime, TimeDelta, TimeZone, Utc};
 use webhook_guard::clock::{Clock, ManualClock};
 use webhook_guard::inbox::{InboxEvent, RetryPolicy};
 use webhook_guard::meta::EventMeta;
-use webhook_guard::ordering::{ObjectKey, ObjectStatus, OrderingStore};
+use webhook_guard::ordering::{ObjectKey, ObjectMark, ObjectStatus, Observation, OrderingStore};
 use webhook_guard::reconcile::{ReconcileRequest, Reconciler};
 use webhook_guard::store::{BoxError, SqliteStore};
 use webhook_guard::verify::Jamm;
@@ -121,9 +121,20 @@ impl Reconciler for Api {
             family: "charge",
         };
         let now = self.clock.now();
-        self.ordering.observe(key, changed_at, now).await?;
         self.ordering
-            .mark_object(key, changed_at, ObjectStatus::Applied, now)
+            .observe(&Observation {
+                key,
+                created_at: changed_at,
+                now,
+            })
+            .await?;
+        self.ordering
+            .mark_object(&ObjectMark {
+                key,
+                created_at: changed_at,
+                status: ObjectStatus::Applied,
+                now,
+            })
             .await?;
         self.local
             .charges

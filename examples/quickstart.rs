@@ -11,7 +11,7 @@ use chrono::{DateTime, Utc};
 use webhook_guard::hooks::Escalation;
 use webhook_guard::store::Record;
 use webhook_guard::store::{
-    Claim, ClaimRequest, Deleted, Fence, FencingToken, Finish, Key, StoreError,
+    Claim, ClaimRequest, Deleted, Fence, Finish, Holder, Key, Renew, StoreError,
 };
 use webhook_guard::verify::Stripe;
 use webhook_guard::{
@@ -253,24 +253,13 @@ impl<S: ProcessedStore> ProcessedStore for Switchable<S> {
         self.up()?;
         self.inner.claim(r).await
     }
-    async fn finish(
-        &self,
-        k: Key<'_>,
-        t: FencingToken,
-        f: &Finish<'_>,
-    ) -> Result<Fence, StoreError> {
+    async fn finish(&self, holder: Holder<'_>, finish: &Finish<'_>) -> Result<Fence, StoreError> {
         self.up()?;
-        self.inner.finish(k, t, f).await
+        self.inner.finish(holder, finish).await
     }
-    async fn renew(
-        &self,
-        k: Key<'_>,
-        t: FencingToken,
-        l: DateTime<Utc>,
-        e: DateTime<Utc>,
-    ) -> Result<Fence, StoreError> {
+    async fn renew(&self, holder: Holder<'_>, renew: &Renew) -> Result<Fence, StoreError> {
         self.up()?;
-        self.inner.renew(k, t, l, e).await
+        self.inner.renew(holder, renew).await
     }
     async fn get(&self, k: Key<'_>) -> Result<Option<Record>, StoreError> {
         self.up()?;

@@ -49,7 +49,7 @@ use crate::hooks::SweepReport;
 use crate::hooks::{DeliveryReport, Escalation, Hooks, NoHooks};
 use crate::outcome::Unrecorded;
 use crate::store::{
-    Claim, ClaimRequest, Deleted, Fence, FencingToken, Finish, Key, ProcessedStore, Record,
+    Claim, ClaimRequest, Deleted, Fence, Finish, Holder, Key, ProcessedStore, Record, Renew,
     StoreError,
 };
 

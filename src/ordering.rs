@@ -87,6 +87,59 @@ impl ObjectStatus {
     }
 }
 
+/// An event of an object as [`OrderingStore::observe`] records it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Observation<'a> {
+    /// The object and family.
+    pub key: ObjectKey<'a>,
+    /// The `created_at` of the event.
+    pub created_at: DateTime<Utc>,
+    /// The current time (becomes `updated_at` when the event is the newest).
+    pub now: DateTime<Utc>,
+}
+
+/// A change to the status of an object's newest event: see
+/// [`OrderingStore::settle_object`] and [`OrderingStore::mark_object`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ObjectMark<'a> {
+    /// The object and family.
+    pub key: ObjectKey<'a>,
+    /// The `created_at` of the event: the change is made only while it is the newest.
+    pub created_at: DateTime<Utc>,
+    /// The new status.
+    pub status: ObjectStatus,
+    /// The current time (becomes `updated_at`).
+    pub now: DateTime<Utc>,
+}
+
+/// A change to the status of an object's newest event that holds only while that
+/// event is still a failure recorded at or before `failed_since`: see
+/// [`OrderingStore::mark_object_if_failed`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FailedMark<'a> {
+    /// The object and family.
+    pub key: ObjectKey<'a>,
+    /// The `created_at` of the event: the change is made only while it is the newest.
+    pub created_at: DateTime<Utc>,
+    /// The latest time the failure may have been recorded at.
+    pub failed_since: DateTime<Utc>,
+    /// The new status.
+    pub status: ObjectStatus,
+    /// The current time (becomes `updated_at`).
+    pub now: DateTime<Utc>,
+}
+
+/// Which page of failed objects [`OrderingStore::failed_objects`] lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FailedPage<'a> {
+    /// The namespace whose objects to list.
+    pub namespace: &'a str,
+    /// Only objects last changed at or before this time.
+    pub before: DateTime<Utc>,
+    /// How many objects to list at the most.
+    pub limit: usize,
+}
+
 /// What an [`OrderingStore`] keeps per object and family.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -212,10 +265,15 @@ pub(crate) async fn mark_reconciled(
     failed_since: DateTime<Utc>,
     now: DateTime<Utc>,
 ) {
-    let applied = ObjectStatus::Applied;
-    let cleared = ordering
-        .mark_object_if_failed(key, created_at, failed_since, applied, now)
-        .await;
+    let status = ObjectStatus::Applied;
+    let mark = FailedMark {
+        key,
+        created_at,
+        failed_since,
+        status,
+        now,
+    };
+    let cleared = ordering.mark_object_if_failed(&mark).await;
     if let Err(e) = cleared {
         tracing::warn!(error = %e, "could not mark a reconciled object applied; reconcile_stale may ask again");
     }
@@ -240,7 +298,15 @@ pub(crate) async fn settle_object(
         return true;
     };
     let now = clock.now();
-    match ordering.settle_object(key, created_at, status, now).await {
+    match ordering
+        .settle_object(&ObjectMark {
+            key,
+            created_at,
+            status,
+            now,
+        })
+        .await
+    {
         Ok(settled) => settled,
         Err(e) => {
             tracing::warn!(%id, error = %e, "could not settle object state");
@@ -281,7 +347,8 @@ fn settle_failed_later(
             let mut backoff = crate::runtime::Backoff::new(first, cap, std::time::Duration::from_secs(60));
             while backoff.wait().await {
                 let now = clock.now();
-                match ordering.settle_object(key, created_at, ObjectStatus::Failed, now).await {
+                let status = ObjectStatus::Failed;
+                match ordering.settle_object(&ObjectMark { key, created_at, status, now }).await {
                     Ok(_) => return,
                     Err(e) => tracing::debug!(%id, error = %e, "settling the object failed again"),
                 }
@@ -316,103 +383,69 @@ pub(crate) fn object_key<'a>(
 /// and the worker order no event with a longer one), so a store may hold them in
 /// columns of that size.
 ///
-/// - **observe**: atomically, if there is no record for the key or `created_at` is
-///   after the stored newest, store `created_at` as the newest with status `Pending`
-///   and `updated_at = now` and answer [`Freshness::Fresh`]; if it equals the stored
-///   newest (a retry, or another event created at the same time), change nothing and
-///   answer `Fresh`; otherwise change nothing and answer [`Freshness::Stale`] with
-///   the stored newest.
-/// - **settle_object**: if the stored newest equals `created_at` and its status is
-///   `Pending`, set the status and `updated_at` and answer `true`. If the newest
-///   equals `created_at` but was settled already — by another event created at the
-///   same time, whose order against this one nobody knows — answer `false`, and
-///   set the status to `Failed` (with `updated_at`) when `status` is `Failed`, so a
-///   failure is never hidden. Otherwise (a newer event came since, or there is no
-///   record) change nothing and answer `false`.
+/// - **observe**: atomically, if there is no record for the [`Observation`]'s key or
+///   its `created_at` is after the stored newest, store `created_at` as the newest
+///   with status `Pending` and `updated_at = now` and answer [`Freshness::Fresh`]; if
+///   it equals the stored newest (a retry, or another event created at the same
+///   time), change nothing and answer `Fresh`; otherwise change nothing and answer
+///   [`Freshness::Stale`] with the stored newest.
+/// - **settle_object**: if the stored newest equals the [`ObjectMark`]'s
+///   `created_at` and its status is `Pending`, set the status and `updated_at` and
+///   answer `true`. If the newest equals `created_at` but was settled already — by
+///   another event created at the same time, whose order against this one nobody
+///   knows — answer `false`, and set the status to `Failed` (with `updated_at`) when
+///   `status` is `Failed`, so a failure is never hidden. Otherwise (a newer event
+///   came since, or there is no record) change nothing and answer `false`.
 /// - **mark_object**: if the stored newest equals `created_at`, set the status and
 ///   `updated_at`, whatever the status was, and answer `true` (a host's own
 ///   reconcile); otherwise change nothing and answer `false`.
-/// - **mark_object_if_failed**: atomically, if the stored newest equals
-///   `created_at`, its status is `Failed` and its `updated_at` is at or before
-///   `failed_since` (both at the precision the store keeps times in), set the status
-///   and `updated_at = now` and answer `true`; otherwise change nothing and answer
-///   `false`. The guard marks an object `Applied` with it once a reconcile of its
+/// - **mark_object_if_failed**: atomically, if the stored newest equals the
+///   [`FailedMark`]'s `created_at`, its status is `Failed` and its `updated_at` is at
+///   or before `failed_since` (both at the precision the store keeps times in), set
+///   the status and `updated_at = now` and answer `true`; otherwise change nothing
+///   and answer `false`. The guard marks an object `Applied` with it once a reconcile of its
 ///   failure succeeded (a failure settled since, by another event created at the
 ///   same time, stays listed, for its own reconcile), and `Failed` again, to the
 ///   back of the list, when that reconcile failed (one cleared meanwhile stays
 ///   cleared).
 /// - **get_object**: the record or `None`.
-/// - **failed_objects**: up to `limit` records of `namespace` with status `Failed` and
-///   `updated_at <= before`, the oldest `updated_at` first.
+/// - **failed_objects**: up to the [`FailedPage`]'s `limit` records of its `namespace`
+///   with status `Failed` and `updated_at <= before`, the oldest `updated_at` first.
 #[async_trait]
 pub trait OrderingStore: fmt::Debug + Send + Sync + 'static {
-    /// Records `created_at` for `key` if it is the newest seen.
-    async fn observe(
-        &self,
-        key: ObjectKey<'_>,
-        created_at: DateTime<Utc>,
-        now: DateTime<Utc>,
-    ) -> Result<Freshness, StoreError>;
+    /// Records the `created_at` of `event` for its key if it is the newest seen.
+    async fn observe(&self, event: &Observation<'_>) -> Result<Freshness, StoreError>;
 
-    /// Settles the newest event of `key`, if it is still the one created at
-    /// `created_at` and nothing settled it yet: whether it was (`false` when a newer
-    /// event came since, or another event created at the same time was settled
-    /// first).
-    async fn settle_object(
-        &self,
-        key: ObjectKey<'_>,
-        created_at: DateTime<Utc>,
-        status: ObjectStatus,
-        now: DateTime<Utc>,
-    ) -> Result<bool, StoreError>;
+    /// Settles the newest event of `mark.key`, if it is still the one created at
+    /// `mark.created_at` and nothing settled it yet: whether it was (`false` when a
+    /// newer event came since, or another event created at the same time was
+    /// settled first).
+    async fn settle_object(&self, mark: &ObjectMark<'_>) -> Result<bool, StoreError>;
 
-    /// Sets the status of `key` whatever it was, if its newest event is still the one
-    /// created at `created_at`.
-    async fn mark_object(
-        &self,
-        key: ObjectKey<'_>,
-        created_at: DateTime<Utc>,
-        status: ObjectStatus,
-        now: DateTime<Utc>,
-    ) -> Result<bool, StoreError>;
+    /// Sets the status of `mark.key` whatever it was, if its newest event is still
+    /// the one created at `mark.created_at`.
+    async fn mark_object(&self, mark: &ObjectMark<'_>) -> Result<bool, StoreError>;
 
-    /// Sets the status of `key` if its newest event (created at `created_at`) is
-    /// still the newest and still failed, its failure recorded at or before
-    /// `failed_since`: whether it was set.
-    async fn mark_object_if_failed(
-        &self,
-        key: ObjectKey<'_>,
-        created_at: DateTime<Utc>,
-        failed_since: DateTime<Utc>,
-        status: ObjectStatus,
-        now: DateTime<Utc>,
-    ) -> Result<bool, StoreError>;
+    /// Sets the status of `mark.key` if its newest event (created at
+    /// `mark.created_at`) is still the newest and still failed, its failure recorded
+    /// at or before `mark.failed_since`: whether it was set.
+    async fn mark_object_if_failed(&self, mark: &FailedMark<'_>) -> Result<bool, StoreError>;
 
     /// The record under `key`.
     async fn get_object(&self, key: ObjectKey<'_>) -> Result<Option<ObjectRecord>, StoreError>;
 
-    /// Objects whose newest event failed for good, last changed at or before `before`.
-    async fn failed_objects(
-        &self,
-        namespace: &str,
-        before: DateTime<Utc>,
-        limit: usize,
-    ) -> Result<Vec<ObjectRecord>, StoreError>;
+    /// Objects of `page.namespace` whose newest event failed for good, last changed at
+    /// or before `page.before`.
+    async fn failed_objects(&self, page: &FailedPage<'_>) -> Result<Vec<ObjectRecord>, StoreError>;
 }
 
 crate::forward::forward!(OrderingStore {
-    async fn observe(&self, key: ObjectKey<'_>, created_at: DateTime<Utc>, now: DateTime<Utc>)
-        -> Result<Freshness, StoreError>;
-    async fn settle_object(&self, key: ObjectKey<'_>, created_at: DateTime<Utc>,
-        status: ObjectStatus, now: DateTime<Utc>) -> Result<bool, StoreError>;
-    async fn mark_object(&self, key: ObjectKey<'_>, created_at: DateTime<Utc>,
-        status: ObjectStatus, now: DateTime<Utc>) -> Result<bool, StoreError>;
-    async fn mark_object_if_failed(&self, key: ObjectKey<'_>, created_at: DateTime<Utc>,
-        failed_since: DateTime<Utc>, status: ObjectStatus, now: DateTime<Utc>)
-        -> Result<bool, StoreError>;
+    async fn observe(&self, event: &Observation<'_>) -> Result<Freshness, StoreError>;
+    async fn settle_object(&self, mark: &ObjectMark<'_>) -> Result<bool, StoreError>;
+    async fn mark_object(&self, mark: &ObjectMark<'_>) -> Result<bool, StoreError>;
+    async fn mark_object_if_failed(&self, mark: &FailedMark<'_>) -> Result<bool, StoreError>;
     async fn get_object(&self, key: ObjectKey<'_>) -> Result<Option<ObjectRecord>, StoreError>;
-    async fn failed_objects(&self, namespace: &str, before: DateTime<Utc>, limit: usize)
-        -> Result<Vec<ObjectRecord>, StoreError>;
+    async fn failed_objects(&self, page: &FailedPage<'_>) -> Result<Vec<ObjectRecord>, StoreError>;
 });
 
 #[cfg(test)]

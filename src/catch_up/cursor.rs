@@ -6,8 +6,8 @@ use chrono::{DateTime, TimeDelta, Utc};
 use sha2::{Digest as _, Sha256};
 
 use crate::store::{
-    Claim, ClaimRequest, FailureNote, Fence, FencingToken, Fingerprint, Finish, Key, RecordState,
-    StoreError,
+    Claim, ClaimRequest, FailureNote, Fence, FencingToken, Fingerprint, Finish, Holder, Key,
+    RecordState, Renew, StoreError,
 };
 use crate::WebhookGuard;
 
@@ -108,8 +108,8 @@ fn lease_until(guard: &WebhookGuard, now: DateTime<Utc>) -> DateTime<Utc> {
 }
 
 impl Held {
-    fn key(&self) -> Key<'_> {
-        Key::new(&self.namespace, &self.name)
+    fn holder(&self) -> Holder<'_> {
+        Holder::new(Key::new(&self.namespace, &self.name), self.token)
     }
 
     /// Renews the lease once half of it has passed: `false` when another pass
@@ -122,13 +122,11 @@ impl Held {
         if now - self.renewed_at < half {
             return Ok(true);
         }
-        let until = lease_until(&self.guard, now);
-        let expires = crate::later(now, KEPT);
-        let fence = self
-            .guard
-            .store()
-            .renew(self.key(), self.token, until, expires);
-        match fence.await? {
+        let renew = Renew {
+            lease_until: lease_until(&self.guard, now),
+            expires_at: crate::later(now, KEPT),
+        };
+        match self.guard.store().renew(self.holder(), &renew).await? {
             Fence::Applied => {
                 self.renewed_at = now;
                 Ok(true)
@@ -163,9 +161,6 @@ impl Held {
             now,
             expires_at: crate::later(now, KEPT),
         };
-        self.guard
-            .store()
-            .finish(self.key(), self.token, &finish)
-            .await
+        self.guard.store().finish(self.holder(), &finish).await
     }
 }

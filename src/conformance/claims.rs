@@ -6,8 +6,8 @@ use futures_util::future::join_all;
 
 use super::{acquired, body_is, counts, existing, finish_applies, finish_refused, times, Fixture};
 use crate::store::{
-    Claim, ClaimRequest, Deleted, FailureNote, Fence, Fingerprint, Finish, Key, ProcessedStore,
-    Record, RecordState,
+    Claim, ClaimRequest, Deleted, FailureNote, Fence, Fingerprint, Finish, Holder, Key,
+    ProcessedStore, Record, RecordState,
 };
 
 /// A claim that carries the token of the stored record at another time (a process
@@ -22,7 +22,7 @@ pub async fn a_repeated_token_is_not_the_claims_own(store: &dyn ProcessedStore) 
         let token = acquired(store, &first, "fresh claim").await.token;
         if state == RecordState::Completed {
             let done = f.finish(state, 0, &[], 1);
-            let fence = store.finish(f.key(&id), token, &done).await;
+            let fence = store.finish(Holder::new(f.key(&id), token), &done).await;
             assert_eq!(fence.expect("finish failed"), Fence::Applied, "finish");
         }
         let again = ClaimRequest {
@@ -95,7 +95,7 @@ pub async fn fresh_claim_then_existing(store: &dyn ProcessedStore) {
     );
 
     let done = f.finish(RecordState::Completed, 0, &[], 2);
-    finish_applies(store.finish(f.key("evt_1"), req.token, &done)).await;
+    finish_applies(store.finish(Holder::new(f.key("evt_1"), req.token), &done)).await;
     let before = store.get(f.key("evt_1")).await.unwrap();
     let case = "claim of a completed id";
     let dup = existing(store, &f.request("evt_1", b"body", 3), case).await;
@@ -118,7 +118,10 @@ pub async fn fresh_claim_then_existing(store: &dyn ProcessedStore) {
         matches!(rec2, Claim::Acquired(_)),
         "namespaces are separate"
     );
-    let _ = store.finish(other_ns, req2.token, &done).await.unwrap();
+    let _ = store
+        .finish(Holder::new(other_ns, req2.token), &done)
+        .await
+        .unwrap();
     // Completed, its lease's end still ahead: only an `InProgress` lease is spared.
     assert_eq!(
         store.delete(other_ns, f.at_secs(10)).await.unwrap(),
@@ -163,7 +166,7 @@ pub async fn concurrent_takeovers_have_one_winner(store: &dyn ProcessedStore) {
         let first = f.claimed(store, id, b"same").await;
         let at = if failed {
             let fail = f.finish(RecordState::Failed, 1, &[], 1);
-            finish_applies(store.finish(f.key(id), first.token, &fail)).await;
+            finish_applies(store.finish(Holder::new(f.key(id), first.token), &fail)).await;
             2
         } else {
             60 // the lease has run out
@@ -194,7 +197,7 @@ pub async fn failed_record_is_reclaimed(store: &dyn ProcessedStore) {
         error: "db down".into(),
     }];
     let fail = f.finish(RecordState::Failed, 1, &note, 1);
-    finish_applies(store.finish(f.key("retry"), first.token, &fail)).await;
+    finish_applies(store.finish(Holder::new(f.key("retry"), first.token), &fail)).await;
     let second = f.request("retry", b"b", 2);
     let rec = acquired(store, &second, "claim of a failed id").await;
     assert_eq!(
@@ -216,7 +219,11 @@ pub async fn failed_record_is_reclaimed(store: &dyn ProcessedStore) {
     );
     let done = f.finish(RecordState::Completed, 1, &note, 3);
     let rule = "the old token is stale";
-    finish_refused(store.finish(f.key("retry"), first.token, &done), rule).await;
+    finish_refused(
+        store.finish(Holder::new(f.key("retry"), first.token), &done),
+        rule,
+    )
+    .await;
 }
 
 /// An `InProgress` record whose lease ran out is taken over and the lost attempt
@@ -244,8 +251,12 @@ pub async fn expired_lease_is_taken_over(store: &dyn ProcessedStore) {
     );
     let done = f.finish(RecordState::Completed, 0, &[], 61);
     let rule = "the crashed holder is fenced off";
-    finish_refused(store.finish(f.key("crash"), first.token, &done), rule).await;
-    finish_applies(store.finish(f.key("crash"), late.token, &done)).await;
+    finish_refused(
+        store.finish(Holder::new(f.key("crash"), first.token), &done),
+        rule,
+    )
+    .await;
+    finish_applies(store.finish(Holder::new(f.key("crash"), late.token), &done)).await;
 }
 
 /// A lease is live to its very end, even one that ends between two milliseconds:
@@ -289,7 +300,7 @@ pub async fn record_is_kept_to_its_expiry(store: &dyn ProcessedStore) {
         // must not run out while this test runs.
         expires_at: at(10_000_700),
     };
-    finish_applies(store.finish(f.key("kept"), first.token, &done)).await;
+    finish_applies(store.finish(Holder::new(f.key("kept"), first.token), &done)).await;
     let case = "a claim 0.4 ms before the record expires (in its last millisecond)";
     existing(store, &claim_at(10_000_300), case).await;
     let case = "a claim 0.3 ms after the record expired";
@@ -308,7 +319,7 @@ pub async fn different_body_is_not_taken_over(store: &dyn ProcessedStore) {
     existing(store, &f.request("conflict", b"two", 120), case).await;
     let fail = f.finish(RecordState::Failed, 1, &[], 1);
     let _ = store
-        .finish(f.key("conflict"), first.token, &fail)
+        .finish(Holder::new(f.key("conflict"), first.token), &fail)
         .await
         .unwrap();
     let case = "other body, failed record";
@@ -330,7 +341,7 @@ pub async fn unknown_fingerprint_matches_any(store: &dyn ProcessedStore) {
     let case = "an unknown fingerprint, live lease";
     existing(store, &unknown("known", 1), case).await;
     let fail = f.finish(RecordState::Failed, 1, &[], 1);
-    finish_applies(store.finish(f.key("known"), first.token, &fail)).await;
+    finish_applies(store.finish(Holder::new(f.key("known"), first.token), &fail)).await;
     let case = "an unknown fingerprint, failed record";
     let rec = acquired(store, &unknown("known", 2), case).await;
     body_is(
@@ -366,7 +377,7 @@ pub async fn unknown_fingerprint_matches_any(store: &dyn ProcessedStore) {
         "a run-out lease taken over counts the lost attempt",
     );
     let done = f.finish(RecordState::Completed, 1, &[], 61);
-    finish_applies(store.finish(f.key("unknown"), late.token, &done)).await;
+    finish_applies(store.finish(Holder::new(f.key("unknown"), late.token), &done)).await;
     let case = "an unknown fingerprint, completed record";
     let rec = existing(store, &unknown("unknown", 62), case).await;
     body_is(
@@ -382,7 +393,7 @@ pub async fn expired_record_is_claimed_afresh(store: &dyn ProcessedStore) {
     let first = f.claimed(store, "old", b"one").await;
     let done = f.finish(RecordState::Completed, 0, &[], 1);
     let _ = store
-        .finish(f.key("old"), first.token, &done)
+        .finish(Holder::new(f.key("old"), first.token), &done)
         .await
         .unwrap();
     let case = "claim before expiry";

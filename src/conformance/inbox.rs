@@ -6,9 +6,9 @@ use chrono::{DateTime, TimeDelta, Utc};
 use futures_util::future::join_all;
 
 use super::fence_is;
-use crate::inbox::{Enqueued, InboxState, InboxStore, NewEvent, Settle};
+use crate::inbox::{Enqueued, InboxState, InboxStore, LeaseRequest, NewEvent, Settle};
 use crate::meta::EventMeta;
-use crate::store::{Fence, FencingToken, Fingerprint, Key, StoreError};
+use crate::store::{Fence, FencingToken, Fingerprint, Holder, Key, StoreError};
 
 /// Runs every inbox check, one after another.
 pub async fn run_all(store: &dyn InboxStore) {
@@ -123,7 +123,12 @@ impl Fixture {
         max: usize,
     ) -> Vec<crate::inbox::InboxEvent> {
         store
-            .lease(&self.namespace, now, until, max)
+            .lease(&LeaseRequest {
+                namespace: &self.namespace,
+                now,
+                lease_until: until,
+                limit: max,
+            })
             .await
             .expect("lease failed")
     }
@@ -193,7 +198,13 @@ pub async fn lease_is_exclusive_and_fenced(store: &dyn InboxStore) {
     for i in 0..20 {
         f.enqueue(store, &format!("x{i}"), b"p", 0).await;
     }
-    let leases = join_all((0..8).map(|_| store.lease(&f.namespace, f.at(1), f.at(61), 5))).await;
+    let request = LeaseRequest {
+        namespace: &f.namespace,
+        now: f.at(1),
+        lease_until: f.at(61),
+        limit: 5,
+    };
+    let leases = join_all((0..8).map(|_| store.lease(&request))).await;
     let mut ids: Vec<String> = leases
         .into_iter()
         .flat_map(|l| l.expect("lease failed"))
@@ -216,28 +227,28 @@ pub async fn lease_is_exclusive_and_fenced(store: &dyn InboxStore) {
     let done = f.settle(InboxState::Done, 3, 3);
     let wrong = FencingToken(e.token.0 ^ 1);
     fence_is(
-        store.settle_event(e.key(), wrong, &done),
+        store.settle_event(Holder::new(e.key(), wrong), &done),
         Fence::LeaseLost,
         SETTLE_LOST,
     )
     .await;
-    renew_applies(store.renew_event(e.key(), e.token, f.at(120))).await;
-    settle_applies(store.settle_event(e.key(), e.token, &done)).await;
+    renew_applies(store.renew_event(e.holder(), f.at(120))).await;
+    settle_applies(store.settle_event(e.holder(), &done)).await;
     fence_is(
-        store.settle_event(e.key(), e.token, &done),
+        store.settle_event(e.holder(), &done),
         Fence::Applied,
         "the same settle made again (a resend) finds its own change",
     )
     .await;
     let later = f.settle(InboxState::Pending, 4, 4);
     fence_is(
-        store.settle_event(e.key(), e.token, &later),
+        store.settle_event(e.holder(), &later),
         Fence::LeaseLost,
         "settled once",
     )
     .await;
     fence_is(
-        store.renew_event(e.key(), e.token, f.at(130)),
+        store.renew_event(e.holder(), f.at(130)),
         Fence::LeaseLost,
         "a settled event's lease cannot be renewed, even with its token",
     )
@@ -251,7 +262,7 @@ pub async fn lease_is_exclusive_and_fenced(store: &dyn InboxStore) {
     // A settle without an error keeps the last one.
     let x1 = f.get(store, "x1").await.unwrap();
     let retry = f.settle(InboxState::Pending, 3, 5);
-    settle_applies(store.settle_event(x1.key(), x1.token, &retry)).await;
+    settle_applies(store.settle_event(x1.holder(), &retry)).await;
     let again = f.lease_within(store, f.at(5), f.at(65), 100).await;
     let x1 = again
         .into_iter()
@@ -261,7 +272,7 @@ pub async fn lease_is_exclusive_and_fenced(store: &dyn InboxStore) {
         error: None,
         ..f.settle(InboxState::Done, 6, 6)
     };
-    settle_applies(store.settle_event(x1.key(), x1.token, &ok)).await;
+    settle_applies(store.settle_event(x1.holder(), &ok)).await;
     let x1 = store.get_event(x1.key()).await.unwrap().unwrap();
     assert_eq!(
         (x1.state, x1.last_error.as_deref()),
@@ -278,7 +289,7 @@ pub async fn retries_wait_until_due(store: &dyn InboxStore) {
     let f = Fixture::new();
     let e = f.leased(store, "r").await;
     let retry = f.settle(InboxState::Pending, 1, 30);
-    settle_applies(store.settle_event(e.key(), e.token, &retry)).await;
+    settle_applies(store.settle_event(e.holder(), &retry)).await;
     assert!(f.lease(store, 29, 89).await.is_empty(), "not due yet");
     let again = f.lease(store, 30, 90).await;
     assert_eq!(again.len(), 1, "a retry is leased once due");
@@ -296,7 +307,7 @@ pub async fn retries_wait_until_due(store: &dyn InboxStore) {
         next_attempt_at: ms(91_001_500),
         ..f.settle(InboxState::Pending, 91, 91)
     };
-    settle_applies(store.settle_event(e.key(), e.token, &retry)).await;
+    settle_applies(store.settle_event(e.holder(), &retry)).await;
     for (at, due, rule) in [
         (91_001_200, 0, "not due 0.3 ms before its time"),
         (91_002_000, 1, "due once its time has come"),
@@ -333,10 +344,18 @@ pub async fn retries_wait_until_due(store: &dyn InboxStore) {
 pub async fn an_attempt_may_be_given_back(store: &dyn InboxStore) {
     let f = Fixture::new();
     f.enqueue(store, "g", b"p", 0).await;
-    let lease = |at: i64| store.lease(&f.namespace, f.at(at), f.at(at + 60), 10);
+    let lease = |at: i64| {
+        let request = LeaseRequest {
+            namespace: &f.namespace,
+            now: f.at(at),
+            lease_until: f.at(at + 60),
+            limit: 10,
+        };
+        async move { store.lease(&request).await }
+    };
     let first = lease(0).await.unwrap().pop().expect("due");
     let counted = f.settle(InboxState::Pending, 1, 2);
-    settle_applies(store.settle_event(first.key(), first.token, &counted)).await;
+    settle_applies(store.settle_event(first.holder(), &counted)).await;
     let second = lease(2).await.unwrap().pop().expect("due again");
     assert_eq!(second.attempts, 2, "a counted attempt stays counted");
     let uncounted = Settle {
@@ -344,7 +363,7 @@ pub async fn an_attempt_may_be_given_back(store: &dyn InboxStore) {
         ..f.settle(InboxState::Pending, 3, 4)
     };
     for _ in 0..2 {
-        settle_applies(store.settle_event(second.key(), second.token, &uncounted)).await;
+        settle_applies(store.settle_event(second.holder(), &uncounted)).await;
     }
     let stored = store.get_event(second.key()).await.unwrap().unwrap();
     assert_eq!(
@@ -389,12 +408,12 @@ pub async fn renew_is_fenced_and_moves_the_lease(store: &dyn InboxStore) {
     let e = f.leased(store, "long").await;
     let stale = FencingToken(e.token.0.wrapping_add(1));
     fence_is(
-        store.renew_event(e.key(), stale, f.at(120)),
+        store.renew_event(Holder::new(e.key(), stale), f.at(120)),
         Fence::LeaseLost,
         "another token renews nothing",
     )
     .await;
-    renew_applies(store.renew_event(e.key(), e.token, f.at(120))).await;
+    renew_applies(store.renew_event(e.holder(), f.at(120))).await;
     assert!(
         f.lease(store, 119, 180).await.is_empty(),
         "held to the renewed end"
@@ -431,7 +450,13 @@ pub async fn the_longest_due_is_leased_first(store: &dyn InboxStore) {
     );
     let rule = "a lease takes only its own namespace's events";
     assert!(f.lease(store, 5, 65).await.is_empty(), "{rule}");
-    let theirs = store.lease(&other.namespace, other.at(5), other.at(65), 10);
+    let request = LeaseRequest {
+        namespace: &other.namespace,
+        now: other.at(5),
+        lease_until: other.at(65),
+        limit: 10,
+    };
+    let theirs = store.lease(&request);
     assert_eq!(
         theirs.await.unwrap().len(),
         1,
@@ -450,12 +475,12 @@ pub async fn dead_workers_lose_their_lease(store: &dyn InboxStore) {
     assert_eq!(second.attempts, 2, "{rule}");
     let done = f.settle(InboxState::Done, 61, 61);
     fence_is(
-        store.settle_event(first.key(), first.token, &done),
+        store.settle_event(first.holder(), &done),
         Fence::LeaseLost,
         SETTLE_LOST,
     )
     .await;
-    settle_applies(store.settle_event(second.key(), second.token, &done)).await;
+    settle_applies(store.settle_event(second.holder(), &done)).await;
 }
 
 /// Settled events past their expiry are purged; unsettled ones never are; a purged
@@ -466,10 +491,17 @@ pub async fn settled_events_are_purged(store: &dyn InboxStore) {
     let f = Fixture::at_time(base);
     f.enqueue(store, "old", b"p", 0).await;
     f.enqueue(store, "waiting", b"p", 0).await;
-    let mut one = store.lease(&f.namespace, f.at(0), f.at(60), 1).await;
+    let mut one = store
+        .lease(&LeaseRequest {
+            namespace: &f.namespace,
+            now: f.at(0),
+            lease_until: f.at(60),
+            limit: 1,
+        })
+        .await;
     let e = one.as_mut().expect("lease failed").pop().expect("due");
     let done = f.settle(InboxState::Done, 1, 1);
-    let _ = store.settle_event(e.key(), e.token, &done).await.unwrap();
+    let _ = store.settle_event(e.holder(), &done).await.unwrap();
     assert!(
         matches!(
             f.enqueue(store, &e.id, b"p", 3600).await,
@@ -525,10 +557,7 @@ pub async fn settled_events_are_purged(store: &dyn InboxStore) {
     let g = Fixture::at_time(base);
     let late = g.leased(store, "late").await;
     let done = g.settle(InboxState::Done, 1, 1);
-    let _ = store
-        .settle_event(late.key(), late.token, &done)
-        .await
-        .unwrap();
+    let _ = store.settle_event(late.holder(), &done).await.unwrap();
     assert_eq!(
         g.enqueue(store, "late", b"new", 3601).await,
         Enqueued::Inserted,

@@ -9,11 +9,11 @@
 use chrono::{DateTime, TimeDelta, Utc};
 
 use super::{acquired, Fixture};
-use crate::inbox::{InboxListing, InboxState, InboxStore, NewEvent, Settle};
+use crate::inbox::{InboxListing, InboxState, InboxStore, LeaseRequest, NewEvent, Settle};
 use crate::meta::EventMeta;
 use crate::store::escalation::{self, EscalationError, EscalationStatus};
 use crate::store::listing::{Cursor, EventQuery, ListState, ListingStore, RecordQuery};
-use crate::store::{Fence, Fingerprint, Key, ProcessedStore, RecordState};
+use crate::store::{Fence, Fingerprint, Holder, Key, ProcessedStore, RecordState};
 
 /// Runs every record listing check and the escalation check, one after another.
 pub async fn run_all(store: &dyn ProcessedStore) {
@@ -47,7 +47,9 @@ async fn made(
     acquired(store, &request, "fresh claim").await;
     if let Some((state, done)) = end {
         let finish = f.finish(state, 0, &[], done);
-        let fence = store.finish(request.key, request.token, &finish).await;
+        let fence = store
+            .finish(Holder::new(request.key, request.token), &finish)
+            .await;
         assert_eq!(
             fence.expect("finish failed"),
             Fence::Applied,
@@ -327,7 +329,12 @@ pub async fn dead_letters_are_listed_requeued_and_purged(store: &dyn InboxStore)
         store.enqueue(&event).await.expect("enqueue failed");
     }
     let leased = store
-        .lease(&f.namespace, t(10), t(70), 10)
+        .lease(&LeaseRequest {
+            namespace: &f.namespace,
+            now: t(10),
+            lease_until: t(70),
+            limit: 10,
+        })
         .await
         .expect("lease failed");
     assert_eq!(leased.len(), 4, "the four events are leased");
@@ -346,7 +353,10 @@ pub async fn dead_letters_are_listed_requeued_and_purged(store: &dyn InboxStore)
         ("e3", InboxState::Pending, 22),
     ] {
         let fence = store
-            .settle_event(Key::new(&f.namespace, id), token(id), &settle(state, at))
+            .settle_event(
+                Holder::new(Key::new(&f.namespace, id), token(id)),
+                &settle(state, at),
+            )
             .await;
         assert_eq!(fence.expect("settle failed"), Fence::Applied);
     }
@@ -422,7 +432,12 @@ pub async fn dead_letters_are_listed_requeued_and_purged(store: &dyn InboxStore)
         "no dead letter left"
     );
     let again = store
-        .lease(&f.namespace, t(31), t(90), 10)
+        .lease(&LeaseRequest {
+            namespace: &f.namespace,
+            now: t(31),
+            lease_until: t(90),
+            limit: 10,
+        })
         .await
         .expect("lease failed");
     let ids: Vec<_> = again.iter().map(|e| e.id.as_str()).collect();
@@ -432,7 +447,10 @@ pub async fn dead_letters_are_listed_requeued_and_purged(store: &dyn InboxStore)
         "the requeued event is leased again (e3 is not due)"
     );
     let fence = store
-        .settle_event(key("e1"), again[0].token, &settle(InboxState::Dead, 32))
+        .settle_event(
+            Holder::new(key("e1"), again[0].token),
+            &settle(InboxState::Dead, 32),
+        )
         .await;
     assert_eq!(fence.expect("settle failed"), Fence::Applied);
     assert!(

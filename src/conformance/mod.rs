@@ -33,8 +33,8 @@ use std::future::Future;
 use chrono::{DateTime, TimeDelta, Utc};
 
 use crate::store::{
-    Claim, ClaimRequest, FailureNote, Fence, FencingToken, Fingerprint, Finish, Key,
-    ProcessedStore, Record, RecordState, StoreError,
+    Claim, ClaimRequest, FailureNote, Fence, FencingToken, Fingerprint, Finish, Holder, Key,
+    ProcessedStore, Record, RecordState, Renew, StoreError,
 };
 
 mod claims;
@@ -215,7 +215,13 @@ async fn renew_is(
     rule: &str,
 ) {
     fence_is(
-        store.renew(key, token, lease_until, expires_at),
+        store.renew(
+            Holder::new(key, token),
+            &Renew {
+                lease_until,
+                expires_at,
+            },
+        ),
         expected,
         rule,
     )

@@ -4,7 +4,10 @@ use chrono::{DateTime, TimeDelta, Utc};
 use futures_util::future::join_all;
 
 use crate::ordering::ObjectStatus::{Applied, Failed, Pending};
-use crate::ordering::{Freshness, ObjectKey, ObjectRecord, ObjectStatus, OrderingStore};
+use crate::ordering::{
+    FailedMark, FailedPage, Freshness, ObjectKey, ObjectMark, ObjectRecord, ObjectStatus,
+    Observation, OrderingStore,
+};
 use crate::store::FencingToken;
 
 /// The rule of a settle of an object's newest event.
@@ -45,20 +48,33 @@ impl<'s> Object<'s> {
     }
 
     async fn observe(self, created: i64, now: i64) -> Freshness {
-        let (created, now) = (self.at(created), self.at(now));
-        self.store.observe(self.key, created, now).await.unwrap()
+        let (created_at, now) = (self.at(created), self.at(now));
+        let observation = Observation {
+            key: self.key,
+            created_at,
+            now,
+        };
+        self.store.observe(&observation).await.unwrap()
+    }
+
+    /// The mark of its event created at `created` as `status`, at `now`.
+    fn mark_of(self, created: i64, status: ObjectStatus, now: i64) -> ObjectMark<'s> {
+        ObjectMark {
+            key: self.key,
+            created_at: self.at(created),
+            status,
+            now: self.at(now),
+        }
     }
 
     async fn settle(self, created: i64, status: ObjectStatus, now: i64) -> bool {
-        let (created, now) = (self.at(created), self.at(now));
-        let settled = self.store.settle_object(self.key, created, status, now);
-        settled.await.unwrap()
+        let mark = self.mark_of(created, status, now);
+        self.store.settle_object(&mark).await.unwrap()
     }
 
     async fn mark(self, created: i64, status: ObjectStatus, now: i64) -> bool {
-        let (created, now) = (self.at(created), self.at(now));
-        let marked = self.store.mark_object(self.key, created, status, now);
-        marked.await.unwrap()
+        let mark = self.mark_of(created, status, now);
+        self.store.mark_object(&mark).await.unwrap()
     }
 
     async fn mark_if_failed(
@@ -68,11 +84,14 @@ impl<'s> Object<'s> {
         status: ObjectStatus,
         now: i64,
     ) -> bool {
-        let (created, since, now) = (self.at(created), self.at(since), self.at(now));
-        let marked = self
-            .store
-            .mark_object_if_failed(self.key, created, since, status, now);
-        marked.await.unwrap()
+        let mark = FailedMark {
+            key: self.key,
+            created_at: self.at(created),
+            failed_since: self.at(since),
+            status,
+            now: self.at(now),
+        };
+        self.store.mark_object_if_failed(&mark).await.unwrap()
     }
 
     async fn get(self) -> Option<ObjectRecord> {
@@ -92,10 +111,12 @@ async fn failed_ids(
     before: DateTime<Utc>,
     limit: usize,
 ) -> Vec<String> {
-    let listed = store
-        .failed_objects(namespace, before, limit)
-        .await
-        .unwrap();
+    let page = FailedPage {
+        namespace,
+        before,
+        limit,
+    };
+    let listed = store.failed_objects(&page).await.unwrap();
     listed.into_iter().map(|r| r.object).collect()
 }
 
@@ -321,7 +342,12 @@ pub async fn settle_applies_to_the_newest_only(store: &dyn OrderingStore) {
     assert_eq!(status().await, Failed, "{rule}");
     let early = failed_ids(store, ns, at(21), 10).await;
     assert!(early.is_empty(), "not failed before 22");
-    let failed = store.failed_objects(ns, at(22), 10).await.unwrap();
+    let page = FailedPage {
+        namespace: ns,
+        before: at(22),
+        limit: 10,
+    };
+    let failed = store.failed_objects(&page).await.unwrap();
     let rule = "failed_objects lists the object whose newest event failed";
     assert_eq!(failed.len(), 1, "{rule}");
     assert_eq!(
@@ -390,7 +416,14 @@ pub async fn concurrent_observations_keep_the_newest(store: &dyn OrderingStore) 
     let times: Vec<_> = (0..32)
         .map(|i| now + TimeDelta::seconds((i * 7919) % 32))
         .collect();
-    let answers = join_all(times.iter().map(|t| store.observe(key, *t, now))).await;
+    let observations: Vec<_> = (times.iter())
+        .map(|&created_at| Observation {
+            key,
+            created_at,
+            now,
+        })
+        .collect();
+    let answers = join_all(observations.iter().map(|o| store.observe(o))).await;
     for (t, answer) in times.iter().zip(answers) {
         match answer.expect("observe failed") {
             Freshness::Fresh => {}

@@ -117,8 +117,8 @@ mod tests {
     use chrono::{DateTime, Utc};
 
     use crate::store::{
-        Claim, ClaimRequest, Decision, Deleted, Fence, FencingToken, Finish, Key, MemoryStore,
-        ProcessedStore, Record, StoreError,
+        Claim, ClaimRequest, Decision, Deleted, Fence, Finish, Holder, Key, MemoryStore,
+        ProcessedStore, Record, Renew, StoreError,
     };
 
     type Answer<T> = Result<T, StoreError>;
@@ -148,17 +148,11 @@ mod tests {
             Ok(self.0.lock().unwrap().get(&key.to_string()).cloned())
         }
 
-        async fn finish(&self, _: Key<'_>, _: FencingToken, _: &Finish<'_>) -> Answer<Fence> {
+        async fn finish(&self, _: Holder<'_>, _: &Finish<'_>) -> Answer<Fence> {
             unimplemented!()
         }
 
-        async fn renew(
-            &self,
-            _: Key<'_>,
-            _: FencingToken,
-            _: DateTime<Utc>,
-            _: DateTime<Utc>,
-        ) -> Answer<Fence> {
+        async fn renew(&self, _: Holder<'_>, _: &Renew) -> Answer<Fence> {
             unimplemented!()
         }
 

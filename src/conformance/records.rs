@@ -7,7 +7,8 @@ use super::{
     acquired, existing, fence_is, finish_applies, finish_refused, renew_is, stored, Fixture,
 };
 use crate::store::{
-    Deleted, FailureNote, Fence, FencingToken, Fingerprint, ProcessedStore, Record, RecordState,
+    Deleted, FailureNote, Fence, FencingToken, Fingerprint, Holder, ProcessedStore, Record,
+    RecordState, Renew,
 };
 
 /// Finish applies only with the current token and only to an `InProgress` record.
@@ -17,17 +18,29 @@ pub async fn finish_is_fenced(store: &dyn ProcessedStore) {
     let done = f.finish(RecordState::Completed, 0, &[], 1);
     let wrong = FencingToken(req.token.0 ^ 1);
     let rule = "a wrong token is refused";
-    finish_refused(store.finish(f.key("fence"), wrong, &done), rule).await;
+    finish_refused(
+        store.finish(Holder::new(f.key("fence"), wrong), &done),
+        rule,
+    )
+    .await;
     assert_eq!(
         store.get(f.key("fence")).await.unwrap().unwrap().state,
         RecordState::InProgress,
         "a refused finish changes nothing"
     );
-    finish_applies(store.finish(f.key("fence"), req.token, &done)).await;
+    finish_applies(store.finish(Holder::new(f.key("fence"), req.token), &done)).await;
     let rule = "a finished record cannot be finished again";
-    finish_refused(store.finish(f.key("fence"), req.token, &done), rule).await;
+    finish_refused(
+        store.finish(Holder::new(f.key("fence"), req.token), &done),
+        rule,
+    )
+    .await;
     let rule = "a missing record cannot be finished";
-    finish_refused(store.finish(f.key("absent"), req.token, &done), rule).await;
+    finish_refused(
+        store.finish(Holder::new(f.key("absent"), req.token), &done),
+        rule,
+    )
+    .await;
     let rec = stored(store, f.key("fence"), "a finished record").await;
     assert_eq!(rec.state, RecordState::Completed, "finish sets the state");
     assert_eq!(rec.updated_at, f.at_secs(1), "finish sets updated_at");
@@ -37,7 +50,7 @@ pub async fn finish_is_fenced(store: &dyn ProcessedStore) {
     let late = f.claimed(store, "late", b"b").await;
     let done = f.finish(RecordState::Completed, 0, &[], 90);
     fence_is(
-        store.finish(f.key("late"), late.token, &done),
+        store.finish(Holder::new(f.key("late"), late.token), &done),
         Fence::Applied,
         "a finish after the lease ran out, not taken over, applies",
     )
@@ -82,7 +95,10 @@ pub async fn renew_is_fenced(store: &dyn ProcessedStore) {
     let rule = "a missing record cannot be renewed";
     renew_is(store, missing, req.token, to_200, Fence::LeaseLost, rule).await;
     let done = f.finish(RecordState::Completed, 0, &[], 1);
-    let _ = store.finish(k, req.token, &done).await.unwrap();
+    let _ = store
+        .finish(Holder::new(k, req.token), &done)
+        .await
+        .unwrap();
     let rule = "a finished record cannot be renewed";
     let to_300 = (f.at_secs(300), f.at_secs(7200));
     renew_is(store, k, req.token, to_300, Fence::LeaseLost, rule).await;
@@ -104,7 +120,7 @@ pub async fn record_round_trips(store: &dyn ProcessedStore) {
         },
     ];
     let perm = f.finish(RecordState::PermanentFailure, 2, &history, 2);
-    finish_applies(store.finish(f.key(id), req.token, &perm)).await;
+    finish_applies(store.finish(Holder::new(f.key(id), req.token), &perm)).await;
     let rule = "a record reads back as written";
     let rec = stored(store, f.key(id), rule).await;
     assert_eq!(rec.id, id, "{rule}: id");
@@ -199,8 +215,7 @@ pub async fn stuck_lists_expired_leases(store: &dyn ProcessedStore) {
     let b = f.claimed(store, "stuck-b", b"b").await;
     let _ = store
         .finish(
-            f.key("stuck-b"),
-            b.token,
+            Holder::new(f.key("stuck-b"), b.token),
             &f.finish(RecordState::Completed, 0, &[], 1),
         )
         .await
@@ -280,20 +295,28 @@ pub async fn purge_removes_only_expired(store: &dyn ProcessedStore) {
         let id = format!("p{i}");
         let _ = store
             .finish(
-                f.key(&id),
-                *token,
+                Holder::new(f.key(&id), *token),
                 &f.finish(RecordState::Completed, 0, &[], 1),
             )
             .await
             .unwrap();
     }
     let _ = store
-        .renew(f.key("p8"), tokens[8], f.at_secs(100_000), f.at_secs(3601))
+        .renew(
+            Holder::new(f.key("p8"), tokens[8]),
+            &Renew {
+                lease_until: f.at_secs(100_000),
+                expires_at: f.at_secs(3601),
+            },
+        )
         .await
         .unwrap();
     let mut long = f.finish(RecordState::Completed, 0, &[], 1);
     long.expires_at = f.at_secs(200_000);
-    let _ = store.finish(f.key("p9"), tokens[9], &long).await.unwrap();
+    let _ = store
+        .finish(Holder::new(f.key("p9"), tokens[9]), &long)
+        .await
+        .unwrap();
 
     let at = f.at_secs(5000);
     let first = store.purge_expired(at, 3).await.unwrap();
@@ -334,7 +357,7 @@ pub async fn purge_removes_only_expired(store: &dyn ProcessedStore) {
     acquired(store, &edge, "fresh claim").await;
     let done = f.finish(RecordState::Completed, 0, &[], 10_001);
     let _ = store
-        .finish(f.key("edge"), edge.token, &done)
+        .finish(Holder::new(f.key("edge"), edge.token), &done)
         .await
         .unwrap();
     let purge_all = |at| async move { while store.purge_expired(at, 1000).await.unwrap() > 0 {} };

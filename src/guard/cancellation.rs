@@ -16,7 +16,7 @@ use tracing::Instrument as _;
 use super::state::ClaimState;
 use super::{store, WebhookGuard};
 use crate::runtime::{self, Backoff};
-use crate::store::{FencingToken, Key, RecordState};
+use crate::store::{FencingToken, Holder, Key, RecordState};
 
 /// How many claims the store did not answer are looked for at once, per guard, and
 /// as many whose delivery was dropped: during an outage every delivery fails so,
@@ -258,7 +258,7 @@ impl WebhookGuard {
                     }
                     let (failed, now) = (RecordState::Failed, inner.clock.now());
                     let release = self.finish_at(failed, record.failures, &record.history, now);
-                    match store(inner).finish(key, token, &release).await {
+                    match store(inner).finish(Holder { key, token }, &release).await {
                         // Released, or taken over meanwhile: nothing left to do.
                         Ok(_) => return,
                         Err(e) => Some(e),

@@ -33,8 +33,8 @@ use sha2::{Digest as _, Sha256};
 use super::{store, WebhookGuard};
 use crate::outcome::Outcome;
 use crate::store::{
-    Claim, ClaimRequest, Deleted, Fence, FencingToken, Fingerprint, Finish, Key, RecordState,
-    StoreError,
+    Claim, ClaimRequest, Deleted, Fence, FencingToken, Fingerprint, Finish, Holder, Key,
+    RecordState, Renew, StoreError,
 };
 
 /// The namespace of the content keys of the guard in `namespace`.
@@ -128,8 +128,8 @@ impl WebhookGuard {
             now,
             expires_at: crate::later(now, inner.retention_delta),
         };
-        let key = Key::new(namespace, &content.hex);
-        match store(inner).finish(key, content.token, &finish).await {
+        let holder = Holder::new(Key::new(namespace, &content.hex), content.token);
+        match store(inner).finish(holder, &finish).await {
             Ok(Fence::Applied) => {}
             Ok(Fence::LeaseLost) => {
                 tracing::debug!(content = %content.hex, "a content key was taken over before its end");
@@ -150,11 +150,12 @@ impl WebhookGuard {
         let Some(namespace) = self.inner.content_namespace.as_deref() else {
             return;
         };
-        let key = Key::new(namespace, &content.hex);
-        if let Err(e) = (store(&self.inner))
-            .renew(key, content.token, lease_until, expires_at)
-            .await
-        {
+        let holder = Holder::new(Key::new(namespace, &content.hex), content.token);
+        let renew = Renew {
+            lease_until,
+            expires_at,
+        };
+        if let Err(e) = store(&self.inner).renew(holder, &renew).await {
             tracing::debug!(content = %content.hex, error = %e, "could not renew a content key's lease");
         }
     }

@@ -33,7 +33,7 @@ use crate::meta::EventMeta;
 use crate::ordering::ObjectStatus;
 use crate::reconcile::ReconcileReason;
 use crate::store::{
-    Claim, ClaimRequest, Fence, FencingToken, Fingerprint, Finish, Key, Record, RecordState,
+    Claim, ClaimRequest, Fence, FencingToken, Fingerprint, Finish, Holder, Key, Record, RecordState,
 };
 
 /// The namespace of the follow-up markers of the guard in `namespace`: a control
@@ -109,7 +109,10 @@ impl WebhookGuard {
             now,
             expires_at: crate::later(now, inner.retention_delta),
         };
-        match store(inner).finish(self.marker(id), token, &finish).await {
+        match store(inner)
+            .finish(Holder::new(self.marker(id), token), &finish)
+            .await
+        {
             Ok(Fence::Applied) => {}
             // Taken over by a sweeper or delivery that will pay it again.
             Ok(Fence::LeaseLost) => {

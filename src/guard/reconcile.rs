@@ -8,7 +8,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 
 use super::WebhookGuard;
 use crate::meta::EventMeta;
-use crate::ordering::ObjectStatus;
+use crate::ordering::{FailedMark, FailedPage, ObjectStatus};
 use crate::reconcile::{ReconcileReason, ReconcileRequest};
 use crate::runtime::{self, catch_unwind, panic_message};
 use crate::store::StoreError;
@@ -55,7 +55,11 @@ impl WebhookGuard {
             .and_then(|d| now.checked_sub_signed(d))
             .unwrap_or(DateTime::<Utc>::MIN_UTC);
         let failed = ordering
-            .failed_objects(&inner.namespace, before, limit)
+            .failed_objects(&FailedPage {
+                namespace: &inner.namespace,
+                before,
+                limit,
+            })
             .await?;
         let mut report = ReconcileReport {
             found: failed.len(),
@@ -103,11 +107,14 @@ impl WebhookGuard {
                     // while it is still the failure listed: one another reconcile
                     // cleared meanwhile stays cleared.
                     let now = inner.clock.now();
-                    let (key, failed) = (object.key(), ObjectStatus::Failed);
-                    if let Err(e) = ordering
-                        .mark_object_if_failed(key, object.newest, object.updated_at, failed, now)
-                        .await
-                    {
+                    let mark = FailedMark {
+                        key: object.key(),
+                        created_at: object.newest,
+                        failed_since: object.updated_at,
+                        status: ObjectStatus::Failed,
+                        now,
+                    };
+                    if let Err(e) = ordering.mark_object_if_failed(&mark).await {
                         tracing::debug!(object = %object.object, error = %e, "could not requeue a failed object");
                     }
                 }

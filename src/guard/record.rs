@@ -16,7 +16,7 @@ use crate::outcome::{Outcome, Unrecorded};
 use crate::reconcile::ReconcileReason;
 use crate::runtime::{self, Backoff};
 use crate::store::{
-    FailureNote, Fence, FencingToken, Finish, Key, RecordState, StoreError, HISTORY_LIMIT,
+    FailureNote, Fence, FencingToken, Finish, Holder, Key, RecordState, StoreError, HISTORY_LIMIT,
 };
 
 /// How a finish recorded in the background ended.
@@ -301,7 +301,7 @@ impl ClaimState {
     ) -> Result<Fence, StoreError> {
         let finish = self.guard.finish_at(state, failures, history, now);
         let fence = store(&self.guard.inner)
-            .finish(self.key(), self.token, &finish)
+            .finish(Holder::new(self.key(), self.token), &finish)
             .await;
         let fence = self.own_fence(fence, state).await;
         if let Ok(Fence::Applied) = fence {
@@ -401,7 +401,7 @@ impl WebhookGuard {
         let mut failed = None;
         while backoff.wait().await {
             let finish = self.finish_at(state, failures, history, inner.clock.now());
-            let error = match store(inner).finish(key, token, &finish).await {
+            let error = match store(inner).finish(Holder { key, token }, &finish).await {
                 Ok(Fence::Applied) => return Late::Recorded,
                 // Taken over, or recorded by the try whose answer was lost: the
                 // record tells.

@@ -8,10 +8,10 @@ use chrono::{DateTime, Utc};
 
 use super::{store, LeaseError, WebhookGuard};
 use crate::meta::{EventMeta, EventType, TypeHeader};
-use crate::ordering::{Freshness, ObjectKey, ObjectStatus};
+use crate::ordering::{Freshness, ObjectKey, ObjectStatus, Observation};
 use crate::outcome::Outcome;
 use crate::reconcile::{ReconcileReason, ReconcileRequest};
-use crate::store::{Fence, FencingToken, Finish, Key, Record, RecordState};
+use crate::store::{Fence, FencingToken, Finish, Holder, Key, Record, RecordState, Renew};
 
 /// What a won claim shares between the flow, the handler's event and the work
 /// left to the background.
@@ -67,7 +67,14 @@ impl ClaimState {
     pub(super) async fn check_order(&self, now: DateTime<Utc>) -> Option<Outcome> {
         let ordering = self.guard.inner.ordering.as_ref()?;
         let (key, created_at) = self.object_key()?;
-        let newest = match ordering.observe(key, created_at, now).await {
+        let newest = match ordering
+            .observe(&Observation {
+                key,
+                created_at,
+                now,
+            })
+            .await
+        {
             Ok(Freshness::Fresh) => return None,
             Ok(Freshness::Stale { newest }) => newest,
             Err(error) => {
@@ -76,7 +83,7 @@ impl ClaimState {
                 let release = self.finish_as(RecordState::Failed, now);
                 self.end_content(RecordState::Failed).await;
                 if let Err(e) = store(&self.guard.inner)
-                    .finish(self.key(), self.token, &release)
+                    .finish(Holder::new(self.key(), self.token), &release)
                     .await
                 {
                     // Released in the background, or the lease would run out and
@@ -96,7 +103,7 @@ impl ClaimState {
         };
         let finish = self.finish_as(RecordState::Completed, now);
         let finished = store(&self.guard.inner)
-            .finish(self.key(), self.token, &finish)
+            .finish(Holder::new(self.key(), self.token), &finish)
             .await;
         self.end_content(RecordState::Completed).await;
         if let Err(e) = finished {
@@ -171,7 +178,13 @@ impl ClaimState {
                 .await;
         }
         let fence = store(inner)
-            .renew(self.key(), self.token, lease_until, expires_at)
+            .renew(
+                Holder::new(self.key(), self.token),
+                &Renew {
+                    lease_until,
+                    expires_at,
+                },
+            )
             .await?;
         match fence {
             Fence::Applied => Ok(()),

@@ -17,7 +17,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use crate::meta::EventMeta;
-use crate::store::{Fence, FencingToken, Fingerprint, Key, StoreError};
+use crate::store::{Fence, FencingToken, Fingerprint, Holder, Key, StoreError};
 
 pub use listing::InboxListing;
 #[cfg(feature = "tokio")]
@@ -140,6 +140,12 @@ impl InboxEvent {
         Key::new(&self.namespace, &self.id)
     }
 
+    /// The event's key with the token of its latest lease: what settles or renews
+    /// that lease.
+    pub fn holder(&self) -> Holder<'_> {
+        Holder::new(self.key(), self.token)
+    }
+
     /// The event's type: its [`meta.event_type`](EventMeta::event_type), whole
     /// (what [`WebhookGuard::accept`](crate::WebhookGuard::accept) stored:
     /// `issues.opened` for GitHub, the name alone with no
@@ -215,6 +221,19 @@ pub enum Enqueued {
     },
 }
 
+/// A request to lease due events: see [`InboxStore::lease`].
+#[derive(Debug, Clone, Copy)]
+pub struct LeaseRequest<'a> {
+    /// The namespace whose events to lease.
+    pub namespace: &'a str,
+    /// The current time: events due at or before it are leased.
+    pub now: DateTime<Utc>,
+    /// Until when the leases hold.
+    pub lease_until: DateTime<Utc>,
+    /// How many events to lease at the most.
+    pub limit: usize,
+}
+
 /// How a worker settles a leased event: see [`InboxStore::settle_event`].
 #[derive(Debug, Clone, Copy)]
 pub struct Settle<'a> {
@@ -257,19 +276,21 @@ pub(crate) fn settled_already(
 /// - **enqueue**: if no event is stored under the key, or the stored one is settled
 ///   and `expires_at <= now`, store a fresh [`InboxEvent::accepted`] and answer
 ///   [`Enqueued::Inserted`]; otherwise change nothing and answer `Existing`.
-/// - **lease**: atomically take up to `limit` events of `namespace` that are due —
-///   `Pending` with `next_attempt_at <= now`, or `Running` with `lease_until <= now`
-///   (a dead worker's event) — oldest due first; set each `Running`, a fresh random
-///   token (one lease may give all its events the same one: fencing is per event),
-///   `attempts + 1`, `lease_until`, `updated_at = now`, and return them. Two
-///   concurrent leases never return the same event.
-/// - **settle_event**: if the event is `Running` with `token`, set state,
-///   `next_attempt_at`, `last_error` (when given), `updated_at` and `expires_at`,
-///   take one from `attempts` (unless 0) when the attempt does not count, and answer
-///   [`Fence::Applied`]. If it already carries `token`, the settle's state
-///   (other than `Running`) and `updated_at = now` (to the millisecond) — the same
-///   settle made again, as a transport may resend it after a lost reply — change
-///   nothing and answer `Applied`. Otherwise [`Fence::LeaseLost`].
+/// - **lease**: atomically take up to the [`LeaseRequest`]'s `limit` events of its
+///   `namespace` that are due — `Pending` with `next_attempt_at <= now`, or
+///   `Running` with `lease_until <= now` (a dead worker's event) — oldest due first;
+///   set each `Running`, a fresh random token (one lease may give all its events the
+///   same one: fencing is per event), `attempts + 1`, `lease_until`,
+///   `updated_at = now`, and return them. Two concurrent leases never return the
+///   same event.
+/// - **settle_event**: if the event under the [`Holder`]'s key is `Running` with
+///   its `token`, set state, `next_attempt_at`, `last_error` (when given),
+///   `updated_at` and `expires_at`, take one from `attempts` (unless 0) when the
+///   attempt does not count, and answer [`Fence::Applied`]. If it already carries
+///   `token`, the settle's state (other than `Running`) and `updated_at = now` (to
+///   the millisecond) — the same settle made again, as a transport may resend it
+///   after a lost reply — change nothing and answer `Applied`. Otherwise
+///   [`Fence::LeaseLost`].
 /// - **renew_event**: the same fence; sets `lease_until`.
 /// - **get_event**: the event or `None`.
 /// - **purge_settled**: removes up to `limit` settled events with `expires_at <= now`.
@@ -278,28 +299,20 @@ pub trait InboxStore: fmt::Debug + Send + Sync + 'static {
     /// Stores an accepted event unless its id is known.
     async fn enqueue(&self, event: &NewEvent<'_>) -> Result<Enqueued, StoreError>;
 
-    /// Leases due events of `namespace`.
-    async fn lease(
-        &self,
-        namespace: &str,
-        now: DateTime<Utc>,
-        lease_until: DateTime<Utc>,
-        limit: usize,
-    ) -> Result<Vec<InboxEvent>, StoreError>;
+    /// Leases due events as `request` says.
+    async fn lease(&self, request: &LeaseRequest<'_>) -> Result<Vec<InboxEvent>, StoreError>;
 
-    /// Settles a leased event.
+    /// Settles the event leased by `holder`.
     async fn settle_event(
         &self,
-        key: Key<'_>,
-        token: FencingToken,
+        holder: Holder<'_>,
         settle: &Settle<'_>,
     ) -> Result<Fence, StoreError>;
 
-    /// Extends a lease.
+    /// Extends the lease of `holder` until `lease_until`.
     async fn renew_event(
         &self,
-        key: Key<'_>,
-        token: FencingToken,
+        holder: Holder<'_>,
         lease_until: DateTime<Utc>,
     ) -> Result<Fence, StoreError>;
 
@@ -319,11 +332,10 @@ pub trait InboxStore: fmt::Debug + Send + Sync + 'static {
 
 crate::forward::forward!(InboxStore {
     async fn enqueue(&self, event: &NewEvent<'_>) -> Result<Enqueued, StoreError>;
-    async fn lease(&self, namespace: &str, now: DateTime<Utc>, lease_until: DateTime<Utc>,
-        limit: usize) -> Result<Vec<InboxEvent>, StoreError>;
-    async fn settle_event(&self, key: Key<'_>, token: FencingToken, settle: &Settle<'_>)
+    async fn lease(&self, request: &LeaseRequest<'_>) -> Result<Vec<InboxEvent>, StoreError>;
+    async fn settle_event(&self, holder: Holder<'_>, settle: &Settle<'_>)
         -> Result<Fence, StoreError>;
-    async fn renew_event(&self, key: Key<'_>, token: FencingToken, lease_until: DateTime<Utc>)
+    async fn renew_event(&self, holder: Holder<'_>, lease_until: DateTime<Utc>)
         -> Result<Fence, StoreError>;
     async fn get_event(&self, key: Key<'_>) -> Result<Option<InboxEvent>, StoreError>;
     async fn purge_settled(&self, now: DateTime<Utc>, limit: usize) -> Result<u64, StoreError>;

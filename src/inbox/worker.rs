@@ -8,10 +8,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, TimeDelta, Utc};
 
-use super::{InboxEvent, InboxState, InboxStore};
+use super::{InboxEvent, InboxState, InboxStore, LeaseRequest};
 use crate::clock::{Clock, SystemClock};
 use crate::hooks::{Hooks, NoHooks, PanicSafe};
-use crate::ordering::{Freshness, ObjectKey, ObjectStatus, OrderingStore};
+use crate::ordering::{Freshness, ObjectKey, ObjectStatus, Observation, OrderingStore};
 use crate::outcome::HandlerError;
 use crate::reconcile::{ReconcileReason, ReconcileRequest, Reconciler};
 use crate::runtime::{catch_unwind, panic_message};
@@ -317,7 +317,14 @@ impl Worker {
         let i = &self.inner;
         let now = i.clock.now();
         let lease_until = crate::later(now, delta(i.lease));
-        let events = i.inbox.lease(&i.namespace, now, lease_until, n).await?;
+        let namespace = &i.namespace;
+        let request = LeaseRequest {
+            namespace,
+            now,
+            lease_until,
+            limit: n,
+        };
+        let events = i.inbox.lease(&request).await?;
         let leased = events.len();
         for event in events {
             let inner = self.inner.clone();
@@ -593,7 +600,12 @@ impl Inner {
         let Some((key, created_at)) = self.object_key(event) else {
             return Order::Go;
         };
-        let observed = ordering.observe(key, created_at, self.clock.now());
+        let seen = Observation {
+            key,
+            created_at,
+            now: self.clock.now(),
+        };
+        let observed = ordering.observe(&seen);
         let limit = self.lease.saturating_mul(3);
         match tokio::time::timeout(limit, observed).await {
             Ok(Ok(Freshness::Fresh)) => Order::Go,
@@ -685,7 +697,7 @@ impl Inner {
             wait = every;
             self.held_for(event, *held_until, stopped)?;
             let until = crate::later(self.clock.now(), delta(self.lease));
-            let renewal = self.inbox.renew_event(event.key(), event.token, until);
+            let renewal = self.inbox.renew_event(event.holder(), until);
             let mut renewal = std::pin::pin!(renewal);
             let renewed = loop {
                 let left = self.held_for(

@@ -36,8 +36,8 @@ use chrono::{DateTime, TimeDelta, Utc};
 use sha2::{Digest, Sha256};
 
 use super::{
-    Claim, ClaimRequest, Deleted, FailureNote, Fence, FencingToken, Fingerprint, Finish, Key,
-    ProcessedStore, Record, RecordState, StoreError, HISTORY_LIMIT,
+    Claim, ClaimRequest, Deleted, FailureNote, Fence, FencingToken, Fingerprint, Finish, Holder,
+    Key, ProcessedStore, Record, RecordState, StoreError, HISTORY_LIMIT,
 };
 
 /// Where an escalation stands for the operators.
@@ -204,7 +204,10 @@ pub async fn mark(
         now,
         expires_at: request.expires_at,
     };
-    match store.finish(marker_key, request.token, &finish).await? {
+    match store
+        .finish(Holder::new(marker_key, request.token), &finish)
+        .await?
+    {
         Fence::Applied => Ok(Escalation {
             status,
             notes: history,

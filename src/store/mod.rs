@@ -60,7 +60,7 @@ pub use postgres::PostgresStore;
 pub(crate) use record::made_at;
 pub use record::{
     decode_history, encode_history, Claim, ClaimRequest, Decision, Deleted, FailureNote, Fence,
-    Finish, Record, RecordState, Recorded, HISTORY_LIMIT,
+    Finish, Holder, Record, RecordState, Recorded, Renew, HISTORY_LIMIT,
 };
 #[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
 #[cfg_attr(
@@ -336,12 +336,13 @@ impl StoreError {
 ///   with the record it made; the guard takes `Existing` with an `InProgress`
 ///   record carrying the request's token and changed at the request's `now` (to the
 ///   millisecond: keep `updated_at` at least that precisely) as granted too.
-/// - **finish**: if the record exists, is `InProgress` and carries `token`, set its
-///   state, failures, history, expiry and `updated_at` from the [`Finish`] and answer
-///   [`Fence::Applied`]; otherwise change nothing and answer [`Fence::LeaseLost`]. A
-///   lease that ran out but was not taken over may still be finished.
+/// - **finish**: if the record under the [`Holder`]'s key exists, is `InProgress`
+///   and carries the holder's token, set its state, failures, history, expiry and
+///   `updated_at` from the [`Finish`] and answer [`Fence::Applied`]; otherwise
+///   change nothing and answer [`Fence::LeaseLost`]. A lease that ran out but was
+///   not taken over may still be finished.
 /// - **renew**: the same fence; sets `lease_until`, and `expires_at` to the later of
-///   its value and the one given.
+///   its value and the one given (both from the [`Renew`]).
 /// - **get**: the record, expired or not, or `None`.
 /// - **delete**: removes the record unless it is `InProgress` with a live lease.
 /// - **purge_expired**: removes up to `limit` records with `expires_at <= now`,
@@ -375,8 +376,8 @@ impl StoreError {
 ///
 /// use chrono::{DateTime, Utc};
 /// use webhook_guard::store::{
-///     async_trait, Claim, ClaimRequest, Decision, Deleted, Fence, FencingToken, Finish, Key,
-///     ProcessedStore, Record, StoreError,
+///     async_trait, Claim, ClaimRequest, Decision, Deleted, Fence, Finish, Holder, Key,
+///     ProcessedStore, Record, Renew, StoreError,
 /// };
 ///
 /// #[derive(Debug, Default)]
@@ -398,12 +399,8 @@ impl StoreError {
 ///         Ok(Claim::Acquired(next))
 ///     }
 ///
-///     async fn finish(
-///         &self,
-///         key: Key<'_>,
-///         token: FencingToken,
-///         finish: &Finish<'_>,
-///     ) -> Result<Fence, StoreError> {
+///     async fn finish(&self, holder: Holder<'_>, finish: &Finish<'_>) -> Result<Fence, StoreError> {
+///         let Holder { key, token } = holder;
 ///         let mut records = self.0.lock().unwrap();
 ///         let record = records.get_mut(&(key.namespace.to_owned(), key.id.to_owned()));
 ///         Ok(record.map_or(Fence::LeaseLost, |r| r.apply_finish(token, finish)))
@@ -411,8 +408,9 @@ impl StoreError {
 ///
 ///     // `renew` as `finish`, with `Record::apply_renew`; `get`, `delete`,
 ///     // `purge_expired` and `stuck` as the contract says (see the example).
-/// #   async fn renew(&self, _: Key<'_>, _: FencingToken, _: DateTime<Utc>, _: DateTime<Utc>)
-/// #       -> Result<Fence, StoreError> { unimplemented!() }
+/// #   async fn renew(&self, _: Holder<'_>, _: &Renew) -> Result<Fence, StoreError> {
+/// #       unimplemented!()
+/// #   }
 /// #   async fn get(&self, _: Key<'_>) -> Result<Option<Record>, StoreError> { unimplemented!() }
 /// #   async fn delete(&self, _: Key<'_>, _: DateTime<Utc>) -> Result<Deleted, StoreError> {
 /// #       unimplemented!()
@@ -447,22 +445,11 @@ pub trait ProcessedStore: fmt::Debug + Send + Sync + 'static {
     /// Claims `request.key` if it is free, expired, failed or abandoned.
     async fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claim, StoreError>;
 
-    /// Ends the claim holding `token` with the state in `finish`.
-    async fn finish(
-        &self,
-        key: Key<'_>,
-        token: FencingToken,
-        finish: &Finish<'_>,
-    ) -> Result<Fence, StoreError>;
+    /// Ends the claim of `holder` with the state in `finish`.
+    async fn finish(&self, holder: Holder<'_>, finish: &Finish<'_>) -> Result<Fence, StoreError>;
 
-    /// Extends the lease of the claim holding `token`.
-    async fn renew(
-        &self,
-        key: Key<'_>,
-        token: FencingToken,
-        lease_until: DateTime<Utc>,
-        expires_at: DateTime<Utc>,
-    ) -> Result<Fence, StoreError>;
+    /// Extends the lease of the claim of `holder` as `renew` says.
+    async fn renew(&self, holder: Holder<'_>, renew: &Renew) -> Result<Fence, StoreError>;
 
     /// The record under `key`, if any.
     async fn get(&self, key: Key<'_>) -> Result<Option<Record>, StoreError>;
@@ -492,10 +479,8 @@ macro_rules! forward_processed_store {
     ($($head:tt)*) => {
         crate::forward::forward!($($head)* {
             async fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claim, StoreError>;
-            async fn finish(&self, key: Key<'_>, token: FencingToken, finish: &Finish<'_>)
-                -> Result<Fence, StoreError>;
-            async fn renew(&self, key: Key<'_>, token: FencingToken, lease_until: DateTime<Utc>,
-                expires_at: DateTime<Utc>) -> Result<Fence, StoreError>;
+            async fn finish(&self, holder: Holder<'_>, finish: &Finish<'_>) -> Result<Fence, StoreError>;
+            async fn renew(&self, holder: Holder<'_>, renew: &Renew) -> Result<Fence, StoreError>;
             async fn get(&self, key: Key<'_>) -> Result<Option<Record>, StoreError>;
             async fn delete(&self, key: Key<'_>, now: DateTime<Utc>) -> Result<Deleted, StoreError>;
             async fn purge_expired(&self, now: DateTime<Utc>, limit: usize) -> Result<u64, StoreError>;

@@ -231,20 +231,15 @@ impl Record {
     }
 
     /// [`ProcessedStore::renew`] on this record: if the claim holding `token` holds
-    /// it, the lease ends at `lease_until`, the expiry becomes the later of its value
-    /// and `expires_at`, and the answer is [`Fence::Applied`]; otherwise nothing
-    /// changes and the answer is [`Fence::LeaseLost`].
-    pub fn apply_renew(
-        &mut self,
-        token: FencingToken,
-        lease_until: DateTime<Utc>,
-        expires_at: DateTime<Utc>,
-    ) -> Fence {
+    /// it, the lease ends at `renew.lease_until`, the expiry becomes the later of its
+    /// value and `renew.expires_at`, and the answer is [`Fence::Applied`]; otherwise
+    /// nothing changes and the answer is [`Fence::LeaseLost`].
+    pub fn apply_renew(&mut self, token: FencingToken, renew: &Renew) -> Fence {
         if !self.is_held_by(token) {
             return Fence::LeaseLost;
         }
-        self.lease_until = lease_until;
-        self.expires_at = self.expires_at.max(expires_at);
+        self.lease_until = renew.lease_until;
+        self.expires_at = self.expires_at.max(renew.expires_at);
         Fence::Applied
     }
 
@@ -411,6 +406,33 @@ pub struct Finish<'a> {
     /// The current time (becomes `updated_at`).
     pub now: DateTime<Utc>,
     /// The record's new expiry.
+    pub expires_at: DateTime<Utc>,
+}
+
+/// Who may make a fenced change: the key and the token of the claim (or inbox
+/// lease) holding it. A store makes the change only while the record (or event)
+/// under the key still carries the token: see [`ProcessedStore::finish`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Holder<'a> {
+    /// The key held.
+    pub key: Key<'a>,
+    /// The token of the claim or lease holding it.
+    pub token: FencingToken,
+}
+
+impl<'a> Holder<'a> {
+    /// The claim or lease of `key` that carries `token`.
+    pub fn new(key: Key<'a>, token: FencingToken) -> Self {
+        Self { key, token }
+    }
+}
+
+/// A fenced change that extends a claim's lease: see [`ProcessedStore::renew`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Renew {
+    /// Until when the lease now holds.
+    pub lease_until: DateTime<Utc>,
+    /// The record's expiry at the earliest (a later one is kept).
     pub expires_at: DateTime<Utc>,
 }
 

@@ -12,10 +12,11 @@ use std::time::Duration;
 
 use axum::Router;
 use chrono::{DateTime, TimeDelta, Utc};
+use webhook_guard::inbox::LeaseRequest;
 use webhook_guard::integrations::axum::guarded;
 use webhook_guard::store::{
     Claim, ClaimRequest, DynProcessedStore, FailureNote, Fence, FencingToken, Fingerprint, Finish,
-    Key, RecordState, StoreUrl,
+    Holder, Key, RecordState, StoreUrl,
 };
 use webhook_guard::verify::{GitHub, Jamm, StandardWebhooks, Stripe, Verifier};
 use webhook_guard::{HandlerError, MemoryStore, OwnedEvent, WebhookGuard};
@@ -110,7 +111,7 @@ async fn finish(
         expires_at,
     };
     let fence = store
-        .finish(Key::new(ns, id), token, &finish)
+        .finish(Holder::new(Key::new(ns, id), token), &finish)
         .await
         .unwrap();
     assert_eq!(fence, Fence::Applied, "{id}");
@@ -860,13 +861,24 @@ async fn listing_flow(url: &str, table: Option<&str>) {
                     attempt_counts: true,
                 };
                 let fence = inbox
-                    .settle_event(Key::new(&ns, "dl-1"), e.token, &settle)
+                    .settle_event(Holder::new(Key::new(&ns, "dl-1"), e.token), &settle)
                     .await;
                 assert_eq!(fence.unwrap(), Fence::Applied);
             }
         }
     };
-    kill(inbox.lease(&ns, now, now + h(1), 10).await.unwrap()).await;
+    kill(
+        inbox
+            .lease(&LeaseRequest {
+                namespace: &ns,
+                now,
+                lease_until: now + h(1),
+                limit: 10,
+            })
+            .await
+            .unwrap(),
+    )
+    .await;
     let out = run(&["dead-letters", "list"], &envs).await;
     assert_code(&out, 0);
     let text = stdout(&out);
@@ -885,7 +897,18 @@ async fn listing_flow(url: &str, table: Option<&str>) {
         (e.state, e.attempts),
         (webhook_guard::inbox::InboxState::Pending, 0)
     );
-    kill(inbox.lease(&ns, Utc::now(), now + h(1), 10).await.unwrap()).await;
+    kill(
+        inbox
+            .lease(&LeaseRequest {
+                namespace: &ns,
+                now: Utc::now(),
+                lease_until: now + h(1),
+                limit: 10,
+            })
+            .await
+            .unwrap(),
+    )
+    .await;
     let out = run(
         &["dead-letters", "purge", "--all", "--prefix", "dl-"],
         &envs,

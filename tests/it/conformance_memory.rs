@@ -77,7 +77,7 @@ async fn memory_store_passes_the_inbox_and_ordering_suites() {
 /// all are leased.
 #[test]
 fn leases_racing_on_threads_are_exclusive() {
-    use webhook_guard::inbox::{InboxStore, NewEvent};
+    use webhook_guard::inbox::{InboxStore, LeaseRequest, NewEvent};
     use webhook_guard::meta::EventMeta;
     let store = MemoryStore::new();
     let now = Utc::now();
@@ -102,7 +102,13 @@ fn leases_racing_on_threads_are_exclusive() {
                 barrier.wait();
                 loop {
                     let until = now + Duration::from_secs(60);
-                    let got = ready(store.lease("threads", now, until, 7)).expect("lease");
+                    let got = ready(store.lease(&LeaseRequest {
+                        namespace: "threads",
+                        now,
+                        lease_until: until,
+                        limit: 7,
+                    }))
+                    .expect("lease");
                     if got.is_empty() {
                         break;
                     }
@@ -123,7 +129,7 @@ fn leases_racing_on_threads_are_exclusive() {
 /// answer is stale only against a newer time.
 #[test]
 fn observations_racing_on_threads_keep_the_newest() {
-    use webhook_guard::ordering::{Freshness, ObjectKey, OrderingStore};
+    use webhook_guard::ordering::{Freshness, ObjectKey, Observation, OrderingStore};
     let store = MemoryStore::new();
     let now = Utc::now();
     for round in 0..200 {
@@ -140,7 +146,13 @@ fn observations_racing_on_threads_keep_the_newest() {
                 s.spawn(move || {
                     let created = now + Duration::from_secs(t);
                     barrier.wait();
-                    match ready(store.observe(key, created, now)).expect("observe") {
+                    match ready(store.observe(&Observation {
+                        key,
+                        created_at: created,
+                        now,
+                    }))
+                    .expect("observe")
+                    {
                         Freshness::Fresh => {}
                         Freshness::Stale { newest } => assert!(newest > created),
                     }

@@ -16,7 +16,7 @@ use webhook_guard::store::dynamodb::aws_sdk_dynamodb::types::{AttributeValue, Ti
 use webhook_guard::store::dynamodb::{DynamoDbStoreError, DUE_INDEX, LIST_INDEX, TTL_ATTRIBUTE};
 use webhook_guard::store::{
     Backend, Claim, ClaimRequest, Deleted, DynamoDbStore, Fence, FencingToken, Fingerprint, Finish,
-    Key, Migration, ProcessedStore, RecordState, StoreError,
+    Holder, Key, Migration, ProcessedStore, RecordState, StoreError,
 };
 
 const URL_VAR: &str = "WEBHOOK_GUARD_DYNAMODB_URL";
@@ -153,7 +153,10 @@ async fn a_stale_holders_finish_is_refused_by_the_server() {
         expires_at: t0 + TimeDelta::seconds(7200),
     };
     assert_eq!(
-        store.finish(key, FencingToken(1), &done).await.unwrap(),
+        store
+            .finish(Holder::new(key, FencingToken(1)), &done)
+            .await
+            .unwrap(),
         Fence::LeaseLost
     );
     let after = raw_item(&store, pk).await.unwrap();
@@ -161,7 +164,10 @@ async fn a_stale_holders_finish_is_refused_by_the_server() {
     assert_eq!(text(&after, "state"), "in_progress");
     assert_eq!(number(&after, "token"), 2);
     assert_eq!(
-        store.finish(key, FencingToken(2), &done).await.unwrap(),
+        store
+            .finish(Holder::new(key, FencingToken(2)), &done)
+            .await
+            .unwrap(),
         Fence::Applied
     );
     let finished = raw_item(&store, pk).await.unwrap();
@@ -208,7 +214,7 @@ async fn purge_removes_expired_items_without_waiting_for_the_ttl() {
         let key = Key::new("purge", id);
         assert_eq!(
             store
-                .finish(key, FencingToken(token), &done(60))
+                .finish(Holder::new(key, FencingToken(token)), &done(60))
                 .await
                 .unwrap(),
             Fence::Applied
@@ -217,7 +223,7 @@ async fn purge_removes_expired_items_without_waiting_for_the_ttl() {
     let d = Key::new("purge", "d");
     assert_eq!(
         store
-            .finish(d, FencingToken(4), &done(86_400))
+            .finish(Holder::new(d, FencingToken(4)), &done(86_400))
             .await
             .unwrap(),
         Fence::Applied
@@ -299,7 +305,7 @@ async fn stuck_lists_expired_leases_across_shards_longest_expired_first() {
         let key = Key::new("stuck", id);
         assert_eq!(
             store
-                .finish(key, FencingToken(i as u64 + 1), &done)
+                .finish(Holder::new(key, FencingToken(i as u64 + 1)), &done)
                 .await
                 .unwrap(),
             Fence::Applied

@@ -28,12 +28,12 @@ use support::backends::{self, Backend};
 use webhook_guard::clock::ManualClock;
 use webhook_guard::hooks::Escalation;
 use webhook_guard::meta::MetaExtractor;
-use webhook_guard::ordering::OrderingStore;
+use webhook_guard::ordering::{FailedPage, OrderingStore};
 use webhook_guard::outcome::OutcomeKind;
 use webhook_guard::reconcile::{ReconcileRequest, Reconciler};
 use webhook_guard::store::{
-    async_trait, BoxError, Claim, ClaimRequest, Deleted, DynProcessedStore, Fence, FencingToken,
-    Finish, Key, ProcessedStore, Record, RecordState, StoreError,
+    async_trait, BoxError, Claim, ClaimRequest, Deleted, DynProcessedStore, Fence, Finish, Holder,
+    Key, ProcessedStore, Record, RecordState, Renew, StoreError,
 };
 use webhook_guard::verify::NoVerification;
 use webhook_guard::{EventId, HandlerError, Hooks, WebhookGuard};
@@ -171,23 +171,11 @@ impl ProcessedStore for CrashAt {
     async fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
         self.gate(self.inner.claim(request)).await
     }
-    async fn finish(
-        &self,
-        key: Key<'_>,
-        token: FencingToken,
-        finish: &Finish<'_>,
-    ) -> Result<Fence, StoreError> {
-        self.gate(self.inner.finish(key, token, finish)).await
+    async fn finish(&self, holder: Holder<'_>, finish: &Finish<'_>) -> Result<Fence, StoreError> {
+        self.gate(self.inner.finish(holder, finish)).await
     }
-    async fn renew(
-        &self,
-        key: Key<'_>,
-        token: FencingToken,
-        lease_until: DateTime<Utc>,
-        expires_at: DateTime<Utc>,
-    ) -> Result<Fence, StoreError> {
-        let renew = self.inner.renew(key, token, lease_until, expires_at);
-        self.gate(renew).await
+    async fn renew(&self, holder: Holder<'_>, renew: &Renew) -> Result<Fence, StoreError> {
+        self.gate(self.inner.renew(holder, renew)).await
     }
     async fn get(&self, key: Key<'_>) -> Result<Option<Record>, StoreError> {
         self.gate(self.inner.get(key)).await
@@ -423,7 +411,11 @@ async fn crash_once(
     assert!(asked >= 1, "{case}: the reconciler was asked");
     let later = start() + TimeDelta::days(1);
     let failed = ordering
-        .failed_objects(new.guard.namespace(), later, 1000)
+        .failed_objects(&FailedPage {
+            namespace: new.guard.namespace(),
+            before: later,
+            limit: 1000,
+        })
         .await
         .unwrap();
     let object = format!("in_{n}");
@@ -493,32 +485,21 @@ impl ProcessedStore for StopAfterRecord {
     async fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
         self.0.claim(request).await
     }
-    async fn finish(
-        &self,
-        key: Key<'_>,
-        token: FencingToken,
-        finish: &Finish<'_>,
-    ) -> Result<Fence, StoreError> {
-        let fence = self.0.finish(key, token, finish).await;
+    async fn finish(&self, holder: Holder<'_>, finish: &Finish<'_>) -> Result<Fence, StoreError> {
+        let fence = self.0.finish(holder, finish).await;
         let for_good = matches!(
             finish.state,
             RecordState::Escalated | RecordState::PermanentFailure
         );
-        if for_good && key.namespace == "default" {
+        if for_good && holder.key.namespace == "default" {
             println!("RECORDED {fence:?}");
             std::io::stdout().flush().unwrap();
             std::future::pending::<()>().await;
         }
         fence
     }
-    async fn renew(
-        &self,
-        key: Key<'_>,
-        token: FencingToken,
-        lease_until: DateTime<Utc>,
-        expires_at: DateTime<Utc>,
-    ) -> Result<Fence, StoreError> {
-        self.0.renew(key, token, lease_until, expires_at).await
+    async fn renew(&self, holder: Holder<'_>, renew: &Renew) -> Result<Fence, StoreError> {
+        self.0.renew(holder, renew).await
     }
     async fn get(&self, key: Key<'_>) -> Result<Option<Record>, StoreError> {
         self.0.get(key).await
@@ -664,7 +645,14 @@ async fn killed_after_the_record(backend: Backend, kind: Kind) {
     assert_eq!(new.hooks.count(kind), 1, "the hook ran after the crash");
     assert_eq!(reconciled(&new, 1).await, 1, "the reconciler was asked");
     let later = start() + TimeDelta::days(1);
-    let failed = ordering.failed_objects("default", later, 10).await.unwrap();
+    let failed = ordering
+        .failed_objects(&FailedPage {
+            namespace: "default",
+            before: later,
+            limit: 10,
+        })
+        .await
+        .unwrap();
     assert!(
         failed.iter().any(|o| o.object == "in_1"),
         "listed for reconcile_stale: {failed:?}"

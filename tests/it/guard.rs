@@ -13,7 +13,7 @@ use webhook_guard::hooks::Escalation;
 use webhook_guard::meta::{EventMeta, MetaExtractor};
 use webhook_guard::outcome::{OutcomeKind, Rejection};
 use webhook_guard::store::{
-    Claim, ClaimRequest, Deleted, Fence, FencingToken, Finish, Key, StoreError,
+    Claim, ClaimRequest, Deleted, Fence, Finish, Holder, Key, Renew, StoreError,
 };
 use webhook_guard::store::{Record, RecordState};
 use webhook_guard::verify::{HmacSha256Header, NoVerification};
@@ -747,16 +747,11 @@ impl ProcessedStore for Flaky {
             claim => claim,
         }
     }
-    async fn finish(
-        &self,
-        k: Key<'_>,
-        t: FencingToken,
-        f: &Finish<'_>,
-    ) -> Result<Fence, StoreError> {
+    async fn finish(&self, holder: Holder<'_>, finish: &Finish<'_>) -> Result<Fence, StoreError> {
         self.check(&self.down)?;
         self.check(&self.finish_down)?;
         stall(&self.finish_stall).await;
-        let fence = self.inner.finish(k, t, f).await;
+        let fence = self.inner.finish(holder, finish).await;
         stall(&self.answer_stall).await;
         match self.finish_reply.swap(0, Ordering::SeqCst) {
             1 => Err(StoreError::unavailable("the reply was lost")),
@@ -764,15 +759,9 @@ impl ProcessedStore for Flaky {
             _ => fence,
         }
     }
-    async fn renew(
-        &self,
-        k: Key<'_>,
-        t: FencingToken,
-        l: DateTime<Utc>,
-        e: DateTime<Utc>,
-    ) -> Result<Fence, StoreError> {
+    async fn renew(&self, holder: Holder<'_>, renew: &Renew) -> Result<Fence, StoreError> {
         self.check(&self.down)?;
-        self.inner.renew(k, t, l, e).await
+        self.inner.renew(holder, renew).await
     }
     async fn get(&self, k: Key<'_>) -> Result<Option<Record>, StoreError> {
         self.check(&self.down)?;
@@ -2004,42 +1993,28 @@ struct SlowOrdering {
 impl webhook_guard::ordering::OrderingStore for SlowOrdering {
     async fn observe(
         &self,
-        key: webhook_guard::ordering::ObjectKey<'_>,
-        created_at: DateTime<Utc>,
-        now: DateTime<Utc>,
+        event: &webhook_guard::ordering::Observation<'_>,
     ) -> Result<webhook_guard::ordering::Freshness, StoreError> {
-        self.inner.observe(key, created_at, now).await
+        self.inner.observe(event).await
     }
     async fn settle_object(
         &self,
-        key: webhook_guard::ordering::ObjectKey<'_>,
-        created_at: DateTime<Utc>,
-        status: webhook_guard::ordering::ObjectStatus,
-        now: DateTime<Utc>,
+        mark: &webhook_guard::ordering::ObjectMark<'_>,
     ) -> Result<bool, StoreError> {
         stall(&self.stall).await;
-        self.inner.settle_object(key, created_at, status, now).await
+        self.inner.settle_object(mark).await
     }
     async fn mark_object(
         &self,
-        key: webhook_guard::ordering::ObjectKey<'_>,
-        created_at: DateTime<Utc>,
-        status: webhook_guard::ordering::ObjectStatus,
-        now: DateTime<Utc>,
+        mark: &webhook_guard::ordering::ObjectMark<'_>,
     ) -> Result<bool, StoreError> {
-        self.inner.mark_object(key, created_at, status, now).await
+        self.inner.mark_object(mark).await
     }
     async fn mark_object_if_failed(
         &self,
-        key: webhook_guard::ordering::ObjectKey<'_>,
-        created_at: DateTime<Utc>,
-        failed_since: DateTime<Utc>,
-        status: webhook_guard::ordering::ObjectStatus,
-        now: DateTime<Utc>,
+        mark: &webhook_guard::ordering::FailedMark<'_>,
     ) -> Result<bool, StoreError> {
-        self.inner
-            .mark_object_if_failed(key, created_at, failed_since, status, now)
-            .await
+        self.inner.mark_object_if_failed(mark).await
     }
     async fn get_object(
         &self,
@@ -2049,11 +2024,9 @@ impl webhook_guard::ordering::OrderingStore for SlowOrdering {
     }
     async fn failed_objects(
         &self,
-        namespace: &str,
-        before: DateTime<Utc>,
-        limit: usize,
+        page: &webhook_guard::ordering::FailedPage<'_>,
     ) -> Result<Vec<webhook_guard::ordering::ObjectRecord>, StoreError> {
-        self.inner.failed_objects(namespace, before, limit).await
+        self.inner.failed_objects(page).await
     }
 }
 

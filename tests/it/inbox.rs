@@ -9,12 +9,14 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, TimeDelta, TimeZone, Utc};
 use webhook_guard::clock::{Clock, ManualClock};
-use webhook_guard::inbox::{InboxEvent, InboxState, InboxStore, RetryPolicy, Worker};
+use webhook_guard::inbox::{InboxEvent, InboxState, InboxStore, LeaseRequest, RetryPolicy, Worker};
 use webhook_guard::meta::{EventMeta, MetaExtractor};
-use webhook_guard::ordering::{ObjectKey, ObjectStatus, OrderingStore};
+use webhook_guard::ordering::{
+    FailedMark, FailedPage, ObjectKey, ObjectMark, ObjectStatus, Observation, OrderingStore,
+};
 use webhook_guard::outcome::OutcomeKind;
 use webhook_guard::reconcile::{ReconcileReason, ReconcileRequest, Reconciler};
-use webhook_guard::store::{BoxError, Key};
+use webhook_guard::store::{BoxError, Holder, Key};
 use webhook_guard::verify::NoVerification;
 use webhook_guard::{EventId, HandlerError, Hooks, MemoryStore, Outcome, WebhookGuard};
 
@@ -330,7 +332,12 @@ async fn an_event_whose_runs_never_finish_is_dead_lettered() {
         let now = s.clock.now();
         let leased = s
             .store
-            .lease("inbox-test", now, now + TimeDelta::seconds(30), 10)
+            .lease(&LeaseRequest {
+                namespace: "inbox-test",
+                now,
+                lease_until: now + TimeDelta::seconds(30),
+                limit: 10,
+            })
             .await
             .unwrap();
         assert_eq!(leased.len(), 1);
@@ -792,28 +799,23 @@ impl InboxStore for DiesAt {
     }
     async fn lease(
         &self,
-        ns: &str,
-        now: DateTime<Utc>,
-        until: DateTime<Utc>,
-        limit: usize,
+        request: &LeaseRequest<'_>,
     ) -> Result<Vec<InboxEvent>, webhook_guard::StoreError> {
         self.step().await;
-        self.inner.lease(ns, now, until, limit).await
+        self.inner.lease(request).await
     }
     async fn settle_event(
         &self,
-        k: Key<'_>,
-        t: webhook_guard::store::FencingToken,
-        s: &webhook_guard::inbox::Settle<'_>,
+        holder: Holder<'_>,
+        settle: &webhook_guard::inbox::Settle<'_>,
     ) -> Result<webhook_guard::store::Fence, webhook_guard::StoreError> {
         self.step().await;
-        self.inner.settle_event(k, t, s).await
+        self.inner.settle_event(holder, settle).await
     }
     async fn renew_event(
         &self,
-        k: Key<'_>,
-        t: webhook_guard::store::FencingToken,
-        l: DateTime<Utc>,
+        holder: Holder<'_>,
+        lease_until: DateTime<Utc>,
     ) -> Result<webhook_guard::store::Fence, webhook_guard::StoreError> {
         self.step().await;
         if self.hang_renewals {
@@ -822,7 +824,7 @@ impl InboxStore for DiesAt {
         if self.fail_renewals {
             return Err(webhook_guard::StoreError::unavailable("connection refused"));
         }
-        self.inner.renew_event(k, t, l).await
+        self.inner.renew_event(holder, lease_until).await
     }
     async fn get_event(&self, k: Key<'_>) -> Result<Option<InboxEvent>, webhook_guard::StoreError> {
         self.inner.get_event(k).await
@@ -1094,9 +1096,21 @@ async fn reconcile_stale_gets_past_an_object_that_keeps_failing() {
             family: "",
         };
         let at = start() + TimeDelta::seconds(i as i64);
-        store.observe(key, at, at).await.unwrap();
+        store
+            .observe(&Observation {
+                key,
+                created_at: at,
+                now: at,
+            })
+            .await
+            .unwrap();
         assert!(store
-            .settle_object(key, at, ObjectStatus::Failed, at)
+            .settle_object(&ObjectMark {
+                key,
+                created_at: at,
+                status: ObjectStatus::Failed,
+                now: at
+            })
             .await
             .unwrap());
     }
@@ -1246,9 +1260,7 @@ impl OrderingDown {
 impl OrderingStore for OrderingDown {
     async fn observe(
         &self,
-        key: ObjectKey<'_>,
-        created_at: DateTime<Utc>,
-        now: DateTime<Utc>,
+        event: &Observation<'_>,
     ) -> Result<webhook_guard::ordering::Freshness, webhook_guard::StoreError> {
         self.check()?;
         if let Some((clock, by)) = self.slow_once.lock().unwrap().take() {
@@ -1258,40 +1270,25 @@ impl OrderingStore for OrderingDown {
         if let Some(nap) = nap {
             tokio::time::sleep(nap).await;
         }
-        self.inner.observe(key, created_at, now).await
+        self.inner.observe(event).await
     }
     async fn settle_object(
         &self,
-        key: ObjectKey<'_>,
-        created_at: DateTime<Utc>,
-        status: ObjectStatus,
-        now: DateTime<Utc>,
+        mark: &ObjectMark<'_>,
     ) -> Result<bool, webhook_guard::StoreError> {
         self.check()?;
-        self.inner.settle_object(key, created_at, status, now).await
+        self.inner.settle_object(mark).await
     }
-    async fn mark_object(
-        &self,
-        key: ObjectKey<'_>,
-        created_at: DateTime<Utc>,
-        status: ObjectStatus,
-        now: DateTime<Utc>,
-    ) -> Result<bool, webhook_guard::StoreError> {
+    async fn mark_object(&self, mark: &ObjectMark<'_>) -> Result<bool, webhook_guard::StoreError> {
         self.check()?;
-        self.inner.mark_object(key, created_at, status, now).await
+        self.inner.mark_object(mark).await
     }
     async fn mark_object_if_failed(
         &self,
-        key: ObjectKey<'_>,
-        created_at: DateTime<Utc>,
-        failed_since: DateTime<Utc>,
-        status: ObjectStatus,
-        now: DateTime<Utc>,
+        mark: &FailedMark<'_>,
     ) -> Result<bool, webhook_guard::StoreError> {
         self.check()?;
-        self.inner
-            .mark_object_if_failed(key, created_at, failed_since, status, now)
-            .await
+        self.inner.mark_object_if_failed(mark).await
     }
     async fn get_object(
         &self,
@@ -1301,11 +1298,9 @@ impl OrderingStore for OrderingDown {
     }
     async fn failed_objects(
         &self,
-        namespace: &str,
-        before: DateTime<Utc>,
-        limit: usize,
+        page: &FailedPage<'_>,
     ) -> Result<Vec<webhook_guard::ordering::ObjectRecord>, webhook_guard::StoreError> {
-        self.inner.failed_objects(namespace, before, limit).await
+        self.inner.failed_objects(page).await
     }
 }
 
@@ -1589,7 +1584,12 @@ async fn a_handler_error_cannot_pass_for_an_ordering_outage() {
     let now = s.clock.now();
     let died = s
         .store
-        .lease("inbox-test", now, now + TimeDelta::seconds(1), 10)
+        .lease(&LeaseRequest {
+            namespace: "inbox-test",
+            now,
+            lease_until: now + TimeDelta::seconds(1),
+            limit: 10,
+        })
         .await
         .unwrap();
     assert_eq!(died.len(), 1);
@@ -2130,7 +2130,12 @@ async fn reconcile_stale_leaves_a_failure_that_came_during_its_reconcile() {
             let created_at = r.meta.created_at.unwrap();
             self.clock.advance(TimeDelta::seconds(1));
             self.store
-                .settle_object(key, created_at, ObjectStatus::Failed, self.clock.now())
+                .settle_object(&ObjectMark {
+                    key,
+                    created_at,
+                    status: ObjectStatus::Failed,
+                    now: self.clock.now(),
+                })
                 .await?;
             Ok(())
         }
@@ -2190,14 +2195,14 @@ async fn a_failed_reconcile_leaves_an_object_cleared_meanwhile_cleared() {
                 };
                 let object = self.store.get_object(key).await?.unwrap();
                 self.clock.advance(TimeDelta::seconds(1));
-                let (created, failed_at) = (object.newest, object.updated_at);
-                let now = self.clock.now();
-                let applied = ObjectStatus::Applied;
-                assert!(
-                    self.store
-                        .mark_object_if_failed(key, created, failed_at, applied, now)
-                        .await?
-                );
+                let mark = FailedMark {
+                    key,
+                    created_at: object.newest,
+                    failed_since: object.updated_at,
+                    status: ObjectStatus::Applied,
+                    now: self.clock.now(),
+                };
+                assert!(self.store.mark_object_if_failed(&mark).await?);
             }
             Err("provider API down".into())
         }
@@ -2253,8 +2258,14 @@ async fn a_failure_landing_as_a_reconciled_object_is_marked_stays_listed() {
             if self.armed.swap(false, Ordering::SeqCst) {
                 self.clock.advance(TimeDelta::seconds(1));
                 let now = self.clock.now();
-                let failed = ObjectStatus::Failed;
-                let settled = self.inner.settle_object(key, created_at, failed, now);
+                let status = ObjectStatus::Failed;
+                let mark = ObjectMark {
+                    key,
+                    created_at,
+                    status,
+                    now,
+                };
+                let settled = self.inner.settle_object(&mark);
                 assert!(!settled.await.unwrap(), "settled before, failed again");
             }
         }
@@ -2263,42 +2274,28 @@ async fn a_failure_landing_as_a_reconciled_object_is_marked_stays_listed() {
     impl OrderingStore for FailsAtTheMark {
         async fn observe(
             &self,
-            key: ObjectKey<'_>,
-            created_at: DateTime<Utc>,
-            now: DateTime<Utc>,
+            event: &Observation<'_>,
         ) -> Result<webhook_guard::ordering::Freshness, webhook_guard::StoreError> {
-            self.inner.observe(key, created_at, now).await
+            self.inner.observe(event).await
         }
         async fn settle_object(
             &self,
-            key: ObjectKey<'_>,
-            created_at: DateTime<Utc>,
-            status: ObjectStatus,
-            now: DateTime<Utc>,
+            mark: &ObjectMark<'_>,
         ) -> Result<bool, webhook_guard::StoreError> {
-            self.inner.settle_object(key, created_at, status, now).await
+            self.inner.settle_object(mark).await
         }
         async fn mark_object(
             &self,
-            key: ObjectKey<'_>,
-            created_at: DateTime<Utc>,
-            status: ObjectStatus,
-            now: DateTime<Utc>,
+            mark: &ObjectMark<'_>,
         ) -> Result<bool, webhook_guard::StoreError> {
-            self.inner.mark_object(key, created_at, status, now).await
+            self.inner.mark_object(mark).await
         }
         async fn mark_object_if_failed(
             &self,
-            key: ObjectKey<'_>,
-            created_at: DateTime<Utc>,
-            failed_since: DateTime<Utc>,
-            status: ObjectStatus,
-            now: DateTime<Utc>,
+            mark: &FailedMark<'_>,
         ) -> Result<bool, webhook_guard::StoreError> {
-            self.fail_meanwhile(key, created_at).await;
-            self.inner
-                .mark_object_if_failed(key, created_at, failed_since, status, now)
-                .await
+            self.fail_meanwhile(mark.key, mark.created_at).await;
+            self.inner.mark_object_if_failed(mark).await
         }
         async fn get_object(
             &self,
@@ -2313,11 +2310,9 @@ async fn a_failure_landing_as_a_reconciled_object_is_marked_stays_listed() {
         }
         async fn failed_objects(
             &self,
-            namespace: &str,
-            before: DateTime<Utc>,
-            limit: usize,
+            page: &FailedPage<'_>,
         ) -> Result<Vec<webhook_guard::ordering::ObjectRecord>, webhook_guard::StoreError> {
-            self.inner.failed_objects(namespace, before, limit).await
+            self.inner.failed_objects(page).await
         }
     }
     /// Fails the escalation's own reconcile, settles every later one.
@@ -2501,17 +2496,13 @@ impl InboxStore for SettleFails {
     }
     async fn lease(
         &self,
-        ns: &str,
-        now: DateTime<Utc>,
-        until: DateTime<Utc>,
-        limit: usize,
+        request: &LeaseRequest<'_>,
     ) -> Result<Vec<InboxEvent>, webhook_guard::StoreError> {
-        self.inner.lease(ns, now, until, limit).await
+        self.inner.lease(request).await
     }
     async fn settle_event(
         &self,
-        _: Key<'_>,
-        _: webhook_guard::store::FencingToken,
+        _: Holder<'_>,
         _: &webhook_guard::inbox::Settle<'_>,
     ) -> Result<webhook_guard::store::Fence, webhook_guard::StoreError> {
         self.settles.fetch_add(1, Ordering::SeqCst);
@@ -2519,12 +2510,11 @@ impl InboxStore for SettleFails {
     }
     async fn renew_event(
         &self,
-        k: Key<'_>,
-        t: webhook_guard::store::FencingToken,
-        l: DateTime<Utc>,
+        holder: Holder<'_>,
+        lease_until: DateTime<Utc>,
     ) -> Result<webhook_guard::store::Fence, webhook_guard::StoreError> {
         self.renewals.fetch_add(1, Ordering::SeqCst);
-        self.inner.renew_event(k, t, l).await
+        self.inner.renew_event(holder, lease_until).await
     }
     async fn get_event(&self, k: Key<'_>) -> Result<Option<InboxEvent>, webhook_guard::StoreError> {
         self.inner.get_event(k).await

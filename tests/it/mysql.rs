@@ -21,8 +21,8 @@ use webhook_guard::inbox::InboxEvent;
 use webhook_guard::store::mysql::sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
 use webhook_guard::store::mysql::sqlx::{self, Executor, Row};
 use webhook_guard::store::{
-    Claim, ClaimRequest, Fence, FencingToken, Fingerprint, Finish, Key, MySqlStore, ProcessedStore,
-    RecordState, Recorded, StoreError,
+    Claim, ClaimRequest, Fence, FencingToken, Fingerprint, Finish, Holder, Key, MySqlStore,
+    ProcessedStore, RecordState, Recorded, Renew, StoreError,
 };
 use webhook_guard::verify::NoVerification;
 use webhook_guard::{conformance, EventId, HandlerError, Outcome, WebhookGuard};
@@ -234,10 +234,11 @@ async fn lease_takeover_fences_the_stale_holder() {
     assert_eq!(
         store
             .renew(
-                key,
-                stale,
-                at + TimeDelta::seconds(90),
-                at + TimeDelta::hours(3)
+                Holder::new(key, stale),
+                &Renew {
+                    lease_until: at + TimeDelta::seconds(90),
+                    expires_at: at + TimeDelta::hours(3)
+                }
             )
             .await
             .unwrap(),
@@ -245,7 +246,7 @@ async fn lease_takeover_fences_the_stale_holder() {
         "the stale holder cannot renew"
     );
     assert_eq!(
-        store.finish(key, stale, &done).await.unwrap(),
+        store.finish(Holder::new(key, stale), &done).await.unwrap(),
         Fence::LeaseLost,
         "the stale holder cannot finish"
     );
@@ -254,7 +255,10 @@ async fn lease_takeover_fences_the_stale_holder() {
         RecordState::InProgress
     );
     assert_eq!(
-        store.finish(key, winner.token, &done).await.unwrap(),
+        store
+            .finish(Holder::new(key, winner.token), &done)
+            .await
+            .unwrap(),
         Fence::Applied
     );
     let rec = store.get(key).await.unwrap().unwrap();
@@ -280,7 +284,13 @@ async fn a_fence_counts_matched_rows_not_changed_rows() {
     for _ in 0..3 {
         assert_eq!(
             store
-                .renew(key, req.token, lease, req.expires_at)
+                .renew(
+                    Holder::new(key, req.token),
+                    &Renew {
+                        lease_until: lease,
+                        expires_at: req.expires_at
+                    }
+                )
                 .await
                 .unwrap(),
             Fence::Applied,

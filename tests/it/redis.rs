@@ -17,15 +17,15 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, TimeDelta, Utc};
 use futures_util::future::join_all;
-use webhook_guard::inbox::{InboxEvent, InboxState, InboxStore};
+use webhook_guard::inbox::{InboxEvent, InboxState, InboxStore, LeaseRequest};
 use webhook_guard::meta::MetaExtractor;
 use webhook_guard::ordering::{ObjectKey, ObjectStatus, OrderingStore};
 use webhook_guard::outcome::OutcomeKind;
 use webhook_guard::store::listing::RecordQuery;
 use webhook_guard::store::redis::{redis, RedisStoreError};
 use webhook_guard::store::{
-    Claim, ClaimRequest, Fence, FencingToken, Fingerprint, Finish, Key, ProcessedStore,
-    RecordState, RedisStore,
+    Claim, ClaimRequest, Fence, FencingToken, Fingerprint, Finish, Holder, Key, ProcessedStore,
+    RecordState, RedisStore, Renew,
 };
 use webhook_guard::verify::NoVerification;
 use webhook_guard::{conformance, EventId, Outcome, WebhookGuard};
@@ -604,19 +604,31 @@ async fn an_expired_lease_is_taken_over_and_the_stale_token_refused() {
     };
     assert_eq!(
         store
-            .renew(key, first.token, at(100), at(3700))
+            .renew(
+                Holder::new(key, first.token),
+                &Renew {
+                    lease_until: at(100),
+                    expires_at: at(3700)
+                }
+            )
             .await
             .unwrap(),
         Fence::LeaseLost,
         "the stale holder cannot renew"
     );
     assert_eq!(
-        store.finish(key, first.token, &done).await.unwrap(),
+        store
+            .finish(Holder::new(key, first.token), &done)
+            .await
+            .unwrap(),
         Fence::LeaseLost,
         "the stale holder cannot finish"
     );
     assert_eq!(
-        store.finish(key, second.token, &done).await.unwrap(),
+        store
+            .finish(Holder::new(key, second.token), &done)
+            .await
+            .unwrap(),
         Fence::Applied
     );
     let rec = store.get(key).await.unwrap().unwrap();
@@ -796,7 +808,7 @@ async fn a_read_only_server_is_unavailable() {
         expires_at: now + TimeDelta::hours(1),
     };
     let err = store
-        .finish(held.key, held.token, &finish)
+        .finish(Holder::new(held.key, held.token), &finish)
         .await
         .expect_err("a replica refuses the finish");
     assert!(
@@ -1210,7 +1222,10 @@ async fn speed_of_claim_and_finish_against_raw_set_nx() {
                     now: Utc::now(),
                     expires_at: request.expires_at,
                 };
-                let fence = store.finish(request.key, rec.token, &done).await.unwrap();
+                let fence = store
+                    .finish(Holder::new(request.key, rec.token), &done)
+                    .await
+                    .unwrap();
                 assert_eq!(fence, Fence::Applied);
             }
         }
@@ -1309,7 +1324,7 @@ async fn without_a_sweeper_the_due_index_stays_bounded() {
         };
         assert_eq!(
             store
-                .finish(request.key, request.token, &finish)
+                .finish(Holder::new(request.key, request.token), &finish)
                 .await
                 .unwrap(),
             Fence::Applied
@@ -1441,7 +1456,7 @@ async fn batched_claims_and_finishes_each_get_their_own_answer() {
         } else {
             winners[id]
         };
-        store.finish(Key::new("test", id), token, &done)
+        store.finish(Holder::new(Key::new("test", id), token), &done)
     }))
     .await;
     for (id, fence) in ids.iter().zip(finishes) {
@@ -1664,7 +1679,15 @@ async fn a_settle_that_meets_its_own_change_again_is_applied() {
     };
     assert_eq!(store.enqueue(&new).await.unwrap(), Enqueued::Inserted);
     let until = now + TimeDelta::minutes(5);
-    let leased = store.lease("ns", now, until, 1).await.unwrap();
+    let leased = store
+        .lease(&LeaseRequest {
+            namespace: "ns",
+            now,
+            lease_until: until,
+            limit: 1,
+        })
+        .await
+        .unwrap();
     let token = leased[0].token;
     let retry = Settle {
         state: InboxState::Pending,
@@ -1677,12 +1700,15 @@ async fn a_settle_that_meets_its_own_change_again_is_applied() {
     // The same script run twice (as a cluster connection may, after a lost
     // reply): the second run finds its own change.
     for run in ["first", "again"] {
-        let fence = store.settle_event(key, token, &retry).await.unwrap();
+        let fence = store
+            .settle_event(Holder::new(key, token), &retry)
+            .await
+            .unwrap();
         assert_eq!(fence, Fence::Applied, "{run}");
     }
     // Another holder's token, or a settle with other contents, is still refused.
     let other = store
-        .settle_event(key, FencingToken::random(), &retry)
+        .settle_event(Holder::new(key, FencingToken::random()), &retry)
         .await;
     assert_eq!(other.unwrap(), Fence::LeaseLost);
     let done = Settle {
@@ -1691,7 +1717,10 @@ async fn a_settle_that_meets_its_own_change_again_is_applied() {
         ..retry
     };
     assert_eq!(
-        store.settle_event(key, token, &done).await.unwrap(),
+        store
+            .settle_event(Holder::new(key, token), &done)
+            .await
+            .unwrap(),
         Fence::LeaseLost
     );
     let event = store.get_event(key).await.unwrap().unwrap();
@@ -1728,7 +1757,13 @@ async fn inbox_namespaces_with_braces_do_not_share_keys() {
     for key in keys {
         let event = store.get_event(key).await.unwrap().expect("stored");
         assert_eq!(event.payload, key.namespace.as_bytes(), "{key}");
-        let leased = store.lease(key.namespace, now, now + TimeDelta::minutes(1), 10);
+        let request = LeaseRequest {
+            namespace: key.namespace,
+            now,
+            lease_until: now + TimeDelta::minutes(1),
+            limit: 10,
+        };
+        let leased = store.lease(&request);
         let leased = leased.await.unwrap();
         assert_eq!(leased.len(), 1, "{key}");
         assert_eq!(leased[0].id, key.id);
@@ -1815,7 +1850,12 @@ async fn one_unreadable_record_fails_no_scan() {
         .await
         .unwrap();
     let leased = store
-        .lease("ns", now, now + TimeDelta::seconds(60), 10)
+        .lease(&LeaseRequest {
+            namespace: "ns",
+            now,
+            lease_until: now + TimeDelta::seconds(60),
+            limit: 10,
+        })
         .await
         .unwrap();
     let ids: Vec<&str> = leased.iter().map(|e| e.id.as_str()).collect();
@@ -1888,10 +1928,10 @@ async fn every_write_keeps_the_listing_indexes() {
     );
     let done = now + TimeDelta::seconds(1);
     let f = finish(RecordState::Completed, done);
-    let applied = store.finish(a.key, a.token, &f).await;
+    let applied = store.finish(Holder::new(a.key, a.token), &f).await;
     assert_eq!(applied.unwrap(), Fence::Applied);
     let f = finish(RecordState::Failed, done);
-    let applied = store.finish(b.key, b.token, &f).await;
+    let applied = store.finish(Holder::new(b.key, b.token), &f).await;
     assert_eq!(applied.unwrap(), Fence::Applied);
     // A duplicate of `a` files an entry in its transaction and drops it again.
     let dup = request("a", now + TimeDelta::seconds(2));
@@ -1922,12 +1962,12 @@ async fn every_write_keeps_the_listing_indexes() {
     assert_eq!(got, expected);
     // A late finish by `b`'s old holder is refused and drops no live entry.
     let f = finish(RecordState::Completed, done);
-    let stale = store.finish(b.key, b.token, &f).await;
+    let stale = store.finish(Holder::new(b.key, b.token), &f).await;
     assert_eq!(stale.unwrap(), Fence::LeaseLost);
     assert_eq!(listing_entries(&url, &prefix).await, expected);
     let later = now + TimeDelta::seconds(4);
     let f = finish(RecordState::Escalated, later);
-    let applied = store.finish(c.key, c.token, &f).await;
+    let applied = store.finish(Holder::new(c.key, c.token), &f).await;
     assert_eq!(applied.unwrap(), Fence::Applied);
     store.delete(c.key, later).await.unwrap();
     assert_eq!(

@@ -482,7 +482,7 @@ async fn record_in_leaves_a_live_claim_alone_and_takes_over_an_abandoned_one() {
 async fn a_write_whose_commit_fails_is_an_error_not_a_success() {
     use webhook_guard::inbox::{Enqueued, InboxStore, NewEvent};
     use webhook_guard::meta::EventMeta;
-    use webhook_guard::ordering::{ObjectKey, OrderingStore};
+    use webhook_guard::ordering::{ObjectKey, Observation, OrderingStore};
     use webhook_guard::store::sqlite::sqlx::sqlite::SqliteJournalMode;
     let db = Db::new();
     let rollback_journal = |o: SqliteConnectOptions| {
@@ -520,7 +520,13 @@ async fn a_write_whose_commit_fails_is_an_error_not_a_success() {
         .unwrap();
     let claim = store.claim(&request(key, now)).await;
     let enqueued = store.enqueue(&event).await;
-    let observed = store.observe(object, now, now).await;
+    let observed = store
+        .observe(&Observation {
+            key: object,
+            created_at: now,
+            now,
+        })
+        .await;
     sqlx::raw_sql("COMMIT").execute(&mut reader).await.unwrap();
     match claim {
         Err(e) => assert!(e.is_unavailable(), "{e:?}"),

@@ -14,8 +14,8 @@ use chrono::{DateTime, TimeDelta, Utc};
 use webhook_guard::clock::ManualClock;
 use webhook_guard::outcome::Rejection;
 use webhook_guard::store::{
-    Claim, ClaimRequest, Deleted, DynProcessedStore, Fence, FencingToken, Finish, Key,
-    ProcessedStore, Record,
+    Claim, ClaimRequest, Deleted, DynProcessedStore, Fence, Finish, Holder, Key, ProcessedStore,
+    Record, Renew,
 };
 use webhook_guard::tenant::{ResolveError, SecretResolver, TenantSource, Tenants};
 use webhook_guard::verify::{Secret, Stripe};
@@ -58,27 +58,17 @@ impl ProcessedStore for Counted {
         self.tick();
         self.inner.claim(request).await
     }
-    async fn finish(
-        &self,
-        key: Key<'_>,
-        token: FencingToken,
-        finish: &Finish<'_>,
-    ) -> Result<Fence, StoreError> {
+    async fn finish(&self, holder: Holder<'_>, finish: &Finish<'_>) -> Result<Fence, StoreError> {
         self.tick();
-        if key.namespace.starts_with('\u{1}') && self.keep_markers.load(Ordering::SeqCst) {
+        let marker = holder.key.namespace.starts_with('\u{1}');
+        if marker && self.keep_markers.load(Ordering::SeqCst) {
             return Err(StoreError::unavailable("the process died (test)"));
         }
-        self.inner.finish(key, token, finish).await
+        self.inner.finish(holder, finish).await
     }
-    async fn renew(
-        &self,
-        key: Key<'_>,
-        token: FencingToken,
-        lease_until: DateTime<Utc>,
-        expires_at: DateTime<Utc>,
-    ) -> Result<Fence, StoreError> {
+    async fn renew(&self, holder: Holder<'_>, renew: &Renew) -> Result<Fence, StoreError> {
         self.tick();
-        self.inner.renew(key, token, lease_until, expires_at).await
+        self.inner.renew(holder, renew).await
     }
     async fn get(&self, key: Key<'_>) -> Result<Option<Record>, StoreError> {
         self.tick();

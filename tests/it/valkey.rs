@@ -9,8 +9,8 @@ use chrono::{TimeDelta, Utc};
 use webhook_guard::conformance;
 use webhook_guard::store::redis::redis;
 use webhook_guard::store::{
-    Claim, ClaimRequest, Fence, FencingToken, Fingerprint, Finish, Key, ProcessedStore,
-    RecordState, RedisStore,
+    Claim, ClaimRequest, Fence, FencingToken, Fingerprint, Finish, Holder, Key, ProcessedStore,
+    RecordState, RedisStore, Renew,
 };
 
 const URL_VAR: &str = "WEBHOOK_GUARD_VALKEY_URL";
@@ -163,7 +163,10 @@ async fn a_native_finish_reads_the_record_when_it_changed_since_the_claim() {
         .await
         .unwrap();
     assert_eq!(
-        store.finish(req.key, req.token, &done(now)).await.unwrap(),
+        store
+            .finish(Holder::new(req.key, req.token), &done(now))
+            .await
+            .unwrap(),
         Fence::Applied
     );
     let rec = store.get(req.key).await.unwrap().expect("the record");
@@ -175,7 +178,10 @@ async fn a_native_finish_reads_the_record_when_it_changed_since_the_claim() {
     );
     // Run again (a lost reply's retry): the record is finished, the fence fails.
     assert_eq!(
-        store.finish(req.key, req.token, &done(now)).await.unwrap(),
+        store
+            .finish(Holder::new(req.key, req.token), &done(now))
+            .await
+            .unwrap(),
         Fence::LeaseLost
     );
 
@@ -204,7 +210,10 @@ async fn a_native_finish_reads_the_record_when_it_changed_since_the_claim() {
         .await
         .unwrap();
     assert_eq!(
-        store.finish(req.key, req.token, &done(now)).await.unwrap(),
+        store
+            .finish(Holder::new(req.key, req.token), &done(now))
+            .await
+            .unwrap(),
         Fence::LeaseLost
     );
     let after: String = redis::cmd("GET")
@@ -231,7 +240,10 @@ async fn a_native_finish_reads_the_record_when_it_changed_since_the_claim() {
         .query_async(&mut conn)
         .await
         .unwrap();
-    assert!(store.finish(req.key, req.token, &done(now)).await.is_err());
+    assert!(store
+        .finish(Holder::new(req.key, req.token), &done(now))
+        .await
+        .is_err());
     cleanup(&url, &prefix).await;
 }
 
@@ -248,13 +260,16 @@ async fn a_native_finish_by_another_process_reads_the_record() {
     };
     let stale = FencingToken(req.token.0.wrapping_add(1));
     assert_eq!(
-        finisher.finish(req.key, stale, &done(now)).await.unwrap(),
+        finisher
+            .finish(Holder::new(req.key, stale), &done(now))
+            .await
+            .unwrap(),
         Fence::LeaseLost,
         "a token that is not the record's is refused"
     );
     assert_eq!(
         finisher
-            .finish(req.key, req.token, &done(now))
+            .finish(Holder::new(req.key, req.token), &done(now))
             .await
             .unwrap(),
         Fence::Applied
@@ -263,7 +278,7 @@ async fn a_native_finish_by_another_process_reads_the_record() {
     // now, and its finish reads the record and finds it finished.
     assert_eq!(
         claimer
-            .finish(req.key, req.token, &done(now))
+            .finish(Holder::new(req.key, req.token), &done(now))
             .await
             .unwrap(),
         Fence::LeaseLost
@@ -288,13 +303,22 @@ async fn a_renewed_lease_is_finished_natively() {
     let lease = now + TimeDelta::seconds(90);
     assert_eq!(
         store
-            .renew(req.key, req.token, lease, now + TimeDelta::hours(1))
+            .renew(
+                Holder::new(req.key, req.token),
+                &Renew {
+                    lease_until: lease,
+                    expires_at: now + TimeDelta::hours(1)
+                }
+            )
             .await
             .unwrap(),
         Fence::Applied
     );
     assert_eq!(
-        store.finish(req.key, req.token, &done(now)).await.unwrap(),
+        store
+            .finish(Holder::new(req.key, req.token), &done(now))
+            .await
+            .unwrap(),
         Fence::Applied
     );
     let rec = store.get(req.key).await.unwrap().expect("the record");

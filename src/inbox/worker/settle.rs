@@ -8,7 +8,7 @@ use super::{delta, Inner};
 use crate::inbox::{InboxEvent, InboxState, Settle};
 use crate::reconcile::ReconcileReason;
 use crate::runtime::Backoff;
-use crate::store::{Fence, StoreError};
+use crate::store::{Fence, Holder, StoreError};
 
 /// The first wait before a settle the store failed is made again; the waits double
 /// up to [`AGAIN_CAP`].
@@ -42,11 +42,7 @@ impl Inner {
             expires_at: crate::later(now, delta(self.retention)),
             attempt_counts: counts,
         };
-        let answer = match self
-            .inbox
-            .settle_event(event.key(), event.token, &settle)
-            .await
-        {
+        let answer = match self.inbox.settle_event(event.holder(), &settle).await {
             Err(e) => self.settle_again(event, held_until, &settle, e).await,
             answer => answer,
         };
@@ -112,11 +108,13 @@ impl Inner {
                 // Only an applied renewal moves the lease. A lost one leaves the
                 // settle to answer: the event may hold this very settle already.
                 let until = crate::later(self.clock.now(), delta(self.lease));
-                if let Ok(Fence::Applied) = self.inbox.renew_event(key, token, until).await {
+                if let Ok(Fence::Applied) =
+                    self.inbox.renew_event(Holder { key, token }, until).await
+                {
                     *held_until = until;
                 }
             }
-            match self.inbox.settle_event(key, token, settle).await {
+            match self.inbox.settle_event(Holder { key, token }, settle).await {
                 Err(e) => last = e,
                 answer => return answer,
             }

@@ -4,8 +4,8 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use super::{codec, item_pk, millis, n, s, DynamoDbStore, Expr, Write};
-use crate::inbox::{Enqueued, InboxEvent, InboxState, InboxStore, NewEvent, Settle};
-use crate::store::{ceil_millis, Fence, FencingToken, Key, StoreError};
+use crate::inbox::{Enqueued, InboxEvent, InboxState, InboxStore, LeaseRequest, NewEvent, Settle};
+use crate::store::{ceil_millis, Fence, FencingToken, Holder, Key, StoreError};
 
 const SETTLED: [InboxState; 3] = [InboxState::Done, InboxState::Dead, InboxState::Skipped];
 
@@ -60,25 +60,19 @@ impl InboxStore for DynamoDbStore {
         }
     }
 
-    async fn lease(
-        &self,
-        namespace: &str,
-        now: DateTime<Utc>,
-        lease_until: DateTime<Utc>,
-        limit: usize,
-    ) -> Result<Vec<InboxEvent>, StoreError> {
+    async fn lease(&self, request: &LeaseRequest<'_>) -> Result<Vec<InboxEvent>, StoreError> {
         let mut out = Vec::new();
-        if limit == 0 {
+        if request.limit == 0 {
             return Ok(out);
         }
-        let due_pk = codec::due_events(namespace);
-        let now_ms = millis(now);
-        let lease_ms = ceil_millis(lease_until);
+        let due_pk = codec::due_events(request.namespace);
+        let now_ms = millis(request.now);
+        let lease_ms = ceil_millis(request.lease_until);
         let token = FencingToken::random();
         let mut start = None;
-        while out.len() < limit {
+        while out.len() < request.limit {
             let (pks, next) = self
-                .due_page(&due_pk, now_ms, limit - out.len(), start)
+                .due_page(&due_pk, now_ms, request.limit - out.len(), start)
                 .await?;
             let takes = pks.iter().map(|pk| async move {
                 let mut e = Expr::default();
@@ -124,8 +118,7 @@ impl InboxStore for DynamoDbStore {
 
     async fn settle_event(
         &self,
-        key: Key<'_>,
-        token: FencingToken,
+        Holder { key, token }: Holder<'_>,
         settle: &Settle<'_>,
     ) -> Result<Fence, StoreError> {
         let pk = item_pk('e', key)?;
@@ -191,8 +184,7 @@ impl InboxStore for DynamoDbStore {
 
     async fn renew_event(
         &self,
-        key: Key<'_>,
-        token: FencingToken,
+        Holder { key, token }: Holder<'_>,
         lease_until: DateTime<Utc>,
     ) -> Result<Fence, StoreError> {
         let pk = item_pk('e', key)?;

@@ -6,7 +6,10 @@ use chrono::{DateTime, Utc};
 use super::{
     checked_key, codec, millis, n, push_part, s, time, DynamoDbStore, Expr, Item, Write, PAGE,
 };
-use crate::ordering::{Freshness, ObjectKey, ObjectRecord, ObjectStatus, OrderingStore};
+use crate::ordering::{
+    FailedMark, FailedPage, Freshness, ObjectKey, ObjectMark, ObjectRecord, ObjectStatus,
+    Observation, OrderingStore,
+};
 use crate::store::StoreError;
 
 /// The `pk` of the ordering record of `key`.
@@ -77,12 +80,8 @@ impl DynamoDbStore {
 
 #[async_trait]
 impl OrderingStore for DynamoDbStore {
-    async fn observe(
-        &self,
-        key: ObjectKey<'_>,
-        created_at: DateTime<Utc>,
-        now: DateTime<Utc>,
-    ) -> Result<Freshness, StoreError> {
+    async fn observe(&self, event: &Observation<'_>) -> Result<Freshness, StoreError> {
+        let (key, created_at, now) = (event.key, event.created_at, event.now);
         let pk = object_pk(key)?;
         let created = millis(created_at);
         let now = millis(now);
@@ -144,32 +143,26 @@ impl OrderingStore for DynamoDbStore {
         )))
     }
 
-    async fn settle_object(
-        &self,
-        key: ObjectKey<'_>,
-        created_at: DateTime<Utc>,
-        status: ObjectStatus,
-        now: DateTime<Utc>,
-    ) -> Result<bool, StoreError> {
+    async fn settle_object(&self, mark: &ObjectMark<'_>) -> Result<bool, StoreError> {
         let pending = |e: &mut Expr| status_vs_pending(e, "=");
         // The first settle of this time sets it.
         let first = self
-            .set_object_status(key, created_at, status, now, &pending)
+            .set_object_status(mark.key, mark.created_at, mark.status, mark.now, &pending)
             .await?;
         if matches!(first, Write::Done(_)) {
             return Ok(true);
         }
         // A later one sets only a failure, so that a failure is never hidden.
-        if status == ObjectStatus::Failed {
+        if mark.status == ObjectStatus::Failed {
             let settled = |e: &mut Expr| status_vs_pending(e, "<>");
             let again = self
-                .set_object_status(key, created_at, status, now, &settled)
+                .set_object_status(mark.key, mark.created_at, mark.status, mark.now, &settled)
                 .await?;
             if let Write::Refused(_) = again {
                 // Pending again between the two writes (a mark by the host): this
                 // settle is then the first after all.
                 let won = self
-                    .set_object_status(key, created_at, status, now, &pending)
+                    .set_object_status(mark.key, mark.created_at, mark.status, mark.now, &pending)
                     .await?;
                 return Ok(matches!(won, Write::Done(_)));
             }
@@ -177,37 +170,32 @@ impl OrderingStore for DynamoDbStore {
         Ok(false)
     }
 
-    async fn mark_object(
-        &self,
-        key: ObjectKey<'_>,
-        created_at: DateTime<Utc>,
-        status: ObjectStatus,
-        now: DateTime<Utc>,
-    ) -> Result<bool, StoreError> {
+    async fn mark_object(&self, mark: &ObjectMark<'_>) -> Result<bool, StoreError> {
         let set = self
-            .set_object_status(key, created_at, status, now, &|_| String::new())
+            .set_object_status(mark.key, mark.created_at, mark.status, mark.now, &|_| {
+                String::new()
+            })
             .await?;
         Ok(matches!(set, Write::Done(_)))
     }
 
-    async fn mark_object_if_failed(
-        &self,
-        key: ObjectKey<'_>,
-        created_at: DateTime<Utc>,
-        failed_since: DateTime<Utc>,
-        status: ObjectStatus,
-        now: DateTime<Utc>,
-    ) -> Result<bool, StoreError> {
+    async fn mark_object_if_failed(&self, mark: &FailedMark<'_>) -> Result<bool, StoreError> {
         let still_failed = |e: &mut Expr| {
             format!(
                 "{} AND {} <= {}",
                 e.eq("status", "failed", s(ObjectStatus::Failed.as_str())),
                 e.n("updated_at"),
-                e.v("since", n(millis(failed_since))),
+                e.v("since", n(millis(mark.failed_since))),
             )
         };
         let set = self
-            .set_object_status(key, created_at, status, now, &still_failed)
+            .set_object_status(
+                mark.key,
+                mark.created_at,
+                mark.status,
+                mark.now,
+                &still_failed,
+            )
             .await?;
         Ok(matches!(set, Write::Done(_)))
     }
@@ -218,12 +206,8 @@ impl OrderingStore for DynamoDbStore {
         item.map(|item| codec::object(&item)).transpose()
     }
 
-    async fn failed_objects(
-        &self,
-        namespace: &str,
-        before: DateTime<Utc>,
-        limit: usize,
-    ) -> Result<Vec<ObjectRecord>, StoreError> {
+    async fn failed_objects(&self, page: &FailedPage<'_>) -> Result<Vec<ObjectRecord>, StoreError> {
+        let (namespace, before, limit) = (page.namespace, page.before, page.limit);
         let mut out = Vec::new();
         if limit == 0 {
             return Ok(out);

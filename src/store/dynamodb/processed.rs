@@ -5,8 +5,8 @@ use chrono::{DateTime, Utc};
 
 use super::{codec, item_pk, millis, n, s, DynamoDbStore, Expr, Item, Write, PAGE};
 use crate::store::{
-    ceil_millis, encode_history, Claim, ClaimRequest, Decision, Deleted, Fence, FencingToken,
-    Finish, Key, ProcessedStore, Record, RecordState, StoreError,
+    ceil_millis, encode_history, Claim, ClaimRequest, Decision, Deleted, Fence, Finish, Holder,
+    Key, ProcessedStore, Record, RecordState, Renew, StoreError,
 };
 
 /// How many times a claim or renewal decides again after the record changed under
@@ -97,12 +97,8 @@ impl ProcessedStore for DynamoDbStore {
         Err(conflict())
     }
 
-    async fn finish(
-        &self,
-        key: Key<'_>,
-        token: FencingToken,
-        finish: &Finish<'_>,
-    ) -> Result<Fence, StoreError> {
+    async fn finish(&self, holder: Holder<'_>, finish: &Finish<'_>) -> Result<Fence, StoreError> {
+        let Holder { key, token } = holder;
         let pk = item_pk('r', key)?;
         let expires = ceil_millis(finish.expires_at);
         let now = millis(finish.now);
@@ -160,20 +156,15 @@ impl ProcessedStore for DynamoDbStore {
         })
     }
 
-    async fn renew(
-        &self,
-        key: Key<'_>,
-        token: FencingToken,
-        lease_until: DateTime<Utc>,
-        expires_at: DateTime<Utc>,
-    ) -> Result<Fence, StoreError> {
+    async fn renew(&self, holder: Holder<'_>, renew: &Renew) -> Result<Fence, StoreError> {
+        let Holder { key, token } = holder;
         let pk = item_pk('r', key)?;
         for _ in 0..ROUNDS {
             let Some(item) = self.get_item(&pk).await? else {
                 return Ok(Fence::LeaseLost);
             };
             let (mut record, v) = codec::record(&item)?;
-            if record.apply_renew(token, lease_until, expires_at) == Fence::LeaseLost {
+            if record.apply_renew(token, renew) == Fence::LeaseLost {
                 return Ok(Fence::LeaseLost);
             }
             // No `now` is given: the TTL is measured from the record's last change.

@@ -6,8 +6,8 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use super::lock;
-use crate::inbox::{Enqueued, InboxEvent, InboxState, InboxStore, NewEvent, Settle};
-use crate::store::{Fence, FencingToken, Key, MemoryStore, StoreError};
+use crate::inbox::{Enqueued, InboxEvent, InboxState, InboxStore, LeaseRequest, NewEvent, Settle};
+use crate::store::{Fence, FencingToken, Holder, Key, MemoryStore, StoreError};
 
 type EventKey = (String, String);
 
@@ -140,21 +140,15 @@ impl InboxStore for MemoryStore {
         Ok(Enqueued::Inserted)
     }
 
-    async fn lease(
-        &self,
-        namespace: &str,
-        now: DateTime<Utc>,
-        lease_until: DateTime<Utc>,
-        limit: usize,
-    ) -> Result<Vec<InboxEvent>, StoreError> {
+    async fn lease(&self, request: &LeaseRequest<'_>) -> Result<Vec<InboxEvent>, StoreError> {
         let mut q = lock(self.queue());
-        let now_ns = nanos(now);
-        let from = (namespace.to_owned(), i64::MIN, String::new());
+        let now_ns = nanos(request.now);
+        let from = (request.namespace.to_owned(), i64::MIN, String::new());
         let picked: Vec<(String, i64, String)> = q
             .due
             .range(from..)
-            .take_while(|(ns, at, _)| ns == namespace && *at <= now_ns)
-            .take(limit)
+            .take_while(|(ns, at, _)| ns == request.namespace && *at <= now_ns)
+            .take(request.limit)
             .cloned()
             .collect();
         let mut out = Vec::with_capacity(picked.len());
@@ -167,8 +161,8 @@ impl InboxStore for MemoryStore {
             e.state = InboxState::Running;
             e.token = FencingToken::random();
             e.attempts = e.attempts.saturating_add(1);
-            e.lease_until = lease_until;
-            e.updated_at = now;
+            e.lease_until = request.lease_until;
+            e.updated_at = request.now;
             let leased = e.clone();
             q.index(&leased);
             out.push(leased);
@@ -178,8 +172,7 @@ impl InboxStore for MemoryStore {
 
     async fn settle_event(
         &self,
-        key: Key<'_>,
-        token: FencingToken,
+        Holder { key, token }: Holder<'_>,
         settle: &Settle<'_>,
     ) -> Result<Fence, StoreError> {
         let mut queue = lock(self.queue());
@@ -208,8 +201,7 @@ impl InboxStore for MemoryStore {
 
     async fn renew_event(
         &self,
-        key: Key<'_>,
-        token: FencingToken,
+        Holder { key, token }: Holder<'_>,
         lease_until: DateTime<Utc>,
     ) -> Result<Fence, StoreError> {
         Ok(lock(self.queue()).fenced(key, token, |e| e.lease_until = lease_until))

@@ -16,7 +16,7 @@ mod ordering;
 
 use super::{
     Claim, ClaimRequest, Decision, Deleted, FailureNote, Fence, FencingToken, Fingerprint, Finish,
-    Key, ProcessedStore, Record, RecordState, StoreError,
+    Holder, Key, ProcessedStore, Record, RecordState, Renew, StoreError,
 };
 
 /// The most expired records one lock hold removes. Each hold walks its shard once
@@ -549,12 +549,8 @@ impl ProcessedStore for MemoryStore {
         Ok(shard.claim(h, request))
     }
 
-    async fn finish(
-        &self,
-        key: Key<'_>,
-        token: FencingToken,
-        finish: &Finish<'_>,
-    ) -> Result<Fence, StoreError> {
+    async fn finish(&self, holder: Holder<'_>, finish: &Finish<'_>) -> Result<Fence, StoreError> {
+        let Holder { key, token } = holder;
         let (h, mut shard) = self.shard(key);
         let shard = &mut *shard;
         let Some((i, mut core)) = shard.fenced(h, key, token) else {
@@ -584,19 +580,14 @@ impl ProcessedStore for MemoryStore {
         Ok(Fence::Applied)
     }
 
-    async fn renew(
-        &self,
-        key: Key<'_>,
-        token: FencingToken,
-        lease_until: DateTime<Utc>,
-        expires_at: DateTime<Utc>,
-    ) -> Result<Fence, StoreError> {
+    async fn renew(&self, holder: Holder<'_>, renew: &Renew) -> Result<Fence, StoreError> {
+        let Holder { key, token } = holder;
         let (h, mut shard) = self.shard(key);
         let Some((i, mut core)) = shard.fenced(h, key, token) else {
             return Ok(Fence::LeaseLost);
         };
-        core.lease_until = lease_until;
-        core.expires_at = core.expires_at.max(expires_at);
+        core.lease_until = renew.lease_until;
+        core.expires_at = core.expires_at.max(renew.expires_at);
         shard.nodes[i].core = core;
         shard.next_due = shard.next_due.min(core.due());
         Ok(Fence::Applied)

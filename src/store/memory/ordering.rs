@@ -6,7 +6,10 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use super::lock;
-use crate::ordering::{Freshness, ObjectKey, ObjectRecord, ObjectStatus, OrderingStore};
+use crate::ordering::{
+    FailedMark, FailedPage, Freshness, ObjectKey, ObjectMark, ObjectRecord, ObjectStatus,
+    Observation, OrderingStore,
+};
 use crate::store::{MemoryStore, StoreError};
 
 type ObjectKeyOwned = (String, String, String);
@@ -89,12 +92,8 @@ impl MemoryStore {
 
 #[async_trait]
 impl OrderingStore for MemoryStore {
-    async fn observe(
-        &self,
-        key: ObjectKey<'_>,
-        created_at: DateTime<Utc>,
-        now: DateTime<Utc>,
-    ) -> Result<Freshness, StoreError> {
+    async fn observe(&self, event: &Observation<'_>) -> Result<Freshness, StoreError> {
+        let (key, created_at, now) = (event.key, event.created_at, event.now);
         let mut ledger = lock(self.ledger());
         let k = owned(key);
         let seen = ledger.change(&k, |r| {
@@ -117,49 +116,38 @@ impl OrderingStore for MemoryStore {
         }))
     }
 
-    async fn settle_object(
-        &self,
-        key: ObjectKey<'_>,
-        created_at: DateTime<Utc>,
-        status: ObjectStatus,
-        now: DateTime<Utc>,
-    ) -> Result<bool, StoreError> {
+    async fn settle_object(&self, mark: &ObjectMark<'_>) -> Result<bool, StoreError> {
         Ok(self.set_object_status(
-            key,
-            created_at,
+            mark.key,
+            mark.created_at,
             |current| {
                 // The first settle of this time sets it; a later one only a failure.
                 let first = current.status == ObjectStatus::Pending;
-                (first || status == ObjectStatus::Failed, first)
+                (first || mark.status == ObjectStatus::Failed, first)
             },
-            status,
-            now,
+            mark.status,
+            mark.now,
         ))
     }
 
-    async fn mark_object(
-        &self,
-        key: ObjectKey<'_>,
-        created_at: DateTime<Utc>,
-        status: ObjectStatus,
-        now: DateTime<Utc>,
-    ) -> Result<bool, StoreError> {
-        Ok(self.set_object_status(key, created_at, |_| (true, true), status, now))
+    async fn mark_object(&self, mark: &ObjectMark<'_>) -> Result<bool, StoreError> {
+        Ok(self.set_object_status(
+            mark.key,
+            mark.created_at,
+            |_| (true, true),
+            mark.status,
+            mark.now,
+        ))
     }
 
-    async fn mark_object_if_failed(
-        &self,
-        key: ObjectKey<'_>,
-        created_at: DateTime<Utc>,
-        failed_since: DateTime<Utc>,
-        status: ObjectStatus,
-        now: DateTime<Utc>,
-    ) -> Result<bool, StoreError> {
+    async fn mark_object_if_failed(&self, mark: &FailedMark<'_>) -> Result<bool, StoreError> {
         let still_failed = |current: &ObjectRecord| {
-            let yes = current.status == ObjectStatus::Failed && current.updated_at <= failed_since;
+            let yes =
+                current.status == ObjectStatus::Failed && current.updated_at <= mark.failed_since;
             (yes, yes)
         };
-        Ok(self.set_object_status(key, created_at, still_failed, status, now))
+        let (key, created_at) = (mark.key, mark.created_at);
+        Ok(self.set_object_status(key, created_at, still_failed, mark.status, mark.now))
     }
 
     async fn get_object(&self, key: ObjectKey<'_>) -> Result<Option<ObjectRecord>, StoreError> {
@@ -167,12 +155,8 @@ impl OrderingStore for MemoryStore {
         Ok(lock(self.ledger()).objects.get(&k).cloned())
     }
 
-    async fn failed_objects(
-        &self,
-        namespace: &str,
-        before: DateTime<Utc>,
-        limit: usize,
-    ) -> Result<Vec<ObjectRecord>, StoreError> {
+    async fn failed_objects(&self, page: &FailedPage<'_>) -> Result<Vec<ObjectRecord>, StoreError> {
+        let (namespace, before, limit) = (page.namespace, page.before, page.limit);
         let ledger = lock(self.ledger());
         let from = (
             namespace.to_owned(),

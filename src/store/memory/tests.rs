@@ -119,7 +119,7 @@ fn history_and_shard_counters_follow_the_records() {
     ready(store.claim(&first)).unwrap();
     assert_eq!(counts().0, 1);
     let failed = finish(RecordState::Failed, note, t0);
-    let fence = ready(store.finish(first.key, first.token, &failed)).unwrap();
+    let fence = ready(store.finish(Holder::new(first.key, first.token), &failed)).unwrap();
     assert_eq!(fence, Fence::Applied);
     assert_eq!(counts(), (0, 1));
     let rec = ready(store.get(first.key)).unwrap().unwrap();
@@ -133,14 +133,21 @@ fn history_and_shard_counters_follow_the_records() {
     assert_eq!((rec.attempts, rec.history.as_slice()), (2, note));
     assert_eq!(counts().0, 1);
     let done = finish(RecordState::Completed, &[], t0 + TimeDelta::seconds(2));
-    let fence = ready(store.finish(retry.key, retry.token, &done)).unwrap();
+    let fence = ready(store.finish(Holder::new(retry.key, retry.token), &done)).unwrap();
     assert_eq!(fence, Fence::Applied);
     assert_eq!(counts(), (0, 0));
 
     // An abandoned claim is stuck, then purged with its notes once expired.
     let b = request("b", t0);
     ready(store.claim(&b)).unwrap();
-    let renewed = ready(store.renew(b.key, b.token, t0, t0)).unwrap();
+    let renewed = ready(store.renew(
+        Holder::new(b.key, b.token),
+        &Renew {
+            lease_until: t0,
+            expires_at: t0,
+        },
+    ))
+    .unwrap();
     assert_eq!(renewed, Fence::Applied);
     let stuck = ready(store.stuck(t0 + TimeDelta::seconds(61), 10)).unwrap();
     assert_eq!(stuck.len(), 1);
@@ -272,7 +279,7 @@ fn long_keys_round_trip() {
             expires_at: req.expires_at,
         };
         assert_eq!(
-            ready(store.finish(req.key, req.token, &done)).unwrap(),
+            ready(store.finish(Holder::new(req.key, req.token), &done)).unwrap(),
             Fence::Applied
         );
         let rec = ready(store.get(req.key)).unwrap().unwrap();

@@ -12,9 +12,9 @@ use chrono::{DateTime, Utc};
 use super::codec::{array, bytes, corrupt, fence, int, millis, text, time};
 use super::connection::Eval;
 use super::RedisStore;
-use crate::inbox::{Enqueued, InboxEvent, InboxState, InboxStore, NewEvent, Settle};
+use crate::inbox::{Enqueued, InboxEvent, InboxState, InboxStore, LeaseRequest, NewEvent, Settle};
 use crate::meta::EventMeta;
-use crate::store::{ceil_millis, Fence, FencingToken, Fingerprint, Key, StoreError};
+use crate::store::{ceil_millis, Fence, FencingToken, Fingerprint, Holder, Key, StoreError};
 
 /// How many events one lease or purge script handles at most.
 const BATCH: usize = 256;
@@ -273,21 +273,21 @@ impl InboxStore for RedisStore {
         }
     }
 
-    async fn lease(
-        &self,
-        namespace: &str,
-        now: DateTime<Utc>,
-        lease_until: DateTime<Utc>,
-        limit: usize,
-    ) -> Result<Vec<InboxEvent>, StoreError> {
-        let keys = self.inbox_keys(namespace);
+    async fn lease(&self, request: &LeaseRequest<'_>) -> Result<Vec<InboxEvent>, StoreError> {
+        let keys = self.inbox_keys(request.namespace);
         let mut out = Vec::new();
         let mut taken = 0;
-        while taken < limit {
-            let want = (limit - taken).min(BATCH);
+        while taken < request.limit {
+            let want = (request.limit - taken).min(BATCH);
             let tokens: Vec<u64> = (0..want).map(|_| FencingToken::random().0).collect();
             let (batch, got) = match self
-                .lease_batch(namespace, &keys, now, lease_until, &tokens)
+                .lease_batch(
+                    request.namespace,
+                    &keys,
+                    request.now,
+                    request.lease_until,
+                    &tokens,
+                )
                 .await
             {
                 Ok(batch) => batch,
@@ -310,8 +310,7 @@ impl InboxStore for RedisStore {
 
     async fn settle_event(
         &self,
-        key: Key<'_>,
-        token: FencingToken,
+        Holder { key, token }: Holder<'_>,
         settle: &Settle<'_>,
     ) -> Result<Fence, StoreError> {
         let keys = self.inbox_keys(key.namespace);
@@ -338,8 +337,7 @@ impl InboxStore for RedisStore {
 
     async fn renew_event(
         &self,
-        key: Key<'_>,
-        token: FencingToken,
+        Holder { key, token }: Holder<'_>,
         lease_until: DateTime<Utc>,
     ) -> Result<Fence, StoreError> {
         let keys = self.inbox_keys(key.namespace);
@@ -449,7 +447,15 @@ mod tests {
         assert_eq!(ids(&again), ids(&first), "the first run's events, again");
         assert_eq!(again.iter().map(|e| e.attempts).max(), Some(1));
         // The third event is still there for the next lease.
-        let next = store.lease("ns", now, until, 10).await.unwrap();
+        let next = store
+            .lease(&LeaseRequest {
+                namespace: "ns",
+                now,
+                lease_until: until,
+                limit: 10,
+            })
+            .await
+            .unwrap();
         assert_eq!(next.len(), 1);
         assert!(!ids(&first).iter().any(|(id, _)| *id == next[0].id));
 

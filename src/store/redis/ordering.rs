@@ -10,7 +10,10 @@ use chrono::{DateTime, Utc};
 use super::codec::{array, bytes, corrupt, int, millis, time};
 use super::connection::Eval;
 use super::RedisStore;
-use crate::ordering::{Freshness, ObjectKey, ObjectRecord, ObjectStatus, OrderingStore};
+use crate::ordering::{
+    FailedMark, FailedPage, Freshness, ObjectKey, ObjectMark, ObjectRecord, ObjectStatus,
+    Observation, OrderingStore,
+};
 use crate::store::StoreError;
 
 impl RedisStore {
@@ -102,12 +105,8 @@ scripts!(Scripts {
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 #[async_trait]
 impl OrderingStore for RedisStore {
-    async fn observe(
-        &self,
-        key: ObjectKey<'_>,
-        created_at: DateTime<Utc>,
-        now: DateTime<Utc>,
-    ) -> Result<Freshness, StoreError> {
+    async fn observe(&self, event: &Observation<'_>) -> Result<Freshness, StoreError> {
+        let (key, created_at, now) = (event.key, event.created_at, event.now);
         let (record, failed, member) = self.object_keys(key);
         let mut inv = Eval::new(&SCRIPTS.observe, 2);
         inv.key(record)
@@ -122,38 +121,28 @@ impl OrderingStore for RedisStore {
         })
     }
 
-    async fn settle_object(
-        &self,
-        key: ObjectKey<'_>,
-        created_at: DateTime<Utc>,
-        status: ObjectStatus,
-        now: DateTime<Utc>,
-    ) -> Result<bool, StoreError> {
-        self.object_status(key, created_at, status, now, Mode::Settle)
+    async fn settle_object(&self, mark: &ObjectMark<'_>) -> Result<bool, StoreError> {
+        self.object_status(
+            mark.key,
+            mark.created_at,
+            mark.status,
+            mark.now,
+            Mode::Settle,
+        )
+        .await
+    }
+
+    async fn mark_object(&self, mark: &ObjectMark<'_>) -> Result<bool, StoreError> {
+        self.object_status(mark.key, mark.created_at, mark.status, mark.now, Mode::Mark)
             .await
     }
 
-    async fn mark_object(
-        &self,
-        key: ObjectKey<'_>,
-        created_at: DateTime<Utc>,
-        status: ObjectStatus,
-        now: DateTime<Utc>,
-    ) -> Result<bool, StoreError> {
-        self.object_status(key, created_at, status, now, Mode::Mark)
+    async fn mark_object_if_failed(&self, mark: &FailedMark<'_>) -> Result<bool, StoreError> {
+        let mode = Mode::IfFailed {
+            failed_since: mark.failed_since,
+        };
+        self.object_status(mark.key, mark.created_at, mark.status, mark.now, mode)
             .await
-    }
-
-    async fn mark_object_if_failed(
-        &self,
-        key: ObjectKey<'_>,
-        created_at: DateTime<Utc>,
-        failed_since: DateTime<Utc>,
-        status: ObjectStatus,
-        now: DateTime<Utc>,
-    ) -> Result<bool, StoreError> {
-        let mode = Mode::IfFailed { failed_since };
-        self.object_status(key, created_at, status, now, mode).await
     }
 
     async fn get_object(&self, key: ObjectKey<'_>) -> Result<Option<ObjectRecord>, StoreError> {
@@ -178,12 +167,8 @@ impl OrderingStore for RedisStore {
     }
 
     /// Visits every shard (one round trip each); answers the oldest failures first.
-    async fn failed_objects(
-        &self,
-        namespace: &str,
-        before: DateTime<Utc>,
-        limit: usize,
-    ) -> Result<Vec<ObjectRecord>, StoreError> {
+    async fn failed_objects(&self, page: &FailedPage<'_>) -> Result<Vec<ObjectRecord>, StoreError> {
+        let (namespace, before, limit) = (page.namespace, page.before, page.limit);
         let mut out = Vec::new();
         if limit == 0 {
             return Ok(out);

@@ -14,8 +14,8 @@ use super::native;
 use super::scripts::SCRIPTS;
 use super::{list_entry, RedisStore, BATCH};
 use crate::store::{
-    ceil_millis, encode_history, Claim, ClaimRequest, Decision, Deleted, Fence, FencingToken,
-    Finish, Key, ProcessedStore, Record, RecordState, StoreError,
+    ceil_millis, encode_history, Claim, ClaimRequest, Decision, Deleted, Fence, Finish, Holder,
+    Key, ProcessedStore, Record, RecordState, Renew, StoreError,
 };
 
 #[async_trait]
@@ -147,12 +147,8 @@ impl ProcessedStore for RedisStore {
         }
     }
 
-    async fn finish(
-        &self,
-        key: Key<'_>,
-        token: FencingToken,
-        finish: &Finish<'_>,
-    ) -> Result<Fence, StoreError> {
+    async fn finish(&self, holder: Holder<'_>, finish: &Finish<'_>) -> Result<Fence, StoreError> {
+        let Holder { key, token } = holder;
         let (rec, shard) = self.locate_shard(key);
         let history = if finish.history.is_empty() {
             String::new()
@@ -194,21 +190,16 @@ impl ProcessedStore for RedisStore {
         }
     }
 
-    async fn renew(
-        &self,
-        key: Key<'_>,
-        token: FencingToken,
-        lease_until: DateTime<Utc>,
-        expires_at: DateTime<Utc>,
-    ) -> Result<Fence, StoreError> {
+    async fn renew(&self, holder: Holder<'_>, renew: &Renew) -> Result<Fence, StoreError> {
+        let Holder { key, token } = holder;
         let (rec, keys) = self.locate(key);
         let mut inv = Eval::new(&SCRIPTS.renew, 2);
         inv.key(rec.rec())
             .key(&keys.due)
             .arg(rec.member())
             .arg(token.0)
-            .arg(ceil_millis(lease_until))
-            .arg(ceil_millis(expires_at));
+            .arg(ceil_millis(renew.lease_until))
+            .arg(ceil_millis(renew.expires_at));
         // The renewed record as stored, or 0 (lease lost).
         let answer: Value = self.eval(&inv).await?;
         match answer {

@@ -29,17 +29,18 @@ macro_rules! sql_store_impls {
     ($store:ty, $stmt:ty, $feature:literal, $err:path) => {
         const _: () = {
             use ::chrono::{DateTime, Utc};
-            use $crate::inbox::{Enqueued, InboxEvent, InboxStore, NewEvent, Settle};
+            use $crate::inbox::{Enqueued, InboxEvent, InboxStore, LeaseRequest, NewEvent, Settle};
             use $crate::ordering::{
-                Freshness, ObjectKey, ObjectRecord, ObjectStatus, OrderingStore,
+                FailedMark, FailedPage, Freshness, ObjectKey, ObjectMark, ObjectRecord,
+                ObjectStatus, Observation, OrderingStore,
             };
             use $crate::store::sql::{
                 self, args, fence, history_text, keyed_record, purge_in_batches, RawEvent,
                 RawObject, RawRecord, SqlRow,
             };
             use $crate::store::{
-                Claim, ClaimRequest, Deleted, Fence, FencingToken, Finish, Key, ProcessedStore,
-                Record, StoreError,
+                Claim, ClaimRequest, Deleted, Fence, Finish, Holder, Key, ProcessedStore, Record,
+                Renew, StoreError,
             };
 
             fn event(row: &impl SqlRow) -> Result<InboxEvent, StoreError> {
@@ -107,10 +108,10 @@ macro_rules! sql_store_impls {
 
                 async fn finish(
                     &self,
-                    key: Key<'_>,
-                    token: FencingToken,
+                    holder: Holder<'_>,
                     finish: &Finish<'_>,
                 ) -> Result<Fence, StoreError> {
+                    let Holder { key, token } = holder;
                     let history = history_text(finish.history);
                     let args = args::finish(key, token, finish, &history);
                     self.fenced(&self.sql.common.finish, &args).await
@@ -118,12 +119,11 @@ macro_rules! sql_store_impls {
 
                 async fn renew(
                     &self,
-                    key: Key<'_>,
-                    token: FencingToken,
-                    lease_until: DateTime<Utc>,
-                    expires_at: DateTime<Utc>,
+                    holder: Holder<'_>,
+                    renew: &Renew,
                 ) -> Result<Fence, StoreError> {
-                    let args = args::renew(key, token, lease_until, Some(expires_at));
+                    let Holder { key, token } = holder;
+                    let args = args::renew(key, token, renew.lease_until, Some(renew.expires_at));
                     self.fenced(&self.sql.common.renew, &args).await
                 }
 
@@ -178,16 +178,14 @@ macro_rules! sql_store_impls {
 
                 async fn lease(
                     &self,
-                    namespace: &str,
-                    now: DateTime<Utc>,
-                    lease_until: DateTime<Utc>,
-                    limit: usize,
+                    request: &LeaseRequest<'_>,
                 ) -> Result<Vec<InboxEvent>, StoreError> {
-                    if limit == 0 {
+                    if request.limit == 0 {
                         return Ok(Vec::new());
                     }
+                    let (namespace, limit) = (request.namespace, request.limit);
                     let rows = self
-                        .lease_events(namespace, now, lease_until, limit)
+                        .lease_events(namespace, request.now, request.lease_until, limit)
                         .await?;
                     let mut events = rows.iter().map(event).collect::<Result<Vec<_>, _>>()?;
                     events.sort_by_key(|e| e.next_attempt_at);
@@ -196,8 +194,7 @@ macro_rules! sql_store_impls {
 
                 async fn settle_event(
                     &self,
-                    key: Key<'_>,
-                    token: FencingToken,
+                    Holder { key, token }: Holder<'_>,
                     settle: &Settle<'_>,
                 ) -> Result<Fence, StoreError> {
                     let args = args::settle(key, token, settle);
@@ -218,8 +215,7 @@ macro_rules! sql_store_impls {
 
                 async fn renew_event(
                     &self,
-                    key: Key<'_>,
-                    token: FencingToken,
+                    Holder { key, token }: Holder<'_>,
                     lease_until: DateTime<Utc>,
                 ) -> Result<Fence, StoreError> {
                     let args = args::renew(key, token, lease_until, None);
@@ -251,64 +247,65 @@ macro_rules! sql_store_impls {
             #[cfg_attr(docsrs, doc(cfg(feature = $feature)))]
             #[::async_trait::async_trait]
             impl OrderingStore for $store {
-                async fn observe(
-                    &self,
-                    key: ObjectKey<'_>,
-                    created_at: DateTime<Utc>,
-                    now: DateTime<Utc>,
-                ) -> Result<Freshness, StoreError> {
+                async fn observe(&self, event: &Observation<'_>) -> Result<Freshness, StoreError> {
+                    let (key, created_at, now) = (event.key, event.created_at, event.now);
                     self.observe_object(key, created_at, now).await
                 }
 
-                async fn settle_object(
-                    &self,
-                    key: ObjectKey<'_>,
-                    created_at: DateTime<Utc>,
-                    status: ObjectStatus,
-                    now: DateTime<Utc>,
-                ) -> Result<bool, StoreError> {
+                async fn settle_object(&self, mark: &ObjectMark<'_>) -> Result<bool, StoreError> {
                     let _gate = self.write_gate().await?;
                     let c = &self.sql.common;
                     if self
-                        .object_update(&c.settle_object, key, created_at, status, now, None)
+                        .object_update(
+                            &c.settle_object,
+                            mark.key,
+                            mark.created_at,
+                            mark.status,
+                            mark.now,
+                            None,
+                        )
                         .await?
                     {
                         return Ok(true);
                     }
-                    if status == ObjectStatus::Failed {
+                    if mark.status == ObjectStatus::Failed {
                         // Settled first by another event created at the same time: a
                         // failure is never hidden.
-                        self.object_update(&c.mark_object, key, created_at, status, now, None)
-                            .await?;
+                        self.object_update(
+                            &c.mark_object,
+                            mark.key,
+                            mark.created_at,
+                            mark.status,
+                            mark.now,
+                            None,
+                        )
+                        .await?;
                     }
                     Ok(false)
                 }
 
-                async fn mark_object(
-                    &self,
-                    key: ObjectKey<'_>,
-                    created_at: DateTime<Utc>,
-                    status: ObjectStatus,
-                    now: DateTime<Utc>,
-                ) -> Result<bool, StoreError> {
+                async fn mark_object(&self, mark: &ObjectMark<'_>) -> Result<bool, StoreError> {
                     let _gate = self.write_gate().await?;
                     let stmt = &self.sql.common.mark_object;
-                    self.object_update(stmt, key, created_at, status, now, None)
+                    self.object_update(stmt, mark.key, mark.created_at, mark.status, mark.now, None)
                         .await
                 }
 
                 async fn mark_object_if_failed(
                     &self,
-                    key: ObjectKey<'_>,
-                    created_at: DateTime<Utc>,
-                    failed_since: DateTime<Utc>,
-                    status: ObjectStatus,
-                    now: DateTime<Utc>,
+                    mark: &FailedMark<'_>,
                 ) -> Result<bool, StoreError> {
                     let _gate = self.write_gate().await?;
                     let stmt = &self.sql.common.mark_if_failed;
-                    self.object_update(stmt, key, created_at, status, now, Some(failed_since))
-                        .await
+                    self.object_update(
+                        stmt,
+                        mark.key,
+                        mark.created_at,
+                        mark.status,
+                        mark.now,
+                        Some(mark.failed_since),
+                    )
+                    .await
                 }
 
                 async fn get_object(
@@ -324,10 +321,9 @@ macro_rules! sql_store_impls {
 
                 async fn failed_objects(
                     &self,
-                    namespace: &str,
-                    before: DateTime<Utc>,
-                    limit: usize,
+                    page: &FailedPage<'_>,
                 ) -> Result<Vec<ObjectRecord>, StoreError> {
+                    let (namespace, before, limit) = (page.namespace, page.before, page.limit);
                     if limit == 0 {
                         return Ok(Vec::new());
                     }

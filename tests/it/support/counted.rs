@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use webhook_guard::store::{
-    Claim, ClaimRequest, Deleted, Fence, FencingToken, Finish, Key, ProcessedStore, Record,
+    Claim, ClaimRequest, Deleted, Fence, Finish, Holder, Key, ProcessedStore, Record, Renew,
 };
 use webhook_guard::{MemoryStore, StoreError};
 
@@ -35,25 +35,14 @@ impl<S: ProcessedStore> ProcessedStore for Counted<S> {
         self.inner.claim(request).await
     }
 
-    async fn finish(
-        &self,
-        key: Key<'_>,
-        token: FencingToken,
-        finish: &Finish<'_>,
-    ) -> Result<Fence, StoreError> {
+    async fn finish(&self, holder: Holder<'_>, finish: &Finish<'_>) -> Result<Fence, StoreError> {
         self.tick();
-        self.inner.finish(key, token, finish).await
+        self.inner.finish(holder, finish).await
     }
 
-    async fn renew(
-        &self,
-        key: Key<'_>,
-        token: FencingToken,
-        lease_until: DateTime<Utc>,
-        expires_at: DateTime<Utc>,
-    ) -> Result<Fence, StoreError> {
+    async fn renew(&self, holder: Holder<'_>, renew: &Renew) -> Result<Fence, StoreError> {
         self.tick();
-        self.inner.renew(key, token, lease_until, expires_at).await
+        self.inner.renew(holder, renew).await
     }
 
     async fn get(&self, key: Key<'_>) -> Result<Option<Record>, StoreError> {

@@ -12,11 +12,12 @@ use chrono::{DateTime, TimeDelta, Utc};
 use tokio::sync::Notify;
 use webhook_guard::clock::ManualClock;
 use webhook_guard::inbox::{
-    Enqueued, InboxEvent, InboxHandler, InboxState, InboxStore, NewEvent, Settle, Worker,
+    Enqueued, InboxEvent, InboxHandler, InboxState, InboxStore, LeaseRequest, NewEvent, Settle,
+    Worker,
 };
 use webhook_guard::meta::{EventMeta, MetaExtractor};
 use webhook_guard::ordering::{ObjectKey, ObjectStatus, OrderingStore};
-use webhook_guard::store::{Fence, FencingToken, Fingerprint, Key, ProcessedStore};
+use webhook_guard::store::{Fence, FencingToken, Fingerprint, Holder, Key, ProcessedStore};
 use webhook_guard::verify::NoVerification;
 use webhook_guard::{EventId, Outcome, StoreError, WebhookGuard};
 
@@ -145,33 +146,25 @@ impl<S: InboxStore> InboxStore for DiesAt<S> {
         self.step().await;
         self.inner.enqueue(e).await
     }
-    async fn lease(
-        &self,
-        ns: &str,
-        now: DateTime<Utc>,
-        until: DateTime<Utc>,
-        limit: usize,
-    ) -> Result<Vec<InboxEvent>, StoreError> {
+    async fn lease(&self, request: &LeaseRequest<'_>) -> Result<Vec<InboxEvent>, StoreError> {
         self.step().await;
-        self.inner.lease(ns, now, until, limit).await
+        self.inner.lease(request).await
     }
     async fn settle_event(
         &self,
-        k: Key<'_>,
-        t: FencingToken,
-        s: &Settle<'_>,
+        holder: Holder<'_>,
+        settle: &Settle<'_>,
     ) -> Result<Fence, StoreError> {
         self.step().await;
-        self.inner.settle_event(k, t, s).await
+        self.inner.settle_event(holder, settle).await
     }
     async fn renew_event(
         &self,
-        k: Key<'_>,
-        t: FencingToken,
-        l: DateTime<Utc>,
+        holder: Holder<'_>,
+        lease_until: DateTime<Utc>,
     ) -> Result<Fence, StoreError> {
         self.step().await;
-        self.inner.renew_event(k, t, l).await
+        self.inner.renew_event(holder, lease_until).await
     }
     async fn get_event(&self, k: Key<'_>) -> Result<Option<InboxEvent>, StoreError> {
         self.step().await;

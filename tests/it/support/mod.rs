@@ -26,7 +26,8 @@ pub async fn an_expired_lease_is_taken_over_and_the_stale_token_refused(
 ) {
     use chrono::{TimeDelta, Utc};
     use webhook_guard::store::{
-        Claim, ClaimRequest, Fence, FencingToken, Fingerprint, Finish, Key, RecordState,
+        Claim, ClaimRequest, Fence, FencingToken, Fingerprint, Finish, Holder, Key, RecordState,
+        Renew,
     };
     let ms = |t: chrono::DateTime<Utc>| {
         chrono::DateTime::from_timestamp_millis(t.timestamp_millis()).expect("in range")
@@ -66,16 +67,28 @@ pub async fn an_expired_lease_is_taken_over_and_the_stale_token_refused(
         expires_at: at(3631),
     };
     assert_eq!(
-        store.renew(key, old, at(90), at(3700)).await.unwrap(),
+        store
+            .renew(
+                Holder::new(key, old),
+                &Renew {
+                    lease_until: at(90),
+                    expires_at: at(3700)
+                }
+            )
+            .await
+            .unwrap(),
         Fence::LeaseLost,
         "the stale holder cannot renew"
     );
     assert_eq!(
-        store.finish(key, old, &done).await.unwrap(),
+        store.finish(Holder::new(key, old), &done).await.unwrap(),
         Fence::LeaseLost,
         "the stale holder cannot finish"
     );
-    assert_eq!(store.finish(key, new, &done).await.unwrap(), Fence::Applied);
+    assert_eq!(
+        store.finish(Holder::new(key, new), &done).await.unwrap(),
+        Fence::Applied
+    );
     let rec = store.get(key).await.unwrap().unwrap();
     assert_eq!(rec.state, RecordState::Completed);
     assert_eq!(rec.token, new);
@@ -636,7 +649,7 @@ pub async fn a_duplicate_claim_costs<S>(store: &S, table: &str, statements: usiz
 where
     S: webhook_guard::ProcessedStore + Clone + 'static,
 {
-    use webhook_guard::store::{Claim, Fence, Finish, Key, RecordState};
+    use webhook_guard::store::{Claim, Fence, Finish, Holder, Key, RecordState};
     let run = statements_run();
     let claimed = claim_at_once(store, vec!["evt_known".into()], 1).await;
     let Some([Ok(Claim::Acquired(record))]) = claimed.get("evt_known").map(Vec::as_slice) else {
@@ -652,7 +665,7 @@ where
     };
     let key = Key::new("batch", "evt_known");
     let fence = store
-        .finish(key, record.token, &done)
+        .finish(Holder::new(key, record.token), &done)
         .await
         .expect("finish");
     assert_eq!(fence, Fence::Applied);

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use webhook_guard::store::{
-    Claim, ClaimRequest, Deleted, Fence, FencingToken, Finish, Key, ProcessedStore, Record,
+    Claim, ClaimRequest, Deleted, Fence, Finish, Holder, Key, ProcessedStore, Record, Renew,
 };
 use webhook_guard::verify::HmacSha256Header;
 use webhook_guard::{EventId, StoreError, WebhookGuard};
@@ -64,21 +64,10 @@ impl ProcessedStore for DownStore {
     async fn claim(&self, _: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
         Err(down())
     }
-    async fn finish(
-        &self,
-        _: Key<'_>,
-        _: FencingToken,
-        _: &Finish<'_>,
-    ) -> Result<Fence, StoreError> {
+    async fn finish(&self, _: Holder<'_>, _: &Finish<'_>) -> Result<Fence, StoreError> {
         Err(down())
     }
-    async fn renew(
-        &self,
-        _: Key<'_>,
-        _: FencingToken,
-        _: DateTime<Utc>,
-        _: DateTime<Utc>,
-    ) -> Result<Fence, StoreError> {
+    async fn renew(&self, _: Holder<'_>, _: &Renew) -> Result<Fence, StoreError> {
         Err(down())
     }
     async fn get(&self, _: Key<'_>) -> Result<Option<Record>, StoreError> {
