@@ -8,7 +8,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, TimeDelta, Utc};
 
-use super::{InboxEvent, InboxState, InboxStore, LeaseRequest};
+use super::{InboxEvent, InboxState, InboxStore, LeaseRequest, RenewLease};
 use crate::clock::{Clock, SystemClock};
 use crate::hooks::{Hooks, NoHooks, PanicSafe};
 use crate::ordering::{Freshness, ObjectKey, ObjectStatus, Observation, OrderingStore};
@@ -696,8 +696,11 @@ impl Inner {
             }
             wait = every;
             self.held_for(event, *held_until, stopped)?;
-            let until = crate::later(self.clock.now(), delta(self.lease));
-            let renewal = self.inbox.renew_event(event.holder(), until);
+            let renew = RenewLease {
+                holder: event.holder(),
+                lease_until: crate::later(self.clock.now(), delta(self.lease)),
+            };
+            let renewal = self.inbox.renew_event(&renew);
             let mut renewal = std::pin::pin!(renewal);
             let renewed = loop {
                 let left = self.held_for(
@@ -712,7 +715,7 @@ impl Inner {
                 }
             };
             match renewed {
-                Ok(Fence::Applied) => *held_until = until,
+                Ok(Fence::Applied) => *held_until = renew.lease_until,
                 Ok(Fence::LeaseLost) => return None,
                 Err(e) => {
                     tracing::warn!(id = %event.id, error = %e, "could not renew an inbox lease; will retry");

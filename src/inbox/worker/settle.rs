@@ -5,10 +5,10 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::{delta, Inner};
-use crate::inbox::{InboxEvent, InboxState, Settle};
+use crate::inbox::{InboxEvent, InboxState, RenewLease, Settle};
 use crate::reconcile::ReconcileReason;
 use crate::runtime::Backoff;
-use crate::store::{Fence, Holder, StoreError};
+use crate::store::{Fence, StoreError};
 
 /// The first wait before a settle the store failed is made again; the waits double
 /// up to [`AGAIN_CAP`].
@@ -35,6 +35,7 @@ impl Inner {
         let error =
             error.map(|e| crate::runtime::bounded_error(crate::without_nul(e).into_owned()));
         let settle = Settle {
+            holder: event.holder(),
             state,
             next_attempt_at,
             error: error.as_deref(),
@@ -42,7 +43,7 @@ impl Inner {
             expires_at: crate::later(now, delta(self.retention)),
             attempt_counts: counts,
         };
-        let answer = match self.inbox.settle_event(event.holder(), &settle).await {
+        let answer = match self.inbox.settle_event(&settle).await {
             Err(e) => self.settle_again(event, held_until, &settle, e).await,
             answer => answer,
         };
@@ -84,7 +85,6 @@ impl Inner {
         settle: &Settle<'_>,
         error: StoreError,
     ) -> Result<Fence, StoreError> {
-        let (key, token) = (event.key(), event.token);
         tracing::debug!(id = %event.id, error = %error, "could not settle an inbox event; trying again while its lease holds");
         let ended = "inbox lease ran out before the event could be settled";
         let every = self.lease / 3;
@@ -108,13 +108,15 @@ impl Inner {
                 // Only an applied renewal moves the lease. A lost one leaves the
                 // settle to answer: the event may hold this very settle already.
                 let until = crate::later(self.clock.now(), delta(self.lease));
-                if let Ok(Fence::Applied) =
-                    self.inbox.renew_event(Holder { key, token }, until).await
-                {
+                let renew = RenewLease {
+                    holder: settle.holder,
+                    lease_until: until,
+                };
+                if let Ok(Fence::Applied) = self.inbox.renew_event(&renew).await {
                     *held_until = until;
                 }
             }
-            match self.inbox.settle_event(Holder { key, token }, settle).await {
+            match self.inbox.settle_event(settle).await {
                 Err(e) => last = e,
                 answer => return answer,
             }
