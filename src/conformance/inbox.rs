@@ -6,7 +6,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use futures_util::future::join_all;
 
 use super::fence_is;
-use crate::inbox::{Enqueued, InboxState, InboxStore, LeaseRequest, NewEvent, Settle};
+use crate::inbox::{Enqueued, InboxState, InboxStore, LeaseRequest, NewEvent, RenewLease, Settle};
 use crate::meta::EventMeta;
 use crate::store::{Fence, FencingToken, Fingerprint, Holder, Key, StoreError};
 
@@ -148,14 +148,22 @@ impl Fixture {
             .unwrap_or_else(|| panic!("nothing leased: {why}"))
     }
 
-    fn settle(&self, state: InboxState, at: i64, next: i64) -> Settle<'static> {
+    fn settle<'a>(&self, holder: Holder<'a>, state: InboxState, at: i64, next: i64) -> Settle<'a> {
         Settle {
+            holder,
             state,
             next_attempt_at: self.at(next),
             error: Some("boom"),
             now: self.at(at),
             expires_at: self.at(at + 3600),
             attempt_counts: true,
+        }
+    }
+
+    fn renew<'a>(&self, holder: Holder<'a>, until: i64) -> RenewLease<'a> {
+        RenewLease {
+            holder,
+            lease_until: self.at(until),
         }
     }
 }
@@ -224,31 +232,24 @@ pub async fn lease_is_exclusive_and_fenced(store: &dyn InboxStore) {
     let due = f.count_due(store, f.at(2), f.at(62)).await;
     assert_eq!(due, 0, "running events are not due");
     let e = f.get(store, "x0").await.unwrap();
-    let done = f.settle(InboxState::Done, 3, 3);
-    let wrong = FencingToken(e.token.0 ^ 1);
+    let done = f.settle(e.holder(), InboxState::Done, 3, 3);
+    let wrong = Settle {
+        holder: Holder::new(e.key(), FencingToken(e.token.0 ^ 1)),
+        ..done
+    };
+    fence_is(store.settle_event(&wrong), Fence::LeaseLost, SETTLE_LOST).await;
+    renew_applies(store.renew_event(&f.renew(e.holder(), 120))).await;
+    settle_applies(store.settle_event(&done)).await;
     fence_is(
-        store.settle_event(Holder::new(e.key(), wrong), &done),
-        Fence::LeaseLost,
-        SETTLE_LOST,
-    )
-    .await;
-    renew_applies(store.renew_event(e.holder(), f.at(120))).await;
-    settle_applies(store.settle_event(e.holder(), &done)).await;
-    fence_is(
-        store.settle_event(e.holder(), &done),
+        store.settle_event(&done),
         Fence::Applied,
         "the same settle made again (a resend) finds its own change",
     )
     .await;
-    let later = f.settle(InboxState::Pending, 4, 4);
+    let later = f.settle(e.holder(), InboxState::Pending, 4, 4);
+    fence_is(store.settle_event(&later), Fence::LeaseLost, "settled once").await;
     fence_is(
-        store.settle_event(e.holder(), &later),
-        Fence::LeaseLost,
-        "settled once",
-    )
-    .await;
-    fence_is(
-        store.renew_event(e.holder(), f.at(130)),
+        store.renew_event(&f.renew(e.holder(), 130)),
         Fence::LeaseLost,
         "a settled event's lease cannot be renewed, even with its token",
     )
@@ -261,8 +262,8 @@ pub async fn lease_is_exclusive_and_fenced(store: &dyn InboxStore) {
 
     // A settle without an error keeps the last one.
     let x1 = f.get(store, "x1").await.unwrap();
-    let retry = f.settle(InboxState::Pending, 3, 5);
-    settle_applies(store.settle_event(x1.holder(), &retry)).await;
+    let retry = f.settle(x1.holder(), InboxState::Pending, 3, 5);
+    settle_applies(store.settle_event(&retry)).await;
     let again = f.lease_within(store, f.at(5), f.at(65), 100).await;
     let x1 = again
         .into_iter()
@@ -270,9 +271,9 @@ pub async fn lease_is_exclusive_and_fenced(store: &dyn InboxStore) {
         .expect("x1 is due again");
     let ok = Settle {
         error: None,
-        ..f.settle(InboxState::Done, 6, 6)
+        ..f.settle(x1.holder(), InboxState::Done, 6, 6)
     };
-    settle_applies(store.settle_event(x1.holder(), &ok)).await;
+    settle_applies(store.settle_event(&ok)).await;
     let x1 = store.get_event(x1.key()).await.unwrap().unwrap();
     assert_eq!(
         (x1.state, x1.last_error.as_deref()),
@@ -288,8 +289,8 @@ pub async fn lease_is_exclusive_and_fenced(store: &dyn InboxStore) {
 pub async fn retries_wait_until_due(store: &dyn InboxStore) {
     let f = Fixture::new();
     let e = f.leased(store, "r").await;
-    let retry = f.settle(InboxState::Pending, 1, 30);
-    settle_applies(store.settle_event(e.holder(), &retry)).await;
+    let retry = f.settle(e.holder(), InboxState::Pending, 1, 30);
+    settle_applies(store.settle_event(&retry)).await;
     assert!(f.lease(store, 29, 89).await.is_empty(), "not due yet");
     let again = f.lease(store, 30, 90).await;
     assert_eq!(again.len(), 1, "a retry is leased once due");
@@ -305,9 +306,9 @@ pub async fn retries_wait_until_due(store: &dyn InboxStore) {
     let e = &again[0];
     let retry = Settle {
         next_attempt_at: ms(91_001_500),
-        ..f.settle(InboxState::Pending, 91, 91)
+        ..f.settle(e.holder(), InboxState::Pending, 91, 91)
     };
-    settle_applies(store.settle_event(e.holder(), &retry)).await;
+    settle_applies(store.settle_event(&retry)).await;
     for (at, due, rule) in [
         (91_001_200, 0, "not due 0.3 ms before its time"),
         (91_002_000, 1, "due once its time has come"),
@@ -354,16 +355,16 @@ pub async fn an_attempt_may_be_given_back(store: &dyn InboxStore) {
         async move { store.lease(&request).await }
     };
     let first = lease(0).await.unwrap().pop().expect("due");
-    let counted = f.settle(InboxState::Pending, 1, 2);
-    settle_applies(store.settle_event(first.holder(), &counted)).await;
+    let counted = f.settle(first.holder(), InboxState::Pending, 1, 2);
+    settle_applies(store.settle_event(&counted)).await;
     let second = lease(2).await.unwrap().pop().expect("due again");
     assert_eq!(second.attempts, 2, "a counted attempt stays counted");
     let uncounted = Settle {
         attempt_counts: false,
-        ..f.settle(InboxState::Pending, 3, 4)
+        ..f.settle(second.holder(), InboxState::Pending, 3, 4)
     };
     for _ in 0..2 {
-        settle_applies(store.settle_event(second.holder(), &uncounted)).await;
+        settle_applies(store.settle_event(&uncounted)).await;
     }
     let stored = store.get_event(second.key()).await.unwrap().unwrap();
     assert_eq!(
@@ -408,12 +409,12 @@ pub async fn renew_is_fenced_and_moves_the_lease(store: &dyn InboxStore) {
     let e = f.leased(store, "long").await;
     let stale = FencingToken(e.token.0.wrapping_add(1));
     fence_is(
-        store.renew_event(Holder::new(e.key(), stale), f.at(120)),
+        store.renew_event(&f.renew(Holder::new(e.key(), stale), 120)),
         Fence::LeaseLost,
         "another token renews nothing",
     )
     .await;
-    renew_applies(store.renew_event(e.holder(), f.at(120))).await;
+    renew_applies(store.renew_event(&f.renew(e.holder(), 120))).await;
     assert!(
         f.lease(store, 119, 180).await.is_empty(),
         "held to the renewed end"
@@ -473,14 +474,13 @@ pub async fn dead_workers_lose_their_lease(store: &dyn InboxStore) {
     let second = f.lease_one(store, 60, 120, "lease ran out").await;
     let rule = "a dead worker's lease taken over counts an attempt";
     assert_eq!(second.attempts, 2, "{rule}");
-    let done = f.settle(InboxState::Done, 61, 61);
-    fence_is(
-        store.settle_event(first.holder(), &done),
-        Fence::LeaseLost,
-        SETTLE_LOST,
-    )
-    .await;
-    settle_applies(store.settle_event(second.holder(), &done)).await;
+    let done = f.settle(first.holder(), InboxState::Done, 61, 61);
+    fence_is(store.settle_event(&done), Fence::LeaseLost, SETTLE_LOST).await;
+    let done = Settle {
+        holder: second.holder(),
+        ..done
+    };
+    settle_applies(store.settle_event(&done)).await;
 }
 
 /// Settled events past their expiry are purged; unsettled ones never are; a purged
@@ -500,8 +500,8 @@ pub async fn settled_events_are_purged(store: &dyn InboxStore) {
         })
         .await;
     let e = one.as_mut().expect("lease failed").pop().expect("due");
-    let done = f.settle(InboxState::Done, 1, 1);
-    let _ = store.settle_event(e.holder(), &done).await.unwrap();
+    let done = f.settle(e.holder(), InboxState::Done, 1, 1);
+    let _ = store.settle_event(&done).await.unwrap();
     assert!(
         matches!(
             f.enqueue(store, &e.id, b"p", 3600).await,
@@ -556,8 +556,8 @@ pub async fn settled_events_are_purged(store: &dyn InboxStore) {
     // An expired event that no purge removed yet is replaced by a new delivery.
     let g = Fixture::at_time(base);
     let late = g.leased(store, "late").await;
-    let done = g.settle(InboxState::Done, 1, 1);
-    let _ = store.settle_event(late.holder(), &done).await.unwrap();
+    let done = g.settle(late.holder(), InboxState::Done, 1, 1);
+    let _ = store.settle_event(&done).await.unwrap();
     assert_eq!(
         g.enqueue(store, "late", b"new", 3601).await,
         Enqueued::Inserted,

@@ -339,7 +339,8 @@ pub async fn dead_letters_are_listed_requeued_and_purged(store: &dyn InboxStore)
         .expect("lease failed");
     assert_eq!(leased.len(), 4, "the four events are leased");
     let token = |id: &str| leased.iter().find(|e| e.id == id).expect("leased").token;
-    let settle = |state, at: i64| Settle {
+    let settle = |holder, state, at: i64| Settle {
+        holder,
         state,
         next_attempt_at: t(1000),
         error: Some("boom"),
@@ -352,12 +353,8 @@ pub async fn dead_letters_are_listed_requeued_and_purged(store: &dyn InboxStore)
         ("e2", InboxState::Done, 21),
         ("e3", InboxState::Pending, 22),
     ] {
-        let fence = store
-            .settle_event(
-                Holder::new(Key::new(&f.namespace, id), token(id)),
-                &settle(state, at),
-            )
-            .await;
+        let holder = Holder::new(Key::new(&f.namespace, id), token(id));
+        let fence = store.settle_event(&settle(holder, state, at)).await;
         assert_eq!(fence.expect("settle failed"), Fence::Applied);
     }
     let q = EventQuery::new(&f.namespace, t(25));
@@ -446,11 +443,9 @@ pub async fn dead_letters_are_listed_requeued_and_purged(store: &dyn InboxStore)
         ["e1"],
         "the requeued event is leased again (e3 is not due)"
     );
+    let holder = Holder::new(key("e1"), again[0].token);
     let fence = store
-        .settle_event(
-            Holder::new(key("e1"), again[0].token),
-            &settle(InboxState::Dead, 32),
-        )
+        .settle_event(&settle(holder, InboxState::Dead, 32))
         .await;
     assert_eq!(fence.expect("settle failed"), Fence::Applied);
     assert!(

@@ -234,9 +234,21 @@ pub struct LeaseRequest<'a> {
     pub limit: usize,
 }
 
+/// A request to extend a leased event's lease: see [`InboxStore::renew_event`].
+#[derive(Debug, Clone, Copy)]
+pub struct RenewLease<'a> {
+    /// The lease to extend ([`InboxEvent::holder`]).
+    pub holder: Holder<'a>,
+    /// Until when the lease now holds.
+    pub lease_until: DateTime<Utc>,
+}
+
 /// How a worker settles a leased event: see [`InboxStore::settle_event`].
 #[derive(Debug, Clone, Copy)]
 pub struct Settle<'a> {
+    /// The lease to settle: the event's key and the token it was leased with
+    /// ([`InboxEvent::holder`]).
+    pub holder: Holder<'a>,
     /// `Done`, `Dead`, `Skipped`, or `Pending` for a retry.
     pub state: InboxState,
     /// For a retry: when it is due.
@@ -255,15 +267,11 @@ pub struct Settle<'a> {
     pub attempt_counts: bool,
 }
 
-/// Whether `event` already holds `settle` made under `token`: the same settle made
-/// again (times compared to the millisecond, as the durable stores keep them).
-pub(crate) fn settled_already(
-    event: &InboxEvent,
-    token: FencingToken,
-    settle: &Settle<'_>,
-) -> bool {
+/// Whether `event` already holds `settle`: the same settle made again under its
+/// token (times compared to the millisecond, as the durable stores keep them).
+pub(crate) fn settled_already(event: &InboxEvent, settle: &Settle<'_>) -> bool {
     settle.state != InboxState::Running
-        && event.token == token
+        && event.token == settle.holder.token
         && event.state == settle.state
         && event.updated_at.timestamp_millis() == settle.now.timestamp_millis()
 }
@@ -283,8 +291,8 @@ pub(crate) fn settled_already(
 ///   same one: fencing is per event), `attempts + 1`, `lease_until`,
 ///   `updated_at = now`, and return them. Two concurrent leases never return the
 ///   same event.
-/// - **settle_event**: if the event under the [`Holder`]'s key is `Running` with
-///   its `token`, set state, `next_attempt_at`, `last_error` (when given),
+/// - **settle_event**: if the event under the [`Settle`]'s `holder` key is
+///   `Running` with its `token`, set state, `next_attempt_at`, `last_error` (when given),
 ///   `updated_at` and `expires_at`, take one from `attempts` (unless 0) when the
 ///   attempt does not count, and answer [`Fence::Applied`]. If it already carries
 ///   `token`, the settle's state (other than `Running`) and `updated_at = now` (to
@@ -302,19 +310,11 @@ pub trait InboxStore: fmt::Debug + Send + Sync + 'static {
     /// Leases due events as `request` says.
     async fn lease(&self, request: &LeaseRequest<'_>) -> Result<Vec<InboxEvent>, StoreError>;
 
-    /// Settles the event leased by `holder`.
-    async fn settle_event(
-        &self,
-        holder: Holder<'_>,
-        settle: &Settle<'_>,
-    ) -> Result<Fence, StoreError>;
+    /// Settles the event leased by `settle`'s holder.
+    async fn settle_event(&self, settle: &Settle<'_>) -> Result<Fence, StoreError>;
 
-    /// Extends the lease of `holder` until `lease_until`.
-    async fn renew_event(
-        &self,
-        holder: Holder<'_>,
-        lease_until: DateTime<Utc>,
-    ) -> Result<Fence, StoreError>;
+    /// Extends the lease of `renew`'s holder until its `lease_until`.
+    async fn renew_event(&self, renew: &RenewLease<'_>) -> Result<Fence, StoreError>;
 
     /// The event under `key`.
     async fn get_event(&self, key: Key<'_>) -> Result<Option<InboxEvent>, StoreError>;
@@ -333,10 +333,8 @@ pub trait InboxStore: fmt::Debug + Send + Sync + 'static {
 crate::forward::forward!(InboxStore {
     async fn enqueue(&self, event: &NewEvent<'_>) -> Result<Enqueued, StoreError>;
     async fn lease(&self, request: &LeaseRequest<'_>) -> Result<Vec<InboxEvent>, StoreError>;
-    async fn settle_event(&self, holder: Holder<'_>, settle: &Settle<'_>)
-        -> Result<Fence, StoreError>;
-    async fn renew_event(&self, holder: Holder<'_>, lease_until: DateTime<Utc>)
-        -> Result<Fence, StoreError>;
+    async fn settle_event(&self, settle: &Settle<'_>) -> Result<Fence, StoreError>;
+    async fn renew_event(&self, renew: &RenewLease<'_>) -> Result<Fence, StoreError>;
     async fn get_event(&self, key: Key<'_>) -> Result<Option<InboxEvent>, StoreError>;
     async fn purge_settled(&self, now: DateTime<Utc>, limit: usize) -> Result<u64, StoreError>;
     sync fn inbox_listing(&self) -> Option<&dyn InboxListing>;

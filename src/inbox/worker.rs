@@ -8,7 +8,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, TimeDelta, Utc};
 
-use super::{InboxEvent, InboxState, InboxStore, LeaseRequest};
+use super::{InboxEvent, InboxState, InboxStore, LeaseRequest, RenewLease};
 use crate::clock::{Clock, SystemClock};
 use crate::hooks::{Hooks, NoHooks, PanicSafe};
 use crate::ordering::{Freshness, ObjectKey, ObjectStatus, Observation, OrderingStore};
@@ -461,6 +461,13 @@ enum Ran {
     NotStarted,
 }
 
+/// A leased event, and the end of its lease as last confirmed (by the lease, then
+/// by each renewal the store applied).
+struct Held<'e> {
+    event: &'e InboxEvent,
+    until: DateTime<Utc>,
+}
+
 impl Inner {
     async fn process(&self, event: InboxEvent) {
         let key = event.key();
@@ -468,11 +475,14 @@ impl Inner {
         // waits as while the handler runs, so a slow check does not let the lease
         // run out (another worker would lease the event and count an attempt, and
         // this one's settle would be fenced out).
-        let mut held_until = event.lease_until;
+        let mut held = Held {
+            event: &event,
+            until: event.lease_until,
+        };
         let checked = match self.ordering {
             Some(_) => {
                 let check = self.check_order(&event);
-                self.renewing(&event, &mut held_until, check).await
+                self.renewing(&mut held, check).await
             }
             None => Some(Order::Go),
         };
@@ -482,37 +492,27 @@ impl Inner {
             Some(Order::Go) => {}
             Some(Order::Stale) => {
                 self.hooks.on_stale(key, &event.meta);
-                self.settle(&event, &mut held_until, InboxState::Skipped, None)
-                    .await;
+                self.settle(&mut held, InboxState::Skipped, None).await;
                 return;
             }
             Some(Order::Unavailable(error)) => {
-                return self
-                    .order_unavailable(&event, &mut held_until, &error)
-                    .await
+                return self.order_unavailable(&mut held, &error).await
             }
             // The lease ran out unrenewed while checking: nothing ran.
-            None => return self.not_started(&event, &mut held_until).await,
+            None => return self.not_started(&mut held).await,
         }
         if event.attempts > self.policy.max_attempts {
             // Its last `max_attempts` runs ended without a settle (the process died
             // or the lease was lost each time): stop here, as after the last failure.
             let error = "no attempt finished: the handler crashed or lost its lease";
-            self.dead(
-                &event,
-                &mut held_until,
-                error,
-                ReconcileReason::DeadLettered,
-            )
-            .await;
+            self.dead(&mut held, error, ReconcileReason::DeadLettered)
+                .await;
             return;
         }
-        let ran = self.run(&event, &mut held_until).await;
+        let ran = self.run(&mut held).await;
         match ran {
             Ran::Ok => {
-                if self
-                    .settle(&event, &mut held_until, InboxState::Done, None)
-                    .await
+                if self.settle(&mut held, InboxState::Done, None).await
                     && !self.settle_object(&event, ObjectStatus::Applied).await
                 {
                     // A newer event of the object was seen while this one ran, or
@@ -525,8 +525,7 @@ impl Inner {
                 if reconciled {
                     let settled = self
                         .settle(
-                            &event,
-                            &mut held_until,
+                            &mut held,
                             InboxState::Done,
                             Some("handler timed out; reconciled"),
                         )
@@ -538,47 +537,34 @@ impl Inner {
                         self.settle_object(&event, ObjectStatus::Applied).await;
                     }
                 } else {
-                    self.fail(&event, &mut held_until, "handler timed out".into())
-                        .await;
+                    self.fail(&mut held, "handler timed out".into()).await;
                 }
             }
             Ran::Failed(HandlerError::Permanent(e)) => {
                 let error = crate::runtime::error_text(&e);
-                self.dead(
-                    &event,
-                    &mut held_until,
-                    &error,
-                    ReconcileReason::PermanentFailure,
-                )
-                .await;
+                self.dead(&mut held, &error, ReconcileReason::PermanentFailure)
+                    .await;
             }
             Ran::Failed(HandlerError::Retryable(e)) => {
                 let error = crate::runtime::error_text(&e);
-                self.fail(&event, &mut held_until, error).await;
+                self.fail(&mut held, error).await;
             }
             Ran::LeaseLost => {
                 tracing::warn!(id = %event.id, "inbox lease lost while the handler ran; handler stopped");
                 self.reconcile(&event, ReconcileReason::LeaseLost).await;
             }
-            Ran::NotStarted => self.not_started(&event, &mut held_until).await,
+            Ran::NotStarted => self.not_started(&mut held).await,
         }
     }
 
     /// Puts back an event whose lease ended before its handler started, its attempt
     /// given back (fenced: a no-op if another worker has it): nothing ran, so
     /// nothing to reconcile.
-    async fn not_started(&self, event: &InboxEvent, held_until: &mut DateTime<Utc>) {
+    async fn not_started(&self, held: &mut Held<'_>) {
         let error = "the lease ended before the handler started";
         let now = self.clock.now();
-        self.settle_at(
-            event,
-            held_until,
-            InboxState::Pending,
-            Some(error),
-            now,
-            false,
-        )
-        .await;
+        self.settle_at(held, InboxState::Pending, Some(error), now, false)
+            .await;
     }
 
     /// The event's object and `created_at`, when it takes part in ordering (decided
@@ -616,12 +602,8 @@ impl Inner {
     }
 
     /// Puts back an event whose ordering check the store could not answer.
-    async fn order_unavailable(
-        &self,
-        event: &InboxEvent,
-        held_until: &mut DateTime<Utc>,
-        error: &str,
-    ) {
+    async fn order_unavailable(&self, held: &mut Held<'_>, error: &str) {
+        let event = held.event;
         tracing::warn!(id = %event.id, %error, "ordering store failed; retrying event");
         // Not the handler's failure: no hook, and the attempt given back (the event
         // does not go dead unrun through an outage). So the policy's delay does not
@@ -632,18 +614,18 @@ impl Inner {
             .unwrap_or_default();
         let wait = (waited / 4).min(self.policy.max).max(self.poll);
         let error = format!("ordering store unavailable: {error}");
-        self.retry_later(event, held_until, &error, wait, false)
-            .await;
+        self.retry_later(held, &error, wait, false).await;
     }
 
-    async fn run(&self, event: &InboxEvent, held_until: &mut DateTime<Utc>) -> Ran {
+    async fn run(&self, held: &mut Held<'_>) -> Ran {
+        let event = held.event;
         if self
-            .held_for(event, *held_until, "inbox lease ended before its run")
+            .held_for(held, "inbox lease ended before its run")
             .is_none()
         {
             return Ran::NotStarted;
         }
-        let run = self.renewing(event, held_until, catch_unwind(self.handler.handle(event)));
+        let run = self.renewing(held, catch_unwind(self.handler.handle(event)));
         let result = match self.timeout {
             Some(limit) => match tokio::time::timeout(limit, run).await {
                 Ok(r) => r,
@@ -664,7 +646,7 @@ impl Inner {
         }
     }
 
-    /// Runs `work` while renewing the event's lease (confirmed until `held_until`,
+    /// Runs `work` while renewing the event's lease (confirmed until `held.until`,
     /// which each renewal moves), so work that runs longer than the lease keeps the
     /// event (no other worker runs it meanwhile). The first renewal comes once a
     /// third of the lease has passed since it was taken, at once if the work starts
@@ -675,36 +657,32 @@ impl Inner {
     /// another worker may have the event now. While a renewal waits for the store,
     /// the work goes on and the end of the lease is looked at every third of the
     /// lease at most (at once, on the real clock).
-    async fn renewing<T>(
-        &self,
-        event: &InboxEvent,
-        held_until: &mut DateTime<Utc>,
-        work: impl Future<Output = T>,
-    ) -> Option<T> {
+    async fn renewing<T>(&self, held: &mut Held<'_>, work: impl Future<Output = T>) -> Option<T> {
+        let event = held.event;
         let mut work = std::pin::pin!(work);
         let every = self.lease / 3; // at least 33 ms: see `MIN_LEASE`
         let stopped = "inbox lease ran out unrenewed; work stopped";
         // Until the first renewal: two thirds of a lease left, or at once.
-        let left = self.held_for(event, *held_until, stopped)?;
+        let left = self.held_for(held, stopped)?;
         let mut wait = left.saturating_sub(self.lease.saturating_sub(every));
         loop {
             // Until the next renewal, or the end of the lease if that comes first.
-            let left = self.held_for(event, *held_until, stopped)?;
+            let left = self.held_for(held, stopped)?;
             tokio::select! {
                 done = &mut work => return Some(done),
                 () = tokio::time::sleep(wait.min(left)) => {}
             }
             wait = every;
-            self.held_for(event, *held_until, stopped)?;
-            let until = crate::later(self.clock.now(), delta(self.lease));
-            let renewal = self.inbox.renew_event(event.holder(), until);
+            self.held_for(held, stopped)?;
+            let renew = RenewLease {
+                holder: event.holder(),
+                lease_until: crate::later(self.clock.now(), delta(self.lease)),
+            };
+            let renewal = self.inbox.renew_event(&renew);
             let mut renewal = std::pin::pin!(renewal);
             let renewed = loop {
-                let left = self.held_for(
-                    event,
-                    *held_until,
-                    "inbox lease ran out while renewing; work stopped",
-                )?;
+                let left =
+                    self.held_for(held, "inbox lease ran out while renewing; work stopped")?;
                 tokio::select! {
                     done = &mut work => return Some(done),
                     renewed = &mut renewal => break renewed,
@@ -712,7 +690,7 @@ impl Inner {
                 }
             };
             match renewed {
-                Ok(Fence::Applied) => *held_until = until,
+                Ok(Fence::Applied) => held.until = renew.lease_until,
                 Ok(Fence::LeaseLost) => return None,
                 Err(e) => {
                     tracing::warn!(id = %event.id, error = %e, "could not renew an inbox lease; will retry");
@@ -721,31 +699,25 @@ impl Inner {
         }
     }
 
-    /// How long the lease confirmed until `held_until` still holds by this worker's
+    /// How long the `held` lease, as last confirmed, still holds by this worker's
     /// clock, or `None` (logged with `what`) once it has ended.
-    fn held_for(
-        &self,
-        event: &InboxEvent,
-        held_until: DateTime<Utc>,
-        what: &str,
-    ) -> Option<Duration> {
-        match (held_until - self.clock.now()).to_std() {
+    fn held_for(&self, held: &Held<'_>, what: &str) -> Option<Duration> {
+        match (held.until - self.clock.now()).to_std() {
             Ok(left) if !left.is_zero() => Some(left),
             _ => {
-                tracing::warn!(id = %event.id, "{what}");
+                tracing::warn!(id = %held.event.id, "{what}");
                 None
             }
         }
     }
 
-    async fn fail(&self, event: &InboxEvent, held_until: &mut DateTime<Utc>, error: String) {
+    async fn fail(&self, held: &mut Held<'_>, error: String) {
+        let event = held.event;
         if event.attempts >= self.policy.max_attempts {
-            self.dead(event, held_until, &error, ReconcileReason::DeadLettered)
-                .await;
+            self.dead(held, &error, ReconcileReason::DeadLettered).await;
         } else {
             self.hooks.on_failure(event.key(), event.attempts, &error);
-            self.retry_later(event, held_until, &error, Duration::ZERO, true)
-                .await;
+            self.retry_later(held, &error, Duration::ZERO, true).await;
         }
     }
 
@@ -753,33 +725,21 @@ impl Inner {
     /// its attempt given back unless it `counts`.
     async fn retry_later(
         &self,
-        event: &InboxEvent,
-        held_until: &mut DateTime<Utc>,
+        held: &mut Held<'_>,
         error: &str,
         at_least: Duration,
         counts: bool,
     ) {
+        let event = held.event;
         let now = self.clock.now();
         let wait = self.policy.delay(event.attempts).max(at_least);
         let next = crate::later(now, delta(wait));
-        self.settle_at(
-            event,
-            held_until,
-            InboxState::Pending,
-            Some(error),
-            next,
-            counts,
-        )
-        .await;
+        self.settle_at(held, InboxState::Pending, Some(error), next, counts)
+            .await;
     }
 
-    async fn dead(
-        &self,
-        event: &InboxEvent,
-        held_until: &mut DateTime<Utc>,
-        error: &str,
-        reason: ReconcileReason,
-    ) {
+    async fn dead(&self, held: &mut Held<'_>, error: &str, reason: ReconcileReason) {
+        let event = held.event;
         // The object is marked failed first, so that `reconcile_stale` lists it for
         // as long as its reconcile has not succeeded: marked after the settle, a
         // crash in between would leave it pending, and listed by nothing, once the
@@ -787,10 +747,7 @@ impl Inner {
         // costs a reconcile more.
         self.settle_object(event, ObjectStatus::Failed).await;
         let failed_since = self.clock.now();
-        if !self
-            .settle(event, held_until, InboxState::Dead, Some(error))
-            .await
-        {
+        if !self.settle(held, InboxState::Dead, Some(error)).await {
             return;
         }
         // Panic-safe (as every hook): the reconciler below must run, nothing would
@@ -808,14 +765,8 @@ impl Inner {
         }
     }
 
-    async fn settle(
-        &self,
-        event: &InboxEvent,
-        held_until: &mut DateTime<Utc>,
-        state: InboxState,
-        error: Option<&str>,
-    ) -> bool {
-        self.settle_at(event, held_until, state, error, self.clock.now(), true)
+    async fn settle(&self, held: &mut Held<'_>, state: InboxState, error: Option<&str>) -> bool {
+        self.settle_at(held, state, error, self.clock.now(), true)
             .await
     }
 

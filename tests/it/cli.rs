@@ -853,6 +853,7 @@ async fn listing_flow(url: &str, table: Option<&str>) {
         async move {
             for e in leased.iter().filter(|e| e.id == "dl-1") {
                 let settle = webhook_guard::inbox::Settle {
+                    holder: Holder::new(Key::new(&ns, "dl-1"), e.token),
                     state: webhook_guard::inbox::InboxState::Dead,
                     next_attempt_at: now,
                     error: Some("gave up \u{1b}[31mred"),
@@ -860,9 +861,7 @@ async fn listing_flow(url: &str, table: Option<&str>) {
                     expires_at: now + h(2),
                     attempt_counts: true,
                 };
-                let fence = inbox
-                    .settle_event(Holder::new(Key::new(&ns, "dl-1"), e.token), &settle)
-                    .await;
+                let fence = inbox.settle_event(&settle).await;
                 assert_eq!(fence.unwrap(), Fence::Applied);
             }
         }

@@ -16,7 +16,7 @@ use webhook_guard::ordering::{
 };
 use webhook_guard::outcome::OutcomeKind;
 use webhook_guard::reconcile::{ReconcileReason, ReconcileRequest, Reconciler};
-use webhook_guard::store::{BoxError, Holder, Key};
+use webhook_guard::store::{BoxError, Key};
 use webhook_guard::verify::NoVerification;
 use webhook_guard::{EventId, HandlerError, Hooks, MemoryStore, Outcome, WebhookGuard};
 
@@ -806,16 +806,14 @@ impl InboxStore for DiesAt {
     }
     async fn settle_event(
         &self,
-        holder: Holder<'_>,
         settle: &webhook_guard::inbox::Settle<'_>,
     ) -> Result<webhook_guard::store::Fence, webhook_guard::StoreError> {
         self.step().await;
-        self.inner.settle_event(holder, settle).await
+        self.inner.settle_event(settle).await
     }
     async fn renew_event(
         &self,
-        holder: Holder<'_>,
-        lease_until: DateTime<Utc>,
+        renew: &webhook_guard::inbox::RenewLease<'_>,
     ) -> Result<webhook_guard::store::Fence, webhook_guard::StoreError> {
         self.step().await;
         if self.hang_renewals {
@@ -824,7 +822,7 @@ impl InboxStore for DiesAt {
         if self.fail_renewals {
             return Err(webhook_guard::StoreError::unavailable("connection refused"));
         }
-        self.inner.renew_event(holder, lease_until).await
+        self.inner.renew_event(renew).await
     }
     async fn get_event(&self, k: Key<'_>) -> Result<Option<InboxEvent>, webhook_guard::StoreError> {
         self.inner.get_event(k).await
@@ -2502,7 +2500,6 @@ impl InboxStore for SettleFails {
     }
     async fn settle_event(
         &self,
-        _: Holder<'_>,
         _: &webhook_guard::inbox::Settle<'_>,
     ) -> Result<webhook_guard::store::Fence, webhook_guard::StoreError> {
         self.settles.fetch_add(1, Ordering::SeqCst);
@@ -2510,11 +2507,10 @@ impl InboxStore for SettleFails {
     }
     async fn renew_event(
         &self,
-        holder: Holder<'_>,
-        lease_until: DateTime<Utc>,
+        renew: &webhook_guard::inbox::RenewLease<'_>,
     ) -> Result<webhook_guard::store::Fence, webhook_guard::StoreError> {
         self.renewals.fetch_add(1, Ordering::SeqCst);
-        self.inner.renew_event(holder, lease_until).await
+        self.inner.renew_event(renew).await
     }
     async fn get_event(&self, k: Key<'_>) -> Result<Option<InboxEvent>, webhook_guard::StoreError> {
         self.inner.get_event(k).await

@@ -1690,6 +1690,7 @@ async fn a_settle_that_meets_its_own_change_again_is_applied() {
         .unwrap();
     let token = leased[0].token;
     let retry = Settle {
+        holder: Holder::new(key, token),
         state: InboxState::Pending,
         next_attempt_at: now + TimeDelta::minutes(1),
         error: Some("timeout"),
@@ -1700,29 +1701,22 @@ async fn a_settle_that_meets_its_own_change_again_is_applied() {
     // The same script run twice (as a cluster connection may, after a lost
     // reply): the second run finds its own change.
     for run in ["first", "again"] {
-        let fence = store
-            .settle_event(Holder::new(key, token), &retry)
-            .await
-            .unwrap();
+        let fence = store.settle_event(&retry).await.unwrap();
         assert_eq!(fence, Fence::Applied, "{run}");
     }
     // Another holder's token, or a settle with other contents, is still refused.
-    let other = store
-        .settle_event(Holder::new(key, FencingToken::random()), &retry)
-        .await;
+    let other = Settle {
+        holder: Holder::new(key, FencingToken::random()),
+        ..retry
+    };
+    let other = store.settle_event(&other).await;
     assert_eq!(other.unwrap(), Fence::LeaseLost);
     let done = Settle {
         state: InboxState::Done,
         error: None,
         ..retry
     };
-    assert_eq!(
-        store
-            .settle_event(Holder::new(key, token), &done)
-            .await
-            .unwrap(),
-        Fence::LeaseLost
-    );
+    assert_eq!(store.settle_event(&done).await.unwrap(), Fence::LeaseLost);
     let event = store.get_event(key).await.unwrap().unwrap();
     assert_eq!((event.state, event.attempts), (InboxState::Pending, 1));
     cleanup(&url, &prefix).await;

@@ -4,11 +4,11 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::{delta, Inner};
-use crate::inbox::{InboxEvent, InboxState, Settle};
+use super::{delta, Held, Inner};
+use crate::inbox::{InboxState, RenewLease, Settle};
 use crate::reconcile::ReconcileReason;
 use crate::runtime::Backoff;
-use crate::store::{Fence, Holder, StoreError};
+use crate::store::{Fence, StoreError};
 
 /// The first wait before a settle the store failed is made again; the waits double
 /// up to [`AGAIN_CAP`].
@@ -16,25 +16,27 @@ const AGAIN_FIRST: Duration = Duration::from_millis(50);
 const AGAIN_CAP: Duration = Duration::from_secs(1);
 
 impl Inner {
-    /// Settles `event` (its attempt given back unless it `counts`); `true` when
-    /// applied. A lost lease after a run (an attempt that counts, not a stale skip)
-    /// is an ambiguous outcome: another worker has the event, and the reconciler is
-    /// told. A settle the store fails is made again (see [`Inner::settle_again`])
-    /// while the lease confirmed until `held_until` holds.
+    /// Settles the `held` event (its attempt given back unless it `counts`); `true`
+    /// when applied. A lost lease after a run (an attempt that counts, not a stale
+    /// skip) is an ambiguous outcome: another worker has the event, and the
+    /// reconciler is told. A settle the store fails is made again (see
+    /// [`Inner::settle_again`]) while the lease, as last confirmed (`held.until`),
+    /// holds.
     pub(super) async fn settle_at(
         &self,
-        event: &InboxEvent,
-        held_until: &mut DateTime<Utc>,
+        held: &mut Held<'_>,
         state: InboxState,
         error: Option<&str>,
         next_attempt_at: DateTime<Utc>,
         counts: bool,
     ) -> bool {
+        let event = held.event;
         let now = self.clock.now();
         // Bounded once NULs are replaced (each becomes three bytes).
         let error =
             error.map(|e| crate::runtime::bounded_error(crate::without_nul(e).into_owned()));
         let settle = Settle {
+            holder: event.holder(),
             state,
             next_attempt_at,
             error: error.as_deref(),
@@ -42,8 +44,8 @@ impl Inner {
             expires_at: crate::later(now, delta(self.retention)),
             attempt_counts: counts,
         };
-        let answer = match self.inbox.settle_event(event.holder(), &settle).await {
-            Err(e) => self.settle_again(event, held_until, &settle, e).await,
+        let answer = match self.inbox.settle_event(&settle).await {
+            Err(e) => self.settle_again(held, &settle, e).await,
             answer => answer,
         };
         match answer {
@@ -71,7 +73,7 @@ impl Inner {
     /// (its time included), so that a try whose answer was lost and the next one
     /// agree (the store answers `Applied` to the same settle made again). Tries
     /// at doubling intervals, from 50 ms up to a second apart, and renews the lease
-    /// (confirmed until `held_until`, which a renewal moves) once a third of it has
+    /// (confirmed until `held.until`, which a renewal moves) once a third of it has
     /// passed since it was last confirmed. Stops at the store's first answer, or
     /// with the last error when the lease the store confirmed has ended by the
     /// worker's clock (another worker may lease the event then), or once a lease
@@ -79,19 +81,18 @@ impl Inner {
     /// the settle holds the event no longer than that).
     async fn settle_again(
         &self,
-        event: &InboxEvent,
-        held_until: &mut DateTime<Utc>,
+        held: &mut Held<'_>,
         settle: &Settle<'_>,
         error: StoreError,
     ) -> Result<Fence, StoreError> {
-        let (key, token) = (event.key(), event.token);
+        let event = held.event;
         tracing::debug!(id = %event.id, error = %error, "could not settle an inbox event; trying again while its lease holds");
         let ended = "inbox lease ran out before the event could be settled";
         let every = self.lease / 3;
         let mut backoff = Backoff::new(AGAIN_FIRST, AGAIN_CAP, self.lease);
         let mut last = error;
         loop {
-            let Some(left) = self.held_for(event, *held_until, ended) else {
+            let Some(left) = self.held_for(held, ended) else {
                 return Err(last);
             };
             let more = tokio::select! {
@@ -101,20 +102,22 @@ impl Inner {
             if !more {
                 return Err(last);
             }
-            let Some(left) = self.held_for(event, *held_until, ended) else {
+            let Some(left) = self.held_for(held, ended) else {
                 return Err(last);
             };
             if left <= self.lease.saturating_sub(every) {
                 // Only an applied renewal moves the lease. A lost one leaves the
                 // settle to answer: the event may hold this very settle already.
                 let until = crate::later(self.clock.now(), delta(self.lease));
-                if let Ok(Fence::Applied) =
-                    self.inbox.renew_event(Holder { key, token }, until).await
-                {
-                    *held_until = until;
+                let renew = RenewLease {
+                    holder: settle.holder,
+                    lease_until: until,
+                };
+                if let Ok(Fence::Applied) = self.inbox.renew_event(&renew).await {
+                    held.until = until;
                 }
             }
-            match self.inbox.settle_event(Holder { key, token }, settle).await {
+            match self.inbox.settle_event(settle).await {
                 Err(e) => last = e,
                 answer => return answer,
             }

@@ -4,7 +4,9 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use super::{codec, item_pk, millis, n, s, DynamoDbStore, Expr, Write};
-use crate::inbox::{Enqueued, InboxEvent, InboxState, InboxStore, LeaseRequest, NewEvent, Settle};
+use crate::inbox::{
+    Enqueued, InboxEvent, InboxState, InboxStore, LeaseRequest, NewEvent, RenewLease, Settle,
+};
 use crate::store::{ceil_millis, Fence, FencingToken, Holder, Key, StoreError};
 
 const SETTLED: [InboxState; 3] = [InboxState::Done, InboxState::Dead, InboxState::Skipped];
@@ -116,11 +118,8 @@ impl InboxStore for DynamoDbStore {
         Ok(out)
     }
 
-    async fn settle_event(
-        &self,
-        Holder { key, token }: Holder<'_>,
-        settle: &Settle<'_>,
-    ) -> Result<Fence, StoreError> {
+    async fn settle_event(&self, settle: &Settle<'_>) -> Result<Fence, StoreError> {
+        let Holder { key, token } = settle.holder;
         let pk = item_pk('e', key)?;
         let next = ceil_millis(settle.next_attempt_at);
         let expires = ceil_millis(settle.expires_at);
@@ -168,9 +167,7 @@ impl InboxStore for DynamoDbStore {
                     _ => self.get_item(&pk).await?,
                 };
                 let again = match found {
-                    Some(item) => {
-                        crate::inbox::settled_already(&codec::event(&item)?, token, settle)
-                    }
+                    Some(item) => crate::inbox::settled_already(&codec::event(&item)?, settle),
                     None => false,
                 };
                 Ok(if again {
@@ -182,14 +179,11 @@ impl InboxStore for DynamoDbStore {
         }
     }
 
-    async fn renew_event(
-        &self,
-        Holder { key, token }: Holder<'_>,
-        lease_until: DateTime<Utc>,
-    ) -> Result<Fence, StoreError> {
+    async fn renew_event(&self, renew: &RenewLease<'_>) -> Result<Fence, StoreError> {
+        let Holder { key, token } = renew.holder;
         let pk = item_pk('e', key)?;
         let mut e = Expr::default();
-        let lease = e.v("lease", n(ceil_millis(lease_until)));
+        let lease = e.v("lease", n(ceil_millis(renew.lease_until)));
         let update = format!(
             "SET {} = {lease}, {} = {lease}",
             e.n("lease_until"),

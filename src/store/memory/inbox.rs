@@ -6,7 +6,9 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use super::lock;
-use crate::inbox::{Enqueued, InboxEvent, InboxState, InboxStore, LeaseRequest, NewEvent, Settle};
+use crate::inbox::{
+    Enqueued, InboxEvent, InboxState, InboxStore, LeaseRequest, NewEvent, RenewLease, Settle,
+};
 use crate::store::{Fence, FencingToken, Holder, Key, MemoryStore, StoreError};
 
 type EventKey = (String, String);
@@ -170,11 +172,8 @@ impl InboxStore for MemoryStore {
         Ok(out)
     }
 
-    async fn settle_event(
-        &self,
-        Holder { key, token }: Holder<'_>,
-        settle: &Settle<'_>,
-    ) -> Result<Fence, StoreError> {
+    async fn settle_event(&self, settle: &Settle<'_>) -> Result<Fence, StoreError> {
+        let Holder { key, token } = settle.holder;
         let mut queue = lock(self.queue());
         let fence = queue.fenced(key, token, |e| {
             e.state = settle.state;
@@ -192,19 +191,16 @@ impl InboxStore for MemoryStore {
             // The same settle made again (its answer was lost) finds its own change.
             let k = (key.namespace.to_owned(), key.id.to_owned());
             let stored = queue.events.get(&k);
-            if stored.is_some_and(|e| crate::inbox::settled_already(e, token, settle)) {
+            if stored.is_some_and(|e| crate::inbox::settled_already(e, settle)) {
                 return Ok(Fence::Applied);
             }
         }
         Ok(fence)
     }
 
-    async fn renew_event(
-        &self,
-        Holder { key, token }: Holder<'_>,
-        lease_until: DateTime<Utc>,
-    ) -> Result<Fence, StoreError> {
-        Ok(lock(self.queue()).fenced(key, token, |e| e.lease_until = lease_until))
+    async fn renew_event(&self, renew: &RenewLease<'_>) -> Result<Fence, StoreError> {
+        let Holder { key, token } = renew.holder;
+        Ok(lock(self.queue()).fenced(key, token, |e| e.lease_until = renew.lease_until))
     }
 
     async fn get_event(&self, key: Key<'_>) -> Result<Option<InboxEvent>, StoreError> {

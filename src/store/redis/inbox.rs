@@ -12,7 +12,9 @@ use chrono::{DateTime, Utc};
 use super::codec::{array, bytes, corrupt, fence, int, millis, text, time};
 use super::connection::Eval;
 use super::RedisStore;
-use crate::inbox::{Enqueued, InboxEvent, InboxState, InboxStore, LeaseRequest, NewEvent, Settle};
+use crate::inbox::{
+    Enqueued, InboxEvent, InboxState, InboxStore, LeaseRequest, NewEvent, RenewLease, Settle,
+};
 use crate::meta::EventMeta;
 use crate::store::{ceil_millis, Fence, FencingToken, Fingerprint, Holder, Key, StoreError};
 
@@ -308,11 +310,8 @@ impl InboxStore for RedisStore {
         Ok(out)
     }
 
-    async fn settle_event(
-        &self,
-        Holder { key, token }: Holder<'_>,
-        settle: &Settle<'_>,
-    ) -> Result<Fence, StoreError> {
+    async fn settle_event(&self, settle: &Settle<'_>) -> Result<Fence, StoreError> {
+        let Holder { key, token } = settle.holder;
         let keys = self.inbox_keys(key.namespace);
         let now = millis(settle.now);
         let expires = ceil_millis(settle.expires_at);
@@ -335,18 +334,15 @@ impl InboxStore for RedisStore {
         Ok(fence(applied))
     }
 
-    async fn renew_event(
-        &self,
-        Holder { key, token }: Holder<'_>,
-        lease_until: DateTime<Utc>,
-    ) -> Result<Fence, StoreError> {
+    async fn renew_event(&self, renew: &RenewLease<'_>) -> Result<Fence, StoreError> {
+        let Holder { key, token } = renew.holder;
         let keys = self.inbox_keys(key.namespace);
         let mut inv = Eval::new(&SCRIPTS.renew, 2);
         inv.key(format!("{}{}", keys.events, key.id))
             .key(&keys.due)
             .arg(key.id)
             .arg(token.0)
-            .arg(crate::store::ceil_millis(lease_until));
+            .arg(ceil_millis(renew.lease_until));
         let applied: i64 = self.eval(&inv).await?;
         Ok(fence(applied))
     }

@@ -7,7 +7,7 @@ use sqlx::query::Query;
 use super::{ceil_millis, millis};
 use crate::inbox::{NewEvent, Settle};
 use crate::ordering::{ObjectKey, ObjectStatus};
-use crate::store::{ClaimRequest, FencingToken, Fingerprint, Finish, Key};
+use crate::store::{ClaimRequest, FencingToken, Fingerprint, Finish, Holder, Key};
 
 /// A value bound into a statement, by its `$n` (the `n - 1`-th of the slice).
 #[derive(Debug, Clone, Copy)]
@@ -202,7 +202,8 @@ pub(crate) fn enqueue<'a>(event: &'a NewEvent<'a>) -> [Arg<'a>; 10] {
 /// A fenced settle of an event: $1 namespace, $2 id, $3 token, $4 state,
 /// $5 next_attempt_at, $6 error, $7 now, $8 expires_at, $9 1 to give the attempt
 /// back, else 0.
-pub(crate) fn settle<'a>(key: Key<'a>, token: FencingToken, settle: &Settle<'a>) -> [Arg<'a>; 9] {
+pub(crate) fn settle<'a>(settle: &Settle<'a>) -> [Arg<'a>; 9] {
+    let Holder { key, token } = settle.holder;
     [
         Arg::Text(key.namespace),
         Arg::Text(key.id),

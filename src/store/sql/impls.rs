@@ -29,7 +29,9 @@ macro_rules! sql_store_impls {
     ($store:ty, $stmt:ty, $feature:literal, $err:path) => {
         const _: () = {
             use ::chrono::{DateTime, Utc};
-            use $crate::inbox::{Enqueued, InboxEvent, InboxStore, LeaseRequest, NewEvent, Settle};
+            use $crate::inbox::{
+                Enqueued, InboxEvent, InboxStore, LeaseRequest, NewEvent, RenewLease, Settle,
+            };
             use $crate::ordering::{
                 FailedMark, FailedPage, Freshness, ObjectKey, ObjectMark, ObjectRecord,
                 ObjectStatus, Observation, OrderingStore,
@@ -192,33 +194,25 @@ macro_rules! sql_store_impls {
                     Ok(events)
                 }
 
-                async fn settle_event(
-                    &self,
-                    Holder { key, token }: Holder<'_>,
-                    settle: &Settle<'_>,
-                ) -> Result<Fence, StoreError> {
-                    let args = args::settle(key, token, settle);
+                async fn settle_event(&self, settle: &Settle<'_>) -> Result<Fence, StoreError> {
+                    let args = args::settle(settle);
                     let done = {
                         let _gate = self.write_gate().await?;
                         self.execute(&self.sql.common.settle, &args).await?
                     };
                     if done == 0 {
                         // The same settle made again (its answer was lost)?
-                        let event = self.get_event(key).await?;
-                        if event.is_some_and(|e| $crate::inbox::settled_already(&e, token, settle))
-                        {
+                        let event = self.get_event(settle.holder.key).await?;
+                        if event.is_some_and(|e| $crate::inbox::settled_already(&e, settle)) {
                             return Ok(Fence::Applied);
                         }
                     }
                     Ok(fence(done))
                 }
 
-                async fn renew_event(
-                    &self,
-                    Holder { key, token }: Holder<'_>,
-                    lease_until: DateTime<Utc>,
-                ) -> Result<Fence, StoreError> {
-                    let args = args::renew(key, token, lease_until, None);
+                async fn renew_event(&self, renew: &RenewLease<'_>) -> Result<Fence, StoreError> {
+                    let Holder { key, token } = renew.holder;
+                    let args = args::renew(key, token, renew.lease_until, None);
                     self.fenced(&self.sql.common.renew_event, &args).await
                 }
 

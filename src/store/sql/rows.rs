@@ -60,24 +60,14 @@ impl RawRecord {
     pub(crate) fn into_record(self, key: Key<'_>) -> Result<Record, StoreError> {
         let state = RecordState::parse(&self.state)
             .ok_or_else(|| StoreError::Corrupt(format!("{key}: unknown state {:?}", self.state)))?;
-        let fingerprint = <[u8; 32]>::try_from(self.fingerprint.as_slice())
-            .map(Fingerprint)
-            .map_err(|_| {
-                StoreError::Corrupt(format!(
-                    "{key}: fingerprint of {} bytes",
-                    self.fingerprint.len()
-                ))
-            })?;
-        let counter = |name: &str, v: i64| {
-            u32::try_from(v).map_err(|_| StoreError::Corrupt(format!("{key}: {name} = {v}")))
-        };
+        let fingerprint = fingerprint(&self.fingerprint, &key)?;
         Ok(Record::new(
             key,
             state,
             fingerprint,
             FencingToken::from_i64(self.token),
-            counter("attempts", self.attempts)?,
-            counter("failures", self.failures)?,
+            counter(self.attempts, &key, "attempts")?,
+            counter(self.failures, &key, "failures")?,
             time(self.lease_until),
             time(self.expires_at),
             time(self.created_at),
@@ -216,6 +206,11 @@ pub(crate) fn fingerprint(
         .map_err(|_| StoreError::Corrupt(format!("{what}: fingerprint of {} bytes", bytes.len())))
 }
 
+/// A stored count (`name` of `what`), checked to fit a `u32`.
+fn counter(v: i64, what: &dyn fmt::Display, name: &str) -> Result<u32, StoreError> {
+    u32::try_from(v).map_err(|_| StoreError::Corrupt(format!("{what}: {name} = {v}")))
+}
+
 /// A stored inbox state name.
 pub(crate) fn inbox_state(text: &str, what: &dyn fmt::Display) -> Result<InboxState, StoreError> {
     InboxState::parse(text)
@@ -227,8 +222,7 @@ impl RawEvent {
         let what = Key::new(&self.namespace, &self.id).to_string();
         let fingerprint = fingerprint(&self.fingerprint, &what)?;
         let state = inbox_state(&self.state, &what)?;
-        let attempts = u32::try_from(self.attempts)
-            .map_err(|_| StoreError::Corrupt(format!("{what}: attempts = {}", self.attempts)))?;
+        let attempts = counter(self.attempts, &what, "attempts")?;
         Ok(InboxEvent {
             namespace: self.namespace,
             id: self.id,

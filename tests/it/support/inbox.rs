@@ -12,12 +12,12 @@ use chrono::{DateTime, TimeDelta, Utc};
 use tokio::sync::Notify;
 use webhook_guard::clock::ManualClock;
 use webhook_guard::inbox::{
-    Enqueued, InboxEvent, InboxHandler, InboxState, InboxStore, LeaseRequest, NewEvent, Settle,
-    Worker,
+    Enqueued, InboxEvent, InboxHandler, InboxState, InboxStore, LeaseRequest, NewEvent, RenewLease,
+    Settle, Worker,
 };
 use webhook_guard::meta::{EventMeta, MetaExtractor};
 use webhook_guard::ordering::{ObjectKey, ObjectStatus, OrderingStore};
-use webhook_guard::store::{Fence, FencingToken, Fingerprint, Holder, Key, ProcessedStore};
+use webhook_guard::store::{Fence, FencingToken, Fingerprint, Key, ProcessedStore};
 use webhook_guard::verify::NoVerification;
 use webhook_guard::{EventId, Outcome, StoreError, WebhookGuard};
 
@@ -150,21 +150,13 @@ impl<S: InboxStore> InboxStore for DiesAt<S> {
         self.step().await;
         self.inner.lease(request).await
     }
-    async fn settle_event(
-        &self,
-        holder: Holder<'_>,
-        settle: &Settle<'_>,
-    ) -> Result<Fence, StoreError> {
+    async fn settle_event(&self, settle: &Settle<'_>) -> Result<Fence, StoreError> {
         self.step().await;
-        self.inner.settle_event(holder, settle).await
+        self.inner.settle_event(settle).await
     }
-    async fn renew_event(
-        &self,
-        holder: Holder<'_>,
-        lease_until: DateTime<Utc>,
-    ) -> Result<Fence, StoreError> {
+    async fn renew_event(&self, renew: &RenewLease<'_>) -> Result<Fence, StoreError> {
         self.step().await;
-        self.inner.renew_event(holder, lease_until).await
+        self.inner.renew_event(renew).await
     }
     async fn get_event(&self, k: Key<'_>) -> Result<Option<InboxEvent>, StoreError> {
         self.step().await;
