@@ -13,80 +13,17 @@ use async_trait::async_trait;
 use chrono::{DateTime, TimeDelta, Utc};
 use webhook_guard::clock::ManualClock;
 use webhook_guard::outcome::Rejection;
-use webhook_guard::store::{
-    Claim, ClaimRequest, Deleted, DynProcessedStore, Fence, Finish, Holder, Key, ProcessedStore,
-    Record, Renew,
-};
+use webhook_guard::store::{DynProcessedStore, Key, ProcessedStore};
 use webhook_guard::tenant::{ResolveError, SecretResolver, TenantSource, Tenants};
 use webhook_guard::verify::{Secret, Stripe};
-use webhook_guard::{HandlerError, Hooks, MemoryStore, Outcome, StoreError, WebhookGuard};
+use webhook_guard::{HandlerError, Hooks, MemoryStore, Outcome, WebhookGuard};
 
 const A: &str = "acct_a";
 const B: &str = "acct_b";
 
-/// Counts the store calls (a tenant rejected must make none), and can refuse
-/// to release follow-up markers (as a process dying after its hook would leave
-/// them), forwarding everything else to `inner`.
-#[derive(Debug)]
-struct Counted {
-    inner: Arc<DynProcessedStore>,
-    calls: AtomicUsize,
-    keep_markers: AtomicBool,
-}
-
-impl Counted {
-    fn new(inner: Arc<DynProcessedStore>) -> Arc<Self> {
-        Arc::new(Self {
-            inner,
-            calls: AtomicUsize::new(0),
-            keep_markers: AtomicBool::new(false),
-        })
-    }
-
-    fn calls(&self) -> usize {
-        self.calls.load(Ordering::SeqCst)
-    }
-
-    fn tick(&self) {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-    }
-}
-
-#[async_trait]
-impl ProcessedStore for Counted {
-    async fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
-        self.tick();
-        self.inner.claim(request).await
-    }
-    async fn finish(&self, holder: Holder<'_>, finish: &Finish<'_>) -> Result<Fence, StoreError> {
-        self.tick();
-        let marker = holder.key.namespace.starts_with('\u{1}');
-        if marker && self.keep_markers.load(Ordering::SeqCst) {
-            return Err(StoreError::unavailable("the process died (test)"));
-        }
-        self.inner.finish(holder, finish).await
-    }
-    async fn renew(&self, holder: Holder<'_>, renew: &Renew) -> Result<Fence, StoreError> {
-        self.tick();
-        self.inner.renew(holder, renew).await
-    }
-    async fn get(&self, key: Key<'_>) -> Result<Option<Record>, StoreError> {
-        self.tick();
-        self.inner.get(key).await
-    }
-    async fn delete(&self, key: Key<'_>, now: DateTime<Utc>) -> Result<Deleted, StoreError> {
-        self.tick();
-        self.inner.delete(key, now).await
-    }
-    async fn purge_expired(&self, now: DateTime<Utc>, limit: usize) -> Result<u64, StoreError> {
-        self.tick();
-        self.inner.purge_expired(now, limit).await
-    }
-    async fn stuck(&self, now: DateTime<Utc>, limit: usize) -> Result<Vec<Record>, StoreError> {
-        self.tick();
-        self.inner.stuck(now, limit).await
-    }
-}
+/// Counts the store calls (a tenant rejected must make none), and can refuse to
+/// release follow-up markers.
+type Counted = crate::support::counted::Counted<Arc<DynProcessedStore>>;
 
 /// Where the tenants' secrets are kept, as an application keeps them.
 enum Keeper {
@@ -313,7 +250,7 @@ async fn setup(store: Arc<DynProcessedStore>, resolver: Arc<Resolver>) -> Setup 
             ],
         )
         .await;
-    let store = Counted::new(store);
+    let store = Arc::new(Counted::new(store));
     let clock = ManualClock::new(at_start());
     let hooks = Arc::new(Announced::default());
     let guard = WebhookGuard::builder()

@@ -1,7 +1,8 @@
 //! A store that counts every call of the core contract and forwards it, and lists
-//! nothing (a store written against the core contract only).
+//! nothing (a store written against the core contract only). It can also refuse to
+//! release follow-up markers, as a process dying after its hook would leave them.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -15,9 +16,26 @@ use webhook_guard::{MemoryStore, StoreError};
 pub struct Counted<S = MemoryStore> {
     pub inner: S,
     pub calls: AtomicUsize,
+    /// While set, the finish of a follow-up marker (its namespace starts with
+    /// `\u{1}`) fails as if the process died before it.
+    pub keep_markers: AtomicBool,
 }
 
 impl<S> Counted<S> {
+    /// Counts the calls to `inner`.
+    pub fn new(inner: S) -> Self {
+        Self {
+            inner,
+            calls: AtomicUsize::default(),
+            keep_markers: AtomicBool::default(),
+        }
+    }
+
+    /// The calls made since the last `take`, without resetting them.
+    pub fn calls(&self) -> usize {
+        self.calls.load(Ordering::SeqCst)
+    }
+
     /// The calls made since the last `take`.
     pub fn take(&self) -> usize {
         self.calls.swap(0, Ordering::SeqCst)
@@ -37,6 +55,10 @@ impl<S: ProcessedStore> ProcessedStore for Counted<S> {
 
     async fn finish(&self, holder: Holder<'_>, finish: &Finish<'_>) -> Result<Fence, StoreError> {
         self.tick();
+        let marker = holder.key.namespace.starts_with('\u{1}');
+        if marker && self.keep_markers.load(Ordering::SeqCst) {
+            return Err(StoreError::unavailable("the process died (test)"));
+        }
         self.inner.finish(holder, finish).await
     }
 
