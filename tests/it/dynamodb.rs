@@ -441,9 +441,32 @@ async fn an_event_too_large_for_an_item_is_refused_with_a_typed_error() {
     };
     let err = store.claim(&request).await.unwrap_err();
     assert!(
-        matches!(&err, StoreError::Backend { source } if matches!(source.downcast_ref::<DynamoDbStoreError>(), Some(DynamoDbStoreError::KeyTooLong { .. }))),
+        matches!(&err, StoreError::Backend { source } if matches!(source.downcast_ref::<DynamoDbStoreError>(), Some(DynamoDbStoreError::KeyTooLong { limit: 2048, .. }))),
         "{err}"
     );
+
+    // A record's id must also fit the `list` index's sort key (18 bytes + the id,
+    // at most 1024): 1007 bytes is refused before any write, 1006 is stored.
+    for (len, fits) in [(1007, false), (1006, true)] {
+        let id = "i".repeat(len);
+        let request = ClaimRequest {
+            key: Key::new("size", &id),
+            ..support::fresh_request("x", now)
+        };
+        let answer = store.claim(&request).await;
+        if fits {
+            assert!(
+                matches!(answer, Ok(Claim::Acquired(_))),
+                "{len}: {answer:?}"
+            );
+        } else {
+            let err = answer.unwrap_err();
+            assert!(
+                matches!(&err, StoreError::Backend { source } if matches!(source.downcast_ref::<DynamoDbStoreError>(), Some(DynamoDbStoreError::KeyTooLong { bytes: 1025, limit: 1024 }))),
+                "{len}: {err}"
+            );
+        }
+    }
     drop_table(&store).await;
 }
 

@@ -35,8 +35,9 @@
 //! `<len>` is the byte length of the part that follows it, so that no two keys
 //! spell one `pk` whatever their namespace, id or object hold (the other stores
 //! join namespace and id with a NUL, which a namespace must not hold; this store
-//! needs no such rule). A `pk` holds at most 2048 bytes (DynamoDB's limit): a
-//! longer one is refused with [`DynamoDbStoreError::KeyTooLong`].
+//! needs no such rule). A `pk` holds at most 2048 bytes (DynamoDB's limit), and a
+//! record's id at most 1006 (its `list_at`, the `list` index's sort key, at most
+//! 1024): a longer one is refused with [`DynamoDbStoreError::KeyTooLong`].
 //!
 //! # The `due` index: why a sparse GSI
 //!
@@ -217,6 +218,9 @@ pub const MAX_SHARDS: u16 = 1024;
 pub const MAX_ITEM_BYTES: usize = 400 * 1024;
 /// The most bytes a DynamoDB partition key may hold.
 pub const MAX_KEY_BYTES: usize = 2048;
+/// The most bytes a DynamoDB sort key may hold: a record's `list_at`, 18 bytes
+/// before its id, is the `list` index's.
+pub const MAX_SORT_KEY_BYTES: usize = 1024;
 /// The name of the global secondary index the store reads due items from.
 pub const DUE_INDEX: &str = "due";
 /// The name of the global secondary index records are listed from (see
@@ -255,11 +259,15 @@ pub enum DynamoDbStoreError {
         /// The item's size as the store counts it (an upper bound).
         bytes: usize,
     },
-    /// The key would pass DynamoDB's key size limit ([`MAX_KEY_BYTES`]).
-    #[error("the key would hold {bytes} bytes; DynamoDB takes at most {MAX_KEY_BYTES}")]
+    /// The key would pass DynamoDB's key size limit: [`MAX_KEY_BYTES`] for an
+    /// item's key, [`MAX_SORT_KEY_BYTES`] for the `list` index's sort key, which
+    /// holds a record's id.
+    #[error("the key would hold {bytes} bytes; DynamoDB takes at most {limit}")]
     KeyTooLong {
         /// The key's size in bytes.
         bytes: usize,
+        /// The limit it passes.
+        limit: usize,
     },
     /// The table exists but lacks what the store needs (the `due` index).
     #[error("the DynamoDB table does not match the store's schema: {0}")]
@@ -498,7 +506,8 @@ fn push_part(out: &mut String, part: &str) {
     let _ = write!(out, "{}/{part}", part.len());
 }
 
-/// The `pk` of a record (`kind` `r`) or an inbox event (`e`) under `key`.
+/// The `pk` of a record (`kind` `r`) or an inbox event (`e`) under `key`; a
+/// record's id must also fit its `list_at` (see [`MAX_SORT_KEY_BYTES`]).
 fn item_pk(kind: char, key: Key<'_>) -> Result<String, StoreError> {
     let mut pk = String::with_capacity(key.namespace.len() + key.id.len() + 8);
     pk.push(kind);
@@ -506,7 +515,16 @@ fn item_pk(kind: char, key: Key<'_>) -> Result<String, StoreError> {
     push_part(&mut pk, key.namespace);
     pk.push('/');
     pk.push_str(key.id);
-    checked_key(pk)
+    let pk = checked_key(pk)?;
+    // `list_at`: 17 digits, `/`, the id.
+    let list_at = 18 + key.id.len();
+    if kind == 'r' && list_at > MAX_SORT_KEY_BYTES {
+        return Err(StoreError::backend(DynamoDbStoreError::KeyTooLong {
+            bytes: list_at,
+            limit: MAX_SORT_KEY_BYTES,
+        }));
+    }
+    Ok(pk)
 }
 
 /// `key` unless it passes DynamoDB's key limit.
@@ -514,6 +532,7 @@ fn checked_key(key: String) -> Result<String, StoreError> {
     if key.len() > MAX_KEY_BYTES {
         return Err(StoreError::backend(DynamoDbStoreError::KeyTooLong {
             bytes: key.len(),
+            limit: MAX_KEY_BYTES,
         }));
     }
     Ok(key)
@@ -801,6 +820,10 @@ impl DynamoDbStore {
     /// items gone since are left out.
     async fn get_many(&self, pks: &[String]) -> Result<Vec<Item>, StoreError> {
         use aws_sdk_dynamodb::types::KeysAndAttributes;
+        // `BatchGetItem` refuses a request naming a key twice (an entry can stand in
+        // two state partitions of the index while it catches up).
+        let mut seen = std::collections::HashSet::with_capacity(pks.len());
+        let pks: Vec<&String> = pks.iter().filter(|pk| seen.insert(*pk)).collect();
         let mut out = Vec::with_capacity(pks.len());
         for chunk in pks.chunks(PAGE) {
             let mut keys: Vec<Item> = chunk.iter().map(|pk| pk_only(pk)).collect();
