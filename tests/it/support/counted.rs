@@ -17,7 +17,7 @@ pub struct Counted<S = MemoryStore> {
     pub inner: S,
     pub calls: AtomicUsize,
     /// While set, the finish of a follow-up marker (its namespace starts with
-    /// `\u{1}`) fails as if the process died before it.
+    /// `\u{1}followup:`) fails as if the process died before it.
     pub keep_markers: AtomicBool,
 }
 
@@ -55,7 +55,7 @@ impl<S: ProcessedStore> ProcessedStore for Counted<S> {
 
     async fn finish(&self, holder: Holder<'_>, finish: &Finish<'_>) -> Result<Fence, StoreError> {
         self.tick();
-        let marker = holder.key.namespace.starts_with('\u{1}');
+        let marker = holder.key.namespace.starts_with("\u{1}followup:");
         if marker && self.keep_markers.load(Ordering::SeqCst) {
             return Err(StoreError::unavailable("the process died (test)"));
         }
