@@ -94,7 +94,8 @@ pub struct Observation<'a> {
     pub key: ObjectKey<'a>,
     /// The `created_at` of the event.
     pub created_at: DateTime<Utc>,
-    /// The current time (becomes `updated_at` when the event is the newest).
+    /// The current time (becomes `updated_at` when the event is newer than the
+    /// stored newest or the first one; a tie changes nothing).
     pub now: DateTime<Utc>,
 }
 

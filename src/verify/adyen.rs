@@ -324,7 +324,7 @@ impl Verifier for Adyen {
             ]);
             self.keys.check(&[&signed], &[tag])?;
             let id = format!("{event_code}:{psp}:{success}");
-            Ok(Verified::untimed(Some(id)))
+            Ok(Verified::with_event_id(id))
         }
         event_meta: crate::meta::MetaExtractor::custom(meta);
         retry_window;

@@ -112,7 +112,7 @@ impl Verifier for Dropbox {
                 now.timestamp_millis(),
                 hex::encode(&tag[..8])
             );
-            Ok(Verified::untimed(Some(id)))
+            Ok(Verified::with_event_id(id))
         }
         retry_window;
         answer_timeout: 10;

@@ -100,7 +100,7 @@ pub(crate) fn echo_query_param(
     (missing, not_plain): (&'static str, &'static str),
 ) -> Result<super::Verified, VerifyError> {
     let value = super::request::param(query, param).ok_or(VerifyError::MalformedQuery(missing))?;
-    let value = challenge(&value, missing).map_err(|_| VerifyError::MalformedQuery(not_plain))?;
+    let value = challenge(&value, not_plain).map_err(|_| VerifyError::MalformedQuery(not_plain))?;
     Ok(super::Verified::with_handshake(Handshake::text(
         name, value,
     )))

@@ -145,7 +145,7 @@ impl Verifier for Meta {
                 return self.subscription_check(headers);
             }
             SIGNATURE.check(&self.keys, headers, &[body])?;
-            Ok(Verified::untimed(Some(digest_id(body))))
+            Ok(Verified::with_event_id(digest_id(body)))
         }
         retry_window;
     }
