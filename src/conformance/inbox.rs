@@ -345,19 +345,10 @@ pub async fn retries_wait_until_due(store: &dyn InboxStore) {
 pub async fn an_attempt_may_be_given_back(store: &dyn InboxStore) {
     let f = Fixture::new();
     f.enqueue(store, "g", b"p", 0).await;
-    let lease = |at: i64| {
-        let request = LeaseRequest {
-            namespace: &f.namespace,
-            now: f.at(at),
-            lease_until: f.at(at + 60),
-            limit: 10,
-        };
-        async move { store.lease(&request).await }
-    };
-    let first = lease(0).await.unwrap().pop().expect("due");
+    let first = f.lease(store, 0, 60).await.pop().expect("due");
     let counted = f.settle(first.holder(), InboxState::Pending, 1, 2);
     settle_applies(store.settle_event(&counted)).await;
-    let second = lease(2).await.unwrap().pop().expect("due again");
+    let second = f.lease(store, 2, 62).await.pop().expect("due again");
     assert_eq!(second.attempts, 2, "a counted attempt stays counted");
     let uncounted = Settle {
         attempt_counts: false,
@@ -376,7 +367,7 @@ pub async fn an_attempt_may_be_given_back(store: &dyn InboxStore) {
         InboxState::Pending,
         "an attempt given back leaves the event Pending"
     );
-    let third = lease(4).await.unwrap().pop().expect("due again");
+    let third = f.lease(store, 4, 64).await.pop().expect("due again");
     assert_eq!(
         third.attempts, 2,
         "counted again from the attempt given back"
@@ -451,15 +442,8 @@ pub async fn the_longest_due_is_leased_first(store: &dyn InboxStore) {
     );
     let rule = "a lease takes only its own namespace's events";
     assert!(f.lease(store, 5, 65).await.is_empty(), "{rule}");
-    let request = LeaseRequest {
-        namespace: &other.namespace,
-        now: other.at(5),
-        lease_until: other.at(65),
-        limit: 10,
-    };
-    let theirs = store.lease(&request);
     assert_eq!(
-        theirs.await.unwrap().len(),
+        other.lease(store, 5, 65).await.len(),
         1,
         "the other namespace's is left"
     );
@@ -491,17 +475,11 @@ pub async fn settled_events_are_purged(store: &dyn InboxStore) {
     let f = Fixture::at_time(base);
     f.enqueue(store, "old", b"p", 0).await;
     f.enqueue(store, "waiting", b"p", 0).await;
-    let mut one = store
-        .lease(&LeaseRequest {
-            namespace: &f.namespace,
-            now: f.at(0),
-            lease_until: f.at(60),
-            limit: 1,
-        })
-        .await;
-    let e = one.as_mut().expect("lease failed").pop().expect("due");
+    let e = (f.lease_within(store, f.at(0), f.at(60), 1).await)
+        .pop()
+        .expect("due");
     let done = f.settle(e.holder(), InboxState::Done, 1, 1);
-    let _ = store.settle_event(&done).await.unwrap();
+    settle_applies(store.settle_event(&done)).await;
     assert!(
         matches!(
             f.enqueue(store, &e.id, b"p", 3600).await,
