@@ -116,11 +116,12 @@ pub enum KeyError {
         expected: &'static str,
     },
     /// A secret is shorter than any the provider issues (or, for the generic
-    /// verifiers, than 16 bytes).
+    /// verifiers and the presets whose provider publishes no format, than 16 bytes).
     #[error(
-        "the {provider} secret is {len} bytes{}, fewer than the {min} its secrets have: \
-         copy the whole secret (for a generic verifier, use a random secret of 16 bytes \
-         or more, or mark a sender's short one with `Secret::allow_short`)",
+        "the {provider} secret is {len} bytes{}, fewer than the {min} it must hold: \
+         copy the whole secret (where no format is published, as for the generic \
+         verifiers, use a random secret of 16 bytes or more, or mark a sender's shorter \
+         one with `Secret::allow_short`)",
         after(prefix)
     )]
     TooShort {

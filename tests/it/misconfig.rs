@@ -167,9 +167,10 @@ fn generic_verifiers_want_16_bytes_unless_allowed() {
     );
     assert_eq!(
         e.to_string(),
-        "the HMAC secret is 6 bytes, fewer than the 16 its secrets have: copy the whole \
-         secret (for a generic verifier, use a random secret of 16 bytes or more, or mark \
-         a sender's short one with `Secret::allow_short`)"
+        "the HMAC secret is 6 bytes, fewer than the 16 it must hold: copy the whole \
+         secret (where no format is published, as for the generic verifiers, use a random \
+         secret of 16 bytes or more, or mark a sender's shorter one with \
+         `Secret::allow_short`)"
     );
     assert!(matches!(
         GenericHmac::new("X-Signature", ["s3cret"]),
