@@ -21,7 +21,7 @@ use webhook_guard::inbox::{InboxEvent, InboxState, InboxStore, LeaseRequest};
 use webhook_guard::meta::MetaExtractor;
 use webhook_guard::ordering::{ObjectKey, ObjectStatus, OrderingStore};
 use webhook_guard::outcome::OutcomeKind;
-use webhook_guard::store::listing::RecordQuery;
+use webhook_guard::store::listing::{ListState, RecordQuery};
 use webhook_guard::store::redis::{redis, RedisStoreError};
 use webhook_guard::store::{
     Claim, ClaimRequest, Fence, FencingToken, Fingerprint, Finish, Holder, Key, ProcessedStore,
@@ -1884,6 +1884,111 @@ async fn listing_entries(url: &str, prefix: &str) -> Vec<(String, String)> {
     }
     out.sort();
     out
+}
+
+/// A listing repairs each stale entry it meets, atomically against the record:
+/// a failed record's entry scored at another time (as a refused native finish
+/// leaves it) is scored again at its `updated_at`, and an entry whose record is in
+/// another state (a finished record the TTL dropped and stored again) or under
+/// another claim is removed. None of them is listed meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listing_repairs_the_stale_entries_it_meets() {
+    let Some(url) = url() else { return };
+    let prefix = random_prefix("listing-repair");
+    let store = store(&url, &prefix).await;
+    let now = Utc::now();
+    let at = now + TimeDelta::seconds(1);
+    for (id, state) in [("a", RecordState::Failed), ("b", RecordState::Completed)] {
+        let request = ClaimRequest {
+            key: Key::new("ns", id),
+            ..fresh_request(id, now)
+        };
+        assert!(matches!(
+            store.claim(&request).await.unwrap(),
+            Claim::Acquired(_)
+        ));
+        let finish = Finish {
+            state,
+            failures: 1,
+            history: &[],
+            now: at,
+            expires_at: now + TimeDelta::hours(1),
+        };
+        let applied = store.finish(Holder::new(request.key, request.token), &finish);
+        assert_eq!(applied.await.unwrap(), Fence::Applied);
+    }
+    // The three stale entries, each in its record's shard.
+    let client = redis::Client::open(url.as_str()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let (_, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+        .arg(0)
+        .arg("MATCH")
+        .arg(format!("{{{prefix}:*}}:l:*"))
+        .arg("COUNT")
+        .arg(100_000)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let index_of = |state: &str| {
+        keys.iter()
+            .find(|k| k.ends_with(&format!(":l:{state}:ns")))
+            .unwrap()
+            .clone()
+    };
+    let (failed, completed) = (index_of("failed"), index_of("completed"));
+    let early = at.timestamp_millis() - 5000;
+    let zadd = |key: String, score: i64, member: String| {
+        let mut conn = conn.clone();
+        async move {
+            let _: i64 = redis::cmd("ZADD")
+                .arg(key)
+                .arg(score)
+                .arg(member)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+        }
+    };
+    zadd(failed.clone(), early, "a".into()).await;
+    zadd(
+        completed.replace(":l:completed:", ":l:failed:"),
+        early,
+        "b".into(),
+    )
+    .await;
+    let in_progress = failed.replace(":l:failed:", ":l:in_progress:");
+    zadd(in_progress.clone(), early, "a\0999".into()).await;
+
+    let list = store.record_listing().expect("the Redis store lists");
+    let query = RecordQuery::new("ns", at).states([ListState::Failed, ListState::InProgress]);
+    let page = list.list_records(&query).await.expect("list failed");
+    assert!(
+        page.items.is_empty(),
+        "no stale entry is listed: {:?}",
+        page.items
+    );
+    let score: Option<i64> = redis::cmd("ZSCORE")
+        .arg(&failed)
+        .arg("a")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        score,
+        Some(at.timestamp_millis()),
+        "a's entry scored at its updated_at"
+    );
+    let entries = listing_entries(&url, &prefix).await;
+    let entry = |s: &str, id: &str| (format!("{s}:ns"), id.to_owned());
+    assert_eq!(
+        entries,
+        [entry("completed", "b"), entry("failed", "a")],
+        "b's failed entry and the unknown claim's entry removed"
+    );
+    let page = list.list_records(&query).await.expect("list failed");
+    let ids: Vec<&str> = page.items.iter().map(|r| r.id.as_str()).collect();
+    assert_eq!(ids, ["a"], "a is listed once repaired");
+    cleanup(&url, &prefix).await;
 }
 
 /// Every write keeps the listing indexes: a claim files its entry in

@@ -85,9 +85,9 @@ pub(super) struct FinishJob {
 ///
 /// The transaction applies the listing move whatever the `SET` answers: the
 /// `in_progress` entry it drops names this claim's token, which no record holds
-/// once the lease is lost, and an entry it files for a finish that was refused is
-/// one the listing finds stale (the record is not in that state at that time) and
-/// skips.
+/// once the lease is lost, and an entry it files (or scores again) for a finish
+/// that was refused is one the listing finds stale (the record is not in that
+/// state at that time), skips and repairs.
 pub(super) struct SetJob {
     pub(super) shard: u16,
     pub(super) rec: RecordKey,
@@ -222,7 +222,7 @@ impl Batcher {
     }
 
     /// Drops a listing entry through the next batch, answering at once (a failure
-    /// is logged: the listing skips and drops an entry whose record does not
+    /// is logged: the listing skips and repairs an entry whose record does not
     /// carry its token).
     pub(super) fn unlist(&self, job: UnlistJob) {
         let _ = self.task(job.shard).send(Job::Unlist(job));
@@ -443,7 +443,7 @@ impl Sender {
             // `MULTI`, one `QUEUED` per command, then what `EXEC` answers: per job its
             // `SET`, then its `ZADD LT` (if any) and listing move, which only an
             // early or stale entry can come of (scans re-file the one, the listing
-            // skips the other).
+            // skips and repairs the other).
             let queued: Vec<_> = answers.by_ref().take(1 + set_commands).collect();
             match answers.next() {
                 Some(Ok(Value::Array(results))) if results.len() == set_commands => {

@@ -17,7 +17,6 @@ use ::redis::Value;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-use super::batch::UnlistJob;
 use super::codec::{array, corrupt, millis, record};
 use super::connection::{store_error, Eval};
 use super::inbox::event;
@@ -38,6 +37,11 @@ scripts!(Scripts {
     /// Purge a dead letter: KEYS event, due, settled; ARGV id. Answers 1 (removed)
     /// or 0 (not dead).
     purge_dead: include_str!("lua/listing/purge_dead.lua"),
+    /// Repair a listing entry found stale: KEYS record, listing index; ARGV the
+    /// entry's member, its index's state, its token (in `in_progress`, else empty).
+    /// A record in that state (and, in progress, under that claim) has its entry
+    /// scored again at its `updated_at` (1); any other entry is removed (0).
+    repair: include_str!("lua/listing/repair.lua"),
 });
 
 /// Appends `text` to a `MATCH` pattern, its glob characters escaped.
@@ -51,6 +55,38 @@ fn push_literal(pattern: &mut String, text: &str) {
 }
 
 impl RedisStore {
+    /// Repairs a listing entry that does not name its record as it is, atomically
+    /// against the record's own writes: scored again at the record's `updated_at`
+    /// if the record is in the entry's state (and, in progress, under the entry's
+    /// claim), removed otherwise. So an entry a refused native finish moved, one
+    /// left by a record the TTL dropped and stored again, and a claim's entry met
+    /// before its takeover is applied each end right, and none is listed meanwhile.
+    async fn repair(
+        &self,
+        shard: u16,
+        state: RecordState,
+        namespace: &str,
+        e: &IndexEntry<String>,
+    ) -> Result<(), StoreError> {
+        let keys = self.keys(shard);
+        // In progress, the member is `<id>\0<token>`; in the other states, the id.
+        let (member, token) = match state {
+            RecordState::InProgress => {
+                let token = e.member.rsplit_once('\0').map_or("", |(_, t)| t);
+                (e.member.as_str(), token)
+            }
+            _ => (e.id.as_str(), ""),
+        };
+        let mut inv = Eval::new(&SCRIPTS.repair, 2);
+        inv.key(format!("{}{namespace}\0{}", keys.records, e.id))
+            .key(keys.list(state, namespace))
+            .arg(member)
+            .arg(state.as_str())
+            .arg(token);
+        let _: i64 = self.eval(&inv).await?;
+        Ok(())
+    }
+
     /// One `ZSCAN` step of `index`: the next cursor and the members.
     async fn zscan(
         &self,
@@ -283,8 +319,8 @@ impl IndexWalk for RedisStore {
         Ok(out)
     }
 
-    /// One `MGET` per shard (its keys share a slot); an `in_progress` entry whose
-    /// claim no record carries any more is dropped from its index.
+    /// One `MGET` per shard (its keys share a slot); each stale entry met is then
+    /// repaired (see [`RedisStore::repair`]).
     async fn records(&self, walk: &Walk<'_>, page: Entries) -> Result<Vec<Record>, StoreError> {
         let namespace = &walk.query.namespace;
         let mut by_shard: BTreeMap<u16, ::redis::Cmd> = BTreeMap::new();
@@ -307,6 +343,7 @@ impl IndexWalk for RedisStore {
             values.insert(shard, got.into_iter());
         }
         let mut items = Vec::with_capacity(page.len());
+        let mut stale = Vec::new();
         for (source, e) in page {
             let (shard, state) = walk.source(source);
             let key = Key::new(namespace, &e.id);
@@ -331,16 +368,12 @@ impl IndexWalk for RedisStore {
             match current {
                 Some(r) if walk.query.matches(&r) => items.push(r),
                 Some(_) => {}
-                None if state == RecordState::InProgress => {
-                    // It names a claim no record carries any more (tokens are not
-                    // used twice): dropping it cannot drop a live claim's entry.
-                    self.batcher().unlist(UnlistJob {
-                        shard,
-                        key: self.keys(shard).list(state, namespace),
-                        member: e.member,
-                    });
-                }
-                None => {}
+                None => stale.push((shard, state, e)),
+            }
+        }
+        for (shard, state, e) in stale {
+            if let Err(error) = self.repair(shard, state, namespace, &e).await {
+                tracing::debug!(%error, "redis store: repairing a listing entry failed");
             }
         }
         Ok(items)

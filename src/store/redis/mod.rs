@@ -130,7 +130,8 @@
 //!   at the finish's `now`; on the native path the `SET … IFEQ` and the same move
 //!   share one `MULTI`, which applies the move even when the `SET` is refused: the
 //!   entry it drops names this claim's token, which no record holds once the lease
-//!   is lost, and the one it files is stale (the listing skips it);
+//!   is lost, and the one it files (or scores again) is stale (the listing
+//!   repairs it);
 //! - delete and purge remove the entries of what they remove; tidy, stuck and
 //!   purge drop the finished states' entries of records the TTL dropped. A renew
 //!   changes neither state nor `updated_at`.
@@ -140,12 +141,17 @@
 //! ties), merges the shards, and reads the page's records with one `MGET` per
 //! shard. An entry whose record is not in the index's state at the entry's time
 //! (the TTL dropped it, or it changed since the entry was read) is skipped, so a
-//! page may hold fewer records than asked, with a cursor; a skipped `in_progress`
-//! entry names a claim no record carries and is dropped. Live and stuck claims
+//! page may hold fewer records than asked, with a cursor. Each skipped entry is
+//! then repaired by a script, atomically against the record's own writes: scored
+//! again at the record's `updated_at` if the record is in the entry's state (and,
+//! in progress, under the entry's claim), removed otherwise — so an entry a
+//! refused native finish scored again, one a record the TTL dropped and stored
+//! again left behind, and a claim's entry read before its take-over was applied
+//! all end right. Live and stuck claims
 //! share `in_progress` (a lease tells them apart as it runs out, without a write):
 //! listing either walks the claims in progress, few unless many are stuck. Counts of
-//! finished states are `ZCOUNT`s per shard, which include entries of records the
-//! TTL dropped that no tidy has met yet; other counts read page by page.
+//! finished states are `ZCOUNT`s per shard, which include stale entries no tidy
+//! or listing has met yet; other counts read page by page.
 //!
 //! Records written by a build without the listing indexes are not listed: the
 //! crate is unreleased, and no migration fills them.
