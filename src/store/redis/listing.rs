@@ -44,6 +44,15 @@ scripts!(Scripts {
     repair: include_str!("lua/listing/repair.lua"),
 });
 
+/// A range's lowest score: `-inf` when it has no start.
+fn low_score(lo: i64) -> String {
+    if lo == i64::MIN {
+        "-inf".to_owned()
+    } else {
+        lo.to_string()
+    }
+}
+
 /// Appends `text` to a `MATCH` pattern, its glob characters escaped.
 fn push_literal(pattern: &mut String, text: &str) {
     for c in text.chars() {
@@ -265,10 +274,7 @@ impl IndexWalk for RedisStore {
     /// Per index, the entries in the very millisecond of the position (whole) and
     /// up to `count` older ones, all sent at once.
     async fn fetch(&self, walk: &Walk<'_>, want: Vec<(usize, Below)>, count: usize) -> Fetches {
-        let lo = match walk.query.millis_range() {
-            Some((lo, _)) if lo > i64::MIN => lo.to_string(),
-            _ => "-inf".to_owned(),
-        };
+        let lo = low_score(walk.query.millis_range().map_or(i64::MIN, |(lo, _)| lo));
         let mut cmds = Vec::with_capacity(2 * want.len());
         for (source, below) in &want {
             let (shard, state) = walk.source(*source);
@@ -381,11 +387,7 @@ impl IndexWalk for RedisStore {
 
     /// One `ZCOUNT` per index.
     async fn count_range(&self, walk: &Walk<'_>, lo: i64, hi: i64) -> Result<u64, StoreError> {
-        let lo = if lo == i64::MIN {
-            "-inf".to_owned()
-        } else {
-            lo.to_string()
-        };
+        let lo = low_score(lo);
         let mut cmds = Vec::new();
         for shard in 0..self.shards() {
             for state in &walk.states {
