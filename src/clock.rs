@@ -10,14 +10,11 @@ use chrono::{DateTime, TimeDelta, Utc};
 ///
 /// The guard, the verifiers and the sweeper read time only through a `Clock`, so a
 /// test can replace it with a [`ManualClock`] and move time without sleeping.
+#[auto_impl::auto_impl(Arc, Box)]
 pub trait Clock: fmt::Debug + Send + Sync + 'static {
     /// The current time.
     fn now(&self) -> DateTime<Utc>;
 }
-
-crate::forward::forward!(Clock {
-    fn now(&self) -> DateTime<Utc>;
-});
 
 /// The system's wall clock.
 #[derive(Debug, Clone, Copy, Default)]

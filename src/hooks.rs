@@ -84,6 +84,7 @@ pub struct SweepReport {
 ///
 /// Hooks never receive secrets. A hook that panics is logged (at `ERROR`) and the
 /// guard or worker goes on as if it had returned.
+#[auto_impl::auto_impl(Arc, Box)]
 pub trait Hooks: fmt::Debug + Send + Sync + 'static {
     /// A delivery won the claim of `key`; `attempt` counts claims of this id.
     fn on_claim(&self, key: Key<'_>, attempt: u32) {
@@ -237,20 +238,6 @@ impl Hooks for PanicSafe {
 pub struct NoHooks;
 
 impl Hooks for NoHooks {}
-
-crate::forward::forward!(Hooks {
-    fn on_claim(&self, key: Key<'_>, attempt: u32);
-    fn on_duplicate(&self, record: &Record);
-    fn on_conflict(&self, key: Key<'_>);
-    fn on_failure(&self, key: Key<'_>, failures: u32, error: &str);
-    fn on_escalation(&self, escalation: &Escalation<'_>);
-    fn on_permanent_failure(&self, key: Key<'_>, error: &str);
-    fn on_unrecorded(&self, key: Key<'_>, reason: &Unrecorded);
-    fn on_stale(&self, key: Key<'_>, meta: &EventMeta);
-    fn on_dead_letter(&self, event: &InboxEvent, error: &str);
-    fn on_sweep(&self, report: &SweepReport);
-    fn on_outcome(&self, report: &DeliveryReport<'_>);
-});
 
 #[cfg(test)]
 mod tests {

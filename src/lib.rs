@@ -149,6 +149,7 @@ pub mod conformance;
 #[cfg(feature = "console")]
 #[cfg_attr(docsrs, doc(cfg(feature = "console")))]
 pub mod console;
+#[cfg(test)]
 mod forward;
 pub mod guard;
 mod headers;

@@ -49,8 +49,8 @@ use crate::hooks::SweepReport;
 use crate::hooks::{DeliveryReport, Escalation, Hooks, NoHooks};
 use crate::outcome::Unrecorded;
 use crate::store::{
-    Claim, ClaimRequest, Deleted, Fence, Finish, Holder, Key, ProcessedStore, Record, Renew,
-    StoreError,
+    Claim, ClaimRequest, Deleted, Fence, Finish, Holder, Key, ListingStore, ProcessedStore, Record,
+    Renew, StoreError,
 };
 
 /// Counter: deliveries by `namespace` and `outcome`.
@@ -222,5 +222,37 @@ async fn timed<T>(
     result
 }
 
-crate::store::forward_processed_store!(impl[S: ProcessedStore] ProcessedStore for MeteredStore<S>,
-    via MeteredStore::inner, wrap timed);
+#[async_trait::async_trait]
+impl<S: ProcessedStore> ProcessedStore for MeteredStore<S> {
+    async fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
+        timed("claim", self.inner.claim(request)).await
+    }
+
+    async fn finish(&self, holder: Holder<'_>, finish: &Finish<'_>) -> Result<Fence, StoreError> {
+        timed("finish", self.inner.finish(holder, finish)).await
+    }
+
+    async fn renew(&self, holder: Holder<'_>, renew: &Renew) -> Result<Fence, StoreError> {
+        timed("renew", self.inner.renew(holder, renew)).await
+    }
+
+    async fn get(&self, key: Key<'_>) -> Result<Option<Record>, StoreError> {
+        timed("get", self.inner.get(key)).await
+    }
+
+    async fn delete(&self, key: Key<'_>, now: DateTime<Utc>) -> Result<Deleted, StoreError> {
+        timed("delete", self.inner.delete(key, now)).await
+    }
+
+    async fn purge_expired(&self, now: DateTime<Utc>, limit: usize) -> Result<u64, StoreError> {
+        timed("purge_expired", self.inner.purge_expired(now, limit)).await
+    }
+
+    async fn stuck(&self, now: DateTime<Utc>, limit: usize) -> Result<Vec<Record>, StoreError> {
+        timed("stuck", self.inner.stuck(now, limit)).await
+    }
+
+    fn record_listing(&self) -> Option<&dyn ListingStore> {
+        self.inner.record_listing()
+    }
+}

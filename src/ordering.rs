@@ -413,6 +413,7 @@ pub(crate) fn object_key<'a>(
 /// - **failed_objects**: up to the [`FailedPage`]'s `limit` records of its `namespace`
 ///   with status `Failed` and `updated_at <= before`, the oldest `updated_at` first.
 #[async_trait]
+#[auto_impl::auto_impl(Arc, Box)]
 pub trait OrderingStore: fmt::Debug + Send + Sync + 'static {
     /// Records the `created_at` of `event` for its key if it is the newest seen.
     async fn observe(&self, event: &Observation<'_>) -> Result<Freshness, StoreError>;
@@ -439,15 +440,6 @@ pub trait OrderingStore: fmt::Debug + Send + Sync + 'static {
     /// or before `page.before`.
     async fn failed_objects(&self, page: &FailedPage<'_>) -> Result<Vec<ObjectRecord>, StoreError>;
 }
-
-crate::forward::forward!(OrderingStore {
-    async fn observe(&self, event: &Observation<'_>) -> Result<Freshness, StoreError>;
-    async fn settle_object(&self, mark: &ObjectMark<'_>) -> Result<bool, StoreError>;
-    async fn mark_object(&self, mark: &ObjectMark<'_>) -> Result<bool, StoreError>;
-    async fn mark_object_if_failed(&self, mark: &FailedMark<'_>) -> Result<bool, StoreError>;
-    async fn get_object(&self, key: ObjectKey<'_>) -> Result<Option<ObjectRecord>, StoreError>;
-    async fn failed_objects(&self, page: &FailedPage<'_>) -> Result<Vec<ObjectRecord>, StoreError>;
-});
 
 #[cfg(test)]
 mod tests {

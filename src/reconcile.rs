@@ -86,6 +86,7 @@ impl ReconcileRequest {
 /// Fetches the authoritative state of an object from the provider's API and records
 /// it locally. Implemented by the host.
 #[async_trait]
+#[auto_impl::auto_impl(Arc, Box)]
 pub trait Reconciler: fmt::Debug + Send + Sync + 'static {
     /// Reconciles the object named in `request` (`request.meta.object`).
     ///
@@ -98,10 +99,6 @@ pub trait Reconciler: fmt::Debug + Send + Sync + 'static {
     /// lost lease) are not asked again. A panic is caught and logged the same way.
     async fn reconcile(&self, request: &ReconcileRequest) -> Result<(), BoxError>;
 }
-
-crate::forward::forward!(Reconciler {
-    async fn reconcile(&self, request: &ReconcileRequest) -> Result<(), BoxError>;
-});
 
 /// The two-layer read: answer from local state; when it has nothing, ask the
 /// provider's API, and record what it said so the next read is local.

@@ -137,6 +137,7 @@ pub const MAX_TENANT_GUARD_NAMESPACE: usize = 64 - 1 - MAX_TENANT_NAMESPACE_PART
 /// }
 /// ```
 #[async_trait]
+#[auto_impl::auto_impl(Arc, Box)]
 pub trait SecretResolver: fmt::Debug + Send + Sync + 'static {
     /// The secrets of `tenant` (a valid tenant id: see [`check_tenant`]), or `None`
     /// for a tenant it does not know.
@@ -145,10 +146,6 @@ pub trait SecretResolver: fmt::Debug + Send + Sync + 'static {
     /// A [`ResolveError`] when the secrets could not be read.
     async fn secrets(&self, tenant: &str) -> Result<Option<Vec<Secret>>, ResolveError>;
 }
-
-crate::forward::forward!(SecretResolver {
-    async fn secrets(&self, tenant: &str) -> Result<Option<Vec<Secret>>, ResolveError>;
-});
 
 /// A fixed table of tenants and their secrets: for tests, and for a handful of
 /// tenants known at start-up.

@@ -303,6 +303,7 @@ pub(crate) fn settled_already(event: &InboxEvent, settle: &Settle<'_>) -> bool {
 /// - **get_event**: the event or `None`.
 /// - **purge_settled**: removes up to `limit` settled events with `expires_at <= now`.
 #[async_trait]
+#[auto_impl::auto_impl(Arc, Box)]
 pub trait InboxStore: fmt::Debug + Send + Sync + 'static {
     /// Stores an accepted event unless its id is known.
     async fn enqueue(&self, event: &NewEvent<'_>) -> Result<Enqueued, StoreError>;
@@ -329,13 +330,3 @@ pub trait InboxStore: fmt::Debug + Send + Sync + 'static {
         None
     }
 }
-
-crate::forward::forward!(InboxStore {
-    async fn enqueue(&self, event: &NewEvent<'_>) -> Result<Enqueued, StoreError>;
-    async fn lease(&self, request: &LeaseRequest<'_>) -> Result<Vec<InboxEvent>, StoreError>;
-    async fn settle_event(&self, settle: &Settle<'_>) -> Result<Fence, StoreError>;
-    async fn renew_event(&self, renew: &RenewLease<'_>) -> Result<Fence, StoreError>;
-    async fn get_event(&self, key: Key<'_>) -> Result<Option<InboxEvent>, StoreError>;
-    async fn purge_settled(&self, now: DateTime<Utc>, limit: usize) -> Result<u64, StoreError>;
-    sync fn inbox_listing(&self) -> Option<&dyn InboxListing>;
-});

@@ -441,6 +441,7 @@ impl StoreError {
 ///   backend expires records by itself answers `Ok(0)` from `purge_expired`, and
 ///   still lists stuck leases: the sweeper reports them.
 #[async_trait]
+#[auto_impl::auto_impl(Arc, Box)]
 pub trait ProcessedStore: fmt::Debug + Send + Sync + 'static {
     /// Claims `request.key` if it is free, expired, failed or abandoned.
     async fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claim, StoreError>;
@@ -472,28 +473,6 @@ pub trait ProcessedStore: fmt::Debug + Send + Sync + 'static {
         None
     }
 }
-
-/// Writes a [`forward!`](crate::forward::forward) impl of [`ProcessedStore`] for the
-/// head given (see there), its methods listed here once.
-macro_rules! forward_processed_store {
-    ($($head:tt)*) => {
-        crate::forward::forward!($($head)* {
-            async fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claim, StoreError>;
-            async fn finish(&self, holder: Holder<'_>, finish: &Finish<'_>) -> Result<Fence, StoreError>;
-            async fn renew(&self, holder: Holder<'_>, renew: &Renew) -> Result<Fence, StoreError>;
-            async fn get(&self, key: Key<'_>) -> Result<Option<Record>, StoreError>;
-            async fn delete(&self, key: Key<'_>, now: DateTime<Utc>) -> Result<Deleted, StoreError>;
-            async fn purge_expired(&self, now: DateTime<Utc>, limit: usize) -> Result<u64, StoreError>;
-            async fn stuck(&self, now: DateTime<Utc>, limit: usize) -> Result<Vec<Record>, StoreError>;
-            sync fn record_listing(&self) -> Option<&dyn crate::store::ListingStore>;
-        });
-    };
-}
-
-#[cfg_attr(not(feature = "metrics"), allow(unused_imports))]
-pub(crate) use forward_processed_store;
-
-forward_processed_store!(ProcessedStore);
 
 /// The end of a lease or of a retention in whole milliseconds, rounded up, for
 /// stores and indexes that keep times in milliseconds: an end kept to the

@@ -153,6 +153,7 @@ impl Verified {
 ///
 /// Implementations must compare MACs in constant time, bound their work on hostile
 /// input, and never put secret material in `Debug` output or errors.
+#[auto_impl::auto_impl(Arc, Box)]
 pub trait Verifier: fmt::Debug + Send + Sync + 'static {
     /// Verifies the delivery made of `headers` and the raw `body`, at time `now`.
     ///
@@ -266,21 +267,6 @@ pub trait Verifier: fmt::Debug + Send + Sync + 'static {
         None
     }
 }
-
-crate::forward::forward!(Verifier {
-    fn verify(&self, headers: &dyn Headers, body: &[u8], now: DateTime<Utc>)
-        -> Result<Verified, VerifyError>;
-    fn retry_window(&self) -> Option<Duration>;
-    fn deliveries(&self) -> Option<u32>;
-    fn answer_timeout(&self) -> Option<Duration>;
-    fn tolerance(&self) -> Option<Duration>;
-    fn body_changes_on_retry(&self) -> bool;
-    fn event_meta(&self) -> Option<crate::meta::MetaExtractor>;
-    fn event_type(&self) -> Option<crate::meta::TypeSource>;
-    fn with_secrets(&self, secrets: &[Secret]) -> Option<Result<Box<dyn Verifier>, KeyError>>;
-    fn finds_event_id(&self) -> bool;
-    fn content_key(&self, headers: &dyn Headers, body: &[u8]) -> Option<[u8; 32]>;
-});
 
 /// Accepts every delivery. For tests and for hosts that verify before calling the
 /// guard; it must be chosen explicitly.
