@@ -11,11 +11,13 @@ use crate::outcome::{Outcome, Unrecorded};
 use crate::store::{FailureNote, Key, Record};
 
 /// What the escalation hook is told. Its `Debug` shows the body's length only.
+#[derive(derive_more::Debug)]
 #[non_exhaustive]
 pub struct Escalation<'a> {
     /// The escalated id.
     pub key: Key<'a>,
     /// The body of the delivery that escalated.
+    #[debug("{:?}", crate::BodyLen(body.len()))]
     pub body: &'a [u8],
     /// How many times the id failed.
     pub failures: u32,
@@ -25,18 +27,6 @@ pub struct Escalation<'a> {
     /// called this hook, and the guard calls it now: at the id's next delivery
     /// (`body` is that delivery's) or from the guard's sweeper (`body` is empty).
     pub resumed: bool,
-}
-
-impl fmt::Debug for Escalation<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Escalation")
-            .field("key", &self.key)
-            .field("body", &crate::BodyLen(self.body.len()))
-            .field("failures", &self.failures)
-            .field("history", &self.history)
-            .field("resumed", &self.resumed)
-            .finish()
-    }
 }
 
 /// What the outcome hook is told at the end of every delivery.

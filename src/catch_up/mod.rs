@@ -90,13 +90,14 @@ pub use runner::{CatchUp, CatchUpError, CatchUpHandle, PassReport, DEFAULT_INTER
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// One event as a source listed it.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq, derive_more::Debug)]
 #[non_exhaustive]
 pub struct FetchedEvent {
     /// The event id: the one its deliveries carry (Stripe's `evt_…`, Svix's
     /// `msg_…`, the `webhook-id` of its deliveries), so both routes claim one key.
     pub id: String,
     /// The event's JSON, as the handler receives it.
+    #[debug("{:?}", crate::BodyLen(body.len()))]
     pub body: Bytes,
     /// When the provider created the event, when the list says.
     pub created: Option<DateTime<Utc>>,
@@ -110,16 +111,6 @@ impl FetchedEvent {
             body,
             created,
         }
-    }
-}
-
-impl fmt::Debug for FetchedEvent {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("FetchedEvent")
-            .field("id", &self.id)
-            .field("body", &crate::BodyLen(self.body.len()))
-            .field("created", &self.created)
-            .finish()
     }
 }
 

@@ -78,7 +78,7 @@ impl fmt::Display for InboxState {
 }
 
 /// A stored event. Its `Debug` shows the payload's length only.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq, derive_more::Debug)]
 #[non_exhaustive]
 pub struct InboxEvent {
     /// The namespace.
@@ -91,6 +91,7 @@ pub struct InboxEvent {
     /// Type, creation time and target object.
     pub meta: EventMeta,
     /// The raw body, as received and verified.
+    #[debug("{:?}", crate::BodyLen(payload.len()))]
     pub payload: Vec<u8>,
     /// Where it stands.
     pub state: InboxState,
@@ -111,27 +112,6 @@ pub struct InboxEvent {
     pub updated_at: DateTime<Utc>,
     /// When a settled event may be purged (unsettled events are never purged).
     pub expires_at: DateTime<Utc>,
-}
-
-impl fmt::Debug for InboxEvent {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("InboxEvent")
-            .field("namespace", &self.namespace)
-            .field("id", &self.id)
-            .field("fingerprint", &self.fingerprint)
-            .field("meta", &self.meta)
-            .field("payload", &crate::BodyLen(self.payload.len()))
-            .field("state", &self.state)
-            .field("attempts", &self.attempts)
-            .field("token", &self.token)
-            .field("lease_until", &self.lease_until)
-            .field("next_attempt_at", &self.next_attempt_at)
-            .field("last_error", &self.last_error)
-            .field("received_at", &self.received_at)
-            .field("updated_at", &self.updated_at)
-            .field("expires_at", &self.expires_at)
-            .finish()
-    }
 }
 
 impl InboxEvent {
@@ -178,7 +158,7 @@ impl InboxEvent {
 
 /// An event to store: see [`InboxStore::enqueue`]. Its `Debug` shows the payload's
 /// length only.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, derive_more::Debug)]
 pub struct NewEvent<'a> {
     /// The event's key.
     pub key: Key<'a>,
@@ -187,24 +167,12 @@ pub struct NewEvent<'a> {
     /// Its metadata.
     pub meta: &'a EventMeta,
     /// The raw body.
+    #[debug("{:?}", crate::BodyLen(payload.len()))]
     pub payload: &'a [u8],
     /// The current time.
     pub now: DateTime<Utc>,
     /// The dedup horizon: the id is remembered at least until then.
     pub expires_at: DateTime<Utc>,
-}
-
-impl fmt::Debug for NewEvent<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("NewEvent")
-            .field("key", &self.key)
-            .field("fingerprint", &self.fingerprint)
-            .field("meta", &self.meta)
-            .field("payload", &crate::BodyLen(self.payload.len()))
-            .field("now", &self.now)
-            .field("expires_at", &self.expires_at)
-            .finish()
-    }
 }
 
 /// The answer to [`InboxStore::enqueue`].
@@ -328,5 +296,50 @@ pub trait InboxStore: fmt::Debug + Send + Sync + 'static {
     /// need not list.
     fn inbox_listing(&self) -> Option<&dyn InboxListing> {
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A payload reaches `Debug` as its length only, never as text or as numbers.
+    #[test]
+    fn debug_shows_a_payload_by_its_length() {
+        let payload = b"PAYLOAD-MARKER";
+        let as_numbers = format!("{:?}", &payload[..]);
+        let as_numbers = &as_numbers[1..as_numbers.len() - 1];
+        let now = DateTime::UNIX_EPOCH;
+        let meta = EventMeta::default();
+        let new = NewEvent {
+            key: Key::new("ns", "evt_1"),
+            fingerprint: Fingerprint::UNKNOWN,
+            meta: &meta,
+            payload,
+            now,
+            expires_at: now,
+        };
+        let stored = InboxEvent {
+            namespace: "ns".into(),
+            id: "evt_1".into(),
+            fingerprint: Fingerprint::UNKNOWN,
+            meta: meta.clone(),
+            payload: payload.to_vec(),
+            state: InboxState::Pending,
+            attempts: 0,
+            token: FencingToken::from_i64(1),
+            lease_until: now,
+            next_attempt_at: now,
+            last_error: None,
+            received_at: now,
+            updated_at: now,
+            expires_at: now,
+        };
+        for text in [format!("{new:?}"), format!("{stored:?}")] {
+            assert!(text.contains("evt_1"), "{text}");
+            assert!(text.contains("payload: <14 bytes>"), "{text}");
+            assert!(!text.contains("PAYLOAD-MARKER"), "{text}");
+            assert!(!text.contains(as_numbers), "{text}");
+        }
     }
 }
