@@ -2,14 +2,14 @@
 //! actions (forget, requeue, acknowledge or resolve an escalation), each checked
 //! for its CSRF token and logged as an audit line.
 
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use axum::{Extension, Form};
 use serde::{Deserialize, Serialize};
 
 use super::auth::{csrf_ok, csrf_token, Operator};
-use super::handlers::{answer, text, wants_json, FilterForm, Problem, Shared_, REQUEUE_MAX};
+use super::handlers::{answer, text, wants_json, Asked, FilterForm, Problem, Shared_, REQUEUE_MAX};
 use super::source::{Filter, Mark, Source, SourceError, StateFilter};
 use super::{views, Shared, AUDIT_TARGET};
 use crate::store::Deleted;
@@ -25,7 +25,6 @@ pub(super) struct ConfirmQuery {
     since: Option<String>,
     until: Option<String>,
     prefix: Option<String>,
-    format: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -45,12 +44,13 @@ pub(super) struct ConfirmData {
 }
 
 pub(super) async fn confirm(
-    State(shared): Shared_,
-    Extension(operator): Extension<Operator>,
-    Query(query): Query<ConfirmQuery>,
-    headers: HeaderMap,
+    Asked {
+        shared,
+        operator,
+        query,
+        json,
+    }: Asked<ConfirmQuery>,
 ) -> Response {
-    let json = wants_json(query.format.as_deref(), &headers);
     let source = &*shared.source;
     let id = query.id.filter(|id| !id.is_empty());
     let mut data = ConfirmData {

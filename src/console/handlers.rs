@@ -4,12 +4,14 @@
 
 use std::sync::Arc;
 
-use axum::extract::{OriginalUri, Query, State};
+use axum::extract::{FromRequestParts, OriginalUri, Query, State};
 use axum::http::header::{ACCEPT, CONTENT_TYPE, LOCATION};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
 use chrono::{DateTime, NaiveDate, NaiveDateTime, TimeDelta, Utc};
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use super::auth::{csrf_token, Operator};
@@ -28,10 +30,54 @@ pub(super) const OPEN_ESCALATIONS_CAP: usize = 200;
 
 pub(super) type Shared_ = State<Arc<Shared>>;
 
-/// `?format=` and the `Accept` header: whether to answer JSON.
+/// `?format=`, which with the `Accept` header says whether to answer JSON.
 #[derive(Debug, Default, Deserialize)]
-pub(super) struct Format {
+struct Format {
     format: Option<String>,
+}
+
+/// What a page's handler starts from: the console's state, the operator asking,
+/// the query string read as `Q`, and whether to answer JSON ([`wants_json`] of
+/// `?format=` and the `Accept` header).
+pub(super) struct Asked<Q> {
+    pub(super) shared: Arc<Shared>,
+    pub(super) operator: Operator,
+    pub(super) query: Q,
+    pub(super) json: bool,
+}
+
+/// The query of a page that reads nothing from it but `format`.
+#[derive(Debug, Deserialize)]
+pub(super) struct NoQuery {}
+
+impl<Q> FromRequestParts<Arc<Shared>> for Asked<Q>
+where
+    Q: DeserializeOwned + Send,
+{
+    /// The refusal of the extractor that failed: no [`Operator`] (500), a query
+    /// string that does not read as `Q` (400).
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        shared: &Arc<Shared>,
+    ) -> Result<Self, Self::Rejection> {
+        let Extension(operator) = Extension::<Operator>::from_request_parts(parts, shared)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let Query(query) = Query::<Q>::from_request_parts(parts, shared)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let Query(Format { format }) = Query::<Format>::from_request_parts(parts, shared)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        Ok(Self {
+            shared: Arc::clone(shared),
+            operator,
+            query,
+            json: wants_json(format.as_deref(), &parts.headers),
+        })
+    }
 }
 
 pub(super) fn wants_json(format: Option<&str>, headers: &HeaderMap) -> bool {
@@ -176,12 +222,13 @@ const COUNTED: [StateFilter; 6] = [
 ];
 
 pub(super) async fn overview(
-    State(shared): Shared_,
-    Extension(operator): Extension<Operator>,
-    Query(format): Query<Format>,
-    headers: HeaderMap,
+    Asked {
+        shared,
+        operator,
+        json,
+        ..
+    }: Asked<NoQuery>,
 ) -> Response {
-    let json = wants_json(format.format.as_deref(), &headers);
     match overview_data(&shared, &operator).await {
         Ok(data) => answer(json, StatusCode::OK, &data, views::overview),
         Err(problem) => problem.respond(json),
@@ -320,7 +367,6 @@ pub(super) struct ListQuery {
     until: Option<String>,
     prefix: Option<String>,
     after: Option<String>,
-    format: Option<String>,
 }
 
 /// A filter as a form shows it back.
@@ -419,12 +465,13 @@ pub(super) struct ListData {
 }
 
 pub(super) async fn records(
-    State(shared): Shared_,
-    Extension(operator): Extension<Operator>,
-    Query(query): Query<ListQuery>,
-    headers: HeaderMap,
+    Asked {
+        shared,
+        operator,
+        query,
+        json,
+    }: Asked<ListQuery>,
 ) -> Response {
-    let json = wants_json(query.format.as_deref(), &headers);
     let form = FilterForm {
         state: text(query.state),
         since: text(query.since),
@@ -466,7 +513,6 @@ pub(super) async fn records(
 #[derive(Debug, Deserialize)]
 pub(super) struct IdQuery {
     id: Option<String>,
-    format: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -599,12 +645,13 @@ pub(super) struct RecordData {
 }
 
 pub(super) async fn record(
-    State(shared): Shared_,
-    Extension(operator): Extension<Operator>,
-    Query(query): Query<IdQuery>,
-    headers: HeaderMap,
+    Asked {
+        shared,
+        operator,
+        query,
+        json,
+    }: Asked<IdQuery>,
 ) -> Response {
-    let json = wants_json(query.format.as_deref(), &headers);
     let Some(id) = query.id.filter(|id| !id.is_empty()) else {
         return Problem::new(StatusCode::BAD_REQUEST, "no id given").respond(json);
     };
