@@ -53,7 +53,7 @@ macro_rules! keyed {
         ///
         /// # Errors
         /// [`KeyError::BadUrl`](crate::verify::KeyError::BadUrl) for a URL that is not
-        /// `http(s)://host/path`; those of a preset keyed without a URL:
+        /// `http(s)://host/path`;
         /// [`KeyError::EmptySecret`](crate::verify::KeyError::EmptySecret) if no
         /// secret is given or one is empty; the other
         /// [`KeyError`](crate::verify::KeyError)s of [`Self::SECRET_FORMAT`] (a
