@@ -37,6 +37,7 @@ macro_rules! presets {
         }
 
         impl Provider {
+            // As long as the list: one name a preset.
             /// Every provider, in a stable order.
             pub const ALL: [Provider; [$($name),*].len()] = [$(Self::$variant),*];
 
