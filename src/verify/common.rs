@@ -271,42 +271,35 @@ pub(crate) struct V0Header {
     pub(crate) timestamp: &'static str,
 }
 
-/// A delivery as [`V0Header::read`] reads it.
-pub(crate) struct V0Signed<'a> {
-    /// What the MAC covers: `v0:`, the timestamp as sent, `:`, the raw body.
-    pub(crate) parts: [&'a [u8]; 4],
-    /// When it was signed.
-    pub(crate) signed_at: DateTime<Utc>,
-    /// The MAC.
-    pub(crate) tag: [u8; 32],
-}
-
 impl V0Header {
     /// The header of the MAC as a [`SignatureHeader`].
     const fn mac(&self) -> SignatureHeader {
         SignatureHeader::new(self.signature, "v0=", Encoding::Hex)
     }
 
-    /// Reads a delivery of `body`: the parts the MAC covers, when it was signed,
-    /// and the MAC. Both headers are read within [`MAX_HEADER_LEN`].
+    /// Verifies that a delivery of `body` carries one of `keys`' MAC over
+    /// `v0:{timestamp}:{raw body}`, both headers read within [`MAX_HEADER_LEN`]:
+    /// when it was signed (for the caller to check against its tolerance), and which
+    /// of `keys` signed it (for a handshake answered under the same secret).
     ///
     /// # Errors
     /// [`VerifyError::MissingHeader`] or [`VerifyError::MalformedHeader`] for either
-    /// header; [`VerifyError::NoUsableSignature`] without the `v0=` prefix.
-    pub(crate) fn read<'a>(
+    /// header; [`VerifyError::NoUsableSignature`] without the `v0=` prefix;
+    /// [`VerifyError::NoMatch`] when no secret's MAC matches.
+    pub(crate) fn check(
         &self,
-        headers: &'a dyn Headers,
-        body: &'a [u8],
-    ) -> Result<V0Signed<'a>, VerifyError> {
+        keys: &Keys,
+        headers: &dyn Headers,
+        body: &[u8],
+    ) -> Result<(DateTime<Utc>, usize), VerifyError> {
         let value = bounded_header(headers, self.signature)?;
         let ts = bounded_header(headers, self.timestamp)?;
         let signed_at = super::parse_unix_seconds(ts, self.timestamp)?;
         let tag = self.mac().tag_of(value)?;
-        Ok(V0Signed {
-            parts: [b"v0:", ts, b":", body],
-            signed_at,
-            tag,
-        })
+        let key = keys
+            .matching(&[b"v0:", ts, b":", body], &tag)
+            .ok_or(VerifyError::NoMatch)?;
+        Ok((signed_at, key))
     }
 
     /// The signature header's value for `body` at `timestamp`, signed with the

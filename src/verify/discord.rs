@@ -80,11 +80,9 @@ impl Discord {
         })
     }
 
-    /// How far the signed timestamp may be from `now`, either way (default 300 s).
-    #[must_use]
-    pub fn tolerance(mut self, tolerance: Duration) -> Self {
-        self.tolerance = tolerance;
-        self
+    common::keyed! {
+        /// How far the signed timestamp may be from `now`, either way (default 300 s).
+        tolerance;
     }
 
     /// The public key (hex) of a signing key given as hex of its 32-byte seed (or

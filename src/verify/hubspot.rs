@@ -9,7 +9,7 @@ use sha2::{Digest as _, Sha256};
 
 use super::common::{self, Keys};
 use super::request::{query, PublicUrl};
-use super::{KeyError, Secret, Verifier, VerifyError};
+use super::{Verifier, VerifyError};
 
 const SIGNATURE: &str = "X-HubSpot-Signature-v3";
 const TIMESTAMP: &str = "X-HubSpot-Request-Timestamp";
@@ -69,25 +69,11 @@ impl HubSpot {
     /// Up to 10 retries, 2 minutes apart and doubling: 34 h 6 min, so 35 hours.
     pub const RETRY_WINDOW: Duration = Duration::from_secs(35 * 3600);
 
-    /// A verifier for requests HubSpot sends to `url` (the public URL configured
-    /// in the app, without query or fragment), keyed with one or more client
-    /// secrets.
-    ///
-    /// # Errors
-    /// [`KeyError::BadUrl`] for a URL that is not `http(s)://host/path`;
-    /// [`KeyError::EmptySecret`] if no secret is given or one is empty.
-    pub fn new<S: Into<Secret>>(
-        url: &str,
-        client_secrets: impl IntoIterator<Item = S>,
-    ) -> Result<Self, KeyError> {
-        Ok(Self {
-            url: PublicUrl::parse(url)?,
-            keys: Keys::checked(client_secrets, &Self::SECRET_FORMAT)?,
-            tolerance: Self::DEFAULT_TOLERANCE,
-        })
-    }
-
     common::keyed! {
+        /// A verifier for requests HubSpot sends to `url` (the public URL configured
+        /// in the app, without query or fragment), keyed with one or more client
+        /// secrets.
+        new(url);
         /// How far the signed timestamp may be from `now`, either way (default 5
         /// minutes).
         tolerance;

@@ -26,15 +26,19 @@ pub(crate) use unpublished_format;
 /// The constructor `new` of a preset keyed with secrets used as their raw bytes,
 /// each checked against the preset's `SECRET_FORMAT` (fields `keys`, and
 /// `tolerance` starting at the preset's `DEFAULT_TOLERANCE`),
-/// and the `tolerance` setter of a preset that signs a time. The doc comments
-/// given are the preset's own.
+/// and the `tolerance` setter of a preset that signs a time. `new(url);` writes the
+/// constructor of a preset that signs the public URL it is called at: `new(url,
+/// secrets)`, the URL parsed into its field `url`. The doc comments given are the
+/// preset's own.
 macro_rules! keyed {
-    ($(#[$new:meta])* new; $(#[$tolerance:meta])* tolerance;) => {
-        $crate::verify::common::keyed!(@new $(#[$new])* tolerance: Self::DEFAULT_TOLERANCE);
+    ($(#[$new:meta])* new $(($url:ident))?; $(#[$tolerance:meta])* tolerance;) => {
+        $crate::verify::common::keyed!(
+            @new $(#[$new])* $(($url))? tolerance: Self::DEFAULT_TOLERANCE
+        );
         $crate::verify::common::keyed!($(#[$tolerance])* tolerance;);
     };
-    ($(#[$new:meta])* new;) => {
-        $crate::verify::common::keyed!(@new $(#[$new])*);
+    ($(#[$new:meta])* new $(($url:ident))?;) => {
+        $crate::verify::common::keyed!(@new $(#[$new])* $(($url))?);
     };
     ($(#[$tolerance:meta])* tolerance;) => {
         $(#[$tolerance])*
@@ -42,6 +46,28 @@ macro_rules! keyed {
         pub fn tolerance(mut self, tolerance: std::time::Duration) -> Self {
             self.tolerance = tolerance;
             self
+        }
+    };
+    (@new $(#[$new:meta])* (url) $($field:ident: $value:expr)?) => {
+        $(#[$new])*
+        ///
+        /// # Errors
+        /// [`KeyError::BadUrl`](crate::verify::KeyError::BadUrl) for a URL that is not
+        /// `http(s)://host/path`;
+        /// [`KeyError::EmptySecret`](crate::verify::KeyError::EmptySecret) if no
+        /// secret is given or one is empty; the other
+        /// [`KeyError`](crate::verify::KeyError)s of [`Self::SECRET_FORMAT`] (a
+        /// secret with surrounding whitespace, too short, another kind of key),
+        /// each naming the fix.
+        pub fn new<S: Into<$crate::verify::Secret>>(
+            url: &str,
+            secrets: impl IntoIterator<Item = S>,
+        ) -> Result<Self, $crate::verify::KeyError> {
+            Ok(Self {
+                url: $crate::verify::request::PublicUrl::parse(url)?,
+                keys: $crate::verify::common::MacKeys::checked(secrets, &Self::SECRET_FORMAT)?,
+                $($field: $value,)?
+            })
         }
     };
     (@new $(#[$new:meta])* $($field:ident: $value:expr)?) => {

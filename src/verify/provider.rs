@@ -9,72 +9,138 @@ use super::{
     Typeform, Verifier, Zoom,
 };
 
-/// A provider with a preset verifier, named as in configuration.
-///
-/// ```
-/// use webhook_guard::verify::Provider;
-///
-/// let provider: Provider = "stripe".parse().unwrap();
-/// let verifier = provider.verifier([provider.sample_secret()]).unwrap();
-/// assert_eq!(verifier.retry_window(), Some(std::time::Duration::from_secs(72 * 3600)));
-/// assert!("carrier-pigeon".parse::<Provider>().is_err());
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Provider {
-    /// [`Stripe`], named `stripe`.
-    Stripe,
-    /// [`StandardWebhooks`] (and Svix), named `standard`.
-    Standard,
-    /// [`GitHub`], named `github`.
-    GitHub,
-    /// [`Shopify`], named `shopify`.
-    Shopify,
-    /// [`Slack`], named `slack`.
-    Slack,
-    /// [`Jamm`], named `jamm`.
-    Jamm,
-    /// [`Paddle`], named `paddle`.
-    Paddle,
-    /// [`Linear`], named `linear`.
-    Linear,
-    /// [`Square`], named `square`. Its signature covers the notification URL: build
-    /// it with [`Provider::verifier_with_url`].
-    Square,
-    /// `SendGrid` (feature `sendgrid`), named `sendgrid`. Its "secrets" are the
-    /// public verification keys.
-    SendGrid,
-    /// [`Adyen`], named `adyen`.
-    Adyen,
-    /// [`Mailgun`], named `mailgun`.
-    Mailgun,
-    /// [`Intercom`], named `intercom`.
-    Intercom,
-    /// [`GitLab`], named `gitlab`. Its "secrets" are the hooks' secret tokens.
-    GitLab,
-    /// [`Typeform`], named `typeform`.
-    Typeform,
-    /// [`Calendly`], named `calendly`.
-    Calendly,
-    /// [`Dropbox`], named `dropbox`.
-    Dropbox,
-    /// [`Zoom`], named `zoom`.
-    Zoom,
-    /// [`Meta`] (WhatsApp, Instagram, Messenger), named `meta`. Built from the app
-    /// secrets alone, it refuses the subscription check (`GET`): build [`Meta`]
-    /// with its verify token to answer it.
-    Meta,
-    /// [`Twitch`] EventSub, named `twitch`.
-    Twitch,
-    /// `Discord` interactions, named `discord`: its "secrets" are the
-    /// application's public keys (hex). Needs the crate's `ed25519` feature.
-    Discord,
-    /// [`Twilio`], named `twilio`: it signs its URL (see
-    /// [`Provider::verifier_with_url`]).
-    Twilio,
-    /// [`HubSpot`] (signature v3), named `hubspot`: it signs its URL (see
-    /// [`Provider::verifier_with_url`]).
-    HubSpot,
+/// Writes [`Provider`] from one list of the presets: each variant with its doc
+/// comment, its configuration name and how its verifier is built, `|secrets| ..`,
+/// or `|secrets, url| ..` for a provider that [signs its URL](Provider::signs_url)
+/// (given the URL, or refused with [`KeyError::NeedsUrl`]). The list's order is
+/// [`Provider::ALL`]'s.
+macro_rules! presets {
+    (@signs_url $url:ident) => {
+        true
+    };
+    (@signs_url) => {
+        false
+    };
+    (
+        $(#[$doc:meta])*
+        pub enum Provider {
+            $(
+                $(#[$variant_doc:meta])*
+                $variant:ident = $name:literal
+                    => |$secrets:ident $(, $url:ident)?| $build:expr,
+            )*
+        }
+    ) => {
+        $(#[$doc])*
+        pub enum Provider {
+            $($(#[$variant_doc])* $variant,)*
+        }
+
+        impl Provider {
+            // As long as the list: one name a preset.
+            /// Every provider, in a stable order.
+            pub const ALL: [Provider; [$($name),*].len()] = [$(Self::$variant),*];
+
+            /// The provider's configuration name.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(Self::$variant => $name,)*
+                }
+            }
+
+            /// Whether the provider signs the URL it calls, so that its preset needs the
+            /// endpoint's public URL ([`Provider::verifier_with_url`]).
+            pub fn signs_url(self) -> bool {
+                match self {
+                    $(Self::$variant => presets!(@signs_url $($url)?),)*
+                }
+            }
+
+            fn build<S: Into<Secret>>(
+                self,
+                url: Option<&str>,
+                secrets: impl IntoIterator<Item = S>,
+            ) -> Result<Box<dyn Verifier>, KeyError> {
+                match self {
+                    $(Self::$variant => {
+                        let $secrets = secrets;
+                        $(let $url = url.ok_or(KeyError::NeedsUrl)?;)?
+                        $build
+                    })*
+                }
+            }
+        }
+    };
+}
+
+presets! {
+    /// A provider with a preset verifier, named as in configuration.
+    ///
+    /// ```
+    /// use webhook_guard::verify::Provider;
+    ///
+    /// let provider: Provider = "stripe".parse().unwrap();
+    /// let verifier = provider.verifier([provider.sample_secret()]).unwrap();
+    /// assert_eq!(verifier.retry_window(), Some(std::time::Duration::from_secs(72 * 3600)));
+    /// assert!("carrier-pigeon".parse::<Provider>().is_err());
+    /// ```
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    #[non_exhaustive]
+    pub enum Provider {
+        /// [`Stripe`], named `stripe`.
+        Stripe = "stripe" => |secrets| boxed(Stripe::new(secrets)),
+        /// [`StandardWebhooks`] (and Svix), named `standard`.
+        Standard = "standard" => |secrets| boxed(StandardWebhooks::new(secrets)),
+        /// [`GitHub`], named `github`.
+        GitHub = "github" => |secrets| boxed(GitHub::new(secrets)),
+        /// [`Shopify`], named `shopify`.
+        Shopify = "shopify" => |secrets| boxed(Shopify::new(secrets)),
+        /// [`Slack`], named `slack`.
+        Slack = "slack" => |secrets| boxed(Slack::new(secrets)),
+        /// [`Jamm`], named `jamm`.
+        Jamm = "jamm" => |secrets| boxed(Jamm::new(secrets)),
+        /// [`Paddle`], named `paddle`.
+        Paddle = "paddle" => |secrets| boxed(Paddle::new(secrets)),
+        /// [`Linear`], named `linear`.
+        Linear = "linear" => |secrets| boxed(Linear::new(secrets)),
+        /// [`Square`], named `square`. Its signature covers the notification URL: build
+        /// it with [`Provider::verifier_with_url`].
+        Square = "square" => |secrets, url| boxed(Square::new(url, secrets)),
+        /// `SendGrid` (feature `sendgrid`), named `sendgrid`. Its "secrets" are the
+        /// public verification keys.
+        SendGrid = "sendgrid" => |secrets| sendgrid(secrets),
+        /// [`Adyen`], named `adyen`.
+        Adyen = "adyen" => |secrets| boxed(Adyen::new(secrets)),
+        /// [`Mailgun`], named `mailgun`.
+        Mailgun = "mailgun" => |secrets| boxed(Mailgun::new(secrets)),
+        /// [`Intercom`], named `intercom`.
+        Intercom = "intercom" => |secrets| boxed(Intercom::new(secrets)),
+        /// [`GitLab`], named `gitlab`. Its "secrets" are the hooks' secret tokens.
+        GitLab = "gitlab" => |secrets| boxed(GitLab::new(secrets)),
+        /// [`Typeform`], named `typeform`.
+        Typeform = "typeform" => |secrets| boxed(Typeform::new(secrets)),
+        /// [`Calendly`], named `calendly`.
+        Calendly = "calendly" => |secrets| boxed(Calendly::new(secrets)),
+        /// [`Dropbox`], named `dropbox`.
+        Dropbox = "dropbox" => |secrets| boxed(Dropbox::new(secrets)),
+        /// [`Zoom`], named `zoom`.
+        Zoom = "zoom" => |secrets| boxed(Zoom::new(secrets)),
+        /// [`Meta`] (WhatsApp, Instagram, Messenger), named `meta`. Built from the app
+        /// secrets alone, it refuses the subscription check (`GET`): build [`Meta`]
+        /// with its verify token to answer it.
+        Meta = "meta" => |secrets| boxed(Meta::new(secrets)),
+        /// [`Twitch`] EventSub, named `twitch`.
+        Twitch = "twitch" => |secrets| boxed(Twitch::new(secrets)),
+        /// `Discord` interactions, named `discord`: its "secrets" are the
+        /// application's public keys (hex). Needs the crate's `ed25519` feature.
+        Discord = "discord" => |secrets| discord(secrets),
+        /// [`Twilio`], named `twilio`: it signs its URL (see
+        /// [`Provider::verifier_with_url`]).
+        Twilio = "twilio" => |secrets, url| boxed(Twilio::new(url, secrets)),
+        /// [`HubSpot`] (signature v3), named `hubspot`: it signs its URL (see
+        /// [`Provider::verifier_with_url`]).
+        HubSpot = "hubspot" => |secrets, url| boxed(HubSpot::new(url, secrets)),
+    }
 }
 
 /// Other names of senders that use a preset's scheme exactly (same headers, secret
@@ -86,68 +152,6 @@ const ALIASES: [(&str, Provider); 3] = [
 ];
 
 impl Provider {
-    /// Every provider, in a stable order.
-    pub const ALL: [Provider; 23] = [
-        Self::Stripe,
-        Self::Standard,
-        Self::GitHub,
-        Self::Shopify,
-        Self::Slack,
-        Self::Jamm,
-        Self::Paddle,
-        Self::Linear,
-        Self::Square,
-        Self::SendGrid,
-        Self::Adyen,
-        Self::Mailgun,
-        Self::Intercom,
-        Self::GitLab,
-        Self::Typeform,
-        Self::Calendly,
-        Self::Dropbox,
-        Self::Zoom,
-        Self::Meta,
-        Self::Twitch,
-        Self::Discord,
-        Self::Twilio,
-        Self::HubSpot,
-    ];
-
-    /// The provider's configuration name.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Stripe => "stripe",
-            Self::Standard => "standard",
-            Self::GitHub => "github",
-            Self::Shopify => "shopify",
-            Self::Slack => "slack",
-            Self::Jamm => "jamm",
-            Self::Paddle => "paddle",
-            Self::Linear => "linear",
-            Self::Square => "square",
-            Self::SendGrid => "sendgrid",
-            Self::Adyen => "adyen",
-            Self::Mailgun => "mailgun",
-            Self::Intercom => "intercom",
-            Self::GitLab => "gitlab",
-            Self::Typeform => "typeform",
-            Self::Calendly => "calendly",
-            Self::Dropbox => "dropbox",
-            Self::Zoom => "zoom",
-            Self::Meta => "meta",
-            Self::Twitch => "twitch",
-            Self::Discord => "discord",
-            Self::Twilio => "twilio",
-            Self::HubSpot => "hubspot",
-        }
-    }
-
-    /// Whether the provider signs the URL it calls, so that its preset needs the
-    /// endpoint's public URL ([`Provider::verifier_with_url`]).
-    pub fn signs_url(self) -> bool {
-        matches!(self, Self::Square | Self::Twilio | Self::HubSpot)
-    }
-
     /// The provider's preset, with its default tolerance, keyed with `secrets`.
     ///
     /// # Errors
@@ -179,42 +183,6 @@ impl Provider {
         self.build(Some(url), secrets)
     }
 
-    fn build<S: Into<Secret>>(
-        self,
-        url: Option<&str>,
-        secrets: impl IntoIterator<Item = S>,
-    ) -> Result<Box<dyn Verifier>, KeyError> {
-        let url = || url.ok_or(KeyError::NeedsUrl);
-        Ok(match self {
-            Self::Stripe => Box::new(Stripe::new(secrets)?),
-            Self::Standard => Box::new(StandardWebhooks::new(secrets)?),
-            Self::GitHub => Box::new(GitHub::new(secrets)?),
-            Self::Shopify => Box::new(Shopify::new(secrets)?),
-            Self::Slack => Box::new(Slack::new(secrets)?),
-            Self::Jamm => Box::new(Jamm::new(secrets)?),
-            Self::Paddle => Box::new(Paddle::new(secrets)?),
-            Self::Linear => Box::new(Linear::new(secrets)?),
-            Self::Square => Box::new(Square::new(url()?, secrets)?),
-            #[cfg(feature = "sendgrid")]
-            Self::SendGrid => Box::new(super::SendGrid::new(secrets)?),
-            #[cfg(not(feature = "sendgrid"))]
-            Self::SendGrid => return Err(KeyError::NeedsFeature("sendgrid")),
-            Self::Adyen => Box::new(Adyen::new(secrets)?),
-            Self::Mailgun => Box::new(Mailgun::new(secrets)?),
-            Self::Intercom => Box::new(Intercom::new(secrets)?),
-            Self::GitLab => Box::new(GitLab::new(secrets)?),
-            Self::Typeform => Box::new(Typeform::new(secrets)?),
-            Self::Calendly => Box::new(Calendly::new(secrets)?),
-            Self::Dropbox => Box::new(Dropbox::new(secrets)?),
-            Self::Zoom => Box::new(Zoom::new(secrets)?),
-            Self::Meta => Box::new(Meta::new(secrets)?),
-            Self::Twitch => Box::new(Twitch::new(secrets)?),
-            Self::Discord => discord(secrets)?,
-            Self::Twilio => Box::new(Twilio::new(url()?, secrets)?),
-            Self::HubSpot => Box::new(HubSpot::new(url()?, secrets)?),
-        })
-    }
-
     /// A made-up secret in the provider's format (its preset's `SECRET_FORMAT`), for
     /// tests and examples: it verifies nothing a real provider sent.
     pub fn sample_secret(self) -> &'static str {
@@ -233,6 +201,26 @@ impl Provider {
     }
 }
 
+/// A preset's verifier, boxed.
+fn boxed<V: Verifier + 'static>(built: Result<V, KeyError>) -> Result<Box<dyn Verifier>, KeyError> {
+    Ok(Box::new(built?))
+}
+
+/// The SendGrid preset, keyed with its public verification keys.
+#[cfg(feature = "sendgrid")]
+fn sendgrid<S: Into<Secret>>(
+    keys: impl IntoIterator<Item = S>,
+) -> Result<Box<dyn Verifier>, KeyError> {
+    boxed(super::SendGrid::new(keys))
+}
+
+#[cfg(not(feature = "sendgrid"))]
+fn sendgrid<S: Into<Secret>>(
+    _keys: impl IntoIterator<Item = S>,
+) -> Result<Box<dyn Verifier>, KeyError> {
+    Err(KeyError::NeedsFeature("sendgrid"))
+}
+
 /// The Discord preset, keyed with public keys given as text.
 #[cfg(feature = "ed25519")]
 fn discord<S: Into<Secret>>(
@@ -245,7 +233,7 @@ fn discord<S: Into<Secret>>(
                 .map_err(|_| KeyError::BadEncoding("hex of a 32-byte ed25519 public key"))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(Box::new(super::Discord::new(keys)?))
+    boxed(super::Discord::new(keys))
 }
 
 #[cfg(not(feature = "ed25519"))]
@@ -263,12 +251,25 @@ impl fmt::Display for Provider {
 
 /// A provider name that no preset answers to.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "unknown provider `{0}`; known: stripe, standard (or svix, clerk, resend), github, shopify, \
-     slack, jamm, paddle, linear, square, sendgrid, adyen, mailgun, intercom, gitlab, typeform, \
-     calendly, dropbox, zoom, meta, twitch, discord, twilio, hubspot"
-)]
+#[error("unknown provider `{0}`; known: {known}", known = known_names())]
 pub struct UnknownProvider(pub String);
+
+/// Every name a provider answers to, in [`Provider::ALL`]'s order, its aliases
+/// beside it: `stripe, standard (or svix, clerk, resend), github, ...`.
+fn known_names() -> String {
+    let named = |p: Provider| {
+        let aliases: Vec<&str> = (ALIASES.iter())
+            .filter(|&&(_, of)| of == p)
+            .map(|&(alias, _)| alias)
+            .collect();
+        if aliases.is_empty() {
+            p.name().to_owned()
+        } else {
+            format!("{} (or {})", p.name(), aliases.join(", "))
+        }
+    };
+    Provider::ALL.map(named).join(", ")
+}
 
 impl FromStr for Provider {
     type Err = UnknownProvider;
@@ -319,6 +320,9 @@ mod tests {
             unknown.contains("dropbox") && unknown.contains("clerk"),
             "{unknown}"
         );
+        let known = "unknown provider `paypal`; known: stripe, standard (or svix, clerk, resend), ";
+        assert!(unknown.starts_with(known), "{unknown}");
+        assert!(unknown.ends_with(", twilio, hubspot"), "{unknown}");
         assert_eq!("HubSpot".parse::<Provider>().unwrap(), Provider::HubSpot);
         assert!(Provider::Stripe.verifier(Vec::<String>::new()).is_err());
         assert!(Provider::Twilio

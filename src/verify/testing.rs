@@ -4,7 +4,7 @@
 
 pub(crate) use chrono::{DateTime, Utc};
 
-pub(crate) use super::{Verified, Verifier, VerifyError};
+pub(crate) use super::{KeyError, Secret, Verified, Verifier, VerifyError};
 
 /// Checks the window around a delivery signed at `t` (Unix seconds) that
 /// `verify_at(now)` verifies at `now`: accepted `tolerance` seconds either side,

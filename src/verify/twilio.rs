@@ -9,7 +9,7 @@ use sha2::{Digest as _, Sha256};
 
 use super::common::{self, HmacSha1, Sha1Keys};
 use super::request::{param, query, PublicUrl};
-use super::{KeyError, Secret, Verified, Verifier, VerifyError};
+use super::{Verified, Verifier, VerifyError};
 
 const SIGNATURE: &str = "X-Twilio-Signature";
 const SETTINGS: &str = "X-Twilio-Webhooks-Signature-Settings";
@@ -83,21 +83,10 @@ impl Twilio {
     /// Twilio retries once, within its 15-second total timeout.
     pub const RETRY_WINDOW: Duration = Duration::from_secs(15);
 
-    /// A verifier for requests Twilio sends to `url` (the public URL configured
-    /// in Twilio, without query or fragment), keyed with one or more Auth Tokens.
-    ///
-    /// # Errors
-    /// [`KeyError::BadUrl`] for a URL that is not `http(s)://host/path`;
-    /// [`KeyError::EmptySecret`] if no token is given or one is empty;
-    /// [`KeyError::Whitespace`] for one with surrounding whitespace.
-    pub fn new<S: Into<Secret>>(
-        url: &str,
-        auth_tokens: impl IntoIterator<Item = S>,
-    ) -> Result<Self, KeyError> {
-        Ok(Self {
-            url: PublicUrl::parse(url)?,
-            keys: Sha1Keys::checked(auth_tokens, &Self::SECRET_FORMAT)?,
-        })
+    common::keyed! {
+        /// A verifier for requests Twilio sends to `url` (the public URL configured
+        /// in Twilio, without query or fragment), keyed with one or more Auth Tokens.
+        new(url);
     }
 
     /// The `X-Twilio-Signature` for a request to `url` (the full URL Twilio calls,

@@ -88,15 +88,7 @@ impl Verifier for Zoom {
         event_type: json ["event"];
         rekeyed;
         verify |self, headers, body, now| {
-            let common::V0Signed {
-                parts,
-                signed_at,
-                tag,
-            } = SIGNATURE.read(headers, body)?;
-            let key = self
-                .keys
-                .matching(&parts, &tag)
-                .ok_or(VerifyError::NoMatch)?;
+            let (signed_at, key) = SIGNATURE.check(&self.keys, headers, body)?;
             let mut verified =
                 common::timed(signed_at, now, self.tolerance, || Some(digest_id(body)))?;
             if common::body_field(body, "event").as_deref() == Some("endpoint.url_validation") {
