@@ -401,11 +401,7 @@ impl StoreUrl {
             super::sql::TableName::new(t).map_err(|_| OpenError::InvalidTable(t.clone()))?;
         }
         match self.backend {
-            Backend::Memory => Ok(OpenedStore::of(
-                MemoryStore::new(),
-                Backend::Memory,
-                Schema::None,
-            )),
+            Backend::Memory => Ok(OpenedStore::of(MemoryStore::new(), Backend::Memory, None)),
             #[cfg(feature = "sqlite")]
             Backend::Sqlite => self.open_sqlite().await,
             #[cfg(feature = "postgres")]
@@ -461,11 +457,7 @@ impl StoreUrl {
             }
             None => SqliteStore::new(pool),
         };
-        Ok(OpenedStore::migrating(
-            store,
-            Backend::Sqlite,
-            Schema::Sqlite,
-        ))
+        Ok(OpenedStore::migrating(store, Backend::Sqlite))
     }
 
     /// `store` on the table option, when there is one (`with_table` moves it there).
@@ -486,11 +478,7 @@ impl StoreUrl {
         use super::PostgresStore;
         let store = PostgresStore::connect(&self.target).await?;
         let store = self.on_table(store, |s, t| PostgresStore::with_table(s.pool().clone(), t))?;
-        Ok(OpenedStore::migrating(
-            store,
-            Backend::Postgres,
-            Schema::Postgres,
-        ))
+        Ok(OpenedStore::migrating(store, Backend::Postgres))
     }
 
     #[cfg(feature = "mysql")]
@@ -498,7 +486,7 @@ impl StoreUrl {
         use super::MySqlStore;
         let store = MySqlStore::connect(&self.target).await?;
         let store = self.on_table(store, MySqlStore::with_table)?;
-        Ok(OpenedStore::migrating(store, Backend::MySql, Schema::MySql))
+        Ok(OpenedStore::migrating(store, Backend::MySql))
     }
 
     #[cfg(feature = "redis")]
@@ -512,7 +500,7 @@ impl StoreUrl {
                     StoreError::backend(e)
                 }
             })?;
-        Ok(OpenedStore::of(store, Backend::Redis, Schema::None))
+        Ok(OpenedStore::of(store, Backend::Redis, None))
     }
 
     #[cfg(feature = "dynamodb")]
@@ -529,11 +517,7 @@ impl StoreUrl {
             builder = builder.shards(shards);
         }
         let store = builder.connect().await.map_err(StoreError::backend)?;
-        Ok(OpenedStore::of(
-            store.clone(),
-            Backend::DynamoDb,
-            Schema::DynamoDb(store),
-        ))
+        Ok(OpenedStore::migrating(store, Backend::DynamoDb))
     }
 }
 
@@ -547,17 +531,38 @@ pub async fn open(url: &str) -> Result<OpenedStore, OpenError> {
     StoreUrl::parse(url)?.open().await
 }
 
-#[derive(Clone)]
-enum Schema {
-    None,
-    #[cfg(feature = "sqlite")]
-    Sqlite(super::SqliteStore),
-    #[cfg(feature = "postgres")]
-    Postgres(super::PostgresStore),
-    #[cfg(feature = "mysql")]
-    MySql(super::MySqlStore),
-    #[cfg(feature = "dynamodb")]
-    DynamoDb(super::DynamoDbStore),
+/// A store that keeps a schema, which [`OpenedStore::migrate`] creates.
+#[async_trait::async_trait]
+trait KeepsSchema: Send + Sync {
+    /// Creates the schema unless it exists.
+    async fn create_schema(&self) -> Result<(), StoreError>;
+    /// The table the schema is in.
+    fn table(&self) -> &str;
+}
+
+/// Implements [`KeepsSchema`] for each store of a cargo feature, whose inherent
+/// method `$create` creates its schema and `table` names its table.
+macro_rules! keeps_schema {
+    ($($feature:literal: $store:ty, $create:ident;)*) => {$(
+        #[cfg(feature = $feature)]
+        #[async_trait::async_trait]
+        impl KeepsSchema for $store {
+            async fn create_schema(&self) -> Result<(), StoreError> {
+                self.$create().await
+            }
+
+            fn table(&self) -> &str {
+                <$store>::table(self)
+            }
+        }
+    )*};
+}
+
+keeps_schema! {
+    "sqlite": super::SqliteStore, migrate;
+    "postgres": super::PostgresStore, migrate;
+    "mysql": super::MySqlStore, migrate;
+    "dynamodb": super::DynamoDbStore, create_table;
 }
 
 /// A store opened from a URL: hand [`OpenedStore::shared`] to
@@ -567,7 +572,8 @@ pub struct OpenedStore {
     store: Arc<DynProcessedStore>,
     inbox: Arc<dyn crate::inbox::InboxStore>,
     backend: Backend,
-    schema: Schema,
+    /// The store again, when it keeps a schema.
+    schema: Option<Arc<dyn KeepsSchema>>,
 }
 
 impl fmt::Debug for OpenedStore {
@@ -592,7 +598,7 @@ pub enum Migration {
 }
 
 impl OpenedStore {
-    fn of<S>(store: S, backend: Backend, schema: Schema) -> Self
+    fn of<S>(store: S, backend: Backend, schema: Option<Arc<dyn KeepsSchema>>) -> Self
     where
         S: super::ProcessedStore + crate::inbox::InboxStore,
     {
@@ -605,13 +611,18 @@ impl OpenedStore {
         }
     }
 
-    /// A store that migrates its own schema (`schema` holds a copy of it).
-    #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
-    fn migrating<S>(store: S, backend: Backend, schema: fn(S) -> Schema) -> Self
+    /// A store that keeps a schema (`schema` holds a copy of it).
+    #[cfg(any(
+        feature = "sqlite",
+        feature = "postgres",
+        feature = "mysql",
+        feature = "dynamodb"
+    ))]
+    fn migrating<S>(store: S, backend: Backend) -> Self
     where
-        S: super::ProcessedStore + crate::inbox::InboxStore + Clone,
+        S: super::ProcessedStore + crate::inbox::InboxStore + KeepsSchema + Clone + 'static,
     {
-        Self::of(store.clone(), backend, schema(store))
+        Self::of(store.clone(), backend, Some(Arc::new(store)))
     }
 
     /// The store's inbox, shared (every store a URL opens keeps one).
@@ -636,25 +647,13 @@ impl OpenedStore {
     /// # Errors
     /// The store's error, for instance for lack of the privilege to create a table.
     pub async fn migrate(&self) -> Result<Migration, StoreError> {
-        match &self.schema {
-            Schema::None => Ok(Migration::NotNeeded),
-            #[cfg(feature = "sqlite")]
-            Schema::Sqlite(s) => s.migrate().await.map(|()| Migration::Applied {
-                table: s.table().to_owned(),
-            }),
-            #[cfg(feature = "postgres")]
-            Schema::Postgres(s) => s.migrate().await.map(|()| Migration::Applied {
-                table: s.table().to_owned(),
-            }),
-            #[cfg(feature = "mysql")]
-            Schema::MySql(s) => s.migrate().await.map(|()| Migration::Applied {
-                table: s.table().to_owned(),
-            }),
-            #[cfg(feature = "dynamodb")]
-            Schema::DynamoDb(s) => s.create_table().await.map(|()| Migration::Applied {
-                table: s.table().to_owned(),
-            }),
-        }
+        let Some(schema) = &self.schema else {
+            return Ok(Migration::NotNeeded);
+        };
+        schema.create_schema().await?;
+        Ok(Migration::Applied {
+            table: schema.table().to_owned(),
+        })
     }
 }
 
@@ -671,6 +670,24 @@ mod tests {
             query_param("mode=ro&m%6fde=memory", "mode").as_deref(),
             Some("memory")
         );
+    }
+
+    /// The message of the [`OpenError::InvalidUrl`] that parsing `url` answers.
+    fn invalid_url(url: &str) -> &'static str {
+        match url.parse::<StoreUrl>() {
+            Err(OpenError::InvalidUrl(message)) => message,
+            other => panic!("{url}: {other:?}"),
+        }
+    }
+
+    /// The feature named by the [`OpenError::FeatureDisabled`] that parsing `url`
+    /// answers.
+    #[cfg(not(all(feature = "dynamodb", feature = "redis")))]
+    fn disabled_feature(url: &str) -> &'static str {
+        match url.parse::<StoreUrl>() {
+            Err(OpenError::FeatureDisabled { feature, .. }) => feature,
+            other => panic!("{url}: {other:?}"),
+        }
     }
 
     #[test]
@@ -700,21 +717,12 @@ mod tests {
             "sqlite::memory:?cache=shared",
             "sqlite:a.db?mode=memory",
         ] {
-            assert!(
-                matches!(p(memory), Err(OpenError::InvalidUrl(m)) if m.contains("memory:")),
-                "{memory}"
-            );
+            assert!(invalid_url(memory).contains("memory:"), "{memory}");
         }
         #[cfg(feature = "mysql")]
         assert_eq!(p("mariadb://h/db").unwrap().target, "mysql://h/db");
         #[cfg(not(feature = "dynamodb"))]
-        assert!(matches!(
-            p("dynamodb://webhooks"),
-            Err(OpenError::FeatureDisabled {
-                feature: "dynamodb",
-                ..
-            })
-        ));
+        assert_eq!(disabled_feature("dynamodb://webhooks"), "dynamodb");
         for bad in [
             "dynamodb://",
             "dynamodb://ab",
@@ -725,10 +733,7 @@ mod tests {
             "dynamodb://t_1?shards=0",
             "dynamodb://t_1?shards=many",
         ] {
-            assert!(
-                matches!(p(bad), Err(OpenError::InvalidUrl(m)) if m.starts_with("dynamodb")),
-                "{bad}"
-            );
+            assert!(invalid_url(bad).starts_with("dynamodb"), "{bad}");
         }
         let t =
             dynamodb_target("t_1?region=eu-west-1&endpoint=http%3A%2F%2F127.0.0.1%3A8000&shards=4")
@@ -740,13 +745,7 @@ mod tests {
         let t = dynamodb_target("web.hooks-1?endpoint=http://localhost:8000/").unwrap();
         assert_eq!(t.endpoint.as_deref(), Some("http://localhost:8000/"));
         #[cfg(not(feature = "redis"))]
-        assert!(matches!(
-            p("redis://h"),
-            Err(OpenError::FeatureDisabled {
-                feature: "redis",
-                ..
-            })
-        ));
+        assert_eq!(disabled_feature("redis://h"), "redis");
         #[cfg(feature = "postgres")]
         {
             let url = p("postgresql://u:hunter2@h/db").unwrap();

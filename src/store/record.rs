@@ -309,6 +309,22 @@ pub(crate) fn made_at(record: &Record, token: FencingToken, now: DateTime<Utc>) 
     record.token == token && (record.updated_at - now).abs() < chrono::TimeDelta::milliseconds(1)
 }
 
+#[cfg(test)]
+impl<'a> ClaimRequest<'a> {
+    /// A fresh claim of `key` at `now`, for tests: a new token, a lease of 60 s, kept
+    /// for an hour.
+    pub(crate) fn fresh(key: Key<'a>, now: DateTime<Utc>) -> Self {
+        Self {
+            key,
+            fingerprint: Fingerprint::of(b"body"),
+            token: FencingToken::random(),
+            now,
+            lease_until: now + chrono::TimeDelta::seconds(60),
+            expires_at: now + chrono::TimeDelta::hours(1),
+        }
+    }
+}
+
 impl ClaimRequest<'_> {
     /// Whether `record` is the one this very claim made (met again by a driver's
     /// resend): `InProgress` with this claim's token, changed at this claim's time

@@ -32,14 +32,7 @@ fn ready<F: std::future::Future>(f: F) -> F::Output {
 }
 
 fn request(id: &str, now: DateTime<Utc>) -> ClaimRequest<'_> {
-    ClaimRequest {
-        key: Key::new("ns", id),
-        fingerprint: Fingerprint::of(b"body"),
-        token: FencingToken::random(),
-        now,
-        lease_until: now + TimeDelta::seconds(60),
-        expires_at: now + TimeDelta::seconds(3600),
-    }
+    ClaimRequest::fresh(Key::new("ns", id), now)
 }
 
 /// A purge whose limit runs out goes on, next time, after where it stopped: records

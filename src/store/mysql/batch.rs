@@ -214,21 +214,13 @@ async fn read_back(
 mod tests {
     use super::*;
     use crate::store::{ClaimRequest, FencingToken, Fingerprint, Key, Recorded};
-    use chrono::{TimeDelta, Utc};
+    use chrono::Utc;
     use sqlx::mysql::MySqlPoolOptions;
     use sqlx::Connection as _;
     use std::time::Duration;
 
     fn waiting(id: &str) -> Waiting {
-        let now = Utc::now();
-        let request = ClaimRequest {
-            key: Key::new("batch", id),
-            fingerprint: Fingerprint::of(b"{}"),
-            token: FencingToken::random(),
-            now,
-            lease_until: now + TimeDelta::seconds(30),
-            expires_at: now + TimeDelta::hours(1),
-        };
+        let request = ClaimRequest::fresh(Key::new("batch", id), Utc::now());
         Waiting::new(&request, tokio::sync::oneshot::channel().0)
     }
 

@@ -9,7 +9,7 @@ use sqlx::{Connection, Row};
 
 use super::{map_err, retry_deadlocks, MySqlStore, CODE_FRESH, CODE_UNCHANGED, VANISHED_RETRIES};
 use crate::inbox::{Enqueued, NewEvent};
-use crate::store::sql::{self as shared, args, ceil_millis, millis, Arg, SqlRow};
+use crate::store::sql::{self as shared, args, ceil_millis, millis, Arg, SqlRow, Statement};
 use crate::store::{FencingToken, StoreError};
 
 /// `(?, ?, …)` with `n` marks, for an `IN` list of binds.

@@ -20,9 +20,7 @@ use std::future::Future;
 use std::str::FromStr;
 use std::sync::Arc;
 
-use sqlx::mysql::{
-    MySql, MySqlConnectOptions, MySqlDatabaseError, MySqlPool, MySqlRow, MySqlSslMode,
-};
+use sqlx::mysql::{MySql, MySqlConnectOptions, MySqlDatabaseError, MySqlPool, MySqlSslMode};
 
 /// The driver, re-exported so that a host uses the same version as this crate.
 pub use sqlx;
@@ -35,7 +33,7 @@ mod statements;
 
 use self::statements::Stmt;
 use super::sql::impls::sql_store_impls;
-use super::sql::{self as shared, Arg, Columns, Common, TableName};
+use super::sql::{self as shared, Columns, Common, TableName};
 use super::StoreError;
 
 /// The schema for the default table name; [`MySqlStore::schema_sql`] renames it.
@@ -481,30 +479,9 @@ impl MySqlStore {
     async fn write_gate(&self) -> Result<shared::Ungated, StoreError> {
         Ok(shared::Ungated)
     }
-
-    /// Runs the write `stmt` with `args` (again after a deadlock): the rows it
-    /// changed.
-    async fn execute(&self, stmt: &Stmt, args: &[Arg<'_>]) -> Result<u64, StoreError> {
-        let done = retry_deadlocks(|| stmt.bind(args).execute(&self.pool)).await?;
-        Ok(done.rows_affected())
-    }
-
-    /// Runs `stmt` with `args`: its row, if any.
-    async fn fetch_optional(
-        &self,
-        stmt: &Stmt,
-        args: &[Arg<'_>],
-    ) -> Result<Option<MySqlRow>, StoreError> {
-        retry_deadlocks(|| stmt.bind(args).fetch_optional(&self.pool)).await
-    }
-
-    /// Runs `stmt` with `args`: all its rows.
-    async fn fetch_all(&self, stmt: &Stmt, args: &[Arg<'_>]) -> Result<Vec<MySqlRow>, StoreError> {
-        retry_deadlocks(|| stmt.bind(args).fetch_all(&self.pool)).await
-    }
 }
 
-sql_store_impls!(MySqlStore, Stmt, "mysql", map_err);
+sql_store_impls!(MySqlStore, MySql, Stmt, "mysql", map_err, retry_deadlocks);
 
 /// MySQL / MariaDB server errors that mean the connection, not the statement, failed.
 const UNAVAILABLE_CODES: [u16; 9] = [

@@ -7,7 +7,7 @@ use sqlx::Row;
 
 use super::{map_err, retry_deadlocks, MySqlStore, CODE_FRESH, CODE_TAKEOVER, CODE_UNCHANGED};
 use crate::ordering::{Freshness, ObjectKey};
-use crate::store::sql::{args, time};
+use crate::store::sql::{args, time, Statement};
 use crate::store::StoreError;
 
 impl MySqlStore {

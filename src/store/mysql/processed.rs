@@ -8,7 +8,7 @@ use super::{
     batch, map_err, retry_deadlocks, MySqlStore, CODE_FRESH, CODE_TAKEOVER, CODE_UNCHANGED,
     PURGE_PACE, VANISHED_RETRIES,
 };
-use crate::store::sql::{self as shared, args, ceil_millis, millis, time, Arg};
+use crate::store::sql::{self as shared, args, ceil_millis, millis, time, Arg, Statement};
 use crate::store::{
     Claim, ClaimRequest, Decision, Deleted, Fingerprint, Key, ProcessedStore, Record, RecordState,
     Recorded, StoreError,

@@ -12,7 +12,7 @@ use sqlx::query::Query;
 
 use super::{quote, QueueSql, Sql};
 use crate::store::sql::args::Binds;
-use crate::store::sql::{positional, Arg, Common, TableName, COLUMNS, EVENT_COLUMNS};
+use crate::store::sql::{positional, Arg, Common, Statement, TableName, COLUMNS, EVENT_COLUMNS};
 
 /// A statement written with `$n` binds, as MySQL runs it.
 #[derive(Debug)]
@@ -28,9 +28,10 @@ impl Stmt {
         let (sql, order) = positional(statement);
         Self { sql, order }
     }
+}
 
-    /// The query with `args` bound, `args[n - 1]` for each `$n`.
-    pub(super) fn bind<'q>(&'q self, args: &[Arg<'q>]) -> Query<'q, MySql, MySqlArguments> {
+impl Statement<MySql> for Stmt {
+    fn bind<'q>(&'q self, args: &[Arg<'q>]) -> Query<'q, MySql, MySqlArguments> {
         self.order
             .iter()
             .fold(sqlx::query(&self.sql), |query, &at| {

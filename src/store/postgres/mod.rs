@@ -178,9 +178,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgSslMode};
-use sqlx::PgConnection;
+use sqlx::{PgConnection, Postgres};
 
-use super::sql::impls::sql_store_impls;
 use super::sql::returning::returning_ops;
 use super::sql::{self, map_error, Dialect, Statements, TableName};
 use super::StoreError;
@@ -310,7 +309,7 @@ impl PostgresStore {
 }
 
 returning_ops! {
-    PostgresStore, sqlx::Postgres, PgConnection, err,
+    PostgresStore, Postgres, PgConnection, "postgres", err,
     with_table: "The name is quoted in SQL, so it is case-sensitive and may be a reserved word.",
     record_in:
     /// Records `key` as processed inside the caller's transaction: the
@@ -350,4 +349,3 @@ returning_ops! {
     /// [`StoreError`] when a statement fails; the transaction should then be rolled
     /// back (dropping it does).
 }
-sql_store_impls!(PostgresStore, str, "postgres", err);

@@ -81,6 +81,20 @@ pub(crate) fn query<'q, DB: Binds>(
         .fold(sqlx::query(sql), |query, &arg| DB::bind(query, arg))
 }
 
+/// A statement of a SQL store, as its database runs it with [`Arg`]s bound.
+pub(crate) trait Statement<DB: Binds> {
+    /// The query with `args` bound, `args[n - 1]` for each `$n`.
+    fn bind<'q>(&'q self, args: &[Arg<'q>]) -> Query<'q, DB, DB::Arguments<'q>>;
+}
+
+/// A statement whose database reads its `$n` binds in order ([`query`]).
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+impl<DB: Binds> Statement<DB> for str {
+    fn bind<'q>(&'q self, args: &[Arg<'q>]) -> Query<'q, DB, DB::Arguments<'q>> {
+        query(self, args)
+    }
+}
+
 /// A record's key: $1 namespace, $2 id.
 pub(crate) fn key<'a>(key: Key<'a>) -> [Arg<'a>; 2] {
     [Arg::Text(key.namespace), Arg::Text(key.id)]

@@ -9,24 +9,24 @@
 /// Implements [`ProcessedStore`](crate::store::ProcessedStore),
 /// [`InboxStore`](crate::inbox::InboxStore) and
 /// [`OrderingStore`](crate::ordering::OrderingStore) for `$store`, a store of the
-/// cargo feature `$feature`.
+/// cargo feature `$feature` on the sqlx database `$db`, and gives it `execute`,
+/// `fetch_optional` and `fetch_all`, which run one of its statements on its pool.
 ///
-/// `$store` must have the field `sql` (its statements, with `common` the
-/// `Common` ones and `queue.purge` the purge of settled
-/// events), the constant `SETTLED_PURGE` (how that purge paces itself) and these
-/// methods:
+/// `$store` must have the fields `pool` (its sqlx pool) and `sql` (its statements,
+/// with `common` the `Common` ones and `queue.purge` the purge of settled events),
+/// the constant `SETTLED_PURGE` (how that purge paces itself) and these methods:
 /// - `write_gate(&self)`, whose result is held while a write statement runs
 ///   (SQLite serialises its writes there; PostgreSQL and MySQL hold nothing);
-/// - `execute`, `fetch_optional` and `fetch_all`, which run one of its statements
-///   with [`Arg`](crate::store::sql::Arg)s bound and answer the rows it changed, its
-///   row if any, and its rows;
 /// - `claim_record`, `delete_record`, `purge_records`, `enqueue_event`,
 ///   `lease_events` and `observe_object`: the trait methods of those names (less
 ///   the suffix) as the dialect writes them.
 ///
-/// `$stmt` is the type of its statements, and `$err` maps a driver error to a [`StoreError`](crate::store::StoreError).
+/// `$stmt` is the type of its statements (a [`Statement`](crate::store::sql::Statement)
+/// of `$db`), `$err` maps a driver error to a [`StoreError`](crate::store::StoreError),
+/// and `$run` runs one statement, given the closure that sends its query, and maps
+/// its error (MySQL's runs it again after a deadlock).
 macro_rules! sql_store_impls {
-    ($store:ty, $stmt:ty, $feature:literal, $err:path) => {
+    ($store:ty, $db:ty, $stmt:ty, $feature:literal, $err:path, $run:path) => {
         const _: () = {
             use ::chrono::{DateTime, Utc};
             use $crate::inbox::{
@@ -38,7 +38,7 @@ macro_rules! sql_store_impls {
             };
             use $crate::store::sql::{
                 self, args, fence, history_text, keyed_record, purge_in_batches, RawEvent,
-                RawObject, RawRecord, SqlRow,
+                RawObject, RawRecord, SqlRow, Statement,
             };
             use $crate::store::{
                 Claim, ClaimRequest, Deleted, Fence, Finish, Holder, Key, ProcessedStore, Record,
@@ -53,7 +53,41 @@ macro_rules! sql_store_impls {
                 RawObject::read(row, 0).map_err($err)?.into_record()
             }
 
+            type Row = <$db as ::sqlx::Database>::Row;
+
             impl $store {
+                /// Runs the write `stmt` with `args`: the rows it changed.
+                async fn execute(
+                    &self,
+                    stmt: &$stmt,
+                    args: &[sql::Arg<'_>],
+                ) -> Result<u64, StoreError> {
+                    let query = || Statement::<$db>::bind(stmt, args).execute(&self.pool);
+                    Ok($run(query).await?.rows_affected())
+                }
+
+                /// Runs `stmt` with `args`: its row, if any.
+                async fn fetch_optional(
+                    &self,
+                    stmt: &$stmt,
+                    args: &[sql::Arg<'_>],
+                ) -> Result<Option<Row>, StoreError> {
+                    $run(|| Statement::<$db>::bind(stmt, args).fetch_optional(&self.pool)).await
+                }
+
+                /// Runs `stmt` with `args`: all its rows. Read to the end, never
+                /// just the first row: SQLite commits an autocommit
+                /// `INSERT … RETURNING` only then, and a commit that fails (a
+                /// reader's lock past the busy timeout, a full disk) must be an
+                /// error, not a row answered as stored and then rolled back.
+                async fn fetch_all(
+                    &self,
+                    stmt: &$stmt,
+                    args: &[sql::Arg<'_>],
+                ) -> Result<Vec<Row>, StoreError> {
+                    $run(|| Statement::<$db>::bind(stmt, args).fetch_all(&self.pool)).await
+                }
+
                 /// Sets the status of an object whose newest is `created_at` with
                 /// the `UPDATE` `stmt`, binding `failed_since` too (`$7`) when
                 /// given: whether it changed a row (the caller holds the write

@@ -26,7 +26,7 @@ use crate::store::{
 
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub(crate) use args::query;
-pub(crate) use args::Arg;
+pub(crate) use args::{Arg, Statement};
 #[cfg(feature = "mysql")]
 pub(crate) use common::{positional, Common};
 #[cfg(feature = "mysql")]

@@ -2,9 +2,11 @@
 //! ([`sql_store_impls!`](super::impls::sql_store_impls)): statements that answer
 //! with `RETURNING`, run with the same binds on either database.
 
-/// Implements, for `$store` on the sqlx database `$db`, the methods that
+/// Implements, for `$store` (a store of the cargo feature `$feature`) on the sqlx
+/// database `$db`, the methods that
 /// [`sql_store_impls!`](crate::store::sql::impls::sql_store_impls) asks of a store,
-/// the transactional `record_in` on a `$conn` (its docs the attributes after
+/// with its statements run once each, and expands that macro for it; and the
+/// transactional `record_in` on a `$conn` (its docs the attributes after
 /// `record_in:`), the constructors `new` and `with_table` (`$table_note`, when
 /// given, ends the latter's docs) and the accessors `schema_sql`, `table` and `pool`.
 ///
@@ -15,7 +17,7 @@
 /// a driver error to a [`StoreError`](crate::store::StoreError).
 macro_rules! returning_ops {
     (
-        $store:ty, $db:ty, $conn:ty, $err:path,
+        $store:ty, $db:ty, $conn:ty, $feature:literal, $err:path,
         $(with_table: $table_note:literal,)?
         record_in: $(#[$record_in_doc:meta])*
     ) => {
@@ -97,45 +99,24 @@ macro_rules! returning_ops {
                 /// How the inbox purges its settled events.
                 const SETTLED_PURGE: sql::PurgePace = sql::SETTLED_PURGE;
 
-                /// Runs the write `statement` with `args`: the rows it changed.
-                async fn execute(
-                    &self,
-                    statement: &str,
-                    args: &[Arg<'_>],
-                ) -> Result<u64, StoreError> {
-                    let done = sql::query::<$db>(statement, args)
-                        .execute(&self.pool)
-                        .await
-                        .map_err($err)?;
-                    Ok(done.rows_affected())
+                /// Runs one statement, the query `run` sends, once.
+                async fn run_once<T, Fut>(run: impl FnOnce() -> Fut) -> Result<T, StoreError>
+                where
+                    Fut: ::std::future::Future<Output = Result<T, ::sqlx::Error>>,
+                {
+                    run().await.map_err($err)
                 }
 
-                /// Runs `statement` with `args`: its row, if any.
-                async fn fetch_optional(
+                /// Runs the write `stmt`, one that answers with `RETURNING`, with
+                /// `args` under the write gate: the rows it answers (read to the
+                /// end, see `fetch_all`).
+                async fn write_returning(
                     &self,
-                    statement: &str,
-                    args: &[Arg<'_>],
-                ) -> Result<Option<Row>, StoreError> {
-                    sql::query::<$db>(statement, args)
-                        .fetch_optional(&self.pool)
-                        .await
-                        .map_err($err)
-                }
-
-                /// Runs `statement` with `args`: all its rows. Read to the end,
-                /// never just the first row: SQLite commits an autocommit
-                /// `INSERT … RETURNING` only then, and a commit that fails (a
-                /// reader's lock past the busy timeout, a full disk) must be an
-                /// error, not a row answered as stored and then rolled back.
-                async fn fetch_all(
-                    &self,
-                    statement: &str,
+                    stmt: &str,
                     args: &[Arg<'_>],
                 ) -> Result<Vec<Row>, StoreError> {
-                    sql::query::<$db>(statement, args)
-                        .fetch_all(&self.pool)
-                        .await
-                        .map_err($err)
+                    let _gate = self.write_gate().await?;
+                    self.fetch_all(stmt, args).await
                 }
 
                 /// One run of the claim statement for `request`: the record when
@@ -144,11 +125,8 @@ macro_rules! returning_ops {
                     &self,
                     request: &ClaimRequest<'_>,
                 ) -> Result<Option<Record>, StoreError> {
-                    let rows = {
-                        let _gate = self.write_gate().await?;
-                        self.fetch_all(&self.sql.claim, &args::claim(request))
-                            .await?
-                    };
+                    let claim = &self.sql.claim;
+                    let rows = self.write_returning(claim, &args::claim(request)).await?;
                     rows.first()
                         .map(|row| {
                             RawRecord::read(row, 0)
@@ -220,7 +198,7 @@ macro_rules! returning_ops {
                 ) -> Result<Recorded, StoreError> {
                     let args = args::record(key, &fingerprint, now, expires_at);
                     let inserted = sql::query::<$db>(&self.sql.queue.record, &args)
-                        // Read to the end (see `fetch_all`).
+                        // Read to the end (see `fetch_all` in `sql_store_impls!`).
                         .fetch_all(&mut *conn)
                         .await
                         .map_err($err)?;
@@ -286,11 +264,8 @@ macro_rules! returning_ops {
                     let key = event.key;
                     let args = args::enqueue(event);
                     for _ in 0..3 {
-                        let inserted = {
-                            let _gate = self.write_gate().await?;
-                            self.fetch_all(&self.sql.queue.enqueue, &args).await?
-                        };
-                        if !inserted.is_empty() {
+                        let enqueue = &self.sql.queue.enqueue;
+                        if !self.write_returning(enqueue, &args).await?.is_empty() {
                             return Ok(Enqueued::Inserted);
                         }
                         let existing = &self.sql.common.existing;
@@ -323,8 +298,7 @@ macro_rules! returning_ops {
                         Arg::Int(sql::ceil_millis(lease_until)),
                         Arg::Limit(limit as u64),
                     ];
-                    let _gate = self.write_gate().await?;
-                    self.fetch_all(&self.sql.queue.lease, &args).await
+                    self.write_returning(&self.sql.queue.lease, &args).await
                 }
 
                 /// The ordering upsert: stored when `created_at` is the newest,
@@ -336,11 +310,8 @@ macro_rules! returning_ops {
                     now: DateTime<Utc>,
                 ) -> Result<Freshness, StoreError> {
                     let args = args::observe(key, created_at, now);
-                    let fresh = {
-                        let _gate = self.write_gate().await?;
-                        self.fetch_all(&self.sql.queue.observe, &args).await?
-                    };
-                    if !fresh.is_empty() {
+                    let observe = &self.sql.queue.observe;
+                    if !self.write_returning(observe, &args).await?.is_empty() {
                         return Ok(Freshness::Fresh);
                     }
                     // Not stored: an event as new or newer is (records are never
@@ -361,6 +332,10 @@ macro_rules! returning_ops {
                 }
             }
         };
+
+        $crate::store::sql::impls::sql_store_impls!(
+            $store, $db, str, $feature, $err, Self::run_once
+        );
     };
 }
 

@@ -137,10 +137,9 @@ use std::time::Duration;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
-use sqlx::SqliteConnection;
+use sqlx::{Sqlite, SqliteConnection};
 use tokio::sync::{Mutex, MutexGuard};
 
-use super::sql::impls::sql_store_impls;
 use super::sql::returning::returning_ops;
 use super::sql::{map_error, Dialect, Statements, TableName};
 use super::StoreError;
@@ -310,7 +309,7 @@ impl SqliteStore {
 }
 
 returning_ops! {
-    SqliteStore, sqlx::Sqlite, SqliteConnection, err,
+    SqliteStore, Sqlite, SqliteConnection, "sqlite", err,
     record_in:
     /// Records `key` as processed inside the caller's transaction: the
     /// **transactional mode**, for handlers whose effect lives in this same database
@@ -352,4 +351,3 @@ returning_ops! {
     /// write lock was not granted within the busy timeout); the transaction should
     /// then be rolled back (dropping it does).
 }
-sql_store_impls!(SqliteStore, str, "sqlite", err);
