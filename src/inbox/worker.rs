@@ -1,6 +1,5 @@
 //! The inbox worker: leases stored events and runs the handler with its own retries.
 
-use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -125,18 +124,20 @@ impl RetryPolicy {
 /// answered the renewals) therefore runs no event twice. A stopping worker
 /// ([`WorkerHandle::shutdown`]) waits for these tries as for a handler in flight:
 /// at most until the lease ends.
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub struct Worker {
     inner: Arc<Inner>,
 }
 
-#[derive(Clone)]
+/// A worker's settings: its `Debug` shows them all but the handler.
+#[derive(Clone, derive_more::Debug)]
 struct Inner {
     inbox: Arc<dyn InboxStore>,
     ordering: Option<Arc<dyn OrderingStore>>,
     reconciler: Option<Arc<dyn Reconciler>>,
     hooks: Arc<dyn Hooks>,
     clock: Arc<dyn Clock>,
+    #[debug(skip)]
     handler: Arc<dyn InboxHandler>,
     namespace: String,
     policy: RetryPolicy,
@@ -148,20 +149,6 @@ struct Inner {
     /// The shortest `retention` takes (a guard's worker: what the guard requires of
     /// its own retention).
     retention_floor: Duration,
-}
-
-impl fmt::Debug for Worker {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let i = &self.inner;
-        f.debug_struct("Worker")
-            .field("namespace", &i.namespace)
-            .field("inbox", &i.inbox)
-            .field("policy", &i.policy)
-            .field("concurrency", &i.concurrency)
-            .field("lease", &i.lease)
-            .field("timeout", &i.timeout)
-            .finish_non_exhaustive()
-    }
 }
 
 impl Worker {
@@ -826,5 +813,23 @@ impl WorkerHandle {
     /// [`Worker::handler_timeout`] applies to the handlers in flight.
     pub fn abort(self) {
         self.task.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::MemoryStore;
+
+    /// A worker's `Debug` shows its settings, and not the handler (a closure).
+    #[test]
+    fn debug_shows_the_settings() {
+        let worker =
+            Worker::new(Arc::new(MemoryStore::new()), "jamm", |_| async { Ok(()) }).concurrency(3);
+        let text = format!("{worker:?}");
+        assert!(text.contains("namespace: \"jamm\""), "{text}");
+        assert!(text.contains("concurrency: 3"), "{text}");
+        assert!(text.contains("MemoryStore"), "{text}");
+        assert!(!text.contains("handler"), "{text}");
     }
 }
