@@ -237,7 +237,8 @@ impl Rejection {
 }
 
 /// The kind of an [`Outcome`], without its data: the key of the answer mapping.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, derive_more::Display)]
+#[display("{}", self.as_str())]
 #[non_exhaustive]
 pub enum OutcomeKind {
     /// See [`Outcome::Processed`].
@@ -327,12 +328,6 @@ impl OutcomeKind {
             Self::RetryableFailure => StatusCode::INTERNAL_SERVER_ERROR,
             Self::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
         }
-    }
-}
-
-impl fmt::Display for OutcomeKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 

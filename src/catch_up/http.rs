@@ -63,23 +63,16 @@ impl fmt::Debug for ApiKey {
 }
 
 /// A client for one API: its base URL and key.
-#[derive(Clone)]
+#[derive(Clone, derive_more::Debug)]
 pub(super) struct Client {
+    #[debug(skip)]
     http: HyperClient<HttpsConnector<HttpConnector>, Empty<Bytes>>,
     /// The base URL, without a trailing slash.
     base: String,
     key: ApiKey,
     /// Extra headers sent with each request (Stripe's `Stripe-Account`).
+    #[debug(skip)]
     headers: Vec<(&'static str, HeaderValue)>,
-}
-
-impl fmt::Debug for Client {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Client")
-            .field("base", &self.base)
-            .field("key", &self.key)
-            .finish_non_exhaustive()
-    }
 }
 
 impl Client {

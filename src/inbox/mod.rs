@@ -25,7 +25,8 @@ pub use listing::InboxListing;
 pub use worker::{InboxHandler, RetryPolicy, Worker, WorkerHandle};
 
 /// Where an inbox event stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, derive_more::Display)]
+#[display("{}", self.as_str())]
 #[non_exhaustive]
 pub enum InboxState {
     /// Stored, waiting for a worker (first run, or a retry at `next_attempt_at`).
@@ -68,12 +69,6 @@ impl InboxState {
     /// Whether no worker will run the event again.
     pub fn is_settled(self) -> bool {
         matches!(self, Self::Done | Self::Dead | Self::Skipped)
-    }
-}
-
-impl fmt::Display for InboxState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 

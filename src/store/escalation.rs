@@ -30,8 +30,6 @@
 //! # }
 //! ```
 
-use std::fmt;
-
 use chrono::{DateTime, TimeDelta, Utc};
 use sha2::{Digest, Sha256};
 
@@ -41,7 +39,18 @@ use super::{
 };
 
 /// Where an escalation stands for the operators.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
+    derive_more::Display,
+)]
+#[display("{}", self.as_str())]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum EscalationStatus {
@@ -61,12 +70,6 @@ impl EscalationStatus {
             Self::Acknowledged => "acknowledged",
             Self::Resolved => "resolved",
         }
-    }
-}
-
-impl fmt::Display for EscalationStatus {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 

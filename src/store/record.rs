@@ -1,8 +1,6 @@
 //! A record and what the store contract's calls take and answer: [`Record`] and its
 //! state, the claim request and its decision, and the fenced answers.
 
-use std::fmt;
-
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
@@ -11,7 +9,8 @@ use super::ProcessedStore;
 use super::{FencingToken, Fingerprint, Key, StoreError};
 
 /// The state of a record.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, derive_more::Display)]
+#[display("{}", self.as_str())]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum RecordState {
@@ -58,12 +57,6 @@ impl RecordState {
             "permanent_failure" => Self::PermanentFailure,
             _ => return None,
         })
-    }
-}
-
-impl fmt::Display for RecordState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 

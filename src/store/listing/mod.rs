@@ -90,7 +90,8 @@ pub const MAX_PAGE: usize = 1000;
 
 /// A state to list records by: a [`RecordState`], with `InProgress` split in two
 /// by the time of the query.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, derive_more::Display)]
+#[display("{}", self.as_str())]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum ListState {
@@ -155,12 +156,6 @@ impl ListState {
             RecordState::Escalated => Self::Escalated,
             RecordState::PermanentFailure => Self::PermanentFailure,
         }
-    }
-}
-
-impl fmt::Display for ListState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 
@@ -524,6 +519,43 @@ pub(crate) fn page_of_scan<T: Listed>(matching: impl Iterator<Item = T>, limit: 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::inbox::InboxState;
+    use crate::outcome::OutcomeKind;
+    use crate::store::escalation::EscalationStatus;
+
+    /// Each state's and outcome's `Display` is its name, as stores and logs write it.
+    #[test]
+    fn states_display_as_their_names() {
+        for state in ListState::ALL {
+            assert_eq!(state.to_string(), state.as_str());
+            let record = state.record_state();
+            assert_eq!(record.to_string(), record.as_str());
+        }
+        assert_eq!(
+            RecordState::PermanentFailure.to_string(),
+            "permanent_failure"
+        );
+        assert_eq!(ListState::Stuck.to_string(), "stuck");
+        for kind in OutcomeKind::ALL {
+            assert_eq!(kind.to_string(), kind.as_str());
+        }
+        for status in [
+            EscalationStatus::Open,
+            EscalationStatus::Acknowledged,
+            EscalationStatus::Resolved,
+        ] {
+            assert_eq!(status.to_string(), status.as_str());
+        }
+        for state in [
+            InboxState::Pending,
+            InboxState::Running,
+            InboxState::Done,
+            InboxState::Dead,
+        ] {
+            assert_eq!(state.to_string(), state.as_str());
+        }
+        assert_eq!(InboxState::Dead.to_string(), "dead");
+    }
 
     #[test]
     fn tokens_read_back_and_refuse_anything_else() {

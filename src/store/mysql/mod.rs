@@ -15,7 +15,6 @@
 //! # }
 //! ```
 
-use std::fmt;
 use std::future::Future;
 use std::str::FromStr;
 use std::sync::Arc;
@@ -227,23 +226,17 @@ pub use super::sql::InvalidTableName;
 /// - Statement-based binary logging marks `INSERT … ON DUPLICATE KEY UPDATE` as
 ///   unsafe; use row-based logging (the default of both servers) on replicated
 ///   setups.
-#[derive(Clone)]
+#[derive(Clone, derive_more::Debug)]
 pub struct MySqlStore {
     pool: MySqlPool,
     table: Arc<str>,
+    #[debug(skip)]
     sql: Arc<Sql>,
+    #[debug(skip)]
     batcher: Arc<super::sql::claim_batch::ClaimBatcher>,
     /// How the server lets a claim batch bound its lock wait, once known.
+    #[debug(skip)]
     lock_wait: Arc<std::sync::OnceLock<batch::LockWait>>,
-}
-
-impl fmt::Debug for MySqlStore {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("MySqlStore")
-            .field("table", &self.table)
-            .field("pool", &self.pool)
-            .finish_non_exhaustive()
-    }
 }
 
 impl MySqlStore {
