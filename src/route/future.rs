@@ -1,7 +1,7 @@
 //! The futures a [`Router`](super::Router) answers with: built of the handlers'
 //! own futures, nested, never boxed.
 
-use std::future::Future;
+use std::future::{Future, Ready};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -10,7 +10,8 @@ use pin_project_lite::pin_project;
 use crate::outcome::HandlerError;
 
 pin_project! {
-    /// The future of one route's handler, or of a route registered before it.
+    /// One of two futures: one route's handler's or a route's registered before it;
+    /// a route's or the fallback's ([`RouteFuture`]).
     #[derive(Debug)]
     #[must_use = "futures do nothing unless polled"]
     pub struct OneOf<A, B> {
@@ -70,64 +71,22 @@ impl Future for NoFuture {
     }
 }
 
-pin_project! {
-    /// What [`Router::dispatch`](super::Router::dispatch) answers: the future of the
-    /// event's handler (`R`, of the routes) or of the fallback (`F`), or the answer
-    /// for a payload that did not deserialize. It holds no allocation of its own.
-    #[derive(Debug)]
-    #[must_use = "futures do nothing unless polled"]
-    pub struct RouteFuture<R, F> {
-        #[pin]
-        state: State<R, F>,
-    }
-}
-
-pin_project! {
-    #[project = StateProj]
-    #[derive(Debug)]
-    enum State<R, F> {
-        Running { #[pin] future: OneOf<R, F> },
-        Ready { result: Option<Result<(), HandlerError>> },
-    }
-}
+/// What [`Router::dispatch`](super::Router::dispatch) answers: the future of the
+/// event's handler (`R`, of the routes) or of the fallback (`F`), or the answer for
+/// a payload that did not deserialize, ready at once. It holds no allocation of its
+/// own.
+pub type RouteFuture<R, F> = OneOf<OneOf<R, F>, Ready<Result<(), HandlerError>>>;
 
 impl<R, F> RouteFuture<R, F> {
     pub(super) fn routed(future: R) -> Self {
-        Self::running(OneOf::here(future))
+        Self::here(OneOf::here(future))
     }
 
     pub(super) fn fallback(future: F) -> Self {
-        Self::running(OneOf::further(future))
-    }
-
-    fn running(future: OneOf<R, F>) -> Self {
-        Self {
-            state: State::Running { future },
-        }
+        Self::here(OneOf::further(future))
     }
 
     pub(super) fn ready(result: Result<(), HandlerError>) -> Self {
-        Self {
-            state: State::Ready {
-                result: Some(result),
-            },
-        }
-    }
-}
-
-impl<R, F> Future for RouteFuture<R, F>
-where
-    R: Future<Output = Result<(), HandlerError>>,
-    F: Future<Output = Result<(), HandlerError>>,
-{
-    type Output = Result<(), HandlerError>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match self.project().state.project() {
-            StateProj::Running { future } => future.poll(cx),
-            StateProj::Ready { result } => {
-                Poll::Ready(result.take().expect("a route future polled after it ended"))
-            }
-        }
+        Self::further(std::future::ready(result))
     }
 }
