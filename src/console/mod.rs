@@ -125,12 +125,14 @@ pub enum ConsoleError {
 }
 
 /// A console over one guard, configured before [`Console::router`] builds it.
-#[derive(Debug)]
+#[derive(derive_more::Debug)]
 #[must_use]
 pub struct Console {
     guard: WebhookGuard,
     show_bodies: bool,
     body_limit: usize,
+    /// A secret: `Debug` says only whether it is set.
+    #[debug("{}", csrf_key.map_or("None", |_| "Some(<redacted>)"))]
     csrf_key: Option<[u8; 32]>,
     page_size: usize,
 }
@@ -248,4 +250,29 @@ async fn security_headers(mut response: Response) -> Response {
     headers.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
     headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::verify::NoVerification;
+    use crate::MemoryStore;
+
+    /// The CSRF key, a secret, never reaches `Debug`: only whether one is set.
+    #[test]
+    fn debug_hides_the_csrf_key() {
+        let guard = WebhookGuard::builder()
+            .store(MemoryStore::new())
+            .verifier(NoVerification)
+            .event_id(crate::EventId::header("X-Event-Id"))
+            .build()
+            .expect("a guard");
+        let console = Console::new(guard.clone());
+        assert!(format!("{console:?}").contains("csrf_key: None"));
+        let console = Console::new(guard).csrf_key([0xAB; 32]);
+        let text = format!("{console:?}");
+        assert!(text.contains("csrf_key: Some(<redacted>)"), "{text}");
+        assert!(!text.contains("171"), "{text}");
+        assert!(!text.to_lowercase().contains("ab, ab"), "{text}");
+    }
 }
