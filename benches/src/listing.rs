@@ -10,7 +10,7 @@ use std::time::Instant;
 use chrono::{DateTime, TimeDelta, Utc};
 use webhook_guard::store::listing::{ListState, RecordQuery};
 use webhook_guard::store::{
-    ClaimRequest, FencingToken, Fingerprint, Finish, Holder, Key, ProcessedStore, RecordState,
+    ClaimRequest, FencingToken, Fingerprint, Finish, Key, ProcessedStore, RecordState,
 };
 
 use crate::harness::{median, Ctx, Figure, Report, Skip};
@@ -166,7 +166,7 @@ async fn fill_through_store(
                     expires_at: keep,
                 };
                 let fence = store
-                    .finish(Holder::new(request.key, request.token), &finish)
+                    .finish(request.holder(), &finish)
                     .await
                     .expect("finish");
                 assert_eq!(fence, webhook_guard::store::Fence::Applied);

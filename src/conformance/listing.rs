@@ -47,9 +47,7 @@ async fn made(
     acquired(store, &request, "fresh claim").await;
     if let Some((state, done)) = end {
         let finish = f.finish(state, 0, &[], done);
-        let fence = store
-            .finish(Holder::new(request.key, request.token), &finish)
-            .await;
+        let fence = store.finish(request.holder(), &finish).await;
         assert_eq!(
             fence.expect("finish failed"),
             Fence::Applied,

@@ -301,7 +301,7 @@ impl ClaimState {
     ) -> Result<Fence, StoreError> {
         let finish = self.guard.finish_at(state, failures, history, now);
         let fence = store(&self.guard.inner)
-            .finish(Holder::new(self.key(), self.token), &finish)
+            .finish(self.holder(), &finish)
             .await;
         let fence = self.own_fence(fence, state).await;
         if let Ok(Fence::Applied) = fence {

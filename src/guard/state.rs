@@ -83,7 +83,7 @@ impl ClaimState {
                 let release = self.finish_as(RecordState::Failed, now);
                 self.end_content(RecordState::Failed).await;
                 if let Err(e) = store(&self.guard.inner)
-                    .finish(Holder::new(self.key(), self.token), &release)
+                    .finish(self.holder(), &release)
                     .await
                 {
                     // Released in the background, or the lease would run out and
@@ -103,7 +103,7 @@ impl ClaimState {
         };
         let finish = self.finish_as(RecordState::Completed, now);
         let finished = store(&self.guard.inner)
-            .finish(Holder::new(self.key(), self.token), &finish)
+            .finish(self.holder(), &finish)
             .await;
         self.end_content(RecordState::Completed).await;
         if let Err(e) = finished {
@@ -167,6 +167,11 @@ impl ClaimState {
         Key::new(&self.guard.inner.namespace, &self.id)
     }
 
+    /// The key with this claim's token: what each write of the claim carries.
+    pub(super) fn holder(&self) -> Holder<'_> {
+        Holder::new(self.key(), self.token)
+    }
+
     pub(super) async fn renew(&self) -> Result<(), LeaseError> {
         let inner = &self.guard.inner;
         let now = inner.clock.now();
@@ -179,7 +184,7 @@ impl ClaimState {
         }
         let fence = store(inner)
             .renew(
-                Holder::new(self.key(), self.token),
+                self.holder(),
                 &Renew {
                     lease_until,
                     expires_at,

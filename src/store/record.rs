@@ -302,6 +302,14 @@ pub(crate) fn made_at(record: &Record, token: FencingToken, now: DateTime<Utc>) 
     record.token == token && (record.updated_at - now).abs() < chrono::TimeDelta::milliseconds(1)
 }
 
+impl<'a> ClaimRequest<'a> {
+    /// The key with this claim's token: what finishes or renews the claim once it
+    /// is won.
+    pub fn holder(&self) -> Holder<'a> {
+        Holder::new(self.key, self.token)
+    }
+}
+
 #[cfg(test)]
 impl<'a> ClaimRequest<'a> {
     /// A fresh claim of `key` at `now`, for tests: a new token, a lease of 60 s, kept

@@ -808,7 +808,7 @@ async fn a_read_only_server_is_unavailable() {
         expires_at: now + TimeDelta::hours(1),
     };
     let err = store
-        .finish(Holder::new(held.key, held.token), &finish)
+        .finish(held.holder(), &finish)
         .await
         .expect_err("a replica refuses the finish");
     assert!(
@@ -1323,10 +1323,7 @@ async fn without_a_sweeper_the_due_index_stays_bounded() {
             expires_at: now + TimeDelta::milliseconds(500),
         };
         assert_eq!(
-            store
-                .finish(Holder::new(request.key, request.token), &finish)
-                .await
-                .unwrap(),
+            store.finish(request.holder(), &finish).await.unwrap(),
             Fence::Applied
         );
         if i % 1000 == 999 {
@@ -1914,7 +1911,7 @@ async fn a_listing_repairs_the_stale_entries_it_meets() {
             now: at,
             expires_at: now + TimeDelta::hours(1),
         };
-        let applied = store.finish(Holder::new(request.key, request.token), &finish);
+        let applied = store.finish(request.holder(), &finish);
         assert_eq!(applied.await.unwrap(), Fence::Applied);
     }
     // The three stale entries, each in its record's shard.
@@ -2027,10 +2024,10 @@ async fn every_write_keeps_the_listing_indexes() {
     );
     let done = now + TimeDelta::seconds(1);
     let f = finish(RecordState::Completed, done);
-    let applied = store.finish(Holder::new(a.key, a.token), &f).await;
+    let applied = store.finish(a.holder(), &f).await;
     assert_eq!(applied.unwrap(), Fence::Applied);
     let f = finish(RecordState::Failed, done);
-    let applied = store.finish(Holder::new(b.key, b.token), &f).await;
+    let applied = store.finish(b.holder(), &f).await;
     assert_eq!(applied.unwrap(), Fence::Applied);
     // A duplicate of `a` files an entry in its transaction and drops it again.
     let dup = request("a", now + TimeDelta::seconds(2));
@@ -2061,12 +2058,12 @@ async fn every_write_keeps_the_listing_indexes() {
     assert_eq!(got, expected);
     // A late finish by `b`'s old holder is refused and drops no live entry.
     let f = finish(RecordState::Completed, done);
-    let stale = store.finish(Holder::new(b.key, b.token), &f).await;
+    let stale = store.finish(b.holder(), &f).await;
     assert_eq!(stale.unwrap(), Fence::LeaseLost);
     assert_eq!(listing_entries(&url, &prefix).await, expected);
     let later = now + TimeDelta::seconds(4);
     let f = finish(RecordState::Escalated, later);
-    let applied = store.finish(Holder::new(c.key, c.token), &f).await;
+    let applied = store.finish(c.holder(), &f).await;
     assert_eq!(applied.unwrap(), Fence::Applied);
     store.delete(c.key, later).await.unwrap();
     assert_eq!(

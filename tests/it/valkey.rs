@@ -163,10 +163,7 @@ async fn a_native_finish_reads_the_record_when_it_changed_since_the_claim() {
         .await
         .unwrap();
     assert_eq!(
-        store
-            .finish(Holder::new(req.key, req.token), &done(now))
-            .await
-            .unwrap(),
+        store.finish(req.holder(), &done(now)).await.unwrap(),
         Fence::Applied
     );
     let rec = store.get(req.key).await.unwrap().expect("the record");
@@ -178,10 +175,7 @@ async fn a_native_finish_reads_the_record_when_it_changed_since_the_claim() {
     );
     // Run again (a lost reply's retry): the record is finished, the fence fails.
     assert_eq!(
-        store
-            .finish(Holder::new(req.key, req.token), &done(now))
-            .await
-            .unwrap(),
+        store.finish(req.holder(), &done(now)).await.unwrap(),
         Fence::LeaseLost
     );
 
@@ -210,10 +204,7 @@ async fn a_native_finish_reads_the_record_when_it_changed_since_the_claim() {
         .await
         .unwrap();
     assert_eq!(
-        store
-            .finish(Holder::new(req.key, req.token), &done(now))
-            .await
-            .unwrap(),
+        store.finish(req.holder(), &done(now)).await.unwrap(),
         Fence::LeaseLost
     );
     let after: String = redis::cmd("GET")
@@ -240,10 +231,7 @@ async fn a_native_finish_reads_the_record_when_it_changed_since_the_claim() {
         .query_async(&mut conn)
         .await
         .unwrap();
-    assert!(store
-        .finish(Holder::new(req.key, req.token), &done(now))
-        .await
-        .is_err());
+    assert!(store.finish(req.holder(), &done(now)).await.is_err());
     cleanup(&url, &prefix).await;
 }
 
@@ -268,19 +256,13 @@ async fn a_native_finish_by_another_process_reads_the_record() {
         "a token that is not the record's is refused"
     );
     assert_eq!(
-        finisher
-            .finish(Holder::new(req.key, req.token), &done(now))
-            .await
-            .unwrap(),
+        finisher.finish(req.holder(), &done(now)).await.unwrap(),
         Fence::Applied
     );
     // The claimer still remembers the claimed record: its expected value is stale
     // now, and its finish reads the record and finds it finished.
     assert_eq!(
-        claimer
-            .finish(Holder::new(req.key, req.token), &done(now))
-            .await
-            .unwrap(),
+        claimer.finish(req.holder(), &done(now)).await.unwrap(),
         Fence::LeaseLost
     );
     assert_eq!(
@@ -304,7 +286,7 @@ async fn a_renewed_lease_is_finished_natively() {
     assert_eq!(
         store
             .renew(
-                Holder::new(req.key, req.token),
+                req.holder(),
                 &Renew {
                     lease_until: lease,
                     expires_at: now + TimeDelta::hours(1)
@@ -315,10 +297,7 @@ async fn a_renewed_lease_is_finished_natively() {
         Fence::Applied
     );
     assert_eq!(
-        store
-            .finish(Holder::new(req.key, req.token), &done(now))
-            .await
-            .unwrap(),
+        store.finish(req.holder(), &done(now)).await.unwrap(),
         Fence::Applied
     );
     let rec = store.get(req.key).await.unwrap().expect("the record");

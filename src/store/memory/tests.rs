@@ -112,7 +112,7 @@ fn history_and_shard_counters_follow_the_records() {
     ready(store.claim(&first)).unwrap();
     assert_eq!(counts().0, 1);
     let failed = finish(RecordState::Failed, note, t0);
-    let fence = ready(store.finish(Holder::new(first.key, first.token), &failed)).unwrap();
+    let fence = ready(store.finish(first.holder(), &failed)).unwrap();
     assert_eq!(fence, Fence::Applied);
     assert_eq!(counts(), (0, 1));
     let rec = ready(store.get(first.key)).unwrap().unwrap();
@@ -126,7 +126,7 @@ fn history_and_shard_counters_follow_the_records() {
     assert_eq!((rec.attempts, rec.history.as_slice()), (2, note));
     assert_eq!(counts().0, 1);
     let done = finish(RecordState::Completed, &[], t0 + TimeDelta::seconds(2));
-    let fence = ready(store.finish(Holder::new(retry.key, retry.token), &done)).unwrap();
+    let fence = ready(store.finish(retry.holder(), &done)).unwrap();
     assert_eq!(fence, Fence::Applied);
     assert_eq!(counts(), (0, 0));
 
@@ -134,7 +134,7 @@ fn history_and_shard_counters_follow_the_records() {
     let b = request("b", t0);
     ready(store.claim(&b)).unwrap();
     let renewed = ready(store.renew(
-        Holder::new(b.key, b.token),
+        b.holder(),
         &Renew {
             lease_until: t0,
             expires_at: t0,
@@ -272,7 +272,7 @@ fn long_keys_round_trip() {
             expires_at: req.expires_at,
         };
         assert_eq!(
-            ready(store.finish(Holder::new(req.key, req.token), &done)).unwrap(),
+            ready(store.finish(req.holder(), &done)).unwrap(),
             Fence::Applied
         );
         let rec = ready(store.get(req.key)).unwrap().unwrap();
