@@ -361,7 +361,7 @@ macro_rules! sql_store_impls {
                 }
             }
         };
-        $crate::store::sql::listing::sql_listing_impls!($store, $feature, $err);
+        $crate::store::sql::listing::sql_listing_impls!($store, $db, $feature, $err);
     };
 }
 

@@ -2,31 +2,99 @@
 //! `(namespace, state, updated_at, id)` per state, merged (see
 //! [`merged`](crate::store::listing)).
 
+use crate::inbox::listing::ALL_STATES;
+use crate::inbox::InboxState;
 use crate::store::listing::{Cursor, ListQuery, ListState};
-use crate::store::sql::Arg;
+use crate::store::sql::{Arg, Common};
 
-/// The binds common to a page and a count: namespace, state, the `updated_at`
-/// range, and the prefix's length and text (`None` when the range is empty).
+/// The states a SQL listing walks, one table's: the records' [`ListState`] or the
+/// inbox's [`InboxState`].
+pub(crate) trait Walked: Copy + PartialEq + 'static {
+    /// Every state, in the order a query that names none merges them.
+    const ALL: &'static [Self];
+    /// The state's name in the `state` column.
+    fn column(self) -> &'static str;
+    /// The bounds on `lease_until` of the state's rows at `now_ms`, exclusive below
+    /// and inclusive above; `None` where rows are not told apart by their lease.
+    fn lease(self, now_ms: i64) -> Option<(i64, i64)>;
+    /// The statements of a page.
+    fn list<S>(c: &Common<S>) -> Listing<'_, S>;
+    /// The statements of a count.
+    fn count<S>(c: &Common<S>) -> Listing<'_, S>;
+}
+
+impl Walked for ListState {
+    const ALL: &'static [Self] = &Self::ALL;
+
+    fn column(self) -> &'static str {
+        self.record_state().as_str()
+    }
+
+    /// A live lease ends after `now`, a stuck one at or before it.
+    fn lease(self, now_ms: i64) -> Option<(i64, i64)> {
+        Some(match self {
+            Self::InProgress => (now_ms, i64::MAX),
+            Self::Stuck => (i64::MIN, now_ms),
+            _ => (i64::MIN, i64::MAX),
+        })
+    }
+
+    fn list<S>(c: &Common<S>) -> Listing<'_, S> {
+        Listing(&c.list_records, &c.list_records_prefix)
+    }
+
+    fn count<S>(c: &Common<S>) -> Listing<'_, S> {
+        Listing(&c.count_records, &c.count_records_prefix)
+    }
+}
+
+impl Walked for InboxState {
+    const ALL: &'static [Self] = &ALL_STATES;
+
+    fn column(self) -> &'static str {
+        self.as_str()
+    }
+
+    fn lease(self, _: i64) -> Option<(i64, i64)> {
+        None
+    }
+
+    fn list<S>(c: &Common<S>) -> Listing<'_, S> {
+        Listing(&c.list_events, &c.list_events_prefix)
+    }
+
+    fn count<S>(c: &Common<S>) -> Listing<'_, S> {
+        Listing(&c.count_events, &c.count_events_prefix)
+    }
+}
+
+/// A listing statement in its two forms: without the condition on the id prefix,
+/// and with it (see [`Common`]).
+pub(crate) struct Listing<'s, S>(&'s S, &'s S);
+
+/// One state's walk of a query: its binds (namespace, state, the `updated_at`
+/// range, the lease bounds where the state has them, and the prefix's length and
+/// text) and which form of a [`Listing`] it runs.
 pub(crate) struct Walk<'a> {
     namespace: &'a str,
-    state: &'a str,
+    state: &'static str,
     lo: i64,
     hi: i64,
     /// The cursor's id when the cursor sits at `hi`.
     at_hi: Option<&'a str>,
+    lease: Option<(i64, i64)>,
     prefix: &'a str,
     prefix_len: u32,
 }
 
 impl<'a> Walk<'a> {
-    pub(crate) fn new<S>(
+    /// The walk of `state`'s rows that `query` lists (`None` when its range is
+    /// empty), with the prefix's length in characters or in bytes.
+    pub(crate) fn new<S: Walked>(
         query: &'a ListQuery<S>,
-        state: &'a str,
+        state: S,
         prefix_in_chars: bool,
-    ) -> Option<Self>
-    where
-        S: Copy + PartialEq,
-    {
+    ) -> Option<Self> {
         let (lo, hi) = query.millis_range()?;
         let at_hi = query
             .after
@@ -41,40 +109,45 @@ impl<'a> Walk<'a> {
         };
         Some(Self {
             namespace: &query.namespace,
-            state,
+            state: state.column(),
             lo,
             hi,
             at_hi,
+            lease: state.lease(query.now.timestamp_millis()),
             prefix,
             prefix_len: u32::try_from(len).unwrap_or(u32::MAX),
         })
     }
 
-    /// Whether the walk checks an id prefix (the `_prefix` statements).
-    pub(crate) fn has_prefix(&self) -> bool {
-        !self.prefix.is_empty()
-    }
-
-    /// `prefixed` when the walk has a prefix, else `plain`: which of a listing's two
-    /// statements runs.
-    pub(crate) fn pick<'s, S: ?Sized>(&self, prefixed: &'s S, plain: &'s S) -> &'s S {
-        if self.has_prefix() {
-            prefixed
-        } else {
+    /// The form of `listing` the walk runs: the prefixed one when it has a prefix.
+    pub(crate) fn pick<'s, S>(&self, listing: Listing<'s, S>) -> &'s S {
+        let Listing(plain, prefixed) = listing;
+        if self.prefix.is_empty() {
             plain
+        } else {
+            prefixed
         }
     }
 
-    /// `binds`, then the prefix's length and the prefix when there is one.
-    fn with_prefix(&self, mut binds: Vec<Arg<'a>>) -> Vec<Arg<'a>> {
-        if self.has_prefix() {
-            binds.extend([Arg::Count(self.prefix_len), Arg::Text(self.prefix)]);
-        }
-        binds
+    /// The binds of a page: namespace, state, the range, the cursor's id at `hi`,
+    /// the lease bounds, `limit` and the prefix's (as they apply).
+    pub(crate) fn page(&self, limit: usize) -> Vec<Arg<'a>> {
+        let mut binds = self.range();
+        binds.push(Arg::OptText(self.at_hi));
+        binds.extend(self.lease_bounds());
+        binds.push(Arg::Limit(limit as u64));
+        self.with_prefix(binds)
     }
 
-    fn page(&self) -> [Arg<'a>; 4] {
-        [
+    /// The binds of a count: as a page's, without the cursor and the limit.
+    pub(crate) fn count(&self) -> Vec<Arg<'a>> {
+        let mut binds = self.range();
+        binds.extend(self.lease_bounds());
+        self.with_prefix(binds)
+    }
+
+    fn range(&self) -> Vec<Arg<'a>> {
+        vec![
             Arg::Text(self.namespace),
             Arg::Text(self.state),
             Arg::Int(self.lo),
@@ -82,63 +155,37 @@ impl<'a> Walk<'a> {
         ]
     }
 
-    /// The binds of `list_records`.
-    pub(crate) fn records(&self, lease: (i64, i64), limit: usize) -> Vec<Arg<'a>> {
-        let mut binds = self.page().to_vec();
-        binds.extend([
-            Arg::OptText(self.at_hi),
-            Arg::Int(lease.0),
-            Arg::Int(lease.1),
-            Arg::Limit(limit as u64),
-        ]);
-        self.with_prefix(binds)
+    fn lease_bounds(&self) -> impl Iterator<Item = Arg<'a>> {
+        self.lease
+            .into_iter()
+            .flat_map(|(above, upto)| [Arg::Int(above), Arg::Int(upto)])
     }
 
-    /// The binds of `count_records`.
-    pub(crate) fn count_records(&self, lease: (i64, i64)) -> Vec<Arg<'a>> {
-        let mut binds = self.page().to_vec();
-        binds.extend([Arg::Int(lease.0), Arg::Int(lease.1)]);
-        self.with_prefix(binds)
-    }
-
-    /// The binds of `list_events`.
-    pub(crate) fn events(&self, limit: usize) -> Vec<Arg<'a>> {
-        let mut binds = self.page().to_vec();
-        binds.extend([Arg::OptText(self.at_hi), Arg::Limit(limit as u64)]);
-        self.with_prefix(binds)
-    }
-
-    /// The binds of `count_events`.
-    pub(crate) fn count_events(&self) -> Vec<Arg<'a>> {
-        self.with_prefix(self.page().to_vec())
-    }
-}
-
-/// The bounds on `lease_until` of a listed state, exclusive below and inclusive
-/// above: a live lease ends after `now`, a stuck one at or before it.
-pub(crate) fn lease_bounds(state: ListState, now_ms: i64) -> (i64, i64) {
-    match state {
-        ListState::InProgress => (now_ms, i64::MAX),
-        ListState::Stuck => (i64::MIN, now_ms),
-        _ => (i64::MIN, i64::MAX),
+    /// `binds`, then the prefix's length and the prefix when there is one.
+    fn with_prefix(&self, mut binds: Vec<Arg<'a>>) -> Vec<Arg<'a>> {
+        if !self.prefix.is_empty() {
+            binds.extend([Arg::Count(self.prefix_len), Arg::Text(self.prefix)]);
+        }
+        binds
     }
 }
 
 /// Implements [`ListingStore`](crate::store::ListingStore) and
-/// [`InboxListing`](crate::inbox::InboxListing) for `$store` (as
-/// `sql_store_impls!` takes it), on the statements of its `sql.common`.
+/// [`InboxListing`](crate::inbox::InboxListing) for `$store` on the sqlx database
+/// `$db` (as `sql_store_impls!` takes them), on the statements of its `sql.common`.
 macro_rules! sql_listing_impls {
-    ($store:ty, $feature:literal, $err:path) => {
+    ($store:ty, $db:ty, $feature:literal, $err:path) => {
         const _: () = {
             use ::chrono::{DateTime, Utc};
-            use $crate::inbox::listing::ALL_STATES;
             use $crate::inbox::{InboxEvent, InboxListing};
             use $crate::store::listing::{
-                merged, Chunk, EventQuery, ListState, ListingStore, Page, RecordQuery,
+                merged, Chunk, EventQuery, ListQuery, Listed, ListingStore, Page, RecordQuery,
             };
-            use $crate::store::sql::listing::{lease_bounds, Walk};
+            use $crate::store::sql::listing::{Walk, Walked};
             use $crate::store::sql::{args, keyed_record, RawEvent, SqlRow};
             use $crate::store::{Key, Record, StoreError};
+
+            type Row = <$db as ::sqlx::Database>::Row;
 
             fn count_of(row: Option<impl SqlRow>) -> Result<u64, StoreError> {
                 let n = match row {
@@ -148,6 +195,49 @@ macro_rules! sql_listing_impls {
                 Ok(u64::try_from(n).unwrap_or(0))
             }
 
+            impl $store {
+                /// A page of `query`: one walk per state, merged, each row read
+                /// with `read`.
+                async fn walk_page<S: Walked, T: Listed>(
+                    &self,
+                    query: &ListQuery<S>,
+                    read: fn(&Row) -> Result<T, StoreError>,
+                ) -> Result<Page<T>, StoreError> {
+                    let c = &self.sql.common;
+                    let limit = query.page_size();
+                    merged(query, S::ALL, |state| async move {
+                        let Some(walk) = Walk::new(query, state, c.prefix_in_chars) else {
+                            return Ok(Chunk::whole(Vec::new()));
+                        };
+                        let sql = walk.pick(S::list(c));
+                        let rows = self.fetch_all(sql, &walk.page(limit)).await?;
+                        let items = rows.iter().map(read).collect::<Result<_, _>>()?;
+                        Ok(Chunk::whole(items))
+                    })
+                    .await
+                }
+
+                /// How many items `query` lists over all its pages: each state's
+                /// count, summed.
+                async fn walk_count<S: Walked>(
+                    &self,
+                    query: &ListQuery<S>,
+                ) -> Result<u64, StoreError> {
+                    let c = &self.sql.common;
+                    let mut all = query.clone();
+                    all.after = None;
+                    let mut n = 0;
+                    for state in all.states_or(S::ALL) {
+                        let Some(walk) = Walk::new(&all, state, c.prefix_in_chars) else {
+                            return Ok(0);
+                        };
+                        let sql = walk.pick(S::count(c));
+                        n += count_of(self.fetch_optional(sql, &walk.count()).await?)?;
+                    }
+                    Ok(n)
+                }
+            }
+
             #[cfg_attr(docsrs, doc(cfg(feature = $feature)))]
             #[::async_trait::async_trait]
             impl ListingStore for $store {
@@ -155,39 +245,11 @@ macro_rules! sql_listing_impls {
                     &self,
                     query: &RecordQuery,
                 ) -> Result<Page<Record>, StoreError> {
-                    let c = &self.sql.common;
-                    let now = query.now.timestamp_millis();
-                    let limit = query.page_size();
-                    merged(query, &ListState::ALL, |state| async move {
-                        let name = state.record_state().as_str();
-                        let Some(walk) = Walk::new(query, name, c.prefix_in_chars) else {
-                            return Ok(Chunk::whole(Vec::new()));
-                        };
-                        let binds = walk.records(lease_bounds(state, now), limit);
-                        let stmt = walk.pick(&c.list_records_prefix, &c.list_records);
-                        let rows = self.fetch_all(stmt, &binds).await?;
-                        let records = rows.iter().map(|row| keyed_record(row, $err));
-                        Ok(Chunk::whole(records.collect::<Result<_, _>>()?))
-                    })
-                    .await
+                    self.walk_page(query, |row| keyed_record(row, $err)).await
                 }
 
                 async fn count_records(&self, query: &RecordQuery) -> Result<u64, StoreError> {
-                    let c = &self.sql.common;
-                    let now = query.now.timestamp_millis();
-                    let mut all = query.clone();
-                    all.after = None;
-                    let mut n = 0;
-                    for state in all.states_or(&ListState::ALL) {
-                        let name = state.record_state().as_str();
-                        let Some(walk) = Walk::new(&all, name, c.prefix_in_chars) else {
-                            return Ok(0);
-                        };
-                        let binds = walk.count_records(lease_bounds(state, now));
-                        let stmt = walk.pick(&c.count_records_prefix, &c.count_records);
-                        n += count_of(self.fetch_optional(stmt, &binds).await?)?;
-                    }
-                    Ok(n)
+                    self.walk_count(query).await
                 }
             }
 
@@ -198,36 +260,14 @@ macro_rules! sql_listing_impls {
                     &self,
                     query: &EventQuery,
                 ) -> Result<Page<InboxEvent>, StoreError> {
-                    let c = &self.sql.common;
-                    let limit = query.page_size();
-                    merged(query, &ALL_STATES, |state| async move {
-                        let Some(walk) = Walk::new(query, state.as_str(), c.prefix_in_chars) else {
-                            return Ok(Chunk::whole(Vec::new()));
-                        };
-                        let stmt = walk.pick(&c.list_events_prefix, &c.list_events);
-                        let rows = self.fetch_all(stmt, &walk.events(limit)).await?;
-                        let events = rows
-                            .iter()
-                            .map(|row| RawEvent::read(row, 0).map_err($err)?.into_event());
-                        Ok(Chunk::whole(events.collect::<Result<_, _>>()?))
+                    self.walk_page(query, |row| {
+                        RawEvent::read(row, 0).map_err($err)?.into_event()
                     })
                     .await
                 }
 
                 async fn count_events(&self, query: &EventQuery) -> Result<u64, StoreError> {
-                    let c = &self.sql.common;
-                    let mut all = query.clone();
-                    all.after = None;
-                    let mut n = 0;
-                    for state in all.states_or(&ALL_STATES) {
-                        let Some(walk) = Walk::new(&all, state.as_str(), c.prefix_in_chars) else {
-                            return Ok(0);
-                        };
-                        let binds = walk.count_events();
-                        let stmt = walk.pick(&c.count_events_prefix, &c.count_events);
-                        n += count_of(self.fetch_optional(stmt, &binds).await?)?;
-                    }
-                    Ok(n)
+                    self.walk_count(query).await
                 }
 
                 async fn requeue_dead(
