@@ -8,6 +8,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::common::{self, Keys};
+use super::macros;
 use super::{KeyError, Secret, SecretFormat, Verified, Verifier, VerifyError};
 
 /// Verifies Adyen standard webhooks (JSON notifications) signed with an HMAC key.
@@ -273,7 +274,7 @@ fn success_text(raw: Option<&RawValue>) -> Result<&'static str, VerifyError> {
 }
 
 impl Verifier for Adyen {
-    common::verifier! {
+    macros::verifier! {
         rekeyed(by new);
         verify |self, _headers, body, _now| {
             let envelope: Envelope<'_> = serde_json::from_slice(body)

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use super::common::{self, Keys};
+use super::macros;
 use super::SecretFormat;
 use super::Verifier;
 
@@ -57,7 +58,7 @@ impl Calendly {
     /// Calendly retries for 24 hours.
     pub const RETRY_WINDOW: Duration = Duration::from_secs(24 * 3600);
 
-    common::keyed! {
+    macros::keyed! {
         /// A verifier keyed with one or more webhook signing keys.
         new;
         /// How far the signed timestamp may be from `now`, either way (default 180 s).
@@ -79,7 +80,7 @@ fn event_id(body: &[u8]) -> Option<String> {
 }
 
 impl Verifier for Calendly {
-    common::verifier! {
+    macros::verifier! {
         /// The event type is the body's `event`.
         event_type: json ["event"];
         rekeyed;

@@ -1,6 +1,6 @@
 //! Pieces shared by the provider presets: keyed HMAC states, bounded header reads,
 //! fixed-size decoding, the timestamped `key=value` header, the end of a timed
-//! verification; and, from `macros`, the macros that write what the presets repeat.
+//! verification.
 //! Private to the `verify` module.
 
 use std::borrow::Cow;
@@ -323,9 +323,6 @@ impl V0Header {
         ]
     }
 }
-
-// The macros that write what the presets repeat, under the names they call them by.
-pub(crate) use super::macros::{keyed, limits, rekeyed, setters, unpublished_format, verifier};
 
 impl<M> fmt::Debug for MacKeys<M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -7,6 +7,7 @@ use ed25519_dalek::{Signer as _, SigningKey, VerifyingKey};
 
 use super::common;
 use super::handshake::Handshake;
+use super::macros;
 use super::{parse_unix_seconds, KeyError, Secret, SecretFormat, Verifier, VerifyError};
 
 const SIGNATURE: &str = "X-Signature-Ed25519";
@@ -80,7 +81,7 @@ impl Discord {
         })
     }
 
-    common::keyed! {
+    macros::keyed! {
         /// How far the signed timestamp may be from `now`, either way (default 300 s).
         tolerance;
     }
@@ -134,7 +135,7 @@ fn signing_key_from(text: &str) -> Result<SigningKey, KeyError> {
 }
 
 impl Verifier for Discord {
-    common::verifier! {
+    macros::verifier! {
         verify |self, headers, body, now| {
             let value = common::bounded_header(headers, SIGNATURE)?;
             let ts = common::bounded_header(headers, TIMESTAMP)?;

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use super::common::{self, Keys};
 use super::handshake;
+use super::macros;
 use super::request::query;
 use super::SecretFormat;
 use super::{Encoding, Verified, Verifier, VerifyError};
@@ -73,7 +74,7 @@ impl Dropbox {
     /// Dropbox retries over about ten minutes; rounded up to 15.
     pub const RETRY_WINDOW: Duration = Duration::from_secs(15 * 60);
 
-    common::keyed! {
+    macros::keyed! {
         /// A verifier keyed with one or more app secrets.
         new;
     }
@@ -99,7 +100,7 @@ impl Dropbox {
 }
 
 impl Verifier for Dropbox {
-    common::verifier! {
+    macros::verifier! {
         rekeyed;
         verify |self, headers, body, now| {
             if headers.method() == Some("GET") {

@@ -8,6 +8,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::common::{self, Keys};
+use super::macros;
 use super::{
     check_tolerance, parse_unix_seconds, Encoding, KeyError, Secret, Verified, Verifier,
     VerifyError,
@@ -257,7 +258,7 @@ impl GenericHmac {
         })
     }
 
-    common::setters! {
+    macros::setters! {
         /// Text before each encoded MAC, such as `sha256=` or `v1,`.
         prefix(prefix: impl Into<Cow<'static, str>>) => prefix = prefix.into();
         /// How each MAC is encoded (hex, or standard padded base64).
@@ -276,12 +277,12 @@ impl GenericHmac {
         id_header(name: impl Into<Cow<'static, str>>) => id_header = Some(name.into());
     }
 
-    common::keyed! {
+    macros::keyed! {
         /// How far a signed `{timestamp:...}` may be from `now`, either way (default 300 s).
         tolerance;
     }
 
-    common::setters! {
+    macros::setters! {
         /// How long the provider retries one event, if you know it.
         retry_window(window: Duration) => retry_window = Some(window);
     }
@@ -393,7 +394,7 @@ fn read<'h>(headers: &'h dyn Headers, name: &str) -> Result<&'h [u8], VerifyErro
 }
 
 impl Verifier for GenericHmac {
-    common::verifier! {
+    macros::verifier! {
         rekeyed(format: super::SecretFormat::GENERIC);
         verify |self, headers, body, now| {
             let value = common::header_within(headers, &self.header, common::MAX_HEADER_LEN)?;

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use super::common::{self, Keys};
+use super::macros;
 use super::{Encoding, SecretFormat, Verified, Verifier};
 
 const HEADER: &str = "X-Hub-Signature-256";
@@ -50,7 +51,7 @@ impl GitHub {
     /// as the generic verifiers (GitHub asks for a random string of high entropy).
     pub const SECRET_FORMAT: SecretFormat = SecretFormat::new("GitHub").min_len(16);
 
-    common::keyed! {
+    macros::keyed! {
         /// A verifier keyed with one or more webhook secrets.
         new;
     }
@@ -63,7 +64,7 @@ impl GitHub {
 }
 
 impl Verifier for GitHub {
-    common::verifier! {
+    macros::verifier! {
         rekeyed;
         verify |self, headers, body, _now| {
             SIGNATURE.check(&self.keys, headers, &[body])?;

@@ -6,6 +6,7 @@ use std::time::Duration;
 use hmac::Mac;
 
 use super::common::{self, HmacSha256};
+use super::macros;
 use super::{KeyError, Secret, SecretFormat, Verified, Verifier, VerifyError};
 
 const HEADER: &str = "X-Gitlab-Token";
@@ -96,7 +97,7 @@ impl GitLab {
 }
 
 impl Verifier for GitLab {
-    common::verifier! {
+    macros::verifier! {
         /// The event type is the body's `object_kind`.
         event_type: json ["object_kind"];
         rekeyed(by new);

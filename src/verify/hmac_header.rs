@@ -1,6 +1,7 @@
 use std::borrow::Cow;
 
 use super::common::{self, Keys};
+use super::macros;
 use super::{Secret, Verified, Verifier};
 
 /// Longest signature header this verifier reads; longer ones are rejected unread.
@@ -205,7 +206,7 @@ impl HmacSha256Header {
         })
     }
 
-    common::setters! {
+    macros::setters! {
         /// Text that precedes the encoded MAC, such as `sha256=`.
         prefix(prefix: impl Into<Cow<'static, str>>) => prefix = prefix.into();
         /// How the MAC is encoded.
@@ -226,7 +227,7 @@ impl HmacSha256Header {
 }
 
 impl Verifier for HmacSha256Header {
-    common::verifier! {
+    macros::verifier! {
         rekeyed(format: super::SecretFormat::GENERIC);
         verify |self, headers, body, _now| {
             let value = common::header_within(headers, &self.header, MAX_HEADER_LEN)?;

@@ -8,6 +8,7 @@ use chrono::DateTime;
 use sha2::{Digest as _, Sha256};
 
 use super::common::{self, Keys};
+use super::macros;
 use super::request::{query, PublicUrl};
 use super::{Verifier, VerifyError};
 
@@ -62,14 +63,14 @@ pub struct HubSpot {
 }
 
 impl HubSpot {
-    common::unpublished_format!("HubSpot", "the app's client secret");
+    macros::unpublished_format!("HubSpot", "the app's client secret");
 
     /// Refuse requests older than 5 minutes, as HubSpot's guide says.
     pub const DEFAULT_TOLERANCE: Duration = Duration::from_secs(5 * 60);
     /// Up to 10 retries, 2 minutes apart and doubling: 34 h 6 min, so 35 hours.
     pub const RETRY_WINDOW: Duration = Duration::from_secs(35 * 3600);
 
-    common::keyed! {
+    macros::keyed! {
         /// A verifier for requests HubSpot sends to `url` (the public URL configured
         /// in the app, without query or fragment), keyed with one or more client
         /// secrets.
@@ -163,7 +164,7 @@ fn batch_id(body: &[u8]) -> Option<String> {
 }
 
 impl Verifier for HubSpot {
-    common::verifier! {
+    macros::verifier! {
         rekeyed;
         verify |self, headers, body, now| {
             let value = common::bounded_header(headers, SIGNATURE)?;

@@ -5,6 +5,7 @@ use std::time::Duration;
 use hmac::Mac;
 
 use super::common::{self, Sha1Keys};
+use super::macros;
 use super::{Verified, Verifier, VerifyError};
 
 const HEADER: &str = "X-Hub-Signature";
@@ -43,9 +44,9 @@ impl Intercom {
     /// Kept for 24 hours (see the type's documentation).
     pub const RETRY_WINDOW: Duration = Duration::from_secs(24 * 3600);
 
-    common::unpublished_format!("Intercom", "the app's client secret");
+    macros::unpublished_format!("Intercom", "the app's client secret");
 
-    common::keyed! {
+    macros::keyed! {
         /// A verifier keyed with one or more client secrets.
         new;
     }
@@ -58,7 +59,7 @@ impl Intercom {
 }
 
 impl Verifier for Intercom {
-    common::verifier! {
+    macros::verifier! {
         /// The event type is the body's `topic`.
         event_type: json ["topic"];
         rekeyed;

@@ -7,6 +7,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::common::{self, Keys};
+use super::macros;
 use super::{SecretFormat, Verified, Verifier, VerifyError};
 use crate::Headers;
 
@@ -76,7 +77,7 @@ impl Jamm {
     /// generic verifiers.
     pub const SECRET_FORMAT: SecretFormat = SecretFormat::new("Jamm").min_len(16);
 
-    common::keyed! {
+    macros::keyed! {
         /// A verifier keyed with one or more client secrets.
         new;
     }
@@ -192,7 +193,7 @@ pub(crate) fn minify(json: &[u8]) -> Cow<'_, [u8]> {
 }
 
 impl Verifier for Jamm {
-    common::verifier! {
+    macros::verifier! {
         rekeyed;
         verify |self, _headers, body, _now| {
             let parsed = parse_body(body)?;

@@ -5,6 +5,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::common::{self, Keys};
+use super::macros;
 use super::{Encoding, SecretFormat, Verifier, VerifyError};
 
 const HEADER: &str = "Linear-Signature";
@@ -55,7 +56,7 @@ impl Linear {
         .min_len(32)
         .mistaken(&[("lin_api_", "a Linear API key")]);
 
-    common::keyed! {
+    macros::keyed! {
         /// A verifier keyed with one or more webhook signing secrets.
         new;
         /// How far `webhookTimestamp` may be from `now`, either way (default 60 s).
@@ -77,7 +78,7 @@ fn parse_millis(text: &str) -> Option<DateTime<Utc>> {
 }
 
 impl Verifier for Linear {
-    common::verifier! {
+    macros::verifier! {
         rekeyed;
         verify |self, headers, body, now| {
             let value = common::bounded_header(headers, HEADER)?;

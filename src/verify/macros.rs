@@ -1,7 +1,7 @@
 //! The macros that write what every preset repeats: its `SECRET_FORMAT` when the
 //! provider publishes none, its constructor and `tolerance` setter, its
 //! [`Verifier`](super::Verifier) methods, and builder setters. Private to the
-//! `verify` module; the presets call them through `common`.
+//! `verify` module.
 
 /// The `SECRET_FORMAT` of a preset whose provider publishes no format for its
 /// secret (`$what`): at least 16 bytes as for the generic verifiers, a shorter one
@@ -32,13 +32,13 @@ pub(crate) use unpublished_format;
 /// preset's own.
 macro_rules! keyed {
     ($(#[$new:meta])* new $(($url:ident))?; $(#[$tolerance:meta])* tolerance;) => {
-        $crate::verify::common::keyed!(
+        $crate::verify::macros::keyed!(
             @new $(#[$new])* $(($url))? tolerance: Self::DEFAULT_TOLERANCE
         );
-        $crate::verify::common::keyed!($(#[$tolerance])* tolerance;);
+        $crate::verify::macros::keyed!($(#[$tolerance])* tolerance;);
     };
     ($(#[$new:meta])* new $(($url:ident))?;) => {
-        $crate::verify::common::keyed!(@new $(#[$new])* $(($url))?);
+        $crate::verify::macros::keyed!(@new $(#[$new])* $(($url))?);
     };
     ($(#[$tolerance:meta])* tolerance;) => {
         $(#[$tolerance])*
@@ -100,19 +100,19 @@ macro_rules! limits {
         fn answer_timeout(&self) -> Option<std::time::Duration> {
             Some(std::time::Duration::from_secs($secs))
         }
-        $crate::verify::common::limits!($($rest)*);
+        $crate::verify::macros::limits!($($rest)*);
     };
     (tolerance; $($rest:tt)*) => {
         fn tolerance(&self) -> Option<std::time::Duration> {
             Some(self.tolerance)
         }
-        $crate::verify::common::limits!($($rest)*);
+        $crate::verify::macros::limits!($($rest)*);
     };
     (retry_window; $($rest:tt)*) => {
         fn retry_window(&self) -> Option<std::time::Duration> {
             Some(Self::RETRY_WINDOW)
         }
-        $crate::verify::common::limits!($($rest)*);
+        $crate::verify::macros::limits!($($rest)*);
     };
     ($(#[$doc:meta])* deliveries: $n:literal;) => {
         $(#[$doc])*
@@ -141,8 +141,8 @@ pub(crate) use limits;
 /// The doc comment before an entry is its method's.
 macro_rules! verifier {
     (rekeyed $(($($how:tt)*))?; $($rest:tt)*) => {
-        $crate::verify::common::rekeyed!($($($how)*)?);
-        $crate::verify::common::verifier!($($rest)*);
+        $crate::verify::macros::rekeyed!($($($how)*)?);
+        $crate::verify::macros::verifier!($($rest)*);
     };
     ($(#[$doc:meta])*
      verify |$self_:ident, $headers:ident, $body:ident, $now:ident| $block:block $($rest:tt)*) => {
@@ -153,27 +153,27 @@ macro_rules! verifier {
             $body: &[u8],
             $now: chrono::DateTime<chrono::Utc>,
         ) -> Result<$crate::verify::Verified, $crate::verify::VerifyError> $block
-        $crate::verify::common::verifier!($($rest)*);
+        $crate::verify::macros::verifier!($($rest)*);
     };
     ($(#[$doc:meta])* content_key: sha256; $($rest:tt)*) => {
         $(#[$doc])*
         fn content_key(&self, _headers: &dyn $crate::Headers, body: &[u8]) -> Option<[u8; 32]> {
             Some($crate::verify::common::sha256(body))
         }
-        $crate::verify::common::verifier!($($rest)*);
+        $crate::verify::macros::verifier!($($rest)*);
     };
     ($(#[$doc:meta])* event_type: json [$($field:literal),+]; $($rest:tt)*) => {
-        $crate::verify::common::verifier! {
+        $crate::verify::macros::verifier! {
             $(#[$doc])* event_type: $crate::meta::TypeSource::json([$($field),+]); $($rest)*
         }
     };
     ($(#[$doc:meta])* event_type: header $name:literal; $($rest:tt)*) => {
-        $crate::verify::common::verifier! {
+        $crate::verify::macros::verifier! {
             $(#[$doc])* event_type: $crate::meta::TypeSource::header($name); $($rest)*
         }
     };
     ($(#[$doc:meta])* event_type: $source:ident; $($rest:tt)*) => {
-        $crate::verify::common::verifier! {
+        $crate::verify::macros::verifier! {
             $(#[$doc])* event_type: $crate::meta::TypeSource::$source(); $($rest)*
         }
     };
@@ -182,12 +182,12 @@ macro_rules! verifier {
         fn event_type(&self) -> Option<$crate::meta::TypeSource> {
             Some($source)
         }
-        $crate::verify::common::verifier!($($rest)*);
+        $crate::verify::macros::verifier!($($rest)*);
     };
     ($(#[$doc:meta])*
      event_meta: json [$($ty:literal),*], [$($at:literal),*], [$($object:literal),*];
      $($rest:tt)*) => {
-        $crate::verify::common::verifier! {
+        $crate::verify::macros::verifier! {
             $(#[$doc])*
             event_meta: $crate::meta::MetaExtractor::json(
                 &[$($ty),*],
@@ -202,17 +202,17 @@ macro_rules! verifier {
         fn event_meta(&self) -> Option<$crate::meta::MetaExtractor> {
             Some($meta)
         }
-        $crate::verify::common::verifier!($($rest)*);
+        $crate::verify::macros::verifier!($($rest)*);
     };
     ($(#[$doc:meta])* body_changes_on_retry; $($rest:tt)*) => {
         $(#[$doc])*
         fn body_changes_on_retry(&self) -> bool {
             true
         }
-        $crate::verify::common::verifier!($($rest)*);
+        $crate::verify::macros::verifier!($($rest)*);
     };
     ($($limits:tt)*) => {
-        $crate::verify::common::limits!($($limits)*);
+        $crate::verify::macros::limits!($($limits)*);
     };
 }
 pub(crate) use verifier;
@@ -242,7 +242,7 @@ pub(crate) use setters;
 /// whose `new(secrets)` is its only setting.
 macro_rules! rekeyed {
     () => {
-        $crate::verify::common::rekeyed!(format: Self::SECRET_FORMAT);
+        $crate::verify::macros::rekeyed!(format: Self::SECRET_FORMAT);
     };
     // A verifier whose only setting is its keys: made anew by its `new`.
     (by new) => {

@@ -8,6 +8,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::common::{self, Keys};
+use super::macros;
 use super::{parse_unix_seconds, Verifier, VerifyError};
 
 /// Longest token accepted (Mailgun's are 50 characters).
@@ -60,14 +61,14 @@ pub struct Mailgun {
 }
 
 impl Mailgun {
-    common::unpublished_format!("Mailgun", "the HTTP webhook signing key");
+    macros::unpublished_format!("Mailgun", "the HTTP webhook signing key");
 
     /// Mailgun documents no tolerance; 300 s, as most schemes.
     pub const DEFAULT_TOLERANCE: Duration = Duration::from_secs(300);
     /// Mailgun retries for about 8 hours; 9 here.
     pub const RETRY_WINDOW: Duration = Duration::from_secs(9 * 3600);
 
-    common::keyed! {
+    macros::keyed! {
         /// A verifier keyed with one or more HTTP webhook signing keys (several for
         /// rotation, or a subaccount's key beside the primary account's).
         new;
@@ -117,7 +118,7 @@ fn bad(reason: &'static str) -> VerifyError {
 }
 
 impl Verifier for Mailgun {
-    common::verifier! {
+    macros::verifier! {
         /// The event type is the body's `event-data.event`.
         event_type: json ["event-data", "event"];
         rekeyed;

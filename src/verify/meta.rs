@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use super::common::{self, Keys};
 use super::handshake;
+use super::macros;
 use super::request::{constant_time_eq, digest_id, param, query};
 use super::{Encoding, Secret, Verified, Verifier, VerifyError};
 use crate::Headers;
@@ -71,7 +72,7 @@ impl std::fmt::Debug for Meta {
 }
 
 impl Meta {
-    common::unpublished_format!("Meta", "the app secret");
+    macros::unpublished_format!("Meta", "the app secret");
 
     /// 7 days, a conservative choice (see the type's documentation).
     pub const RETRY_WINDOW: Duration = Duration::from_secs(7 * 24 * 3600);
@@ -135,7 +136,7 @@ impl Meta {
 }
 
 impl Verifier for Meta {
-    common::verifier! {
+    macros::verifier! {
         /// The event type is the body's `object` (`whatsapp_business_account`, `page`,
         /// `instagram`).
         event_type: json ["object"];

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use super::common::{self, Keys};
+use super::macros;
 use super::{SecretFormat, Verifier};
 
 const HEADER: &str = "Paddle-Signature";
@@ -64,7 +65,7 @@ impl Paddle {
             ("pdl_sdbx_apikey_", "a Paddle sandbox API key"),
         ]);
 
-    common::keyed! {
+    macros::keyed! {
         /// A verifier keyed with one or more secret keys.
         new;
         /// How far the signed timestamp may be from `now`, either way (default 5 s).
@@ -79,7 +80,7 @@ impl Paddle {
 }
 
 impl Verifier for Paddle {
-    common::verifier! {
+    macros::verifier! {
         rekeyed;
         verify |self, headers, body, now| {
             SIGNATURE.verify(&self.keys, headers, body, now, self.tolerance, || {

@@ -11,6 +11,7 @@ use serde::Deserialize;
 use sha2::{Digest as _, Sha256};
 
 use super::common;
+use super::macros;
 use super::{parse_unix_seconds, KeyError, Secret, Verifier, VerifyError};
 
 const SIGNATURE: &str = "X-Twilio-Email-Event-Webhook-Signature";
@@ -120,7 +121,7 @@ impl SendGrid {
         })
     }
 
-    common::keyed! {
+    macros::keyed! {
         /// How far the signed timestamp may be from `now`, either way (default 300 s).
         tolerance;
     }
@@ -202,7 +203,7 @@ fn event_id(body: &[u8]) -> Option<String> {
 }
 
 impl Verifier for SendGrid {
-    common::verifier! {
+    macros::verifier! {
         rekeyed(by new);
         verify |self, headers, body, now| {
             let sig_b64 = common::bounded_header(headers, SIGNATURE)?;

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use super::common::{self, Keys};
+use super::macros;
 use super::{Encoding, SecretFormat, Verified, Verifier, VerifyError};
 
 const HEADERS: [&str; 2] = ["X-Shopify-Hmac-Sha256", "Shopify-Hmac-Sha256"];
@@ -43,7 +44,7 @@ impl Shopify {
     /// admin) are 32 characters or more.
     pub const SECRET_FORMAT: SecretFormat = SecretFormat::new("Shopify").min_len(32);
 
-    common::keyed! {
+    macros::keyed! {
         /// A verifier keyed with one or more app / webhook secrets.
         new;
     }
@@ -55,7 +56,7 @@ impl Shopify {
 }
 
 impl Verifier for Shopify {
-    common::verifier! {
+    macros::verifier! {
         rekeyed;
         verify |self, headers, body, _now| {
             // The first spelling present with a value: an empty one gives way, as for

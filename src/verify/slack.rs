@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use super::common::{self, Keys};
 use super::handshake::{self, Handshake};
+use super::macros;
 use super::{SecretFormat, Verifier, VerifyError};
 
 const HEADER: &str = "X-Slack-Signature";
@@ -56,7 +57,7 @@ impl Slack {
     /// Slack's signing secrets are 32 characters (hexadecimal digits).
     pub const SECRET_FORMAT: SecretFormat = SecretFormat::new("Slack").min_len(32);
 
-    common::keyed! {
+    macros::keyed! {
         /// A verifier keyed with one or more signing secrets.
         new;
         /// How far the signed timestamp may be from `now`, either way (default 300 s).
@@ -76,7 +77,7 @@ impl Slack {
 }
 
 impl Verifier for Slack {
-    common::verifier! {
+    macros::verifier! {
         rekeyed;
         verify |self, headers, body, now| {
             let (signed_at, _) = SIGNATURE.check(&self.keys, headers, body)?;

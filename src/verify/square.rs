@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use super::common::{self, Keys};
+use super::macros;
 use super::{Encoding, KeyError, Secret, Verified, Verifier};
 
 const HEADER: &str = "x-square-hmacsha256-signature";
@@ -46,7 +47,7 @@ pub struct Square {
 }
 
 impl Square {
-    common::unpublished_format!("Square", "the subscription's signature key");
+    macros::unpublished_format!("Square", "the subscription's signature key");
 
     /// Square retries for up to 72 hours after the event.
     pub const RETRY_WINDOW: Duration = Duration::from_secs(72 * 3600);
@@ -83,7 +84,7 @@ impl Square {
 }
 
 impl Verifier for Square {
-    common::verifier! {
+    macros::verifier! {
         /// The event type is the body's `type`.
         event_type: json ["type"];
         rekeyed;

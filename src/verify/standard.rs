@@ -7,6 +7,7 @@ use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
 use base64::Engine as _;
 
 use super::common::{self, Keys};
+use super::macros;
 use super::{parse_unix_seconds, KeyError, Secret, SecretFormat, Verifier, VerifyError};
 
 /// Header names: the Standard Webhooks spelling and Svix's.
@@ -116,7 +117,7 @@ impl StandardWebhooks {
         })
     }
 
-    common::keyed! {
+    macros::keyed! {
         /// How far the signed timestamp may be from `now`, either way (default 300 s).
         tolerance;
     }
@@ -302,7 +303,7 @@ fn parse_signatures_of(value: &[u8], name: &'static str) -> Result<Signatures, V
 }
 
 impl Verifier for StandardWebhooks {
-    common::verifier! {
+    macros::verifier! {
         verify |self, headers, body, now| {
             // Each header is read once: the signature header also tells the spelling.
             let (names, signatures) = match headers.get_bytes(STANDARD.signature) {

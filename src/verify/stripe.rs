@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use super::common::{self, Keys};
+use super::macros;
 use super::{SecretFormat, Verifier};
 
 const HEADER: &str = "Stripe-Signature";
@@ -58,7 +59,7 @@ impl Stripe {
             ("we_", "a webhook endpoint id"),
         ]);
 
-    common::keyed! {
+    macros::keyed! {
         /// A verifier keyed with one or more endpoint secrets (`whsec_...`, used as-is).
         new;
         /// How far the signed timestamp may be from `now`, either way (default 300 s).
@@ -73,7 +74,7 @@ impl Stripe {
 }
 
 impl Verifier for Stripe {
-    common::verifier! {
+    macros::verifier! {
         rekeyed;
         verify |self, headers, body, now| {
             SIGNATURE.verify(&self.keys, headers, body, now, self.tolerance, || {

@@ -8,6 +8,7 @@ use hmac::Mac;
 use sha2::{Digest as _, Sha256};
 
 use super::common::{self, HmacSha1, Sha1Keys};
+use super::macros;
 use super::request::{param, query, PublicUrl};
 use super::{Verified, Verifier, VerifyError};
 
@@ -78,12 +79,12 @@ impl std::fmt::Debug for Twilio {
 }
 
 impl Twilio {
-    common::unpublished_format!("Twilio", "the account's Auth Token");
+    macros::unpublished_format!("Twilio", "the account's Auth Token");
 
     /// Twilio retries once, within its 15-second total timeout.
     pub const RETRY_WINDOW: Duration = Duration::from_secs(15);
 
-    common::keyed! {
+    macros::keyed! {
         /// A verifier for requests Twilio sends to `url` (the public URL configured
         /// in Twilio, without query or fragment), keyed with one or more Auth Tokens.
         new(url);
@@ -128,7 +129,7 @@ fn sorted_params(body: &[u8]) -> Result<Vec<(String, String)>, VerifyError> {
 }
 
 impl Verifier for Twilio {
-    common::verifier! {
+    macros::verifier! {
         rekeyed;
         verify |self, headers, body, _now| {
             if headers.get_bytes(SETTINGS).is_some() {

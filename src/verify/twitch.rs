@@ -8,6 +8,7 @@ use chrono::{DateTime, Utc};
 
 use super::common::{self, Keys};
 use super::handshake::{self, Handshake};
+use super::macros;
 use super::SecretFormat;
 use super::{Encoding, Verifier, VerifyError};
 
@@ -79,7 +80,7 @@ impl Twitch {
     /// Refuse messages older than 10 minutes, as Twitch's guide says.
     pub const DEFAULT_TOLERANCE: Duration = Duration::from_secs(10 * 60);
 
-    common::keyed! {
+    macros::keyed! {
         /// A verifier keyed with one or more subscription secrets.
         new;
         /// How far the signed timestamp may be from `now`, either way (default 10
@@ -131,7 +132,7 @@ impl Twitch {
 }
 
 impl Verifier for Twitch {
-    common::verifier! {
+    macros::verifier! {
         /// The event type is the `Twitch-Eventsub-Subscription-Type` header.
         event_type: header "Twitch-Eventsub-Subscription-Type";
         rekeyed;

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use super::common::{self, Keys};
+use super::macros;
 use super::SecretFormat;
 use super::{Encoding, Verified, Verifier};
 
@@ -48,7 +49,7 @@ impl Typeform {
     /// Typeform's back-offs add up to 10 h 35 min: 11 hours.
     pub const RETRY_WINDOW: Duration = Duration::from_secs(11 * 3600);
 
-    common::keyed! {
+    macros::keyed! {
         /// A verifier keyed with one or more webhook secrets.
         new;
     }
@@ -60,7 +61,7 @@ impl Typeform {
 }
 
 impl Verifier for Typeform {
-    common::verifier! {
+    macros::verifier! {
         /// The event type is the body's `event_type`.
         event_type: json ["event_type"];
         rekeyed;

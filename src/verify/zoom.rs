@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use super::common::{self, Keys};
 use super::handshake::{self, Handshake};
+use super::macros;
 use super::request::digest_id;
 use super::{Verifier, VerifyError};
 
@@ -56,14 +57,14 @@ pub struct Zoom {
 }
 
 impl Zoom {
-    common::unpublished_format!("Zoom", "the app's secret token");
+    macros::unpublished_format!("Zoom", "the app's secret token");
 
     /// The tolerance used unless set: 300 seconds (Zoom publishes none).
     pub const DEFAULT_TOLERANCE: Duration = Duration::from_secs(300);
     /// 3 retries, 5, 20 and 60 minutes apart: 85 minutes.
     pub const RETRY_WINDOW: Duration = Duration::from_secs(85 * 60);
 
-    common::keyed! {
+    macros::keyed! {
         /// A verifier keyed with one or more secret tokens.
         new;
         /// How far the signed timestamp may be from `now`, either way (default 300 s).
@@ -83,7 +84,7 @@ impl Zoom {
 }
 
 impl Verifier for Zoom {
-    common::verifier! {
+    macros::verifier! {
         /// The event type is the body's `event`.
         event_type: json ["event"];
         rekeyed;
