@@ -267,6 +267,14 @@ mod tests {
     }
 
     #[test]
+    fn the_timestamp_holds_five_minutes_either_way() {
+        let hs = HubSpot::new("https://example.com/webhooks", ["hubspot-client-secret"]).unwrap();
+        let t = 1_462_216_308;
+        let h = hs.sign_headers("POST", "https://example.com/webhooks", BODY, t * 1000);
+        window(t, 300, |now| hs.verify(&h, BODY, at_ms(now * 1000)));
+    }
+
+    #[test]
     fn a_retry_keeps_its_id_and_other_batches_differ() {
         let retry =
             String::from_utf8_lossy(BODY).replace("\"attemptNumber\":0", "\"attemptNumber\":3");
