@@ -75,6 +75,33 @@ impl DynamoDbStore {
         codec::list_pk(&walk.query.namespace, state, shard)
     }
 
+    /// `Select=COUNT` queries of one `list` partition from `lo` to `below`, page by
+    /// page.
+    async fn count_partition(
+        &self,
+        partition: String,
+        lo: i64,
+        below: &Below,
+    ) -> Result<u64, StoreError> {
+        let mut total = 0u64;
+        let mut start: Option<Item> = None;
+        loop {
+            let mut e = Expr::default();
+            let condition = Self::list_condition(&mut e, &partition, lo, below);
+            let out = (self.index_query(LIST_INDEX, condition, &e))
+                .select(Select::Count)
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(store_error)?;
+            total += u64::try_from(out.count).unwrap_or(0);
+            match out.last_evaluated_key {
+                Some(key) if !key.is_empty() => start = Some(key),
+                _ => return Ok(total),
+            }
+        }
+    }
+
     /// The key condition on one `list` partition from the range's start to
     /// `below` (inclusive: the caller drops the entry at `below` itself).
     fn list_condition(e: &mut Expr, partition: &str, lo: i64, below: &Below) -> String {
@@ -144,31 +171,14 @@ impl IndexWalk for DynamoDbStore {
         Ok(out)
     }
 
-    /// `Select=COUNT` queries of each `list` partition, page by page.
+    /// `Select=COUNT` queries of every `list` partition at once, each page by page.
     async fn count_range(&self, walk: &Walk<'_>, lo: i64, hi: i64) -> Result<u64, StoreError> {
         let (lo, hi) = (lo.max(-LIST_MS_LIMIT), hi.min(LIST_MS_LIMIT));
         let below = Below { ms: hi, id: None };
-        let mut total = 0u64;
-        for i in 0..self.index_shards() * walk.states.len() {
-            let partition = Self::list_partition(walk, i);
-            let mut start: Option<Item> = None;
-            loop {
-                let mut e = Expr::default();
-                let condition = Self::list_condition(&mut e, &partition, lo, &below);
-                let out = (self.index_query(LIST_INDEX, condition, &e))
-                    .select(Select::Count)
-                    .set_exclusive_start_key(start)
-                    .send()
-                    .await
-                    .map_err(store_error)?;
-                total += u64::try_from(out.count).unwrap_or(0);
-                match out.last_evaluated_key {
-                    Some(key) if !key.is_empty() => start = Some(key),
-                    _ => break,
-                }
-            }
-        }
-        Ok(total)
+        let partitions = (0..self.index_shards() * walk.states.len())
+            .map(|i| self.count_partition(Self::list_partition(walk, i), lo, &below));
+        let counts = futures_util::future::join_all(partitions).await;
+        counts.into_iter().sum()
     }
 
     /// One `BatchGetItem` of the page's records.

@@ -5,7 +5,8 @@
 use crate::inbox::listing::ALL_STATES;
 use crate::inbox::InboxState;
 use crate::store::listing::{Cursor, ListQuery, ListState};
-use crate::store::sql::{Arg, Common};
+use crate::store::sql::common::Common;
+use crate::store::sql::Arg;
 
 /// The states a SQL listing walks, one table's: the records' [`ListState`] or the
 /// inbox's [`InboxState`].
