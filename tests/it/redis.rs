@@ -82,16 +82,25 @@ async fn cleanup(url: &str, prefix: &str) -> usize {
 
 /// The record keys of `prefix`.
 async fn record_keys(url: &str, prefix: &str) -> Vec<String> {
+    keys_matching(url, &format!("{{{prefix}:*}}:r:*")).await
+}
+
+/// The listing index keys of `prefix`.
+async fn listing_keys(url: &str, prefix: &str) -> Vec<String> {
+    keys_matching(url, &format!("{{{prefix}:*}}:l:*")).await
+}
+
+/// Every key matching `pattern`, the whole `SCAN` walked.
+async fn keys_matching(url: &str, pattern: &str) -> Vec<String> {
     let client = redis::Client::open(url).unwrap();
     let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-    let pattern = format!("{{{prefix}:*}}:r:*");
     let mut cursor: u64 = 0;
     let mut out = Vec::new();
     loop {
         let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
             .arg(cursor)
             .arg("MATCH")
-            .arg(&pattern)
+            .arg(pattern)
             .arg("COUNT")
             .arg(1000)
             .query_async(&mut conn)
@@ -1858,17 +1867,8 @@ async fn one_unreadable_record_fails_no_scan() {
 async fn listing_entries(url: &str, prefix: &str) -> Vec<(String, String)> {
     let client = redis::Client::open(url).unwrap();
     let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-    let (_, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-        .arg(0)
-        .arg("MATCH")
-        .arg(format!("{{{prefix}:*}}:l:*"))
-        .arg("COUNT")
-        .arg(100_000)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
     let mut out = Vec::new();
-    for key in keys {
+    for key in listing_keys(url, prefix).await {
         let members: Vec<String> = redis::cmd("ZRANGE")
             .arg(&key)
             .arg(0)
@@ -1917,15 +1917,7 @@ async fn a_listing_repairs_the_stale_entries_it_meets() {
     // The three stale entries, each in its record's shard.
     let client = redis::Client::open(url.as_str()).unwrap();
     let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-    let (_, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-        .arg(0)
-        .arg("MATCH")
-        .arg(format!("{{{prefix}:*}}:l:*"))
-        .arg("COUNT")
-        .arg(100_000)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    let keys = listing_keys(&url, &prefix).await;
     let index_of = |state: &str| {
         keys.iter()
             .find(|k| k.ends_with(&format!(":l:{state}:ns")))
